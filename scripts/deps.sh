@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tensorfold needs, only when one is missing
+# (idempotent; DEPENDENCIES.md says why each is needed).
+#   scripts/deps.sh          build + run dependencies
+#   scripts/deps.sh --test   also what the tests need (node/npm, python3-jinja2, clang)
+set -euo pipefail
+
+BUILD_PKGS=(
+  build-essential cmake ninja-build ccache pkg-config
+  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libspdlog-dev libfmt-dev libcli11-dev
+  libgloo-dev
+)
+TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev nodejs npm)
+
+want=("${BUILD_PKGS[@]}")
+if [[ "${1:-}" == "--test" ]]; then
+  want+=("${TEST_PKGS[@]}")
+  # Python's jinja2 is the reference for template tests; Debian's package if python3 lacks it.
+  python3 -c 'import jinja2' 2>/dev/null || want+=(python3-jinja2)
+fi
+
+missing=()
+for p in "${want[@]}"; do
+  # npm/node may come from elsewhere (e.g. nvm); accept a working command too.
+  if [[ "$p" == nodejs ]] && command -v node >/dev/null; then continue; fi
+  if [[ "$p" == npm ]] && command -v npm >/dev/null; then continue; fi
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "deps: all Debian packages present"
+fi

@@ -1,0 +1,193 @@
+// Exhaustive checks of the float conversions (OCP FP8 v1.0, IEEE f16, bf16).
+#include "core/dtype.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace tf {
+namespace {
+
+bool is_e4m3_nan(uint8_t c) { return (c & 0x7f) == 0x7f; }
+bool is_e5m2_nan(uint8_t c) { return (c & 0x7f) > 0x7c; }
+bool is_e5m2_inf(uint8_t c) { return (c & 0x7f) == 0x7c; }
+
+TEST(Fp8E4M3, KnownValues) {
+  EXPECT_EQ(fp8_e4m3_to_float(0x00), 0.0f);
+  EXPECT_TRUE(std::signbit(fp8_e4m3_to_float(0x80)));
+  EXPECT_EQ(fp8_e4m3_to_float(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(fp8_e4m3_to_float(0x07), 7 * std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_e4m3_to_float(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(fp8_e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0xfe), -448.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x78), 256.0f);  // exponent 1111 is finite in e4m3fn
+}
+
+TEST(Fp8E4M3, AllCodesDecodeAndRoundTrip) {
+  int nans = 0;
+  for (int c = 0; c < 256; ++c) {
+    const uint8_t code = static_cast<uint8_t>(c);
+    const float v = fp8_e4m3_to_float(code);
+    if (is_e4m3_nan(code)) {
+      ++nans;
+      EXPECT_TRUE(std::isnan(v)) << c;
+      EXPECT_TRUE(is_e4m3_nan(float_to_fp8_e4m3(v))) << c;
+      continue;
+    }
+    EXPECT_FALSE(std::isnan(v) || std::isinf(v)) << c;
+    EXPECT_EQ(float_to_fp8_e4m3(v), code) << c;
+    EXPECT_EQ(float_to_fp8_e4m3(v, Fp8Overflow::kNonSaturating), code) << c;
+  }
+  EXPECT_EQ(nans, 2);  // only S.1111.111
+}
+
+// Between two neighbouring codes the midpoint goes to the even code, and
+// anything off the midpoint goes to the nearer one.
+template <typename Enc, typename Dec>
+void check_rounding(Enc enc, Dec dec, uint8_t max_code, std::function<bool(uint8_t)> valid) {
+  for (int sign = 0; sign < 2; ++sign) {
+    for (int c = 0; c < max_code; ++c) {
+      const uint8_t lo = static_cast<uint8_t>(c | (sign << 7));
+      const uint8_t hi = static_cast<uint8_t>((c + 1) | (sign << 7));
+      if (!valid(lo) || !valid(hi)) continue;
+      const double a = dec(lo), b = dec(hi);
+      const double mid = (a + b) / 2;
+      const uint8_t even = (lo & 1) ? hi : lo;
+      EXPECT_EQ(enc(static_cast<float>(mid)), even) << "between codes " << c << " and " << c + 1;
+      const double eps = std::fabs(b - a) / 8;
+      EXPECT_EQ(enc(static_cast<float>(mid - (b > a ? eps : -eps))), lo) << c;
+      EXPECT_EQ(enc(static_cast<float>(mid + (b > a ? eps : -eps))), hi) << c;
+    }
+  }
+}
+
+TEST(Fp8E4M3, RoundsToNearestEven) {
+  check_rounding([](float f) { return float_to_fp8_e4m3(f); }, fp8_e4m3_to_float, 0x7e,
+                 [](uint8_t c) { return !is_e4m3_nan(c); });
+}
+
+TEST(Fp8E4M3, SaturatesOrOverflows) {
+  EXPECT_EQ(float_to_fp8_e4m3(1e6f), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(-1e6f), 0xfe);
+  EXPECT_EQ(float_to_fp8_e4m3(std::numeric_limits<float>::infinity()), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(float_to_fp8_e4m3(460.0f, Fp8Overflow::kNonSaturating), 0x7e);  // rounds down to 448
+  EXPECT_EQ(float_to_fp8_e4m3(464.0f, Fp8Overflow::kNonSaturating), 0x7e);  // tie -> even (448)
+  EXPECT_TRUE(is_e4m3_nan(float_to_fp8_e4m3(470.0f, Fp8Overflow::kNonSaturating)));
+  EXPECT_TRUE(is_e4m3_nan(float_to_fp8_e4m3(std::numeric_limits<float>::infinity(), Fp8Overflow::kNonSaturating)));
+  EXPECT_EQ(float_to_fp8_e4m3(std::numeric_limits<float>::quiet_NaN()) & 0x7f, 0x7f);
+  EXPECT_EQ(float_to_fp8_e4m3(-std::numeric_limits<float>::quiet_NaN()), 0xff);
+  // Below half the smallest subnormal: zero, with the sign kept.
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.0f, -11)), 0x00);
+  EXPECT_EQ(float_to_fp8_e4m3(-std::ldexp(1.0f, -11)), 0x80);
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.0f, -10)), 0x00);           // tie with 0 -> even (0)
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.5f, -10)), 0x01);
+}
+
+TEST(Fp8E5M2, AllCodesDecodeAndRoundTrip) {
+  int nans = 0, infs = 0;
+  for (int c = 0; c < 256; ++c) {
+    const uint8_t code = static_cast<uint8_t>(c);
+    const float v = fp8_e5m2_to_float(code);
+    if (is_e5m2_nan(code)) {
+      ++nans;
+      EXPECT_TRUE(std::isnan(v)) << c;
+      EXPECT_TRUE(is_e5m2_nan(float_to_fp8_e5m2(v))) << c;
+      continue;
+    }
+    if (is_e5m2_inf(code)) {
+      ++infs;
+      EXPECT_TRUE(std::isinf(v)) << c;
+      EXPECT_EQ(float_to_fp8_e5m2(v, Fp8Overflow::kNonSaturating), code);
+      EXPECT_EQ(float_to_fp8_e5m2(v), (code & 0x80) | 0x7b);  // saturating: inf -> max
+      continue;
+    }
+    EXPECT_EQ(float_to_fp8_e5m2(v), code) << c;
+  }
+  EXPECT_EQ(nans, 6);
+  EXPECT_EQ(infs, 2);
+  EXPECT_EQ(fp8_e5m2_to_float(0x7b), 57344.0f);
+  EXPECT_EQ(fp8_e5m2_to_float(0x01), std::ldexp(1.0f, -16));
+  EXPECT_EQ(fp8_e5m2_to_float(0x3c), 1.0f);
+}
+
+TEST(Fp8E5M2, RoundsAndSaturates) {
+  check_rounding([](float f) { return float_to_fp8_e5m2(f); }, fp8_e5m2_to_float, 0x7b,
+                 [](uint8_t c) { return !is_e5m2_nan(c) && !is_e5m2_inf(c); });
+  EXPECT_EQ(float_to_fp8_e5m2(1e9f), 0x7b);
+  EXPECT_EQ(float_to_fp8_e5m2(1e9f, Fp8Overflow::kNonSaturating), 0x7c);
+  EXPECT_EQ(float_to_fp8_e5m2(-1e9f, Fp8Overflow::kNonSaturating), 0xfc);
+  EXPECT_EQ(float_to_fp8_e5m2(61439.0f, Fp8Overflow::kNonSaturating), 0x7b);
+}
+
+TEST(Fp8E5M2, AgreesWithF16Truncation) {
+  // e5m2 is f16 with the low 8 mantissa bits rounded away: for every f16 value
+  // that is exactly an e5m2 value, the codes agree with the top byte.
+  for (int h = 0; h < 65536; ++h) {
+    if ((h & 0xff) != 0) continue;
+    const float v = f16_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(v)) continue;
+    EXPECT_EQ(float_to_fp8_e5m2(v, Fp8Overflow::kNonSaturating), h >> 8) << h;
+  }
+}
+
+TEST(F16, AllCodesRoundTrip) {
+  for (int h = 0; h < 65536; ++h) {
+    const float v = f16_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(v))));
+      continue;
+    }
+    EXPECT_EQ(float_to_f16(v), h) << h;
+  }
+  EXPECT_EQ(f16_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_float(0x7bff), 65504.0f);
+  EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);  // tie above max rounds to inf
+  EXPECT_EQ(float_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even
+  EXPECT_EQ(float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+}
+
+TEST(BF16, RoundsToNearestEvenAndKeepsNaN) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bf16(bits_float(0x3f808000)), 0x3f80);  // tie -> even
+  EXPECT_EQ(float_to_bf16(bits_float(0x3f818000)), 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(float_to_bf16(bits_float(0x3f808001)), 0x3f81);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(bits_float(0x7f800001)))));  // signalling NaN stays NaN
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  for (int h = 0; h < 65536; ++h) {
+    const float v = bf16_to_float(static_cast<uint16_t>(h));
+    if (!std::isnan(v)) { EXPECT_EQ(float_to_bf16(v), h); }
+  }
+}
+
+TEST(DType, NamesAndSizes) {
+  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
+  EXPECT_EQ(dtype_size(DType::kF8E4M3), 1u);
+  EXPECT_EQ(dtype_size(DType::kI64), 8u);
+  EXPECT_EQ(dtype_from_safetensors_name("F8_E4M3"), DType::kF8E4M3);
+  EXPECT_EQ(dtype_from_safetensors_name("BF16"), DType::kBF16);
+  EXPECT_FALSE(dtype_from_safetensors_name("F4").has_value());
+  EXPECT_STREQ(dtype_safetensors_name(DType::kI32), "I32");
+}
+
+TEST(DType, ConvertBuffers) {
+  const float in[4] = {1.5f, -2.25f, 448.0f, 1000.0f};
+  uint8_t e4[4];
+  convert_from_f32(in, e4, DType::kF8E4M3, 4);
+  float back[4];
+  convert_to_f32(e4, DType::kF8E4M3, back, 4);
+  EXPECT_EQ(back[0], 1.5f);
+  EXPECT_EQ(back[1], -2.25f);
+  EXPECT_EQ(back[2], 448.0f);
+  EXPECT_EQ(back[3], 448.0f);  // saturated
+  const int32_t ints[2] = {-7, 9};
+  convert_to_f32(ints, DType::kI32, back, 2);
+  EXPECT_EQ(back[0], -7.0f);
+  EXPECT_EQ(back[1], 9.0f);
+}
+
+}  // namespace
+}  // namespace tf
