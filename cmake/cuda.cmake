@@ -10,6 +10,11 @@ if(NOT TF_CUDA STREQUAL "OFF")
     # The architecture comes from TF_CUDA_GENCODE, not CMAKE_CUDA_ARCHITECTURES.
     set(CMAKE_CUDA_ARCHITECTURES OFF)
     enable_language(CUDA)
+    # CMake 3.25 does not know nvcc's C++20 flag yet (newer CMake does).
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)

@@ -10,13 +10,9 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 find_package(benchmark QUIET)
 
-# cpp-httplib: header-only in Debian; its CMake package may be absent on some images.
-find_package(httplib QUIET)
-if(NOT TARGET httplib::httplib)
-  find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
-  add_library(httplib::httplib INTERFACE IMPORTED)
-  target_include_directories(httplib::httplib INTERFACE ${HTTPLIB_INCLUDE_DIR})
-endif()
+# cpp-httplib: Debian ships a compiled library (libcpp-httplib.so) whose header must be
+# used with the CPPHTTPLIB_* defines it was built with; pkg-config gives both.
+pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 # Gloo (CPU collectives between processes). Debian ships a CMake package.
 find_package(Gloo QUIET)

@@ -2,7 +2,7 @@
 # Installs the Debian packages tensorfold needs, only when one is missing
 # (idempotent; DEPENDENCIES.md says why each is needed).
 #   scripts/deps.sh          build + run dependencies
-#   scripts/deps.sh --test   also what the tests need (node/npm, python3-jinja2, clang)
+#   scripts/deps.sh --test   also what the tests need (node/npm, python3-jinja2, clang, promtool)
 set -euo pipefail
 
 BUILD_PKGS=(
@@ -10,7 +10,8 @@ BUILD_PKGS=(
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libspdlog-dev libfmt-dev libcli11-dev
   libgloo-dev
 )
-TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev nodejs npm)
+# prometheus ships promtool: `promtool check metrics` validates /metrics (server_promtool_metrics).
+TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev nodejs npm prometheus)
 
 want=("${BUILD_PKGS[@]}")
 if [[ "${1:-}" == "--test" ]]; then

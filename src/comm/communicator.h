@@ -9,8 +9,10 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -34,5 +36,39 @@ class Communicator {
 };
 
 std::unique_ptr<Communicator> make_single_rank_communicator();
+
+enum class CommBackend : uint8_t {
+  kSingle,  // world of one, no rendezvous
+  kGloo,    // CPU tensors, several processes over TCP
+  kNccl,    // CUDA tensors, one GPU per rank (CUDA builds only)
+};
+const char* comm_backend_name(CommBackend backend);
+// "single", "gloo", "nccl".
+Expected<CommBackend> parse_comm_backend(std::string_view name);
+
+struct CommOptions {
+  CommBackend backend = CommBackend::kSingle;
+  int rank = 0;
+  int world_size = 1;
+  // "host:port" of rank 0 (not used by kSingle). Rank 0 listens there; port 0
+  // lets rank 0 pick a free port, announced through on_listening.
+  std::string rendezvous = "127.0.0.1:29500";
+  // Every rank must join (and the transport connect) within this time.
+  std::chrono::milliseconds timeout{60000};
+  // One collective's bound: a peer that died or hangs makes the call fail with
+  // kUnavailable after at most this long (a dead peer's closed socket is usually
+  // noticed at once). A rank that waits in a collective for longer than this on
+  // purpose (a follower waiting for rank 0's next step) needs a larger value.
+  std::chrono::milliseconds op_timeout{8000};
+  // NCCL: the CUDA device of this rank; -1 picks rank % visible devices.
+  int cuda_device = -1;
+  // Rank 0 only: called with the port once the rendezvous listens.
+  std::function<void(int port)> on_listening;
+};
+
+// Builds the communicator chosen by options.backend; blocks until every rank
+// joined and the transport is connected, or fails (kUnavailable on timeouts,
+// kInvalidArgument on bad options, kUnimplemented for a backend not built).
+Expected<std::unique_ptr<Communicator>> make_communicator(const CommOptions& options);
 
 }  // namespace tf

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -163,7 +164,16 @@ const TensorEntry* SafetensorsFile::find(const std::string& name) const {
 Expected<Tensor> SafetensorsFile::tensor(const std::string& name) const {
   const TensorEntry* e = find(name);
   if (!e) return not_found(path_ + ": no tensor " + quoted(name));
-  return Tensor::view_of(const_cast<char*>(data_ + e->data_begin), e->shape, e->dtype);
+  const char* p = data_ + e->data_begin;
+  // The format does not require aligned offsets (an unpadded header or an odd
+  // data_offsets start is valid); typed access to a misaligned address is UB, so
+  // such a tensor is handed out as an aligned owning copy instead of a view.
+  if (reinterpret_cast<uintptr_t>(p) % dtype_size(e->dtype) != 0) {
+    Tensor copy = Tensor::empty(e->shape, e->dtype);
+    if (e->data_end > e->data_begin) std::memcpy(copy.raw(), p, e->data_end - e->data_begin);
+    return copy;
+  }
+  return Tensor::view_of(const_cast<char*>(p), e->shape, e->dtype);
 }
 
 Expected<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) {

@@ -1,0 +1,300 @@
+// NCCL communicator (see nccl_communicator.h).
+//
+// The communicator is created non-blocking (ncclConfig_t::blocking = 0): init
+// and every enqueue may return ncclInProgress, and we poll
+// ncclCommGetAsyncError with a deadline instead of blocking inside NCCL, which
+// could hang forever on a peer that never arrives. Collectives run on a stream
+// that we poll (cudaStreamQuery) together with the async error; a dead peer
+// either surfaces as an NCCL error (network transports notice closed sockets)
+// or as a kernel that never finishes (NVLink/P2P peers), which the deadline
+// catches. ncclCommAbort then tears the communicator down, kernels included.
+//
+// all_reduce_sum is an all-gather plus a rank-order sum kernel, like the Gloo
+// backend (see rank_order_sum.h): identical bits on every rank and backend.
+#include "comm/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "comm/nccl_rank_order_sum.h"
+
+namespace tf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
+  std::string text = ncclGetErrorString(r);
+  const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
+  return text;
+}
+
+// Polls `done` with a short spin then sleeps, until it says stop or the deadline passes.
+template <typename Done>
+bool poll_until(Clock::time_point deadline, Done done) {
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if (Clock::now() >= deadline) return false;
+    if (i < 200) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+}
+
+// Waits while the communicator state is ncclInProgress. Returns the final state.
+ncclResult_t wait_not_in_progress(ncclComm_t comm, Clock::time_point deadline) {
+  ncclResult_t state = ncclInProgress;
+  poll_until(deadline, [&] {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+    return state != ncclInProgress;
+  });
+  return state;
+}
+
+class NcclCommunicatorImpl final : public NcclCommunicator {
+ public:
+  NcclCommunicatorImpl(ncclComm_t comm, cudaStream_t own_stream, int rank, int world, int device,
+                       milliseconds op_timeout, milliseconds first_op_timeout)
+      : comm_(comm), own_stream_(own_stream), stream_(own_stream), rank_(rank), world_(world), device_(device),
+        op_timeout_(op_timeout), first_op_timeout_(first_op_timeout) {}
+
+  ~NcclCommunicatorImpl() override {
+    cudaSetDevice(device_);
+    if (comm_ != nullptr) {
+      // Flush pending work; a peer that is gone cannot hang us here either.
+      ncclResult_t r = ncclCommFinalize(comm_);
+      if (r == ncclSuccess || r == ncclInProgress) r = wait_not_in_progress(comm_, Clock::now() + op_timeout_);
+      if (r == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  const char* backend_name() const override { return "nccl"; }
+  int cuda_device() const override { return device_; }
+  void set_stream(CUstream_st* stream) override { stream_ = stream != nullptr ? stream : own_stream_; }
+
+  Status all_reduce_sum(Tensor& tensor) override {
+    TF_RETURN_IF_ERROR(check_tensor(tensor, "all_reduce_sum"));
+    if (tensor.dtype() != DType::kF32 && tensor.dtype() != DType::kBF16) {
+      return invalid_argument("nccl all_reduce_sum: " + tensor.describe() + ": only f32 and bf16 are supported");
+    }
+    const size_t n = static_cast<size_t>(tensor.numel());
+    if (n == 0) return Status::ok();
+    TF_RETURN_IF_ERROR(usable("all_reduce_sum"));
+    const bool bf16 = tensor.dtype() == DType::kBF16;
+    const size_t elem = tensor.element_size();
+    const size_t chunk = std::min(n, kChunkElements);
+    TF_RETURN_IF_ERROR(reserve_scratch(static_cast<size_t>(world_) * chunk * elem));
+    auto* data = static_cast<uint8_t*>(tensor.raw());
+    for (size_t start = 0; start < n; start += kChunkElements) {
+      size_t len = std::min(kChunkElements, n - start);
+      void* part = data + start * elem;
+      TF_RETURN_IF_ERROR(enqueued("all_reduce_sum", ncclAllGather(part, scratch_, len, bf16 ? ncclBfloat16 : ncclFloat32,
+                                                                  comm_, stream_)));
+      cudaError_t e = launch_rank_order_sum(scratch_, world_, len, part, bf16, stream_);
+      if (e != cudaSuccess) return internal_error(std::string("nccl all_reduce_sum: sum kernel: ") + cudaGetErrorString(e));
+    }
+    return wait("all_reduce_sum");
+  }
+
+  Status all_gather(const Tensor& input, Tensor& output) override {
+    TF_RETURN_IF_ERROR(check_tensor(input, "all_gather"));
+    TF_RETURN_IF_ERROR(check_tensor(output, "all_gather"));
+    if (output.dtype() != input.dtype() || output.numel() != input.numel() * world_) {
+      return invalid_argument("nccl all_gather: output " + output.describe() + " does not hold " +
+                              std::to_string(world_) + " x input " + input.describe());
+    }
+    if (input.numel() == 0) return Status::ok();
+    TF_RETURN_IF_ERROR(usable("all_gather"));
+    TF_RETURN_IF_ERROR(
+        enqueued("all_gather", ncclAllGather(input.raw(), output.raw(), input.nbytes(), ncclUint8, comm_, stream_)));
+    return wait("all_gather");
+  }
+
+  Status broadcast(Tensor& tensor, int root) override {
+    TF_RETURN_IF_ERROR(check_tensor(tensor, "broadcast"));
+    if (root < 0 || root >= world_) {
+      return invalid_argument("nccl broadcast: root " + std::to_string(root) + " outside 0.." + std::to_string(world_ - 1));
+    }
+    if (tensor.numel() == 0) return Status::ok();
+    TF_RETURN_IF_ERROR(usable("broadcast"));
+    TF_RETURN_IF_ERROR(enqueued(
+        "broadcast", ncclBroadcast(tensor.raw(), tensor.raw(), tensor.nbytes(), ncclUint8, root, comm_, stream_)));
+    return wait("broadcast");
+  }
+
+  Status barrier() override {
+    // NCCL has no barrier: a one-element all-reduce that everyone must join.
+    TF_RETURN_IF_ERROR(usable("barrier"));
+    TF_RETURN_IF_ERROR(reserve_scratch(sizeof(float)));
+    TF_RETURN_IF_ERROR(
+        enqueued("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_)));
+    return wait("barrier");
+  }
+
+ private:
+  // Per-rank elements per all-gather round of all_reduce_sum (bounds scratch_).
+  static constexpr size_t kChunkElements = size_t{1} << 22;
+
+  std::string where(const char* op) const {
+    return std::string("nccl ") + op + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
+           " (cuda:" + std::to_string(device_) + ")";
+  }
+
+  Status check_tensor(const Tensor& t, const char* op) const {
+    if (t.device() != Device::cuda(device_)) {
+      return invalid_argument(where(op) + ": " + t.describe() + " is not on this rank's device");
+    }
+    if (!t.is_contiguous()) return invalid_argument(where(op) + ": " + t.describe() + " is not contiguous");
+    return Status::ok();
+  }
+
+  Status usable(const char* op) {
+    if (comm_ == nullptr) return unavailable(where(op) + ": communicator aborted after an earlier failure: " + broken_);
+    if (cudaSetDevice(device_) != cudaSuccess) return internal_error(where(op) + ": cudaSetDevice failed");
+    return Status::ok();
+  }
+
+  Status reserve_scratch(size_t bytes) {
+    if (bytes <= scratch_bytes_) return Status::ok();
+    if (scratch_ != nullptr) {
+      cudaStreamSynchronize(stream_);  // earlier work may still read it
+      cudaFree(scratch_);
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+    }
+    if (cudaMalloc(&scratch_, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return resource_exhausted("nccl: cannot allocate " + std::to_string(bytes) + " bytes of scratch on cuda:" +
+                                std::to_string(device_));
+    }
+    scratch_bytes_ = bytes;
+    return Status::ok();
+  }
+
+  Status fail(const char* op, const std::string& why) {
+    broken_ = why;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    return unavailable(where(op) + " failed: " + why + "; communicator aborted");
+  }
+
+  // An NCCL call on a non-blocking communicator: ncclInProgress means "still
+  // being enqueued"; wait for that before the next NCCL call.
+  Status enqueued(const char* op, ncclResult_t r) {
+    if (r == ncclInProgress) r = wait_not_in_progress(comm_, Clock::now() + current_timeout());
+    if (r == ncclInProgress) return fail(op, "enqueueing did not finish within " + format_duration(current_timeout()));
+    if (r != ncclSuccess) return fail(op, nccl_text(r, comm_));
+    return Status::ok();
+  }
+
+  milliseconds current_timeout() const { return first_op_done_ ? op_timeout_ : first_op_timeout_; }
+
+  // Waits for the stream, watching NCCL's async error and the deadline.
+  Status wait(const char* op) {
+    milliseconds timeout = current_timeout();
+    cudaError_t stream_state = cudaErrorNotReady;
+    ncclResult_t nccl_state = ncclSuccess;
+    bool finished = poll_until(Clock::now() + timeout, [&] {
+      stream_state = cudaStreamQuery(stream_);
+      if (stream_state != cudaErrorNotReady) return true;
+      if (ncclCommGetAsyncError(comm_, &nccl_state) != ncclSuccess) nccl_state = ncclInternalError;
+      return nccl_state != ncclSuccess && nccl_state != ncclInProgress;
+    });
+    if (!finished) {
+      return fail(op, "not finished within " + format_duration(timeout) + " (a peer died or hangs)");
+    }
+    if (nccl_state != ncclSuccess && nccl_state != ncclInProgress) return fail(op, nccl_text(nccl_state, comm_));
+    if (stream_state != cudaSuccess) return fail(op, std::string("CUDA error: ") + cudaGetErrorString(stream_state));
+    first_op_done_ = true;
+    return Status::ok();
+  }
+
+  ncclComm_t comm_;
+  cudaStream_t own_stream_;
+  cudaStream_t stream_;
+  int rank_;
+  int world_;
+  int device_;
+  milliseconds op_timeout_;
+  milliseconds first_op_timeout_;  // the first call also sets up NCCL's connections
+  bool first_op_done_ = false;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  std::string broken_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& rendezvous, const CommOptions& options) {
+  // NVLink multicast (NVLS) can wedge shared GPUs; off unless the user decided otherwise.
+  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  const int rank = rendezvous.rank();
+  const int world = rendezvous.world_size();
+  const std::string who = "nccl: rank " + std::to_string(rank) + " of " + std::to_string(world);
+
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    return unavailable(who + ": no CUDA device (" + std::string(cudaGetErrorString(e)) + ")");
+  }
+  int device = options.cuda_device >= 0 ? options.cuda_device : rank % devices;
+  if (device >= devices) {
+    return invalid_argument(who + ": cuda_device " + std::to_string(device) + " but only " + std::to_string(devices) +
+                            " visible");
+  }
+  if ((e = cudaSetDevice(device)) != cudaSuccess) {
+    return unavailable(who + ": cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(e));
+  }
+
+  ncclUniqueId id;
+  if (rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return unavailable(who + ": ncclGetUniqueId: " + nccl_text(r, nullptr));
+    TF_RETURN_IF_ERROR(rendezvous.set("nccl/unique_id", std::string_view(id.internal, sizeof(id.internal))));
+  } else {
+    TF_ASSIGN_OR_RETURN(std::string bytes, rendezvous.get("nccl/unique_id"));
+    if (bytes.size() != sizeof(id.internal)) return unavailable(who + ": malformed ncclUniqueId from rank 0");
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, world, id, rank, &config);
+  if (r == ncclInProgress) r = wait_not_in_progress(comm, Clock::now() + options.timeout);
+  if (r != ncclSuccess) {
+    std::string why = r == ncclInProgress ? "did not finish within " + format_duration(options.timeout) +
+                                                " (a rank missing or dead?)"
+                                          : nccl_text(r, comm);
+    if (comm != nullptr) ncclCommAbort(comm);
+    return unavailable(who + ": ncclCommInitRankConfig on cuda:" + std::to_string(device) + " " + why);
+  }
+  cudaStream_t stream = nullptr;
+  if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    ncclCommAbort(comm);
+    return unavailable(who + ": cudaStreamCreate: " + cudaGetErrorString(e));
+  }
+  auto result = std::make_unique<NcclCommunicatorImpl>(comm, stream, rank, world, device, options.op_timeout,
+                                                       std::max(options.op_timeout, options.timeout));
+  TF_RETURN_IF_ERROR(rendezvous.barrier("nccl connected"));
+  return std::unique_ptr<Communicator>(std::move(result));
+}
+
+}  // namespace tf

@@ -1,0 +1,28 @@
+// Scheduler limits, passed down explicitly (no globals).
+//
+// max_running       PARALLEL: streams that hold cache and advance each step.
+// step_token_budget tokens one forward pass may process (decodes + prefill
+//                   chunks); at least max_running so every decode fits.
+// max_waiting       bound of the FIFO queue (>= 1: every request passes
+//                   through it); beyond it submit() rejects
+//                   (the server answers 429).
+// max_prefill_chunk cap on one request's prefill chunk per step (0: none
+//                   besides the budget), to bound a step's latency.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace tf {
+
+struct SchedulerConfig {
+  int32_t max_running = 4;
+  int32_t step_token_budget = 2048;
+  int32_t max_waiting = 64;
+  int32_t max_prefill_chunk = 0;
+
+  [[nodiscard]] Status validate() const;
+};
+
+}  // namespace tf

@@ -1,0 +1,26 @@
+#include "engine/scheduler_policies.h"
+
+#include <algorithm>
+
+namespace tf {
+
+std::vector<int32_t> StepTokenPolicy::operator()(std::span<const RunningView> running) const {
+  std::vector<int32_t> tokens(running.size(), 0);
+  int64_t left = token_budget;
+  for (size_t i = 0; i < running.size() && left > 0; ++i) {
+    if (running[i].prefill_remaining == 0) {
+      tokens[i] = 1;
+      --left;
+    }
+  }
+  for (size_t i = 0; i < running.size() && left > 0; ++i) {
+    if (running[i].prefill_remaining == 0) continue;
+    int64_t chunk = std::min(running[i].prefill_remaining, left);
+    if (max_prefill_chunk > 0) chunk = std::min<int64_t>(chunk, max_prefill_chunk);
+    tokens[i] = static_cast<int32_t>(chunk);
+    left -= chunk;
+  }
+  return tokens;
+}
+
+}  // namespace tf

@@ -1,0 +1,141 @@
+// Ops: the narrow, backend-neutral operator interface the model is written against.
+//
+// Every op takes its outputs first, then its inputs. Tensors are f32 and packed
+// (row-major, contiguous) unless a signature says otherwise, and live on the
+// backend's device (Ops::empty allocates there). Small index arrays (token ids,
+// top-k indices, row counts) are int32 tensors on the same device.
+//
+// Granularity: each op is one kernel a CUDA backend can implement on its own
+// (a GEMM, a row-wise norm, a fused recurrence). The contract every backend
+// keeps: a row's result depends only on that row's inputs, never on which
+// other rows are in the call, so batching sequences does not change results.
+//
+// Shape letters: T rows (tokens), H heads, D/K/V/R widths, E experts, P pools.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace tf {
+
+// A sequence's paged latent cache as the attention kernel sees it.
+// pages: [num_pages, page_size, width] of dtype f32, bf16 or f8_e4m3 (for fp8,
+// `scales` holds one f32 multiplier per (page, slot)). page_table maps the
+// sequence's logical page i to a physical page.
+struct LatentPagesView {
+  const void* pages = nullptr;
+  const float* scales = nullptr;  // fp8 only
+  DType dtype = DType::kF32;
+  int64_t page_size = 0;
+  int64_t width = 0;        // latent width R
+  int64_t page_stride = 0;  // elements between consecutive physical pages
+  const int32_t* page_table = nullptr;
+  int64_t num_tokens = 0;   // tokens currently cached (indices >= this are ignored)
+};
+
+enum class TopkTies { kLowerIndex, kTorchCpu };
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+
+  // Allocation on this backend's device (uninitialised / zeroed).
+  virtual Tensor empty(const Shape& shape, DType dtype = DType::kF32) = 0;
+  virtual Tensor zeros(const Shape& shape, DType dtype = DType::kF32) = 0;
+
+  // ---- linear algebra ------------------------------------------------------
+  // out[T, N] = x[T, K] · w[N, K]^T  (accumulate: out += ...).
+  virtual void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate = false) = 0;
+  // Per-head matmul: out[T, H, N] = x[T, H, K] · w[H, N, K]^T for every head.
+  virtual void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) = 0;
+  // out[n, D] = table[ids[n], D] (ids int32 [n]).
+  virtual void embedding(Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  // out[n, D] = x[idx[n], D].
+  virtual void gather_rows(Tensor& out, const Tensor& x, const Tensor& idx) = 0;
+  // out[idx[n], D] += scale[n] * x[n, D], applied in n order (rows with equal idx
+  // are summed in the order given).
+  virtual void scatter_add_rows(Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& scale) = 0;
+
+  // ---- norms (over the last dimension) -------------------------------------
+  // out = x / sqrt(mean(x^2) + eps) * weight   (weight may be a null Tensor: unweighted).
+  virtual void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
+  // out = (x - mean) / sqrt(var + eps) * weight + bias.
+  virtual void layer_norm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) = 0;
+  // KDA output norm: out = rms_norm(x, weight, eps) * sigmoid(gate); x, gate [rows, D], weight [D].
+  virtual void gated_rms_norm(Tensor& out, const Tensor& x, const Tensor& gate, const Tensor& weight, float eps) = 0;
+
+  // ---- elementwise ----------------------------------------------------------
+  // gate_up [T, 2I] (gate columns first) -> out [T, I] = silu(min(gate, limit)) * clamp(up, -limit, limit).
+  virtual void swiglu(Tensor& out, const Tensor& gate_up, float limit) = 0;
+  virtual void add(Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual void scale(Tensor& out, const Tensor& x, float s) = 0;
+  virtual void sigmoid(Tensor& out, const Tensor& x) = 0;
+  // Softmax over the last dimension.
+  virtual void softmax(Tensor& out, const Tensor& x) = 0;
+  // Row-wise top-k of x [T, N]: values [T, k] (descending; equal values by lower index),
+  // indices int32 [T, k]. `ties` decides which of several equal values at the k-th
+  // place is kept: the lower index, or what PyTorch's CPU top-k keeps (the reference;
+  // its choice depends on N, so it can differ between a prefill and a decode).
+  virtual void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties = TopkTies::kLowerIndex) = 0;
+
+  // ---- hyper-connections (mHC) ---------------------------------------------
+  // From mix logits [T, (2+M)M] (= fn · rmsnorm(streams)): pre [T, M] = σ(l·s0 + b) + eps,
+  // post [T, M] = 2σ(l·s1 + b), comb [T, M, M] = Sinkhorn(softmax(l·s2 + b) + eps, iters).
+  virtual void mhc_coefficients(Tensor& pre, Tensor& post, Tensor& comb, const Tensor& mix, const Tensor& base,
+                                const Tensor& scale, float hc_eps, int sinkhorn_iters) = 0;
+  // out [T, D] = sum_m pre[T, m] * streams[T, m, D].
+  virtual void mhc_collapse(Tensor& out, const Tensor& streams, const Tensor& pre) = 0;
+  // out [T, M, D]: out[m] = post[m] * y + sum_j comb[j, m] * residual[j]  (comb used transposed).
+  virtual void mhc_expand(Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
+                          const Tensor& residual) = 0;
+
+  // ---- Kimi Delta Attention (one sequence per call) -------------------------
+  // Depthwise causal conv over time with SiLU: x [T, C] pre-conv projections,
+  // state [K-1, C] the previous K-1 rows (updated in place), weight [C, K]
+  // (tap K-1 multiplies the newest row).
+  virtual void causal_conv1d_silu(Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight) = 0;
+  // Forget gate: g [T, H*Dk] from f [T, H*Dk]: x = f + dt_bias; with a lower bound lb:
+  // lb * σ(exp(A_log[h]) * x), else -exp(A_log[h]) * softplus(x).
+  virtual void kda_gate(Tensor& g, const Tensor& f, const Tensor& dt_bias, const Tensor& a_log, bool has_lower_bound,
+                        float lower_bound) = 0;
+  // The delta rule with per-channel decay, q and k l2-normalised (eps 1e-6) and q scaled
+  // by Dk^-1/2 inside. q, k, g [T, H, Dk]; v [T, H, Dv]; beta [T, H]; state [H, Dk, Dv]
+  // (in/out); out [T, H, Dv]. Recurrent: token by token. Chunked: the WY form over
+  // chunks of chunk_size (prefill); both compute the same function.
+  virtual void kda_recurrent(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                             const Tensor& beta, Tensor& state) = 0;
+  virtual void kda_chunked(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                           const Tensor& beta, Tensor& state, int chunk_size) = 0;
+
+  // ---- MLA + DSA (one sequence per call) ------------------------------------
+  // Absorbed sparse attention over cached latents: q [T, H, R] (already multiplied
+  // by W_UK), indices int32 [T, W] (-1 = none), out [T, H, R] = softmax_j(scale * q·c_j) c_j
+  // over the listed tokens j. A row without any index gives zeros.
+  virtual void mla_sparse_attention(Tensor& out, const Tensor& q, const LatentPagesView& cache,
+                                    const Tensor& indices, float scale) = 0;
+  // Writes latent rows [T, R] into token slots [first, first+T) of the paged cache
+  // (converting to the page dtype; fp8 gets a per-token scale).
+  virtual void latent_store(const LatentPagesView& cache, void* pages, float* scales, const Tensor& latent,
+                            int64_t first) = 0;
+  // Pooled indexer keys: out [P, D] = sum_i softmax_i(gate[p, i, :] + ape[i, :]) * keys[p, i, :]
+  // (softmax over the k_p pool members, per channel). keys, gate [P, kp, D], ape [kp, D].
+  virtual void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape) = 0;
+  // Pool scores: out [T, P] = sum_h w[t, h] * relu(scale * q[t, h, :]·pool[p, :]) for
+  // p < candidates[t], and the f32 minimum for the other pools.
+  virtual void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
+                              const Tensor& candidates, float scale) = 0;
+
+  // ---- MoE router ------------------------------------------------------------
+  // Sigmoid router: s = σ(logits [T, E]); choice = s + bias; keep the topk_group groups
+  // with the largest top-2 sums of n_group; take the top `k` experts among them;
+  // weights = s at those experts, normalised (when norm) and multiplied by `scaling`.
+  // Outputs: weights [T, k] f32, ids [T, k] int32 (ascending expert id).
+  virtual void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
+                         int topk_group, int k, bool norm, float scaling) = 0;
+};
+
+}  // namespace tf

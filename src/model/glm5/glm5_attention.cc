@@ -1,0 +1,160 @@
+// The attention sublayers of Glm5Model: KDA (linear attention with conv and
+// recurrent state) and MLA in the absorbed form over the paged latent cache,
+// with the DSA indexer (k-pools anchored at token 0, top-k pools expanded to
+// tokens, plus the visible tail of the incomplete pool).
+#include <cmath>
+#include <string>
+
+#include "model/glm5/glm5_model.h"
+
+namespace tf {
+
+Tensor Glm5Model::kda_forward(int layer, int kda_index, const Tensor& x, const std::vector<Span>& spans) {
+  const KdaWeights& w = weights_.layers[layer].kda;
+  const int64_t n = x.size(0), dk = cfg_.linear_head_dim, hl = w.heads, c = hl * dk;
+  Tensor q = ops_.empty({n, c}), k = ops_.empty({n, c}), v = ops_.empty({n, c});
+  ops_.matmul(q, x, w.q_proj);
+  ops_.matmul(k, x, w.k_proj);
+  ops_.matmul(v, x, w.v_proj);
+  Tensor fa = ops_.empty({n, dk}), f = ops_.empty({n, c}), g = ops_.empty({n, c});
+  ops_.matmul(fa, x, w.f_a);
+  ops_.matmul(f, fa, w.f_b);
+  const bool has_lb = cfg_.linear_lower_bound.has_value();
+  ops_.kda_gate(g, f, w.dt_bias, w.a_log, has_lb, has_lb ? static_cast<float>(*cfg_.linear_lower_bound) : 0.0f);
+  Tensor beta = ops_.empty({n, hl});
+  ops_.matmul(beta, x, w.b_proj);
+  ops_.sigmoid(beta, beta);
+
+  Tensor core = ops_.empty({n, c});
+  for (const Span& sp : spans) {
+    Glm5Sequence::KdaState& st = sp.seq->kda_[kda_index];
+    const int64_t r0 = sp.row0, r1 = sp.row0 + sp.rows;
+    Tensor cq = ops_.empty({sp.rows, c}), ck = ops_.empty({sp.rows, c}), cv = ops_.empty({sp.rows, c});
+    ops_.causal_conv1d_silu(cq, q.slice(0, r0, r1), st.conv_q, w.q_conv);
+    ops_.causal_conv1d_silu(ck, k.slice(0, r0, r1), st.conv_k, w.k_conv);
+    ops_.causal_conv1d_silu(cv, v.slice(0, r0, r1), st.conv_v, w.v_conv);
+    Tensor out = core.slice(0, r0, r1);
+    // Decode uses the recurrent form, prefill chunks the chunked form (as the reference).
+    if (sp.rows == 1)
+      ops_.kda_recurrent(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), st.recurrent);
+    else
+      ops_.kda_chunked(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), st.recurrent, 64);
+  }
+  Tensor ga = ops_.empty({n, dk}), gate = ops_.empty({n, c});
+  ops_.matmul(ga, x, w.g_a);
+  ops_.matmul(gate, ga, w.g_b);
+  Tensor normed = ops_.empty({n, c});
+  ops_.gated_rms_norm(normed, core, gate, w.o_norm, static_cast<float>(cfg_.rms_norm_eps));
+  Tensor y = ops_.empty({n, cfg_.hidden_size});
+  ops_.matmul(y, normed, w.o_proj);
+  all_reduce(y);
+  return y;
+}
+
+Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const Tensor& x, const Tensor& q_resid, const Span& sp,
+                                  Glm5Sequence::IndexerState& st) {
+  const int64_t t = sp.rows, hi = cfg_.index_n_heads, di = cfg_.index_head_dim, kp = cfg_.index_kpool;
+  const Tensor xs = x.slice(0, sp.row0, sp.row0 + t);
+  const Tensor qr = q_resid.slice(0, sp.row0, sp.row0 + t);
+  Tensor q = ops_.empty({t, hi * di});
+  ops_.matmul(q, qr, iw.wq_b);
+  Tensor kraw = ops_.empty({t, di}), key = ops_.empty({t, di});
+  ops_.matmul(kraw, xs, iw.wk);
+  ops_.layer_norm(key, kraw, iw.k_norm_w, iw.k_norm_b, 1e-6f);
+  Tensor gate = ops_.empty({t, di});
+  ops_.matmul(gate, xs, iw.compress_gate);
+  Tensor wts = ops_.empty({t, hi});
+  ops_.matmul(wts, xs, iw.weights_proj);
+  ops_.scale(wts, wts, 1.0f / std::sqrt(static_cast<float>(hi)));
+
+  // Append the span's keys; a pool's key is computed once, when its last token arrives.
+  for (int64_t i = 0; i < t; ++i) {
+    st.ring_k.insert(st.ring_k.end(), key.data<float>() + i * di, key.data<float>() + (i + 1) * di);
+    st.ring_gate.insert(st.ring_gate.end(), gate.data<float>() + i * di, gate.data<float>() + (i + 1) * di);
+    if (static_cast<int64_t>(st.ring_k.size()) == kp * di) {
+      Tensor pk = ops_.empty({1, di});
+      ops_.indexer_pool_keys(pk, Tensor::view_of(st.ring_k.data(), {1, kp, di}, DType::kF32),
+                             Tensor::view_of(st.ring_gate.data(), {1, kp, di}, DType::kF32), iw.ape);
+      st.pool_keys.insert(st.pool_keys.end(), pk.data<float>(), pk.data<float>() + di);
+      st.ring_k.clear();
+      st.ring_gate.clear();
+    }
+  }
+  const int64_t pools = static_cast<int64_t>(st.pool_keys.size()) / di;
+  const bool tail = cfg_.index_kpool_always_select_tail && kp > 1;
+  const int64_t width = cfg_.index_topk + (tail ? kp - 1 : 0);
+  Tensor indices = ops_.empty({t, width}, DType::kI32);
+  int32_t* ip = indices.data<int32_t>();
+  std::fill(ip, ip + t * width, -1);
+  const int64_t ksel = std::min<int64_t>(cfg_.index_topk / kp, pools);
+  std::vector<int32_t> cand(t);
+  for (int64_t i = 0; i < t; ++i) cand[i] = static_cast<int32_t>((sp.pos0 + i + 1) / kp);
+  if (ksel > 0) {
+    Tensor scores = ops_.empty({t, pools});
+    ops_.indexer_scores(scores, q, Tensor::view_of(st.pool_keys.data(), {pools, di}, DType::kF32), wts,
+                        Tensor::view_of(cand.data(), {t}, DType::kI32), 1.0f / std::sqrt(static_cast<float>(di)));
+    Tensor vals = ops_.empty({t, ksel}), sel = ops_.empty({t, ksel}, DType::kI32);
+    ops_.topk(vals, sel, scores, static_cast<int>(ksel), indexer_ties_);
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < ksel; ++j) {
+        const int32_t p = sel.data<int32_t>()[i * ksel + j];
+        if (p >= cand[i]) continue;  // a non-candidate picked to fill k: no tokens
+        for (int64_t o = 0; o < kp; ++o) ip[i * width + j * kp + o] = static_cast<int32_t>(p * kp + o);
+      }
+  }
+  if (tail) {
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t visible = sp.pos0 + i + 1, count = visible % kp, start = visible - count;
+      for (int64_t o = 0; o < count; ++o) ip[i * width + ksel * kp + o] = static_cast<int32_t>(start + o);
+    }
+  }
+  return indices;
+}
+
+Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tensor& x, const std::vector<Span>& spans,
+                              std::vector<Tensor>& shared_topk, bool mtp) {
+  const MlaWeights& w = lw.mla;
+  const int64_t n = x.size(0), hl = w.heads, r = cfg_.kv_lora_rank, dqk = cfg_.qk_head_dim, dv = cfg_.v_head_dim;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Tensor qa = ops_.empty({n, cfg_.q_lora_rank}), q_resid = ops_.empty({n, cfg_.q_lora_rank});
+  ops_.matmul(qa, x, w.q_a);
+  ops_.rms_norm(q_resid, qa, w.q_a_norm, eps);
+  Tensor q = ops_.empty({n, hl, dqk});
+  ops_.matmul(q, q_resid, w.q_b);
+  Tensor q_abs = ops_.empty({n, hl, r});
+  ops_.head_matmul(q_abs, q, w.w_uk_t);
+  Tensor kv = ops_.empty({n, r}), latent = ops_.empty({n, r});
+  ops_.matmul(kv, x, w.kv_a);
+  ops_.rms_norm(latent, kv, w.kv_a_norm, eps);
+
+  LatentCachePool& pool = mtp ? *mtp_pool_ : *pool_;
+  const int layer = mtp ? 0 : mla_index;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+  Tensor ctx = ops_.empty({n, hl, r});
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const Span& sp = spans[s];
+    const std::vector<int32_t>& table = mtp ? sp.seq->mtp_pages_ : sp.seq->pages_;
+    const LatentPagesView view = pool.view(layer, table, sp.pos0 + sp.rows);
+    ops_.latent_store(view, pool.layer_pages(layer), pool.layer_scales(layer),
+                      latent.slice(0, sp.row0, sp.row0 + sp.rows), sp.pos0);
+    Tensor indices;
+    if (w.indexer) {
+      Glm5Sequence::IndexerState& st = mtp ? sp.seq->mtp_indexer_ : sp.seq->indexer_[mla_index];
+      indices = indexer_forward(*w.indexer, x, q_resid, sp, st);
+      shared_topk[s] = indices;
+    } else {
+      indices = shared_topk[s];
+      if (indices.is_null()) throw StatusError(internal_error("shared DSA layer without a previous top-k"));
+    }
+    Tensor out = ctx.slice(0, sp.row0, sp.row0 + sp.rows);
+    ops_.mla_sparse_attention(out, q_abs.slice(0, sp.row0, sp.row0 + sp.rows), view, indices, scale);
+  }
+  Tensor o = ops_.empty({n, hl, dv});
+  ops_.head_matmul(o, ctx, w.w_uv);
+  Tensor y = ops_.empty({n, cfg_.hidden_size});
+  ops_.matmul(y, o, w.o_proj);
+  all_reduce(y);
+  return y;
+}
+
+}  // namespace tf

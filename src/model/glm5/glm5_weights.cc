@@ -1,0 +1,227 @@
+// Loading GLM-5.3-Flash weights through a WeightSource and cutting this rank's
+// tensor-parallel shard (see glm5_weights.h for the split of every tensor).
+#include "model/glm5/glm5_weights.h"
+
+#include <string>
+
+namespace tf {
+
+ShardRange shard_range(int64_t n, int rank, int world) {
+  const int64_t base = n / world, extra = n % world;
+  ShardRange r;
+  r.begin = rank * base + std::min<int64_t>(rank, extra);
+  r.end = r.begin + base + (rank < extra ? 1 : 0);
+  return r;
+}
+
+namespace {
+
+// Rows [b, e) of a 2-D (or more) tensor, packed.
+Tensor rows(const Tensor& t, int64_t b, int64_t e) { return t.slice(0, b, e).contiguous(); }
+// Columns [b, e) of a 2-D tensor, packed.
+Tensor cols(const Tensor& t, int64_t b, int64_t e) { return t.slice(1, b, e).contiguous(); }
+
+Tensor concat_rows(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::empty({a.size(0) + b.size(0), a.size(1)}, DType::kF32);
+  std::copy_n(a.data<float>(), a.numel(), out.data<float>());
+  std::copy_n(b.data<float>(), b.numel(), out.data<float>() + a.numel());
+  return out;
+}
+
+class Loader {
+ public:
+  Loader(const WeightSource& src, const Glm5TextConfig& cfg, int rank, int world)
+      : src_(src), cfg_(cfg), rank_(rank), world_(world) {}
+
+  Expected<Tensor> get(const std::string& name, const Shape& shape) { return src_.get_f32(name, shape); }
+  bool has(const std::string& name) const { return src_.has(name); }
+
+  Expected<MlpWeights> mlp(const std::string& p, int64_t inter) {
+    const int64_t h = cfg_.hidden_size;
+    const ShardRange s = shard_range(inter, rank_, world_);
+    TF_ASSIGN_OR_RETURN(Tensor g, get(p + "gate_proj.weight", {inter, h}));
+    TF_ASSIGN_OR_RETURN(Tensor u, get(p + "up_proj.weight", {inter, h}));
+    TF_ASSIGN_OR_RETURN(Tensor d, get(p + "down_proj.weight", {h, inter}));
+    MlpWeights w;
+    w.gate_up = concat_rows(rows(g, s.begin, s.end), rows(u, s.begin, s.end));
+    w.down = cols(d, s.begin, s.end);
+    return w;
+  }
+
+  Expected<HyperConnectionWeights> hc(const std::string& p) {
+    const int64_t m = cfg_.hc_mult, mix = (2 + m) * m;
+    HyperConnectionWeights w;
+    TF_ASSIGN_OR_RETURN(w.fn, get(p + "_fn", {mix, m * cfg_.hidden_size}));
+    TF_ASSIGN_OR_RETURN(w.base, get(p + "_base", {mix}));
+    TF_ASSIGN_OR_RETURN(w.scale, get(p + "_scale", {3}));
+    return w;
+  }
+
+  Expected<KdaWeights> kda(const std::string& p) {
+    const int64_t h = cfg_.hidden_size, nh = cfg_.linear_num_heads, dk = cfg_.linear_head_dim;
+    const int64_t kw = cfg_.linear_conv_kernel_dim, c = nh * dk;
+    const ShardRange hs = shard_range(nh, rank_, world_);
+    const int64_t c0 = hs.begin * dk, c1 = hs.end * dk;
+    KdaWeights w;
+    w.heads = hs.size();
+    TF_ASSIGN_OR_RETURN(Tensor q, get(p + "q_proj.weight", {c, h}));
+    TF_ASSIGN_OR_RETURN(Tensor k, get(p + "k_proj.weight", {c, h}));
+    TF_ASSIGN_OR_RETURN(Tensor v, get(p + "v_proj.weight", {c, h}));
+    w.q_proj = rows(q, c0, c1);
+    w.k_proj = rows(k, c0, c1);
+    w.v_proj = rows(v, c0, c1);
+    TF_ASSIGN_OR_RETURN(Tensor qc, get(p + "q_conv1d.weight", {c, 1, kw}));
+    TF_ASSIGN_OR_RETURN(Tensor kc, get(p + "k_conv1d.weight", {c, 1, kw}));
+    TF_ASSIGN_OR_RETURN(Tensor vc, get(p + "v_conv1d.weight", {c, 1, kw}));
+    w.q_conv = rows(qc.reshape({c, kw}), c0, c1);
+    w.k_conv = rows(kc.reshape({c, kw}), c0, c1);
+    w.v_conv = rows(vc.reshape({c, kw}), c0, c1);
+    TF_ASSIGN_OR_RETURN(w.f_a, get(p + "f_a_proj.weight", {dk, h}));
+    TF_ASSIGN_OR_RETURN(Tensor fb, get(p + "f_b_proj.weight", {c, dk}));
+    w.f_b = rows(fb, c0, c1);
+    TF_ASSIGN_OR_RETURN(Tensor dt, get(p + "dt_bias", {c}));
+    w.dt_bias = rows(dt, c0, c1);
+    TF_ASSIGN_OR_RETURN(Tensor al, get(p + "A_log", {nh}));
+    w.a_log = rows(al, hs.begin, hs.end);
+    TF_ASSIGN_OR_RETURN(Tensor bp, get(p + "b_proj.weight", {nh, h}));
+    w.b_proj = rows(bp, hs.begin, hs.end);
+    TF_ASSIGN_OR_RETURN(w.g_a, get(p + "g_a_proj.weight", {dk, h}));
+    TF_ASSIGN_OR_RETURN(Tensor gb, get(p + "g_b_proj.weight", {c, dk}));
+    w.g_b = rows(gb, c0, c1);
+    TF_ASSIGN_OR_RETURN(w.o_norm, get(p + "o_norm.weight", {dk}));
+    TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, c}));
+    w.o_proj = cols(op, c0, c1);
+    return w;
+  }
+
+  Expected<IndexerWeights> indexer(const std::string& p) {
+    const int64_t h = cfg_.hidden_size, hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
+    IndexerWeights w;
+    TF_ASSIGN_OR_RETURN(w.wq_b, get(p + "wq_b.weight", {hi * di, cfg_.q_lora_rank}));
+    TF_ASSIGN_OR_RETURN(w.wk, get(p + "wk.weight", {di, h}));
+    TF_ASSIGN_OR_RETURN(w.k_norm_w, get(p + "k_norm.weight", {di}));
+    TF_ASSIGN_OR_RETURN(w.k_norm_b, get(p + "k_norm.bias", {di}));
+    TF_ASSIGN_OR_RETURN(w.weights_proj, get(p + "weights_proj.weight", {hi, h}));
+    TF_ASSIGN_OR_RETURN(w.ape, get(p + "index_kpool_compress_ape", {cfg_.index_kpool, di}));
+    TF_ASSIGN_OR_RETURN(w.compress_gate, get(p + "index_kpool_compress_gate", {di, h}));
+    return w;
+  }
+
+  Expected<MlaWeights> mla(const std::string& p, bool with_indexer) {
+    const int64_t h = cfg_.hidden_size, nh = cfg_.num_attention_heads, r = cfg_.kv_lora_rank;
+    const int64_t dqk = cfg_.qk_head_dim, dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim;
+    const int64_t ql = cfg_.q_lora_rank, rope = cfg_.qk_rope_head_dim;
+    if (rope != 0) return unimplemented("MLA with qk_rope_head_dim " + std::to_string(rope) + " (GLM-5.3 is NoPE)");
+    const ShardRange hs = shard_range(nh, rank_, world_);
+    MlaWeights w;
+    w.heads = hs.size();
+    TF_ASSIGN_OR_RETURN(w.q_a, get(p + "q_a_proj.weight", {ql, h}));
+    TF_ASSIGN_OR_RETURN(w.q_a_norm, get(p + "q_a_layernorm.weight", {ql}));
+    TF_ASSIGN_OR_RETURN(Tensor qb, get(p + "q_b_proj.weight", {nh * dqk, ql}));
+    w.q_b = rows(qb, hs.begin * dqk, hs.end * dqk);
+    TF_ASSIGN_OR_RETURN(w.kv_a, get(p + "kv_a_proj_with_mqa.weight", {r + rope, h}));
+    TF_ASSIGN_OR_RETURN(w.kv_a_norm, get(p + "kv_a_layernorm.weight", {r}));
+    TF_ASSIGN_OR_RETURN(Tensor kvb, get(p + "kv_b_proj.weight", {nh * (dn + dv), r}));
+    w.w_uk_t = Tensor::empty({w.heads, r, dn}, DType::kF32);
+    w.w_uv = Tensor::empty({w.heads, dv, r}, DType::kF32);
+    for (int64_t hh = 0; hh < w.heads; ++hh) {
+      const float* base = kvb.data<float>() + (hs.begin + hh) * (dn + dv) * r;
+      for (int64_t d = 0; d < dn; ++d)
+        for (int64_t x = 0; x < r; ++x) w.w_uk_t.data<float>()[(hh * r + x) * dn + d] = base[d * r + x];
+      std::copy_n(base + dn * r, dv * r, w.w_uv.data<float>() + hh * dv * r);
+    }
+    TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, nh * dv}));
+    w.o_proj = cols(op, hs.begin * dv, hs.end * dv);
+    if (with_indexer) {
+      TF_ASSIGN_OR_RETURN(IndexerWeights iw, indexer(p + "indexer."));
+      w.indexer = std::move(iw);
+    }
+    return w;
+  }
+
+  Expected<MoeWeights> moe(const std::string& p) {
+    const int64_t h = cfg_.hidden_size, e = cfg_.n_routed_experts;
+    MoeWeights w;
+    TF_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight", {e, h}));
+    TF_ASSIGN_OR_RETURN(w.bias, get(p + "gate.e_score_correction_bias", {e}));
+    for (int64_t i = 0; i < e; ++i) {
+      TF_ASSIGN_OR_RETURN(MlpWeights ex, mlp(p + "experts." + std::to_string(i) + ".", cfg_.moe_intermediate_size));
+      w.experts.push_back(std::move(ex));
+    }
+    TF_ASSIGN_OR_RETURN(w.shared,
+                        mlp(p + "shared_experts.", int64_t{cfg_.moe_intermediate_size} * cfg_.n_shared_experts));
+    return w;
+  }
+
+  // One decoder layer (or the MTP block when `mtp`: MLA with indexer + MoE, no mHC).
+  Expected<LayerWeights> layer(int i, bool mtp) {
+    const std::string p = "model.language_model.layers." + std::to_string(i) + ".";
+    const int64_t h = cfg_.hidden_size;
+    LayerWeights w;
+    w.attention = mtp ? AttentionKind::kSparseMla : cfg_.layer_types[i];
+    w.mlp = mtp ? MlpKind::kSparse : cfg_.mlp_layer_types[i];
+    TF_ASSIGN_OR_RETURN(w.input_norm, get(p + "input_layernorm.weight", {h}));
+    TF_ASSIGN_OR_RETURN(w.post_norm, get(p + "post_attention_layernorm.weight", {h}));
+    if (!mtp) {
+      TF_ASSIGN_OR_RETURN(w.attn_hc, hc(p + "hc_attn"));
+      TF_ASSIGN_OR_RETURN(w.ffn_hc, hc(p + "hc_ffn"));
+    }
+    if (w.attention == AttentionKind::kLinear) {
+      TF_ASSIGN_OR_RETURN(w.kda, kda(p + "self_attn."));
+    } else {
+      const bool full = mtp || cfg_.indexer_types[i] == IndexerKind::kFull;
+      TF_ASSIGN_OR_RETURN(w.mla, mla(p + "self_attn.", full));
+    }
+    if (w.mlp == MlpKind::kDense) {
+      TF_ASSIGN_OR_RETURN(w.dense, mlp(p + "mlp.", cfg_.intermediate_size));
+    } else {
+      TF_ASSIGN_OR_RETURN(w.moe, moe(p + "mlp."));
+    }
+    return w;
+  }
+
+ private:
+  const WeightSource& src_;
+  const Glm5TextConfig& cfg_;
+  int rank_, world_;
+};
+
+}  // namespace
+
+Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, Ops& /*ops*/,
+                                        int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world)
+    return invalid_argument("load_glm5_weights: rank " + std::to_string(rank) + " of " + std::to_string(world));
+  if (cfg.linear_num_heads < world || cfg.num_attention_heads < world)
+    return invalid_argument("tensor parallelism: more ranks than attention heads");
+  Loader ld(source, cfg, rank, world);
+  const int64_t h = cfg.hidden_size, v = cfg.vocab_size;
+  Glm5Weights w;
+  TF_ASSIGN_OR_RETURN(w.embed, ld.get("model.language_model.embed_tokens.weight", {v, h}));
+  TF_ASSIGN_OR_RETURN(w.norm, ld.get("model.language_model.norm.weight", {h}));
+  w.vocab = shard_range(v, rank, world);
+  if (ld.has("lm_head.weight") || !cfg.tie_word_embeddings) {
+    TF_ASSIGN_OR_RETURN(Tensor head, ld.get("lm_head.weight", {v, h}));
+    w.lm_head = rows(head, w.vocab.begin, w.vocab.end);
+  } else {
+    w.lm_head = rows(w.embed, w.vocab.begin, w.vocab.end);
+  }
+  for (int i = 0; i < cfg.num_hidden_layers; ++i) {
+    TF_ASSIGN_OR_RETURN(LayerWeights lw, ld.layer(i, false));
+    w.layers.push_back(std::move(lw));
+  }
+  if (cfg.num_nextn_predict_layers > 0) {
+    const int i = cfg.num_hidden_layers;
+    const std::string p = "model.language_model.layers." + std::to_string(i) + ".";
+    MtpWeights m;
+    TF_ASSIGN_OR_RETURN(m.enorm, ld.get(p + "enorm.weight", {h}));
+    TF_ASSIGN_OR_RETURN(m.hnorm, ld.get(p + "hnorm.weight", {h}));
+    TF_ASSIGN_OR_RETURN(m.shared_head_norm, ld.get(p + "shared_head.norm.weight", {h}));
+    TF_ASSIGN_OR_RETURN(m.eh_proj, ld.get(p + "eh_proj.weight", {h, 2 * h}));
+    TF_ASSIGN_OR_RETURN(m.block, ld.layer(i, true));
+    w.mtp = std::move(m);
+  }
+  return w;
+}
+
+}  // namespace tf

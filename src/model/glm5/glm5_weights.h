@@ -1,0 +1,111 @@
+// GLM-5.3-Flash weights as the model uses them: f32 on the backend's device,
+// already cut to this rank's tensor-parallel shard.
+//
+// Sharding (rank r of N; uneven splits give the first ranks one more unit):
+//   KDA heads, MLA heads, dense and expert intermediate channels, vocab (lm_head);
+//   everything per-token and small (mHC, norms, router, indexer, MLA/KDA
+//   down-projections) is replicated. Each sublayer ends in one all-reduce.
+// Fused layouts built on load: gate_up [2*I_local, H] (this rank's gate rows,
+// then its up rows), MLA W_UK^T per head [H_l, R, D] and W_UV [H_l, Dv, R].
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/api/ops.h"
+#include "model/config.h"
+#include "model/weight_source.h"
+
+namespace tf {
+
+// [begin, end) of `n` units owned by `rank` of `world`.
+struct ShardRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+ShardRange shard_range(int64_t n, int rank, int world);
+
+struct HyperConnectionWeights {
+  Tensor fn;     // [(2+M)M, M*H]
+  Tensor base;   // [(2+M)M]
+  Tensor scale;  // [3]
+};
+
+struct MlpWeights {
+  Tensor gate_up;  // [2*I_local, H]
+  Tensor down;     // [H, I_local]
+};
+
+struct MoeWeights {
+  Tensor router;  // [E, H]
+  Tensor bias;    // [E]
+  std::vector<MlpWeights> experts;
+  MlpWeights shared;
+};
+
+struct KdaWeights {
+  int64_t heads = 0;  // local
+  Tensor q_proj, k_proj, v_proj;        // [H_l*Dk, H]
+  Tensor q_conv, k_conv, v_conv;        // [H_l*Dk, K]
+  Tensor f_a, f_b;                      // [Dk, H], [H_l*Dk, Dk]
+  Tensor dt_bias, a_log;                // [H_l*Dk], [H_l]
+  Tensor b_proj;                        // [H_l, H]
+  Tensor g_a, g_b;                      // [Dk, H], [H_l*Dk, Dk]
+  Tensor o_norm;                        // [Dv]
+  Tensor o_proj;                        // [H, H_l*Dv]
+};
+
+struct IndexerWeights {
+  Tensor wq_b;          // [Hi*Di, q_lora]
+  Tensor wk;            // [Di, H]
+  Tensor k_norm_w, k_norm_b;
+  Tensor weights_proj;  // [Hi, H]
+  Tensor ape;           // [kp, Di]
+  Tensor compress_gate; // [Di, H]
+};
+
+struct MlaWeights {
+  int64_t heads = 0;  // local
+  Tensor q_a, q_a_norm, q_b;  // [q_lora, H], [q_lora], [H_l*Dqk, q_lora]
+  Tensor kv_a, kv_a_norm;     // [R, H], [R]
+  Tensor w_uk_t;              // [H_l, R, Dnope]
+  Tensor w_uv;                // [H_l, Dv, R]
+  Tensor o_proj;              // [H, H_l*Dv]
+  std::optional<IndexerWeights> indexer;
+};
+
+struct LayerWeights {
+  AttentionKind attention = AttentionKind::kLinear;
+  MlpKind mlp = MlpKind::kDense;
+  Tensor input_norm, post_norm;
+  HyperConnectionWeights attn_hc, ffn_hc;  // absent (null) in the MTP layer
+  KdaWeights kda;
+  MlaWeights mla;
+  MlpWeights dense;
+  MoeWeights moe;
+};
+
+// The MTP (NextN) layer stored after the decoder layers.
+struct MtpWeights {
+  Tensor enorm, hnorm, shared_head_norm;  // [H]
+  Tensor eh_proj;                         // [H, 2H]
+  LayerWeights block;                     // MLA + indexer attention and MoE, no mHC
+};
+
+struct Glm5Weights {
+  Tensor embed;    // [V, H] replicated
+  Tensor norm;     // [H]
+  Tensor lm_head;  // [V_local, H]
+  ShardRange vocab;
+  std::vector<LayerWeights> layers;
+  std::optional<MtpWeights> mtp;
+};
+
+// Loads this rank's shard of every tensor through `source`; errors name the tensor.
+Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, Ops& ops, int rank,
+                                        int world);
+
+}  // namespace tf

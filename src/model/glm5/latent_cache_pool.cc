@@ -1,0 +1,57 @@
+// LatentCachePool: storage and free list (see latent_cache_pool.h).
+#include "model/glm5/latent_cache_pool.h"
+
+#include <string>
+
+namespace tf {
+
+LatentCachePool::LatentCachePool(Ops& ops, int mla_layers, int64_t width, int64_t page_size, int64_t num_pages,
+                                 DType dtype)
+    : dtype_(dtype), mla_layers_(mla_layers), width_(width), page_size_(page_size), num_pages_(num_pages) {
+  const int64_t layers = std::max(1, mla_layers);
+  storage_ = ops.zeros({layers, num_pages, page_size, width}, dtype);
+  scales_ = ops.zeros({layers, num_pages, page_size}, DType::kF32);
+  for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+}
+
+Status LatentCachePool::reserve(std::vector<int32_t>& table, int64_t tokens) {
+  const int64_t need = (tokens + page_size_ - 1) / page_size_ - static_cast<int64_t>(table.size());
+  if (need <= 0) return Status::ok();
+  if (need > free_pages())
+    return resource_exhausted("latent cache: " + std::to_string(need) + " more pages needed, " +
+                              std::to_string(free_pages()) + " free of " + std::to_string(num_pages_));
+  for (int64_t i = 0; i < need; ++i) {
+    table.push_back(free_.back());
+    free_.pop_back();
+  }
+  return Status::ok();
+}
+
+void LatentCachePool::release(std::vector<int32_t>& table) {
+  for (auto it = table.rbegin(); it != table.rend(); ++it) free_.push_back(*it);
+  table.clear();
+}
+
+void* LatentCachePool::layer_pages(int layer) const {
+  return static_cast<char*>(storage_.raw()) + static_cast<size_t>(layer) * num_pages_ * page_size_ * width_ *
+                                                  dtype_size(dtype_);
+}
+
+float* LatentCachePool::layer_scales(int layer) const {
+  return scales_.data<float>() + static_cast<int64_t>(layer) * num_pages_ * page_size_;
+}
+
+LatentPagesView LatentCachePool::view(int layer, const std::vector<int32_t>& table, int64_t tokens) const {
+  LatentPagesView v;
+  v.pages = layer_pages(layer);
+  v.scales = layer_scales(layer);
+  v.dtype = dtype_;
+  v.page_size = page_size_;
+  v.width = width_;
+  v.page_stride = page_size_ * width_;
+  v.page_table = table.data();
+  v.num_tokens = tokens;
+  return v;
+}
+
+}  // namespace tf

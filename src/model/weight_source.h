@@ -1,0 +1,51 @@
+// WeightSource: the model's view of a checkpoint, by canonical tensor name.
+//
+// Canonical names are the official release's on-disk names
+// (/work/shared/spec/glm53-checkpoint-facts.md §4), e.g.
+//   model.language_model.layers.3.mlp.experts.7.gate_proj.weight   (one tensor per expert)
+//   model.language_model.layers.0.self_attn.q_conv1d.weight        (separate q/k/v convs)
+//   model.language_model.layers.0.self_attn.f_a_proj.weight, .dt_bias, .A_log
+//   model.language_model.layers.0.hc_attn_fn / hc_attn_base / hc_attn_scale (and hc_ffn_*)
+//   model.language_model.layers.45.*                                (the MTP layer)
+//   lm_head.weight, model.language_model.embed_tokens.weight, model.language_model.norm.weight
+// which is also what transformers 5.17's save_pretrained writes. The source
+// also accepts the in-memory module names transformers uses (fused
+// experts.gate_up_proj / experts.down_proj, forget_gate.*, attn_hc.* / ffn_hc.*,
+// a flat "model.layers." prefix) and FP8 e4m3 weights with 128x128 block scales
+// (`weight_scale_inv`), and hands every tensor out as f32 on the host.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace tf {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // The tensor as f32 on the host (dequantized / converted / sliced as needed).
+  // not_found names the canonical name and the checkpoint folder;
+  // a shape other than `expected_shape` (when given) is an error naming both shapes.
+  virtual Expected<Tensor> get_f32(const std::string& canonical_name, const Shape& expected_shape = {}) const = 0;
+  virtual bool has(const std::string& canonical_name) const = 0;
+  // The shape get_f32 would return, without reading or converting the data
+  // (validate_checkpoint uses it). The default loads the tensor.
+  virtual Expected<Shape> shape(const std::string& canonical_name) const {
+    Expected<Tensor> t = get_f32(canonical_name);
+    if (!t.has_value()) return t.status();
+    return t->shape();
+  }
+  // Checkpoint tensors that no canonical name accounts for (reported, not fatal).
+  virtual std::vector<std::string> unknown_tensors() const = 0;
+};
+
+// Opens the weights of a checkpoint folder for `config`.
+Expected<std::unique_ptr<WeightSource>> open_weight_source(const std::string& dir, const Glm5Config& config);
+
+}  // namespace tf

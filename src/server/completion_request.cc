@@ -1,0 +1,113 @@
+// POST /v1/completions, /tokenize and /detokenize request bodies (api.md §2, §4).
+#include "server/api_error.h"
+#include "server/openai_requests.h"
+
+namespace tf::server {
+
+namespace {
+
+std::vector<int32_t> token_list(const Json& v, const std::string& param) {
+  std::vector<int32_t> ids;
+  for (const Json& x : v) {
+    if (!x.is_number_integer() || (!x.is_number_unsigned() && x.get<int64_t>() < 0) ||
+        (x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)) ||
+        (!x.is_number_unsigned() && x.get<int64_t>() > INT32_MAX))
+      throw bad_request("'" + param + "' token ids must be non-negative integers", param);
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  if (ids.empty()) throw bad_request("'" + param + "' must not be empty", param);
+  return ids;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const Json& body) {
+  require_object(body, "body");
+  CompletionRequest req;
+  if (json_field(body, "suffix")) throw bad_request("suffix is not currently supported", "suffix");
+  const Json* prompt = json_field(body, "prompt");
+  if (!prompt) throw bad_request("'prompt' is required", "prompt");
+  if (prompt->is_string()) {
+    if (prompt->get<std::string>().empty()) throw bad_request("'prompt' must not be empty", "prompt");
+    req.prompts.emplace_back(prompt->get<std::string>());
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) throw bad_request("'prompt' must not be empty", "prompt");
+    const Json& first = (*prompt)[0];
+    if (first.is_number()) {
+      req.prompts.emplace_back(token_list(*prompt, "prompt"));
+    } else {
+      for (const Json& p : *prompt) {
+        if (p.is_string()) {
+          if (p.get<std::string>().empty()) throw bad_request("'prompt' must not contain empty strings", "prompt");
+          req.prompts.emplace_back(p.get<std::string>());
+        } else if (p.is_array()) {
+          req.prompts.emplace_back(token_list(p, "prompt"));
+        } else {
+          throw bad_request("'prompt' must be a string, a list of strings or token ids", "prompt");
+        }
+      }
+    }
+  } else {
+    throw bad_request("'prompt' must be a string, a list of strings or token ids", "prompt");
+  }
+  if (req.prompts.size() > 1024) throw bad_request("'prompt' has more than 1024 prompts", "prompt");
+  parse_common(body, req, /*chat_logprobs=*/false);
+  if (req.prompts.size() * static_cast<size_t>(req.n) > 1024)
+    throw bad_request("'prompt' count times 'n' must not exceed 1024", "n");
+  req.max_tokens = parse_max_tokens(body, "max_tokens", nullptr, 0).value_or(16);
+  req.echo = json_bool(body, "echo").value_or(false);
+  if (auto lp = json_int(body, "logprobs", 0, 20)) {
+    req.logprobs = static_cast<int>(*lp);
+    req.sampling.logprobs = true;
+    req.sampling.top_logprobs = req.logprobs;
+  }
+  if (auto best_of = json_int(body, "best_of", 1, kMaxN)) {
+    if (*best_of < req.n) throw bad_request("'best_of' must be greater than or equal to 'n'", "best_of");
+    if (*best_of > req.n) throw bad_request("'best_of' > 'n' is not supported", "best_of");
+  }
+  if (*req.max_tokens == 0 && !req.echo) throw bad_request("'max_tokens' must be at least 1 without 'echo'", "max_tokens");
+  return req;
+}
+
+TokenizeRequest parse_tokenize_request(const Json& body) {
+  require_object(body, "body");
+  TokenizeRequest req;
+  req.model = json_string(body, "model");
+  req.return_token_strs = json_bool(body, "return_token_strs").value_or(false);
+  if (const Json* messages = json_field(body, "messages")) {
+    req.is_chat = true;
+    req.chat.messages = validate_messages(*messages, "messages");
+    if (const Json* tools = json_field(body, "tools")) {
+      if (!tools->is_array()) throw bad_request("'tools' must be an array", "tools");
+      if (!tools->empty()) req.chat.tools = *tools;
+    }
+    if (const Json* kw = json_field(body, "chat_template_kwargs")) {
+      require_object(*kw, "chat_template_kwargs");
+      req.chat.chat_template_kwargs = *kw;
+    }
+    req.chat.add_generation_prompt = json_bool(body, "add_generation_prompt").value_or(true);
+    req.chat.continue_final_message = json_bool(body, "continue_final_message").value_or(false);
+    req.add_special_tokens = json_bool(body, "add_special_tokens").value_or(false);
+    if (req.chat.add_generation_prompt && req.chat.continue_final_message)
+      throw bad_request("'add_generation_prompt' and 'continue_final_message' cannot both be true",
+                        "continue_final_message");
+  } else {
+    auto prompt = json_string(body, "prompt");
+    if (!prompt) throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+    req.prompt = *prompt;
+    req.add_special_tokens = json_bool(body, "add_special_tokens").value_or(true);
+  }
+  return req;
+}
+
+DetokenizeRequest parse_detokenize_request(const Json& body) {
+  require_object(body, "body");
+  DetokenizeRequest req;
+  req.model = json_string(body, "model");
+  const Json* tokens = json_field(body, "tokens");
+  if (!tokens || !tokens->is_array()) throw bad_request("'tokens' (a list of token ids) is required", "tokens");
+  req.tokens = json_int_list(body, "tokens", 0, INT32_MAX);
+  return req;
+}
+
+}  // namespace tf::server

@@ -1,0 +1,432 @@
+// See http_server.h. Routes are declared in one table in Impl::register_routes; the
+// wrapper `handle` owns error mapping, auth, request ids and request metrics.
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <thread>
+
+#include "server/api_error.h"
+#include "server/generation_session.h"
+#include "server/metrics.h"
+#include "server/openai_requests.h"
+#include "server/stream_formatters.h"
+
+namespace tf::server {
+
+namespace {
+
+constexpr int kMaxJsonDepth = 256;
+constexpr int kThreads = 64;
+
+// Rejects absurdly deep nesting before parsing (nlohmann's dump/copy recurse).
+void check_json_depth(const std::string& body) {
+  int depth = 0;
+  bool in_string = false, escape = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escape) escape = false;
+      else if (c == '\\') escape = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) throw bad_request("JSON body nests deeper than 256 levels", "body");
+    } else if (c == ']' || c == '}') --depth;
+  }
+}
+
+Json parse_body(const httplib::Request& req) {
+  if (req.body.empty()) throw bad_request("request body is empty; expected a JSON object", "body");
+  check_json_depth(req.body);
+  try {
+    return Json::parse(req.body);
+  } catch (const Json::parse_error& e) {
+    throw bad_request(std::string("invalid JSON body: ") + e.what(), "body");
+  }
+}
+
+void write_json(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+void write_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status();
+  if (e.http_status() == 429 || e.http_status() == 503) res.set_header("Retry-After", "1");
+  res.set_content(e.to_json().dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  EngineApi& engine;
+  ServerOptions options;
+  ModelInfo model;
+  ServerMetrics metrics;
+  httplib::Server http;
+  std::thread thread;
+  int bound_port = -1;
+
+  Impl(EngineApi& e, ServerOptions o)
+      : engine(e), options(std::move(o)), model(e.model_info()), metrics(model.id) {}
+
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&, Clock::time_point)>;
+
+  // The one wrapper: auth, request id, error mapping, metrics.
+  httplib::Server::Handler handle(std::string endpoint, Handler h) {
+    return [this, endpoint = std::move(endpoint), h = std::move(h)](const httplib::Request& req,
+                                                                     httplib::Response& res) {
+      Clock::time_point t0 = Clock::now();
+      std::string rid = req.get_header_value("x-request-id");
+      res.set_header("x-request-id", rid.empty() ? make_id("req-") : rid);
+      try {
+        check_auth(req);
+        h(req, res, t0);
+      } catch (const ApiError& e) {
+        write_error(res, e);
+      } catch (const StatusError& e) {
+        write_error(res, api_error_from_status(e.status()));
+      } catch (const Json::exception& e) {
+        // A JSON type error that validation missed is still the client's input.
+        write_error(res, bad_request(std::string("invalid request: ") + e.what()));
+      } catch (const std::exception& e) {
+        write_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+      } catch (...) {
+        write_error(res, ApiError(500, "internal error", "server_error"));
+      }
+      metrics.record_request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - t0).count());
+    };
+  }
+
+  void check_auth(const httplib::Request& req) const {
+    if (options.api_key.empty()) return;
+    if (req.get_header_value("Authorization") != "Bearer " + options.api_key)
+      throw ApiError(401, "Incorrect API key provided.", "invalid_request_error", std::nullopt, "invalid_api_key");
+  }
+
+  void check_model(const std::optional<std::string>& name) const {
+    if (name && !name->empty() && *name != model.id) throw model_not_found(*name);
+  }
+
+  Json model_json() const {
+    return {{"id", model.id},        {"object", "model"}, {"created", model.created}, {"owned_by", "tensorfold"},
+            {"root", model.root},    {"parent", nullptr}, {"max_model_len", model.context_length},
+            {"permission", Json::array()}};
+  }
+
+  // Resolves max_tokens and checks the window (400 context_length_exceeded).
+  int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, bool use_default) const {
+    int64_t ctx = model.context_length;
+    if (prompt_tokens >= ctx && ctx > 0) throw context_length_exceeded(ctx, prompt_tokens, requested.value_or(1));
+    int64_t room = ctx - prompt_tokens;
+    if (!requested) {
+      if (use_default && options.default_max_tokens > 0) return std::min(options.default_max_tokens, room);
+      return room;
+    }
+    if (*requested > room) throw context_length_exceeded(ctx, prompt_tokens, *requested);
+    return *requested;
+  }
+
+  static ResponseMeta meta_for(const std::string& prefix, const std::string& model_id) {
+    return {make_id(prefix), unix_now(), model_id};
+  }
+
+  // Streams one or more sessions in order through their formatters.
+  void stream(httplib::Response& res, std::vector<std::shared_ptr<GenerationSession>> sessions,
+              std::vector<std::shared_ptr<StreamFormatter>> formatters) {
+    res.set_header("Cache-Control", "no-cache");
+    auto index = std::make_shared<size_t>(0);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [sessions, formatters, index](size_t, httplib::DataSink& sink) {
+          auto write = [&sink](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+          auto& session = sessions[*index];
+          session->set_alive_check([&sink] { return !sink.is_writable || sink.is_writable(); });
+          switch (session->pump(*formatters[*index], write)) {
+            case GenerationSession::Pump::kMore:
+              return true;
+            case GenerationSession::Pump::kBroken:
+              return false;
+            case GenerationSession::Pump::kDone:
+              if (++*index == sessions.size()) sink.done();
+              return true;
+          }
+          return false;
+        },
+        [sessions](bool) {
+          // Unfinished sessions cancel their engine requests when the last owner goes;
+          // clear the alive checks, which captured the sink by reference.
+          for (auto& s : sessions) s->set_alive_check(nullptr);
+        });
+  }
+
+  std::shared_ptr<GenerationSession> start_session(GenerationRequest g, int64_t prompt_tokens, Clock::time_point t0) {
+    auto session = std::make_shared<GenerationSession>(engine, metrics, std::move(g), prompt_tokens, t0);
+    Status s = session->submit();
+    if (!s.is_ok()) throw api_error_from_status(s);
+    return session;
+  }
+
+  GenerationRequest chat_generation(const ChatRequest& r, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+    GenerationRequest g;
+    g.request_id = make_id("chatcmpl-");
+    g.prompt_tokens = prompt;
+    g.sampling = r.sampling;
+    g.sampling.max_tokens = max_tokens;
+    g.structured = r.structured;
+    g.n = r.n;
+    g.parse_reasoning = true;
+    g.thinking_enabled = r.thinking_enabled;
+    g.tools = r.tool_choice == "none" ? Json() : r.chat.tools;
+    g.tool_choice = r.tool_choice;
+    g.parallel_tool_calls = r.parallel_tool_calls;
+    return g;
+  }
+
+  void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
+    ChatRequest r = parse_chat_request(parse_body(req));
+    check_model(r.model);
+    auto prompt = engine.render_chat(r.chat);
+    if (!prompt) throw api_error_from_status(prompt.status());
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->size()), true);
+    GenerationRequest g = chat_generation(r, *prompt, max_tokens);
+    ResponseMeta meta{g.request_id, unix_now(), model.id};
+    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->size()), t0);
+    if (r.stream) {
+      auto fmt = std::make_shared<ChatStreamFormatter>(meta, r.n, r.include_usage, r.include_reasoning,
+                                                       r.sampling.logprobs);
+      stream(res, {session}, {fmt});
+      return;
+    }
+    Status s = session->wait();
+    if (!s.is_ok()) throw api_error_from_status(s);
+    write_json(res, 200,
+               chat_completion_json(meta, session->choices(), session->usage(), r.include_reasoning,
+                                    r.sampling.logprobs));
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
+    CompletionRequest r = parse_completion_request(parse_body(req));
+    check_model(r.model);
+    ResponseMeta meta = meta_for("cmpl-", model.id);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> echo;
+    for (const PromptInput& p : r.prompts) {
+      std::vector<int32_t> ids;
+      std::string text;
+      if (const auto* s = std::get_if<std::string>(&p)) {
+        auto t = engine.tokenize(*s, true);
+        if (!t) throw api_error_from_status(t.status());
+        ids = std::move(*t);
+        text = *s;
+      } else {
+        ids = std::get<std::vector<int32_t>>(p);
+        for (int32_t id : ids)
+          if (model.vocab_size > 0 && id >= model.vocab_size)
+            throw bad_request("token id " + std::to_string(id) + " is out of range [0, " +
+                                  std::to_string(model.vocab_size) + ")",
+                              "prompt");
+        if (r.echo) {
+          auto d = engine.detokenize(ids);
+          if (!d) throw api_error_from_status(d.status());
+          text = *d;
+        }
+      }
+      resolve_max_tokens(r.max_tokens, static_cast<int64_t>(ids.size()), false);
+      prompts.push_back(std::move(ids));
+      echo.push_back(r.echo ? text : std::string());
+    }
+    std::vector<std::shared_ptr<GenerationSession>> sessions;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerationRequest g;
+      g.request_id = i == 0 ? meta.id : meta.id + "-" + std::to_string(i);
+      g.prompt_tokens = prompts[i];
+      g.sampling = r.sampling;
+      g.sampling.max_tokens = *r.max_tokens;
+      g.structured = r.structured;
+      g.n = r.n;
+      sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
+    }
+    if (r.stream) {
+      auto total = std::make_shared<UsageTotals>();
+      std::vector<std::shared_ptr<StreamFormatter>> fmts;
+      for (size_t i = 0; i < sessions.size(); ++i)
+        fmts.push_back(std::make_shared<CompletionStreamFormatter>(meta, r.n, r.include_usage, echo[i],
+                                                                   r.logprobs >= 0, static_cast<int>(i) * r.n,
+                                                                   i + 1 == sessions.size(), total));
+      stream(res, sessions, fmts);
+      return;
+    }
+    std::vector<ChoiceState> all;
+    UsageTotals total;
+    for (auto& s : sessions) {
+      Status st = s->wait();
+      if (!st.is_ok()) throw api_error_from_status(st);
+      all.insert(all.end(), s->choices().begin(), s->choices().end());
+      UsageTotals u = s->usage();
+      total.prompt_tokens += u.prompt_tokens;
+      total.completion_tokens += u.completion_tokens;
+    }
+    write_json(res, 200, text_completion_json(meta, all, r.echo ? echo : std::vector<std::string>{}, r.n, total,
+                                              r.logprobs >= 0));
+  }
+
+  void responses(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
+    ResponsesRequest r = parse_responses_request(parse_body(req));
+    check_model(r.model);
+    auto prompt = engine.render_chat(r.chat.chat);
+    if (!prompt) throw api_error_from_status(prompt.status());
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->size()), true);
+    GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
+    g.n = 1;
+    g.request_id = make_id("resp_");
+    ResponseMeta meta{g.request_id, unix_now(), model.id};
+    Json echo = r.echo;
+    echo["max_output_tokens"] = r.max_tokens ? Json(*r.max_tokens) : Json();
+    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->size()), t0);
+    if (r.stream) {
+      stream(res, {session}, {std::make_shared<ResponsesStreamFormatter>(meta, echo)});
+      return;
+    }
+    Status s = session->wait();
+    if (!s.is_ok()) throw api_error_from_status(s);
+    const ChoiceState& c = session->choices()[0];
+    bool incomplete = c.finish_reason == FinishReason::kLength;
+    write_json(res, 200,
+               response_object_json(meta, echo, incomplete ? "incomplete" : "completed",
+                                    response_output_items(c, meta.id.substr(5)), response_usage_json(session->usage())));
+  }
+
+  void tokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
+    TokenizeRequest r = parse_tokenize_request(parse_body(req));
+    check_model(r.model);
+    auto ids = r.is_chat ? engine.render_chat(r.chat) : engine.tokenize(r.prompt, r.add_special_tokens);
+    if (!ids) throw api_error_from_status(ids.status());
+    Json out = {{"count", ids->size()}, {"max_model_len", model.context_length}, {"tokens", *ids}, {"token_strs", nullptr}};
+    if (r.return_token_strs) {
+      auto strs = engine.token_strings(*ids);
+      if (!strs) throw api_error_from_status(strs.status());
+      out["token_strs"] = *strs;
+    }
+    write_json(res, 200, out);
+  }
+
+  void detokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
+    DetokenizeRequest r = parse_detokenize_request(parse_body(req));
+    check_model(r.model);
+    for (int32_t id : r.tokens)
+      if (model.vocab_size > 0 && id >= model.vocab_size)
+        throw bad_request("token id " + std::to_string(id) + " is out of range [0, " +
+                              std::to_string(model.vocab_size) + ")",
+                          "tokens");
+    auto text = engine.detokenize(r.tokens);
+    if (!text) throw api_error_from_status(text.status());
+    write_json(res, 200, {{"prompt", *text}});
+  }
+
+  void health(const httplib::Request&, httplib::Response& res, Clock::time_point) {
+    EngineHealth h = engine.health();
+    Json out = {{"ok", h.ok && !h.loading},
+                {"status", h.loading ? "loading" : (h.ok ? "ok" : "error")},
+                {"backend", "tensorfold"},
+                {"model", model.id},
+                {"busy", h.busy},
+                {"requests_running", h.requests_running},
+                {"requests_waiting", h.requests_waiting},
+                {"requests_total", h.requests_total},
+                {"prompt_tokens_total", h.prompt_tokens_total},
+                {"completion_tokens_total", h.completion_tokens_total},
+                {"cached_tokens_total", h.cached_tokens_total},
+                {"streams", {{"decoding", h.streams_decoding}, {"prefilling", h.streams_prefilling}, {"max", h.streams_max}}},
+                {"context_length", h.context_length},
+                {"pool_tokens", h.pool_tokens},
+                {"pool_free_tokens", h.pool_free_tokens}};
+    write_json(res, h.ok && !h.loading ? 200 : 503, out);
+  }
+
+  void register_routes() {
+    http.Get("/v1/models", handle("/v1/models", [this](const auto&, auto& res, auto) {
+      write_json(res, 200, {{"object", "list"}, {"data", Json::array({model_json()})}});
+    }));
+    http.Get(R"(/v1/models/(.+))", handle("/v1/models/{id}", [this](const auto& req, auto& res, auto) {
+      std::string id = req.matches[1];
+      if (id != model.id) throw model_not_found(id);
+      write_json(res, 200, model_json());
+    }));
+    auto bind_post = [this](const std::string& path, void (Impl::*fn)(const httplib::Request&, httplib::Response&,
+                                                                        Clock::time_point)) {
+      http.Post(path, handle(path, [this, fn](const auto& req, auto& res, auto t0) { (this->*fn)(req, res, t0); }));
+    };
+    bind_post("/v1/chat/completions", &Impl::chat_completions);
+    bind_post("/v1/completions", &Impl::completions);
+    bind_post("/v1/responses", &Impl::responses);
+    bind_post("/tokenize", &Impl::tokenize);
+    bind_post("/v1/tokenize", &Impl::tokenize);
+    bind_post("/detokenize", &Impl::detokenize);
+    bind_post("/v1/detokenize", &Impl::detokenize);
+    http.Get("/health", handle("/health", [this](const auto& req, auto& res, auto t0) { health(req, res, t0); }));
+    for (const char* path : {"/metrics", "/v1/metrics"})
+      http.Get(path, handle(path, [this](const auto&, auto& res, auto) {
+        res.set_content(metrics.render(engine.health()), "text/plain; version=0.0.4; charset=utf-8");
+      }));
+    // Errors produced by httplib itself (404 route, 413 body, 400 framing) get an
+    // OpenAI error body too; our own error responses already have one.
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
+                        : res.status == 413 ? std::string("request body exceeds 96 MiB")
+                                            : "HTTP error " + std::to_string(res.status);
+      write_error(res, ApiError(res.status, msg, res.status >= 500 ? "server_error" : "invalid_request_error"));
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+      write_error(res, ApiError(500, "internal error", "server_error"));
+    });
+  }
+};
+
+HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(options))) {
+  impl_->http.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
+  impl_->http.set_read_timeout(impl_->options.read_timeout_s, 0);
+  impl_->http.set_write_timeout(30, 0);
+  impl_->register_routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::bind() {
+  if (impl_->options.port == 0) {
+    impl_->bound_port = impl_->http.bind_to_any_port(impl_->options.host);
+  } else {
+    impl_->bound_port = impl_->http.bind_to_port(impl_->options.host, impl_->options.port) ? impl_->options.port : -1;
+  }
+  if (impl_->bound_port <= 0)
+    return unavailable("cannot bind " + impl_->options.host + ":" + std::to_string(impl_->options.port) +
+                       " (port in use or address not available)");
+  return Status::ok();
+}
+
+int HttpServer::port() const { return impl_->bound_port; }
+
+Status HttpServer::listen() {
+  if (impl_->bound_port <= 0) TF_RETURN_IF_ERROR(bind());
+  if (!impl_->http.listen_after_bind()) return internal_error("HTTP server stopped with an error");
+  return Status::ok();
+}
+
+Status HttpServer::start_background() {
+  TF_RETURN_IF_ERROR(bind());
+  impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
+  for (int i = 0; i < 500 && !impl_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return Status::ok();
+}
+
+void HttpServer::stop() {
+  impl_->http.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+}  // namespace tf::server

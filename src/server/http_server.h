@@ -1,0 +1,47 @@
+// The OpenAI-compatible HTTP server (cpp-httplib) over an EngineApi.
+//
+// One route table (http_server.cc) and one wrapper that turns ApiError, Status and
+// any exception into an OpenAI error object with the right HTTP status, so a hostile
+// request never takes the server down. Body limit 96 MiB (413).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/engine_api.h"
+
+namespace tf::server {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 8888;                 // 0: any free port (see HttpServer::port())
+  std::string api_key;             // empty: no authentication
+  int64_t default_max_tokens = 0;  // chat/responses cap when the request sets none; 0: fill the window
+  size_t max_body_bytes = size_t{96} << 20;
+  int read_timeout_s = 30;         // slow-loris bodies are dropped after this
+};
+
+class HttpServer {
+ public:
+  HttpServer(EngineApi& engine, ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the port (port 0 picks a free one); then port() is the bound port.
+  Status bind();
+  int port() const;
+  // Serves until stop(); call after bind().
+  Status listen();
+  // Binds and serves on a background thread (tests, embedding).
+  Status start_background();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tf::server

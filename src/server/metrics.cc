@@ -1,0 +1,138 @@
+// See metrics.h.
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace tf::server {
+
+namespace {
+
+std::string fmt_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string escape_label(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '\\') o += "\\\\";
+    else if (c == '"') o += "\\\"";
+    else if (c == '\n') o += "\\n";
+    else o += c;
+  }
+  return o;
+}
+
+void header(std::string& out, const std::string& name, const char* type, const char* help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+const std::vector<double> kLatencyBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 640};
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                          0.75,  1.0,   2.5,  5.0,  7.5,  10,   20,   40,  80,   160};
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::write(std::string& out, const std::string& name, const std::string& labels) const {
+  std::string sep = labels.empty() ? "" : ",";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    out += name + "_bucket{" + labels + sep + "le=\"" + fmt_double(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  cum += counts_.back();
+  out += name + "_bucket{" + labels + sep + "le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  std::string l = labels.empty() ? "" : "{" + labels + "}";
+  out += name + "_sum" + l + " " + fmt_double(sum_) + "\n";
+  out += name + "_count" + l + " " + std::to_string(count_) + "\n";
+}
+
+ServerMetrics::ServerMetrics(std::string model_name)
+    : model_name_(std::move(model_name)),
+      http_latency_(kLatencyBuckets),
+      e2e_latency_(kLatencyBuckets),
+      ttft_(kTtftBuckets) {}
+
+std::string ServerMetrics::model_label() const { return "model_name=\"" + escape_label(model_name_) + "\""; }
+
+void ServerMetrics::record_request(const std::string& endpoint, int status, double latency_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{endpoint, status}];
+  http_latency_.observe(latency_s);
+}
+
+void ServerMetrics::record_ttft(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.observe(seconds);
+}
+
+void ServerMetrics::record_generation(int64_t prompt_tokens, int64_t completion_tokens,
+                                      const std::string& finish_reason, double e2e_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += static_cast<uint64_t>(prompt_tokens > 0 ? prompt_tokens : 0);
+  generation_tokens_ += static_cast<uint64_t>(completion_tokens > 0 ? completion_tokens : 0);
+  ++finished_[finish_reason];
+  e2e_latency_.observe(e2e_seconds);
+}
+
+std::string ServerMetrics::render(const EngineHealth& h) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  const std::string ml = model_label();
+  double usage = h.pool_tokens > 0 ? 1.0 - static_cast<double>(h.pool_free_tokens) / static_cast<double>(h.pool_tokens)
+                                   : 0.0;
+  // Each family is written under both prefixes (tensorfold: names and vLLM names).
+  for (const std::string prefix : {"tensorfold:", "vllm:"}) {
+    header(out, prefix + "num_requests_running", "gauge", "Requests currently decoding or prefilling.");
+    out += prefix + "num_requests_running{" + ml + "} " + std::to_string(h.requests_running) + "\n";
+    header(out, prefix + "num_requests_waiting", "gauge", "Requests waiting for admission.");
+    out += prefix + "num_requests_waiting{" + ml + "} " + std::to_string(h.requests_waiting) + "\n";
+    std::string usage_name = prefix == "vllm:" ? "vllm:kv_cache_usage_perc" : "tensorfold:kv_cache_usage_ratio";
+    header(out, usage_name, "gauge", "Fraction of the cache pool in use (0-1).");
+    out += usage_name + "{" + ml + "} " + fmt_double(usage) + "\n";
+    header(out, prefix + "prompt_tokens_total", "counter", "Prompt tokens processed.");
+    out += prefix + "prompt_tokens_total{" + ml + "} " + std::to_string(prompt_tokens_) + "\n";
+    header(out, prefix + "generation_tokens_total", "counter", "Tokens generated.");
+    out += prefix + "generation_tokens_total{" + ml + "} " + std::to_string(generation_tokens_) + "\n";
+    header(out, prefix + "request_success_total", "counter", "Finished generation requests by finish reason.");
+    for (const auto& [reason, n] : finished_)
+      out += prefix + "request_success_total{" + ml + ",finished_reason=\"" + escape_label(reason) + "\"} " +
+             std::to_string(n) + "\n";
+    header(out, prefix + "e2e_request_latency_seconds", "histogram", "End-to-end generation request latency.");
+    e2e_latency_.write(out, prefix + "e2e_request_latency_seconds", ml);
+    header(out, prefix + "time_to_first_token_seconds", "histogram", "Time from request arrival to the first token.");
+    ttft_.write(out, prefix + "time_to_first_token_seconds", ml);
+  }
+  header(out, "tensorfold:http_requests_total", "counter", "HTTP requests by endpoint and status code.");
+  for (const auto& [key, n] : requests_)
+    out += "tensorfold:http_requests_total{endpoint=\"" + escape_label(key.first) + "\",status=\"" +
+           std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
+  header(out, "tensorfold:http_request_duration_seconds", "histogram", "HTTP request handling time.");
+  http_latency_.write(out, "tensorfold:http_request_duration_seconds", "");
+  header(out, "tensorfold:pool_tokens", "gauge", "Capacity of the shared cache pool in tokens.");
+  out += "tensorfold:pool_tokens " + std::to_string(h.pool_tokens) + "\n";
+  header(out, "tensorfold:pool_free_tokens", "gauge", "Free tokens in the shared cache pool.");
+  out += "tensorfold:pool_free_tokens " + std::to_string(h.pool_free_tokens) + "\n";
+  header(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.");
+  out += "tensorfold:streams_decoding " + std::to_string(h.streams_decoding) + "\n";
+  header(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.");
+  out += "tensorfold:streams_prefilling " + std::to_string(h.streams_prefilling) + "\n";
+  header(out, "tensorfold:streams_max", "gauge", "Maximum concurrent decoding streams (PARALLEL).");
+  out += "tensorfold:streams_max " + std::to_string(h.streams_max) + "\n";
+  header(out, "tensorfold:engine_up", "gauge", "1 when the engine is healthy.");
+  out += std::string("tensorfold:engine_up ") + (h.ok ? "1" : "0") + "\n";
+  return out;
+}
+
+}  // namespace tf::server

@@ -1,0 +1,82 @@
+// OpenAI request bodies parsed into plain structs (api.md §1-§4). Parsing validates
+// types and ranges and throws ApiError (400 naming the field); unknown fields are
+// ignored as OpenAI and vLLM do. The prompt is not rendered here: chat requests keep
+// a ChatPrompt that the route renders through EngineApi::render_chat.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/engine_api.h"
+#include "server/json_fields.h"
+
+namespace tf::server {
+
+constexpr int kMaxN = 128;
+constexpr int kMaxStopStrings = 16;
+
+// Fields shared by chat, completions and responses.
+struct CommonRequest {
+  std::optional<std::string> model;
+  SamplingOptions sampling;
+  StructuredOutput structured;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  std::optional<int64_t> max_tokens;  // unset: fill the window (chat) / 16 (completions)
+};
+
+struct ChatRequest : CommonRequest {
+  ChatPrompt chat;
+  std::string tool_choice = "none";  // none, auto, required, or the named function
+  bool named_tool_choice = false;
+  bool parallel_tool_calls = true;
+  bool include_reasoning = true;
+  bool thinking_enabled = true;
+};
+
+// A completion prompt: text or token ids.
+using PromptInput = std::variant<std::string, std::vector<int32_t>>;
+
+struct CompletionRequest : CommonRequest {
+  std::vector<PromptInput> prompts;
+  bool echo = false;
+  int logprobs = -1;  // -1: none; else the number of top logprobs (0..20)
+};
+
+struct ResponsesRequest : CommonRequest {
+  ChatRequest chat;          // input/instructions/tools mapped onto a chat request
+  Json echo = Json::object();  // request fields echoed in the response object
+};
+
+struct TokenizeRequest {
+  std::optional<std::string> model;
+  bool is_chat = false;
+  std::string prompt;
+  ChatPrompt chat;
+  bool add_special_tokens = true;
+  bool return_token_strs = false;
+};
+
+struct DetokenizeRequest {
+  std::optional<std::string> model;
+  std::vector<int32_t> tokens;
+};
+
+// Parses the sampling/stop/structured-output fields common to every endpoint.
+void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs);
+// max_completion_tokens (primary) wins over max_tokens (secondary, may be null); >= lo.
+std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, const char* secondary, int64_t lo);
+// Validates OpenAI messages (roles, content parts) for a text-only model.
+Json validate_messages(const Json& messages, const std::string& param);
+
+ChatRequest parse_chat_request(const Json& body);
+CompletionRequest parse_completion_request(const Json& body);
+ResponsesRequest parse_responses_request(const Json& body);
+TokenizeRequest parse_tokenize_request(const Json& body);
+DetokenizeRequest parse_detokenize_request(const Json& body);
+
+}  // namespace tf::server

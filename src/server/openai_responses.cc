@@ -1,0 +1,273 @@
+// See openai_responses.h.
+#include "server/openai_responses.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+namespace tf::server {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kToolCalls: return "tool_calls";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "stop";
+}
+
+void ChoiceState::apply(const GenerationEvent& ev) {
+  if (ev.kind == GenerationEvent::Kind::kDelta) {
+    reasoning += ev.reasoning;
+    content += ev.content;
+    for (const ToolCallDelta& d : ev.tool_calls) {
+      if (d.index < 0 || d.index > 1024) continue;
+      if (static_cast<size_t>(d.index) >= tool_calls.size()) tool_calls.resize(static_cast<size_t>(d.index) + 1);
+      ToolCallState& t = tool_calls[static_cast<size_t>(d.index)];
+      if (!d.id.empty()) t.id = d.id;
+      if (!d.name.empty()) t.name = d.name;
+      t.arguments += d.arguments;
+    }
+    logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  } else if (ev.kind == GenerationEvent::Kind::kFinish) {
+    finished = true;
+    finish_reason = ev.finish_reason;
+    completion_tokens = ev.completion_tokens;
+    reasoning_tokens = ev.reasoning_tokens;
+    cached_prompt_tokens = ev.cached_prompt_tokens;
+  }
+}
+
+UsageTotals sum_usage(const std::vector<ChoiceState>& choices, int64_t prompt_tokens) {
+  UsageTotals u;
+  u.prompt_tokens = prompt_tokens;
+  for (const ChoiceState& c : choices) {
+    u.completion_tokens += c.completion_tokens;
+    u.reasoning_tokens += c.reasoning_tokens;
+    u.cached_tokens = std::max(u.cached_tokens, c.cached_prompt_tokens);
+  }
+  return u;
+}
+
+Json chat_usage_json(const UsageTotals& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+          {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
+}
+
+Json completion_usage_json(const UsageTotals& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+std::string make_id(const std::string& prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016llx%08llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng() & 0xffffffffULL));
+  return prefix + buf;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+Json bytes_json(const std::vector<uint8_t>& b) {
+  Json a = Json::array();
+  for (uint8_t x : b) a.push_back(static_cast<int>(x));
+  return a;
+}
+
+Json null_if_blank(const std::string& s) {
+  for (char c : s)
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') return s;
+  return nullptr;
+}
+
+}  // namespace
+
+Json chat_logprobs_json(const std::vector<TokenLogprob>& lps) {
+  Json content = Json::array();
+  for (const TokenLogprob& lp : lps) {
+    Json top = Json::array();
+    for (const TopLogprob& t : lp.top)
+      top.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_json(t.bytes)}});
+    content.push_back({{"token", lp.token}, {"logprob", lp.logprob}, {"bytes", bytes_json(lp.bytes)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+Json completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset_base) {
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  size_t off = text_offset_base;
+  for (const TokenLogprob& lp : lps) {
+    tokens.push_back(lp.token);
+    token_lps.push_back(lp.logprob);
+    Json top = Json::object();
+    for (const TopLogprob& t : lp.top) top[t.token] = t.logprob;
+    tops.push_back(top);
+    offsets.push_back(off);
+    off += lp.token.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+Json chat_completion_json(const ResponseMeta& meta, const std::vector<ChoiceState>& choices, const UsageTotals& usage,
+                          bool include_reasoning, bool want_logprobs) {
+  Json out_choices = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceState& c = choices[i];
+    Json msg = {{"role", "assistant"}, {"content", null_if_blank(c.content)}, {"refusal", nullptr}};
+    if (include_reasoning) {
+      Json r = c.reasoning.empty() ? Json() : Json(c.reasoning);
+      msg["reasoning_content"] = r;
+      msg["reasoning"] = r;
+    }
+    if (!c.tool_calls.empty()) {
+      Json calls = Json::array();
+      for (const ToolCallState& t : c.tool_calls)
+        calls.push_back({{"id", t.id},
+                         {"type", "function"},
+                         {"function", {{"name", t.name}, {"arguments", t.arguments.empty() ? "{}" : t.arguments}}}});
+      msg["tool_calls"] = calls;
+    }
+    out_choices.push_back({{"index", i},
+                           {"message", msg},
+                           {"logprobs", want_logprobs ? chat_logprobs_json(c.logprobs) : Json()},
+                           {"finish_reason", finish_reason_name(c.finish_reason)}});
+  }
+  return {{"id", meta.id},           {"object", "chat.completion"}, {"created", meta.created},
+          {"model", meta.model},     {"system_fingerprint", nullptr}, {"choices", out_choices},
+          {"usage", chat_usage_json(usage)}};
+}
+
+Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, const Json& finish_reason, const Json& logprobs) {
+  Json choice = {{"index", index}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+  return {{"id", meta.id},
+          {"object", "chat.completion.chunk"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"system_fingerprint", nullptr},
+          {"choices", Json::array({choice})}};
+}
+
+Json chat_delta_json(const GenerationEvent& ev, bool include_reasoning) {
+  Json d = Json::object();
+  if (include_reasoning && !ev.reasoning.empty()) {
+    d["reasoning_content"] = ev.reasoning;
+    d["reasoning"] = ev.reasoning;
+  }
+  if (!ev.content.empty()) d["content"] = ev.content;
+  if (!ev.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCallDelta& t : ev.tool_calls) {
+      Json c = {{"index", t.index}};
+      Json f = Json::object();
+      if (!t.id.empty()) {
+        c["id"] = t.id;
+        c["type"] = "function";
+      }
+      if (!t.name.empty()) f["name"] = t.name;
+      f["arguments"] = t.arguments;
+      c["function"] = f;
+      calls.push_back(c);
+    }
+    d["tool_calls"] = calls;
+  }
+  return d.empty() ? Json() : d;
+}
+
+Json text_completion_json(const ResponseMeta& meta, const std::vector<ChoiceState>& choices,
+                          const std::vector<std::string>& echo_prefix, int n, const UsageTotals& usage,
+                          bool want_logprobs) {
+  Json out = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const std::string& prefix = echo_prefix.empty() ? std::string() : echo_prefix[i / static_cast<size_t>(n)];
+    out.push_back({{"index", i},
+                   {"text", prefix + choices[i].content},
+                   {"logprobs", want_logprobs ? completion_logprobs_json(choices[i].logprobs, prefix.size()) : Json()},
+                   {"finish_reason", finish_reason_name(choices[i].finish_reason)}});
+  }
+  return {{"id", meta.id},       {"object", "text_completion"}, {"created", meta.created},
+          {"model", meta.model}, {"system_fingerprint", nullptr}, {"choices", out},
+          {"usage", completion_usage_json(usage)}};
+}
+
+Json text_completion_chunk_json(const ResponseMeta& meta, int index, const std::string& text,
+                                const Json& finish_reason, const Json& logprobs) {
+  Json choice = {{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+  return {{"id", meta.id},
+          {"object", "text_completion"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", Json::array({choice})}};
+}
+
+Json response_usage_json(const UsageTotals& u) {
+  return {{"input_tokens", u.prompt_tokens},
+          {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+          {"output_tokens", u.completion_tokens},
+          {"output_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+Json response_object_json(const ResponseMeta& meta, const Json& echo, const std::string& status, const Json& output,
+                          const Json& usage) {
+  Json r = {{"id", meta.id},
+            {"object", "response"},
+            {"created_at", meta.created},
+            {"status", status},
+            {"error", nullptr},
+            {"incomplete_details", nullptr},
+            {"model", meta.model},
+            {"output", output},
+            {"usage", usage}};
+  if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  for (auto it = echo.begin(); it != echo.end(); ++it) r[it.key()] = it.value();
+  return r;
+}
+
+Json response_output_items(const ChoiceState& c, const std::string& id_seed) {
+  // Same ids as the streaming formatter: an item's id carries its output index when > 0.
+  Json items = Json::array();
+  auto suffix = [&] { return items.empty() ? std::string() : "_" + std::to_string(items.size()); };
+  if (!c.reasoning.empty())
+    items.push_back({{"type", "reasoning"},
+                     {"id", "rs_" + id_seed + suffix()},
+                     {"summary", Json::array()},
+                     {"content", Json::array({{{"type", "reasoning_text"}, {"text", c.reasoning}}})},
+                     {"status", "completed"}});
+  if (!c.content.empty())
+    items.push_back({{"type", "message"},
+                     {"id", "msg_" + id_seed + suffix()},
+                     {"role", "assistant"},
+                     {"status", "completed"},
+                     {"content", Json::array({{{"type", "output_text"}, {"text", c.content}, {"annotations", Json::array()}}})}});
+  for (size_t i = 0; i < c.tool_calls.size(); ++i) {
+    const ToolCallState& t = c.tool_calls[i];
+    items.push_back({{"type", "function_call"},
+                     {"id", "fc_" + id_seed + "_" + std::to_string(i)},
+                     {"call_id", t.id},
+                     {"name", t.name},
+                     {"arguments", t.arguments.empty() ? "{}" : t.arguments},
+                     {"status", "completed"}});
+  }
+  return items;
+}
+
+std::string sse_data(const Json& payload) {
+  return "data: " + payload.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+std::string sse_event(const std::string& event, const Json& payload) {
+  return "event: " + event + "\n" + sse_data(payload);
+}
+
+}  // namespace tf::server

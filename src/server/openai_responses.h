@@ -1,0 +1,82 @@
+// Building OpenAI response objects from engine events (api.md §1.4-§1.5, §2, §3).
+//
+// ChoiceState accumulates one choice's deltas (the non-streaming answer is the
+// concatenation of exactly the deltas the stream would send, so the two agree by
+// construction). The *_chunk functions build one streaming chunk each.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/engine_api.h"
+#include "server/json_fields.h"
+
+namespace tf::server {
+
+struct ToolCallState {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
+struct ChoiceState {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCallState> tool_calls;
+  std::vector<TokenLogprob> logprobs;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kStop;
+  int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+  void apply(const GenerationEvent& ev);
+};
+
+struct UsageTotals {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+UsageTotals sum_usage(const std::vector<ChoiceState>& choices, int64_t prompt_tokens);
+Json chat_usage_json(const UsageTotals& u);
+Json completion_usage_json(const UsageTotals& u);
+
+std::string make_id(const std::string& prefix);  // prefix + 24 random hex chars
+int64_t unix_now();
+
+Json chat_logprobs_json(const std::vector<TokenLogprob>& lps);
+// Completions logprobs {tokens, token_logprobs, top_logprobs, text_offset}; offsets from base.
+Json completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset_base);
+
+struct ResponseMeta {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+};
+
+Json chat_completion_json(const ResponseMeta& meta, const std::vector<ChoiceState>& choices, const UsageTotals& usage,
+                          bool include_reasoning, bool want_logprobs);
+Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, const Json& finish_reason,
+                     const Json& logprobs = nullptr);
+// The delta object for one engine event (reasoning/content/tool_calls); null when empty.
+Json chat_delta_json(const GenerationEvent& ev, bool include_reasoning);
+
+Json text_completion_json(const ResponseMeta& meta, const std::vector<ChoiceState>& choices,
+                          const std::vector<std::string>& echo_prefix, int n, const UsageTotals& usage,
+                          bool want_logprobs);
+Json text_completion_chunk_json(const ResponseMeta& meta, int index, const std::string& text,
+                                const Json& finish_reason, const Json& logprobs = nullptr);
+
+// A Responses API object; status completed/incomplete/in_progress.
+Json response_object_json(const ResponseMeta& meta, const Json& echo, const std::string& status, const Json& output,
+                          const Json& usage);
+Json response_usage_json(const UsageTotals& u);
+// Output items of a finished choice (reasoning, message, function calls) with stable ids.
+Json response_output_items(const ChoiceState& c, const std::string& id_seed);
+
+std::string sse_data(const Json& payload);                           // "data: {...}\n\n"
+std::string sse_event(const std::string& event, const Json& payload);  // "event: t\ndata: {...}\n\n"
+
+}  // namespace tf::server

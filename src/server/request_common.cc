@@ -1,0 +1,168 @@
+// Fields shared by every generation endpoint: sampling, stop, n, stream options,
+// max tokens and structured output (api.md §1.1-§1.3, vLLM and SGLang extensions).
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <regex>
+
+#include "server/api_error.h"
+#include "server/openai_requests.h"
+
+namespace tf::server {
+
+namespace {
+
+constexpr int64_t kMaxTokensCap = int64_t{1} << 40;  // far above any window; keeps sums in range
+
+void parse_structured_field(const Json& body, const char* name, StructuredOutput::Kind kind, StructuredOutput& out,
+                            int& count) {
+  const Json* v = json_field(body, name);
+  if (!v) return;
+  ++count;
+  out.kind = kind;
+  switch (kind) {
+    case StructuredOutput::Kind::kJsonSchema:
+      if (v->is_string()) {
+        try {
+          out.schema = Json::parse(v->get<std::string>());
+        } catch (const std::exception&) {
+          throw bad_request(std::string("'") + name + "' is not valid JSON", name);
+        }
+      } else if (v->is_object() || v->is_boolean()) {
+        out.schema = *v;
+      } else {
+        throw bad_request(std::string("'") + name + "' must be a JSON schema object", name);
+      }
+      break;
+    case StructuredOutput::Kind::kRegex:
+    case StructuredOutput::Kind::kGrammar:
+      if (!v->is_string()) throw bad_request(std::string("'") + name + "' must be a string", name);
+      out.pattern = v->get<std::string>();
+      break;
+    case StructuredOutput::Kind::kChoice: {
+      out.choices = json_string_or_list(body, name, 4096);
+      if (out.choices.empty()) throw bad_request(std::string("'") + name + "' must not be empty", name);
+      break;
+    }
+    case StructuredOutput::Kind::kJsonObject:
+      if (v->is_boolean() && !v->get<bool>()) {
+        --count;
+        out.kind = StructuredOutput::Kind::kNone;
+      }
+      break;
+    case StructuredOutput::Kind::kNone:
+      break;
+  }
+}
+
+void parse_structured(const Json& body, StructuredOutput& out) {
+  int count = 0;
+  using K = StructuredOutput::Kind;
+  // Legacy vLLM names, then the structured_outputs object.
+  parse_structured_field(body, "guided_json", K::kJsonSchema, out, count);
+  parse_structured_field(body, "guided_regex", K::kRegex, out, count);
+  parse_structured_field(body, "guided_choice", K::kChoice, out, count);
+  parse_structured_field(body, "guided_grammar", K::kGrammar, out, count);
+  if (const Json* so = json_field(body, "structured_outputs")) {
+    require_object(*so, "structured_outputs");
+    parse_structured_field(*so, "json", K::kJsonSchema, out, count);
+    parse_structured_field(*so, "regex", K::kRegex, out, count);
+    parse_structured_field(*so, "choice", K::kChoice, out, count);
+    parse_structured_field(*so, "grammar", K::kGrammar, out, count);
+    parse_structured_field(*so, "json_object", K::kJsonObject, out, count);
+  }
+  if (const Json* rf = json_field(body, "response_format")) {
+    require_object(*rf, "response_format");
+    auto type = json_string(*rf, "type");
+    if (!type) throw bad_request("'response_format.type' is required", "response_format.type");
+    if (*type == "json_object") {
+      ++count;
+      out.kind = K::kJsonObject;
+    } else if (*type == "json_schema") {
+      const Json* js = json_field(*rf, "json_schema");
+      if (!js || !js->is_object())
+        throw bad_request("'response_format.json_schema' is required for type json_schema",
+                          "response_format.json_schema");
+      auto name = json_string(*js, "name");
+      static const std::regex kName("^[A-Za-z0-9_-]{1,64}$");
+      if (!name || !std::regex_match(*name, kName))
+        throw bad_request("'response_format.json_schema.name' is required and must match ^[A-Za-z0-9_-]{1,64}$",
+                          "response_format.json_schema.name");
+      const Json* schema = json_field(*js, "schema");
+      if (schema && !schema->is_object())
+        throw bad_request("'response_format.json_schema.schema' must be an object", "response_format.json_schema.schema");
+      ++count;
+      out.kind = K::kJsonSchema;
+      out.schema = schema ? *schema : Json::object();
+    } else if (*type != "text") {
+      throw bad_request("'response_format.type' must be text, json_object or json_schema", "response_format.type");
+    }
+  }
+  if (count > 1)
+    throw bad_request("only one structured-output constraint (json, regex, choice, grammar, response_format) may be set",
+                      "structured_outputs");
+}
+
+}  // namespace
+
+void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
+  out.model = json_string(body, "model");
+  SamplingOptions& s = out.sampling;
+  s.temperature = json_number(body, "temperature", 0.0, 2.0);
+  s.top_p = json_number(body, "top_p", 0.0, 1.0);
+  if (s.top_p && *s.top_p <= 0.0) throw bad_request("'top_p' must be in (0, 1]", "top_p");
+  if (auto k = json_int(body, "top_k", -1, 1 << 30)) s.top_k = static_cast<int>(*k);
+  s.min_p = json_number(body, "min_p", 0.0, 1.0);
+  s.seed = json_int(body, "seed", INT64_MIN, INT64_MAX);
+  s.presence_penalty = json_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0);
+  s.frequency_penalty = json_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0);
+  s.repetition_penalty = json_number(body, "repetition_penalty", 1e-6, 100.0).value_or(1.0);
+  if (const Json* lb = json_field(body, "logit_bias")) {
+    if (!lb->is_object()) throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    for (auto it = lb->begin(); it != lb->end(); ++it) {
+      const std::string& key = it.key();
+      char* end = nullptr;
+      errno = 0;
+      long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX)
+        throw bad_request("'logit_bias' key '" + key + "' is not a token id", "logit_bias");
+      if (!it->is_number()) throw bad_request("'logit_bias' values must be numbers", "logit_bias");
+      double b = it->get<double>();
+      if (!(b >= -100.0 && b <= 100.0)) throw bad_request("'logit_bias' values must be between -100 and 100", "logit_bias");
+      s.logit_bias[static_cast<int32_t>(id)] = b;
+    }
+  }
+  s.stop = json_string_or_list(body, "stop", kMaxStopStrings);
+  s.stop_token_ids = json_int_list(body, "stop_token_ids", 0, INT32_MAX);
+  s.include_stop_str_in_output = json_bool(body, "include_stop_str_in_output").value_or(false);
+  s.ignore_eos = json_bool(body, "ignore_eos").value_or(false);
+  s.skip_special_tokens = json_bool(body, "skip_special_tokens").value_or(true);
+  s.min_tokens = static_cast<int>(json_int(body, "min_tokens", 0, 1 << 30).value_or(0));
+  if (chat_logprobs) {
+    s.logprobs = json_bool(body, "logprobs").value_or(false);
+    if (auto tl = json_int(body, "top_logprobs", 0, 20)) {
+      if (!s.logprobs) throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+      s.top_logprobs = static_cast<int>(*tl);
+    }
+  }
+  out.n = static_cast<int>(json_int(body, "n", 1, kMaxN).value_or(1));
+  out.stream = json_bool(body, "stream").value_or(false);
+  if (const Json* so = json_field(body, "stream_options")) {
+    require_object(*so, "stream_options");
+    if (!out.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    out.include_usage = json_bool(*so, "include_usage").value_or(false);
+  }
+  if (json_bool(body, "use_beam_search").value_or(false))
+    throw bad_request("beam search is not supported", "use_beam_search");
+  parse_structured(body, out.structured);
+  (void)kMaxTokensCap;
+}
+
+// Exposed for the three endpoints: max_completion_tokens wins over max_tokens.
+std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, const char* secondary, int64_t lo) {
+  auto a = json_int(body, primary, lo, kMaxTokensCap);
+  auto b = secondary ? json_int(body, secondary, lo, kMaxTokensCap) : std::nullopt;
+  return a ? a : b;
+}
+
+}  // namespace tf::server

@@ -1,0 +1,154 @@
+// POST /v1/responses request (api.md §3): input items, instructions, flat tools and
+// text.format are mapped onto an equivalent chat request, so validation, templating
+// and sampling are shared with /v1/chat/completions.
+#include "server/api_error.h"
+#include "server/openai_requests.h"
+
+namespace tf::server {
+
+namespace {
+
+Json content_to_chat(const Json& content, const std::string& param) {
+  if (content.is_string()) return content;
+  if (!content.is_array()) throw bad_request("'" + param + "' must be a string or an array", param);
+  Json parts = Json::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& p = content[i];
+    std::string pp = param + "[" + std::to_string(i) + "]";
+    if (!p.is_object()) throw bad_request("'" + pp + "' must be an object", pp);
+    std::string type = json_string(p, "type").value_or("input_text");
+    if (type == "input_text" || type == "output_text" || type == "text") {
+      auto text = json_string(p, "text");
+      if (!text) throw bad_request("'" + pp + ".text' is required", pp + ".text");
+      parts.push_back({{"type", "text"}, {"text", *text}});
+    } else if (type == "reasoning_text") {
+      continue;
+    } else {
+      throw bad_request("content part type '" + type + "' is not supported by this text-only model", pp + ".type");
+    }
+  }
+  return parts;
+}
+
+Json input_to_messages(const Json& input) {
+  Json messages = Json::array();
+  if (input.is_string()) {
+    messages.push_back({{"role", "user"}, {"content", input}});
+    return messages;
+  }
+  if (!input.is_array()) throw bad_request("'input' must be a string or a list of items", "input");
+  for (size_t i = 0; i < input.size(); ++i) {
+    const Json& item = input[i];
+    std::string pp = "input[" + std::to_string(i) + "]";
+    if (!item.is_object()) throw bad_request("'" + pp + "' must be an object", pp);
+    std::string type = json_string(item, "type").value_or("message");
+    if (type == "message") {
+      auto role = json_string(item, "role");
+      if (!role) throw bad_request("'" + pp + ".role' is required", pp + ".role");
+      const Json* content = json_field(item, "content");
+      if (!content) throw bad_request("'" + pp + ".content' is required", pp + ".content");
+      messages.push_back({{"role", *role}, {"content", content_to_chat(*content, pp + ".content")}});
+    } else if (type == "function_call") {
+      auto call_id = json_string(item, "call_id");
+      auto name = json_string(item, "name");
+      auto args = json_string(item, "arguments");
+      if (!call_id || !name || !args)
+        throw bad_request("'" + pp + "' function_call needs call_id, name and arguments", pp);
+      Json call = {{"id", *call_id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", *args}}}};
+      // Consecutive calls join one assistant message.
+      if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls")) {
+        messages.back()["tool_calls"].push_back(call);
+      } else {
+        messages.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", Json::array({call})}});
+      }
+    } else if (type == "function_call_output") {
+      auto call_id = json_string(item, "call_id");
+      const Json* output = json_field(item, "output");
+      if (!call_id || !output) throw bad_request("'" + pp + "' function_call_output needs call_id and output", pp);
+      messages.push_back({{"role", "tool"},
+                          {"tool_call_id", *call_id},
+                          {"content", output->is_string() ? *output : Json(output->dump())}});
+    } else if (type == "reasoning") {
+      continue;  // earlier reasoning is not replayed into the prompt
+    } else {
+      throw bad_request("input item type '" + type + "' is not supported", pp + ".type");
+    }
+  }
+  return messages;
+}
+
+}  // namespace
+
+ResponsesRequest parse_responses_request(const Json& body) {
+  require_object(body, "body");
+  if (json_field(body, "prompt")) throw bad_request("'prompt' templates are not supported", "prompt");
+  if (json_bool(body, "background").value_or(false))
+    throw bad_request("'background' responses are not supported", "background");
+  if (json_field(body, "previous_response_id"))
+    throw bad_request("'previous_response_id' is not supported: responses are not stored", "previous_response_id");
+  const Json* input = json_field(body, "input");
+  if (!input) throw bad_request("'input' is required", "input");
+  Json chat = Json::object();
+  Json messages = input_to_messages(*input);
+  if (auto instructions = json_string(body, "instructions"))
+    messages.insert(messages.begin(), Json{{"role", "system"}, {"content", *instructions}});
+  chat["messages"] = messages;
+  for (const char* f : {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stream", "parallel_tool_calls",
+                        "presence_penalty", "frequency_penalty", "repetition_penalty", "stop", "chat_template_kwargs"})
+    if (body.contains(f)) chat[f] = body[f];
+  if (auto mot = json_int(body, "max_output_tokens", 1, int64_t{1} << 40)) chat["max_completion_tokens"] = *mot;
+  if (const Json* tools = json_field(body, "tools")) {
+    if (!tools->is_array()) throw bad_request("'tools' must be an array", "tools");
+    Json nested = Json::array();
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const Json& t = (*tools)[i];
+      std::string pp = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object()) throw bad_request("'" + pp + "' must be an object", pp);
+      if (json_string(t, "type").value_or("function") != "function")
+        throw bad_request("only function tools are supported", pp + ".type");
+      Json f = {{"name", t.value("name", Json())}};
+      if (t.contains("description")) f["description"] = t["description"];
+      if (t.contains("parameters")) f["parameters"] = t["parameters"];
+      nested.push_back({{"type", "function"}, {"function", f}});
+    }
+    chat["tools"] = nested;
+  }
+  if (const Json* tc = json_field(body, "tool_choice")) {
+    if (tc->is_object() && tc->contains("name"))
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*tc)["name"]}}}};
+    else
+      chat["tool_choice"] = *tc;
+  }
+  if (const Json* text = json_field(body, "text")) {
+    require_object(*text, "text");
+    if (const Json* format = json_field(*text, "format")) {
+      require_object(*format, "text.format");
+      std::string type = json_string(*format, "type").value_or("text");
+      if (type == "json_schema") {
+        Json js = {{"name", format->value("name", Json())}, {"schema", format->value("schema", Json::object())}};
+        chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
+      } else {
+        chat["response_format"] = {{"type", type}};
+      }
+    }
+  }
+  if (const Json* reasoning = json_field(body, "reasoning")) {
+    require_object(*reasoning, "reasoning");
+    if (auto effort = json_string(*reasoning, "effort")) chat["reasoning_effort"] = *effort;
+  }
+  ResponsesRequest req;
+  req.chat = parse_chat_request(chat);
+  static_cast<CommonRequest&>(req) = static_cast<const CommonRequest&>(req.chat);
+  for (const char* f : {"instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "text",
+                        "reasoning", "max_output_tokens", "previous_response_id", "store", "metadata"})
+    req.echo[f] = body.contains(f) ? body[f] : Json();
+  if (req.echo["tools"].is_null()) req.echo["tools"] = Json::array();
+  if (req.echo["tool_choice"].is_null()) req.echo["tool_choice"] = "auto";
+  if (req.echo["parallel_tool_calls"].is_null()) req.echo["parallel_tool_calls"] = true;
+  if (req.echo["store"].is_null()) req.echo["store"] = false;
+  if (req.echo["text"].is_null()) req.echo["text"] = {{"format", {{"type", "text"}}}};
+  if (req.echo["metadata"].is_null()) req.echo["metadata"] = Json::object();
+  return req;
+}
+
+}  // namespace tf::server

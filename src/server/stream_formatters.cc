@@ -1,0 +1,191 @@
+// See stream_formatters.h.
+#include "server/stream_formatters.h"
+
+#include "server/api_error.h"
+
+namespace tf::server {
+
+namespace {
+const char* kDone = "data: [DONE]\n\n";
+}  // namespace
+
+// ---- chat ----
+
+std::string ChatStreamFormatter::start() {
+  std::string out;
+  for (int i = 0; i < n_; ++i)
+    out += sse_data(chat_chunk_json(meta_, i, {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}, nullptr));
+  return out;
+}
+
+std::string ChatStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
+  if (ev.kind == GenerationEvent::Kind::kDelta) {
+    Json delta = chat_delta_json(ev, include_reasoning_);
+    if (delta.is_null()) return "";
+    Json lp = logprobs_ && !ev.logprobs.empty() ? chat_logprobs_json(ev.logprobs) : Json();
+    return sse_data(chat_chunk_json(meta_, ev.choice, delta, nullptr, lp));
+  }
+  return sse_data(chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason)));
+}
+
+std::string ChatStreamFormatter::on_error(const Status& error) {
+  return sse_data(api_error_from_status(error).to_json()) + kDone;
+}
+
+std::string ChatStreamFormatter::on_done(const std::vector<ChoiceState>&, const UsageTotals& usage) {
+  std::string out;
+  if (include_usage_) {
+    Json chunk = {{"id", meta_.id},       {"object", "chat.completion.chunk"}, {"created", meta_.created},
+                  {"model", meta_.model}, {"system_fingerprint", nullptr},      {"choices", Json::array()},
+                  {"usage", chat_usage_json(usage)}};
+    out += sse_data(chunk);
+  }
+  return out + kDone;
+}
+
+// ---- completions ----
+
+std::string CompletionStreamFormatter::start() {
+  std::string out;
+  if (echo_.empty()) return out;
+  for (int i = 0; i < n_; ++i) out += sse_data(text_completion_chunk_json(meta_, index_offset_ + i, echo_, nullptr));
+  return out;
+}
+
+std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
+  if (ev.kind == GenerationEvent::Kind::kDelta) {
+    if (ev.content.empty()) return "";
+    Json lp = logprobs_ ? completion_logprobs_json(ev.logprobs, 0) : Json();
+    return sse_data(text_completion_chunk_json(meta_, index_offset_ + ev.choice, ev.content, nullptr, lp));
+  }
+  return sse_data(
+      text_completion_chunk_json(meta_, index_offset_ + ev.choice, "", finish_reason_name(state.finish_reason)));
+}
+
+std::string CompletionStreamFormatter::on_error(const Status& error) {
+  return sse_data(api_error_from_status(error).to_json()) + kDone;
+}
+
+std::string CompletionStreamFormatter::on_done(const std::vector<ChoiceState>&, const UsageTotals& usage) {
+  total_->prompt_tokens += usage.prompt_tokens;
+  total_->completion_tokens += usage.completion_tokens;
+  if (!last_) return "";
+  std::string out;
+  if (include_usage_) {
+    Json chunk = {{"id", meta_.id},       {"object", "text_completion"}, {"created", meta_.created},
+                  {"model", meta_.model}, {"choices", Json::array()},     {"usage", completion_usage_json(*total_)}};
+    out += sse_data(chunk);
+  }
+  return out + kDone;
+}
+
+// ---- responses ----
+
+std::string ResponsesStreamFormatter::emit(const std::string& type, Json payload) {
+  payload["type"] = type;
+  payload["sequence_number"] = seq_++;
+  return sse_event(type, payload);
+}
+
+std::string ResponsesStreamFormatter::start() {
+  Json r = response_object_json(meta_, echo_, "in_progress", Json::array(), nullptr);
+  std::string out = emit("response.created", {{"response", r}});
+  out += emit("response.in_progress", {{"response", r}});
+  return out;
+}
+
+std::string ResponsesStreamFormatter::close_item() {
+  if (open_ == Open::kNone) return "";
+  std::string out;
+  int idx = static_cast<int>(output_.size());
+  std::string id = item_["id"];
+  if (open_ == Open::kCall) {
+    if (text_.empty()) text_ = "{}";
+    out += emit("response.function_call_arguments.done",
+                {{"item_id", id}, {"output_index", idx}, {"name", item_["name"]}, {"arguments", text_}});
+    item_["arguments"] = text_;
+  } else {
+    bool reasoning = open_ == Open::kReasoning;
+    Json part = reasoning ? Json{{"type", "reasoning_text"}, {"text", text_}}
+                          : Json{{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}};
+    out += emit(reasoning ? "response.reasoning_text.done" : "response.output_text.done",
+                {{"item_id", id}, {"output_index", idx}, {"content_index", 0}, {"text", text_}});
+    out += emit("response.content_part.done", {{"item_id", id}, {"output_index", idx}, {"content_index", 0}, {"part", part}});
+    item_["content"] = Json::array({part});
+  }
+  item_["status"] = "completed";
+  out += emit("response.output_item.done", {{"output_index", idx}, {"item", item_}});
+  output_.push_back(item_);
+  open_ = Open::kNone;
+  text_.clear();
+  return out;
+}
+
+std::string ResponsesStreamFormatter::open_text_item(Open kind) {
+  std::string out = close_item();
+  int idx = static_cast<int>(output_.size());
+  std::string suffix = idx == 0 ? "" : "_" + std::to_string(idx);
+  bool reasoning = kind == Open::kReasoning;
+  std::string id = (reasoning ? "rs_" : "msg_") + meta_.id.substr(5) + suffix;
+  item_ = reasoning ? Json{{"type", "reasoning"}, {"id", id}, {"summary", Json::array()}, {"content", Json::array()},
+                           {"status", "in_progress"}}
+                    : Json{{"type", "message"}, {"id", id}, {"role", "assistant"}, {"status", "in_progress"},
+                           {"content", Json::array()}};
+  out += emit("response.output_item.added", {{"output_index", idx}, {"item", item_}});
+  Json part = reasoning ? Json{{"type", "reasoning_text"}, {"text", ""}}
+                        : Json{{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}};
+  out += emit("response.content_part.added", {{"item_id", id}, {"output_index", idx}, {"content_index", 0}, {"part", part}});
+  open_ = kind;
+  return out;
+}
+
+std::string ResponsesStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState&) {
+  if (ev.kind != GenerationEvent::Kind::kDelta || ev.choice != 0) return "";
+  std::string out;
+  if (!ev.reasoning.empty()) {
+    if (open_ != Open::kReasoning) out += open_text_item(Open::kReasoning);
+    text_ += ev.reasoning;
+    out += emit("response.reasoning_text.delta", {{"item_id", item_["id"]}, {"output_index", output_.size()},
+                                                  {"content_index", 0}, {"delta", ev.reasoning}});
+  }
+  if (!ev.content.empty()) {
+    if (open_ != Open::kMessage) out += open_text_item(Open::kMessage);
+    text_ += ev.content;
+    out += emit("response.output_text.delta", {{"item_id", item_["id"]}, {"output_index", output_.size()},
+                                               {"content_index", 0}, {"delta", ev.content}, {"logprobs", Json::array()}});
+  }
+  for (const ToolCallDelta& t : ev.tool_calls) {
+    if (open_ != Open::kCall || t.index != call_index_) {
+      out += close_item();
+      call_index_ = t.index;
+      int idx = static_cast<int>(output_.size());
+      item_ = {{"type", "function_call"}, {"id", "fc_" + meta_.id.substr(5) + "_" + std::to_string(t.index)},
+               {"call_id", t.id},         {"name", t.name},
+               {"arguments", ""},         {"status", "in_progress"}};
+      out += emit("response.output_item.added", {{"output_index", idx}, {"item", item_}});
+      open_ = Open::kCall;
+    }
+    if (!t.arguments.empty()) {
+      text_ += t.arguments;
+      out += emit("response.function_call_arguments.delta",
+                  {{"item_id", item_["id"]}, {"output_index", output_.size()}, {"delta", t.arguments}});
+    }
+  }
+  return out;
+}
+
+std::string ResponsesStreamFormatter::on_error(const Status& error) {
+  ApiError e = api_error_from_status(error);
+  return emit("error", {{"code", e.code() ? Json(*e.code()) : Json()}, {"message", e.what()}, {"param", nullptr}});
+}
+
+std::string ResponsesStreamFormatter::on_done(const std::vector<ChoiceState>& choices, const UsageTotals& usage) {
+  std::string out = close_item();
+  bool incomplete = !choices.empty() && choices[0].finish_reason == FinishReason::kLength;
+  Json r = response_object_json(meta_, echo_, incomplete ? "incomplete" : "completed", output_,
+                                response_usage_json(usage));
+  out += emit(incomplete ? "response.incomplete" : "response.completed", {{"response", r}});
+  return out;
+}
+
+}  // namespace tf::server

@@ -1,0 +1,75 @@
+// The BPE model of a Hugging Face tokenizer.json: vocabulary, ranked merges (both the "a b"
+// string form and the ["a", "b"] pair form), unk token, byte_fallback (<0xNN> tokens),
+// ignore_merges (a word found whole in the vocabulary is one token), continuing_subword_prefix
+// and end_of_word_suffix. Words are merged with a priority queue over (rank, position), so a word
+// of n symbols costs O(n log n); results for short words are cached.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/status.h"
+
+namespace tf::text {
+
+using TokenId = int32_t;
+
+class BpeModel {
+ public:
+  // Reads a tokenizer.json "model" object whose "type" is "BPE" (or absent, with merges).
+  static Expected<BpeModel> from_json(const nlohmann::json& model);
+
+  BpeModel(BpeModel&& other) noexcept;
+  BpeModel& operator=(BpeModel&&) = delete;
+
+  // Appends the ids of one pre-tokenized word.
+  void encode_word(std::string_view word, std::vector<TokenId>& out) const;
+
+  std::optional<TokenId> token_to_id(std::string_view token) const;
+  // Empty optional for ids outside the vocabulary.
+  const std::string* id_to_token(TokenId id) const;
+  // One past the largest id of the vocabulary.
+  size_t vocab_size() const { return id_to_token_.size(); }
+
+ private:
+  BpeModel() = default;
+  struct PairHash {
+    size_t operator()(uint64_t k) const { return std::hash<uint64_t>()(k * 0x9E3779B97F4A7C15ull); }
+  };
+  struct Merge {
+    uint32_t rank;
+    TokenId merged;
+  };
+  static uint64_t pair_key(TokenId a, TokenId b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  void merge_word(std::string_view word, std::vector<TokenId>& out) const;
+
+  std::unordered_map<std::string, TokenId> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::vector<bool> has_token_;
+  std::unordered_map<uint64_t, Merge, PairHash> merges_;
+  std::optional<TokenId> unk_;
+  std::string continuing_subword_prefix_;
+  std::string end_of_word_suffix_;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  bool fuse_unk_ = false;
+  TokenId byte_tokens_[256];
+  bool have_byte_tokens_ = false;
+
+  // word -> ids, for words up to kMaxCachedWordBytes; cleared when it grows past kCacheCapacity.
+  static constexpr size_t kMaxCachedWordBytes = 256;
+  static constexpr size_t kCacheCapacity = 100000;
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<TokenId>> cache_;
+};
+
+}  // namespace tf::text

@@ -1,0 +1,174 @@
+// Chat-template rendering with transformers' variables (see chat_template.h).
+#include "text/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace tf {
+namespace {
+
+using nlohmann::ordered_json;
+
+Expected<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(path + ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::optional<std::string> token_string(const nlohmann::json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  const auto& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string rstrip(const std::string& s) {
+  size_t e = s.size();
+  while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\n' || s[e - 1] == '\t' || s[e - 1] == '\r')) --e;
+  return s.substr(0, e);
+}
+
+// vLLM-style normalisation of one message (see chat_template.h).
+Status normalise_message(ordered_json& m, size_t index) {
+  if (!m.is_object()) return invalid_argument("messages[" + std::to_string(index) + "]: must be an object");
+  if (m.contains("role") && m["role"] == "developer") m["role"] = "system";
+  if (m.contains("reasoning") && !m.contains("reasoning_content") && m["reasoning"].is_string())
+    m["reasoning_content"] = m["reasoning"];
+  if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+    for (auto& tc : m["tool_calls"]) {
+      ordered_json* fn =
+          tc.is_object() && tc.contains("function") && tc["function"].is_object() ? &tc["function"] : &tc;
+      if (!fn->is_object() || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) continue;
+      ordered_json parsed = ordered_json::parse((*fn)["arguments"].get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded() && parsed.is_object()) (*fn)["arguments"] = std::move(parsed);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool thinking_disabled(const ordered_json& kwargs) {
+  if (!kwargs.is_object()) return false;
+  auto effort = kwargs.find("reasoning_effort");
+  if (effort != kwargs.end() && effort->is_string() && effort->get<std::string>() == "none") return true;
+  auto enable = kwargs.find("enable_thinking");
+  return enable != kwargs.end() && enable->is_boolean() && !enable->get<bool>();
+}
+
+Expected<ChatTemplate> ChatTemplate::create(std::string_view source, const nlohmann::json& tokenizer_config,
+                                            std::string name) {
+  jinja::TemplateOptions options;
+  options.name = std::move(name);
+  TF_ASSIGN_OR_RETURN(auto tmpl, jinja::Template::parse(source, options));
+  return ChatTemplate(std::move(tmpl), token_string(tokenizer_config, "bos_token"),
+                      token_string(tokenizer_config, "eos_token"));
+}
+
+Expected<ChatTemplate> ChatTemplate::load(const std::string& template_path,
+                                          const std::string& tokenizer_config_path) {
+  TF_ASSIGN_OR_RETURN(std::string source, read_text_file(template_path));
+  nlohmann::json config = nlohmann::json::object();
+  if (!tokenizer_config_path.empty()) {
+    TF_ASSIGN_OR_RETURN(std::string text, read_text_file(tokenizer_config_path));
+    config = nlohmann::json::parse(text, nullptr, false);
+    if (config.is_discarded() || !config.is_object())
+      return invalid_argument(tokenizer_config_path + ": not a JSON object");
+  }
+  return create(source, config, template_path);
+}
+
+Expected<ordered_json> ChatTemplate::make_context(const ChatTemplateRequest& request) const {
+  if (!request.messages.is_array()) return invalid_argument("messages: must be an array");
+  if (!request.tools.is_null() && !request.tools.is_array())
+    return invalid_argument("tools: must be an array or null");
+  if (!request.kwargs.is_object()) return invalid_argument("chat template kwargs: must be an object");
+  ordered_json messages = request.messages;
+  for (size_t i = 0; i < messages.size(); ++i) TF_RETURN_IF_ERROR(normalise_message(messages[i], i));
+  // Same variables, in the same order, as transformers' render call.
+  ordered_json context = ordered_json::object();
+  context["messages"] = std::move(messages);
+  context["tools"] = request.tools;
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = request.add_generation_prompt;
+  if (bos_token_) context["bos_token"] = *bos_token_;
+  if (eos_token_) context["eos_token"] = *eos_token_;
+  for (auto it = request.kwargs.begin(); it != request.kwargs.end(); ++it) context[it.key()] = it.value();
+  return context;
+}
+
+Expected<ChatPrompt> ChatTemplate::render(const ChatTemplateRequest& request,
+                                          const jinja::RenderOptions& options) const {
+  TF_ASSIGN_OR_RETURN(ordered_json context, make_context(request));
+  TF_ASSIGN_OR_RETURN(std::string text, template_.render(context, options));
+  ChatPrompt prompt;
+  prompt.text = std::move(text);
+  if (request.add_generation_prompt && ends_with(rstrip(prompt.text), kThinkStart) &&
+      thinking_disabled(request.kwargs)) {
+    prompt.text += kThinkEnd;
+    prompt.thinking_disabled = true;
+  }
+  prompt.reasoning_open = ends_with(rstrip(prompt.text), kThinkStart);
+  return prompt;
+}
+
+const std::vector<SpecialToken>& glm53_special_tokens() {
+  static const std::vector<SpecialToken> tokens = [] {
+    const char* texts[] = {"<|endoftext|>",
+                           "[MASK]",
+                           "[gMASK]",
+                           "[sMASK]",
+                           "<sop>",
+                           "<eop>",
+                           "<|system|>",
+                           "<|user|>",
+                           "<|assistant|>",
+                           "<|observation|>",
+                           "<|begin_of_image|>",
+                           "<|end_of_image|>",
+                           "<|begin_of_video|>",
+                           "<|end_of_video|>",
+                           "<|begin_of_audio|>",
+                           "<|end_of_audio|>",
+                           "<|begin_of_transcription|>",
+                           "<|end_of_transcription|>",
+                           "<|code_prefix|>",
+                           "<|code_middle|>",
+                           "<|code_suffix|>",
+                           "<think>",
+                           "</think>",
+                           "<tool_call>",
+                           "</tool_call>",
+                           "<tool_response>",
+                           "</tool_response>",
+                           "<arg_key>",
+                           "</arg_key>",
+                           "<arg_value>",
+                           "</arg_value>",
+                           "/nothink",
+                           "<|begin_of_box|>",
+                           "<|end_of_box|>",
+                           "<|image|>",
+                           "<|video|>"};
+    std::vector<SpecialToken> out;
+    int32_t id = 154820;
+    for (const char* t : texts) out.push_back(SpecialToken{id++, t});
+    return out;
+  }();
+  return tokens;
+}
+
+const std::vector<int32_t>& glm53_eos_token_ids() {
+  static const std::vector<int32_t> ids = {154820, 154827, 154829};
+  return ids;
+}
+
+}  // namespace tf

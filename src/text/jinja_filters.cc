@@ -1,0 +1,577 @@
+// Built-in filters and tests (see jinja_builtins.h). Each follows the jinja2 3.1 implementation of
+// the same name: argument names and defaults, what an Undefined input gives, and that map/select/
+// selectattr/reverse return one-shot iterators (truthy, no len()) rather than lists.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <unordered_map>
+
+#include "text/jinja_builtins.h"
+#include "text/jinja_ops.h"
+#include "text/jinja_strings.h"
+
+namespace tf::jinja {
+namespace {
+
+using Filter = std::function<Value(const Value&, CallArgs&)>;
+using Test = std::function<bool(const Value&, CallArgs&)>;
+
+// jinja2's make_attrgetter: "a.b.0" looks up each part with getitem (item first, then attribute).
+Value attribute_of(const Value& item, const std::string& path) {
+  Value v = item;
+  size_t start = 0;
+  while (true) {
+    size_t dot = path.find('.', start);
+    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    bool numeric =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    v = numeric ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    if (dot == std::string::npos) return v;
+    start = dot + 1;
+  }
+}
+
+// Sort/unique/min/max key: lowercased strings unless case_sensitive.
+Value sort_key(const Value& v, bool case_sensitive) {
+  if (!case_sensitive && v.is_string()) return Value(py_lower(v.str()));
+  return v;
+}
+
+CallArgs rest_args(CallArgs& args, size_t from) {
+  CallArgs rest;
+  for (size_t i = from; i < args.positional.size(); ++i) rest.positional.push_back(args.positional[i]);
+  rest.keyword = args.keyword;
+  return rest;
+}
+
+std::string require_string_arg(const Value& v, const char* what) {
+  if (!v.is_string()) throw JinjaError(std::string("TypeError: ") + what + " must be a string");
+  return v.str();
+}
+
+// select/reject/selectattr/rejectattr share this: args are (value, [attribute,] test, test args...).
+Value select_impl(const Value& input, CallArgs& args, bool with_attr, bool keep_on) {
+  size_t next = 0;
+  std::string attr;
+  if (with_attr) {
+    if (args.positional.empty()) throw JinjaError("TypeError: missing attribute name");
+    attr = require_string_arg(args.positional[0], "attribute");
+    next = 1;
+  }
+  std::string test;
+  if (args.positional.size() > next) test = require_string_arg(args.positional[next++], "test name");
+  CallArgs test_args = rest_args(args, next);
+  std::vector<Value> out;
+  for (const auto& item : iterate(input)) {
+    Value v = with_attr ? attribute_of(item, attr) : item;
+    CallArgs call = test_args;
+    bool r = test.empty() ? v.truthy() : apply_test(test, v, call);
+    if (r == keep_on) out.push_back(item);
+  }
+  return Value::iterator(std::move(out));
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> splitlines(const std::string& s) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == '\x1c' || c == '\x1d' || c == '\x1e') {
+      lines.push_back(s.substr(start, i - start));
+      if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+      start = i + 1;
+    }
+  }
+  if (start < s.size()) lines.push_back(s.substr(start));
+  return lines;
+}
+
+Value aggregate(const Value& input, CallArgs& args, bool want_max) {
+  ArgBinder b(want_max ? "max" : "min", args, {"case_sensitive", "attribute"});
+  bool cs = b.get(0, Value(false)).truthy();
+  Value attr = b.get(1, Value::none());
+  std::vector<Value> items = iterate(input);
+  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+  size_t best = 0;
+  auto key = [&](const Value& v) { return sort_key(attr.is_string() ? attribute_of(v, attr.str()) : v, cs); };
+  for (size_t i = 1; i < items.size(); ++i) {
+    Value a = key(items[i]), c = key(items[best]);
+    if (want_max ? value_less(c, a) : value_less(a, c)) best = i;
+  }
+  return items[best];
+}
+
+Value to_int(const Value& v, const Value& fallback, int base) {
+  if (v.is_bool() || v.is_int()) return Value(v.as_int());
+  if (v.is_float()) {
+    if (!std::isfinite(v.as_double())) return fallback;
+    return Value(static_cast<int64_t>(v.as_double()));
+  }
+  if (v.is_string()) {
+    std::string s = py_strip(v.str(), std::nullopt, true, true);
+    std::string digits;
+    for (char c : s)
+      if (c != '_') digits.push_back(c);
+    try {
+      size_t used = 0;
+      int64_t r = std::stoll(digits, &used, base);
+      if (used == digits.size() && !digits.empty()) return Value(r);
+    } catch (const std::exception&) {
+    }
+    try {
+      size_t used = 0;
+      double d = std::stod(s, &used);
+      if (used == s.size() && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+    } catch (const std::exception&) {
+    }
+  }
+  return fallback;
+}
+
+Value to_float(const Value& v, const Value& fallback) {
+  if (v.is_number()) return Value(v.as_double());
+  if (v.is_string()) {
+    std::string s = py_strip(v.str(), std::nullopt, true, true);
+    try {
+      size_t used = 0;
+      double d = std::stod(s, &used);
+      if (used == s.size()) return Value(d);
+    } catch (const std::exception&) {
+    }
+  }
+  return fallback;
+}
+
+// Python's round(x, n) rounds the exact binary value correctly (2.675 -> 2.67); printf does the same.
+double py_round(double x, int64_t digits) {
+  if (!std::isfinite(x)) return x;
+  if (digits >= 0 && digits < 300) {
+    char buf[400];
+    std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(digits), x);
+    return std::strtod(buf, nullptr);
+  }
+  double scale = std::pow(10.0, static_cast<double>(digits));
+  return std::nearbyint(x * scale) / scale;
+}
+
+const std::unordered_map<std::string, Filter>& filters() {
+  static const std::unordered_map<std::string, Filter> table = [] {
+    std::unordered_map<std::string, Filter> f;
+    f["abs"] = [](const Value& v, CallArgs&) {
+      if (v.is_float()) return Value(std::fabs(v.as_double()));
+      if (v.is_int() || v.is_bool()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+      throw JinjaError(std::string("TypeError: bad operand type for abs(): '") + v.type_name() + "'");
+    };
+    f["attr"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("attr", a, {"name"});
+      return get_attr(v, require_string_arg(b.required(0), "attribute name"));
+    };
+    f["batch"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("batch", a, {"linecount", "fill_with"});
+      int64_t n = b.required(0).as_int();
+      if (n <= 0) throw JinjaError("ValueError: batch size must be positive");
+      std::vector<Value> out, cur;
+      for (const auto& item : iterate(v)) {
+        cur.push_back(item);
+        if (static_cast<int64_t>(cur.size()) == n) {
+          out.push_back(Value::list(std::move(cur)));
+          cur.clear();
+        }
+      }
+      if (!cur.empty()) {
+        if (b.has(1) && !b.get(1).is_none())
+          while (static_cast<int64_t>(cur.size()) < n) cur.push_back(b.get(1));
+        out.push_back(Value::list(std::move(cur)));
+      }
+      return Value::iterator(std::move(out));
+    };
+    f["capitalize"] = [](const Value& v, CallArgs&) { return Value(py_capitalize(v.to_str())); };
+    f["center"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("center", a, {"width"});
+      std::string s = v.to_str();
+      int64_t width = b.get(0, Value(int64_t{80})).as_int();
+      int64_t len = static_cast<int64_t>(utf8_length(s));
+      if (width <= len) return Value(s);
+      int64_t total = width - len;
+      int64_t left = total / 2 + (total & width & 1);
+      return Value(std::string(static_cast<size_t>(left), ' ') + s +
+                   std::string(static_cast<size_t>(total - left), ' '));
+    };
+    f["default"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("default", a, {"default_value", "boolean"});
+      bool boolean = b.get(1, Value(false)).truthy();
+      if (v.is_undefined() || (boolean && !v.truthy())) return b.get(0, Value(""));
+      return v;
+    };
+    f["d"] = f["default"];
+    f["dictsort"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("dictsort", a, {"case_sensitive", "by", "reverse"});
+      if (!v.is_dict()) throw JinjaError("FilterArgumentError: dictsort expects a mapping");
+      bool cs = b.get(0, Value(false)).truthy();
+      std::string by = b.get(1, Value("key")).to_str();
+      if (by != "key" && by != "value")
+        throw JinjaError("FilterArgumentError: You can only sort by either \"key\" or \"value\"");
+      size_t pos = by == "key" ? 0 : 1;
+      std::vector<Value> items;
+      for (const auto& [k, val] : v.dict_data().entries) items.push_back(Value::tuple({k, val}));
+      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+        return value_less(sort_key(x.items()[pos], cs), sort_key(y.items()[pos], cs));
+      });
+      if (b.get(2, Value(false)).truthy()) std::reverse(items.begin(), items.end());
+      return Value::list(std::move(items));
+    };
+    f["escape"] = [](const Value& v, CallArgs&) { return Value(html_escape(v.to_str())); };
+    f["e"] = f["escape"];
+    f["forceescape"] = f["escape"];
+    f["format"] = [](const Value& v, CallArgs& a) {
+      if (!a.keyword.empty())
+        throw JinjaError("FilterArgumentError: format takes positional arguments only here");
+      return Value(percent_format(v.to_str(), a.positional));
+    };
+    f["first"] = [](const Value& v, CallArgs&) {
+      std::vector<Value> items = iterate(v);
+      if (items.empty()) return Value::undefined("No first item, sequence was empty.");
+      return items.front();
+    };
+    f["last"] = [](const Value& v, CallArgs&) {
+      if (v.is_undefined() || v.is_iterator())
+        throw JinjaError(std::string("TypeError: '") + v.type_name() + "' object is not reversible");
+      std::vector<Value> items = iterate(v);
+      if (items.empty()) return Value::undefined("No last item, sequence was empty.");
+      return items.back();
+    };
+    f["float"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("float", a, {"default"});
+      return to_float(v, b.get(0, Value(0.0)));
+    };
+    f["int"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("int", a, {"default", "base"});
+      return to_int(v, b.get(0, Value(int64_t{0})), static_cast<int>(b.get(1, Value(int64_t{10})).as_int()));
+    };
+    f["indent"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("indent", a, {"width", "first", "blank"});
+      Value width = b.get(0, Value(int64_t{4}));
+      std::string ind = width.is_string()
+                            ? width.str()
+                            : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
+      std::string s = v.to_str() + "\n";
+      std::vector<std::string> lines = splitlines(s);
+      std::string rv;
+      if (b.get(2, Value(false)).truthy()) {
+        for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
+      } else {
+        rv = lines.empty() ? "" : lines[0];
+        for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
+      }
+      if (b.get(1, Value(false)).truthy()) rv = ind + rv;
+      return Value(rv);
+    };
+    f["items"] = [](const Value& v, CallArgs&) {
+      if (v.is_undefined()) return Value::iterator({});
+      if (!v.is_dict()) throw JinjaError("TypeError: Can only get item pairs from a mapping.");
+      std::vector<Value> items;
+      for (const auto& [k, val] : v.dict_data().entries) items.push_back(Value::tuple({k, val}));
+      return Value::iterator(std::move(items));
+    };
+    f["join"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("join", a, {"d", "attribute"});
+      std::string sep = b.get(0, Value("")).to_str();
+      Value attr = b.get(1, Value::none());
+      std::string out;
+      bool first = true;
+      for (const auto& item : iterate(v)) {
+        if (!first) out += sep;
+        first = false;
+        out += (attr.is_none() ? item : attribute_of(item, attr.to_str())).to_str();
+      }
+      return Value(out);
+    };
+    f["length"] = [](const Value& v, CallArgs&) { return Value(length_of(v)); };
+    f["count"] = f["length"];
+    f["list"] = [](const Value& v, CallArgs&) { return Value::list(iterate(v)); };
+    f["lower"] = [](const Value& v, CallArgs&) { return Value(py_lower(v.to_str())); };
+    f["upper"] = [](const Value& v, CallArgs&) { return Value(py_upper(v.to_str())); };
+    f["map"] = [](const Value& v, CallArgs& a) {
+      std::vector<Value> out;
+      const Value* attr = nullptr;
+      Value fallback;
+      for (const auto& [k, val] : a.keyword) {
+        if (k == "attribute")
+          attr = &val;
+        else if (k == "default")
+          fallback = val;
+      }
+      if (attr) {
+        for (const auto& item : iterate(v)) {
+          Value r = attribute_of(item, attr->to_str());
+          out.push_back(r.is_undefined() && !fallback.is_undefined() ? fallback : r);
+        }
+        return Value::iterator(std::move(out));
+      }
+      if (a.positional.empty()) throw JinjaError("FilterArgumentError: map requires a filter argument");
+      std::string name = require_string_arg(a.positional[0], "filter name");
+      CallArgs rest = rest_args(a, 1);
+      for (const auto& item : iterate(v)) {
+        CallArgs call = rest;
+        out.push_back(apply_filter(name, item, call));
+      }
+      return Value::iterator(std::move(out));
+    };
+    f["max"] = [](const Value& v, CallArgs& a) { return aggregate(v, a, true); };
+    f["min"] = [](const Value& v, CallArgs& a) { return aggregate(v, a, false); };
+    f["select"] = [](const Value& v, CallArgs& a) { return select_impl(v, a, false, true); };
+    f["reject"] = [](const Value& v, CallArgs& a) { return select_impl(v, a, false, false); };
+    f["selectattr"] = [](const Value& v, CallArgs& a) { return select_impl(v, a, true, true); };
+    f["rejectattr"] = [](const Value& v, CallArgs& a) { return select_impl(v, a, true, false); };
+    f["replace"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("replace", a, {"old", "new", "count"});
+      Value count = b.get(2, Value::none());
+      return Value(py_replace(v.to_str(), b.required(0).to_str(), b.required(1).to_str(),
+                              count.is_none() ? -1 : count.as_int()));
+    };
+    f["reverse"] = [](const Value& v, CallArgs&) {
+      if (v.is_string()) {
+        std::u32string u = utf8_decode(v.str());
+        std::reverse(u.begin(), u.end());
+        return Value(utf8_encode(u));
+      }
+      std::vector<Value> items = iterate(v);
+      std::reverse(items.begin(), items.end());
+      return Value::iterator(std::move(items));
+    };
+    f["round"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("round", a, {"precision", "method"});
+      int64_t precision = b.get(0, Value(int64_t{0})).as_int();
+      std::string method = b.get(1, Value("common")).to_str();
+      if (method != "common" && method != "ceil" && method != "floor")
+        throw JinjaError("FilterArgumentError: method must be common, ceil or floor");
+      if (!v.is_number())
+        throw JinjaError(std::string("TypeError: type ") + v.type_name() +
+                         " doesn't define __round__ method");
+      if (method == "common") {
+        if (!v.is_float()) return Value(v.as_int());
+        return Value(py_round(v.as_double(), precision));
+      }
+      double scale = std::pow(10.0, static_cast<double>(precision));
+      double x = v.as_double() * scale;
+      return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+    };
+    f["safe"] = [](const Value& v, CallArgs&) { return v.is_string() ? v : Value(v.to_str()); };
+    f["sort"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("sort", a, {"reverse", "case_sensitive", "attribute"});
+      bool reverse = b.get(0, Value(false)).truthy();
+      bool cs = b.get(1, Value(false)).truthy();
+      Value attr = b.get(2, Value::none());
+      std::vector<Value> items = iterate(v);
+      auto key = [&](const Value& x) {
+        return sort_key(attr.is_none() ? x : attribute_of(x, attr.to_str()), cs);
+      };
+      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+        return reverse ? value_less(key(y), key(x)) : value_less(key(x), key(y));
+      });
+      return Value::list(std::move(items));
+    };
+    f["string"] = [](const Value& v, CallArgs&) { return Value(v.to_str()); };
+    f["sum"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("sum", a, {"attribute", "start"});
+      Value attr = b.get(0, Value::none());
+      Value total = b.get(1, Value(int64_t{0}));
+      for (const auto& item : iterate(v))
+        total = binary_op("+", total, attr.is_none() ? item : attribute_of(item, attr.to_str()));
+      return total;
+    };
+    f["title"] = [](const Value& v, CallArgs&) {
+      // jinja2 splits at runs of "-", whitespace and opening brackets, capitalising each piece.
+      std::string s = v.to_str(), out;
+      size_t i = 0;
+      auto is_sep = [](char c) {
+        return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' ||
+               py_isspace(static_cast<unsigned char>(c));
+      };
+      while (i < s.size()) {
+        size_t j = i;
+        bool sep = is_sep(s[i]);
+        while (j < s.size() && is_sep(s[j]) == sep) ++j;
+        std::string piece = s.substr(i, j - i);
+        if (!sep) {
+          std::u32string u = utf8_decode(piece);
+          piece = py_upper(utf8_encode(std::u32string_view(u).substr(0, 1))) +
+                  py_lower(utf8_encode(std::u32string_view(u).substr(1)));
+        }
+        out += piece;
+        i = j;
+      }
+      return Value(out);
+    };
+    f["tojson"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"});
+      JsonDumpOptions o;
+      o.ensure_ascii = b.get(0, Value(false)).truthy();
+      Value indent = b.get(1, Value::none());
+      if (indent.is_string()) {
+        o.has_indent = true;
+        o.indent = indent.str();
+      } else if (indent.is_int() || indent.is_bool()) {
+        o.has_indent = true;
+        o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
+      } else if (!indent.is_none()) {
+        throw JinjaError("TypeError: tojson indent must be an int or a string");
+      }
+      Value seps = b.get(2, Value::none());
+      if (!seps.is_none()) {
+        if (!seps.is_list() || seps.items().size() != 2)
+          throw JinjaError("ValueError: separators must be a pair");
+        o.has_separators = true;
+        o.item_separator = seps.items()[0].to_str();
+        o.key_separator = seps.items()[1].to_str();
+      }
+      o.sort_keys = b.get(3, Value(false)).truthy();
+      return Value(json_dumps(v, o));
+    };
+    f["trim"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("trim", a, {"chars"});
+      Value chars = b.get(0, Value::none());
+      return Value(py_strip(v.to_str(),
+                            chars.is_none() ? std::nullopt : std::optional<std::string>(chars.to_str()), true,
+                            true));
+    };
+    f["unique"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("unique", a, {"case_sensitive", "attribute"});
+      bool cs = b.get(0, Value(false)).truthy();
+      Value attr = b.get(1, Value::none());
+      std::vector<Value> out, seen;
+      for (const auto& item : iterate(v)) {
+        Value key = sort_key(attr.is_none() ? item : attribute_of(item, attr.to_str()), cs);
+        bool dup =
+            std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); });
+        if (!dup) {
+          seen.push_back(key);
+          out.push_back(item);
+        }
+      }
+      return Value::iterator(std::move(out));
+    };
+    f["wordcount"] = [](const Value& v, CallArgs&) {
+      return Value(static_cast<int64_t>(py_split(v.to_str(), std::nullopt, -1).size()));
+    };
+    return f;
+  }();
+  return table;
+}
+
+bool number_mod_zero(const Value& v, const Value& d) {
+  if (!v.is_number() || !d.is_number()) throw JinjaError("TypeError: divisibility needs numbers");
+  Value r = binary_op("%", v, d);
+  return r.as_double() == 0;
+}
+
+bool same_as(const Value& a, const Value& b) {
+  if (a.kind() != b.kind()) return false;
+  if (a.identity() || b.identity()) return a.identity() == b.identity();
+  return values_equal(a, b);
+}
+
+const std::unordered_map<std::string, Test>& tests() {
+  static const std::unordered_map<std::string, Test> table = [] {
+    std::unordered_map<std::string, Test> t;
+    auto arg0 = [](CallArgs& a, const char* name) -> const Value& {
+      ArgBinder b(name, a, {"other"});
+      return b.required(0);
+    };
+    t["defined"] = [](const Value& v, CallArgs&) { return !v.is_undefined(); };
+    t["undefined"] = [](const Value& v, CallArgs&) { return v.is_undefined(); };
+    t["none"] = [](const Value& v, CallArgs&) { return v.is_none(); };
+    t["boolean"] = [](const Value& v, CallArgs&) { return v.is_bool(); };
+    t["true"] = [](const Value& v, CallArgs&) { return v.is_bool() && v.as_bool(); };
+    t["false"] = [](const Value& v, CallArgs&) { return v.is_bool() && !v.as_bool(); };
+    t["integer"] = [](const Value& v, CallArgs&) { return v.is_int(); };
+    t["float"] = [](const Value& v, CallArgs&) { return v.is_float(); };
+    t["number"] = [](const Value& v, CallArgs&) { return v.is_number(); };
+    t["string"] = [](const Value& v, CallArgs&) { return v.is_string(); };
+    t["mapping"] = [](const Value& v, CallArgs&) { return v.is_dict(); };
+    t["iterable"] = [](const Value& v, CallArgs&) {
+      return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+    };
+    t["sequence"] = [](const Value& v, CallArgs&) {
+      return v.is_string() || (v.is_list() && !v.is_iterator()) || v.is_dict();
+    };
+    t["callable"] = [](const Value& v, CallArgs&) { return v.is_callable(); };
+    t["lower"] = [](const Value& v, CallArgs&) { return v.is_string() && py_lower(v.str()) == v.str(); };
+    t["upper"] = [](const Value& v, CallArgs&) { return v.is_string() && py_upper(v.str()) == v.str(); };
+    t["escaped"] = [](const Value&, CallArgs&) { return false; };
+    t["odd"] = [](const Value& v, CallArgs&) { return !number_mod_zero(v, Value(int64_t{2})); };
+    t["even"] = [](const Value& v, CallArgs&) { return number_mod_zero(v, Value(int64_t{2})); };
+    t["divisibleby"] = [arg0](const Value& v, CallArgs& a) {
+      return number_mod_zero(v, arg0(a, "divisibleby"));
+    };
+    t["eq"] = [arg0](const Value& v, CallArgs& a) { return values_equal(v, arg0(a, "eq")); };
+    t["equalto"] = t["=="] = t["eq"];
+    t["ne"] = [arg0](const Value& v, CallArgs& a) { return !values_equal(v, arg0(a, "ne")); };
+    t["!="] = t["ne"];
+    t["lt"] = [arg0](const Value& v, CallArgs& a) { return compare_op("<", v, arg0(a, "lt")); };
+    t["lessthan"] = t["<"] = t["lt"];
+    t["le"] = [arg0](const Value& v, CallArgs& a) { return compare_op("<=", v, arg0(a, "le")); };
+    t["<="] = t["le"];
+    t["gt"] = [arg0](const Value& v, CallArgs& a) { return compare_op(">", v, arg0(a, "gt")); };
+    t["greaterthan"] = t[">"] = t["gt"];
+    t["ge"] = [arg0](const Value& v, CallArgs& a) { return compare_op(">=", v, arg0(a, "ge")); };
+    t[">="] = t["ge"];
+    t["in"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("in", a, {"seq"});
+      return contains(b.required(0), v);
+    };
+    t["sameas"] = [arg0](const Value& v, CallArgs& a) { return same_as(v, arg0(a, "sameas")); };
+    t["filter"] = [](const Value& v, CallArgs&) { return v.is_string() && has_filter(v.str()); };
+    t["test"] = [](const Value& v, CallArgs&) { return v.is_string() && has_test(v.str()); };
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+bool has_filter(const std::string& name) { return filters().count(name) != 0; }
+
+Value apply_filter(const std::string& name, const Value& input, CallArgs& args) {
+  auto it = filters().find(name);
+  if (it == filters().end()) throw JinjaError("TemplateAssertionError: No filter named '" + name + "'.");
+  return it->second(input, args);
+}
+
+bool has_test(const std::string& name) { return tests().count(name) != 0; }
+
+bool apply_test(const std::string& name, const Value& input, CallArgs& args) {
+  auto it = tests().find(name);
+  if (it == tests().end()) throw JinjaError("TemplateAssertionError: No test named '" + name + "'.");
+  return it->second(input, args);
+}
+
+}  // namespace tf::jinja

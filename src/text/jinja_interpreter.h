@@ -1,0 +1,53 @@
+// Tree-walking renderer for a parsed template. Scoping follows jinja2: a for-loop iteration, a macro
+// call and a `with` block open a scope; `if` does not; `set` writes the innermost scope, so a set
+// inside a loop is gone after the loop (use a namespace to carry state out). Macros see the scope
+// they were defined in at call time, like Python closures. Globals (context variables and
+// functions) sit below the template's top-level scope.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "text/jinja_ast.h"
+
+namespace tf::jinja {
+
+struct Scope {
+  std::unordered_map<std::string, Value> vars;
+  std::shared_ptr<Scope> parent;
+};
+
+class Interpreter {
+ public:
+  // `globals` is a dict of names visible everywhere (context variables and global functions).
+  explicit Interpreter(Value globals);
+  // Throws JinjaError with the line and column of the failing node.
+  std::string render(const Body& body);
+
+ private:
+  enum class Control { kNone, kBreak, kContinue };
+
+  void exec_body(const Body& body, std::string& out);
+  void exec(const Stmt& s, std::string& out);
+  void exec_for(const Stmt& s, std::string& out);
+  void exec_set(const Stmt& s, std::string& out);
+  void exec_call_block(const Stmt& s, std::string& out);
+  Value make_macro(const Stmt& s, std::shared_ptr<Scope> closure, const std::string& name);
+  Value eval(const Expr& e);
+  Value eval_inner(const Expr& e);
+  Value eval_filter(const Expr& e, const Value* input_override);
+  void eval_call_args(const Expr& e, CallArgs& args);
+  Value lookup(const std::string& name) const;
+  void assign(const std::string& name, Value v);
+  void assign_targets(const std::vector<std::string>& targets, const Value& v);
+
+  Value globals_;
+  std::shared_ptr<Scope> scope_;
+  std::vector<std::shared_ptr<Scope>> closures_;  // scopes that macros close over (weakly)
+  Control control_ = Control::kNone;
+  int depth_ = 0;
+};
+
+}  // namespace tf::jinja

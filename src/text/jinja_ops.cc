@@ -1,0 +1,402 @@
+// Operators, access and iteration with Python semantics (see jinja_ops.h).
+#include "text/jinja_ops.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "text/jinja_strings.h"
+
+namespace tf::jinja {
+
+[[noreturn]] void fail_undefined(const Value& undefined) {
+  throw JinjaError("UndefinedError: " +
+                   (undefined.str().empty() ? std::string("value is undefined") : undefined.str()));
+}
+
+static Value missing_attribute(const Value& obj, const std::string& name) {
+  return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute '" + name + "'");
+}
+
+Value get_attr(const Value& obj, const std::string& name) {
+  if (obj.is_undefined()) fail_undefined(obj);
+  if (!name.empty() && name[0] == '_') return missing_attribute(obj, name);  // sandbox: no private attributes
+  Value method = get_method(obj, name);
+  if (!method.is_undefined()) return method;
+  if (obj.is_dict() || obj.is_namespace()) {
+    if (const Value* v = obj.dict_data().find(name)) return *v;
+  }
+  return missing_attribute(obj, name);
+}
+
+Value get_item(const Value& obj, const Value& key) {
+  if (obj.is_dict()) {
+    if (const Value* v = obj.dict_data().find(key)) return *v;
+  } else if ((obj.is_list() && !obj.is_iterator()) || obj.is_string()) {
+    if (key.is_int() || key.is_bool()) {
+      int64_t n = obj.is_list() ? static_cast<int64_t>(obj.items().size()) : length_of(obj);
+      int64_t i = key.as_int();
+      if (i < 0) i += n;
+      if (i >= 0 && i < n) {
+        if (obj.is_list()) return obj.items()[static_cast<size_t>(i)];
+        if (is_ascii(obj.str())) return Value(std::string(1, obj.str()[static_cast<size_t>(i)]));
+        std::u32string u = utf8_decode(obj.str());
+        return Value(utf8_encode(std::u32string_view(&u[static_cast<size_t>(i)], 1)));
+      }
+    }
+  }
+  // jinja2: when obj[key] fails and key is a string, fall back to the attribute.
+  if (key.is_string()) return get_attr(obj, key.str());
+  if (obj.is_undefined()) return Value::undefined(obj.str());
+  return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute '" + key.to_str() +
+                          "'");
+}
+
+Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop,
+                std::optional<int64_t> step) {
+  if (obj.is_list() && !obj.is_iterator()) {
+    const auto& items = obj.items();
+    std::vector<Value> out;
+    for (int64_t i : py_slice_indices(static_cast<int64_t>(items.size()), start, stop, step))
+      out.push_back(items[static_cast<size_t>(i)]);
+    return obj.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+  }
+  if (obj.is_string()) {
+    std::u32string u = utf8_decode(obj.str());
+    std::u32string out;
+    for (int64_t i : py_slice_indices(static_cast<int64_t>(u.size()), start, stop, step))
+      out.push_back(u[static_cast<size_t>(i)]);
+    return Value(utf8_encode(out));
+  }
+  return Value::undefined("'" + std::string(obj.type_name()) + " object' is not subscriptable");
+}
+
+static std::string type_error(const char* op, const Value& a, const Value& b) {
+  return std::string("TypeError: unsupported operand type(s) for ") + op + ": '" + a.type_name() + "' and '" +
+         b.type_name() + "'";
+}
+
+static int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+static Value repeat(const Value& seq, int64_t n) {
+  constexpr int64_t kMaxRepeat = int64_t{1} << 26;  // refuse to build values of 64M+ elements/bytes
+  int64_t unit =
+      seq.is_string() ? static_cast<int64_t>(seq.str().size()) : static_cast<int64_t>(seq.items().size());
+  if (n > 0 && unit > 0 && n > kMaxRepeat / unit)
+    throw JinjaError("MemoryError: repeated sequence is too large");
+  if (seq.is_string()) {
+    std::string out;
+    for (int64_t i = 0; i < n; ++i) out += seq.str();
+    return Value(std::move(out));
+  }
+  std::vector<Value> out;
+  for (int64_t i = 0; i < n; ++i)
+    for (const auto& v : seq.items()) out.push_back(v);
+  return Value::list(std::move(out));
+}
+
+// Python integers are unbounded; ours are 64-bit and overflow is reported instead of wrapping.
+static Value checked(bool overflow, int64_t r) {
+  if (overflow) throw JinjaError("OverflowError: integer result does not fit in 64 bits");
+  return Value(r);
+}
+
+Value binary_op(const std::string& op, const Value& a, const Value& b) {
+  if (op == "~") return Value(a.to_str() + b.to_str());
+  if (a.is_undefined()) fail_undefined(a);
+  if (b.is_undefined()) fail_undefined(b);
+  const bool numbers = a.is_number() && b.is_number();
+  const bool ints = numbers && !a.is_float() && !b.is_float();
+  if (op == "+") {
+    int64_t r = 0;
+    if (ints) {
+      bool overflow = __builtin_add_overflow(a.as_int(), b.as_int(), &r);
+      return checked(overflow, r);
+    }
+    if (numbers) return Value(a.as_double() + b.as_double());
+    if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_iterator() && !b.is_iterator()) {
+      std::vector<Value> out = a.items();
+      out.insert(out.end(), b.items().begin(), b.items().end());
+      return a.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+    }
+    if ((a.is_string() && b.is_number()) || (a.is_number() && b.is_string()))
+      throw JinjaError(std::string("TypeError: can only concatenate str (not \"") +
+                       (a.is_string() ? b : a).type_name() + "\") to str");
+    throw JinjaError(type_error("+", a, b));
+  }
+  if (op == "-") {
+    int64_t r = 0;
+    if (ints) {
+      bool overflow = __builtin_sub_overflow(a.as_int(), b.as_int(), &r);
+      return checked(overflow, r);
+    }
+    if (numbers) return Value(a.as_double() - b.as_double());
+    throw JinjaError(type_error("-", a, b));
+  }
+  if (op == "*") {
+    int64_t r = 0;
+    if (ints) {
+      bool overflow = __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+      return checked(overflow, r);
+    }
+    if (numbers) return Value(a.as_double() * b.as_double());
+    if ((a.is_string() || (a.is_list() && !a.is_iterator())) && (b.is_int() || b.is_bool()))
+      return repeat(a, b.as_int());
+    if ((b.is_string() || (b.is_list() && !b.is_iterator())) && (a.is_int() || a.is_bool()))
+      return repeat(b, a.as_int());
+    throw JinjaError(type_error("*", a, b));
+  }
+  if (op == "/") {
+    if (!numbers) throw JinjaError(type_error("/", a, b));
+    if (b.as_double() == 0) throw JinjaError("ZeroDivisionError: division by zero");
+    return Value(a.as_double() / b.as_double());
+  }
+  if (op == "//" || op == "%") {
+    if (!numbers) {
+      if (op == "%" && a.is_string())
+        return Value(percent_format(a.str(), b.is_tuple() ? b.items() : std::vector<Value>{b}));
+      throw JinjaError(type_error(op.c_str(), a, b));
+    }
+    if (b.as_double() == 0)
+      throw JinjaError(op == "%" ? "ZeroDivisionError: integer modulo by zero"
+                                 : "ZeroDivisionError: integer division by zero");
+    if (ints) {
+      int64_t q = floor_div(a.as_int(), b.as_int());
+      return op == "//" ? Value(q) : Value(a.as_int() - q * b.as_int());
+    }
+    double x = a.as_double(), y = b.as_double();
+    double q = std::floor(x / y);
+    if (op == "//") return Value(q);
+    double r = std::fmod(x, y);
+    if (r != 0 && ((r < 0) != (y < 0))) r += y;
+    return Value(r);
+  }
+  if (op == "**") {
+    if (!numbers) throw JinjaError(type_error("** or pow()", a, b));
+    if (ints && b.as_int() >= 0) {
+      int64_t result = 1, base = a.as_int();
+      bool overflow = false;
+      for (int64_t e = b.as_int(); e > 0 && !overflow; e >>= 1) {
+        if (e & 1) overflow |= __builtin_mul_overflow(result, base, &result);
+        if (e > 1) overflow |= __builtin_mul_overflow(base, base, &base);
+      }
+      return checked(overflow, result);
+    }
+    return Value(std::pow(a.as_double(), b.as_double()));
+  }
+  throw JinjaError("unknown operator " + op);
+}
+
+std::string percent_format(const std::string& fmt, const std::vector<Value>& args) {
+  std::string out;
+  size_t next = 0;
+  auto take = [&]() -> const Value& {
+    if (next >= args.size()) throw JinjaError("TypeError: not enough arguments for format string");
+    return args[next++];
+  };
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    size_t j = i + 1;
+    std::string flags;
+    while (j < fmt.size() && std::string("-+ #0").find(fmt[j]) != std::string::npos)
+      flags.push_back(fmt[j++]);
+    std::string width, precision;
+    bool has_precision = false;
+    while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) width.push_back(fmt[j++]);
+    if (j < fmt.size() && fmt[j] == '.') {
+      has_precision = true;
+      ++j;
+      while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j])))
+        precision.push_back(fmt[j++]);
+    }
+    if (j >= fmt.size()) throw JinjaError("ValueError: incomplete format");
+    char conv = fmt[j];
+    i = j;
+    if (conv == '%') {
+      out.push_back('%');
+      continue;
+    }
+    std::string spec =
+        "%" + flags + width + (has_precision ? "." + (precision.empty() ? "0" : precision) : "");
+    char buf[512];
+    const Value& v = take();
+    std::string piece;
+    if (conv == 's' || conv == 'r') {
+      piece = conv == 's' ? v.to_str() : v.repr();
+      if (has_precision) {
+        std::u32string u = utf8_decode(piece);
+        size_t keep = precision.empty() ? 0 : std::stoul(precision);
+        if (u.size() > keep) piece = utf8_encode(std::u32string_view(u).substr(0, keep));
+      }
+      size_t w = width.empty() ? 0 : std::stoul(width);
+      size_t len = utf8_length(piece);
+      if (len < w) {
+        std::string pad(w - len, ' ');
+        piece = flags.find('-') != std::string::npos ? piece + pad : pad + piece;
+      }
+    } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o' || conv == 'c') {
+      if (!v.is_number())
+        throw JinjaError(std::string("TypeError: %") + conv + " format: a number is required, not " +
+                         v.type_name());
+      if (conv == 'c') {
+        utf8_append(piece, static_cast<char32_t>(v.as_int()));
+      } else {
+        std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(),
+                      static_cast<long long>(v.as_int()));
+        piece = buf;
+      }
+    } else if (std::string("fFeEgG").find(conv) != std::string::npos) {
+      if (!v.is_number())
+        throw JinjaError(std::string("TypeError: must be real number, not ") + v.type_name());
+      std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), v.as_double());
+      piece = buf;
+    } else {
+      throw JinjaError(std::string("ValueError: unsupported format character '") + conv + "'");
+    }
+    out += piece;
+  }
+  if (next < args.size()) throw JinjaError("TypeError: not all arguments converted during string formatting");
+  return out;
+}
+
+Value unary_op(const std::string& op, const Value& a) {
+  if (op == "not") return Value(!a.truthy());
+  if (a.is_undefined()) fail_undefined(a);
+  if (!a.is_number())
+    throw JinjaError(std::string("TypeError: bad operand type for unary ") + op + ": '" + a.type_name() +
+                     "'");
+  if (op == "-") {
+    if (a.is_float()) return Value(-a.as_double());
+    int64_t r = 0;
+    {
+      bool overflow = __builtin_sub_overflow(int64_t{0}, a.as_int(), &r);
+      return checked(overflow, r);
+    }
+  }
+  return a.is_float() ? Value(a.as_double()) : Value(a.as_int());
+}
+
+bool compare_op(const std::string& op, const Value& a, const Value& b) {
+  if (op == "==") return values_equal(a, b);
+  if (op == "!=") return !values_equal(a, b);
+  if (op == "in") return contains(b, a);
+  if (op == "notin") return !contains(b, a);
+  if (a.is_undefined()) fail_undefined(a);
+  if (b.is_undefined()) fail_undefined(b);
+  if (op == "<") return value_less(a, b);
+  if (op == ">") return value_less(b, a);
+  if (op == "<=") return value_less(a, b) || values_equal(a, b);
+  if (op == ">=") return value_less(b, a) || values_equal(a, b);
+  throw JinjaError("unknown comparison " + op);
+}
+
+bool contains(const Value& container, const Value& item) {
+  if (container.is_string()) {
+    if (!item.is_string())
+      throw JinjaError(std::string("TypeError: 'in <string>' requires string as left operand, not ") +
+                       item.type_name());
+    return container.str().find(item.str()) != std::string::npos;
+  }
+  if (container.is_dict()) return container.dict_data().find(item) != nullptr;
+  if (container.is_list()) {
+    for (const auto& v : container.items())
+      if (values_equal(v, item)) return true;
+    return false;
+  }
+  if (container.is_undefined()) return false;
+  throw JinjaError(std::string("TypeError: argument of type '") + container.type_name() +
+                   "' is not iterable");
+}
+
+std::vector<Value> iterate(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.items();
+    case Value::Kind::kDict: {
+      std::vector<Value> keys;
+      for (const auto& e : v.dict_data().entries) keys.push_back(e.first);
+      return keys;
+    }
+    case Value::Kind::kString: {
+      std::vector<Value> chars;
+      for (char32_t c : utf8_decode(v.str())) {
+        std::string s;
+        utf8_append(s, c);
+        chars.emplace_back(std::move(s));
+      }
+      return chars;
+    }
+    default:
+      throw JinjaError(std::string("TypeError: '") + v.type_name() + "' object is not iterable");
+  }
+}
+
+int64_t length_of(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(utf8_length(v.str()));
+    case Value::Kind::kList:
+      if (v.is_iterator()) throw JinjaError("TypeError: object of type 'generator' has no len()");
+      return static_cast<int64_t>(v.items().size());
+    case Value::Kind::kDict:
+      return static_cast<int64_t>(v.dict_data().entries.size());
+    default:
+      throw JinjaError(std::string("TypeError: object of type '") + v.type_name() + "' has no len()");
+  }
+}
+
+Value call_value(const Value& fn, CallArgs& args) {
+  if (fn.is_undefined()) fail_undefined(fn);
+  if (!fn.is_callable())
+    throw JinjaError(std::string("TypeError: '") + fn.type_name() + "' object is not callable");
+  return fn.callable().fn(args);
+}
+
+ArgBinder::ArgBinder(const char* function, CallArgs& args, std::vector<const char*> names)
+    : function_(function), bound_(names.size(), nullptr) {
+  if (args.positional.size() > names.size())
+    throw JinjaError(std::string("TypeError: ") + function + "() takes at most " +
+                     std::to_string(names.size()) + " arguments (" + std::to_string(args.positional.size()) +
+                     " given)");
+  for (size_t i = 0; i < args.positional.size(); ++i) bound_[i] = &args.positional[i];
+  for (const auto& [key, value] : args.keyword) {
+    bool found = false;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (key == names[i]) {
+        if (bound_[i])
+          throw JinjaError(std::string("TypeError: ") + function + "() got multiple values for argument '" +
+                           key + "'");
+        bound_[i] = &value;
+        found = true;
+      }
+    }
+    if (!found)
+      throw JinjaError(std::string("TypeError: ") + function + "() got an unexpected keyword argument '" +
+                       key + "'");
+  }
+}
+
+bool ArgBinder::has(size_t index) const { return index < bound_.size() && bound_[index] != nullptr; }
+
+Value ArgBinder::get(size_t index, Value fallback) const { return has(index) ? *bound_[index] : fallback; }
+
+const Value& ArgBinder::required(size_t index) const {
+  if (!has(index))
+    throw JinjaError(std::string("TypeError: ") + function_ + "() missing required argument " +
+                     std::to_string(index + 1));
+  return *bound_[index];
+}
+
+}  // namespace tf::jinja

@@ -1,0 +1,408 @@
+// Python string semantics over UTF-8 (see jinja_strings.h).
+#include "text/jinja_strings.h"
+
+#include <algorithm>
+
+#include "text/jinja_value.h"
+
+namespace tf::jinja {
+
+std::u32string utf8_decode(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    char32_t cp;
+    int extra;
+    if (c < 0x80) {
+      cp = c;
+      extra = 0;
+    } else if ((c & 0xE0) == 0xC0) {
+      cp = c & 0x1F;
+      extra = 1;
+    } else if ((c & 0xF0) == 0xE0) {
+      cp = c & 0x0F;
+      extra = 2;
+    } else if ((c & 0xF8) == 0xF0) {
+      cp = c & 0x07;
+      extra = 3;
+    } else {
+      out.push_back(0xFFFD);
+      ++i;
+      continue;
+    }
+    bool ok = true;
+    for (int k = 1; ok && k <= extra; ++k) {
+      if (i + k >= s.size()) {
+        ok = false;
+        break;
+      }
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) {
+        ok = false;
+        break;
+      }
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (!ok) {
+      out.push_back(0xFFFD);
+      ++i;
+      continue;
+    }
+    out.push_back(cp);
+    i += extra + 1;
+  }
+  return out;
+}
+
+void utf8_append(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+std::string utf8_encode(std::u32string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : s) utf8_append(out, c);
+  return out;
+}
+
+bool is_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+size_t utf8_length(std::string_view s) {
+  if (is_ascii(s)) return s.size();
+  return utf8_decode(s).size();
+}
+
+bool py_isspace(char32_t c) {
+  return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
+  std::u32string u = utf8_decode(s);
+  std::u32string set = chars ? utf8_decode(*chars) : std::u32string();
+  auto strip_it = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : py_isspace(c); };
+  size_t b = 0, e = u.size();
+  if (left)
+    while (b < e && strip_it(u[b])) ++b;
+  if (right)
+    while (e > b && strip_it(u[e - 1])) --e;
+  return utf8_encode(std::u32string_view(u).substr(b, e - b));
+}
+
+std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep,
+                                  int64_t maxsplit) {
+  std::vector<std::string> out;
+  if (!sep) {
+    std::u32string u = utf8_decode(s);
+    size_t i = 0;
+    while (i < u.size()) {
+      while (i < u.size() && py_isspace(u[i])) ++i;
+      if (i >= u.size()) break;
+      if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
+        // The remainder keeps its trailing whitespace, as in Python.
+        out.push_back(utf8_encode(std::u32string_view(u).substr(i)));
+        return out;
+      }
+      size_t j = i;
+      while (j < u.size() && !py_isspace(u[j])) ++j;
+      out.push_back(utf8_encode(std::u32string_view(u).substr(i, j - i)));
+      i = j;
+    }
+    return out;
+  }
+  if (sep->empty()) throw JinjaError("ValueError: empty separator");
+  size_t start = 0;
+  while (true) {
+    if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) break;
+    size_t p = s.find(*sep, start);
+    if (p == std::string_view::npos) break;
+    out.emplace_back(s.substr(start, p - start));
+    start = p + sep->size();
+  }
+  out.emplace_back(s.substr(start));
+  return out;
+}
+
+std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::string>& sep,
+                                   int64_t maxsplit) {
+  if (maxsplit < 0) return py_split(s, sep, maxsplit);
+  std::vector<std::string> out;
+  if (!sep) {
+    std::u32string u = utf8_decode(s);
+    int64_t i = static_cast<int64_t>(u.size());
+    while (i > 0) {
+      while (i > 0 && py_isspace(u[i - 1])) --i;
+      if (i <= 0) break;
+      if (static_cast<int64_t>(out.size()) == maxsplit) {
+        out.push_back(utf8_encode(std::u32string_view(u).substr(0, i)));
+        break;
+      }
+      int64_t j = i;
+      while (j > 0 && !py_isspace(u[j - 1])) --j;
+      out.push_back(utf8_encode(std::u32string_view(u).substr(j, i - j)));
+      i = j;
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+  if (sep->empty()) throw JinjaError("ValueError: empty separator");
+  size_t end = s.size();
+  while (static_cast<int64_t>(out.size()) < maxsplit) {
+    if (end < sep->size()) break;
+    size_t p = s.rfind(*sep, end - sep->size());
+    if (p == std::string_view::npos) break;
+    out.emplace_back(s.substr(p + sep->size(), end - p - sep->size()));
+    end = p;
+  }
+  out.emplace_back(s.substr(0, end));
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count) {
+  std::string out;
+  if (old.empty()) {
+    // Python inserts `repl` between every code point and at both ends.
+    std::u32string u = utf8_decode(s);
+    int64_t n = 0;
+    for (size_t i = 0; i <= u.size(); ++i) {
+      if (count < 0 || n < count) {
+        out += repl;
+        ++n;
+      }
+      if (i < u.size()) utf8_append(out, u[i]);
+    }
+    return out;
+  }
+  size_t start = 0;
+  int64_t n = 0;
+  while (count < 0 || n < count) {
+    size_t p = s.find(old, start);
+    if (p == std::string_view::npos) break;
+    out.append(s.substr(start, p - start));
+    out.append(repl);
+    start = p + old.size();
+    ++n;
+  }
+  out.append(s.substr(start));
+  return out;
+}
+
+// Simple case mapping for Latin-1, Latin Extended-A, Greek and Cyrillic; other scripts pass through.
+static char32_t to_upper_cp(char32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 0x20;
+  if (c == 0xFF) return 0x178;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    bool odd_is_lower = (c < 0x138) || (c > 0x148 && c < 0x179);
+    if (odd_is_lower ? (c & 1) : !(c & 1)) return c - 1;
+    return c;
+  }
+  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 0x20;
+  if (c >= 0x430 && c <= 0x44F) return c - 0x20;
+  if (c >= 0x450 && c <= 0x45F) return c - 0x50;
+  return c;
+}
+
+static char32_t to_lower_cp(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 0x20;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    bool even_is_upper = (c < 0x138) || (c > 0x148 && c < 0x179);
+    if (even_is_upper ? !(c & 1) : (c & 1)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 0x20;
+  if (c >= 0x410 && c <= 0x42F) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40F) return c + 0x50;
+  return c;
+}
+
+static std::string map_case(std::string_view s, char32_t (*f)(char32_t)) {
+  if (is_ascii(s)) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+    return out;
+  }
+  std::string out;
+  for (char32_t c : utf8_decode(s)) {
+    if (f == to_upper_cp && c == 0xDF) {  // German sharp s upper-cases to "SS", as in Python
+      out += "SS";
+      continue;
+    }
+    utf8_append(out, f(c));
+  }
+  return out;
+}
+
+std::string py_upper(std::string_view s) { return map_case(s, to_upper_cp); }
+std::string py_lower(std::string_view s) { return map_case(s, to_lower_cp); }
+
+std::string py_capitalize(std::string_view s) {
+  std::u32string u = utf8_decode(py_lower(s));
+  if (!u.empty()) {
+    std::string first = py_upper(utf8_encode(std::u32string_view(u).substr(0, 1)));
+    return first + utf8_encode(std::u32string_view(u).substr(1));
+  }
+  return "";
+}
+
+std::string py_str_title(std::string_view s) {
+  std::string out;
+  bool prev_cased = false;
+  for (char32_t c : utf8_decode(s)) {
+    char32_t up = to_upper_cp(c), low = to_lower_cp(c);
+    bool cased = up != c || low != c;
+    if (cased) {
+      utf8_append(out, prev_cased ? low : up);
+    } else {
+      utf8_append(out, c);
+    }
+    prev_cased = cased;
+  }
+  return out;
+}
+
+int64_t py_count(std::string_view s, std::string_view sub) {
+  if (sub.empty()) return static_cast<int64_t>(utf8_length(s)) + 1;
+  int64_t n = 0;
+  size_t p = 0;
+  while ((p = s.find(sub, p)) != std::string_view::npos) {
+    ++n;
+    p += sub.size();
+  }
+  return n;
+}
+
+int64_t py_find(std::string_view s, std::string_view sub, bool reverse) {
+  size_t p = reverse ? s.rfind(sub) : s.find(sub);
+  if (p == std::string_view::npos) return -1;
+  return static_cast<int64_t>(utf8_length(s.substr(0, p)));
+}
+
+std::string py_repr_string(std::string_view s) {
+  bool has_single = s.find('\'') != std::string_view::npos;
+  bool has_double = s.find('"') != std::string_view::npos;
+  char quote = (has_single && !has_double) ? '"' : '\'';
+  std::string out(1, quote);
+  static const char* kHex = "0123456789abcdef";
+  for (char32_t c : utf8_decode(s)) {
+    if (c == static_cast<char32_t>(quote) || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F || (c >= 0x80 && c < 0xA0)) {
+      out += "\\x";
+      out.push_back(kHex[(c >> 4) & 0xF]);
+      out.push_back(kHex[c & 0xF]);
+    } else {
+      utf8_append(out, c);
+    }
+  }
+  out.push_back(quote);
+  return out;
+}
+
+void json_escape_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  static const char* kHex = "0123456789abcdef";
+  auto u_escape = [&](uint32_t v) {
+    out += "\\u";
+    for (int shift = 12; shift >= 0; shift -= 4) out.push_back(kHex[(v >> shift) & 0xF]);
+  };
+  out.push_back('"');
+  for (char32_t c : utf8_decode(s)) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          u_escape(c);
+        } else if (ensure_ascii && c >= 0x7F) {
+          if (c >= 0x10000) {
+            uint32_t v = c - 0x10000;
+            u_escape(0xD800 | (v >> 10));
+            u_escape(0xDC00 | (v & 0x3FF));
+          } else {
+            u_escape(c);
+          }
+        } else {
+          utf8_append(out, c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+std::vector<int64_t> py_slice_indices(int64_t length, std::optional<int64_t> start,
+                                      std::optional<int64_t> stop, std::optional<int64_t> step_opt) {
+  int64_t step = step_opt.value_or(1);
+  if (step == 0) throw JinjaError("ValueError: slice step cannot be zero");
+  auto clamp = [&](std::optional<int64_t> v, int64_t dflt) -> int64_t {
+    if (!v) return dflt;
+    int64_t x = *v;
+    if (x < 0) {
+      x += length;
+      if (x < 0) x = step < 0 ? -1 : 0;
+    } else if (x >= length) {
+      x = step < 0 ? length - 1 : length;
+    }
+    return x;
+  };
+  int64_t b = clamp(start, step < 0 ? length - 1 : 0);
+  int64_t e = clamp(stop, step < 0 ? -1 : length);
+  std::vector<int64_t> out;
+  if (step > 0) {
+    for (int64_t i = b; i < e; i += step) out.push_back(i);
+  } else {
+    for (int64_t i = b; i > e; i += step) out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace tf::jinja

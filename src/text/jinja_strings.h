@@ -1,0 +1,47 @@
+// String helpers with Python semantics for the Jinja engine. Python strings are sequences of code
+// points while ours are UTF-8 bytes, so length, indexing and slicing decode to code points first
+// (only when the string holds non-ASCII bytes). Case mapping covers ASCII, Latin-1, Latin Extended-A,
+// Greek and Cyrillic (chat templates upper-case roles and effort levels); other scripts pass unchanged.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tf::jinja {
+
+std::u32string utf8_decode(std::string_view s);  // invalid bytes decode as U+FFFD
+std::string utf8_encode(std::u32string_view s);
+void utf8_append(std::string& out, char32_t cp);
+bool is_ascii(std::string_view s);
+size_t utf8_length(std::string_view s);
+
+bool py_isspace(char32_t c);
+// str.strip/lstrip/rstrip: `chars` unset strips whitespace.
+std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
+// str.split / str.rsplit: `sep` unset splits on whitespace runs; maxsplit < 0 means no limit.
+std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep,
+                                  int64_t maxsplit);
+std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::string>& sep,
+                                   int64_t maxsplit);
+std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count);
+std::string py_upper(std::string_view s);
+std::string py_lower(std::string_view s);
+std::string py_capitalize(std::string_view s);
+std::string py_str_title(std::string_view s);  // str.title()
+int64_t py_count(std::string_view s, std::string_view sub);
+// str.find in code points, or -1.
+int64_t py_find(std::string_view s, std::string_view sub, bool reverse);
+
+// Python repr() of a string: quotes and escapes as CPython does.
+std::string py_repr_string(std::string_view s);
+// A JSON string literal as json.dumps writes it (ensure_ascii escapes non-ASCII as \uXXXX).
+void json_escape_string(std::string& out, std::string_view s, bool ensure_ascii);
+
+// Normalises slice bounds the way Python's slice.indices(length) does; returns the indices.
+std::vector<int64_t> py_slice_indices(int64_t length, std::optional<int64_t> start,
+                                      std::optional<int64_t> stop, std::optional<int64_t> step);
+
+}  // namespace tf::jinja

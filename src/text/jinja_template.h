@@ -1,0 +1,52 @@
+// A compiled Jinja template: the public entry point of the Jinja engine.
+//
+//   TF_ASSIGN_OR_RETURN(auto tmpl, jinja::Template::parse(source));
+//   TF_ASSIGN_OR_RETURN(std::string text, tmpl.render(context_json));
+//
+// The default options are those of Hugging Face transformers' apply_chat_template:
+// ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loopcontrols, its own
+// tojson filter, and the globals raise_exception(message) and strftime_now(format). Errors (syntax,
+// undefined access, raise_exception, type errors) come back as a Status naming the line and column.
+#pragma once
+
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "text/jinja_ast.h"
+
+namespace tf::jinja {
+
+struct TemplateOptions {
+  bool trim_blocks = true;
+  bool lstrip_blocks = true;
+  bool keep_trailing_newline = false;
+  std::string name = "template";  // used in error messages
+};
+
+struct RenderOptions {
+  // Time for strftime_now (seconds since the epoch, local time zone); unset: the current time.
+  std::optional<std::time_t> now;
+};
+
+class Template {
+ public:
+  static Expected<Template> parse(std::string_view source, const TemplateOptions& options = {});
+
+  // `context` must be a JSON object; its keys become template variables (dict order is kept).
+  Expected<std::string> render(const nlohmann::ordered_json& context,
+                               const RenderOptions& options = {}) const;
+  const TemplateOptions& options() const { return options_; }
+
+ private:
+  Template(std::shared_ptr<const Body> body, TemplateOptions options)
+      : body_(std::move(body)), options_(std::move(options)) {}
+  std::shared_ptr<const Body> body_;
+  TemplateOptions options_;
+};
+
+}  // namespace tf::jinja

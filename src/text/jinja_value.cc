@@ -1,0 +1,492 @@
+// Value construction, Python equality/ordering, str()/repr() and json.dumps (see jinja_value.h).
+#include "text/jinja_value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "text/jinja_strings.h"
+
+namespace tf::jinja {
+
+Value Value::undefined(std::string hint) {
+  Value v;
+  v.s_ = std::move(hint);
+  return v;
+}
+
+Value Value::none() {
+  Value v;
+  v.kind_ = Kind::kNone;
+  return v;
+}
+
+Value::Value(bool b) : kind_(Kind::kBool), b_(b), i_(b ? 1 : 0) {}
+Value::Value(int64_t v) : kind_(Kind::kInt), i_(v) {}
+Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
+Value::Value(std::string s) : kind_(Kind::kString), s_(std::move(s)) {}
+
+Value Value::list(std::vector<Value> items) {
+  Value v;
+  v.kind_ = Kind::kList;
+  v.list_ = std::make_shared<ListData>();
+  v.list_->items = std::move(items);
+  return v;
+}
+
+Value Value::tuple(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.list_->is_tuple = true;
+  return v;
+}
+
+Value Value::iterator(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.list_->is_iterator = true;
+  return v;
+}
+
+Value Value::dict() {
+  Value v;
+  v.kind_ = Kind::kDict;
+  v.dict_ = std::make_shared<DictData>();
+  return v;
+}
+
+Value Value::new_namespace() {
+  Value v = dict();
+  v.kind_ = Kind::kNamespace;
+  return v;
+}
+
+Value Value::function(std::string name, NativeFunction fn) {
+  Value v;
+  v.kind_ = Kind::kCallable;
+  v.fn_ = std::make_shared<CallableData>(CallableData{std::move(name), std::move(fn)});
+  return v;
+}
+
+template <typename Json>
+static Value value_from_json(const Json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null:
+      return Value::none();
+    case nlohmann::json::value_t::boolean:
+      return Value(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Value(j.template get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: {
+      uint64_t u = j.template get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
+      return Value(static_cast<int64_t>(u));
+    }
+    case nlohmann::json::value_t::number_float:
+      return Value(j.template get<double>());
+    case nlohmann::json::value_t::string:
+      return Value(j.template get<std::string>());
+    case nlohmann::json::value_t::array: {
+      std::vector<Value> items;
+      items.reserve(j.size());
+      for (const auto& e : j) items.push_back(value_from_json(e));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      Value d = Value::dict();
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        d.dict_data().entries.emplace_back(Value(it.key()), value_from_json(it.value()));
+      }
+      return d;
+    }
+    default:
+      return Value::none();  // binary/discarded never come from parsed JSON text
+  }
+}
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
+Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
+
+bool Value::is_tuple() const { return kind_ == Kind::kList && list_->is_tuple; }
+bool Value::is_iterator() const { return kind_ == Kind::kList && list_->is_iterator; }
+
+int64_t Value::as_int() const {
+  if (kind_ == Kind::kFloat) return static_cast<int64_t>(f_);
+  return i_;
+}
+
+double Value::as_double() const {
+  if (kind_ == Kind::kFloat) return f_;
+  return static_cast<double>(i_);
+}
+
+std::vector<Value>& Value::items() const {
+  if (!list_) throw JinjaError(std::string("'") + type_name() + "' object is not a list");
+  return list_->items;
+}
+
+DictData& Value::dict_data() const {
+  if (!dict_) throw JinjaError(std::string("'") + type_name() + "' object is not a mapping");
+  return *dict_;
+}
+
+const CallableData& Value::callable() const {
+  if (!fn_) throw JinjaError(std::string("'") + type_name() + "' object is not callable");
+  return *fn_;
+}
+
+const void* Value::identity() const {
+  if (list_) return list_.get();
+  if (dict_) return dict_.get();
+  if (fn_) return fn_.get();
+  return nullptr;
+}
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b_;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0.0;
+    case Kind::kString:
+      return !s_.empty();
+    case Kind::kList:
+      return list_->is_iterator || !list_->items.empty();
+    case Kind::kDict:
+      return !dict_->entries.empty();
+    case Kind::kNamespace:
+    case Kind::kCallable:
+      return true;
+  }
+  return false;
+}
+
+const char* Value::type_name() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return list_->is_iterator ? "generator" : (list_->is_tuple ? "tuple" : "list");
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kCallable:
+      return "function";
+  }
+  return "object";
+}
+
+std::string format_python_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);  // e.g. "-1.2345e+02"
+  bool negative = sci[0] == '-';
+  if (negative) sci.erase(0, 1);
+  size_t epos = sci.find('e');
+  int exponent = std::stoi(sci.substr(epos + 1));
+  std::string digits;
+  for (size_t i = 0; i < epos; ++i)
+    if (sci[i] != '.') digits.push_back(sci[i]);
+  std::string out = negative ? "-" : "";
+  if (exponent < -4 || exponent >= 16) {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char ebuf[16];
+    std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    out += ebuf;
+  } else if (exponent < 0) {
+    out += "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
+  } else {
+    size_t int_len = static_cast<size_t>(exponent) + 1;
+    if (digits.size() <= int_len) {
+      out += digits + std::string(int_len - digits.size(), '0') + ".0";
+    } else {
+      out += digits.substr(0, int_len) + "." + digits.substr(int_len);
+    }
+  }
+  return out;
+}
+
+static void repr_into(std::string& out, const Value& v, int depth);
+
+std::string Value::to_str() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return s_;
+    default: {
+      std::string out;
+      repr_into(out, *this, 0);
+      return out;
+    }
+  }
+}
+
+std::string Value::repr() const {
+  std::string out;
+  repr_into(out, *this, 0);
+  return out;
+}
+
+static void repr_into(std::string& out, const Value& v, int depth) {
+  if (depth > 100) throw JinjaError("RecursionError: value nests too deeply to print");
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return;
+    case Value::Kind::kNone:
+      out += "None";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "True" : "False";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kFloat:
+      out += format_python_float(v.as_double());
+      return;
+    case Value::Kind::kString:
+      out += py_repr_string(v.str());
+      return;
+    case Value::Kind::kList: {
+      if (v.is_iterator()) {
+        out += "<generator object>";
+        return;
+      }
+      const auto& items = v.items();
+      out += v.is_tuple() ? "(" : "[";
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ", ";
+        repr_into(out, items[i], depth + 1);
+      }
+      if (v.is_tuple() && items.size() == 1) out += ",";
+      out += v.is_tuple() ? ")" : "]";
+      return;
+    }
+    case Value::Kind::kNamespace:
+    case Value::Kind::kDict: {
+      if (v.is_namespace()) out += "<Namespace ";
+      out += "{";
+      bool first = true;
+      for (const auto& [k, val] : v.dict_data().entries) {
+        if (!first) out += ", ";
+        first = false;
+        repr_into(out, k, depth + 1);
+        out += ": ";
+        repr_into(out, val, depth + 1);
+      }
+      out += "}";
+      if (v.is_namespace()) out += ">";
+      return;
+    }
+    case Value::Kind::kCallable:
+      out += "<function " + v.callable().name + ">";
+      return;
+  }
+}
+
+const Value* DictData::find(const Value& key) const {
+  for (const auto& e : entries)
+    if (values_equal(e.first, key)) return &e.second;
+  return nullptr;
+}
+
+const Value* DictData::find(const std::string& key) const {
+  for (const auto& e : entries)
+    if (e.first.is_string() && e.first.str() == key) return &e.second;
+  return nullptr;
+}
+
+void DictData::set(const Value& key, Value value) {
+  for (auto& e : entries) {
+    if (values_equal(e.first, key)) {
+      e.second = std::move(value);
+      return;
+    }
+  }
+  entries.emplace_back(key, std::move(value));
+}
+
+bool DictData::erase(const Value& key) {
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (values_equal(it->first, key)) {
+      entries.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool values_equal(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
+    return a.as_int() == b.as_int();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.str() == b.str();
+    case Value::Kind::kList: {
+      if (a.is_tuple() != b.is_tuple()) return false;
+      if (a.is_iterator() || b.is_iterator()) return a.identity() == b.identity();
+      const auto& x = a.items();
+      const auto& y = b.items();
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i)
+        if (!values_equal(x[i], y[i])) return false;
+      return true;
+    }
+    case Value::Kind::kDict: {
+      const auto& x = a.dict_data().entries;
+      const auto& y = b.dict_data();
+      if (x.size() != y.entries.size()) return false;
+      for (const auto& [k, v] : x) {
+        const Value* other = y.find(k);
+        if (!other || !values_equal(v, *other)) return false;
+      }
+      return true;
+    }
+    default:
+      return a.identity() == b.identity();
+  }
+}
+
+bool value_less(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
+    return a.as_int() < b.as_int();
+  }
+  if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order == code point order
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_iterator() && !b.is_iterator()) {
+    const auto& x = a.items();
+    const auto& y = b.items();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (!values_equal(x[i], y[i])) return value_less(x[i], y[i]);
+    }
+    return x.size() < y.size();
+  }
+  throw JinjaError(std::string("TypeError: '<' not supported between instances of '") + a.type_name() +
+                   "' and '" + b.type_name() + "'");
+}
+
+static void dump_into(std::string& out, const Value& v, const JsonDumpOptions& o, int level) {
+  if (level > 100) throw JinjaError("ValueError: Circular reference detected");
+  switch (v.kind()) {
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kFloat: {
+      double d = v.as_double();
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        out += format_python_float(d);
+      return;
+    }
+    case Value::Kind::kString:
+      json_escape_string(out, v.str(), o.ensure_ascii);
+      return;
+    default:
+      break;
+  }
+  std::string item_sep = o.has_separators ? o.item_separator : (o.has_indent ? "," : ", ");
+  std::string key_sep = o.has_separators ? o.key_separator : ": ";
+  auto newline = [&](int lvl) {
+    if (!o.has_indent) return;
+    out += "\n";
+    for (int i = 0; i < lvl; ++i) out += o.indent;
+  };
+  if (v.is_list() && !v.is_iterator()) {
+    const auto& items = v.items();
+    if (items.empty()) {
+      out += "[]";
+      return;
+    }
+    out += "[";
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i) out += item_sep;
+      newline(level + 1);
+      dump_into(out, items[i], o, level + 1);
+    }
+    newline(level);
+    out += "]";
+    return;
+  }
+  if (v.is_dict()) {
+    std::vector<std::pair<std::string, const Value*>> entries;
+    for (const auto& [k, val] : v.dict_data().entries) {
+      std::string key;
+      if (k.is_string())
+        key = k.str();
+      else if (k.is_bool())
+        key = k.as_bool() ? "true" : "false";
+      else if (k.is_none())
+        key = "null";
+      else if (k.is_int())
+        key = std::to_string(k.as_int());
+      else if (k.is_float())
+        key = format_python_float(k.as_double());
+      else
+        throw JinjaError(std::string("TypeError: keys must be str, int, float, bool or None, not ") +
+                         k.type_name());
+      entries.emplace_back(std::move(key), &val);
+    }
+    if (o.sort_keys)
+      std::stable_sort(entries.begin(), entries.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (entries.empty()) {
+      out += "{}";
+      return;
+    }
+    out += "{";
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (i) out += item_sep;
+      newline(level + 1);
+      json_escape_string(out, entries[i].first, o.ensure_ascii);
+      out += key_sep;
+      dump_into(out, *entries[i].second, o, level + 1);
+    }
+    newline(level);
+    out += "}";
+    return;
+  }
+  throw JinjaError(std::string("TypeError: Object of type ") + v.type_name() + " is not JSON serializable");
+}
+
+std::string json_dumps(const Value& value, const JsonDumpOptions& options) {
+  std::string out;
+  dump_into(out, value, options, 0);
+  return out;
+}
+
+}  // namespace tf::jinja

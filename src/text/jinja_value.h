@@ -1,0 +1,148 @@
+// Jinja values: what templates compute with. Chat templates are written for Python's jinja2, so a
+// Value behaves like the Python object it stands for: none/bool/int/float/str/list/tuple/dict
+// (insertion-ordered), a namespace, a callable (macro, filter-like global, bound method) and
+// jinja2's Undefined. Lists, dicts and namespaces have reference semantics (shared_ptr), as in
+// Python, so `ns.x = ...` inside a loop is seen outside it. Strings are UTF-8; operations that
+// Python defines on code points (len, indexing, slicing) decode on demand (jinja_strings.h).
+//
+// Printing follows Python's str()/repr() (e.g. `None`, `True`, `1.0`, `1e-05`, `['a', 1]`) because
+// templates do print such values and the output must match jinja2 byte for byte.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tf::jinja {
+
+// Raised while lexing, parsing or rendering; the engine attaches the template position and turns it
+// into a tf::Status at the API boundary (jinja_template.h).
+class JinjaError : public std::runtime_error {
+ public:
+  explicit JinjaError(const std::string& message, int line = -1, int column = -1)
+      : std::runtime_error(message), line(line), column(column) {}
+  int line;
+  int column;
+};
+
+class Value;
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+using NativeFunction = std::function<Value(CallArgs& args)>;
+
+struct ListData;
+struct DictData;
+struct CallableData;
+
+class Value {
+ public:
+  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+
+  Value() = default;  // Undefined
+  static Value undefined(std::string hint = {});
+  static Value none();
+  Value(bool b);  // NOLINT: implicit on purpose, values are built everywhere
+  Value(int v) : Value(static_cast<int64_t>(v)) {}  // NOLINT
+  Value(int64_t v);                                 // NOLINT
+  Value(double v);                                  // NOLINT
+  Value(std::string s);                             // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}   // NOLINT
+  static Value list(std::vector<Value> items = {});
+  static Value tuple(std::vector<Value> items);
+  // A one-shot iterable (Python generator/iterator): always truthy, has no len().
+  static Value iterator(std::vector<Value> items);
+  static Value dict();
+  static Value new_namespace();
+  static Value function(std::string name, NativeFunction fn);
+  static Value from_json(const nlohmann::ordered_json& j);
+  static Value from_json(const nlohmann::json& j);
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::kUndefined; }
+  bool is_none() const { return kind_ == Kind::kNone; }
+  bool is_bool() const { return kind_ == Kind::kBool; }
+  bool is_int() const { return kind_ == Kind::kInt; }
+  bool is_float() const { return kind_ == Kind::kFloat; }
+  bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
+  bool is_string() const { return kind_ == Kind::kString; }
+  bool is_list() const { return kind_ == Kind::kList; }  // lists, tuples and iterators
+  bool is_tuple() const;
+  bool is_iterator() const;
+  bool is_dict() const { return kind_ == Kind::kDict; }
+  bool is_namespace() const { return kind_ == Kind::kNamespace; }
+  bool is_callable() const { return kind_ == Kind::kCallable; }
+
+  bool as_bool() const { return b_; }
+  int64_t as_int() const;                        // bool/int/float -> int64 (float truncates)
+  double as_double() const;                      // bool/int/float -> double
+  const std::string& str() const { return s_; }  // string value, or the Undefined hint
+  std::vector<Value>& items() const;             // list/tuple/iterator elements
+  DictData& dict_data() const;                   // dict or namespace
+  const CallableData& callable() const;
+  const void* identity() const;  // for `is sameas` and cycle detection
+
+  bool truthy() const;
+  // Python str(): what `{{ value }}` prints. Undefined prints as "".
+  std::string to_str() const;
+  std::string repr() const;
+  const char* type_name() const;  // Python type name, used in error messages ("dict object")
+
+ private:
+  Kind kind_ = Kind::kUndefined;
+  bool b_ = false;
+  int64_t i_ = 0;
+  double f_ = 0;
+  std::string s_;
+  std::shared_ptr<ListData> list_;
+  std::shared_ptr<DictData> dict_;
+  std::shared_ptr<CallableData> fn_;
+};
+
+struct ListData {
+  std::vector<Value> items;
+  bool is_tuple = false;
+  bool is_iterator = false;
+};
+
+// Insertion-ordered mapping with Python key equality (1 == 1.0 == True). Chat-template dicts are
+// small, so a linear search is the simplest correct choice.
+struct DictData {
+  std::vector<std::pair<Value, Value>> entries;
+  const Value* find(const Value& key) const;
+  const Value* find(const std::string& key) const;
+  void set(const Value& key, Value value);
+  bool erase(const Value& key);
+};
+
+struct CallableData {
+  std::string name;
+  NativeFunction fn;
+};
+
+// Python `==` and `<` (the latter throws JinjaError for unorderable types, as Python's TypeError).
+bool values_equal(const Value& a, const Value& b);
+bool value_less(const Value& a, const Value& b);
+
+// Python float repr(): shortest round-trip digits, exponent form outside [1e-4, 1e16).
+std::string format_python_float(double v);
+
+// json.dumps(value, ensure_ascii, indent, separators, sort_keys) as transformers' tojson filter calls it.
+struct JsonDumpOptions {
+  bool ensure_ascii = false;
+  bool has_indent = false;
+  std::string indent;           // the per-level indent string when has_indent
+  bool has_separators = false;  // else (", ", ": "), or (",", ": ") with an indent
+  std::string item_separator;
+  std::string key_separator;
+  bool sort_keys = false;
+};
+std::string json_dumps(const Value& value, const JsonDumpOptions& options);
+
+}  // namespace tf::jinja

@@ -1,0 +1,228 @@
+// Loading wires the tokenizer.json parts together; encode/decode follow the order described in
+// tokenizer.h. Added tokens from tokenizer_config.json's added_tokens_decoder that tokenizer.json
+// lacks are added too (transformers does the same).
+#include "text/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "text/utf8.h"
+
+namespace tf::text {
+
+using json = nlohmann::json;
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_json(const json& j, TokenizerConfig config,
+                                                          GenerationConfig generation) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  t->config_ = std::move(config);
+  t->generation_ = std::move(generation);
+  TF_RETURN_IF_ERROR(t->init(j));
+  return t;
+}
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::filesystem::path& path) {
+  TF_ASSIGN_OR_RETURN(json j, read_json_file(path));
+  Expected<std::unique_ptr<Tokenizer>> t = from_json(j);
+  if (!t) return t.status().with_context(path.string());
+  return t;
+}
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_directory(const std::filesystem::path& dir) {
+  std::error_code ec;
+  TokenizerConfig config;
+  GenerationConfig generation;
+  if (std::filesystem::exists(dir / "tokenizer_config.json", ec)) {
+    TF_ASSIGN_OR_RETURN(config, load_tokenizer_config(dir / "tokenizer_config.json"));
+  } else if (std::filesystem::exists(dir / "chat_template.jinja", ec)) {
+    TF_ASSIGN_OR_RETURN(std::string t, read_text_file(dir / "chat_template.jinja"));
+    config.chat_template = std::move(t);
+  }
+  if (std::filesystem::exists(dir / "generation_config.json", ec)) {
+    TF_ASSIGN_OR_RETURN(generation, load_generation_config(dir / "generation_config.json"));
+  }
+  const std::filesystem::path path = dir / "tokenizer.json";
+  TF_ASSIGN_OR_RETURN(json j, read_json_file(path));
+  Expected<std::unique_ptr<Tokenizer>> t = from_json(j, std::move(config), std::move(generation));
+  if (!t) return t.status().with_context(path.string());
+  return t;
+}
+
+Status Tokenizer::init(const json& j) {
+  if (!j.is_object() || !j.contains("model")) return invalid_argument("tokenizer.json: no \"model\" object");
+  auto field = [&](const char* key) -> const json& {
+    static const json kNull;
+    return j.contains(key) ? j.at(key) : kNull;
+  };
+  TF_ASSIGN_OR_RETURN(BpeModel model, BpeModel::from_json(j.at("model")));
+  model_ = std::make_unique<BpeModel>(std::move(model));
+  TF_ASSIGN_OR_RETURN(normalizer_, make_normalizer(field("normalizer")));
+  TF_ASSIGN_OR_RETURN(pre_tokenizer_, make_pre_tokenizer(field("pre_tokenizer")));
+  TF_ASSIGN_OR_RETURN(post_processor_, make_post_processor(field("post_processor")));
+  TF_ASSIGN_OR_RETURN(decoder_, make_decoder(field("decoder")));
+
+  try {
+    if (field("added_tokens").is_array()) {
+      for (const json& a : field("added_tokens")) {
+        AddedToken t;
+        t.content = a.at("content").get<std::string>();
+        t.id = a.at("id").get<TokenId>();
+        t.special = a.value("special", false);
+        t.lstrip = a.value("lstrip", false);
+        t.rstrip = a.value("rstrip", false);
+        t.normalized = a.value("normalized", !t.special);
+        t.single_word = a.value("single_word", false);
+        if (t.id < 0) return invalid_argument("tokenizer.json: added token \"" + t.content + "\" has a negative id");
+        added_.push_back(std::move(t));
+      }
+    }
+  } catch (const json::exception& e) {
+    return invalid_argument(std::string("tokenizer.json added_tokens: ") + e.what());
+  }
+  for (const auto& [id, t] : config_.added_tokens_decoder) {
+    const bool known = std::any_of(added_.begin(), added_.end(), [&](const AddedToken& a) { return a.id == id; });
+    if (!known) added_.push_back(t);
+  }
+  for (AddedToken& t : added_) {
+    // additional_special_tokens are skipped by decode(skip_special_tokens) like other specials.
+    for (const std::string& s : config_.additional_special_tokens) {
+      if (s == t.content) t.special = true;
+    }
+  }
+  for (size_t i = 0; i < added_.size(); ++i) {
+    added_by_id_.emplace(added_[i].id, i);
+    added_by_content_.emplace(added_[i].content, added_[i].id);
+  }
+  raw_matcher_ = AddedTokenMatcher(added_, /*normalized=*/false);
+  // Without a normalizer, "normalized" tokens are matched in the raw text as well.
+  normalized_matcher_ = AddedTokenMatcher(added_, /*normalized=*/true);
+  vocab_size_ = model_->vocab_size();
+  for (const AddedToken& t : added_) vocab_size_ = std::max(vocab_size_, static_cast<size_t>(t.id) + 1);
+  return Status::ok();
+}
+
+void Tokenizer::encode_segment(std::string_view text, bool first_section, std::vector<TokenId>& out) const {
+  std::vector<std::string> words{std::string(text)};
+  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(words, first_section);
+  for (const std::string& w : words) model_->encode_word(w, out);
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view input, bool add_special_tokens) const {
+  std::string sanitized;
+  if (!is_valid_utf8(input)) {
+    sanitized = sanitize_utf8(input);
+    input = sanitized;
+  }
+  std::vector<TokenId> ids;
+  for (const TextSegment& seg : raw_matcher_.split(input)) {
+    if (seg.token != nullptr) {
+      ids.push_back(seg.token->id);
+      continue;
+    }
+    if (seg.text.empty()) continue;
+    const bool first = seg.text.data() == input.data();
+    const std::string normalized = normalizer_ ? normalizer_->normalize(seg.text) : std::string(seg.text);
+    if (normalized.empty()) continue;
+    for (const TextSegment& sub : normalized_matcher_.split(normalized)) {
+      if (sub.token != nullptr) {
+        ids.push_back(sub.token->id);
+      } else if (!sub.text.empty()) {
+        encode_segment(sub.text, first && sub.text.data() == normalized.data(), ids);
+      }
+    }
+  }
+  if (post_processor_) post_processor_->process(ids, add_special_tokens);
+  return ids;
+}
+
+std::string Tokenizer::decode_raw(std::span<const TokenId> ids, bool skip_special_tokens) const {
+  std::vector<DecodePiece> pieces;
+  pieces.reserve(ids.size());
+  for (TokenId id : ids) {
+    if (const AddedToken* a = added_token(id)) {
+      if (skip_special_tokens && a->special) continue;
+      pieces.push_back({a->content, true});
+      continue;
+    }
+    if (const std::string* t = model_->id_to_token(id)) pieces.push_back({*t, false});
+    // Unknown ids are dropped, as in Hugging Face tokenizers.
+  }
+  if (decoder_) {
+    decoder_->decode_chain(pieces);
+    std::string out;
+    for (const DecodePiece& p : pieces) out += p.text;
+    return out;
+  }
+  // No decoder: tokens joined by spaces (Hugging Face's default).
+  std::string out;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (i > 0) out.push_back(' ');
+    out += pieces[i].text;
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special_tokens) const {
+  std::string raw = decode_raw(ids, skip_special_tokens);
+  return config_.clean_up_tokenization_spaces ? clean_up_tokenization(raw) : raw;
+}
+
+std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
+  auto it = added_by_content_.find(std::string(token));
+  if (it != added_by_content_.end()) return it->second;
+  return model_->token_to_id(token);
+}
+
+std::optional<std::string> Tokenizer::id_to_token(TokenId id) const {
+  if (const AddedToken* a = added_token(id)) return a->content;
+  if (const std::string* t = model_->id_to_token(id)) return *t;
+  return std::nullopt;
+}
+
+const AddedToken* Tokenizer::added_token(TokenId id) const {
+  auto it = added_by_id_.find(id);
+  return it == added_by_id_.end() ? nullptr : &added_[it->second];
+}
+
+bool Tokenizer::is_special(TokenId id) const {
+  const AddedToken* a = added_token(id);
+  return a != nullptr && a->special;
+}
+
+std::optional<TokenId> Tokenizer::bos_token_id() const {
+  if (generation_.bos_token_id) return generation_.bos_token_id;
+  if (config_.bos_token) return token_to_id(*config_.bos_token);
+  return std::nullopt;
+}
+
+std::vector<TokenId> Tokenizer::eos_token_ids() const {
+  if (!generation_.eos_token_ids.empty()) return generation_.eos_token_ids;
+  if (config_.eos_token) {
+    if (auto id = token_to_id(*config_.eos_token)) return {*id};
+  }
+  return {};
+}
+
+std::string clean_up_tokenization(std::string_view text) {
+  static const std::pair<std::string_view, std::string_view> kRules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  std::string s(text);
+  for (const auto& [from, to] : kRules) {
+    if (s.find(from) == std::string::npos) continue;
+    std::string out;
+    out.reserve(s.size());
+    size_t pos = 0;
+    while (true) {
+      const size_t f = s.find(from, pos);
+      if (f == std::string::npos) break;
+      out.append(s, pos, f - pos);
+      out += to;
+      pos = f + from.size();
+    }
+    out.append(s, pos, std::string::npos);
+    s = std::move(out);
+  }
+  return s;
+}
+
+}  // namespace tf::text

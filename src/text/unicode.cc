@@ -1,0 +1,172 @@
+// NFC = canonical decomposition, canonical ordering by combining class, then canonical composition
+// (UAX #15). Tables are sorted by code point and searched with std::lower_bound; a quick check
+// returns ASCII-only text untouched, which is the common case on the hot path.
+#include "text/unicode.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <vector>
+
+#include "text/utf8.h"
+
+namespace tf::text {
+namespace {
+
+struct CccRange {
+  char32_t first, last;
+  uint8_t ccc;
+};
+struct Decomposition {
+  char32_t cp, first, second;
+};
+struct Composition {
+  char32_t first, second, composite;
+};
+struct LowerMapping {
+  char32_t cp;
+  char32_t lower[3];
+};
+
+#include "text/unicode_tables.inc"
+
+constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
+constexpr char32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount,
+                   kSCount = kLCount * kNCount;
+
+const Decomposition* find_decomposition(char32_t cp) {
+  const auto* end = std::end(kDecompositions);
+  const auto* it = std::lower_bound(std::begin(kDecompositions), end, cp,
+                                    [](const Decomposition& d, char32_t c) { return d.cp < c; });
+  return (it != end && it->cp == cp) ? it : nullptr;
+}
+
+void decompose(char32_t cp, std::vector<char32_t>& out) {
+  if (cp >= kSBase && cp < kSBase + kSCount) {
+    const char32_t s = cp - kSBase;
+    out.push_back(kLBase + s / kNCount);
+    out.push_back(kVBase + (s % kNCount) / kTCount);
+    if (s % kTCount != 0) out.push_back(kTBase + s % kTCount);
+    return;
+  }
+  const Decomposition* d = find_decomposition(cp);
+  if (d == nullptr) {
+    out.push_back(cp);
+    return;
+  }
+  decompose(d->first, out);
+  if (d->second != 0) decompose(d->second, out);
+}
+
+char32_t compose_pair(char32_t a, char32_t b) {
+  if (a >= kLBase && a < kLBase + kLCount && b >= kVBase && b < kVBase + kVCount) {
+    return kSBase + ((a - kLBase) * kVCount + (b - kVBase)) * kTCount;
+  }
+  if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase &&
+      b < kTBase + kTCount) {
+    return a + (b - kTBase);
+  }
+  const auto* end = std::end(kCompositions);
+  const auto* it = std::lower_bound(std::begin(kCompositions), end, std::pair{a, b},
+                                    [](const Composition& c, const std::pair<char32_t, char32_t>& k) {
+                                      return c.first < k.first || (c.first == k.first && c.second < k.second);
+                                    });
+  return (it != end && it->first == a && it->second == b) ? it->composite : 0;
+}
+
+std::vector<char32_t> canonical_decomposition(std::string_view s) {
+  std::vector<char32_t> out;
+  out.reserve(s.size());
+  for (char32_t cp : to_code_points(s)) decompose(cp, out);
+  // Canonical ordering: stable sort of each run of non-starters by combining class.
+  size_t i = 0;
+  while (i < out.size()) {
+    if (combining_class(out[i]) == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < out.size() && combining_class(out[j]) != 0) ++j;
+    std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(i), out.begin() + static_cast<std::ptrdiff_t>(j),
+                     [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
+    i = j;
+  }
+  return out;
+}
+
+bool is_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<uint8_t>(c) < 0x80; });
+}
+
+}  // namespace
+
+int combining_class(char32_t cp) {
+  if (cp < 0x300) return 0;
+  const auto* end = std::end(kCccRanges);
+  const auto* it = std::upper_bound(std::begin(kCccRanges), end, cp,
+                                    [](char32_t c, const CccRange& r) { return c < r.first; });
+  if (it == std::begin(kCccRanges)) return 0;
+  --it;
+  return (cp >= it->first && cp <= it->last) ? it->ccc : 0;
+}
+
+std::string nfd(std::string_view s) {
+  if (is_ascii(s)) return std::string(s);
+  return from_code_points(canonical_decomposition(s));
+}
+
+std::string nfc(std::string_view s) {
+  if (is_ascii(s)) return std::string(s);
+  std::vector<char32_t> d = canonical_decomposition(s);
+  // Canonical composition: each character may combine with the last starter when it is not
+  // blocked (no character in between has a class >= its own, or class 0).
+  std::vector<char32_t> out;
+  out.reserve(d.size());
+  ptrdiff_t starter = -1;
+  int last_ccc = -1;
+  for (char32_t cp : d) {
+    const int ccc = combining_class(cp);
+    if (starter >= 0) {
+      const bool blocked = last_ccc != -1 && (last_ccc == 0 || last_ccc >= ccc);
+      if (!blocked) {
+        const char32_t c = compose_pair(out[static_cast<size_t>(starter)], cp);
+        if (c != 0) {
+          out[static_cast<size_t>(starter)] = c;
+          continue;
+        }
+      }
+    }
+    if (ccc == 0) {
+      starter = static_cast<ptrdiff_t>(out.size());
+      last_ccc = -1;
+    } else {
+      last_ccc = ccc;
+    }
+    out.push_back(cp);
+  }
+  return from_code_points(out);
+}
+
+std::string to_lower(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t cp : to_code_points(s)) {
+    if (cp < 0x80) {
+      out.push_back(static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp));
+      continue;
+    }
+    const auto* end = std::end(kLowerMappings);
+    const auto* it = std::lower_bound(std::begin(kLowerMappings), end, cp,
+                                      [](const LowerMapping& m, char32_t c) { return m.cp < c; });
+    if (it != end && it->cp == cp) {
+      for (char32_t l : it->lower) {
+        if (l != 0) append_utf8(out, l);
+      }
+    } else {
+      append_utf8(out, cp);
+    }
+  }
+  return out;
+}
+
+}  // namespace tf::text

@@ -1,0 +1,132 @@
+// Templates can arrive with a request (vLLM's `chat_template` field), so the engine must turn any
+// input into a result or a Status: never crash, hang or recurse without bound. These tests mutate
+// the real chat templates at random and feed hostile constructs; run them under TF_SANITIZE=ON too.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "text/jinja_template.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+const std::string kDataDir = std::string(TF_TEST_DATA_DIR) + "/chat-templates";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ordered_json sample_context() {
+  ordered_json conversations = ordered_json::parse(read_file(kDataDir + "/conversations.json"));
+  ordered_json ctx = ordered_json::object();
+  for (const auto& c : conversations) {
+    if (c["name"] != "tool_call_complex_args") continue;
+    ctx["messages"] = c["messages"];
+    ctx["tools"] = c["tools"];
+  }
+  ctx["add_generation_prompt"] = true;
+  ctx["bos_token"] = "<s>";
+  ctx["eos_token"] = "</s>";
+  return ctx;
+}
+
+TEST(JinjaRobustness, MutatedTemplatesNeverCrash) {
+  const ordered_json ctx = sample_context();
+  const std::string alphabet = "{}%#-+()[]'\".|~:,=<>*/ \n\tabcxyz019_";
+  std::mt19937 rng(2026);
+  int parsed = 0, rendered = 0, total = 0;
+  for (const auto& e : fs::directory_iterator(kDataDir)) {
+    if (e.path().extension() != ".jinja") continue;
+    const std::string source = read_file(e.path().string());
+    for (int round = 0; round < 150; ++round) {
+      std::string s = source;
+      int edits = 1 + static_cast<int>(rng() % 4);
+      for (int k = 0; k < edits && !s.empty(); ++k) {
+        size_t pos = rng() % s.size();
+        switch (rng() % 4) {
+          case 0:
+            s.erase(pos, 1 + rng() % 8);
+            break;
+          case 1:
+            s.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+            break;
+          case 2:
+            s[pos] = alphabet[rng() % alphabet.size()];
+            break;
+          default:
+            s = s.substr(0, pos);
+            break;  // truncation
+        }
+      }
+      ++total;
+      auto t = tf::jinja::Template::parse(s);
+      if (!t.has_value()) {
+        EXPECT_FALSE(t.status().message().empty());
+        continue;
+      }
+      ++parsed;
+      auto r = t->render(ctx);
+      if (r.has_value()) ++rendered;
+    }
+  }
+  EXPECT_GT(total, 1000);
+  EXPECT_GT(parsed, 0);
+  EXPECT_GT(rendered, 0);
+}
+
+TEST(JinjaRobustness, HostileConstructsFailCleanly) {
+  const std::vector<std::string> hostile = {
+      "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}",
+      "{{ " + std::string(3000, '[') + " }}",
+      "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+      "{{ range(1000000)|list }}",
+      "{{ 'x' * 100000000000 }}",
+      "{{ 2 ** 1000 }}",
+      "{{ 9223372036854775807 + 1 }}",
+      "{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns }}",
+      "{{ 99999999999999999999999 }}",
+      "{{ 'abc'[::0] }}",
+      "{% for x in y %}",
+      "{{ '\\xZZ' }}",
+      "{#",
+      "{{ 1 }",
+  };
+  for (const std::string& s : hostile) {
+    SCOPED_TRACE(s.substr(0, 80));
+    auto t = tf::jinja::Template::parse(s);
+    if (!t.has_value()) continue;
+    auto r = t->render(ordered_json::object());
+    EXPECT_FALSE(r.has_value()) << "expected an error, rendered " << r->substr(0, 80);
+  }
+  // Deeply nested statements.
+  std::string nested;
+  for (int i = 0; i < 3000; ++i) nested += "{% if true %}";
+  EXPECT_FALSE(tf::jinja::Template::parse(nested).has_value());
+}
+
+TEST(JinjaRobustness, ErrorsCarryLineAndColumn) {
+  auto t = tf::jinja::Template::parse("a\nb\n  {{ x.y }}", {.name = "t.jinja"});
+  ASSERT_TRUE(t.has_value());
+  auto r = t->render(ordered_json::object());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.status().code(), tf::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("t.jinja:3:"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("'x' is undefined"), std::string::npos) << r.status().message();
+
+  auto syntax = tf::jinja::Template::parse("{% for %}", {.name = "s.jinja"});
+  ASSERT_FALSE(syntax.has_value());
+  EXPECT_NE(syntax.status().message().find("s.jinja:1:"), std::string::npos) << syntax.status().message();
+
+  auto not_object = t->render(ordered_json::array());
+  EXPECT_FALSE(not_object.has_value());
+}
+
+}  // namespace

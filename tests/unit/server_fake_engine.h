@@ -1,0 +1,172 @@
+// A scripted EngineApi for server tests: tokenizes by bytes (token id = byte value,
+// vocab 256), renders chat as "role: content\n" lines, and replays a script of events
+// per request on its own thread with a small delay between events. Records submitted
+// requests and cancellations so tests can observe disconnect -> cancel.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/engine_api.h"
+
+namespace tf::server::testing {
+
+class FakeEngine : public EngineApi {
+ public:
+  // What every request replays for each choice: deltas, then a finish.
+  std::vector<GenerationEvent> script;
+  std::chrono::milliseconds delay{1};
+  int64_t context_length = 4096;
+  bool queue_full = false;
+  bool fail_after_first = false;  // sends a kError after the first delta
+  bool endless = false;           // repeats the deltas until cancelled
+  // Replayed instead of `script` when the request carries tools (if non-empty).
+  std::vector<GenerationEvent> tool_script;
+
+  FakeEngine() { set_text_script("", "Hello world", FinishReason::kStop); }
+  ~FakeEngine() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads.swap(threads_);
+      for (auto& [id, c] : cancelled_flags_) *c = true;
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  // Reasoning then content, one delta per character group of 3 bytes.
+  void set_text_script(const std::string& reasoning, const std::string& content, FinishReason reason) {
+    script.clear();
+    auto pieces = [&](const std::string& s, bool is_reasoning) {
+      for (size_t i = 0; i < s.size(); i += 3) {
+        GenerationEvent ev;
+        (is_reasoning ? ev.reasoning : ev.content) = s.substr(i, 3);
+        script.push_back(ev);
+      }
+    };
+    pieces(reasoning, true);
+    pieces(content, false);
+    GenerationEvent fin;
+    fin.kind = GenerationEvent::Kind::kFinish;
+    fin.finish_reason = reason;
+    fin.completion_tokens = static_cast<int64_t>(reasoning.size() + content.size());
+    fin.reasoning_tokens = static_cast<int64_t>(reasoning.size());
+    script.push_back(fin);
+  }
+
+  ModelInfo model_info() const override { return {"fake-model", "/models/fake", context_length, 256, 1735000000}; }
+
+  EngineHealth health() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EngineHealth h;
+    h.busy = active_ > 0;
+    h.requests_running = active_;
+    h.requests_total = total_;
+    h.streams_decoding = active_;
+    h.streams_max = 4;
+    h.context_length = context_length;
+    h.pool_tokens = 10000;
+    h.pool_free_tokens = 10000 - 100 * active_;
+    return h;
+  }
+
+  Expected<std::vector<int32_t>> tokenize(const std::string& text, bool) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+  Expected<std::vector<int32_t>> render_chat(const ChatPrompt& chat) const override {
+    std::string s;
+    for (const auto& m : chat.messages) {
+      s += m["role"].get<std::string>() + ": ";
+      if (m.contains("content") && m["content"].is_string()) s += m["content"].get<std::string>();
+      s += "\n";
+    }
+    return std::vector<int32_t>(s.begin(), s.end());
+  }
+  Expected<std::string> detokenize(const std::vector<int32_t>& tokens) const override {
+    std::string s;
+    for (int32_t t : tokens) s.push_back(static_cast<char>(t));
+    return s;
+  }
+  Expected<std::vector<std::string>> token_strings(const std::vector<int32_t>& tokens) const override {
+    std::vector<std::string> out;
+    for (int32_t t : tokens) out.emplace_back(1, static_cast<char>(t));
+    return out;
+  }
+
+  Status submit(GenerationRequest request, EventSink sink) override {
+    if (queue_full) return resource_exhausted("the request queue is full (fake)");
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    std::lock_guard<std::mutex> lock(mu_);
+    requests.push_back(request);
+    cancelled_flags_[request.request_id] = flag;
+    ++active_;
+    ++total_;
+    const auto& chosen = !request.tools.is_null() && !tool_script.empty() ? tool_script : script;
+    threads_.emplace_back([this, request, sink, flag, script = chosen, delay = delay, endless = endless,
+                           fail = fail_after_first] {
+      bool done = false;
+      while (!done && !*flag) {
+        for (int c = 0; c < request.n && !*flag; ++c) {
+          for (const GenerationEvent& e : script) {
+            if (*flag) break;
+            if (endless && e.kind == GenerationEvent::Kind::kFinish) continue;
+            GenerationEvent ev = e;
+            ev.choice = c;
+            sink(ev);
+            if (fail) {
+              GenerationEvent err;
+              err.kind = GenerationEvent::Kind::kError;
+              err.error = internal_error("fake engine failure");
+              sink(err);
+              *flag = true;
+              break;
+            }
+            std::this_thread::sleep_for(delay);
+          }
+        }
+        done = !endless;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      --active_;
+      cv_.notify_all();
+    });
+    return Status::ok();
+  }
+
+  void cancel(const std::string& request_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled.insert(request_id);
+    auto it = cancelled_flags_.find(request_id);
+    if (it != cancelled_flags_.end()) *it->second = true;
+    cv_.notify_all();
+  }
+
+  bool wait_cancelled(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return !cancelled.empty(); });
+  }
+  bool wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return active_ == 0; });
+  }
+
+  std::vector<GenerationRequest> requests;
+  std::set<std::string> cancelled;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::thread> threads_;
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> cancelled_flags_;
+  int64_t active_ = 0;
+  int64_t total_ = 0;
+};
+
+}  // namespace tf::server::testing

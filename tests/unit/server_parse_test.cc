@@ -1,0 +1,135 @@
+// Request parsing into plain structs without HTTP: defaults, precedence rules and the
+// Responses → chat mapping (api.md §1.1-§1.3, §3).
+#include <gtest/gtest.h>
+
+#include "server/api_error.h"
+#include "server/openai_requests.h"
+
+namespace tf::server {
+namespace {
+
+Json chat() { return Json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}}; }
+
+TEST(ServerParse, ChatDefaults) {
+  ChatRequest r = parse_chat_request(chat());
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_EQ(r.tool_choice, "none");
+  EXPECT_TRUE(r.thinking_enabled);
+  EXPECT_FALSE(r.sampling.temperature.has_value());
+  EXPECT_EQ(r.structured.kind, StructuredOutput::Kind::kNone);
+}
+
+TEST(ServerParse, ToolsDefaultToAutoAndNamedChoice) {
+  Json b = chat();
+  b["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  EXPECT_EQ(parse_chat_request(b).tool_choice, "auto");
+  b["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  ChatRequest r = parse_chat_request(b);
+  EXPECT_EQ(r.tool_choice, "f");
+  EXPECT_TRUE(r.named_tool_choice);
+}
+
+TEST(ServerParse, DeveloperRoleAndReasoningAlias) {
+  Json b = {{"messages",
+             {{{"role", "developer"}, {"content", "sys"}},
+              {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}},
+              {{"role", "assistant"}, {"content", nullptr}, {"reasoning", "r"},
+               {"tool_calls", {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}},
+              {{"role", "tool"}, {"tool_call_id", "c"}, {"content", "ok"}}}}};
+  ChatRequest r = parse_chat_request(b);
+  EXPECT_EQ(r.chat.messages[0]["role"], "system");
+  EXPECT_EQ(r.chat.messages[2]["reasoning_content"], "r");
+}
+
+TEST(ServerParse, ReasoningEffortDrivesEnableThinking) {
+  Json b = chat();
+  b["reasoning_effort"] = "high";
+  ChatRequest r = parse_chat_request(b);
+  EXPECT_TRUE(r.thinking_enabled);
+  EXPECT_EQ(r.chat.chat_template_kwargs["enable_thinking"], true);
+  EXPECT_EQ(r.chat.reasoning_effort, "high");
+  b["chat_template_kwargs"] = {{"enable_thinking", false}};
+  EXPECT_FALSE(parse_chat_request(b).thinking_enabled);  // explicit kwargs win
+}
+
+TEST(ServerParse, StructuredOutputs) {
+  Json b = chat();
+  b["response_format"] = {{"type", "json_schema"},
+                          {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}};
+  ChatRequest r = parse_chat_request(b);
+  EXPECT_EQ(r.structured.kind, StructuredOutput::Kind::kJsonSchema);
+  EXPECT_EQ(r.structured.schema["type"], "object");
+  b.erase("response_format");
+  b["guided_json"] = "{\"type\": \"array\"}";
+  EXPECT_EQ(parse_chat_request(b).structured.schema["type"], "array");
+  b.erase("guided_json");
+  b["structured_outputs"] = {{"regex", "[a-z]+"}};
+  EXPECT_EQ(parse_chat_request(b).structured.pattern, "[a-z]+");
+  b["structured_outputs"] = {{"grammar", "root ::= \"a\""}};
+  EXPECT_EQ(parse_chat_request(b).structured.kind, StructuredOutput::Kind::kGrammar);
+  b["response_format"] = {{"type", "json_object"}};
+  EXPECT_THROW(parse_chat_request(b), ApiError);  // two constraints
+}
+
+TEST(ServerParse, CompletionsPromptForms) {
+  CompletionRequest r = parse_completion_request({{"prompt", {{1, 2}, {3}}}});
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r.prompts[1]), std::vector<int32_t>({3}));
+  EXPECT_EQ(*r.max_tokens, 16);  // OpenAI default
+  r = parse_completion_request({{"prompt", "x"}, {"logprobs", 2}, {"max_tokens", 0}, {"echo", true}});
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.sampling.top_logprobs, 2);
+  EXPECT_EQ(*r.max_tokens, 0);
+}
+
+TEST(ServerParse, ResponsesMapOntoChat) {
+  Json b = {{"input",
+             {{{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "hi"}}}}},
+              {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{}"}},
+              {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "42"}}}},
+            {"instructions", "be brief"},
+            {"tools", {{{"type", "function"}, {"name", "f"}, {"parameters", {{"type", "object"}}}}}},
+            {"tool_choice", "required"},
+            {"max_output_tokens", 7},
+            {"reasoning", {{"effort", "none"}}},
+            {"text", {{"format", {{"type", "json_schema"}, {"name", "s"}, {"schema", {{"type", "object"}}}}}}}};
+  ResponsesRequest r = parse_responses_request(b);
+  const Json& m = r.chat.chat.messages;
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0]["role"], "system");
+  EXPECT_EQ(m[2]["tool_calls"][0]["id"], "c1");
+  EXPECT_EQ(m[3]["role"], "tool");
+  EXPECT_EQ(r.chat.chat.tools[0]["function"]["name"], "f");
+  EXPECT_EQ(r.chat.tool_choice, "required");
+  EXPECT_EQ(*r.max_tokens, 7);
+  EXPECT_FALSE(r.chat.thinking_enabled);
+  EXPECT_EQ(r.structured.kind, StructuredOutput::Kind::kJsonSchema);
+  EXPECT_EQ(r.echo["instructions"], "be brief");
+  // A flat named tool_choice maps onto the chat form; with a format it is a 400 (api.md §1.2).
+  b["tool_choice"] = {{"type", "function"}, {"name", "f"}};
+  EXPECT_THROW(parse_responses_request(b), ApiError);
+  b.erase("text");
+  EXPECT_EQ(parse_responses_request(b).chat.tool_choice, "f");
+}
+
+TEST(ServerParse, ErrorObjectShape) {
+  try {
+    parse_chat_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"n", 0}});
+    FAIL() << "expected ApiError";
+  } catch (const ApiError& e) {
+    Json j = e.to_json();
+    EXPECT_EQ(e.http_status(), 400);
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(j["error"]["param"], "n");
+    EXPECT_TRUE(j["error"]["code"].is_null());
+  }
+  EXPECT_EQ(api_error_from_status(resource_exhausted("full")).http_status(), 429);
+  EXPECT_EQ(api_error_from_status(unavailable("down")).http_status(), 503);
+  EXPECT_EQ(api_error_from_status(internal_error("x")).http_status(), 500);
+  EXPECT_EQ(context_length_exceeded(10, 8, 5).to_json()["error"]["code"], "context_length_exceeded");
+}
+
+}  // namespace
+}  // namespace tf::server
