@@ -75,7 +75,7 @@ struct RankProcess {
 // killed. Logs and outputs are kept only when the test failed.
 class TpWorld {
  public:
-  TpWorld(std::string fixture_dir, int world) : fixture_dir_(std::move(fixture_dir)), world_(world) {
+  TpWorld(std::string fixture, int world) : fixture_dir_(std::move(fixture)), world_(world) {
     dir_ = std::string(TF_BINARY_DIR) + "/glm5_tp_logs";
     ::mkdir(dir_.c_str(), 0755);
     tag_ = std::filesystem::path(fixture_dir_).filename().string() + "_tp" + std::to_string(world) + "_" +
@@ -185,8 +185,17 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-std::string fixture_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = std::filesystem::path(info.param).filename().string();
+// The parameter is the fixture's folder name (tests/data/model/<name>).
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> names;
+  for (const auto& dir : fixture_dirs()) names.push_back(std::filesystem::path(dir).filename().string());
+  return names;
+}
+
+std::string fixture_dir(const std::string& name) { return std::string(TF_TEST_DATA_DIR) + "/model/" + name; }
+
+std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return name;
@@ -195,7 +204,7 @@ std::string fixture_name(const ::testing::TestParamInfo<std::string>& info) {
 class Glm5TpProcessTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Glm5TpProcessTest, GlooRanksEqualOneRank) {
-  const Fixture f = load_fixture(GetParam());
+  const Fixture f = load_fixture(fixture_dir(GetParam()));
   ASSERT_FALSE(::testing::Test::HasFailure()) << "fixture " << GetParam() << " did not load";
   auto single = make_single_rank_communicator();
   auto base = run_greedy(f, *single);
@@ -240,8 +249,7 @@ TEST_P(Glm5TpProcessTest, GlooRanksEqualOneRank) {
 // A rank that dies before the model runs (its sockets close) must make the other
 // rank's step fail with kUnavailable (worker exit code 2) within seconds, not hang.
 TEST(Glm5TpProcessFailureTest, DeadRankMakesTheOtherFailFast) {
-  const std::string dir = std::string(TF_TEST_DATA_DIR) + "/model/tiny-flat";
-  TpWorld tp(dir, 2);
+  TpWorld tp(fixture_dir("tiny-flat"), 2);
   ASSERT_TRUE(tp.start({{}, {"--die-before-run", "1"}}));
   tp.wait(Clock::now() + kRunDeadline);
   ASSERT_EQ(tp.ranks().size(), 2u);
@@ -250,7 +258,7 @@ TEST(Glm5TpProcessFailureTest, DeadRankMakesTheOtherFailFast) {
   EXPECT_NE(slurp(tp.ranks()[0].log).find("Unavailable"), std::string::npos) << tp.logs();
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Glm5TpProcessTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, Glm5TpProcessTest, ::testing::ValuesIn(fixture_names()), test_name);
 
 }  // namespace
 }  // namespace tf::test
