@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tensorfold ") + tf::kVersion);
   app.require_subcommand(0, 1);
   tf::apps::add_inspect_command(app);
+  tf::apps::add_tokenize_command(app);
+  tf::apps::add_detokenize_command(app);
+  tf::apps::add_chat_template_command(app);
   CLI11_PARSE(app, argc, argv);
   if (app.get_subcommands().empty()) {
     std::cout << app.help();

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "text/jinja_value.h"
+#include "text/utf8.h"
 
 namespace tf::jinja {
 
@@ -56,23 +57,7 @@ std::u32string utf8_decode(std::string_view s) {
   return out;
 }
 
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void utf8_append(std::string& out, char32_t cp) { text::append_utf8(out, cp); }
 
 std::string utf8_encode(std::u32string_view s) {
   std::string out;
