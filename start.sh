@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh
-TF_CUDA=${TF_CUDA:-AUTO} scripts/build.sh build
+cmake -S . -B build -G Ninja -DTF_CUDA="${TF_CUDA:-AUTO}" >/dev/null
+cmake --build build -j "$(nproc)" --target tensorfold
 # Serving arrives with the serving issue; until then show what the binary offers.
 exec build/apps/tensorfold --help

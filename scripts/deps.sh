@@ -9,9 +9,10 @@ BUILD_PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libspdlog-dev libfmt-dev libcli11-dev
   libgloo-dev
+  libgtest-dev libgmock-dev   # every configuration configures the test targets
 )
 # prometheus ships promtool: `promtool check metrics` validates /metrics (server_promtool_metrics).
-TEST_PKGS=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev nodejs npm prometheus)
+TEST_PKGS=(libbenchmark-dev clang libclang-rt-14-dev nodejs npm prometheus)
 
 want=("${BUILD_PKGS[@]}")
 if [[ "${1:-}" == "--test" ]]; then
