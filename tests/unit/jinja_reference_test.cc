@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "jinja_test_util.h"
 #include "text/jinja_template.h"
 
 namespace {
@@ -19,14 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-const std::string kDataDir = std::string(TF_TEST_DATA_DIR) + "/chat-templates";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using tf::jinja_test::kDataDir;
+using tf::jinja_test::read_file;
 
 // The instant render_templates.py uses for strftime_now (2026-01-15 12:00:00 local time).
 std::time_t fixed_now() {

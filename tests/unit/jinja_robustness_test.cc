@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "jinja_test_util.h"
 #include "text/jinja_template.h"
 
 namespace {
@@ -15,14 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-const std::string kDataDir = std::string(TF_TEST_DATA_DIR) + "/chat-templates";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using tf::jinja_test::kDataDir;
+using tf::jinja_test::read_file;
 
 ordered_json sample_context() {
   ordered_json conversations = ordered_json::parse(read_file(kDataDir + "/conversations.json"));
