@@ -7,16 +7,6 @@
 
 namespace tf::server {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kToolCalls: return "tool_calls";
-    case FinishReason::kAbort: return "abort";
-  }
-  return "stop";
-}
-
 void ChoiceState::apply(const GenerationEvent& ev) {
   if (ev.kind == GenerationEvent::Kind::kDelta) {
     reasoning += ev.reasoning;

@@ -1,0 +1,15 @@
+#include "engine/engine_api.h"
+
+namespace tf::engine {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kToolCalls: return "tool_calls";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "stop";
+}
+
+}  // namespace tf::engine

@@ -1,0 +1,168 @@
+// The narrow engine interface the HTTP layer is written against.
+//
+// Design: the server never includes engine internals; it talks to an `EngineApi`
+// (implemented by the real engine later, by a scripted fake in tests). A request is
+// submitted with a sink callback that receives `GenerationEvent`s from the engine's
+// thread; the sink must not block (the server pushes them into a per-request queue).
+// Reasoning/content splitting and tool-call parsing happen on the engine side (text
+// layer parsers), so events already carry `reasoning`, `content` and tool-call deltas
+// in the OpenAI streaming sense: a tool call's first delta has id and name, later
+// deltas only argument fragments. The HTTP layer sees these names through
+// server/engine_api.h (tf::server).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace tf::engine {
+
+// Sampling and stopping, already validated by the server (ranges per api.md §1.1).
+struct SamplingOptions {
+  std::optional<double> temperature;  // unset: the model's generation_config default
+  std::optional<double> top_p;
+  std::optional<int> top_k;           // 0 or -1: off
+  std::optional<double> min_p;
+  std::optional<int64_t> seed;        // unset: derived from the prompt's token ids
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;
+  std::map<int32_t, double> logit_bias;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;
+  int min_tokens = 0;
+  int64_t max_tokens = 0;             // always set by the server (>= 0, fits the window)
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool skip_special_tokens = true;
+};
+
+// A structured-output constraint on the content (never on the reasoning).
+struct StructuredOutput {
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kNone;
+  nlohmann::json schema;             // kJsonSchema
+  std::string pattern;               // kRegex, kGrammar (EBNF)
+  std::vector<std::string> choices;  // kChoice
+};
+
+// A chat conversation, rendered into prompt tokens by the engine's chat template.
+struct ChatPrompt {
+  nlohmann::json messages = nlohmann::json::array();  // OpenAI messages, validated
+  nlohmann::json tools;                               // null or the OpenAI tools array
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  std::string reasoning_effort;                       // "", none, low, high, max, ...
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+};
+
+struct GenerationRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_tokens;  // already rendered/tokenized
+  SamplingOptions sampling;
+  StructuredOutput structured;
+  int n = 1;
+  // Chat: split reasoning (<think>) from content and parse tool calls with `tools`.
+  bool parse_reasoning = false;
+  bool thinking_enabled = true;
+  nlohmann::json tools;                // null: no tool parsing
+  std::string tool_choice = "none";    // none, auto, required, or a function name
+  bool parallel_tool_calls = true;
+};
+
+struct TopLogprob {
+  std::string token;
+  double logprob = 0.0;
+  std::vector<uint8_t> bytes;
+};
+
+struct TokenLogprob {
+  std::string token;
+  double logprob = 0.0;
+  std::vector<uint8_t> bytes;
+  std::vector<TopLogprob> top;  // descending
+};
+
+struct ToolCallDelta {
+  int index = 0;          // position of the call within the message
+  std::string id;         // set on the first delta of a call only
+  std::string name;       // set on the first delta of a call only
+  std::string arguments;  // JSON fragment; fragments concatenate to the final string
+};
+
+enum class FinishReason { kStop, kLength, kToolCalls, kAbort };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerationEvent {
+  enum class Kind { kDelta, kFinish, kError };
+  Kind kind = Kind::kDelta;
+  int choice = 0;  // 0..n-1
+  // kDelta: text is never split inside a UTF-8 sequence.
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCallDelta> tool_calls;
+  std::vector<TokenLogprob> logprobs;
+  // kFinish: per choice, exactly once.
+  FinishReason finish_reason = FinishReason::kStop;
+  int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+  // kError: the request failed after it was admitted (ends every choice).
+  Status error;
+};
+
+using EventSink = std::function<void(GenerationEvent)>;
+
+struct EngineHealth {
+  bool ok = true;
+  bool loading = false;
+  bool busy = false;
+  int64_t requests_running = 0;
+  int64_t requests_waiting = 0;
+  int64_t requests_total = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t completion_tokens_total = 0;
+  int64_t cached_tokens_total = 0;
+  int streams_decoding = 0;
+  int streams_prefilling = 0;
+  int streams_max = 0;
+  int64_t context_length = 0;
+  int64_t pool_tokens = 0;
+  int64_t pool_free_tokens = 0;
+};
+
+struct ModelInfo {
+  std::string id;            // served name, e.g. GLM-5.3-Flash-EXL3
+  std::string root;          // checkpoint directory
+  int64_t context_length = 0;
+  int64_t vocab_size = 0;
+  int64_t created = 0;       // unix seconds
+};
+
+class EngineApi {
+ public:
+  virtual ~EngineApi() = default;
+  virtual ModelInfo model_info() const = 0;
+  virtual EngineHealth health() const = 0;
+  virtual Expected<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens) const = 0;
+  virtual Expected<std::vector<int32_t>> render_chat(const ChatPrompt& chat) const = 0;
+  virtual Expected<std::string> detokenize(const std::vector<int32_t>& tokens) const = 0;
+  // Token strings for /tokenize return_token_strs.
+  virtual Expected<std::vector<std::string>> token_strings(const std::vector<int32_t>& tokens) const = 0;
+  // Admits or queues the request. kResourceExhausted: queue full (429). The sink is
+  // called from engine threads until a kFinish for every choice or a kError arrived.
+  virtual Status submit(GenerationRequest request, EventSink sink) = 0;
+  // Stops a request and frees what it holds; events may still arrive, then stop.
+  virtual void cancel(const std::string& request_id) = 0;
+};
+
+}  // namespace tf::engine
