@@ -13,5 +13,10 @@ void add_tokenize_command(CLI::App& app);
 void add_detokenize_command(CLI::App& app);
 // `tensorfold chat-template --model DIR --messages FILE`: the rendered prompt.
 void add_chat_template_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+// `tensorfold demo-checkpoint --out DIR`: writes the built-in demo checkpoint.
+void add_demo_checkpoint_command(CLI::App& app);
+// `tensorfold bench --url URL --concurrency N ...`: TTFT and tok/s of a server (apps/bench_command.h: --offline hook).
+void add_bench_command(CLI::App& app);
 
 }  // namespace tf::apps

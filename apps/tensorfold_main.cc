@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   tf::apps::add_tokenize_command(app);
   tf::apps::add_detokenize_command(app);
   tf::apps::add_chat_template_command(app);
+  tf::apps::add_serve_command(app);
+  tf::apps::add_demo_checkpoint_command(app);
+  tf::apps::add_bench_command(app);
   CLI11_PARSE(app, argc, argv);
   if (app.get_subcommands().empty()) {
     std::cout << app.help();

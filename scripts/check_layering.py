@@ -19,6 +19,7 @@ ALLOWED = {
     "engine": {"spec", "sampling", "cache", "text", "media", "model", "comm", "kernels/api", "kernels/cpu",
                "kernels/cuda", "core"},
     "server": {"engine", "text", "core"},
+    "bench": {"engine", "server", "core"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 

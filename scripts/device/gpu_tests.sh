@@ -4,12 +4,23 @@
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
+# cuBLAS is not carried: take the GPU machine's (its CUDA toolkit, else the pip wheel).
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import nvidia, os; [print(os.path.join(p, s, "lib")) for p in nvidia.__path__ for s in os.listdir(p)]' 2>/dev/null); do
+  ls "$d"/libcublasLt.so.* >/dev/null 2>&1 && { export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; break; }
+done
 export TF_TEST_DATA_DIR="$PWD/tests/data"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 rc=0
 .gpurun/cuda_kernel_tests --gtest_output="json:$OUT/cuda_kernel_tests.json" 2>&1 | tee "$OUT/cuda_kernel_tests.log" | tail -n 20
 [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+# Every op on CPU and CUDA (kernels/cuda vs kernels/cpu); "[parity]" lines give each op's error.
+.gpurun/cuda_ops_parity_tests --gtest_output="json:$OUT/cuda_ops_parity_tests.json" > "$OUT/cuda_ops_parity_tests.log" 2>&1
+[[ $? -eq 0 ]] || rc=1
+grep -E '^\[  (FAILED|PASSED) |^\[==========\]' "$OUT/cuda_ops_parity_tests.log" | tail -n 30
 # NCCL communicator checks at one rank (more ranks need a multi-GPU machine).
 timeout 120 .gpurun/comm_nccl_check --world 1 2>&1 | tee "$OUT/comm_nccl_check.log" | tail -n 5
 [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+# CUDA op timings at model shapes beside the HBM roofline (informative; does not change rc).
+[[ -x .gpurun/cuda_ops_bench ]] && timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
 exit $rc

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Run HERE before a GPU-machine call: builds the GPU test binaries in the CUDA
-# configuration (build-cuda/) and copies them, with the shared libraries the GPU
+# configuration (build-cuda/, or $TF_BUILD_DIR) and copies them, with the shared libraries the GPU
 # machine lacks (Debian's gloo & co., cudart), into .gpurun/ (git-ignored, ~11 MB).
 # Then call the device with carry: [".gpurun"] and command
 #   scripts/device/gpu_tests.sh
+# (.gpurun/cuda_ops_bench, carried too, times the CUDA ops at model shapes.)
 # Binaries built here run there (this glibc is older than the GPU machine's);
-# NCCL (218 MB) is too large to carry and is taken from the GPU machine.
+# NCCL (218 MB) and cuBLAS (600 MB) are too large to carry and are taken from the
+# GPU machine's CUDA installation (gpu_tests.sh puts them on LD_LIBRARY_PATH).
+# TF_BUILD_DIR picks the build directory (default build-cuda).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.gpurun/' .git/info/exclude 2>/dev/null || echo '/.gpurun/' >> .git/info/exclude
-targets=(cuda_kernel_tests comm_nccl_check)
-cmake -S . -B build-cuda -G Ninja -DTF_CUDA=ON -DTF_WERROR=ON "$@" >/dev/null
-cmake --build build-cuda -j "$(nproc)" --target "${targets[@]}"
+build="${TF_BUILD_DIR:-build-cuda}"
+targets=(cuda_kernel_tests cuda_ops_parity_tests comm_nccl_check cuda_ops_bench)
+cmake -S . -B "$build" -G Ninja -DTF_CUDA=ON -DTF_WERROR=ON "$@" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 rm -rf .gpurun && mkdir -p .gpurun/lib
-cp build-cuda/tests/kernels/cuda_kernel_tests build-cuda/tests/unit/comm_nccl_check .gpurun/
+cp "$build"/tests/kernels/cuda_kernel_tests "$build"/tests/kernels/cuda_ops_parity_tests \
+   "$build"/tests/unit/comm_nccl_check "$build"/bench/cuda_ops_bench .gpurun/
 for b in .gpurun/*; do [[ -f "$b" ]] && ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
-  grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|libcuda\.so|libnccl' |
+  grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|libcuda\.so|libnccl|libcublas' |
   while read -r lib; do cp -L "$lib" .gpurun/lib/; done
 du -sh .gpurun

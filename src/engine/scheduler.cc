@@ -24,7 +24,7 @@ int64_t StepPlan::total_tokens() const {
 Scheduler::Scheduler(const SchedulerConfig& config, CacheBudget& cache)
     : config_(config),
       cache_(cache),
-      step_policy_{config.step_token_budget, config.max_prefill_chunk},
+      step_policy_{config.step_token_budget, config.max_prefill_chunk, config.align_prefill_chunks},
       admission_{config.max_running} {}
 
 Scheduler::~Scheduler() {
@@ -96,7 +96,7 @@ bool Scheduler::finish(RequestId id) {
 std::vector<RunningView> Scheduler::running_views() const {
   std::vector<RunningView> views;
   views.reserve(running_.size());
-  for (const Entry& e : running_) views.push_back({e.spec.prompt_tokens - e.prefilled});
+  for (const Entry& e : running_) views.push_back({e.spec.prompt_tokens - e.prefilled, e.prefilled});
   return views;
 }
 

@@ -8,6 +8,10 @@
 //                   (the server answers 429).
 // max_prefill_chunk cap on one request's prefill chunk per step (0: none
 //                   besides the budget), to bound a step's latency.
+// align_prefill_chunks  chunks end at multiples of max_prefill_chunk and are
+//                   never cut by the budget (scheduler_policies.h): replies do
+//                   not depend on batch-mates. Needs step_token_budget >=
+//                   max_prefill_chunk + max_running.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,7 @@ struct SchedulerConfig {
   int32_t step_token_budget = 2048;
   int32_t max_waiting = 64;
   int32_t max_prefill_chunk = 0;
+  bool align_prefill_chunks = false;
 
   [[nodiscard]] Status validate() const;
 };

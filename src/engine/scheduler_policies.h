@@ -7,6 +7,11 @@
 // prefilling streams in admission order, oldest first, each chunk capped by
 // max_prefill_chunk. A prompt thus finishes as early as possible instead of
 // all prompts crawling together.
+// With align_chunks, a chunk always ends at a multiple of max_prefill_chunk
+// (or at the prompt's end) and is never cut short by the shared budget: a
+// request whose aligned chunk does not fit waits for the next step. Chunk
+// boundaries then depend only on the request itself, so a reply is bit for bit
+// the same whether its request ran alone or beside others.
 //
 // AdmissionPolicy: FIFO with head-of-line blocking. The oldest waiting
 // request is admitted when a stream slot is free, the step has tokens left to
@@ -23,11 +28,13 @@ namespace tf {
 // A running request, as the step policy sees it.
 struct RunningView {
   int64_t prefill_remaining = 0;  // prompt tokens not yet processed; 0 = decoding
+  int64_t prefill_done = 0;       // prompt tokens already processed (cached ones included)
 };
 
 struct StepTokenPolicy {
   int32_t token_budget = 0;
   int32_t max_prefill_chunk = 0;  // 0: no cap
+  bool align_chunks = false;      // needs max_prefill_chunk > 0
 
   // Tokens each running request advances this step, in the same order.
   [[nodiscard]] std::vector<int32_t> operator()(std::span<const RunningView> running) const;

@@ -10,11 +10,18 @@
 // tensors that nothing accounts for (unknown_tensors(), reported not fatal).
 // After open, lookups keep no state: get_f32 / shape / has may run on several
 // threads at once. Every tensor handed out is an owning, packed f32 host copy.
+// EXL3 checkpoints (quantization_config.quant_method "exl3", exl3_weights.h): a
+// canonical ".weight" with no tensor of its own but a "<prefix>.trellis" is stored
+// EXL3; has() and shape() see it (shape = the spec's when the stored dims are the
+// spec's padded to 128), get_exl3() loads it, get_f32() refuses it.
 #include "model/weight_source.h"
 
+#include <map>
+#include <optional>
 #include <set>
 
 #include "core/logging.h"
+#include "model/exl3_weights.h"
 #include "model/fp8_block_dequant.h"
 #include "model/glm5_weight_spec.h"
 #include "model/weight_names.h"
@@ -26,8 +33,9 @@ bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
 
 class CheckpointWeightSource : public WeightSource {
  public:
-  CheckpointWeightSource(std::unique_ptr<Checkpoint> ckpt, const Glm5Config& config)
-      : ckpt_(std::move(ckpt)), tie_(config.text.tie_word_embeddings) {
+  CheckpointWeightSource(std::unique_ptr<Checkpoint> ckpt, const Glm5Config& config,
+                         std::optional<Exl3QuantConfig> exl3)
+      : ckpt_(std::move(ckpt)), tie_(config.text.tie_word_embeddings), exl3_(std::move(exl3)) {
     if (config.quantization.weight_block_size.size() == 2) {
       block_ = {config.quantization.weight_block_size[0], config.quantization.weight_block_size[1]};
     }
@@ -37,7 +45,13 @@ class CheckpointWeightSource : public WeightSource {
     std::vector<WeightAlias> aliases;
     for (const WeightSpecEntry& e : spec) {
       const WeightAlias* a = resolve(e.name, &aliases);
-      if (a == nullptr) continue;
+      if (a == nullptr) {
+        const std::string p = exl3_prefix(e.name);
+        if (p.empty()) continue;
+        exl3_spec_shapes_[e.name] = e.shape;
+        for (const char* s : {"trellis", "suh", "svh", "su", "sv", "bias", "mcg", "mul1"}) used.insert(p + "." + s);
+        continue;
+      }
       used.insert(a->name);
       for (const std::string& s : fp8_scale_names(a->name)) used.insert(s);
     }
@@ -49,7 +63,13 @@ class CheckpointWeightSource : public WeightSource {
   Expected<Tensor> get_f32(const std::string& canonical_name, const Shape& expected_shape) const override {
     std::vector<WeightAlias> aliases;
     const WeightAlias* a = resolve(canonical_name, &aliases);
-    if (a == nullptr) return missing(canonical_name, aliases);
+    if (a == nullptr) {
+      if (const std::string p = exl3_prefix(canonical_name); !p.empty()) {
+        return unimplemented(ckpt_->file_of(p + ".trellis") + ": tensor '" + canonical_name +
+                             "' is stored EXL3-quantized ('" + p + ".trellis'); it is read with get_exl3, not as f32");
+      }
+      return missing(canonical_name, aliases);
+    }
     TF_ASSIGN_OR_RETURN(Tensor t, load(canonical_name, *a));
     if (!expected_shape.empty() && t.shape() != expected_shape) return mis_shaped(canonical_name, *a, t.shape(), expected_shape);
     return t;
@@ -58,7 +78,10 @@ class CheckpointWeightSource : public WeightSource {
   Expected<Shape> shape(const std::string& canonical_name) const override {
     std::vector<WeightAlias> aliases;
     const WeightAlias* a = resolve(canonical_name, &aliases);
-    if (a == nullptr) return missing(canonical_name, aliases);
+    if (a == nullptr) {
+      if (const std::string p = exl3_prefix(canonical_name); !p.empty()) return exl3_shape(canonical_name, p);
+      return missing(canonical_name, aliases);
+    }
     const TensorEntry* e = ckpt_->find(a->name);
     Shape s;
     TF_RETURN_IF_ERROR(slice_shape(canonical_name, *a, e->shape, &s));
@@ -67,12 +90,59 @@ class CheckpointWeightSource : public WeightSource {
 
   bool has(const std::string& canonical_name) const override {
     std::vector<WeightAlias> aliases;
-    return resolve(canonical_name, &aliases) != nullptr;
+    return resolve(canonical_name, &aliases) != nullptr || !exl3_prefix(canonical_name).empty();
   }
 
   std::vector<std::string> unknown_tensors() const override { return unknown_; }
 
+  Expected<std::optional<Exl3Weight>> get_exl3(const std::string& canonical_name, int64_t in_features,
+                                               int64_t out_features) const override {
+    std::vector<WeightAlias> aliases;
+    const std::string p = exl3_prefix(canonical_name);
+    if (p.empty() || resolve(canonical_name, &aliases) != nullptr) return std::optional<Exl3Weight>();
+    TF_ASSIGN_OR_RETURN(Exl3Weight w, load_exl3_linear(*ckpt_, p, in_features, out_features, exl3_->codebook));
+    // Owning copies: the weights outlive this source and its memory mapping.
+    for (Tensor* t : {&w.trellis, &w.suh, &w.svh, &w.bias}) {
+      if (t->is_null()) continue;
+      Tensor copy = Tensor::empty(t->shape(), t->dtype());
+      copy.copy_from(*t);
+      *t = std::move(copy);
+    }
+    return std::optional<Exl3Weight>(std::move(w));
+  }
+
  private:
+  // The checkpoint prefix of an EXL3-stored ".weight" (an alias spelling with a
+  // ".trellis"), or "" when the checkpoint is not EXL3 or holds no such tensor.
+  std::string exl3_prefix(const std::string& canonical) const {
+    constexpr size_t kWeight = 7;  // ".weight"
+    if (!exl3_ || canonical.size() < kWeight || canonical.compare(canonical.size() - kWeight, kWeight, ".weight") != 0)
+      return "";
+    for (const WeightAlias& a : weight_aliases(canonical, tie_)) {
+      if (a.is_slice() || a.name.size() < kWeight) continue;
+      const std::string p = a.name.substr(0, a.name.size() - kWeight);
+      if (a.name.compare(p.size(), kWeight, ".weight") == 0 && ckpt_->has(p + ".trellis")) return p;
+    }
+    return "";
+  }
+
+  // Hugging Face orientation [out, in] of an EXL3 tensor: the spec's shape when the
+  // stored (padded) dims fit it, else the stored dims.
+  Expected<Shape> exl3_shape(const std::string& canonical, const std::string& p) const {
+    const TensorEntry* t = ckpt_->find(p + ".trellis");
+    if (t->shape.size() != 3) {
+      return invalid_argument(ckpt_->file_of(p + ".trellis") + ": tensor '" + p + ".trellis' has shape " +
+                              shape_to_string(t->shape) + ", expected [in/16, out/16, 16*K]");
+    }
+    const Shape stored = {t->shape[1] * 16, t->shape[0] * 16};
+    auto it = exl3_spec_shapes_.find(canonical);
+    if (it != exl3_spec_shapes_.end() && it->second.size() == 2) {
+      const auto pad = [](int64_t v) { return (v + 127) / 128 * 128; };
+      if (pad(it->second[0]) == stored[0] && pad(it->second[1]) == stored[1]) return it->second;
+    }
+    return stored;
+  }
+
   // The first alias the checkpoint holds (pointer into *aliases), or null.
   const WeightAlias* resolve(const std::string& canonical, std::vector<WeightAlias>* aliases) const {
     *aliases = weight_aliases(canonical, tie_);
@@ -165,13 +235,21 @@ class CheckpointWeightSource : public WeightSource {
   bool tie_ = false;
   std::array<int64_t, 2> block_ = {128, 128};
   std::vector<std::string> unknown_;
+  std::optional<Exl3QuantConfig> exl3_;             // set for EXL3 checkpoints
+  std::map<std::string, Shape> exl3_spec_shapes_;   // canonical -> spec shape, EXL3-stored tensors
 };
 
 }  // namespace
 
 Expected<std::unique_ptr<WeightSource>> open_weight_source(const std::string& dir, const Glm5Config& config) {
+  std::optional<Exl3QuantConfig> exl3;
+  if (config.quantization.method == "exl3") {
+    // An EXL3 checkpoint we cannot serve is refused here, naming the config field.
+    TF_ASSIGN_OR_RETURN(Exl3QuantConfig q, parse_exl3_quant_config(config.quantization, dir + "/config.json"));
+    exl3 = std::move(q);
+  }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(dir));
-  auto source = std::make_unique<CheckpointWeightSource>(std::move(ckpt), config);
+  auto source = std::make_unique<CheckpointWeightSource>(std::move(ckpt), config, std::move(exl3));
   if (!source->unknown_tensors().empty()) {
     TF_LOG_WARN("{}: {} tensor(s) not used by the glm5_next model, e.g. '{}'", dir,
                 source->unknown_tensors().size(), source->unknown_tensors().front());

@@ -12,15 +12,18 @@
 // also accepts the in-memory module names transformers uses (fused
 // experts.gate_up_proj / experts.down_proj, forget_gate.*, attn_hc.* / ffn_hc.*,
 // a flat "model.layers." prefix) and FP8 e4m3 weights with 128x128 block scales
-// (`weight_scale_inv`), and hands every tensor out as f32 on the host.
+// (`weight_scale_inv`), and hands every tensor out as f32 on the host; EXL3
+// checkpoints' routed experts come out of get_exl3 instead.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/api/exl3_weight.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 
@@ -43,6 +46,14 @@ class WeightSource {
   }
   // Checkpoint tensors that no canonical name accounts for (reported, not fatal).
   virtual std::vector<std::string> unknown_tensors() const = 0;
+  // A projection stored EXL3-quantized (the routed experts of an EXL3 checkpoint,
+  // model/exl3_weights.h) as owning host tensors, for a layer of in_features ->
+  // out_features (unpadded); nullopt when `canonical_name` (a ".weight") is stored
+  // unquantized. get_f32 refuses EXL3-stored tensors; shape and has see them.
+  virtual Expected<std::optional<Exl3Weight>> get_exl3(const std::string& /*canonical_name*/,
+                                                       int64_t /*in_features*/, int64_t /*out_features*/) const {
+    return std::optional<Exl3Weight>();
+  }
 };
 
 // Opens the weights of a checkpoint folder for `config`.

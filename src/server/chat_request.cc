@@ -69,6 +69,14 @@ Json validate_tools(const Json& tools) {
   return tools;
 }
 
+// A string member of message `pp`, with the error naming the full path (messages[i].role).
+std::optional<std::string> message_string(const Json& m, const char* name, const std::string& pp) {
+  const Json* v = json_field(m, name);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) throw bad_request("'" + pp + "." + name + "' must be a string", pp + "." + name);
+  return v->get<std::string>();
+}
+
 }  // namespace
 
 Json validate_messages(const Json& messages, const std::string& param) {
@@ -80,7 +88,7 @@ Json validate_messages(const Json& messages, const std::string& param) {
     std::string pp = param + "[" + std::to_string(i) + "]";
     const Json& m = messages[i];
     if (!m.is_object()) throw bad_request("'" + pp + "' must be an object", pp);
-    auto role = json_string(m, "role");
+    auto role = message_string(m, "role", pp);
     if (!role) throw bad_request("'" + pp + ".role' is required", pp + ".role");
     if (!kRoles.count(*role)) throw bad_request("unknown role '" + *role + "'", pp + ".role");
     Json msg = m;
@@ -96,12 +104,12 @@ Json validate_messages(const Json& messages, const std::string& param) {
     } else {
       validate_content(m["content"], pp + ".content", allow_null);
     }
-    json_string(m, "name");
+    message_string(m, "name", pp);
     // Both spellings of the reasoning field reach the template (api.md §1.1).
-    auto rc = json_string(m, "reasoning_content");
-    auto r = json_string(m, "reasoning");
+    auto rc = message_string(m, "reasoning_content", pp);
+    auto r = message_string(m, "reasoning", pp);
     if (!rc && r) msg["reasoning_content"] = *r;
-    if (*role == "tool") json_string(m, "tool_call_id");
+    if (*role == "tool") message_string(m, "tool_call_id", pp);
     out.push_back(std::move(msg));
   }
   return out;

@@ -18,7 +18,7 @@ struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 8888;                 // 0: any free port (see HttpServer::port())
   std::string api_key;             // empty: no authentication
-  int64_t default_max_tokens = 0;  // chat/responses cap when the request sets none; 0: fill the window
+  int64_t default_max_tokens = 4096;  // chat/responses cap when the request sets none; 0: fill the window
   size_t max_body_bytes = size_t{96} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
 };

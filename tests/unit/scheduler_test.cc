@@ -343,6 +343,41 @@ TEST(SchedulerPolicies, StepTokenPolicyDecodeFirst) {
   EXPECT_EQ(tight(views), (std::vector<int32_t>{0, 1, 0, 1}));
 }
 
+TEST(SchedulerPolicies, AlignedChunksEndOnMultiplesAndAreNeverCut) {
+  const StepTokenPolicy aligned{12, 8, true};
+  // 50 left after 3 done: the chunk ends at 8 (5 tokens); the next one would need 8 but only 6 are left
+  // after the decode, so it waits rather than being cut.
+  const std::vector<RunningView> views{{50, 3}, {0, 0}, {20, 0}};
+  EXPECT_EQ(aligned(views), (std::vector<int32_t>{5, 1, 0}));
+  const std::vector<RunningView> tail{{2, 16}, {9, 8}};
+  EXPECT_EQ(aligned(tail), (std::vector<int32_t>{2, 8}));
+}
+
+// With aligned chunks a request's prefill chunks are the same alone and beside others.
+TEST(SchedulerTimeline, AlignedChunksDoNotDependOnBatchMates) {
+  auto chunks_of = [](bool with_others) {
+    SchedulerConfig cfg{4, 20, 16, 8, true};
+    Harness h(cfg, 10000);
+    if (with_others) {
+      EXPECT_EQ(h.submit('B', 13, 5), SubmitResult::kQueued);
+      EXPECT_EQ(h.submit('C', 3, 5), SubmitResult::kQueued);
+    }
+    EXPECT_EQ(h.submit('A', 30, 2), SubmitResult::kQueued);
+    std::vector<int32_t> a_chunks;
+    for (int i = 0; i < 20; ++i) {
+      h.step();
+      for (const Advance& adv : h.last.advances) {
+        if (adv.id == id('A') && adv.kind == AdvanceKind::kPrefill) a_chunks.push_back(adv.tokens);
+      }
+    }
+    return a_chunks;
+  };
+  EXPECT_EQ(chunks_of(false), (std::vector<int32_t>{8, 8, 8, 6}));
+  EXPECT_EQ(chunks_of(true), (std::vector<int32_t>{8, 8, 8, 6}));
+  SchedulerConfig bad{4, 10, 16, 8, true};
+  EXPECT_FALSE(bad.validate().is_ok());
+}
+
 TEST(SchedulerPolicies, AdmissionNeedsSlotTokensAndCache) {
   const AdmissionPolicy policy{2};
   EXPECT_TRUE(policy({1, 5, true}));

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "kernels/api/exl3_weight.h"
 
 namespace tf {
 
@@ -46,6 +47,15 @@ class Ops {
   // Allocation on this backend's device (uninitialised / zeroed).
   virtual Tensor empty(const Shape& shape, DType dtype = DType::kF32) = 0;
   virtual Tensor zeros(const Shape& shape, DType dtype = DType::kF32) = 0;
+
+  // ---- transfers (synchronous whenever the host is involved) ----------------
+  // A packed copy of a host tensor on this backend's device; a packed host copy of
+  // a tensor of this backend. (The CPU backend: packed host copies.)
+  virtual Tensor to_device(const Tensor& host) = 0;
+  virtual Tensor to_host(const Tensor& t) = 0;
+  // dst = src, same shape and dtype; each on the host or this backend's device,
+  // packed or row-strided (last dimension packed, e.g. a column block of a matrix).
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;
 
   // ---- linear algebra ------------------------------------------------------
   // out[T, N] = x[T, K] · w[N, K]^T  (accumulate: out += ...).
@@ -136,6 +146,13 @@ class Ops {
   // Outputs: weights [T, k] f32, ids [T, k] int32 (ascending expert id).
   virtual void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
                          int topk_group, int k, bool norm, float scaling) = 0;
+
+  // ---- quantized weights ----------------------------------------------------
+  // out [T, n_out] = x [T, k_in] · W for an EXL3 weight (exl3_weight.h: W's Hadamard
+  // rotations, suh, svh and bias included). k_in / n_out may be narrower than W's padded
+  // dims (the input is zero-extended, padded outputs are dropped); out may be row-strided
+  // (last dimension packed, e.g. a column block). Backends without EXL3 throw StatusError.
+  virtual void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w);
 };
 
 }  // namespace tf

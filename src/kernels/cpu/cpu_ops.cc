@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/exl3_linear.h"
 
 namespace tf {
 namespace cpu {
@@ -44,6 +45,17 @@ class CpuOps final : public Ops {
   const char* name() const override { return "cpu"; }
   Tensor empty(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype); }
   Tensor zeros(const Shape& shape, DType dtype) override { return Tensor::zeros(shape, dtype); }
+  Tensor to_device(const Tensor& host) override { return to_host(host); }
+  Tensor to_host(const Tensor& t) override {
+    if (!t.device().is_cpu()) throw StatusError(invalid_argument("cpu to_host: " + t.describe() + " is not on the host"));
+    return t.contiguous();
+  }
+  void copy(Tensor& dst, const Tensor& src) override {
+    if (!dst.device().is_cpu() || !src.device().is_cpu() || dst.shape() != src.shape() || dst.dtype() != src.dtype())
+      throw StatusError(invalid_argument("cpu copy: " + src.describe() + " into " + dst.describe() +
+                                         " (host tensors of one shape and dtype)"));
+    dst.copy_from(src);
+  }
 
   void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate) override {
     cpu::matmul(out, x, w, accumulate);
@@ -115,6 +127,12 @@ class CpuOps final : public Ops {
   void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
                  int topk_group, int k, bool norm, float scaling) override {
     cpu::moe_route(weights, ids, logits, bias, n_group, topk_group, k, norm, scaling);
+  }
+  void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w) override {
+    if (out.is_contiguous()) return cpu::exl3_matmul(out, x, w);
+    Tensor packed = Tensor::empty(out.shape(), out.dtype());  // a column block: compute, then copy in
+    cpu::exl3_matmul(packed, x, w);
+    out.copy_from(packed);
   }
 };
 

@@ -100,6 +100,19 @@ Tensor Glm5Model::logits_for(const Tensor& hidden_rows) {
 }
 
 Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x) {
+  if (w.exl3) {
+    // EXL3 expert (one rank): gate and up into the two column halves of gate_up.
+    const int64_t n = x.size(0), il = cfg_.moe_intermediate_size;
+    Tensor gu = ops_.empty({n, 2 * il});
+    Tensor g = gu.slice(1, 0, il), u = gu.slice(1, il, 2 * il);
+    ops_.exl3_matmul(g, x, w.exl3->gate);
+    ops_.exl3_matmul(u, x, w.exl3->up);
+    Tensor a = ops_.empty({n, il});
+    ops_.swiglu(a, gu, static_cast<float>(cfg_.swiglu_limit));
+    Tensor y = ops_.empty({n, cfg_.hidden_size});
+    ops_.exl3_matmul(y, a, w.exl3->down);
+    return y;
+  }
   const int64_t n = x.size(0), il = w.down.size(1);
   Tensor gu = ops_.empty({n, 2 * il});
   ops_.matmul(gu, x, w.gate_up);

@@ -48,6 +48,27 @@ class Loader {
     return w;
   }
 
+  // A routed expert: EXL3 when the checkpoint stores it so, else like any MLP.
+  Expected<MlpWeights> expert(const std::string& p) {
+    const int64_t h = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
+    TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> gate, src_.get_exl3(p + "gate_proj.weight", h, inter));
+    if (!gate) return mlp(p, inter);
+    if (world_ != 1) {
+      return unimplemented(p + "gate_proj: EXL3 experts with tensor parallelism (" + std::to_string(world_) +
+                           " ranks); EXL3 splits at 128 channels, not yet done");
+    }
+    TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> up, src_.get_exl3(p + "up_proj.weight", h, inter));
+    TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> down, src_.get_exl3(p + "down_proj.weight", inter, h));
+    if (!up || !down) return invalid_argument(p + "gate_proj is stored EXL3 but up_proj / down_proj are not");
+    auto e = std::make_shared<Exl3Expert>();
+    e->gate = std::move(*gate);
+    e->up = std::move(*up);
+    e->down = std::move(*down);
+    MlpWeights w;
+    w.exl3 = std::move(e);
+    return w;
+  }
+
   Expected<HyperConnectionWeights> hc(const std::string& p) {
     const int64_t m = cfg_.hc_mult, mix = (2 + m) * m;
     HyperConnectionWeights w;
@@ -145,7 +166,7 @@ class Loader {
     TF_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight", {e, h}));
     TF_ASSIGN_OR_RETURN(w.bias, get(p + "gate.e_score_correction_bias", {e}));
     for (int64_t i = 0; i < e; ++i) {
-      TF_ASSIGN_OR_RETURN(MlpWeights ex, mlp(p + "experts." + std::to_string(i) + ".", cfg_.moe_intermediate_size));
+      TF_ASSIGN_OR_RETURN(MlpWeights ex, expert(p + "experts." + std::to_string(i) + "."));
       w.experts.push_back(std::move(ex));
     }
     TF_ASSIGN_OR_RETURN(w.shared,

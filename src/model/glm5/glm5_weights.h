@@ -9,6 +9,7 @@
 // then its up rows), MLA W_UK^T per head [H_l, R, D] and W_UV [H_l, Dv, R].
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "core/tensor.h"
 #include "kernels/api/ops.h"
 #include "model/config.h"
+#include "model/exl3_weights.h"
 #include "model/weight_source.h"
 
 namespace tf {
@@ -37,6 +39,9 @@ struct HyperConnectionWeights {
 struct MlpWeights {
   Tensor gate_up;  // [2*I_local, H]
   Tensor down;     // [H, I_local]
+  // A routed expert stored EXL3 (gate_up and down are then null): gate, up and down
+  // as the checkpoint holds them, run by Ops::exl3_matmul. One rank only for now.
+  std::shared_ptr<const Exl3Expert> exl3;
 };
 
 struct MoeWeights {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Settings for start.sh / stop.sh / prepare.sh, highest first:
+#   environment variables > scripts/local.sh (sourced; environment values are restored after it)
+#   > .env beside start.sh (KEY=value lines, quotes and # comments; never executed) > defaults here.
+# Sourced, not run. Every setting is listed in README.md ("Configuration").
+TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+TF_SETTINGS=(MODEL_DIR SERVED_NAME HOST PORT PARALLEL CONTEXT KV DENSE MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+  MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
+  WORKER FABRIC_PEER TF_CUDA)
+
+# The environment as the user gave it (these win over everything).
+declare -A tf_env_given=()
+for k in "${TF_SETTINGS[@]}"; do
+  if [[ -n "${!k+x}" ]]; then tf_env_given[$k]="${!k}"; fi
+done
+
+# .env: parsed, never executed.
+tf_load_dotenv() {
+  local file=$1 line key value
+  [[ -f "$file" ]] || return 0
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    line="${line#"${line%%[![:space:]]*}"}"
+    [[ -z "$line" || "$line" == \#* ]] && continue
+    line="${line#export }"
+    [[ "$line" =~ ^([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]] || { echo "warning: $file: ignoring line: $line" >&2; continue; }
+    key=${BASH_REMATCH[1]}
+    value=${BASH_REMATCH[2]}
+    if [[ "$value" =~ ^\"(.*)\"[[:space:]]*(#.*)?$ ]]; then
+      value=${BASH_REMATCH[1]}
+    elif [[ "$value" =~ ^\'(.*)\'[[:space:]]*(#.*)?$ ]]; then
+      value=${BASH_REMATCH[1]}
+    else
+      value="${value%%[[:space:]]#*}"
+      value="${value%"${value##*[![:space:]]}"}"
+    fi
+    printf -v "$key" '%s' "$value"
+    export "${key?}"
+  done <"$file"
+}
+tf_load_dotenv "$TF_ROOT/.env"
+
+if [[ -f "$TF_ROOT/scripts/local.sh" ]]; then
+  # shellcheck source=/dev/null
+  source "$TF_ROOT/scripts/local.sh"
+fi
+
+# The environment wins over local.sh and .env.
+for k in "${!tf_env_given[@]}"; do
+  printf -v "$k" '%s' "${tf_env_given[$k]}"
+done
+
+# Defaults.
+: "${HOST:=0.0.0.0}"
+: "${PORT:=8888}"
+: "${PARALLEL:=4}"
+: "${CONTEXT:=1048576}"
+: "${KV:=fp8}"
+: "${MEMORY_RESERVE_GIB:=4}"
+: "${KV_POOL_GIB:=0}"
+: "${MAX_TOKENS:=32768}"
+: "${MAX_QUEUED:=64}"
+: "${TP:=1}"
+: "${BUILD_DIR:=$TF_ROOT/build}"
+: "${LOG_DIR:=$TF_ROOT/logs}"
+: "${STATE_DIR:=$TF_ROOT/.run}"
+: "${WAIT_TIMEOUT:=1800}"
+: "${STOP_TIMEOUT:=30}"
+: "${FOREGROUND:=0}"
+: "${PREPARE:=auto}"
+
+tf_fail() { echo "error: $*" >&2; exit 1; }
+
+# Validates every setting before anything is stopped or started.
+tf_validate_settings() {
+  [[ "$PORT" =~ ^[0-9]+$ ]] && ((PORT >= 1 && PORT <= 65535)) || tf_fail "PORT must be 1..65535, got '$PORT'"
+  [[ "$PARALLEL" =~ ^[0-9]+$ ]] && ((PARALLEL >= 1 && PARALLEL <= 256)) || tf_fail "PARALLEL must be 1..256, got '$PARALLEL'"
+  [[ "$CONTEXT" =~ ^[0-9]+$ ]] || tf_fail "CONTEXT must be a number of tokens (0: largest that fits), got '$CONTEXT'"
+  [[ "$KV" =~ ^(fp8|bf16|f32)$ ]] || tf_fail "KV must be fp8, bf16 or f32, got '$KV'"
+  [[ -z "${DENSE:-}" || "$DENSE" =~ ^(q4|fp8|bf16)$ ]] || tf_fail "DENSE must be q4, fp8 or bf16, got '$DENSE'"
+  [[ "$MEMORY_RESERVE_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "MEMORY_RESERVE_GIB must be a number, got '$MEMORY_RESERVE_GIB'"
+  [[ "$KV_POOL_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "KV_POOL_GIB must be a number, got '$KV_POOL_GIB'"
+  [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
+  [[ "$TP" =~ ^[0-9]+$ ]] && ((TP >= 1)) || tf_fail "TP must be >= 1, got '$TP'"
+  [[ "$FOREGROUND" =~ ^[01]$ ]] || tf_fail "FOREGROUND must be 0 or 1, got '$FOREGROUND'"
+  [[ "$PREPARE" =~ ^(auto|0|1)$ ]] || tf_fail "PREPARE must be auto, 0 or 1, got '$PREPARE'"
+  if [[ -n "${MODEL_DIR:-}" && ! -f "$MODEL_DIR/config.json" ]]; then
+    tf_fail "MODEL_DIR=$MODEL_DIR has no config.json"
+  fi
+  if ((TP > 1)) || [[ -n "${WORKER:-}" ]]; then
+    tf_fail "TP=$TP / WORKER: multi-rank serving needs the CUDA backend (not in this build yet)"
+  fi
+}
+
+# The serve arguments the settings stand for (extra start.sh arguments come after and win).
+tf_serve_args() {
+  TF_SERVE_ARGS=(--host "$HOST" --port "$PORT" --parallel "$PARALLEL" --context "$CONTEXT" --kv "$KV"
+    --memory-reserve-gib "$MEMORY_RESERVE_GIB" --kv-pool-gib "$KV_POOL_GIB" --max-tokens "$MAX_TOKENS"
+    --max-waiting "$MAX_QUEUED" --tp "$TP")
+  [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")
+  [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
+  [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")
+  return 0
+}
+
+tf_pid_file() { echo "$STATE_DIR/tensorfold.pid"; }
+tf_running_pid() {
+  local f pid
+  f=$(tf_pid_file)
+  [[ -f "$f" ]] || return 1
+  pid=$(cat "$f")
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Prepares this machine to serve: system packages (apt-get), then the build of the
+# tensorfold binary. `--rebuild` starts the build folder from scratch.
+#   scripts/prepare.sh [--rebuild]
+set -euo pipefail
+source "$(dirname "$0")/config.sh"
+rebuild=0
+for a in "$@"; do
+  case "$a" in
+    --rebuild) rebuild=1 ;;
+    -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
+    *) tf_fail "prepare.sh: unknown argument '$a'" ;;
+  esac
+done
+cd "$TF_ROOT"
+scripts/deps.sh
+if ((rebuild)); then rm -rf "$BUILD_DIR"; fi
+cmake -S . -B "$BUILD_DIR" -G Ninja -DTF_CUDA="${TF_CUDA:-AUTO}" >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target tensorfold
+mkdir -p "$STATE_DIR"
+echo "prepared: $BUILD_DIR/apps/tensorfold"

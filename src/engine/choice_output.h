@@ -1,0 +1,77 @@
+// ChoiceOutput: turns one choice's sampled tokens into the engine's streaming
+// events, in this order:
+//   ids -> IncrementalDetokenizer (complete UTF-8 only)
+//       -> StopStringMatcher (stop strings end the text; never cut a character)
+//       -> ReasoningParser (chat: <think> ... </think> vs content)
+//       -> GlmToolCallParser (chat with tools: content vs streamed tool_calls)
+// Special tokens: with skip_special_tokens they are dropped before the text,
+// except the markers the parsers need (<think>, <tool_call>, <arg_key>, ...),
+// which the parsers consume. Stop tokens never reach the text.
+// Logprobs travel with their token's event even when its text is held back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_api.h"
+#include "sampling/sampler.h"
+#include "sampling/stop_string_matcher.h"
+#include "text/detokenizer.h"
+#include "text/reasoning_parser.h"
+#include "text/tokenizer.h"
+#include "text/tool_call_parser.h"
+
+namespace tf::engine {
+
+struct ChoiceOutputOptions {
+  bool skip_special_tokens = true;
+  std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;
+  bool parse_reasoning = false;
+  bool starts_in_reasoning = false;  // the prompt ends with an open <think>
+  nlohmann::json tools;              // null: no tool-call parsing
+  std::string call_id_prefix;        // tool call ids: prefix + index
+  bool logprobs = false;
+};
+
+class ChoiceOutput {
+ public:
+  ChoiceOutput(const text::Tokenizer& tokenizer, ChoiceOutputOptions options, int choice);
+
+  // A generated token that is not a stop token. `stopped` turns true once a
+  // stop string matched: the choice ends (the text up to it is in the event).
+  GenerationEvent add(int32_t token, const SampledToken& sampled, bool& stopped);
+  // The stop token that ended the choice: only its logprobs are reported.
+  GenerationEvent add_stop_token(int32_t token, const SampledToken& sampled);
+  // Flushes everything held back (the choice ended).
+  GenerationEvent finish();
+
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
+  bool made_tool_calls() const { return tool_calls_made_ > 0; }
+
+ private:
+  void route_text(const std::string& text, bool final, GenerationEvent& ev);
+  void route_content(const std::string& content, bool final, GenerationEvent& ev);
+  void add_logprobs(int32_t token, const SampledToken& sampled, GenerationEvent& ev) const;
+  std::string token_text(int32_t token) const;
+
+  const text::Tokenizer& tok_;
+  ChoiceOutputOptions opt_;
+  int choice_;
+  text::IncrementalDetokenizer detok_;
+  StopStringMatcher stops_;
+  std::optional<ReasoningParser> reasoning_;
+  std::optional<GlmToolCallParser> tools_;
+  std::unordered_set<int32_t> parser_markers_;
+  int64_t reasoning_tokens_ = 0;
+  size_t tool_calls_made_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace tf::engine

@@ -1,0 +1,105 @@
+#include "engine/demo_weights.h"
+
+#include <string_view>
+
+#include "core/dtype.h"
+#include "model/glm5_weight_spec.h"
+
+namespace tf {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t stream_of(uint64_t seed, const std::string& name) { return splitmix64(seed ^ fnv1a(name)); }
+
+// Uniform in [0, 1) from 24 bits of the hash (exact in float).
+float uniform(uint64_t stream, uint64_t index) {
+  return static_cast<float>(splitmix64(stream + index) >> 40) * (1.0f / 16777216.0f);
+}
+
+float normal(uint64_t stream, uint64_t index) {
+  const uint64_t h = splitmix64(stream + index);
+  // Four 16-bit uniforms: the sum has mean 4 * 65535 / 2 and variance 4 * (65536^2 - 1) / 12.
+  int64_t sum = 0;
+  for (int k = 0; k < 4; ++k) sum += static_cast<int64_t>((h >> (16 * k)) & 0xffffu);
+  constexpr double kMean = 131070.0;
+  constexpr double kStd = 37837.226;  // sqrt(4 * (65536^2 - 1) / 12)
+  return static_cast<float>((static_cast<double>(sum) - kMean) / kStd);
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+enum class Init { kNormal, kOne, kZero, kALog, kDtBias };
+
+Init init_of(const std::string& name) {
+  if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) return Init::kOne;
+  if (ends_with(name, "_scale") || ends_with(name, "index_kpool_compress_gate")) return Init::kOne;
+  if (ends_with(name, "_base") || ends_with(name, "e_score_correction_bias") || ends_with(name, ".bias") ||
+      ends_with(name, "index_kpool_compress_ape"))
+    return Init::kZero;
+  if (ends_with(name, "self_attn.A_log")) return Init::kALog;
+  if (ends_with(name, "self_attn.dt_bias")) return Init::kDtBias;
+  return Init::kNormal;
+}
+
+bool stored_f32(const std::string& name) {
+  return ends_with(name, "hc_attn_base") || ends_with(name, "hc_ffn_base") || ends_with(name, "hc_attn_scale") ||
+         ends_with(name, "hc_ffn_scale") || ends_with(name, "self_attn.A_log") ||
+         ends_with(name, "self_attn.dt_bias") || ends_with(name, "e_score_correction_bias");
+}
+
+}  // namespace
+
+float demo_normal(uint64_t seed, const std::string& name, uint64_t index) {
+  return normal(stream_of(seed, name), index);
+}
+
+std::vector<std::pair<std::string, Tensor>> make_demo_weights(const Glm5Config& config,
+                                                              const DemoWeightOptions& options) {
+  WeightSpecOptions spec_options;
+  spec_options.include_mtp = true;
+  spec_options.include_vision = false;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const WeightSpecEntry& e : glm5_weight_spec(config, spec_options)) {
+    const bool f32 = stored_f32(e.name);
+    Tensor t = Tensor::empty(e.shape, f32 ? DType::kF32 : DType::kBF16);
+    const uint64_t stream = stream_of(options.seed, e.name);
+    const Init init = init_of(e.name);
+    const float sigma = static_cast<float>(options.initializer_range *
+                                         (e.name == "lm_head.weight" ? options.lm_head_scale : 1.0));
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t idx = static_cast<uint64_t>(i);
+      float v = 0.0f;
+      switch (init) {
+        case Init::kNormal: v = sigma * normal(stream, idx); break;
+        case Init::kOne: v = 1.0f; break;
+        case Init::kZero: v = 0.0f; break;
+        case Init::kALog: v = 2.7725887f * uniform(stream, idx); break;        // ln 16
+        case Init::kDtBias: v = -6.9077554f + 4.6051702f * uniform(stream, idx); break;  // ln 1e-3 .. ln 1e-1
+      }
+      if (f32) {
+        t.data<float>()[i] = v;
+      } else {
+        t.data<uint16_t>()[i] = float_to_bf16(v);
+      }
+    }
+    out.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace tf

@@ -1,0 +1,290 @@
+// Engine: loading and the thread-safe API calls. The engine thread's step loop
+// is in engine_loop.cc.
+#include "engine/engine.h"
+
+#include <chrono>
+#include <filesystem>
+#include <utility>
+
+#include "core/logging.h"
+#include "engine/engine_impl.h"
+#include "engine/load_progress.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "text/tokenizer_config.h"
+
+namespace tf::engine {
+namespace fs = std::filesystem;
+namespace {
+
+Expected<nlohmann::json> read_optional_json(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return nlohmann::json::object();
+  auto j = text::read_json_file(path);
+  if (!j) return j.status();
+  if (!j->is_object()) return invalid_argument(path.string() + ": not a JSON object");
+  return j;
+}
+
+Expected<ChatTemplate> load_chat_template(const fs::path& dir, const text::Tokenizer& tok,
+                                          const nlohmann::json& tokenizer_config) {
+  if (!tok.config().chat_template) {
+    return invalid_argument(dir.string() + ": no chat template (neither chat_template.jinja nor a chat_template "
+                            "field in tokenizer_config.json)");
+  }
+  return ChatTemplate::create(*tok.config().chat_template, tokenizer_config, (dir / "chat_template.jinja").string());
+}
+
+Expected<SamplingDefaults> sampling_defaults(const nlohmann::json& g, const fs::path& path) {
+  SamplingDefaults d;
+  auto number = [&](const char* key, double& out) -> Status {
+    if (!g.contains(key) || g[key].is_null()) return Status::ok();
+    if (!g[key].is_number()) return invalid_argument(path.string() + ": " + key + " must be a number");
+    out = g[key].get<double>();
+    return Status::ok();
+  };
+  double top_k = 0;
+  for (auto [key, out] : {std::pair{"temperature", &d.temperature}, std::pair{"top_p", &d.top_p},
+                          std::pair{"min_p", &d.min_p}, std::pair{"repetition_penalty", &d.repetition_penalty},
+                          std::pair{"top_k", &top_k}}) {
+    Status s = number(key, *out);
+    if (!s.is_ok()) return s;
+  }
+  d.top_k = static_cast<int>(top_k);
+  return d;
+}
+
+// Bytes the CPU backend will hold for the weights: f32 copies of every tensor.
+int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config) {
+  int64_t file_bytes = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".safetensors") file_bytes += static_cast<int64_t>(e.file_size(ec));
+  }
+  const int64_t expand = config.quantization.method == "fp8" ? 4 : 2;  // bf16 -> f32, fp8 -> f32
+  return file_bytes * expand;
+}
+
+DType latent_dtype(const std::string& kv) {
+  if (kv == "f32") return DType::kF32;
+  if (kv == "bf16") return DType::kBF16;
+  return DType::kF8E4M3;
+}
+
+MemoryPlanInput memory_input(const EngineOptions& o, const Glm5Config& config, int64_t weight_bytes) {
+  const Glm5TextConfig& t = config.text;
+  const int mla = t.count_layers(AttentionKind::kSparseMla);
+  const int kda = t.count_layers(AttentionKind::kLinear);
+  const DType dt = latent_dtype(o.kv);
+  const int64_t latent = t.kv_lora_rank * static_cast<int64_t>(dtype_size(dt)) + (dt == DType::kF8E4M3 ? 4 : 0);
+  const int64_t latent_layers = mla + (t.num_nextn_predict_layers > 0 ? 1 : 0);
+  const int64_t indexer = mla * int64_t{t.index_head_dim} * 4 / std::max(1, t.index_kpool) + 1;
+  const int64_t dk = t.linear_head_dim, heads = t.linear_num_heads, kw = t.linear_conv_kernel_dim;
+  MemoryPlanInput in;
+  in.available_bytes = host_available_bytes();
+  in.reserve_bytes = static_cast<int64_t>(o.memory_reserve_gib * 1073741824.0);
+  in.weight_bytes = weight_bytes;
+  in.pool_cap_bytes = static_cast<int64_t>(o.kv_pool_gib * 1073741824.0);
+  in.cache_bytes_per_token = latent_layers * latent + indexer;
+  in.state_bytes_per_stream = kda * (heads * dk * dk + 3 * (kw - 1) * heads * dk) * 4;
+  in.parallel = o.parallel;
+  in.context = o.context;
+  in.model_max_context = t.max_position_embeddings;
+  in.page_size = o.page_size;
+  return in;
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
+  if (Status s = options.validate(); !s.is_ok()) return s;
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.options = options;
+  const fs::path dir(options.model_dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return not_found(options.model_dir + ": not a model folder");
+
+  auto config = load_glm5_config(dir.string());
+  if (!config) return config.status();
+  m.config = std::move(*config);
+  auto tok = text::Tokenizer::from_directory(dir);
+  if (!tok) return tok.status().with_context(dir.string());
+  m.tokenizer = std::move(*tok);
+  auto tok_config = read_optional_json(dir / "tokenizer_config.json");
+  if (!tok_config) return tok_config.status();
+  auto tmpl = load_chat_template(dir, *m.tokenizer, *tok_config);
+  if (!tmpl) return tmpl.status();
+  m.chat_template.emplace(std::move(*tmpl));
+  auto gen = read_optional_json(dir / "generation_config.json");
+  if (!gen) return gen.status();
+  auto defaults = sampling_defaults(*gen, dir / "generation_config.json");
+  if (!defaults) return defaults.status();
+  m.defaults = *defaults;
+  for (int32_t id : m.tokenizer->eos_token_ids()) m.eos_ids.push_back(id);
+  if (m.eos_ids.empty()) {
+    for (int64_t id : m.config.text.eos_token_ids) m.eos_ids.push_back(static_cast<int32_t>(id));
+  }
+  m.think_start_id = m.tokenizer->token_to_id(ChatTemplate::kThinkStart);
+  m.text_vocab = static_cast<int64_t>(m.tokenizer->vocab_size());
+  if (m.text_vocab > m.config.text.vocab_size) {
+    return invalid_argument(dir.string() + ": the tokenizer has " + std::to_string(m.text_vocab) +
+                            " ids but the model only " + std::to_string(m.config.text.vocab_size) + " rows");
+  }
+
+  m.ops = make_cpu_ops();
+  m.comm = make_single_rank_communicator();
+  auto weights = open_weight_source(dir.string(), m.config);
+  if (!weights) return weights.status();
+  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config);
+  auto plan = plan_memory(memory_input(options, m.config, weight_bytes));
+  if (!plan) return plan.status();
+  m.plan = *plan;
+  for (const std::string& note : m.plan.notes) TF_LOG_WARN("{}", note);
+  TF_LOG_INFO("cache pool: {} tokens ({:.2f} GiB, KV={}), window {} tokens, PARALLEL={}", m.plan.pool_tokens,
+              m.plan.pool_bytes / 1073741824.0, options.kv, m.plan.context, options.parallel);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ProgressWeightSource progress(**weights, weight_bytes);
+  Glm5Options mo;
+  mo.latent_dtype = latent_dtype(options.kv);
+  mo.page_size = m.plan.page_size;
+  mo.num_pages = m.plan.num_pages;
+  auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);
+  if (!model) return model.status();
+  m.model = std::move(*model);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  TF_LOG_INFO("loaded {} tensors ({:.2f} GiB) in {:.1f} s", progress.tensors(), progress.loaded_bytes() / 1073741824.0,
+              secs);
+
+  m.budget = std::make_unique<PagedCacheBudget>(m.plan.num_pages, m.plan.page_size);
+  SchedulerConfig sc;
+  sc.max_running = options.parallel;
+  sc.max_prefill_chunk = options.prefill_chunk;
+  sc.align_prefill_chunks = true;
+  sc.step_token_budget =
+      options.step_token_budget > 0 ? options.step_token_budget : options.prefill_chunk * 2 + options.parallel;
+  sc.max_waiting = options.max_waiting;
+  if (Status s = sc.validate(); !s.is_ok()) return s;
+  m.scheduler = std::make_unique<Scheduler>(sc, *m.budget);
+  m.samplers.resize(static_cast<size_t>(m.sample_pool.size()));
+
+  m.info.id = options.served_name.empty() ? fs::absolute(dir).filename().string() : options.served_name;
+  m.info.root = options.model_dir;
+  m.info.context_length = m.plan.context;
+  m.info.vocab_size = m.text_vocab;
+  m.info.created = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
+  m.publish_health();
+
+  std::unique_ptr<Engine> engine(new Engine(std::move(impl)));
+  Impl* raw = engine->impl_.get();
+  raw->thread = std::thread([raw] { raw->run(); });
+  return engine;
+}
+
+ModelInfo Engine::model_info() const { return impl_->info; }
+
+EngineHealth Engine::health() const {
+  std::lock_guard<std::mutex> lock(impl_->health_mu);
+  return impl_->health;
+}
+
+Expected<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool add_special_tokens) const {
+  return impl_->tokenizer->encode(text, add_special_tokens);
+}
+
+Expected<std::vector<int32_t>> Engine::render_chat(const ChatPrompt& chat) const {
+  ChatTemplateRequest tr;
+  tr.messages = nlohmann::ordered_json::parse(chat.messages.dump());
+  if (!chat.tools.is_null()) tr.tools = nlohmann::ordered_json::parse(chat.tools.dump());
+  tr.add_generation_prompt = chat.add_generation_prompt && !chat.continue_final_message;
+  tr.kwargs = nlohmann::ordered_json::parse(chat.chat_template_kwargs.dump());
+  if (!chat.reasoning_effort.empty()) tr.kwargs["reasoning_effort"] = chat.reasoning_effort;
+  auto prompt = impl_->chat_template->render(tr);
+  if (!prompt) return invalid_argument("chat template: " + prompt.status().message());
+  return impl_->tokenizer->encode(prompt->text, /*add_special_tokens=*/false);
+}
+
+Expected<std::string> Engine::detokenize(const std::vector<int32_t>& tokens) const {
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= impl_->text_vocab) {
+      return invalid_argument("token id " + std::to_string(t) + " is out of range [0, " +
+                              std::to_string(impl_->text_vocab) + ")");
+    }
+  }
+  return impl_->tokenizer->decode(tokens, /*skip_special_tokens=*/false);
+}
+
+Expected<std::vector<std::string>> Engine::token_strings(const std::vector<int32_t>& tokens) const {
+  std::vector<std::string> out;
+  out.reserve(tokens.size());
+  for (int32_t t : tokens) {
+    auto s = impl_->tokenizer->id_to_token(t);
+    if (!s) return invalid_argument("token id " + std::to_string(t) + " is out of range");
+    out.push_back(std::move(*s));
+  }
+  return out;
+}
+
+Status Engine::submit(GenerationRequest request, EventSink sink) {
+  Impl& m = *impl_;
+  if (request.structured.kind != StructuredOutput::Kind::kNone) {
+    return unimplemented("structured output (response_format, guided decoding) is not supported yet");
+  }
+  if (request.n < 1) return invalid_argument("n must be >= 1");
+  if (request.prompt_tokens.empty()) return invalid_argument("the prompt is empty");
+  for (int32_t t : request.prompt_tokens) {
+    if (t < 0 || t >= m.text_vocab) {
+      return invalid_argument("prompt token id " + std::to_string(t) + " is out of range [0, " +
+                              std::to_string(m.text_vocab) + ")");
+    }
+  }
+  const int64_t need = static_cast<int64_t>(request.prompt_tokens.size()) + request.sampling.max_tokens;
+  if (need > m.plan.context) {
+    return invalid_argument("prompt (" + std::to_string(request.prompt_tokens.size()) + " tokens) + max_tokens (" +
+                            std::to_string(request.sampling.max_tokens) + ") exceed the window of " +
+                            std::to_string(m.plan.context) + " tokens");
+  }
+  auto params = m.sampling_params(request);
+  if (!params) return params.status();
+  const int64_t queued = m.queued_choices.fetch_add(request.n) + request.n;
+  if (queued > m.options.max_waiting) {
+    m.queued_choices.fetch_sub(request.n);
+    return resource_exhausted("the server is busy: " + std::to_string(m.options.max_waiting) +
+                              " requests are already waiting; retry later");
+  }
+  auto live = std::make_shared<LiveRequest>();
+  live->req = std::move(request);
+  live->sink = std::move(sink);
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.stopping) {
+      m.queued_choices.fetch_sub(live->req.n);
+      return unavailable("the server is stopping");
+    }
+    m.inbox.push_back(std::move(live));
+  }
+  m.wake.notify_all();
+  return Status::ok();
+}
+
+void Engine::cancel(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->cancels.push_back(request_id);
+  }
+  impl_->wake.notify_all();
+}
+
+}  // namespace tf::engine

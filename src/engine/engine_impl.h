@@ -1,0 +1,117 @@
+// Engine internals shared by engine.cc (loading, API calls) and
+// engine_loop.cc (the engine thread). Not part of the public API.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/thread_pool.h"
+#include "engine/choice_output.h"
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+#include "engine/paged_cache_budget.h"
+#include "engine/scheduler.h"
+#include "kernels/api/ops.h"
+#include "model/config.h"
+#include "model/glm5/glm5_model.h"
+#include "sampling/sampler.h"
+#include "sampling/sequence_sampler.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace tf::engine {
+
+// generation_config.json's sampling defaults (used when a request sets none).
+struct SamplingDefaults {
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
+};
+
+// One request as submitted; owned by the engine thread once taken from the inbox.
+struct LiveRequest {
+  GenerationRequest req;
+  EventSink sink;
+  int open_choices = 0;
+  bool failed = false;
+};
+
+// One choice: a scheduler request with its own sequence, sampler and text pipeline.
+struct LiveChoice {
+  RequestId id = 0;
+  std::shared_ptr<LiveRequest> request;
+  int index = 0;
+  int64_t prefilled = 0;  // prompt tokens already run
+  bool admitted = false;  // holds a scheduler slot (not waiting any more)
+  bool in_queue = true;   // still counted in Impl::queued_choices
+  int32_t last_token = -1;
+  std::unique_ptr<Glm5Sequence> sequence;
+  std::unique_ptr<SequenceSampler> sampler;
+  std::unique_ptr<ChoiceOutput> output;
+};
+
+struct Engine::Impl {
+  EngineOptions options;
+  ModelInfo info;
+  Glm5Config config;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  SamplingDefaults defaults;
+  std::vector<int32_t> eos_ids;
+  std::optional<int32_t> think_start_id;
+  int64_t text_vocab = 0;  // ids >= this are padding rows: never sampled
+
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Glm5Model> model;
+  MemoryPlan plan;
+  std::unique_ptr<PagedCacheBudget> budget;
+  std::unique_ptr<Scheduler> scheduler;
+  ThreadPool sample_pool{2};
+  std::vector<Sampler> samplers;
+
+  // Inbox (HTTP threads -> engine thread).
+  std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::shared_ptr<LiveRequest>> inbox;
+  std::vector<std::string> cancels;
+  bool stopping = false;
+  std::atomic<int64_t> queued_choices{0};  // inbox + scheduler queue, for 429 without the engine thread
+
+  // Engine-thread state.
+  std::map<RequestId, LiveChoice> choices;
+  std::multimap<std::string, RequestId> by_request_id;
+  RequestId next_id = 1;
+
+  // Health snapshot (written by the engine thread).
+  mutable std::mutex health_mu;
+  EngineHealth health;
+
+  std::thread thread;
+
+  void run();
+  void step_once();
+  void take_inbox();
+  void admit(const std::shared_ptr<LiveRequest>& r);
+  void start_choice(LiveChoice& c);
+  void finish_choice(RequestId id, FinishReason reason, bool release_in_scheduler);
+  void fail_choice(RequestId id, const Status& error);
+  void drop_choice(RequestId id);
+  void leave_queue(LiveChoice& c);
+  void publish_health();
+  Expected<SamplingParams> sampling_params(const GenerationRequest& r) const;
+};
+
+}  // namespace tf::engine

@@ -1,0 +1,308 @@
+// The engine thread: one step at a time (see engine.h for the data flow).
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "core/logging.h"
+#include "engine/engine_impl.h"
+#include "sampling/counter_hash.h"
+
+namespace tf::engine {
+namespace {
+
+void emit(LiveRequest& r, GenerationEvent ev) {
+  if (r.failed) return;
+  r.sink(std::move(ev));
+}
+
+bool has_payload(const GenerationEvent& ev) {
+  return !ev.reasoning.empty() || !ev.content.empty() || !ev.tool_calls.empty() || !ev.logprobs.empty();
+}
+
+std::string call_id_prefix(const std::string& request_id, int choice) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "call_%016llx_",
+                static_cast<unsigned long long>(std::hash<std::string>{}(request_id) ^ (uint64_t(choice) << 48)));
+  return buf;
+}
+
+}  // namespace
+
+void Engine::Impl::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      wake.wait(lock, [&] { return stopping || !inbox.empty() || !cancels.empty() || scheduler->has_work(); });
+      if (stopping) break;
+    }
+    try {
+      step_once();
+    } catch (const std::exception& e) {
+      // Nothing may take the engine down: fail what was in flight and go on.
+      TF_LOG_ERROR("engine step failed: {}", e.what());
+      std::vector<RequestId> ids;
+      for (const auto& [id, c] : choices) ids.push_back(id);
+      for (RequestId id : ids) fail_choice(id, internal_error(std::string("engine step failed: ") + e.what()));
+    }
+  }
+  std::vector<RequestId> ids;
+  for (const auto& [id, c] : choices) ids.push_back(id);
+  for (RequestId id : ids) fail_choice(id, unavailable("the server is stopping"));
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& r : inbox) {
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = unavailable("the server is stopping");
+    r->sink(std::move(ev));
+  }
+  inbox.clear();
+}
+
+void Engine::Impl::take_inbox() {
+  std::deque<std::shared_ptr<LiveRequest>> fresh;
+  std::vector<std::string> cancel_ids;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    fresh.swap(inbox);
+    cancel_ids.swap(cancels);
+  }
+  for (auto& r : fresh) admit(r);
+  for (const std::string& rid : cancel_ids) {
+    auto [lo, hi] = by_request_id.equal_range(rid);
+    for (auto it = lo; it != hi; ++it) scheduler->cancel(it->second);
+  }
+}
+
+void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
+  const GenerationRequest& g = r->req;
+  auto params = sampling_params(g);
+  if (!params) {  // validated in submit(); kept for safety
+    queued_choices.fetch_sub(g.n);
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = params.status();
+    r->sink(std::move(ev));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(health_mu);
+    ++health.requests_total;
+    health.prompt_tokens_total += static_cast<int64_t>(g.prompt_tokens.size()) * g.n;
+  }
+  const bool starts_in_reasoning =
+      g.parse_reasoning && think_start_id && !g.prompt_tokens.empty() && g.prompt_tokens.back() == *think_start_id;
+  r->open_choices = g.n;
+  for (int i = 0; i < g.n; ++i) {
+    const RequestId id = next_id++;
+    LiveChoice c;
+    c.id = id;
+    c.request = r;
+    c.index = i;
+    c.sampler = std::make_unique<SequenceSampler>(*params, g.prompt_tokens, eos_ids, static_cast<uint32_t>(i));
+    ChoiceOutputOptions oo;
+    oo.skip_special_tokens = g.sampling.skip_special_tokens;
+    oo.stop = g.sampling.stop;
+    oo.include_stop_str_in_output = g.sampling.include_stop_str_in_output;
+    oo.parse_reasoning = g.parse_reasoning;
+    oo.starts_in_reasoning = starts_in_reasoning;
+    oo.tools = g.tools;
+    oo.call_id_prefix = call_id_prefix(g.request_id, i);
+    oo.logprobs = params->logprobs;
+    c.output = std::make_unique<ChoiceOutput>(*tokenizer, std::move(oo), i);
+    choices.emplace(id, std::move(c));
+    by_request_id.emplace(g.request_id, id);
+    if (g.sampling.max_tokens <= 0) {  // e.g. completions with echo and max_tokens 0
+      finish_choice(id, FinishReason::kLength, false);
+      continue;
+    }
+    const SubmitResult sr = scheduler->submit(
+        {id, static_cast<int64_t>(g.prompt_tokens.size()), static_cast<int64_t>(params->max_tokens), 0});
+    if (sr != SubmitResult::kQueued) {
+      fail_choice(id, resource_exhausted(std::string("the request cannot be scheduled: ") + submit_result_name(sr)));
+    }
+  }
+}
+
+void Engine::Impl::leave_queue(LiveChoice& c) {
+  if (!c.in_queue) return;
+  c.in_queue = false;
+  queued_choices.fetch_sub(1);
+}
+
+void Engine::Impl::start_choice(LiveChoice& c) {
+  leave_queue(c);
+  c.admitted = true;
+  c.sequence = model->new_sequence();
+}
+
+void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release_in_scheduler) {
+  auto it = choices.find(id);
+  if (it == choices.end()) return;
+  LiveChoice& c = it->second;
+  LiveRequest& r = *c.request;
+  GenerationEvent tail = c.output->finish();
+  if (has_payload(tail)) emit(r, std::move(tail));
+  GenerationEvent fin;
+  fin.kind = GenerationEvent::Kind::kFinish;
+  fin.choice = c.index;
+  fin.finish_reason = reason == FinishReason::kStop && c.output->made_tool_calls() ? FinishReason::kToolCalls : reason;
+  fin.completion_tokens = c.sampler->generated();
+  fin.reasoning_tokens = std::min<int64_t>(c.output->reasoning_tokens(), fin.completion_tokens);
+  {
+    std::lock_guard<std::mutex> lock(health_mu);
+    health.completion_tokens_total += fin.completion_tokens;
+  }
+  emit(r, std::move(fin));
+  if (release_in_scheduler) scheduler->finish(id);
+  drop_choice(id);
+}
+
+void Engine::Impl::fail_choice(RequestId id, const Status& error) {
+  auto it = choices.find(id);
+  if (it == choices.end()) return;
+  LiveRequest& r = *it->second.request;
+  if (!r.failed) {
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = error;
+    r.sink(std::move(ev));
+    r.failed = true;
+    // The error ends every choice of the request: the others leave at the next step.
+    auto [lo, hi] = by_request_id.equal_range(r.req.request_id);
+    for (auto o = lo; o != hi; ++o) {
+      if (o->second != id) scheduler->cancel(o->second);
+    }
+  }
+  if (it->second.admitted) {
+    scheduler->finish(id);
+  } else {
+    scheduler->cancel(id);
+  }
+  drop_choice(id);
+}
+
+void Engine::Impl::drop_choice(RequestId id) {
+  auto it = choices.find(id);
+  if (it == choices.end()) return;
+  LiveRequest& r = *it->second.request;
+  leave_queue(it->second);
+  auto [lo, hi] = by_request_id.equal_range(r.req.request_id);
+  for (auto o = lo; o != hi; ++o) {
+    if (o->second == id) {
+      by_request_id.erase(o);
+      break;
+    }
+  }
+  --r.open_choices;
+  choices.erase(it);
+}
+
+void Engine::Impl::step_once() {
+  take_inbox();
+  StepPlan plan = scheduler->schedule();
+  for (RequestId id : plan.cancelled) drop_choice(id);
+  for (RequestId id : plan.admitted) {
+    auto it = choices.find(id);
+    if (it != choices.end()) start_choice(it->second);
+  }
+  for (RequestId id : plan.finished_by_length) finish_choice(id, FinishReason::kLength, false);
+  if (plan.idle()) {
+    publish_health();
+    return;
+  }
+
+  std::vector<StepEntry> batch;
+  std::vector<LiveChoice*> rows;
+  batch.reserve(plan.advances.size());
+  for (const Advance& a : plan.advances) {
+    LiveChoice& c = choices.at(a.id);
+    StepEntry e;
+    e.sequence = c.sequence.get();
+    if (a.kind == AdvanceKind::kPrefill) {
+      e.tokens = std::span<const int32_t>(c.request->req.prompt_tokens).subspan(static_cast<size_t>(c.prefilled),
+                                                                                 static_cast<size_t>(a.tokens));
+    } else {
+      e.tokens = std::span<const int32_t>(&c.last_token, 1);
+    }
+    batch.push_back(e);
+    rows.push_back(&c);
+  }
+  publish_health();
+  auto results = model->step(batch);
+  if (!results) {
+    for (LiveChoice* c : rows) fail_choice(c->id, results.status().with_context("model step"));
+    return;
+  }
+
+  // Sample the rows that yield a token, in parallel (each row is independent).
+  std::vector<size_t> sampling_rows;
+  for (size_t i = 0; i < plan.advances.size(); ++i) {
+    const Advance& a = plan.advances[i];
+    if (a.kind == AdvanceKind::kPrefill) rows[i]->prefilled += a.tokens;
+    if (a.samples) sampling_rows.push_back(i);
+  }
+  if (samplers.size() < sampling_rows.size()) samplers.resize(sampling_rows.size());
+  std::vector<Expected<SequenceStep>> steps(sampling_rows.size(), internal_error("not sampled"));
+  const int64_t vocab = (*results)[0].logits.shape().back();
+  sample_pool.parallel_for(static_cast<int64_t>(sampling_rows.size()), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      const size_t i = sampling_rows[static_cast<size_t>(k)];
+      float* row = (*results)[i].logits.data<float>();
+      // Padding rows of the embedding are not tokens: never sample them.
+      for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
+      steps[static_cast<size_t>(k)] =
+          rows[i]->sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)), samplers[static_cast<size_t>(k)]);
+    }
+  });
+
+  for (size_t k = 0; k < sampling_rows.size(); ++k) {
+    LiveChoice& c = *rows[sampling_rows[k]];
+    const RequestId id = c.id;
+    if (!steps[k]) {
+      fail_choice(id, steps[k].status().with_context("sampling"));
+      continue;
+    }
+    const SequenceStep& st = *steps[k];
+    const int32_t token = st.sampled.token;
+    c.last_token = token;
+    LiveRequest& r = *c.request;
+    const bool stop_token = st.finish == tf::FinishReason::kStop;
+    if (stop_token) {
+      GenerationEvent ev = c.output->add_stop_token(token, st.sampled);
+      if (has_payload(ev)) emit(r, std::move(ev));
+      finish_choice(id, FinishReason::kStop, true);
+      continue;
+    }
+    bool stopped = false;
+    GenerationEvent ev = c.output->add(token, st.sampled, stopped);
+    if (has_payload(ev)) emit(r, std::move(ev));
+    if (stopped) {
+      finish_choice(id, FinishReason::kStop, true);
+    } else if (st.finish == tf::FinishReason::kLength) {
+      finish_choice(id, FinishReason::kLength, true);
+    }
+  }
+  publish_health();
+}
+
+void Engine::Impl::publish_health() {
+  const SchedulerStats s = scheduler->stats();
+  int64_t inbox_size = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    inbox_size = static_cast<int64_t>(inbox.size());
+  }
+  std::lock_guard<std::mutex> lock(health_mu);
+  health.ok = true;
+  health.requests_running = s.running;
+  health.requests_waiting = s.waiting + inbox_size;
+  health.busy = s.running > 0 || health.requests_waiting > 0;
+  health.streams_decoding = s.decoding;
+  health.streams_prefilling = s.prefilling;
+  health.streams_max = options.parallel;
+  health.context_length = plan.context;
+  health.pool_tokens = budget->capacity_tokens();
+  health.pool_free_tokens = budget->free_tokens();
+}
+
+}  // namespace tf::engine

@@ -1,0 +1,29 @@
+#include "engine/engine_options.h"
+
+#include <string>
+
+namespace tf::engine {
+
+Status EngineOptions::validate() const {
+  if (parallel < 1 || parallel > 256) {
+    return invalid_argument("PARALLEL (--parallel) must be in 1..256, got " + std::to_string(parallel));
+  }
+  if (context < 0) return invalid_argument("CONTEXT (--context) must be >= 0, got " + std::to_string(context));
+  if (kv != "fp8" && kv != "bf16" && kv != "f32") {
+    return invalid_argument("KV (--kv) must be fp8, bf16 or f32, got '" + kv + "'");
+  }
+  if (!(memory_reserve_gib >= 0.0)) {
+    return invalid_argument("MEMORY_RESERVE_GIB must be >= 0, got " + std::to_string(memory_reserve_gib));
+  }
+  if (!(kv_pool_gib >= 0.0)) return invalid_argument("KV_POOL_GIB must be >= 0, got " + std::to_string(kv_pool_gib));
+  if (max_waiting < 1) return invalid_argument("--max-waiting must be >= 1, got " + std::to_string(max_waiting));
+  if (prefill_chunk < 1) return invalid_argument("--prefill-chunk must be >= 1, got " + std::to_string(prefill_chunk));
+  if (page_size < 1) return invalid_argument("page size must be >= 1");
+  if (step_token_budget != 0 && step_token_budget < prefill_chunk + parallel) {
+    return invalid_argument("--step-tokens must be >= prefill chunk + PARALLEL (" +
+                            std::to_string(prefill_chunk + parallel) + ")");
+  }
+  return Status::ok();
+}
+
+}  // namespace tf::engine

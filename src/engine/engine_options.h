@@ -1,0 +1,27 @@
+// Engine settings (tensorfold serve flags / environment, see apps/serve_command.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace tf::engine {
+
+struct EngineOptions {
+  std::string model_dir;          // checkpoint folder (config.json, tokenizer.json, safetensors)
+  std::string served_name;        // model id in the API; empty: the folder's name
+  int32_t parallel = 4;           // PARALLEL: decoding streams
+  int64_t context = 1048576;      // CONTEXT: per-request window; 0 = largest that fits
+  std::string kv = "fp8";         // KV: latent cache storage, fp8 | bf16 | f32
+  double memory_reserve_gib = 4.0;  // MEMORY_RESERVE_GIB: host memory left free for the OS and other work
+  double kv_pool_gib = 0.0;       // KV_POOL_GIB: cap on the cache pool; 0 = no cap
+  int32_t max_waiting = 64;       // requests queued beyond PARALLEL before 429
+  int32_t prefill_chunk = 256;    // tokens of one prompt per step (aligned: replies do not depend on batch-mates)
+  int32_t step_token_budget = 0;  // 0: prefill_chunk x 2 + parallel
+  int64_t page_size = 64;
+
+  [[nodiscard]] Status validate() const;
+};
+
+}  // namespace tf::engine

@@ -1,0 +1,37 @@
+// ProgressWeightSource: wraps a WeightSource and logs how much of the checkpoint
+// has been loaded (every few seconds and at the end), so a long load shows
+// progress instead of silence.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/weight_source.h"
+
+namespace tf::engine {
+
+class ProgressWeightSource final : public WeightSource {
+ public:
+  // `total_bytes`: the f32 bytes the load is expected to read (an estimate is fine).
+  ProgressWeightSource(const WeightSource& inner, int64_t total_bytes);
+
+  Expected<Tensor> get_f32(const std::string& canonical_name, const Shape& expected_shape = {}) const override;
+  bool has(const std::string& canonical_name) const override { return inner_.has(canonical_name); }
+  Expected<Shape> shape(const std::string& canonical_name) const override { return inner_.shape(canonical_name); }
+  std::vector<std::string> unknown_tensors() const override { return inner_.unknown_tensors(); }
+
+  int64_t loaded_bytes() const { return loaded_; }
+  int64_t tensors() const { return tensors_; }
+
+ private:
+  const WeightSource& inner_;
+  int64_t total_;
+  mutable int64_t loaded_ = 0;
+  mutable int64_t tensors_ = 0;
+  mutable std::chrono::steady_clock::time_point last_log_;
+};
+
+}  // namespace tf::engine

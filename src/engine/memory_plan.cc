@@ -1,0 +1,72 @@
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace tf {
+namespace {
+
+std::string gib(int64_t bytes) {
+  std::ostringstream o;
+  o.precision(2);
+  o << std::fixed << static_cast<double>(bytes) / double(int64_t{1} << 30) << " GiB";
+  return o.str();
+}
+
+}  // namespace
+
+Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
+  if (in.cache_bytes_per_token <= 0 || in.page_size <= 0 || in.parallel < 1 || in.model_max_context <= 0) {
+    return invalid_argument("memory plan: cache bytes per token, page size, PARALLEL and the model's maximum "
+                            "context must be positive");
+  }
+  if (in.context < 0) return invalid_argument("CONTEXT must be >= 0 (0: the largest window that fits)");
+  int64_t budget = in.available_bytes - in.reserve_bytes - in.weight_bytes - in.parallel * in.state_bytes_per_stream;
+  if (in.pool_cap_bytes > 0) budget = std::min(budget, in.pool_cap_bytes);
+  const int64_t page_bytes = in.cache_bytes_per_token * in.page_size;
+  if (budget < page_bytes) {
+    return resource_exhausted("not enough memory for the cache pool: " + gib(in.available_bytes) +
+                              " available, " + gib(in.reserve_bytes) + " kept free (MEMORY_RESERVE_GIB), " +
+                              gib(in.weight_bytes) + " for the weights, " +
+                              gib(in.parallel * in.state_bytes_per_stream) + " for " + std::to_string(in.parallel) +
+                              " streams' state; lower MEMORY_RESERVE_GIB or PARALLEL, or free memory");
+  }
+  MemoryPlan plan;
+  plan.page_size = in.page_size;
+  const int64_t fit_pages = budget / page_bytes;
+  const int64_t fit_tokens = fit_pages * in.page_size;
+  int64_t context = in.context == 0 ? std::min(fit_tokens, in.model_max_context) : in.context;
+  if (context > in.model_max_context) {
+    plan.notes.push_back("CONTEXT=" + std::to_string(context) + " is beyond the model's maximum; using " +
+                         std::to_string(in.model_max_context));
+    context = in.model_max_context;
+  }
+  if (context > fit_tokens) {
+    plan.notes.push_back("CONTEXT=" + std::to_string(context) + " does not fit in the cache pool (" +
+                         std::to_string(fit_tokens) + " tokens in " + gib(budget) + "); using " +
+                         std::to_string(fit_tokens));
+    context = fit_tokens;
+  }
+  // More than PARALLEL full windows has no use until prompt state is kept.
+  const int64_t want_tokens = in.parallel * context;
+  plan.num_pages = std::min(fit_pages, (want_tokens + in.page_size - 1) / in.page_size);
+  plan.pool_tokens = plan.num_pages * in.page_size;
+  plan.context = context;
+  plan.pool_bytes = plan.num_pages * page_bytes;
+  return plan;
+}
+
+int64_t host_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (f >> key >> value) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return 0;
+}
+
+}  // namespace tf

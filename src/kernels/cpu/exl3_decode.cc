@@ -1,0 +1,155 @@
+// EXL3 tile decoding (see exl3_decode.h for the bit-level format).
+#include "kernels/cpu/exl3_decode.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tf::cpu {
+namespace {
+
+uint16_t inst_value(uint32_t x) {
+  x = (x & 0x8FFF8FFFu) ^ 0x3B603B60u;
+  const float lo = f16_to_float(static_cast<uint16_t>(x & 0xFFFFu));
+  const float hi = f16_to_float(static_cast<uint16_t>(x >> 16));
+  return float_to_f16(lo + hi);  // exact sum, one rounding
+}
+
+using Table = std::array<uint16_t, 65536>;
+
+Table build_table(Exl3Codebook cb) {
+  Table t{};
+  for (uint32_t s = 0; s < 65536; ++s) t[s] = exl3_state_value(static_cast<uint16_t>(s), cb);
+  return t;
+}
+
+// The tile's words as the u32 stream (t[2w] is the low half of word w).
+void stream_words(const int16_t* words, int bits, uint32_t* u) {
+  for (int w = 0; w < 8 * bits; ++w) {
+    u[w] = static_cast<uint32_t>(static_cast<uint16_t>(words[2 * w])) |
+           static_cast<uint32_t>(static_cast<uint16_t>(words[2 * w + 1])) << 16;
+  }
+}
+
+void check(const Exl3Weight& w, const std::string& name) {
+  Status s = check_exl3_weight(w, name);
+  if (!s.is_ok()) throw StatusError(s);
+  if (!w.trellis.device().is_cpu()) throw StatusError(invalid_argument(name + ": trellis is not on the host"));
+}
+
+}  // namespace
+
+uint16_t exl3_state_value(uint16_t state, Exl3Codebook cb) {
+  uint32_t x = state;
+  switch (cb) {
+    case Exl3Codebook::k3Inst:
+      return inst_value(x * 89226354u + 64248484u);
+    case Exl3Codebook::kMcg:
+      return inst_value(x * kExl3McgMultiplier);
+    case Exl3Codebook::kMul1: {
+      x *= kExl3Mul1Multiplier;
+      const uint32_t s = (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24);
+      // h(0x6400 + s) = 1024 + s exactly; the fma is exact in f32, so the only
+      // rounding is the final one to fp16, as in the GPU's __hfma.
+      const float v = std::fma(f16_to_float(static_cast<uint16_t>(0x6400u + s)), f16_to_float(0x1EEE),
+                               f16_to_float(0xC931));
+      return float_to_f16(v);
+    }
+  }
+  return 0;
+}
+
+const uint16_t* exl3_codebook_table(Exl3Codebook cb) {
+  static const Table k3inst = build_table(Exl3Codebook::k3Inst);
+  static const Table kmcg = build_table(Exl3Codebook::kMcg);
+  static const Table kmul1 = build_table(Exl3Codebook::kMul1);
+  switch (cb) {
+    case Exl3Codebook::k3Inst: return k3inst.data();
+    case Exl3Codebook::kMcg: return kmcg.data();
+    case Exl3Codebook::kMul1: return kmul1.data();
+  }
+  return kmcg.data();
+}
+
+Exl3TilePos exl3_tile_position(int p) {
+  const int lane = p / 8, j = p % 8;
+  return {2 * (lane % 4) + (j & 1) + 8 * ((j >> 1) & 1), lane / 4 + 8 * (j >> 2)};
+}
+
+void exl3_tile_states(const int16_t* words, int bits, uint16_t states[kExl3TileElems]) {
+  uint32_t u[8 * kExl3MaxBits + 1];
+  stream_words(words, bits, u);
+  const int nw = 8 * bits;
+  u[nw] = u[0];  // never read for valid positions; keeps the 64-bit window in bounds
+  const uint32_t mask = (1u << bits) - 1u;
+  // Tail-biting: the state before position 0 is the stream's last 16 bits,
+  // which are the low half of the last word (the stream length 256*K is a
+  // multiple of 32).
+  uint32_t state = u[nw - 1] & 0xFFFFu;
+  for (int p = 0; p < kExl3TileElems; ++p) {
+    const int pos = p * bits, w = pos >> 5, off = pos & 31;
+    // Bits [pos, pos+K) never cross more than one word boundary (off + K <= 39).
+    const uint64_t window = static_cast<uint64_t>(u[w]) << 32 | u[w + 1];
+    const uint32_t fresh = static_cast<uint32_t>(window >> (64 - off - bits)) & mask;
+    state = ((state << bits) | fresh) & 0xFFFFu;
+    states[p] = static_cast<uint16_t>(state);
+  }
+}
+
+void exl3_decode_tile(const int16_t* words, int bits, Exl3Codebook cb, uint16_t out[kExl3TileElems]) {
+  uint16_t states[kExl3TileElems];
+  exl3_tile_states(words, bits, states);
+  const uint16_t* table = exl3_codebook_table(cb);
+  for (int p = 0; p < kExl3TileElems; ++p) {
+    const Exl3TilePos at = exl3_tile_position(p);
+    out[at.row * 16 + at.col] = table[states[p]];
+  }
+}
+
+void exl3_decode_tile_f32(const int16_t* words, int bits, const uint16_t* table, float* out, int64_t ld) {
+  uint16_t states[kExl3TileElems];
+  exl3_tile_states(words, bits, states);
+  for (int p = 0; p < kExl3TileElems; ++p) {
+    const Exl3TilePos at = exl3_tile_position(p);
+    out[at.row * ld + at.col] = f16_to_float(table[states[p]]);
+  }
+}
+
+Tensor exl3_unpack_states(const Exl3Weight& w, const std::string& name) {
+  check(w, name);
+  const int64_t tk = w.trellis.size(0), tn = w.trellis.size(1), words = w.trellis.size(2);
+  Tensor out = Tensor::empty({tk, tn, kExl3TileElems}, DType::kI16);
+  const int16_t* src = w.trellis.data<int16_t>();
+  uint16_t* dst = out.data<uint16_t>();
+  parallel_rows(tk * tn, 256 * w.bits, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) exl3_tile_states(src + t * words, w.bits, dst + t * kExl3TileElems);
+  });
+  return out;
+}
+
+Tensor exl3_decode_w_hat(const Exl3Weight& w, const std::string& name) {
+  check(w, name);
+  const int64_t tk = w.trellis.size(0), tn = w.trellis.size(1), words = w.trellis.size(2);
+  const int64_t n = tn * kExl3Tile;
+  Tensor out = Tensor::empty({tk * kExl3Tile, n}, DType::kF16);
+  const int16_t* src = w.trellis.data<int16_t>();
+  uint16_t* dst = out.data<uint16_t>();
+  parallel_rows(tk * tn, 256 * w.bits, [&](int64_t b, int64_t e) {
+    uint16_t tile[kExl3TileElems];
+    for (int64_t t = b; t < e; ++t) {
+      exl3_decode_tile(src + t * words, w.bits, w.codebook, tile);
+      const int64_t i = t / tn, j = t % tn;
+      for (int r = 0; r < 16; ++r) {
+        std::memcpy(dst + (i * kExl3Tile + r) * n + j * kExl3Tile, tile + r * 16, 16 * sizeof(uint16_t));
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace tf::cpu

@@ -1,0 +1,58 @@
+// EXL3 decoding on the CPU: trellis bitstreams -> 16-bit states -> fp16 W_hat.
+// The reference every other backend is checked against; bit-exact with
+// exllamav3's own CUDA decoder (tests/unit/exl3_decode_tests.cc, data from
+// tests/data/exl3). Format: /work/shared/spec/exl3.md §2.
+//
+// Tile bitstream: the 16*K int16 words of tile (i, j) read as 8*K little-endian
+// u32 words (t[2w] low half, t[2w+1] high half), each consumed from its MSB
+// down. Stream position p (0..255) appends K fresh bits to the state:
+// state[p] = (state[p-1] << K | bits[pK, pK+K)) & 0xFFFF, and the stream is
+// tail-biting, so state[-1] is the stream's last 16 bits.
+// Position p = 8*lane + j holds tile element row = 2*(lane%4) + (j&1) + 8*((j>>1)&1),
+// col = lane/4 + 8*(j>>2) (row indexes in_features, col out_features: the mma
+// m16n8k16 B-fragment order). Tiles are row-major over (k/16, n/16).
+// Codebooks (state x as u32, arithmetic mod 2^32, h() = reinterpret as fp16):
+//   3INST: x = x*89226354 + 64248484; MCG: x = x*0xCBAC1FED; then
+//          x = (x & 0x8FFF8FFF) ^ 0x3B603B60, value = fp16(h(lo) + h(hi));
+//   MUL1:  x = x*0x83DCD12D, s = sum of x's 4 bytes, value = fp16((1024+s)*h(0x1EEE) + h(0xC931)).
+// Both sums are exact in f32 (the halves have exponents in [-3, 0]; the MUL1
+// product has 22 significant bits), so one f32 -> fp16 rounding equals the
+// GPU's single half rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/api/exl3_weight.h"
+
+namespace tf::cpu {
+
+inline constexpr int kExl3TileElems = 256;
+
+// fp16 bits of the value a 16-bit trellis state decodes to.
+uint16_t exl3_state_value(uint16_t state, Exl3Codebook cb);
+// The 65536-entry table of exl3_state_value for a codebook (built once, shared).
+const uint16_t* exl3_codebook_table(Exl3Codebook cb);
+
+// Tile element of stream position p (0..255).
+struct Exl3TilePos {
+  int row;  // 0..15, along in_features
+  int col;  // 0..15, along out_features
+};
+Exl3TilePos exl3_tile_position(int p);
+
+// The 256 states of one tile in stream order; `words` = the tile's 16*bits int16 words.
+void exl3_tile_states(const int16_t* words, int bits, uint16_t states[kExl3TileElems]);
+// One tile of W_hat as fp16 bits, row-major [16][16].
+void exl3_decode_tile(const int16_t* words, int bits, Exl3Codebook cb, uint16_t out[kExl3TileElems]);
+// Same, as floats, scattered into a row-major matrix with row stride `ld`.
+void exl3_decode_tile_f32(const int16_t* words, int bits, const uint16_t* table, float* out, int64_t ld);
+
+// Whole-tensor forms (host tensors; the weight must pass check_exl3_weight,
+// else StatusError naming `name` is thrown).
+// States i16 [k/16, n/16, 256] in stream order (as exllamav3's unpack_trellis gives them).
+Tensor exl3_unpack_states(const Exl3Weight& w, const std::string& name = "exl3");
+// W_hat f16 [k, n], input-major, before the rotations and scales.
+Tensor exl3_decode_w_hat(const Exl3Weight& w, const std::string& name = "exl3");
+
+}  // namespace tf::cpu

@@ -1,0 +1,33 @@
+// CudaContext: what every CUDA op needs besides its tensors: the device, the
+// stream all work is enqueued on, the cuBLAS handle bound to it, the caching
+// allocator, and a device-side error word that kernels set on bad indices
+// (kernels cannot return a Status; CudaOps checks the word when it synchronises).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "kernels/cuda/device_allocator.h"
+
+namespace tf::cuda {
+
+// Bits of the device error word.
+enum KernelError : unsigned {
+  kErrEmbeddingId = 1u << 0,   // embedding: token id outside the table
+  kErrGatherIndex = 1u << 1,   // gather_rows / scatter_add_rows: row index out of range
+};
+
+struct CudaContext {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::shared_ptr<DeviceAllocator> alloc;
+  unsigned* error_word = nullptr;  // device memory, one word
+
+  // Device scratch memory (freed back to the cache when the Tensor goes).
+  Tensor scratch(int64_t bytes);
+};
+
+}  // namespace tf::cuda

@@ -1,0 +1,220 @@
+// Kimi Delta Attention on the GPU: the causal depthwise conv with its state, the
+// forget gate, and the delta-rule recurrence.
+//
+// The recurrence: the state of a head is Dk x Dv and its value columns are
+// independent (each column j only needs its own S[:, j], k, q, g and v[j]). A
+// block owns 32 columns of one head; thread (x, y) keeps rows y, y+8, ... of
+// column x in registers, and the row sums are combined over y in a fixed order.
+// Tokens are walked one by one, so decode and prefill run the same kernel.
+#include <string>
+
+#include "core/status.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_util.cuh"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kCols = 32;     // value columns per block (threadIdx.x)
+constexpr int kGroups = 8;    // key-row groups (threadIdx.y)
+constexpr int kMaxRows = 32;  // rows per thread: Dk <= kGroups * kMaxRows
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__global__ void conv_kernel(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ state,
+                            const float* __restrict__ w, int64_t t, int64_t c, int64_t kw) {
+  const int64_t total = t * c;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ti = e / c, ch = e % c;
+    float acc = 0;
+    for (int64_t j = 0; j < kw; ++j) {
+      const int64_t r = ti + j;  // row of the virtual sequence [state; x]
+      const float v = r < kw - 1 ? state[r * c + ch] : x[(r - (kw - 1)) * c + ch];
+      acc += w[ch * kw + j] * v;
+    }
+    out[e] = silu(acc);
+  }
+}
+
+// New state = the last kw-1 rows of [state; x]. Row r takes old row t+r > r, so one
+// thread per channel walking r upwards never reads a row it already overwrote.
+__global__ void conv_state_kernel(float* __restrict__ state, const float* __restrict__ x, int64_t t, int64_t c,
+                                  int64_t kw) {
+  for (int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; ch < c; ch += int64_t(gridDim.x) * blockDim.x)
+    for (int64_t r = 0; r < kw - 1; ++r) {
+      const int64_t src = t + r;
+      state[r * c + ch] = src < kw - 1 ? state[src * c + ch] : x[(src - (kw - 1)) * c + ch];
+    }
+}
+
+__global__ void kda_gate_kernel(float* __restrict__ g, const float* __restrict__ f, const float* __restrict__ dt_bias,
+                                const float* __restrict__ a_log, int64_t rows, int64_t width, int64_t dk, bool has_lb,
+                                float lb) {
+  const int64_t total = rows * width;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e % width;
+    const float x = f[e] + dt_bias[i];
+    const float a = expf(a_log[i / dk]);
+    g[e] = has_lb ? lb * (1.0f / (1.0f + expf(-(a * x)))) : -a * (x > 20.0f ? x : logf(1.0f + expf(x)));
+  }
+}
+
+__global__ void __launch_bounds__(kCols* kGroups)
+    kda_recurrent_kernel(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
+                         const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
+                         float* __restrict__ state, int64_t t_len, int64_t heads, int dk, int dv, float qscale) {
+  extern __shared__ float sh[];
+  float* qn = sh;            // [dk]
+  float* kn = qn + dk;       // [dk]
+  float* decay = kn + dk;    // [dk]
+  float* red = decay + dk;   // [kGroups][kCols]
+  float* scratch = red + kGroups * kCols;  // [32]
+  const int x = threadIdx.x, y = threadIdx.y, tid = y * kCols + x, nthreads = kCols * kGroups;
+  const int64_t h = blockIdx.x;
+  const int j = blockIdx.y * kCols + x;
+  const bool col_ok = j < dv;
+  float* st = state + h * dk * dv;
+  float s[kMaxRows];
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) {
+    const int i = y + r * kGroups;
+    s[r] = (i < dk && col_ok) ? st[i * dv + j] : 0.0f;
+  }
+  for (int64_t t = 0; t < t_len; ++t) {
+    const int64_t row = t * heads + h;
+    const float* qt = q + row * dk;
+    const float* kt = k + row * dk;
+    // l2 norms of q and k (eps inside the root, as FLA does).
+    float qs = 0, ks = 0;
+    for (int i = tid; i < dk; i += nthreads) {
+      qs += qt[i] * qt[i];
+      ks += kt[i] * kt[i];
+    }
+    // Reduce over the whole (x, y) block: warps are rows y of 32 lanes.
+    qs = warp_reduce(qs, SumOp{});
+    ks = warp_reduce(ks, SumOp{});
+    __syncthreads();
+    if (x == 0) {
+      scratch[y] = qs;
+      scratch[16 + y] = ks;
+    }
+    __syncthreads();
+    qs = scratch[0];
+    ks = scratch[16];
+    for (int w = 1; w < kGroups; ++w) {
+      qs += scratch[w];
+      ks += scratch[16 + w];
+    }
+    const float qinv = 1.0f / sqrtf(qs + 1e-6f), kinv = 1.0f / sqrtf(ks + 1e-6f);
+    for (int i = tid; i < dk; i += nthreads) {
+      qn[i] = qt[i] * qinv * qscale;
+      kn[i] = kt[i] * kinv;
+      decay[i] = expf(g[row * dk + i]);
+    }
+    __syncthreads();
+    float part = 0;
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) {
+      const int i = y + r * kGroups;
+      if (i < dk) {
+        s[r] *= decay[i];
+        part += s[r] * kn[i];
+      }
+    }
+    red[y * kCols + x] = part;
+    __syncthreads();
+    float mem = 0;
+    for (int w = 0; w < kGroups; ++w) mem += red[w * kCols + x];
+    const float delta = col_ok ? (v[row * dv + j] - mem) * beta[row] : 0.0f;
+    __syncthreads();
+    part = 0;
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) {
+      const int i = y + r * kGroups;
+      if (i < dk) {
+        s[r] += kn[i] * delta;
+        part += s[r] * qn[i];
+      }
+    }
+    red[y * kCols + x] = part;
+    __syncthreads();
+    if (y == 0 && col_ok) {
+      float o = 0;
+      for (int w = 0; w < kGroups; ++w) o += red[w * kCols + x];
+      out[row * dv + j] = o;
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) {
+    const int i = y + r * kGroups;
+    if (i < dk && col_ok) st[i * dv + j] = s[r];
+  }
+}
+
+}  // namespace
+
+void causal_conv1d_silu(CudaContext& ctx, Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight) {
+  check_dev(ctx, "causal_conv1d x", x, DType::kF32);
+  check_dev(ctx, "causal_conv1d weight", weight, DType::kF32);
+  if (weight.dim() != 2 || weight.size(1) < 1)
+    throw StatusError(invalid_argument("causal_conv1d: weight must be [C, K], got " + weight.describe()));
+  const int64_t c = weight.size(0), kw = weight.size(1), t = c == 0 ? 0 : x.numel() / c;
+  check_dev(ctx, "causal_conv1d state", state, DType::kF32, (kw - 1) * c);
+  check_dev(ctx, "causal_conv1d out", out, DType::kF32, t * c);
+  if (t * c == 0) return;
+  conv_kernel<<<grid_1d(t * c), 256, 0, ctx.stream>>>(out.data<float>(), x.data<float>(), state.data<float>(),
+                                                       weight.data<float>(), t, c, kw);
+  check_launch("causal_conv1d_silu");
+  if (kw > 1) {
+    conv_state_kernel<<<grid_1d(c), 256, 0, ctx.stream>>>(state.data<float>(), x.data<float>(), t, c, kw);
+    check_launch("causal_conv1d_silu state");
+  }
+}
+
+void kda_gate(CudaContext& ctx, Tensor& g, const Tensor& f, const Tensor& dt_bias, const Tensor& a_log,
+              bool has_lower_bound, float lower_bound) {
+  check_dev(ctx, "kda_gate f", f, DType::kF32);
+  check_dev(ctx, "kda_gate dt_bias", dt_bias, DType::kF32);
+  check_dev(ctx, "kda_gate a_log", a_log, DType::kF32);
+  const int64_t width = dt_bias.numel(), h = a_log.numel();
+  if (h == 0 || width % h != 0 || f.numel() % width != 0)
+    throw StatusError(invalid_argument("kda_gate: f " + f.describe() + ", dt_bias " + dt_bias.describe() +
+                                       " and a_log " + a_log.describe() + " do not agree"));
+  const int64_t dk = width / h, rows = f.numel() / width;
+  check_dev(ctx, "kda_gate g", g, DType::kF32, f.numel());
+  if (f.numel() == 0) return;
+  kda_gate_kernel<<<grid_1d(f.numel()), 256, 0, ctx.stream>>>(g.data<float>(), f.data<float>(),
+                                                               dt_bias.data<float>(), a_log.data<float>(), rows,
+                                                               width, dk, has_lower_bound, lower_bound);
+  check_launch("kda_gate");
+}
+
+void kda_recurrent(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& g, const Tensor& beta, Tensor& state) {
+  const char* op = "kda_recurrent";
+  check_dev(ctx, op, q, DType::kF32);
+  check_dev(ctx, op, state, DType::kF32);
+  if (state.dim() != 3) throw StatusError(invalid_argument("kda_recurrent: state must be [H, Dk, Dv]"));
+  const int64_t h = state.size(0), dk = state.size(1), dv = state.size(2);
+  if (h * dk == 0) return;
+  const int64_t t = q.numel() / (h * dk);
+  check_dev(ctx, op, k, DType::kF32, t * h * dk);
+  check_dev(ctx, op, g, DType::kF32, t * h * dk);
+  check_dev(ctx, op, v, DType::kF32, t * h * dv);
+  check_dev(ctx, op, beta, DType::kF32, t * h);
+  check_dev(ctx, op, out, DType::kF32, t * h * dv);
+  if (dk > kGroups * kMaxRows)
+    throw StatusError(unimplemented("kda_recurrent: key head dim " + std::to_string(dk) + " above " +
+                                    std::to_string(kGroups * kMaxRows)));
+  if (t == 0 || dv == 0) return;
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const size_t smem = (3 * dk + kGroups * kCols + 32) * sizeof(float);
+  dim3 grid(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols));
+  kda_recurrent_kernel<<<grid, dim3(kCols, kGroups), smem, ctx.stream>>>(
+      out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(),
+      state.data<float>(), t, h, static_cast<int>(dk), static_cast<int>(dv), qscale);
+  check_launch(op);
+}
+
+}  // namespace tf::cuda

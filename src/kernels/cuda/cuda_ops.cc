@@ -1,0 +1,264 @@
+// CudaOps: the Ops interface dispatched to the kernels of cuda_kernels.h, plus
+// the context (stream, cuBLAS handle, caching allocator), transfers and the
+// argument checks shared by the op files.
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace tf {
+namespace cuda {
+
+Tensor CudaContext::scratch(int64_t bytes) {
+  auto storage = alloc->allocate(static_cast<size_t>(bytes));
+  if (!storage) throw StatusError(storage.status());
+  return Tensor::on_storage(*storage, 0, {bytes}, DType::kU8);
+}
+
+void check_dev(const CudaContext& ctx, const char* op, const Tensor& t, DType dtype, int64_t numel) {
+  const bool on_dev = t.device().kind == DeviceKind::kCuda && t.device().index == ctx.device;
+  if (t.dtype() != dtype || !on_dev || !t.is_contiguous() || (numel >= 0 && t.numel() != numel)) {
+    throw StatusError(invalid_argument(std::string(op) + ": expected packed " + dtype_name(dtype) + " on cuda:" +
+                                       std::to_string(ctx.device) +
+                                       (numel >= 0 ? " of " + std::to_string(numel) + " elements" : "") +
+                                       ", got " + t.describe()));
+  }
+}
+
+void check_weight(const CudaContext& ctx, const char* op, const Tensor& t) {
+  check_dev(ctx, op, t, t.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32);
+}
+
+void check_launch(const char* op) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw StatusError(internal_error(std::string(op) + ": kernel launch failed: " + cudaGetErrorName(err) + " (" +
+                                     cudaGetErrorString(err) + ")"));
+}
+
+}  // namespace cuda
+
+namespace {
+
+void throw_if(const Status& s) {
+  if (!s.is_ok()) throw StatusError(s);
+}
+
+// A tensor as `rows` rows of `width` packed elements, `pitch` elements apart: true
+// for packed tensors and for views whose leading dimensions collapse into one.
+bool as_rows(const Tensor& t, int64_t& rows, int64_t& width, int64_t& pitch) {
+  const int n = t.dim();
+  if (n == 0) {
+    rows = width = pitch = 1;
+    return true;
+  }
+  width = t.size(-1);
+  rows = width == 0 ? 0 : t.numel() / width;
+  if (t.is_contiguous()) {
+    pitch = width;
+    return true;
+  }
+  if (t.stride(-1) != 1) return false;
+  for (int d = 0; d + 2 < n; ++d)
+    if (t.shape()[d] > 1 && t.strides()[d] != t.strides()[d + 1] * t.shape()[d + 1]) return false;
+  pitch = n >= 2 ? t.strides()[n - 2] : width;
+  return true;
+}
+
+class CudaOps final : public Ops {
+ public:
+  static Expected<std::unique_ptr<Ops>> create(int device) {
+    auto ops = std::unique_ptr<CudaOps>(new CudaOps());
+    cuda::CudaContext& c = ops->ctx_;
+    c.device = device;
+    TF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    // A blocking stream: it also orders against legacy default-stream copies
+    // (device_memory.h's to_device/to_host).
+    TF_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&c.stream));
+    if (cublasCreate(&c.cublas) != CUBLAS_STATUS_SUCCESS) return internal_error("cublasCreate failed on cuda:" +
+                                                                                std::to_string(device));
+    if (cublasSetStream(c.cublas, c.stream) != CUBLAS_STATUS_SUCCESS) return internal_error("cublasSetStream failed");
+    // Full fp32 math for f32 GEMMs (no TF32), so they stay close to the CPU reference.
+    cublasSetMathMode(c.cublas, CUBLAS_DEFAULT_MATH);
+    c.alloc = cuda::DeviceAllocator::create(device);
+    TF_CUDA_RETURN_IF_ERROR(cudaMalloc(&c.error_word, sizeof(unsigned)));
+    TF_CUDA_RETURN_IF_ERROR(cudaMemset(c.error_word, 0, sizeof(unsigned)));
+    return std::unique_ptr<Ops>(std::move(ops));
+  }
+
+  ~CudaOps() override {
+    if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+    if (ctx_.cublas) cublasDestroy(ctx_.cublas);
+    if (ctx_.error_word) cudaFree(ctx_.error_word);
+    if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+  }
+
+  const char* name() const override { return "cuda"; }
+
+  Tensor empty(const Shape& shape, DType dtype) override {
+    const int64_t n = shape_numel(shape);
+    if (n < 0) throw StatusError(invalid_argument("empty: negative shape " + shape_to_string(shape)));
+    auto storage = ctx_.alloc->allocate(static_cast<size_t>(n) * dtype_size(dtype));
+    if (!storage) throw StatusError(storage.status());
+    return Tensor::on_storage(*storage, 0, shape, dtype);
+  }
+  Tensor zeros(const Shape& shape, DType dtype) override {
+    Tensor t = empty(shape, dtype);
+    if (t.nbytes() > 0) throw_if(cuda::cuda_status(cudaMemsetAsync(t.raw(), 0, t.nbytes(), ctx_.stream), "zeros"));
+    return t;
+  }
+
+  Tensor to_device(const Tensor& host) override {
+    if (!host.device().is_cpu()) throw StatusError(invalid_argument("to_device: " + host.describe() + " is not on the host"));
+    Tensor out = empty(host.shape(), host.dtype());
+    copy(out, host);
+    return out;
+  }
+  Tensor to_host(const Tensor& t) override {
+    Tensor out = Tensor::empty(t.shape(), t.dtype());
+    copy(out, t);
+    return out;
+  }
+  void copy(Tensor& dst, const Tensor& src) override {
+    if (dst.shape() != src.shape() || dst.dtype() != src.dtype())
+      throw StatusError(invalid_argument("copy: " + src.describe() + " into " + dst.describe() +
+                                         " (shape and dtype must match)"));
+    for (const Tensor* t : {static_cast<const Tensor*>(&dst), &src})
+      if (!t->device().is_cpu() && !(t->device().kind == DeviceKind::kCuda && t->device().index == ctx_.device))
+        throw StatusError(invalid_argument(std::string("copy: ") + t->describe() + " is on another device"));
+    int64_t rows, width, dpitch, spitch, r2, w2;
+    if (!as_rows(dst, rows, width, dpitch) || !as_rows(src, r2, w2, spitch))
+      throw StatusError(unimplemented("copy: " + src.describe() + " -> " + dst.describe() +
+                                      ": only packed or row-strided tensors (last dimension packed)"));
+    const bool to_host_side = dst.device().is_cpu();
+    const bool host_involved = to_host_side || src.device().is_cpu();
+    if (rows > 0 && width > 0) {
+      if (dst.device().is_cpu() && src.device().is_cpu()) {
+        dst.copy_from(src);
+        return;
+      }
+      const size_t es = dst.element_size();
+      throw_if(cuda::cuda_status(cudaMemcpy2DAsync(dst.raw(), dpitch * es, src.raw(), spitch * es, width * es, rows,
+                                                   cudaMemcpyDefault, ctx_.stream),
+                                 "copy"));
+    }
+    if (host_involved) sync_and_check(to_host_side ? "copy to host" : "copy to device");
+  }
+
+  void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate) override {
+    cuda::matmul(ctx_, out, x, w, accumulate);
+  }
+  void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) override { cuda::head_matmul(ctx_, out, x, w); }
+  void embedding(Tensor& out, const Tensor& table, const Tensor& ids) override {
+    cuda::embedding(ctx_, out, table, ids);
+  }
+  void gather_rows(Tensor& out, const Tensor& x, const Tensor& idx) override { cuda::gather_rows(ctx_, out, x, idx); }
+  void scatter_add_rows(Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& s) override {
+    cuda::scatter_add_rows(ctx_, out, x, idx, s);
+  }
+  void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) override {
+    cuda::rms_norm(ctx_, out, x, weight, eps);
+  }
+  void layer_norm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override {
+    cuda::layer_norm(ctx_, out, x, weight, bias, eps);
+  }
+  void gated_rms_norm(Tensor& out, const Tensor& x, const Tensor& gate, const Tensor& weight, float eps) override {
+    cuda::gated_rms_norm(ctx_, out, x, gate, weight, eps);
+  }
+  void swiglu(Tensor& out, const Tensor& gate_up, float limit) override { cuda::swiglu(ctx_, out, gate_up, limit); }
+  void add(Tensor& out, const Tensor& a, const Tensor& b) override { cuda::add(ctx_, out, a, b); }
+  void scale(Tensor& out, const Tensor& x, float s) override { cuda::scale(ctx_, out, x, s); }
+  void sigmoid(Tensor& out, const Tensor& x) override { cuda::sigmoid(ctx_, out, x); }
+  void softmax(Tensor& out, const Tensor& x) override { cuda::softmax(ctx_, out, x); }
+  void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties) override {
+    cuda::topk(ctx_, values, indices, x, k, ties);
+  }
+  void mhc_coefficients(Tensor& pre, Tensor& post, Tensor& comb, const Tensor& mix, const Tensor& base,
+                        const Tensor& scale, float hc_eps, int iters) override {
+    cuda::mhc_coefficients(ctx_, pre, post, comb, mix, base, scale, hc_eps, iters);
+  }
+  void mhc_collapse(Tensor& out, const Tensor& streams, const Tensor& pre) override {
+    cuda::mhc_collapse(ctx_, out, streams, pre);
+  }
+  void mhc_expand(Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
+                  const Tensor& residual) override {
+    cuda::mhc_expand(ctx_, out, y, post, comb, residual);
+  }
+  void causal_conv1d_silu(Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight) override {
+    cuda::causal_conv1d_silu(ctx_, out, x, state, weight);
+  }
+  void kda_gate(Tensor& g, const Tensor& f, const Tensor& dt_bias, const Tensor& a_log, bool has_lb,
+                float lb) override {
+    cuda::kda_gate(ctx_, g, f, dt_bias, a_log, has_lb, lb);
+  }
+  void kda_recurrent(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                     const Tensor& beta, Tensor& state) override {
+    cuda::kda_recurrent(ctx_, out, q, k, v, g, beta, state);
+  }
+  // The chunked (WY) form computes the same function as the recurrence; on the GPU
+  // the token-by-token kernel (all heads and value columns in parallel) serves both
+  // for now. A chunked tensor-core kernel for long prefills is future work.
+  void kda_chunked(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                   const Tensor& beta, Tensor& state, int chunk_size) override {
+    if (chunk_size <= 0) throw StatusError(invalid_argument("kda_chunked: chunk_size must be positive"));
+    cuda::kda_recurrent(ctx_, out, q, k, v, g, beta, state);
+  }
+  void mla_sparse_attention(Tensor& out, const Tensor& q, const LatentPagesView& cache, const Tensor& indices,
+                            float scale) override {
+    cuda::mla_sparse_attention(ctx_, out, q, cache, indices, scale);
+  }
+  void latent_store(const LatentPagesView& cache, void* pages, float* scales, const Tensor& latent,
+                    int64_t first) override {
+    cuda::latent_store(ctx_, cache, pages, scales, latent, first);
+  }
+  void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape) override {
+    cuda::indexer_pool_keys(ctx_, out, keys, gate, ape);
+  }
+  void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
+                      const Tensor& candidates, float scale) override {
+    cuda::indexer_scores(ctx_, out, q, pool_keys, weights, candidates, scale);
+  }
+  void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
+                 int topk_group, int k, bool norm, float scaling) override {
+    cuda::moe_route(ctx_, weights, ids, logits, bias, n_group, topk_group, k, norm, scaling);
+  }
+
+ private:
+  CudaOps() = default;
+
+  // Waits for the stream; turns a kernel fault or a flagged bad index into a StatusError.
+  void sync_and_check(const char* what) {
+    throw_if(cuda::cuda_status(cudaStreamSynchronize(ctx_.stream), what));
+    unsigned word = 0;
+    throw_if(cuda::cuda_status(cudaMemcpy(&word, ctx_.error_word, sizeof word, cudaMemcpyDeviceToHost), what));
+    if (word == 0) return;
+    throw_if(cuda::cuda_status(cudaMemset(ctx_.error_word, 0, sizeof word), what));
+    std::string msg = "an earlier CUDA op saw bad input (its output rows are zero):";
+    if (word & cuda::kErrEmbeddingId) msg += " embedding: token id outside the vocabulary;";
+    if (word & cuda::kErrGatherIndex) msg += " gather_rows/scatter_add_rows: row index out of range;";
+    throw StatusError(out_of_range(msg));
+  }
+
+  cuda::CudaContext ctx_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Ops>> make_cuda_ops(int device) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  if (device < 0 || device >= n)
+    return unavailable("make_cuda_ops: no CUDA device " + std::to_string(device) + " (" + std::to_string(n) +
+                       " found)");
+  return CudaOps::create(device);
+}
+
+}  // namespace tf

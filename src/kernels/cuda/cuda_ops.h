@@ -1,0 +1,17 @@
+// The CUDA backend: tf::Ops on one GPU. Tensors made by empty()/zeros() live on
+// that GPU (a caching allocator), every kernel runs on the backend's own stream,
+// and to_host()/copy() to the host synchronise it. LatentPagesView pointers
+// (pages, scales, page_table) must be device pointers for this backend.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "kernels/api/ops.h"
+
+namespace tf {
+
+// The CUDA ops on GPU `device`; an error when there is no such GPU or its setup fails.
+Expected<std::unique_ptr<Ops>> make_cuda_ops(int device = 0);
+
+}  // namespace tf

@@ -1,0 +1,89 @@
+// DeviceAllocator (see device_allocator.h): size-keyed free lists in front of cudaMalloc.
+#include "kernels/cuda/device_allocator.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace tf::cuda {
+
+size_t round_block_size(size_t bytes) {
+  constexpr size_t kSmall = 512, kLarge = size_t{1} << 20;
+  if (bytes == 0) return kSmall;
+  if (bytes < kLarge) return (bytes + kSmall - 1) / kSmall * kSmall;
+  return (bytes + kLarge - 1) / kLarge * kLarge;
+}
+
+std::shared_ptr<DeviceAllocator> DeviceAllocator::create(int device) {
+  return std::shared_ptr<DeviceAllocator>(new DeviceAllocator(device));
+}
+
+DeviceAllocator::~DeviceAllocator() { release_cached(); }
+
+Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
+  const size_t block = round_block_size(bytes);
+  void* p = nullptr;
+  size_t got = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Reuse the smallest cached block that fits, unless it is over twice the size
+    // (a small tensor must not pin a huge block).
+    auto it = free_.lower_bound(block);
+    if (it != free_.end() && it->first <= 2 * block) {
+      got = it->first;
+      p = it->second;
+      cached_ -= got;
+      free_.erase(it);
+    }
+  }
+  if (p == nullptr) {
+    cudaError_t err = cudaSetDevice(device_);
+    if (err == cudaSuccess) err = cudaMalloc(&p, block);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      release_cached();
+      err = cudaMalloc(&p, block);
+    }
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return resource_exhausted("cudaMalloc of " + std::to_string(block) + " bytes on cuda:" +
+                                std::to_string(device_) + " failed: " + cudaGetErrorString(err));
+    }
+    got = block;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++mallocs_;
+  }
+  auto self = shared_from_this();
+  return std::make_shared<Storage>(p, bytes, Device::cuda(device_),
+                                   [self, got](void* q) { self->give_back(q, got); });
+}
+
+void DeviceAllocator::give_back(void* p, size_t block) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.emplace(block, p);
+  cached_ += block;
+}
+
+void DeviceAllocator::release_cached() {
+  std::multimap<size_t, void*> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks.swap(free_);
+    cached_ = 0;
+  }
+  if (blocks.empty()) return;
+  (void)cudaSetDevice(device_);
+  for (auto& [size, p] : blocks) (void)cudaFree(p);
+}
+
+size_t DeviceAllocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_;
+}
+
+size_t DeviceAllocator::malloc_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mallocs_;
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,51 @@
+// DeviceAllocator: a caching allocator for the CUDA backend's tensors.
+//
+// Ops::empty() is called for every intermediate of every step; cudaMalloc/cudaFree
+// there would synchronise the device and cost tens of microseconds each. Freed
+// blocks go back to a free list keyed by size and are handed out again; only a
+// miss calls cudaMalloc (and a failed cudaMalloc first returns the cache to the
+// driver and retries). All users of one allocator work on one stream, so a block
+// reused right after its last kernel was enqueued is still stream-ordered.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace tf::cuda {
+
+class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
+ public:
+  static std::shared_ptr<DeviceAllocator> create(int device);
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  // A Storage of at least `bytes` on this allocator's device; freeing it returns
+  // the block to the cache (the Storage keeps the allocator alive).
+  Expected<std::shared_ptr<Storage>> allocate(size_t bytes);
+  // Returns every cached (free) block to the driver.
+  void release_cached();
+  int device() const { return device_; }
+  size_t cached_bytes() const;
+  size_t malloc_count() const;  // cudaMalloc calls so far (a test checks steady state)
+
+ private:
+  explicit DeviceAllocator(int device) : device_(device) {}
+  void give_back(void* p, size_t block);
+
+  int device_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // block size -> pointer
+  size_t cached_ = 0;
+  size_t mallocs_ = 0;
+};
+
+// Block size for a request: 512-byte granules up to 1 MiB, then 1 MiB granules.
+size_t round_block_size(size_t bytes);
+
+}  // namespace tf::cuda

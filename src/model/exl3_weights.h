@@ -1,0 +1,76 @@
+// EXL3 checkpoints: the quantization_config, and loading and validating the
+// EXL3 routed experts of a GLM-5.3-Flash checkpoint.
+//
+// The checkpoint we serve (/work/shared/spec/glm53-checkpoint-facts.md §5.1):
+// quantization_config {quant_method "exl3", bits 4, codebook "mcg", head_bits 16,
+// scope "glm53_routed_experts_only", version ...}; every routed expert projection
+// P = model.language_model.layers.L.mlp.experts.E.{gate,up,down}_proj is stored
+// as P.trellis (i16 [in/16, out/16, 16K]), P.suh (f16 [in]), P.svh (f16 [out]) and
+// a codebook marker P.mcg or P.mul1 (i32 scalar); everything else keeps its
+// official name and BF16 dtype. Format: /work/shared/spec/exl3.md §1.
+//
+// What we refuse (each message names the tensor or config field and why):
+// a quantization_config that is not EXL3, lacks `bits`, names an unknown codebook,
+// quantizes the head (head_bits != 16) or has another scope (non-expert EXL3
+// tensors we do not serve); a projection whose trellis is missing, not i16 3-D,
+// truncated (last dim not a multiple of 16), outside K = 1..8, or mis-shaped for
+// the layer's in/out features padded to multiples of 128; suh/svh/bias of the
+// wrong dtype or length; a marker that is not an i32 scalar, carries a multiplier
+// other than the locked one, appears twice (mcg and mul1), disagrees with the
+// config's codebook, or a companion tensor we do not know (an unknown codebook
+// marker); an unexpected `.scale`; any EXL3 tensor outside the routed experts.
+// Legacy packed sign vectors (.su/.sv, i16 [in/16] / [out/16]) are expanded to
+// +-1 fp16 scales.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/api/exl3_weight.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace tf {
+
+inline constexpr const char* kExl3ServedScope = "glm53_routed_experts_only";
+
+struct Exl3QuantConfig {
+  std::string version;                   // converter version, informational
+  double bits = 0;                       // target average bits per weight
+  std::optional<Exl3Codebook> codebook;  // absent in old converters: markers decide
+  int head_bits = 16;
+  std::string scope;
+};
+
+// Reads config.json's quantization_config; `source` names the file in errors.
+Expected<Exl3QuantConfig> parse_exl3_quant_config(const QuantizationConfig& q, const std::string& source);
+
+// One EXL3 linear stored under `prefix` (e.g. "...experts.7.gate_proj"), for a
+// layer of in_features x out_features (unpadded; the stored dims must be these
+// rounded up to 128). `expected` (when given) must match the marker's codebook.
+// Tensors are views into the checkpoint's mapping (legacy su/sv: owned copies).
+Expected<Exl3Weight> load_exl3_linear(const Checkpoint& ckpt, const std::string& prefix, int64_t in_features,
+                                      int64_t out_features, std::optional<Exl3Codebook> expected = std::nullopt);
+
+// The prefix of a routed expert projection in the checkpoint (canonical
+// spelling, else the flat "model.layers." one); the canonical one when neither exists.
+std::string exl3_expert_prefix(const Checkpoint& ckpt, int layer, int expert, const std::string& proj);
+
+struct Exl3Expert {
+  Exl3Weight gate, up, down;  // gate/up: hidden -> moe_intermediate; down: back
+};
+
+// gate, up and down of one routed expert (layer may be an MTP layer).
+Expected<Exl3Expert> load_exl3_expert(const Checkpoint& ckpt, const Glm5TextConfig& text, int layer, int expert,
+                                      std::optional<Exl3Codebook> expected = std::nullopt);
+
+// Checks a whole EXL3 checkpoint for `config`: its quantization_config, every
+// routed expert projection of every MoE layer (MTP included), and that no EXL3
+// tensor lies outside them. Reads headers and markers only. Returns the first
+// problem; `problems` (optional) receives every one.
+Status validate_exl3_checkpoint(const Checkpoint& ckpt, const Glm5Config& config,
+                                std::vector<Status>* problems = nullptr);
+
+}  // namespace tf

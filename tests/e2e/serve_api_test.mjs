@@ -1,0 +1,458 @@
+// End-to-end API suite against the real server (issue #5, first check): chat
+// (non-streaming, SSE, include_usage, the SDK's stream helper), completions (string,
+// list, token-id prompts, echo, streaming), responses (non-streaming, event order,
+// final object = non-streaming one), /v1/models, usage = /tokenize of the same messages,
+// determinism (no seed at temperature 1, different seeds differ), n=2, logprobs shapes,
+// stop strings, max_tokens -> "length".
+//
+// The demo checkpoint has random weights, so the text is gibberish: every expected
+// answer here comes from another request to the same server (greedy runs, the
+// non-streaming twin of a stream, /tokenize), never from a hard-coded string.
+// `ignore_eos` keeps lengths exact where a test needs them.
+// Usage: node serve_api_test.mjs BINARY [ARGS...]   (see lib/server.mjs)
+import { createRequire } from 'node:module';
+import assert from 'node:assert/strict';
+import {
+  serverCommand, startServer, makeRunner, post200, postJson, postSse, getJson, assertErrorObject, waitHealth, usageCore,
+} from './lib/server.mjs';
+
+const require = createRequire(new URL('../package.json', import.meta.url));
+const OpenAI = require('openai').default ?? require('openai');
+
+const cmd = serverCommand();
+const run = makeRunner('serve_api');
+const server = await startServer(cmd);
+const model = server.model;
+const client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'e2e-key', maxRetries: 0, timeout: 60000 });
+const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Tell me about lighthouses.' }];
+const MAX = 12;
+
+// Everything a chat choice produced, for equality checks.
+const chatText = (c) => ({ reasoning: c.message.reasoning_content ?? '', content: c.message.content ?? '' });
+const chatBody = (extra = {}) => ({ model, messages, max_tokens: MAX, ...extra });
+
+// Concatenates the chat SSE deltas per choice and checks the framing invariants.
+function foldChatStream(r, n = 1) {
+  assert.equal(r.status, 200, r.text.slice(0, 300));
+  assert.match(String(r.headers['content-type']), /text\/event-stream/);
+  assert.ok(r.text.trimEnd().endsWith('data: [DONE]'), 'stream ends with [DONE]');
+  const chunks = r.events.filter((e) => e.data !== '[DONE]').map((e) => e.json);
+  assert.ok(chunks.every((c) => c && !c.error), 'no error chunk');
+  const first = chunks[0];
+  const per = Array.from({ length: n }, () => ({ reasoning: '', content: '', finish: [], role: null, afterFinish: false }));
+  let usageChunk = null;
+  for (const c of chunks) {
+    assert.equal(c.object, 'chat.completion.chunk');
+    assert.equal(c.id, first.id);
+    assert.equal(c.created, first.created);
+    assert.equal(c.model, model);
+    if (c.choices.length === 0) {
+      assert.equal(usageChunk, null, 'one usage chunk');
+      usageChunk = c;
+      continue;
+    }
+    assert.ok(c.usage === undefined || c.usage === null, 'usage only on the usage chunk');
+    for (const ch of c.choices) {
+      const p = per[ch.index];
+      assert.ok(p, `choice index ${ch.index} in range`);
+      if (p.finish.length) p.afterFinish = true;
+      if (ch.delta.role) p.role = ch.delta.role;
+      p.reasoning += ch.delta.reasoning_content ?? '';
+      p.content += ch.delta.content ?? '';
+      if (ch.finish_reason) p.finish.push(ch.finish_reason);
+    }
+  }
+  if (usageChunk) assert.equal(usageChunk, chunks.at(-1), 'usage chunk is last');
+  for (const p of per) {
+    assert.equal(p.role, 'assistant');
+    assert.equal(p.finish.length, 1, 'exactly one finish chunk per choice');
+    assert.equal(p.afterFinish, false, 'nothing after the finish chunk');
+  }
+  return { id: first.id, per, usageChunk };
+}
+
+await run.check('/v1/models lists the served model; retrieve; unknown -> 404', async () => {
+  const ids = [];
+  for await (const m of client.models.list()) {
+    ids.push(m.id);
+    assert.equal(m.object, 'model');
+    assert.ok(Number.isInteger(m.created));
+    assert.equal(typeof m.owned_by, 'string');
+  }
+  assert.deepEqual(ids, [model]);
+  const i = cmd.args.indexOf('--served-name');
+  if (i >= 0) assert.equal(model, cmd.args[i + 1]);
+  assert.equal((await client.models.retrieve(model)).id, model);
+  await assert.rejects(client.models.retrieve('no-such-model'), (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+  const raw = await getJson(server, '/v1/models');
+  assert.match(String(raw.headers['content-type']), /application\/json/);
+  assert.ok(raw.json.data[0].max_model_len > 0);
+});
+
+let greedy;
+await run.check('chat non-streaming (openai client): shape and usage', async () => {
+  greedy = await client.chat.completions.create(chatBody({ temperature: 0 }));
+  assert.equal(greedy.object, 'chat.completion');
+  assert.ok(greedy.id.startsWith('chatcmpl-'));
+  assert.ok(Math.abs(greedy.created - Date.now() / 1000) < 300);
+  assert.equal(greedy.model, model);
+  assert.equal(greedy.choices.length, 1);
+  const c = greedy.choices[0];
+  assert.equal(c.index, 0);
+  assert.equal(c.message.role, 'assistant');
+  assert.ok(!('tool_calls' in c.message));
+  assert.ok(['stop', 'length'].includes(c.finish_reason));
+  const t = chatText(c);
+  assert.ok(t.reasoning.length + t.content.length > 0, 'some text');
+  assert.ok(!t.content.includes('<think>') && !t.content.includes('</think>'));
+  if (c.message.reasoning_content) assert.equal(c.message.reasoning, c.message.reasoning_content);
+  const u = greedy.usage;
+  assert.ok(u.prompt_tokens > 0);
+  assert.ok(u.completion_tokens >= 1 && u.completion_tokens <= MAX);
+  assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+  if (c.finish_reason === 'length') assert.equal(u.completion_tokens, MAX);
+  assert.ok(u.completion_tokens_details.reasoning_tokens <= u.completion_tokens);
+  assert.ok(greedy._request_id);
+});
+
+await run.check('usage.prompt_tokens equals /tokenize (chat form) of the same messages, both paths', async () => {
+  for (const p of ['/tokenize', '/v1/tokenize']) {
+    const tk = await post200(server, p, { model, messages });
+    assert.equal(tk.count, greedy.usage.prompt_tokens);
+    assert.equal(tk.tokens.length, tk.count);
+    assert.ok(tk.max_model_len > 0);
+  }
+  // With tools the rendered prompt grows, and the two still agree.
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  const tk = await post200(server, '/tokenize', { model, messages, tools });
+  assert.ok(tk.count > greedy.usage.prompt_tokens);
+  const r = await post200(server, '/v1/chat/completions', chatBody({ tools, temperature: 0, max_tokens: 2 }));
+  assert.equal(r.usage.prompt_tokens, tk.count);
+  // Thinking off renders a different prompt; tokenize must follow chat_template_kwargs.
+  const kw = { enable_thinking: false };
+  const tk2 = await post200(server, '/tokenize', { model, messages, chat_template_kwargs: kw });
+  const r2 = await post200(server, '/v1/chat/completions', chatBody({ chat_template_kwargs: kw, max_tokens: 2 }));
+  assert.equal(r2.usage.prompt_tokens, tk2.count);
+});
+
+await run.check('/tokenize completion form and /detokenize round trip, token strings', async () => {
+  const text = 'Hello, lighthouse keeper! 123 ünïcödé ✓';
+  const tk = await post200(server, '/tokenize', { model, prompt: text, add_special_tokens: false, return_token_strs: true });
+  assert.equal(tk.count, tk.tokens.length);
+  assert.equal(tk.token_strs.length, tk.count);
+  for (const p of ['/detokenize', '/v1/detokenize']) assert.equal((await post200(server, p, { model, tokens: tk.tokens })).prompt, text);
+  const bad = await postJson(server, '/detokenize', { model, tokens: [2 ** 31 - 1] });
+  assert.equal(bad.status, 400);
+  assertErrorObject(assert, bad, 'detokenize out of range');
+});
+
+await run.check('chat streaming (raw SSE) with include_usage equals the non-streaming answer at temperature 0', async () => {
+  const r = await postSse(server, '/v1/chat/completions', chatBody({ temperature: 0, stream: true, stream_options: { include_usage: true } }));
+  const s = foldChatStream(r);
+  assert.ok(s.id.startsWith('chatcmpl-'));
+  assert.deepEqual({ reasoning: s.per[0].reasoning, content: s.per[0].content }, chatText(greedy.choices[0]));
+  assert.equal(s.per[0].finish[0], greedy.choices[0].finish_reason);
+  assert.ok(s.usageChunk, 'usage chunk present');
+  assert.deepEqual(usageCore(s.usageChunk.usage), usageCore(greedy.usage));
+});
+
+await run.check('chat streaming without stream_options sends no usage chunk', async () => {
+  const r = await postSse(server, '/v1/chat/completions', chatBody({ temperature: 0, stream: true }));
+  const s = foldChatStream(r);
+  assert.equal(s.usageChunk, null);
+  assert.ok(r.events.every((e) => e.data === '[DONE]' || !e.json.usage));
+  assert.equal(s.per[0].reasoning + s.per[0].content, chatText(greedy.choices[0]).reasoning + chatText(greedy.choices[0]).content);
+});
+
+await run.check('chat.completions.stream().finalChatCompletion() (SDK accumulator) matches', async () => {
+  const final = await client.chat.completions.stream(chatBody({ temperature: 0 })).finalChatCompletion();
+  assert.equal(final.choices[0].message.content ?? '', chatText(greedy.choices[0]).content);
+  assert.equal(final.choices[0].finish_reason, greedy.choices[0].finish_reason);
+});
+
+await run.check('no seed at temperature 1: identical requests give identical output', async () => {
+  const a = await post200(server, '/v1/chat/completions', chatBody({ temperature: 1 }));
+  const b = await post200(server, '/v1/chat/completions', chatBody({ temperature: 1 }));
+  assert.deepEqual(chatText(b.choices[0]), chatText(a.choices[0]));
+  assert.deepEqual(usageCore(b.usage), usageCore(a.usage));
+  const s = await postSse(server, '/v1/chat/completions', chatBody({ temperature: 1, stream: true }));
+  const f = foldChatStream(s);
+  assert.deepEqual({ reasoning: f.per[0].reasoning, content: f.per[0].content }, chatText(a.choices[0]));
+});
+
+await run.check('seeds: same seed identical, different seeds differ (temperature 1)', async () => {
+  const body = (seed) => chatBody({ temperature: 1, seed, max_tokens: 16, ignore_eos: true });
+  const [a, a2, b, c] = await Promise.all([1, 1, 2, 3].map((s) => post200(server, '/v1/chat/completions', body(s))));
+  const key = (r) => JSON.stringify(chatText(r.choices[0]));
+  assert.equal(key(a2), key(a));
+  assert.notEqual(key(b), key(a));
+  assert.notEqual(key(c), key(b));
+  // Large seeds (int64 range) are accepted.
+  await post200(server, '/v1/chat/completions', body(-(2 ** 53) + 1));
+});
+
+await run.check('n=2: two choices, each equal to its streamed twin; temperature 1 choices differ', async () => {
+  const body = chatBody({ temperature: 1, n: 2, seed: 11, max_tokens: 16, ignore_eos: true });
+  const r = await post200(server, '/v1/chat/completions', body);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  assert.notEqual(JSON.stringify(chatText(r.choices[0])), JSON.stringify(chatText(r.choices[1])));
+  for (const c of r.choices) assert.equal(c.finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 32);
+  const s = foldChatStream(await postSse(server, '/v1/chat/completions', { ...body, stream: true, stream_options: { include_usage: true } }), 2);
+  for (const c of r.choices) assert.deepEqual({ reasoning: s.per[c.index].reasoning, content: s.per[c.index].content }, chatText(c));
+  assert.deepEqual(usageCore(s.usageChunk.usage), usageCore(r.usage));
+});
+
+await run.check('chat logprobs/top_logprobs shapes (greedy token = top-1)', async () => {
+  const r = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, logprobs: true, top_logprobs: 3, max_tokens: 8, ignore_eos: true }));
+  const lp = r.choices[0].logprobs;
+  assert.ok(lp && Array.isArray(lp.content), 'logprobs.content');
+  assert.equal(lp.content.length, r.usage.completion_tokens);
+  for (const e of lp.content) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(e.logprob <= 0);
+    assert.ok(e.bytes === null || (Array.isArray(e.bytes) && e.bytes.every((b) => Number.isInteger(b) && b >= 0 && b < 256)));
+    assert.equal(e.top_logprobs.length, 3);
+    for (let i = 1; i < 3; i++) assert.ok(e.top_logprobs[i - 1].logprob >= e.top_logprobs[i].logprob, 'descending');
+    assert.equal(e.top_logprobs[0].token, e.token);
+    assert.ok(Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6);
+  }
+  // Without logprobs the field is null.
+  const plain = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, max_tokens: 2 }));
+  assert.equal(plain.choices[0].logprobs, null);
+  // Streaming carries per-chunk logprobs that add up to the same entries.
+  const s = await postSse(server, '/v1/chat/completions', chatBody({ temperature: 0, logprobs: true, top_logprobs: 3, max_tokens: 8, ignore_eos: true, stream: true }));
+  const streamed = s.events.filter((e) => e.json?.choices?.[0]?.logprobs).flatMap((e) => e.json.choices[0].logprobs.content);
+  assert.deepEqual(streamed.map((e) => e.token), lp.content.map((e) => e.token));
+});
+
+await run.check('max_tokens -> finish_reason length; max_completion_tokens wins', async () => {
+  const a = await client.chat.completions.create(chatBody({ max_tokens: 5, ignore_eos: true }));
+  assert.equal(a.choices[0].finish_reason, 'length');
+  assert.equal(a.usage.completion_tokens, 5);
+  const b = await client.chat.completions.create(chatBody({ max_tokens: 9, max_completion_tokens: 3, ignore_eos: true }));
+  assert.equal(b.choices[0].finish_reason, 'length');
+  assert.equal(b.usage.completion_tokens, 3);
+});
+
+// Picks a stop string from the middle of a greedy text: the answer with it must be the
+// text up to its first occurrence.
+function pickStop(text) {
+  for (let p = Math.floor(text.length / 2); p < text.length - 2; p++) {
+    const s = text.slice(p, p + 2);
+    if (/^[\x21-\x7e]{2}$/.test(s) && text.indexOf(s) > 0) return s;
+  }
+  for (let p = Math.floor(text.length / 2); p < text.length - 1; p++) {
+    const s = text.slice(p, p + 1);
+    if (s.trim() && !s.includes('\uFFFD') && text.indexOf(s) > 0) return s;
+  }
+  return null;
+}
+
+await run.check('stop strings (completions and chat content): cut before the first match, finish_reason stop', async () => {
+  const base = { model, prompt: 'The lighthouse keeper said', max_tokens: 32, temperature: 0, ignore_eos: true };
+  const full = (await post200(server, '/v1/completions', base)).choices[0].text;
+  const stop = pickStop(full);
+  assert.ok(stop, `no usable stop string in ${JSON.stringify(full)}`);
+  const cut = await post200(server, '/v1/completions', { ...base, stop: ['\u0001never\u0002', stop] });
+  assert.equal(cut.choices[0].text, full.slice(0, full.indexOf(stop)), `stop ${JSON.stringify(stop)} in ${JSON.stringify(full)}`);
+  assert.equal(cut.choices[0].finish_reason, 'stop');
+  const streamed = await postSse(server, '/v1/completions', { ...base, stop, stream: true });
+  assert.equal(streamed.events.filter((e) => e.json).map((e) => e.json.choices[0]?.text ?? '').join(''), cut.choices[0].text);
+  // Chat with thinking off: the whole answer is content.
+  const cb = chatBody({ temperature: 0, max_tokens: 32, ignore_eos: true, reasoning_effort: 'none' });
+  const chatFull = (await post200(server, '/v1/chat/completions', cb)).choices[0].message.content ?? '';
+  const cs = pickStop(chatFull);
+  assert.ok(cs, `no usable stop string in ${JSON.stringify(chatFull)}`);
+  const chatCut = await post200(server, '/v1/chat/completions', { ...cb, stop: cs });
+  assert.equal(chatCut.choices[0].message.content ?? '', chatFull.slice(0, chatFull.indexOf(cs)));
+  assert.equal(chatCut.choices[0].finish_reason, 'stop');
+});
+
+let compText;
+await run.check('completions: string prompt, default max_tokens 16, token-id prompt gives the same text', async () => {
+  const r = await client.completions.create({ model, prompt: 'Once upon a time', temperature: 0, ignore_eos: true });
+  assert.equal(r.object, 'text_completion');
+  assert.ok(r.id.startsWith('cmpl-'));
+  assert.equal(typeof r.choices[0].text, 'string');
+  assert.equal(r.usage.completion_tokens, 16);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  compText = r.choices[0].text;
+  const tk = await post200(server, '/tokenize', { model, prompt: 'Once upon a time' });
+  assert.equal(tk.count, r.usage.prompt_tokens);
+  const ids = await client.completions.create({ model, prompt: tk.tokens, temperature: 0, ignore_eos: true });
+  assert.equal(ids.choices[0].text, compText);
+  assert.equal(ids.usage.prompt_tokens, tk.count);
+});
+
+await run.check('completions: list of prompts x n=2 -> indices prompt*n+i, each equal to the prompt alone', async () => {
+  const r = await post200(server, '/v1/completions', { model, prompt: ['Once upon a time', 'In a galaxy'], n: 2, temperature: 0, ignore_eos: true, max_tokens: 16 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+  assert.equal(r.choices[0].text, compText);
+  assert.equal(r.choices[1].text, compText);
+  const second = await post200(server, '/v1/completions', { model, prompt: 'In a galaxy', temperature: 0, ignore_eos: true, max_tokens: 16 });
+  assert.equal(r.choices[2].text, second.choices[0].text);
+  assert.equal(r.usage.completion_tokens, 64);
+  // Token-id lists of lists.
+  const tk = await post200(server, '/tokenize', { model, prompt: 'In a galaxy' });
+  const rr = await post200(server, '/v1/completions', { model, prompt: [tk.tokens, tk.tokens], temperature: 0, ignore_eos: true, max_tokens: 16 });
+  assert.deepEqual(rr.choices.map((c) => c.text), [second.choices[0].text, second.choices[0].text]);
+});
+
+await run.check('completions: echo prepends the prompt; max_tokens 0 with echo returns the prompt', async () => {
+  const r = await post200(server, '/v1/completions', { model, prompt: 'Once upon a time', echo: true, temperature: 0, ignore_eos: true });
+  assert.equal(r.choices[0].text, 'Once upon a time' + compText);
+  const z = await postJson(server, '/v1/completions', { model, prompt: 'Once upon a time', echo: true, max_tokens: 0 });
+  assert.equal(z.status, 200, z.text);
+  assert.equal(z.json.choices[0].text, 'Once upon a time');
+});
+
+await run.check('completions streaming: text deltas concatenate, usage chunk, [DONE]', async () => {
+  const body = { model, prompt: ['Once upon a time', 'In a galaxy'], temperature: 0, ignore_eos: true, max_tokens: 16 };
+  const plain = await post200(server, '/v1/completions', body);
+  const r = await postSse(server, '/v1/completions', { ...body, stream: true, stream_options: { include_usage: true } });
+  assert.equal(r.status, 200);
+  assert.match(String(r.headers['content-type']), /text\/event-stream/);
+  assert.ok(r.text.trimEnd().endsWith('data: [DONE]'));
+  const texts = ['', ''];
+  const finishes = [0, 0];
+  let usage = null;
+  for (const e of r.events) {
+    if (e.data === '[DONE]') continue;
+    assert.equal(e.json.object, 'text_completion');
+    if (e.json.choices.length === 0) { usage = e.json.usage; continue; }
+    for (const c of e.json.choices) {
+      texts[c.index] += c.text;
+      if (c.finish_reason) finishes[c.index]++;
+    }
+  }
+  assert.deepEqual(texts, plain.choices.map((c) => c.text));
+  assert.deepEqual(finishes, [1, 1]);
+  assert.deepEqual(usage, plain.usage);
+});
+
+await run.check('completions logprobs: parallel arrays of equal length, offsets consistent', async () => {
+  const r = await post200(server, '/v1/completions', { model, prompt: 'Once upon a time', logprobs: 2, temperature: 0, ignore_eos: true, max_tokens: 8 });
+  const lp = r.choices[0].logprobs;
+  const n = r.usage.completion_tokens;
+  for (const k of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset']) assert.equal(lp[k].length, n, k);
+  assert.equal(lp.tokens.join(''), r.choices[0].text);
+  for (let i = 0; i < n; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    const tops = Object.values(lp.top_logprobs[i]);
+    assert.ok(tops.length >= 1 && tops.length <= 2);
+    assert.ok(Math.abs(Math.max(...tops) - lp.token_logprobs[i]) < 1e-6, 'greedy token is the top one');
+    if (i > 0) assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + lp.tokens[i - 1].length);
+  }
+});
+
+// Responses: normalises what legitimately differs between two runs (ids, timestamps).
+function normalizeResponse(r) {
+  const j = JSON.parse(JSON.stringify(r));
+  delete j.id;
+  delete j.created_at;
+  delete j.output_text;
+  delete j.output_parsed;  // added by the SDK's stream accumulator
+  if (j.usage) delete j.usage.input_tokens_details;  // cached_tokens: prefix reuse between runs
+  for (const o of j.output ?? []) {
+    delete o.id;
+    for (const part of o.content ?? []) delete part.parsed;
+  }
+  return j;
+}
+
+let respPlain;
+await run.check('responses non-streaming: object, output items, usage = /tokenize of instructions + input', async () => {
+  const body = { model, input: 'Tell me about lighthouses.', instructions: 'You are terse.', max_output_tokens: MAX, temperature: 0 };
+  const r = await post200(server, '/v1/responses', body);
+  respPlain = r;
+  assert.equal(r.object, 'response');
+  assert.ok(r.id.startsWith('resp_'));
+  assert.ok(['completed', 'incomplete'].includes(r.status));
+  if (r.status === 'incomplete') assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+  assert.equal(r.model, model);
+  assert.ok(r.output.length >= 1);
+  for (const o of r.output) {
+    assert.ok(['reasoning', 'message'].includes(o.type));
+    assert.ok(o.id && o.status === 'completed');
+  }
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  const tk = await post200(server, '/tokenize', { model, messages });
+  assert.equal(r.usage.input_tokens, tk.count);
+  // Same conversation as message items.
+  const items = await post200(server, '/v1/responses', { ...body, input: [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Tell me about lighthouses.' }] }] });
+  assert.deepEqual(normalizeResponse(items), normalizeResponse(r));
+  // The SDK's output_text helper sees the message text.
+  const sdk = await client.responses.create(body);
+  assert.equal(sdk.output_text, r.output.filter((o) => o.type === 'message').map((o) => o.content[0].text).join(''));
+});
+
+await run.check('responses streaming: events in the documented order; final object = non-streaming one', async () => {
+  const body = { model, input: 'Tell me about lighthouses.', instructions: 'You are terse.', max_output_tokens: MAX, temperature: 0, stream: true };
+  const r = await postSse(server, '/v1/responses', body);
+  assert.equal(r.status, 200);
+  assert.match(String(r.headers['content-type']), /text\/event-stream/);
+  const ev = r.events.filter((e) => e.data !== '[DONE]');
+  ev.forEach((e, i) => {
+    assert.equal(e.json.sequence_number, i, 'sequence_number');
+    assert.equal(e.event, e.json.type, 'event line = data type');
+  });
+  const types = ev.map((e) => e.json.type);
+  assert.equal(types[0], 'response.created');
+  assert.equal(types[1], 'response.in_progress');
+  assert.equal(ev[0].json.response.status, 'in_progress');
+  assert.deepEqual(ev[0].json.response.output, []);
+  // Per item: added, content_part.added, deltas, text done, part done, item done.
+  let i = 2;
+  const items = [];
+  while (i < ev.length - 1) {
+    const added = ev[i++].json;
+    assert.equal(added.type, 'response.output_item.added');
+    assert.equal(added.output_index, items.length);
+    assert.equal(added.item.status, 'in_progress');
+    const kind = added.item.type;
+    const prefix = kind === 'reasoning' ? 'response.reasoning_text' : 'response.output_text';
+    assert.equal(ev[i++].json.type, 'response.content_part.added');
+    let text = '';
+    while (ev[i].json.type === `${prefix}.delta`) {
+      assert.equal(ev[i].json.item_id, added.item.id);
+      text += ev[i++].json.delta;
+    }
+    const done = ev[i++].json;
+    assert.equal(done.type, `${prefix}.done`);
+    assert.equal(done.text, text);
+    assert.equal(ev[i++].json.type, 'response.content_part.done');
+    const itemDone = ev[i++].json;
+    assert.equal(itemDone.type, 'response.output_item.done');
+    assert.equal(itemDone.item.status, 'completed');
+    assert.equal(itemDone.item.content[0].text, text);
+    items.push(itemDone.item);
+  }
+  const last = ev.at(-1).json;
+  assert.equal(last.type, respPlain.status === 'completed' ? 'response.completed' : 'response.incomplete');
+  assert.deepEqual(normalizeResponse(last.response), normalizeResponse(respPlain));
+  assert.deepEqual(last.response.output, items);
+  // The SDK's accumulator accepts the sequence.
+  const final = await client.responses.stream({ ...body, stream: undefined }).finalResponse();
+  assert.deepEqual(normalizeResponse(final), normalizeResponse(respPlain));
+});
+
+await run.check('responses: small max_output_tokens -> incomplete / max_output_tokens', async () => {
+  const r = await post200(server, '/v1/responses', { model, input: 'hi', max_output_tokens: 2, ignore_eos: true });
+  assert.equal(r.status, 'incomplete');
+  assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+  assert.equal(r.usage.output_tokens, 2);
+});
+
+await run.check('/health reports an idle engine after the suite', async () => {
+  const w = await waitHealth(server, (x) => x.requests_running === 0 && x.requests_waiting === 0, 2000);
+  assert.ok(w.ok, JSON.stringify(w.last));
+  const h = w.last;
+  assert.equal(h.ok, true);
+  assert.ok(h.pool_free_tokens > 0 && h.pool_free_tokens <= h.pool_tokens);
+  assert.ok(h.requests_total >= 20);
+});
+
+await run.finish(server);

@@ -1,0 +1,268 @@
+// Hostile and malformed requests against the real server (issue #5, "Errors"): every
+// case gets a 4xx with an OpenAI error object {error:{message,type,param,code}},
+// never a 5xx or a hang, and the server keeps serving: slow-loris connections stay
+// open while the corpus runs, a normal request succeeds afterwards, /health is ok.
+//
+// The corpus is one data table (CASES). A body is a string (sent verbatim), a Buffer,
+// or an object (JSON-encoded); `status` is the exact expected status, `param` and
+// `code` the expected error fields when given. A few transport-level cases (oversized
+// body, partial headers, chunked garbage) follow the table.
+// Usage: node serve_hostile_test.mjs BINARY [ARGS...]   (see lib/server.mjs)
+import assert from 'node:assert/strict';
+import {
+  serverCommand, startServer, makeRunner, request, postJson, rawExchange, assertErrorObject, health, sleep, post200,
+} from './lib/server.mjs';
+
+const cmd = serverCommand();
+const run = makeRunner('serve_hostile');
+const server = await startServer(cmd);
+const model = server.model;
+const CTX = (await health(server)).context_length;
+
+const C = '/v1/chat/completions';
+const P = '/v1/completions';
+const R = '/v1/responses';
+const user = [{ role: 'user', content: 'hi' }];
+const chat = (extra) => ({ model, messages: user, max_tokens: 4, ...extra });
+const comp = (extra) => ({ model, prompt: 'hi', max_tokens: 4, ...extra });
+const resp = (extra) => ({ model, input: 'hi', max_output_tokens: 4, ...extra });
+const deep = (n) => '['.repeat(n) + ']'.repeat(n);
+
+// [name, path, body, status, param?, code?]
+const CASES = [
+  // -- not JSON / not an object
+  ['empty body', C, '', 400, 'body'],
+  ['truncated JSON', C, '{"messages":[{"role":"user"', 400, 'body'],
+  ['plain text', C, 'hello there', 400, 'body'],
+  ['JSON array body', C, '[]', 400, 'body'],
+  ['JSON null body', C, 'null', 400, 'body'],
+  ['JSON number body', C, '42', 400, 'body'],
+  ['JSON string body', C, '"chat"', 400, 'body'],
+  ['trailing garbage', C, JSON.stringify(chat({})) + 'xyz', 400, 'body'],
+  ['NaN literal', C, '{"messages":[{"role":"user","content":"hi"}],"temperature":NaN}', 400, 'body'],
+  ['single quotes', C, "{'messages':[]}", 400, 'body'],
+  ['invalid UTF-8 in a string', C, Buffer.concat([Buffer.from('{"model":"' + model + '","messages":[{"role":"user","content":"'), Buffer.from([0xff, 0xfe, 0xc3]), Buffer.from('"}]}')]), 400],
+  ['lone surrogate escape', C, '{"messages":[{"role":"user","content":"\\ud800"}]}', 400],
+  ['deep array nesting', C, deep(5000), 400, 'body'],
+  ['deep object nesting in a field', C, `{"messages":[{"role":"user","content":"hi"}],"metadata":${'{"a":'.repeat(3000)}1${'}'.repeat(3000)}}`, 400, 'body'],
+  ['NUL bytes', C, '\u0000\u0000\u0000', 400, 'body'],
+  // -- messages
+  ['no messages', C, { model }, 400, 'messages'],
+  ['messages a string', C, { model, messages: 'hi' }, 400, 'messages'],
+  ['messages empty', C, { model, messages: [] }, 400, 'messages'],
+  ['message a number', C, { model, messages: [1] }, 400, 'messages[0]'],
+  ['message without role', C, { model, messages: [{ content: 'x' }] }, 400, 'messages[0].role'],
+  ['unknown role', C, { model, messages: [{ role: 'wizard', content: 'x' }] }, 400, 'messages[0].role'],
+  ['role a number', C, { model, messages: [{ role: 7, content: 'x' }] }, 400, 'messages[0].role'],
+  ['content a number', C, { model, messages: [{ role: 'user', content: 5 }] }, 400, 'messages[0].content'],
+  ['content an object', C, { model, messages: [{ role: 'user', content: { text: 'x' } }] }, 400, 'messages[0].content'],
+  ['user without content', C, { model, messages: [{ role: 'user' }] }, 400, 'messages[0].content'],
+  ['content part of unknown type', C, { model, messages: [{ role: 'user', content: [{ type: 'bogus' }] }] }, 400, 'messages[0].content[0].type'],
+  ['content part a string', C, { model, messages: [{ role: 'user', content: ['hi'] }] }, 400],
+  ['text part with a number', C, { model, messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] }, 400],
+  ['image part on a text-only model', C, { model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AA' } }] }] }, 400],
+  ['tool message without tool_call_id content type', C, { model, messages: [{ role: 'tool', content: 7 }] }, 400],
+  // -- max tokens
+  ['max_tokens negative', C, chat({ max_tokens: -1 }), 400, 'max_tokens'],
+  ['max_tokens zero', C, chat({ max_tokens: 0 }), 400, 'max_tokens'],
+  ['max_tokens a string', C, chat({ max_tokens: 'ten' }), 400, 'max_tokens'],
+  ['max_tokens fractional', C, chat({ max_tokens: 1.5 }), 400, 'max_tokens'],
+  ['max_tokens 1e300', C, chat({ max_tokens: 1e300 }), 400, 'max_tokens'],
+  ['max_tokens 2^64', C, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":18446744073709551616}`, 400, 'max_tokens'],
+  ['max_tokens 26 digits', C, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":99999999999999999999999999}`, 400, 'max_tokens'],
+  ['max_completion_tokens negative', C, chat({ max_completion_tokens: -5 }), 400, 'max_completion_tokens'],
+  ['max_tokens = window', C, chat({ max_tokens: CTX }), 400, 'messages', 'context_length_exceeded'],
+  ['max_tokens 2^40', C, chat({ max_tokens: 2 ** 40 }), 400, 'messages', 'context_length_exceeded'],
+  ['prompt longer than the window', C, { model, messages: [{ role: 'user', content: 'lighthouse '.repeat(CTX + 10) }], max_tokens: 1 }, 400, 'messages', 'context_length_exceeded'],
+  // -- sampling ranges and types
+  ['temperature 3', C, chat({ temperature: 3 }), 400, 'temperature'],
+  ['temperature negative', C, chat({ temperature: -0.1 }), 400, 'temperature'],
+  ['temperature a string', C, chat({ temperature: 'hot' }), 400, 'temperature'],
+  ['temperature 1e400 (inf)', C, '{"messages":[{"role":"user","content":"hi"}],"temperature":1e400}', 400],
+  ['top_p zero', C, chat({ top_p: 0 }), 400, 'top_p'],
+  ['top_p 1.5', C, chat({ top_p: 1.5 }), 400, 'top_p'],
+  ['top_k -2', C, chat({ top_k: -2 }), 400, 'top_k'],
+  ['min_p 2', C, chat({ min_p: 2 }), 400, 'min_p'],
+  ['n zero', C, chat({ n: 0 }), 400, 'n'],
+  ['n negative', C, chat({ n: -1 }), 400, 'n'],
+  ['n huge', C, chat({ n: 100000 }), 400, 'n'],
+  ['n a string', C, chat({ n: 'two' }), 400, 'n'],
+  ['presence_penalty 5', C, chat({ presence_penalty: 5 }), 400, 'presence_penalty'],
+  ['frequency_penalty -3', C, chat({ frequency_penalty: -3 }), 400, 'frequency_penalty'],
+  ['repetition_penalty zero', C, chat({ repetition_penalty: 0 }), 400, 'repetition_penalty'],
+  ['seed a string', C, chat({ seed: 'abc' }), 400, 'seed'],
+  ['seed 1e40', C, chat({ seed: 1e40 }), 400, 'seed'],
+  ['stop a number', C, chat({ stop: 5 }), 400, 'stop'],
+  ['stop list with a number', C, chat({ stop: ['a', 1] }), 400, 'stop'],
+  ['stop: 17 strings', C, chat({ stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }), 400, 'stop'],
+  ['logit_bias non-numeric key', C, chat({ logit_bias: { abc: 1 } }), 400, 'logit_bias'],
+  ['logit_bias value 1000', C, chat({ logit_bias: { 5: 1000 } }), 400, 'logit_bias'],
+  ['logit_bias an array', C, chat({ logit_bias: [1] }), 400, 'logit_bias'],
+  ['top_logprobs without logprobs', C, chat({ top_logprobs: 3 }), 400, 'top_logprobs'],
+  ['top_logprobs 50', C, chat({ logprobs: true, top_logprobs: 50 }), 400, 'top_logprobs'],
+  ['logprobs a string', C, chat({ logprobs: 'yes' }), 400, 'logprobs'],
+  ['stream a string', C, chat({ stream: 'yes' }), 400, 'stream'],
+  ['stream_options without stream', C, chat({ stream_options: { include_usage: true } }), 400, 'stream_options'],
+  // -- tools, formats, templating
+  ['tools empty', C, chat({ tools: [] }), 400, 'tools'],
+  ['tools an object', C, chat({ tools: {} }), 400, 'tools'],
+  ['tool without function', C, chat({ tools: [{ type: 'function' }] }), 400, 'tools[0].function'],
+  ['tool_choice required without tools', C, chat({ tool_choice: 'required' }), 400, 'tool_choice'],
+  ['tool_choice naming an unknown function', C, chat({ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } }), 400, 'tool_choice'],
+  ['tool_choice nonsense', C, chat({ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'sometimes' }), 400, 'tool_choice'],
+  ['json_schema without schema object', C, chat({ response_format: { type: 'json_schema' } }), 400, 'response_format.json_schema'],
+  ['response_format xml', C, chat({ response_format: { type: 'xml' } }), 400, 'response_format.type'],
+  ['response_format a string', C, chat({ response_format: 'json' }), 400, 'response_format'],
+  ['two structured outputs', C, chat({ guided_json: { type: 'object' }, guided_regex: 'a+' }), 400, 'structured_outputs'],
+  ['reasoning_effort extreme', C, chat({ reasoning_effort: 'extreme' }), 400, 'reasoning_effort'],
+  ['functions (deprecated)', C, chat({ functions: [{ name: 'f' }] }), 400, 'functions'],
+  ['audio output', C, chat({ audio: { voice: 'x' } }), 400, 'audio'],
+  ['add_generation_prompt + continue_final_message', C, chat({ add_generation_prompt: true, continue_final_message: true }), 400, 'continue_final_message'],
+  ['chat_template_kwargs a list', C, chat({ chat_template_kwargs: [1] }), 400, 'chat_template_kwargs'],
+  // -- unknown model, everywhere
+  ['unknown model (chat)', C, chat({ model: 'other-model' }), 404, 'model', 'model_not_found'],
+  ['unknown model (completions)', P, comp({ model: 'other-model' }), 404, 'model', 'model_not_found'],
+  ['unknown model (responses)', R, resp({ model: 'other-model' }), 404, 'model', 'model_not_found'],
+  ['unknown model (tokenize)', '/tokenize', { model: 'other-model', prompt: 'hi' }, 404, 'model', 'model_not_found'],
+  // -- completions
+  ['completions without prompt', P, { model }, 400, 'prompt'],
+  ['completions empty prompt', P, comp({ prompt: '' }), 400, 'prompt'],
+  ['completions empty list', P, comp({ prompt: [] }), 400, 'prompt'],
+  ['completions negative token id', P, comp({ prompt: [-1] }), 400, 'prompt'],
+  ['completions mixed token list', P, comp({ prompt: [1, 'a'] }), 400, 'prompt'],
+  ['completions prompt an object', P, comp({ prompt: { a: 1 } }), 400, 'prompt'],
+  ['completions token id past the vocabulary', P, comp({ prompt: [2 ** 31 - 1] }), 400, 'prompt'],
+  ['completions suffix', P, comp({ suffix: 'y' }), 400, 'suffix'],
+  ['completions logprobs 30', P, comp({ logprobs: 30 }), 400, 'logprobs'],
+  ['completions best_of 0', P, comp({ best_of: 0 }), 400, 'best_of'],
+  ['completions max_tokens 0 without echo', P, comp({ max_tokens: 0 }), 400, 'max_tokens'],
+  ['completions over the window', P, comp({ max_tokens: CTX }), 400, 'messages', 'context_length_exceeded'],
+  ['completions token prompt over the window', P, comp({ prompt: Array(CTX + 1).fill(1), max_tokens: 1 }), 400, 'messages', 'context_length_exceeded'],
+  // -- responses
+  ['responses without input', R, { model }, 400, 'input'],
+  ['responses input a number', R, resp({ input: 5 }), 400, 'input'],
+  ['responses item without role', R, resp({ input: [{ type: 'message' }] }), 400, 'input[0].role'],
+  ['responses unknown item type', R, resp({ input: [{ type: 'weird' }] }), 400, 'input[0].type'],
+  ['responses previous_response_id', R, resp({ previous_response_id: 'resp_x' }), 400, 'previous_response_id'],
+  ['responses max_output_tokens negative', R, resp({ max_output_tokens: -3 }), 400, 'max_output_tokens'],
+  ['responses over the window', R, resp({ max_output_tokens: CTX }), 400, 'messages', 'context_length_exceeded'],
+  // -- tokenize / detokenize / routes
+  ['tokenize without prompt', '/tokenize', {}, 400, 'prompt'],
+  ['tokenize prompt a number', '/tokenize', { prompt: 7 }, 400, 'prompt'],
+  ['tokenize messages a string', '/tokenize', { messages: 'hi' }, 400, 'messages'],
+  ['detokenize without tokens', '/detokenize', {}, 400, 'tokens'],
+  ['detokenize string tokens', '/detokenize', { tokens: ['a'] }, 400, 'tokens'],
+  ['detokenize negative id', '/v1/detokenize', { tokens: [-5] }, 400, 'tokens'],
+  ['detokenize id past the vocabulary', '/detokenize', { tokens: [2 ** 31 - 1] }, 400, 'tokens'],
+  ['unknown route', '/v1/nonexistent', {}, 404],
+  ['unknown model id (GET)', ['GET', '/v1/models/no-such-model'], undefined, 404, 'model'],
+];
+
+// Slow-loris connections opened first and held while the corpus runs: partial headers,
+// and a body promised by Content-Length that never fully arrives.
+const loris = [
+  rawExchange(server, ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le'], { timeoutMs: 55000 }),
+  rawExchange(server, ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"messages":[{"ro'], { timeoutMs: 55000 }),
+  rawExchange(server, ['GET /health HTTP/1.1\r\n'], { timeoutMs: 55000 }),
+  rawExchange(server, ['POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{"prompt":"hi",'], { timeoutMs: 55000 }),
+];
+const lorisStart = Date.now();
+
+// Transport-level garbage, started with the slow-loris connections (some only end at
+// the server's read timeout): each gets a 4xx or a closed connection, never a 5xx.
+const TRANSPORT = [
+  ['garbage request line', ['NOT-HTTP\r\n\r\n']],
+  ['bad Content-Length', ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}']],
+  ['negative Content-Length', ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}']],
+  ['bad chunk size', ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n']],
+  ['header line of 100 KB', [`GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(100000)}\r\n\r\n`]],
+  ['10,000 headers (a valid request: 200 is fine too)', [`GET /health HTTP/1.1\r\nHost: x\r\n${'X-A: b\r\n'.repeat(10000)}\r\n`], false, true],
+  ['body shorter than Content-Length, then close', ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"a":'], true],
+];
+const transport = Promise.all(TRANSPORT.map(async ([name, chunks, endAfter, okAllowed]) => {
+  try {
+    const r = await rawExchange(server, chunks, { timeoutMs: 45000, endAfter: !!endAfter });
+    console.log(`     ${name}: ${r.status ?? 'closed without an answer'} after ${r.ms} ms`);
+    const fine = r.status === null || (r.status >= 400 && r.status < 500) || (okAllowed && r.status === 200);
+    return fine ? null : `${name}: ${r.status}`;
+  } catch (e) {
+    return `${name}: ${e.message}`;
+  }
+}));
+
+await run.check(`table of ${CASES.length} malformed requests: exact 4xx + OpenAI error object`, async () => {
+  assert.ok(CASES.length >= 50);
+  const bad = [];
+  for (const [name, path, body, status, param, code] of CASES) {
+    const [method, p] = Array.isArray(path) ? path : ['POST', path];
+    let r;
+    try {
+      r = await request(server, method, p, { body, timeoutMs: 20000 });
+    } catch (e) {
+      bad.push(`${name}: ${e.message}`);
+      continue;
+    }
+    try {
+      assert.equal(r.status, status, `status ${r.status}: ${r.text.slice(0, 200)}`);
+      assertErrorObject(assert, r, name);
+      if (param !== undefined) assert.equal(r.json.error.param, param, 'error.param');
+      if (code !== undefined) assert.equal(r.json.error.code, code, 'error.code');
+    } catch (e) {
+      bad.push(`${name}: ${e.message.split('\n')[0]}`);
+    }
+  }
+  assert.deepEqual(bad, []);
+});
+
+await run.check('context_length_exceeded message names the window', async () => {
+  const r = await postJson(server, C, chat({ max_tokens: CTX }));
+  assert.equal(r.status, 400);
+  assert.match(r.json.error.message, new RegExp(`maximum context length is ${CTX} tokens`));
+});
+
+await run.check('body over 96 MiB -> 413 with an error object', async () => {
+  const big = Buffer.alloc(97 * 1024 * 1024 + 17, 0x61);
+  Buffer.from('{"messages":[{"role":"user","content":"').copy(big);
+  const r = await request(server, 'POST', C, { body: big, timeoutMs: 60000 });
+  assert.equal(r.status, 413, r.text.slice(0, 200));
+  assertErrorObject(assert, r, '413');
+});
+
+await run.check('a body trickled in one byte per 20 ms is still parsed (400 for bad JSON)', async () => {
+  const body = '{"messages": 12}';
+  const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`;
+  const r = await rawExchange(server, [head, ...body.split('')], { gapMs: 20, timeoutMs: 20000 });
+  assert.equal(r.status, 400, r.text.slice(0, 300));
+  assert.match(r.text, /"param":"messages"/);
+});
+
+await run.check('the server keeps serving: normal chat succeeds while slow-loris connections are open; /health ok', async () => {
+  const r = await post200(server, C, chat({ temperature: 0 }));
+  assert.equal(r.object, 'chat.completion');
+  assert.ok(r.usage.completion_tokens >= 1);
+  const h = await health(server);
+  assert.equal(h.ok, true);
+  assert.equal(h.requests_running, 0);
+  const m = await request(server, 'GET', '/metrics');
+  assert.equal(m.status, 200);
+  assert.doesNotMatch(m.text, /status="5\d\d"/, 'no 5xx recorded in /metrics');
+});
+
+await run.check('transport-level garbage: 4xx or a closed connection, never 5xx', async () => {
+  assert.deepEqual((await transport).filter((x) => x), []);
+});
+
+await run.check('slow-loris connections are closed by the server (read timeout) without a 5xx', async () => {
+  const results = await Promise.allSettled(loris);
+  const bad = [];
+  results.forEach((res, i) => {
+    if (res.status === 'rejected') bad.push(`loris ${i}: ${res.reason.message}`);
+    else if (res.value.status !== null && (res.value.status < 400 || res.value.status >= 500)) bad.push(`loris ${i}: ${res.value.status}`);
+  });
+  console.log(`     slow-loris connections closed after ${((Date.now() - lorisStart) / 1000).toFixed(1)} s`);
+  assert.deepEqual(bad, []);
+  await sleep(10);
+  assert.equal((await post200(server, C, chat({}))).object, 'chat.completion');
+});
+
+await run.finish(server);

@@ -1,0 +1,266 @@
+// The serving engine end to end on the CPU backend, over the built-in demo
+// checkpoint: events, determinism, batch independence, cancellation, limits.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "engine/demo_checkpoint.h"
+#include "engine/engine.h"
+
+namespace tf::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// Collects one request's events; wait() returns once every choice finished or an error came.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, std::string> text;  // reasoning + content, per choice
+  std::map<int, std::string> content;
+  std::map<int, std::vector<TokenLogprob>> logprobs;
+  std::map<int, GenerationEvent> finish;
+  int events = 0;
+  int expected = 1;
+  bool error = false;
+  Status status;
+
+  EventSink sink() {
+    return [this](GenerationEvent ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++events;
+      if (ev.kind == GenerationEvent::Kind::kError) {
+        error = true;
+        status = ev.error;
+      } else if (ev.kind == GenerationEvent::Kind::kFinish) {
+        finish[ev.choice] = ev;
+      } else {
+        text[ev.choice] += ev.reasoning + ev.content;
+        content[ev.choice] += ev.content;
+        for (auto& l : ev.logprobs) logprobs[ev.choice].push_back(l);
+      }
+      cv.notify_all();
+    };
+  }
+  bool wait(std::chrono::seconds limit = 120s) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, limit, [&] { return error || static_cast<int>(finish.size()) == expected; });
+  }
+  bool started() {
+    std::lock_guard<std::mutex> lock(mu);
+    return events > 0;
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const fs::path root = fs::temp_directory_path() / ("tf-engine-test-" + std::to_string(::getpid()));
+    auto dir = ensure_demo_checkpoint(root);
+    ASSERT_TRUE(dir.has_value()) << dir.status().to_string();
+    root_ = root;
+    EngineOptions o;
+    o.model_dir = dir->string();
+    o.parallel = 3;
+    o.context = 1024;
+    o.kv = "bf16";
+    o.max_waiting = 6;
+    o.prefill_chunk = 32;
+    o.memory_reserve_gib = 0;
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.has_value()) << e.status().to_string();
+    engine_ = e->release();
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    engine_ = nullptr;
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  static std::vector<int32_t> prompt(const std::string& text) {
+    auto ids = engine_->tokenize(text, false);
+    EXPECT_TRUE(ids.has_value());
+    return *ids;
+  }
+  static GenerationRequest request(const std::string& id, const std::string& text, int64_t max_tokens,
+                                   double temperature) {
+    GenerationRequest g;
+    g.request_id = id;
+    g.prompt_tokens = prompt(text);
+    g.sampling.max_tokens = max_tokens;
+    g.sampling.temperature = temperature;
+    g.sampling.ignore_eos = true;
+    return g;
+  }
+  static std::string run(GenerationRequest g) {
+    Collector c;
+    c.expected = g.n;
+    EXPECT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    return c.text[0];
+  }
+  static void wait_idle() {
+    for (int i = 0; i < 200 && engine_->health().busy; ++i) std::this_thread::sleep_for(10ms);
+  }
+
+  static inline Engine* engine_ = nullptr;
+  static inline fs::path root_;
+};
+
+TEST_F(EngineTest, GeneratesExactlyMaxTokensAndReportsLength) {
+  Collector c;
+  ASSERT_TRUE(engine_->submit(request("a", "Hello there, how are you?", 12, 0.0), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  ASSERT_FALSE(c.error) << c.status.to_string();
+  EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(c.finish[0].completion_tokens, 12);
+  EXPECT_FALSE(c.text[0].empty());
+  const ModelInfo info = engine_->model_info();
+  EXPECT_EQ(info.context_length, 1024);
+}
+
+TEST_F(EngineTest, SameRequestSameReplyWithoutSeedDifferentSeedsDiffer) {
+  const std::string a = run(request("s1", "Tell me a story about a cat.", 24, 1.0));
+  const std::string b = run(request("s2", "Tell me a story about a cat.", 24, 1.0));
+  EXPECT_EQ(a, b);
+  GenerationRequest g1 = request("s3", "Tell me a story about a cat.", 24, 1.0);
+  g1.sampling.seed = 1;
+  GenerationRequest g2 = request("s4", "Tell me a story about a cat.", 24, 1.0);
+  g2.sampling.seed = 2;
+  EXPECT_NE(run(std::move(g1)), run(std::move(g2)));
+}
+
+// A reply is the same whether its request ran alone or beside others (temperature 1,
+// prompts longer than a prefill chunk, more requests than PARALLEL so some wait).
+TEST_F(EngineTest, ConcurrentRepliesEqualSoloReplies) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 5; ++i) {
+    std::string text = "Request number " + std::to_string(i) + ": ";
+    for (int k = 0; k < 10 + 9 * i; ++k) text += "word" + std::to_string(k * (i + 1)) + " ";
+    reqs.push_back(request("c" + std::to_string(i), text, 20, 1.0));
+  }
+  std::vector<std::string> solo;
+  for (const auto& g : reqs) solo.push_back(run(g));
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (auto& g : reqs) {
+    cs.push_back(std::make_unique<Collector>());
+    GenerationRequest copy = g;
+    copy.request_id += "-together";
+    ASSERT_TRUE(engine_->submit(std::move(copy), cs.back()->sink()).is_ok());
+  }
+  int max_running = 0;
+  while (engine_->health().busy) {
+    max_running = std::max<int>(max_running, static_cast<int>(engine_->health().requests_running));
+    std::this_thread::sleep_for(1ms);
+  }
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ASSERT_TRUE(cs[i]->wait());
+    EXPECT_EQ(cs[i]->text[0], solo[i]) << "request " << i;
+  }
+  EXPECT_LE(max_running, 3);
+}
+
+TEST_F(EngineTest, CancelFreesThePool) {
+  wait_idle();
+  const EngineHealth idle = engine_->health();
+  EXPECT_EQ(idle.pool_free_tokens, idle.pool_tokens);
+  Collector c;
+  ASSERT_TRUE(engine_->submit(request("x", "A long one.", 900, 1.0), c.sink()).is_ok());
+  for (int i = 0; i < 2000 && !c.started(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_LT(engine_->health().pool_free_tokens, idle.pool_tokens);
+  engine_->cancel("x");
+  const auto t0 = std::chrono::steady_clock::now();
+  while (engine_->health().pool_free_tokens != idle.pool_tokens && std::chrono::steady_clock::now() - t0 < 1s) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(engine_->health().pool_free_tokens, idle.pool_tokens);
+  EXPECT_FALSE(engine_->health().busy);
+}
+
+TEST_F(EngineTest, StopStringEndsTheReplyBeforeIt) {
+  const std::string full = run(request("f", "Write something.", 30, 0.0));
+  ASSERT_GE(full.size(), 8u);
+  // A stop string taken from the middle of the greedy reply: the reply ends just before its first occurrence.
+  const std::string stop = full.substr(full.size() / 2, 3);
+  GenerationRequest g = request("g", "Write something.", 30, 0.0);
+  g.sampling.stop = {stop};
+  Collector c;
+  ASSERT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.text[0], full.substr(0, full.find(stop)));
+  EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kStop);
+}
+
+TEST_F(EngineTest, NChoicesAndLogprobs) {
+  GenerationRequest g = request("n", "Pick a number.", 10, 1.0);
+  g.n = 2;
+  g.sampling.logprobs = true;
+  g.sampling.top_logprobs = 3;
+  Collector c;
+  c.expected = 2;
+  ASSERT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  ASSERT_FALSE(c.error);
+  EXPECT_NE(c.text[0], c.text[1]);
+  for (int ch = 0; ch < 2; ++ch) {
+    ASSERT_EQ(c.logprobs[ch].size(), 10u);
+    for (const auto& lp : c.logprobs[ch]) {
+      EXPECT_LE(lp.logprob, 0.0);
+      ASSERT_EQ(lp.top.size(), 3u);
+      EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
+      EXPECT_GE(lp.top[1].logprob, lp.top[2].logprob);
+      EXPECT_GE(lp.top[0].logprob, lp.logprob);
+    }
+  }
+}
+
+TEST_F(EngineTest, LimitsAreCleanRefusals) {
+  GenerationRequest too_long = request("l", "Hi", 2000, 0.0);
+  Status s = engine_->submit(std::move(too_long), [](GenerationEvent) {});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  GenerationRequest many = request("m", "Hi", 4, 0.0);
+  many.n = 7;  // more choices than may wait (6)
+  s = engine_->submit(std::move(many), [](GenerationEvent) {});
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  GenerationRequest bad = request("b", "Hi", 4, 0.0);
+  bad.prompt_tokens.push_back(1 << 30);
+  EXPECT_EQ(engine_->submit(std::move(bad), [](GenerationEvent) {}).code(), StatusCode::kInvalidArgument);
+  // The engine still serves.
+  EXPECT_FALSE(run(request("ok", "Still there?", 4, 0.0)).empty());
+}
+
+TEST_F(EngineTest, ChatRenderingAndReasoningSplit) {
+  ChatPrompt chat;
+  chat.messages = nlohmann::json::array({{{"role", "user"}, {"content", "Hi"}}});
+  auto ids = engine_->render_chat(chat);
+  ASSERT_TRUE(ids.has_value()) << ids.status().to_string();
+  auto text = engine_->detokenize(*ids);
+  ASSERT_TRUE(text.has_value());
+  EXPECT_EQ(*text, "[gMASK]<sop><|system|>Reasoning Effort: Max<|user|>Hi<|assistant|><think>");
+  GenerationRequest g;
+  g.request_id = "chat";
+  g.prompt_tokens = *ids;
+  g.sampling.max_tokens = 8;
+  g.sampling.temperature = 0.0;
+  g.sampling.ignore_eos = true;
+  g.parse_reasoning = true;
+  Collector c;
+  ASSERT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  // The prompt opened <think>: everything until </think> is reasoning.
+  EXPECT_GT(c.finish[0].reasoning_tokens, 0);
+}
+
+}  // namespace
+}  // namespace tf::engine
