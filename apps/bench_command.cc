@@ -99,7 +99,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--timeout", opt->spec.timeout_s, "per-request timeout in seconds")->capture_default_str();
   cmd->add_option("--json", opt->json_path, "write the report (spec, per-request records, summary) to FILE");
   cmd->add_option("--roofline", opt->roofline_path, "JSON object with bounds (e.g. decode_tok_s) shown beside the figures");
-  cmd->add_flag("--offline", opt->offline, "benchmark the engine directly, without HTTP (needs --model-dir)");
+  cmd->add_flag("--offline", opt->offline, "benchmark the engine directly, without HTTP (--model-dir, or the demo checkpoint)");
   cmd->add_option("--model-dir", opt->model_dir, "checkpoint folder for --offline");
   cmd->callback([opt] {
     bench::BenchSpec spec = opt->spec;
@@ -117,7 +117,6 @@ void add_bench_command(CLI::App& app) {
     if (opt->offline) {
       if (!engine_factory())
         fail(unimplemented("bench --offline: this build has no engine factory yet (use --url against `tensorfold serve`)"));
-      if (opt->model_dir.empty()) fail(invalid_argument("bench --offline needs --model-dir DIR"));
       auto engine = engine_factory()(opt->model_dir);
       if (!engine) fail(engine.status());
       rc = run_offline_bench_command(**engine, spec, opt->json_path, *roofline);

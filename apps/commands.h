@@ -14,6 +14,8 @@ void add_detokenize_command(CLI::App& app);
 // `tensorfold chat-template --model DIR --messages FILE`: the rendered prompt.
 void add_chat_template_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+// Lets `bench --offline` build the serving engine (defined with serve).
+void register_bench_engine_factory();
 // `tensorfold demo-checkpoint --out DIR`: writes the built-in demo checkpoint.
 void add_demo_checkpoint_command(CLI::App& app);
 // `tensorfold bench --url URL --concurrency N ...`: TTFT and tok/s of a server (apps/bench_command.h: --offline hook).

@@ -12,7 +12,9 @@
 #include <string>
 #include <thread>
 
+#include "apps/bench_command.h"
 #include "apps/commands.h"
+#include "apps/serve_tp.h"
 #include "core/logging.h"
 #include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
@@ -26,13 +28,8 @@ struct ServeOptions {
   server::ServerOptions http;
   std::string cache_dir;
   int tp = 1;
+  TpServeOptions tp_process;  // --rank, --rendezvous, --tp-timeout (serve_tp.h)
 };
-
-std::string default_cache_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tensorfold";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tensorfold";
-  return ".tensorfold-cache";
-}
 
 [[noreturn]] void fail(const std::string& message) {
   std::cerr << "tensorfold serve: " << message << "\n";
@@ -40,6 +37,10 @@ std::string default_cache_dir() {
 }
 
 int serve(ServeOptions& o) {
+  if (o.tp < 1) fail("--tp must be >= 1, got " + std::to_string(o.tp));
+  o.tp_process.world = o.tp;
+  // A rank that rank 0 started (--rank r): it follows, it does not serve.
+  if (o.tp > 1 && o.tp_process.rank > 0) return run_tp_follower(o.engine, o.tp_process);
   // SIGINT/SIGTERM are handled by one thread (sigwait), so every other thread
   // (HTTP, engine) starts with them blocked.
   sigset_t stop_signals;
@@ -49,13 +50,18 @@ int serve(ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  if (o.tp != 1) fail("--tp " + std::to_string(o.tp) + ": tensor parallelism across GPUs arrives with the CUDA backend");
   if (o.engine.model_dir.empty()) {
     TF_LOG_INFO("no --model given: serving the built-in demo checkpoint (random weights; the text is gibberish)");
     auto dir = ensure_demo_checkpoint(o.cache_dir);
     if (!dir) fail(dir.status().to_string());
     o.engine.model_dir = dir->string();
     if (o.engine.served_name.empty()) o.engine.served_name = "GLM-5.3-Flash-demo";
+  }
+  std::unique_ptr<TpLeader> tp_leader;  // --tp N > 1: ranks 1..N-1 run as child processes
+  if (o.tp > 1) {
+    auto leader = TpLeader::start(o.engine, o.tp_process);
+    if (!leader) fail(leader.status().to_string());
+    tp_leader = std::move(*leader);
   }
   TF_LOG_INFO("loading {}", o.engine.model_dir);
   auto eng = engine::Engine::create(o.engine);
@@ -72,21 +78,46 @@ int serve(ServeOptions& o) {
     TF_LOG_INFO("signal {}: stopping", sig);
     http.stop();
   });
+  if (tp_leader) tp_leader->set_stop([&http] { http.stop(); });  // a lost rank stops the server
   Status s = http.listen();
   // listen() also returns when the port fails; wake the signal thread either way.
   pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();
+  if (tp_leader) {
+    tp_leader->begin_shutdown();
+    eng->reset();  // the engine thread sends the followers the stop command
+    if (int code = tp_leader->finish(); code != 0) return code;
+  }
   if (!s.is_ok()) fail(s.to_string());
   return 0;
 }
 
 }  // namespace
 
+void register_bench_engine_factory() {
+  // `tensorfold bench --offline --model-dir DIR`: the serving engine without HTTP (an empty DIR: the demo).
+  set_bench_engine_factory([](const std::string& model_dir) -> Expected<std::unique_ptr<engine::EngineApi>> {
+    engine::EngineOptions o;
+    o.model_dir = model_dir;
+    if (o.model_dir.empty()) {
+      auto dir = ensure_demo_checkpoint(default_cache_root());
+      if (!dir) return dir.status();
+      o.model_dir = dir->string();
+    }
+    o.parallel = 16;
+    o.context = 32768;
+    o.max_waiting = 4096;
+    auto e = engine::Engine::create(o);
+    if (!e) return e.status();
+    return std::unique_ptr<engine::EngineApi>(std::move(*e));
+  });
+}
+
 void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (port 8888)");
   auto o = std::make_shared<ServeOptions>();
   o->engine.served_name.clear();
-  o->cache_dir = default_cache_dir();
+  o->cache_dir = default_cache_root().string();
   cmd->add_option("--model,-m", o->engine.model_dir,
                   "checkpoint folder (config.json, tokenizer.json, *.safetensors); none: the built-in demo")
       ->envname("MODEL_DIR");
@@ -129,7 +160,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--prefill-chunk", o->engine.prefill_chunk, "prompt tokens per request and step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "tensor-parallel ranks (GPUs)")->envname("TP")->capture_default_str();
+  cmd->add_option("--tp", o->tp, "tensor-parallel ranks: one process each on this host (CPU ranks over Gloo so far)")
+      ->envname("TP")
+      ->capture_default_str();
+  cmd->add_option("--tp-timeout", o->tp_process.timeout_s,
+                  "--tp: seconds a rank may wait for the others in one step (covers uneven loading)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  // Internal: what rank 0 passes to the ranks it starts (serve_tp.h).
+  cmd->add_option("--rank", o->tp_process.rank)->group("");
+  cmd->add_option("--rendezvous", o->tp_process.rendezvous)->group("");
+  cmd->add_option("--device", o->engine.device, "compute device: cpu, or cuda (GPU 0; needs the CUDA build)")
+      ->envname("DEVICE")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--api-key", o->http.api_key, "require this bearer token (default: none)")->envname("API_KEY");
   cmd->add_option("--cache-dir", o->cache_dir, "where the demo checkpoint is written")
       ->envname("TF_CACHE_DIR")

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   tf::apps::add_serve_command(app);
   tf::apps::add_demo_checkpoint_command(app);
   tf::apps::add_bench_command(app);
+  tf::apps::register_bench_engine_factory();
   CLI11_PARSE(app, argc, argv);
   if (app.get_subcommands().empty()) {
     std::cout << app.help();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
+# TF_GPU_ONLY="kernels parity model nccl bench" (any subset) runs only those parts.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -12,15 +13,29 @@ done
 export TF_TEST_DATA_DIR="$PWD/tests/data"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 rc=0
-.gpurun/cuda_kernel_tests --gtest_output="json:$OUT/cuda_kernel_tests.json" 2>&1 | tee "$OUT/cuda_kernel_tests.log" | tail -n 20
-[[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+want() { [[ -z "${TF_GPU_ONLY:-}" || " $TF_GPU_ONLY " == *" $1 "* ]]; }
+if want kernels; then
+  .gpurun/cuda_kernel_tests --gtest_output="json:$OUT/cuda_kernel_tests.json" 2>&1 | tee "$OUT/cuda_kernel_tests.log" | tail -n 20
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
 # Every op on CPU and CUDA (kernels/cuda vs kernels/cpu); "[parity]" lines give each op's error.
-.gpurun/cuda_ops_parity_tests --gtest_output="json:$OUT/cuda_ops_parity_tests.json" > "$OUT/cuda_ops_parity_tests.log" 2>&1
-[[ $? -eq 0 ]] || rc=1
-grep -E '^\[  (FAILED|PASSED) |^\[==========\]' "$OUT/cuda_ops_parity_tests.log" | tail -n 30
+if want parity; then
+  .gpurun/cuda_ops_parity_tests --gtest_output="json:$OUT/cuda_ops_parity_tests.json" > "$OUT/cuda_ops_parity_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[  (FAILED|PASSED) |^\[==========\]' "$OUT/cuda_ops_parity_tests.log" | tail -n 30
+fi
+# The model on CUDA vs the CPU backend and the transformers fixtures; "[cuda-parity]" lines give the deviations
+# (log only: $OUT brings back at most 8 files).
+if want model && [[ -x .gpurun/glm5_cuda_tests ]]; then
+  timeout 300 .gpurun/glm5_cuda_tests > "$OUT/glm5_cuda_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[cuda-(parity|timing)\]|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/glm5_cuda_tests.log" | tail -n 60
+fi
 # NCCL communicator checks at one rank (more ranks need a multi-GPU machine).
-timeout 120 .gpurun/comm_nccl_check --world 1 2>&1 | tee "$OUT/comm_nccl_check.log" | tail -n 5
-[[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+if want nccl; then
+  timeout 120 .gpurun/comm_nccl_check --world 1 2>&1 | tee "$OUT/comm_nccl_check.log" | tail -n 5
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
 # CUDA op timings at model shapes beside the HBM roofline (informative; does not change rc).
-[[ -x .gpurun/cuda_ops_bench ]] && timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
+want bench && [[ -x .gpurun/cuda_ops_bench ]] && timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
 exit $rc

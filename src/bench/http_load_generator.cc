@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -33,6 +34,17 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// httplib's names for transport errors are terse ("Connection"); say what happened.
+std::string describe(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "connection refused or host unreachable";
+    case httplib::Error::ConnectionTimeout: return "connection timed out";
+    case httplib::Error::Read: return "reading the response failed (connection closed or read timeout)";
+    case httplib::Error::Write: return "sending the request failed (connection closed)";
+    default: return httplib::to_string(e);
+  }
+}
+
 httplib::Headers headers_for(const BenchSpec& spec) {
   httplib::Headers h = {{"Accept", "application/json, text/event-stream"}};
   if (!spec.api_key.empty()) h.emplace("Authorization", "Bearer " + spec.api_key);
@@ -46,6 +58,7 @@ std::unique_ptr<httplib::Client> make_client(const HttpTarget& target, const Ben
   c->set_read_timeout(whole, static_cast<time_t>((spec.timeout_s - static_cast<double>(whole)) * 1e6));
   c->set_write_timeout(60, 0);
   c->set_keep_alive(true);
+  c->set_tcp_nodelay(true);
   return c;
 }
 
@@ -65,7 +78,7 @@ std::string http_error(int status, const std::string& body) {
 Expected<Json> post_json(httplib::Client& client, const HttpTarget& target, const BenchSpec& spec,
                          const std::string& path, const Json& body) {
   auto res = client.Post((target.prefix + path).c_str(), headers_for(spec), body.dump(), "application/json");
-  if (!res) return unavailable("POST " + target.base + target.prefix + path + ": " + httplib::to_string(res.error()));
+  if (!res) return unavailable("POST " + target.base + target.prefix + path + ": " + describe(res.error()));
   if (res->status != 200) {
     Status s(res->status == 404 ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
              "POST " + target.prefix + path + ": " + http_error(res->status, res->body));
@@ -80,7 +93,7 @@ Expected<Json> post_json(httplib::Client& client, const HttpTarget& target, cons
 Expected<std::string> preflight(httplib::Client& client, const HttpTarget& target, const BenchSpec& spec) {
   auto res = client.Get((target.prefix + "/v1/models").c_str(), headers_for(spec));
   if (!res)
-    return unavailable("bench: cannot reach " + target.base + target.prefix + ": " + httplib::to_string(res.error()));
+    return unavailable("bench: cannot reach " + target.base + target.prefix + ": " + describe(res.error()));
   if (res->status != 200)
     return invalid_argument("bench: GET " + target.prefix + "/v1/models: " + http_error(res->status, res->body));
   if (!spec.model.empty()) return spec.model;
@@ -195,11 +208,13 @@ void send_one(httplib::Client& client, const std::string& path, const BenchSpec&
   rec.end_s = seconds_since(t0);
   rec.ok = false;
   if (timed_out) {
-    rec.error = "timed out after " + std::to_string(static_cast<int64_t>(spec.timeout_s)) + " s";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "timed out after %g s", spec.timeout_s);
+    rec.error = buf;
     return;
   }
   if (!sent) {
-    rec.error = "request failed: " + httplib::to_string(err);
+    rec.error = "request failed: " + describe(err);
     return;
   }
   if (res.status != 200) {
@@ -235,8 +250,8 @@ std::vector<RequestRecord> run_phase(const HttpTarget& target, const BenchSpec& 
       try {
         if (!client) client = make_client(target, spec);
         send_one(*client, path, spec, bodies[i], t0, rec);
-        // A broken connection is not reused for the next request.
-        if (!rec.ok && rec.http_status == 0) client.reset();
+        // A failed request may leave the connection mid-response: start afresh.
+        if (!rec.ok) client.reset();
       } catch (const std::exception& e) {
         rec.ok = false;
         rec.error = std::string("client error: ") + e.what();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -85,7 +86,9 @@ std::vector<RequestRecord> run_phase(engine::EngineApi& engine, const BenchSpec&
     if (late.empty()) return;
     for (size_t i : late) {
       st->records[i].ok = false;
-      st->records[i].error = "timed out after " + std::to_string(static_cast<int64_t>(spec.timeout_s)) + " s";
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "timed out after %g s", spec.timeout_s);
+      st->records[i].error = buf;
       st->end(i, now);
     }
     lock.unlock();

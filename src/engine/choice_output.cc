@@ -91,7 +91,7 @@ GenerationEvent ChoiceOutput::add(int32_t token, const SampledToken& sampled, bo
   GenerationEvent ev;
   ev.choice = choice_;
   add_logprobs(token, sampled, ev);
-  if (reasoning_ && !reasoning_->reasoning_ended()) ++reasoning_tokens_;
+  if (reasoning_ && reasoning_->in_reasoning()) ++reasoning_tokens_;
   stopped = stopped_;
   if (stopped_) return ev;
   const bool drop = opt_.skip_special_tokens && tok_.is_special(token) && !parser_markers_.count(token);

@@ -2,6 +2,7 @@
 // is in engine_loop.cc.
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <utility>
@@ -10,6 +11,9 @@
 #include "engine/engine_impl.h"
 #include "engine/load_progress.h"
 #include "kernels/cpu/cpu_ops.h"
+#if TF_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 #include "text/tokenizer_config.h"
 
 namespace tf::engine {
@@ -142,14 +146,50 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                             " ids but the model only " + std::to_string(m.config.text.vocab_size) + " rows");
   }
 
-  m.ops = make_cpu_ops();
-  m.comm = make_single_rank_communicator();
+  if (options.device == "cuda") {
+#if TF_HAVE_CUDA
+    auto cuda_ops = make_cuda_ops(0);
+    if (!cuda_ops) return cuda_ops.status().with_context("--device cuda");
+    m.ops = std::move(*cuda_ops);
+#else
+    return unimplemented("--device cuda: this tensorfold was built without CUDA (configure with -DTF_CUDA=ON)");
+#endif
+  } else {
+    m.ops = make_cpu_ops();
+  }
+  if (options.tp_comm && options.tp_comm->world_size() > 1) {
+    if (options.tp_comm->rank() != 0) {
+      return invalid_argument("the engine runs on rank 0 of a tensor-parallel world, not rank " +
+                              std::to_string(options.tp_comm->rank()) + " (followers use serve_follower)");
+    }
+    if (options.device != "cpu") {
+      return unimplemented("--tp with --device " + options.device +
+                           ": tensor-parallel serving runs on CPU ranks (Gloo) so far");
+    }
+    m.comm = options.tp_comm;
+    m.tp = std::make_unique<StepBroadcaster>(*m.comm);
+  } else {
+    m.comm = make_single_rank_communicator();
+  }
   auto weights = open_weight_source(dir.string(), m.config);
   if (!weights) return weights.status();
   const int64_t weight_bytes = estimate_weight_bytes(dir, m.config);
-  auto plan = plan_memory(memory_input(options, m.config, weight_bytes));
+  MemoryPlanInput mem = memory_input(options, m.config, weight_bytes);
+  if (m.tp) {
+    // The CPU ranks share this host: the weights are split among them, but each
+    // holds its own cache pool and stream states, so each plans with its share.
+    const int64_t world = m.comm->world_size();
+    const int64_t spare = std::max<int64_t>(0, mem.available_bytes - mem.reserve_bytes - mem.weight_bytes);
+    mem.available_bytes = spare / world + mem.reserve_bytes + mem.weight_bytes;
+  }
+  auto plan = plan_memory(mem);
   if (!plan) return plan.status();
   m.plan = *plan;
+  if (m.tp) {
+    // The followers size their pools from ours (tp_follower.h), whatever memory they saw.
+    Status sent = send_model_setup(*m.comm, {m.plan.page_size, m.plan.num_pages, latent_dtype(options.kv)});
+    if (!sent.is_ok()) return sent.with_context("sending the model setup to the follower ranks");
+  }
   for (const std::string& note : m.plan.notes) TF_LOG_WARN("{}", note);
   TF_LOG_INFO("cache pool: {} tokens ({:.2f} GiB, KV={}), window {} tokens, PARALLEL={}", m.plan.pool_tokens,
               m.plan.pool_bytes / 1073741824.0, options.kv, m.plan.context, options.parallel);

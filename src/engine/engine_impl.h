@@ -21,6 +21,7 @@
 #include "engine/memory_plan.h"
 #include "engine/paged_cache_budget.h"
 #include "engine/scheduler.h"
+#include "engine/step_broadcast.h"
 #include "kernels/api/ops.h"
 #include "model/config.h"
 #include "model/glm5/glm5_model.h"
@@ -74,7 +75,10 @@ struct Engine::Impl {
   int64_t text_vocab = 0;  // ids >= this are padding rows: never sampled
 
   std::unique_ptr<Ops> ops;
-  std::unique_ptr<Communicator> comm;
+  std::shared_ptr<Communicator> comm;  // options.tp_comm, or a single rank
+  // Tensor parallelism: rank 0's step broadcasts to the followers (null: one rank).
+  std::unique_ptr<StepBroadcaster> tp;
+  bool tp_broken = false;  // engine thread only
   std::unique_ptr<Glm5Model> model;
   MemoryPlan plan;
   std::unique_ptr<PagedCacheBudget> budget;
@@ -111,6 +115,10 @@ struct Engine::Impl {
   void drop_choice(RequestId id);
   void leave_queue(LiveChoice& c);
   void publish_health();
+  // Broadcasts the next step's batch (empty: a heartbeat) to the followers. On
+  // failure the world is broken: tp_failed() stopped the engine; returns false.
+  bool tp_send(std::vector<StepCommandEntry> entries);
+  void tp_failed(const Status& error);
   Expected<SamplingParams> sampling_params(const GenerationRequest& r) const;
 };
 

@@ -1,5 +1,6 @@
 // The engine thread: one step at a time (see engine.h for the data flow).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <limits>
 
@@ -9,6 +10,10 @@
 
 namespace tf::engine {
 namespace {
+
+// Tensor parallelism: while idle, rank 0 sends a heartbeat this often, so the
+// followers' wait in the command broadcast stays far below the op timeout.
+constexpr std::chrono::milliseconds kTpHeartbeat{1000};
 
 void emit(LiveRequest& r, GenerationEvent ev) {
   if (r.failed) return;
@@ -30,10 +35,20 @@ std::string call_id_prefix(const std::string& request_id, int choice) {
 
 void Engine::Impl::run() {
   for (;;) {
+    bool heartbeat = false;
     {
       std::unique_lock<std::mutex> lock(mu);
-      wake.wait(lock, [&] { return stopping || !inbox.empty() || !cancels.empty() || scheduler->has_work(); });
+      auto ready = [&] { return stopping || !inbox.empty() || !cancels.empty() || scheduler->has_work(); };
+      if (tp) {
+        heartbeat = !wake.wait_for(lock, kTpHeartbeat, ready);
+      } else {
+        wake.wait(lock, ready);
+      }
       if (stopping) break;
+    }
+    if (heartbeat) {
+      tp_send({});
+      continue;
     }
     try {
       step_once();
@@ -44,6 +59,10 @@ void Engine::Impl::run() {
       for (const auto& [id, c] : choices) ids.push_back(id);
       for (RequestId id : ids) fail_choice(id, internal_error(std::string("engine step failed: ") + e.what()));
     }
+  }
+  if (tp && !tp_broken) {
+    // The followers return from run_follower; a failure here means they are gone already.
+    if (Status s = tp->send_stop(); !s.is_ok()) TF_LOG_WARN("stop command to the follower ranks: {}", s.to_string());
   }
   std::vector<RequestId> ids;
   for (const auto& [id, c] : choices) ids.push_back(id);
@@ -133,6 +152,7 @@ void Engine::Impl::start_choice(LiveChoice& c) {
   leave_queue(c);
   c.admitted = true;
   c.sequence = model->new_sequence();
+  if (tp) tp->sequence_created(c.id);
 }
 
 void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release_in_scheduler) {
@@ -186,6 +206,7 @@ void Engine::Impl::drop_choice(RequestId id) {
   if (it == choices.end()) return;
   LiveRequest& r = *it->second.request;
   leave_queue(it->second);
+  if (tp && it->second.sequence) tp->sequence_dropped(id);
   auto [lo, hi] = by_request_id.equal_range(r.req.request_id);
   for (auto o = lo; o != hi; ++o) {
     if (o->second == id) {
@@ -228,8 +249,21 @@ void Engine::Impl::step_once() {
     rows.push_back(&c);
   }
   publish_health();
+  if (tp) {
+    std::vector<StepCommandEntry> entries;
+    entries.reserve(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      entries.push_back({rows[i]->id, std::vector<int32_t>(batch[i].tokens.begin(), batch[i].tokens.end()),
+                         batch[i].all_logits});
+    }
+    if (!tp_send(std::move(entries))) return;  // the choices were failed; rows dangle
+  }
   auto results = model->step(batch);
   if (!results) {
+    if (tp && results.status().code() == StatusCode::kUnavailable) {
+      tp_failed(results.status().with_context("model step"));  // a collective failed: the world is broken
+      return;
+    }
     for (LiveChoice* c : rows) fail_choice(c->id, results.status().with_context("model step"));
     return;
   }
@@ -283,6 +317,32 @@ void Engine::Impl::step_once() {
     }
   }
   publish_health();
+}
+
+bool Engine::Impl::tp_send(std::vector<StepCommandEntry> entries) {
+  if (tp_broken) return false;
+  Status s = tp->send_step(std::move(entries));
+  if (s.is_ok()) return true;
+  tp_failed(s);
+  return false;
+}
+
+void Engine::Impl::tp_failed(const Status& error) {
+  tp_broken = true;
+  const Status why = unavailable("tensor-parallel rank lost: " + error.message());
+  TF_LOG_ERROR("{}; stopping the engine", why.to_string());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = true;  // submit() refuses from now on; run() leaves its loop
+  }
+  std::vector<RequestId> ids;
+  for (const auto& [id, c] : choices) ids.push_back(id);
+  for (RequestId id : ids) fail_choice(id, why);
+  {
+    std::lock_guard<std::mutex> lock(health_mu);
+    health.ok = false;
+  }
+  if (options.on_tp_failure) options.on_tp_failure(why);
 }
 
 void Engine::Impl::publish_health() {

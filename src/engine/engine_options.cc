@@ -19,6 +19,9 @@ Status EngineOptions::validate() const {
   if (max_waiting < 1) return invalid_argument("--max-waiting must be >= 1, got " + std::to_string(max_waiting));
   if (prefill_chunk < 1) return invalid_argument("--prefill-chunk must be >= 1, got " + std::to_string(prefill_chunk));
   if (page_size < 1) return invalid_argument("page size must be >= 1");
+  if (device != "cpu" && device != "cuda") {
+    return invalid_argument("DEVICE (--device) must be cpu or cuda, got '" + device + "'");
+  }
   if (step_token_budget != 0 && step_token_budget < prefill_chunk + parallel) {
     return invalid_argument("--step-tokens must be >= prefill chunk + PARALLEL (" +
                             std::to_string(prefill_chunk + parallel) + ")");

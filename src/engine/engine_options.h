@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
+#include "comm/communicator.h"
 #include "core/status.h"
 
 namespace tf::engine {
@@ -20,6 +23,14 @@ struct EngineOptions {
   int32_t prefill_chunk = 256;    // tokens of one prompt per step (aligned: replies do not depend on batch-mates)
   int32_t step_token_budget = 0;  // 0: prefill_chunk x 2 + parallel
   int64_t page_size = 64;
+  std::string device = "cpu";     // DEVICE: cpu | cuda (GPU 0; needs a CUDA build)
+  // Tensor parallelism (issue #7): this engine is rank 0 of tp_comm's world and
+  // broadcasts every step to the followers (tp_follower.h). Null: one rank.
+  std::shared_ptr<Communicator> tp_comm;
+  // Called once, from the engine thread, when the world broke (a follower died
+  // or hung): the engine has stopped and fails every request; the caller
+  // should shut the server down.
+  std::function<void(const Status&)> on_tp_failure;
 
   [[nodiscard]] Status validate() const;
 };

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ class ProgressWeightSource final : public WeightSource {
   bool has(const std::string& canonical_name) const override { return inner_.has(canonical_name); }
   Expected<Shape> shape(const std::string& canonical_name) const override { return inner_.shape(canonical_name); }
   std::vector<std::string> unknown_tensors() const override { return inner_.unknown_tensors(); }
+  // EXL3 tensors stay quantized (counted as loaded only through get_f32's tensors).
+  Expected<std::optional<Exl3Weight>> get_exl3(const std::string& name, int64_t in_features,
+                                               int64_t out_features) const override {
+    return inner_.get_exl3(name, in_features, out_features);
+  }
 
   int64_t loaded_bytes() const { return loaded_; }
   int64_t tensors() const { return tensors_; }

@@ -193,6 +193,47 @@ Expected<Exl3Weight> load_exl3_linear(const Checkpoint& ckpt, const std::string&
   return w;
 }
 
+namespace {
+
+Tensor packed(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  out.copy_from(t);
+  return out;
+}
+
+Status check_slice(int64_t begin, int64_t end, int64_t size, const std::string& name, const char* side) {
+  if (begin < 0 || begin >= end || end > size || begin % kExl3Hadamard != 0 ||
+      (end % kExl3Hadamard != 0 && end != size)) {
+    return unimplemented(name + ": " + side + " slice [" + std::to_string(begin) + ", " + std::to_string(end) +
+                         ") of " + std::to_string(size) + " is not on 128-channel boundaries (EXL3 splits at 128)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<Exl3Weight> exl3_output_slice(const Exl3Weight& w, int64_t begin, int64_t end, const std::string& name) {
+  TF_RETURN_IF_ERROR(check_exl3_weight(w, name));
+  TF_RETURN_IF_ERROR(check_slice(begin, end, w.out_features(), name, "output"));
+  Exl3Weight out = w;
+  out.trellis = packed(w.trellis.slice(1, begin / kExl3Tile, end / kExl3Tile));
+  out.suh = packed(w.suh);
+  out.svh = packed(w.svh.slice(0, begin, end));
+  if (!w.bias.is_null()) out.bias = packed(w.bias.slice(0, begin, end));
+  return out;
+}
+
+Expected<Exl3Weight> exl3_input_slice(const Exl3Weight& w, int64_t begin, int64_t end, const std::string& name) {
+  TF_RETURN_IF_ERROR(check_exl3_weight(w, name));
+  TF_RETURN_IF_ERROR(check_slice(begin, end, w.in_features(), name, "input"));
+  Exl3Weight out = w;
+  out.trellis = packed(w.trellis.slice(0, begin / kExl3Tile, end / kExl3Tile));
+  out.suh = packed(w.suh.slice(0, begin, end));
+  out.svh = packed(w.svh);
+  out.bias = begin == 0 && !w.bias.is_null() ? packed(w.bias) : Tensor();
+  return out;
+}
+
 std::string exl3_expert_prefix(const Checkpoint& ckpt, int layer, int expert, const std::string& proj) {
   const std::string canonical = expert_weight_name(layer, expert, proj);
   std::vector<std::string> prefixes;

@@ -66,6 +66,14 @@ struct Exl3Expert {
 Expected<Exl3Expert> load_exl3_expert(const Checkpoint& ckpt, const Glm5TextConfig& text, int layer, int expert,
                                       std::optional<Exl3Codebook> expected = std::nullopt);
 
+// Tensor-parallel slices (spec §5; the Hadamards mix 128 channels, so both ends must be
+// multiples of 128, or `end` the padded size). Output (column) slice [begin, end):
+// trellis[:, begin/16 : end/16], svh and bias cut, suh whole; exact. Input (row) slice:
+// trellis[begin/16 : end/16], suh cut, svh whole, bias only in the slice starting at 0;
+// the slices' outputs sum to the whole layer's. Owning copies; errors name `name`.
+Expected<Exl3Weight> exl3_output_slice(const Exl3Weight& w, int64_t begin, int64_t end, const std::string& name);
+Expected<Exl3Weight> exl3_input_slice(const Exl3Weight& w, int64_t begin, int64_t end, const std::string& name);
+
 // Checks a whole EXL3 checkpoint for `config`: its quantization_config, every
 // routed expert projection of every MoE layer (MTP included), and that no EXL3
 // tensor lies outside them. Reads headers and markers only. Returns the first

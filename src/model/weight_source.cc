@@ -39,7 +39,7 @@ class CheckpointWeightSource : public WeightSource {
     if (config.quantization.weight_block_size.size() == 2) {
       block_ = {config.quantization.weight_block_size[0], config.quantization.weight_block_size[1]};
     }
-    std::set<std::string> used;
+    std::set<std::string> used, exl3_prefixes;
     std::vector<WeightSpecEntry> spec = glm5_weight_spec(config);
     if (tie_) spec.push_back({"lm_head.weight", {}});  // an untied copy on disk is used, not unknown
     std::vector<WeightAlias> aliases;
@@ -49,6 +49,7 @@ class CheckpointWeightSource : public WeightSource {
         const std::string p = exl3_prefix(e.name);
         if (p.empty()) continue;
         exl3_spec_shapes_[e.name] = e.shape;
+        exl3_prefixes.insert(p);
         for (const char* s : {"trellis", "suh", "svh", "su", "sv", "bias", "mcg", "mul1"}) used.insert(p + "." + s);
         continue;
       }
@@ -58,7 +59,24 @@ class CheckpointWeightSource : public WeightSource {
     for (const std::string& n : ckpt_->names()) {
       if (!used.count(n)) unknown_.push_back(n);
     }
+    // Unlike other unknown tensors, an unknown companion of an EXL3 linear (e.g. a
+    // codebook marker we do not know) could change how it decodes: refused at open.
+    for (const std::string& n : unknown_) {
+      if (!exl3_ || !exl3_error_.is_ok()) break;
+      const size_t dot = n.rfind('.');
+      const std::string stem = dot == std::string::npos ? std::string() : n.substr(0, dot);
+      if (exl3_prefixes.count(stem)) {
+        exl3_error_ = invalid_argument(ckpt_->file_of(n) + ": tensor '" + n + "': unknown companion of the EXL3 linear '" +
+                                       stem + "' (an unknown codebook marker?)");
+      } else if (n.size() > 8 && n.compare(n.size() - 8, 8, ".trellis") == 0) {
+        exl3_error_ = unimplemented(ckpt_->file_of(n) + ": tensor '" + n + "' is EXL3 outside the routed experts, " +
+                                    "which scope \"" + kExl3ServedScope + "\" does not cover");
+      }
+    }
   }
+
+  // Set when the checkpoint holds EXL3 tensors we cannot serve (open fails with it).
+  const Status& exl3_error() const { return exl3_error_; }
 
   Expected<Tensor> get_f32(const std::string& canonical_name, const Shape& expected_shape) const override {
     std::vector<WeightAlias> aliases;
@@ -237,6 +255,7 @@ class CheckpointWeightSource : public WeightSource {
   std::vector<std::string> unknown_;
   std::optional<Exl3QuantConfig> exl3_;             // set for EXL3 checkpoints
   std::map<std::string, Shape> exl3_spec_shapes_;   // canonical -> spec shape, EXL3-stored tensors
+  Status exl3_error_;
 };
 
 }  // namespace
@@ -250,6 +269,7 @@ Expected<std::unique_ptr<WeightSource>> open_weight_source(const std::string& di
   }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(dir));
   auto source = std::make_unique<CheckpointWeightSource>(std::move(ckpt), config, std::move(exl3));
+  TF_RETURN_IF_ERROR(source->exl3_error());
   if (!source->unknown_tensors().empty()) {
     TF_LOG_WARN("{}: {} tensor(s) not used by the glm5_next model, e.g. '{}'", dir,
                 source->unknown_tensors().size(), source->unknown_tensors().front());

@@ -74,23 +74,13 @@ TokenizeRequest parse_tokenize_request(const Json& body) {
   TokenizeRequest req;
   req.model = json_string(body, "model");
   req.return_token_strs = json_bool(body, "return_token_strs").value_or(false);
-  if (const Json* messages = json_field(body, "messages")) {
+  if (json_field(body, "messages")) {
+    // The chat form renders exactly what a chat request with the same fields renders
+    // (tools, chat_template_kwargs, reasoning_effort, generation-prompt flags), so its
+    // count equals that request's usage.prompt_tokens.
     req.is_chat = true;
-    req.chat.messages = validate_messages(*messages, "messages");
-    if (const Json* tools = json_field(body, "tools")) {
-      if (!tools->is_array()) throw bad_request("'tools' must be an array", "tools");
-      if (!tools->empty()) req.chat.tools = *tools;
-    }
-    if (const Json* kw = json_field(body, "chat_template_kwargs")) {
-      require_object(*kw, "chat_template_kwargs");
-      req.chat.chat_template_kwargs = *kw;
-    }
-    req.chat.add_generation_prompt = json_bool(body, "add_generation_prompt").value_or(true);
-    req.chat.continue_final_message = json_bool(body, "continue_final_message").value_or(false);
+    req.chat = parse_chat_request(body).chat;
     req.add_special_tokens = json_bool(body, "add_special_tokens").value_or(false);
-    if (req.chat.add_generation_prompt && req.chat.continue_final_message)
-      throw bad_request("'add_generation_prompt' and 'continue_final_message' cannot both be true",
-                        "continue_final_message");
   } else {
     auto prompt = json_string(body, "prompt");
     if (!prompt) throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");

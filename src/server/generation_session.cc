@@ -58,13 +58,15 @@ void GenerationSession::record_done() {
 }
 
 Status GenerationSession::wait() {
+  // The liveness check runs every poll interval, also while events keep arriving.
+  Clock::time_point next_check = Clock::now() + kPollInterval;
   while (!ended_) {
     GenerationEvent ev;
-    if (!queue_->pop(ev, kPollInterval)) {
-      if (alive_ && !alive_()) return unavailable("client disconnected");
-      continue;
+    if (queue_->pop(ev, kPollInterval)) apply(ev);
+    if (!ended_ && alive_ && Clock::now() >= next_check) {
+      next_check = Clock::now() + kPollInterval;
+      if (!alive_()) return unavailable("client disconnected");
     }
-    apply(ev);
   }
   return error_;
 }

@@ -10,6 +10,7 @@
 #include "server/generation_session.h"
 #include "server/metrics.h"
 #include "server/openai_requests.h"
+#include "server/peer_socket.h"
 #include "server/stream_formatters.h"
 
 namespace tf::server {
@@ -169,6 +170,19 @@ struct HttpServer::Impl {
     return session;
   }
 
+  // Non-streaming: waits for the session while watching the connection, so a client
+  // that goes away cancels its request (the session's destructor) instead of letting
+  // it run to its cap. 499 (nginx's "client closed request") is only seen in metrics.
+  static void wait_for(const httplib::Request& req, GenerationSession& session) {
+    std::function<bool()> alive = connection_alive_check(req.remote_addr, req.remote_port, req.local_port);
+    session.set_alive_check(alive);
+    Status s = session.wait();
+    session.set_alive_check(nullptr);
+    if (s.is_ok()) return;
+    if (alive && !alive()) throw ApiError(499, "the client closed the connection", "invalid_request_error");
+    throw api_error_from_status(s);
+  }
+
   GenerationRequest chat_generation(const ChatRequest& r, const std::vector<int32_t>& prompt, int64_t max_tokens) {
     GenerationRequest g;
     g.request_id = make_id("chatcmpl-");
@@ -200,8 +214,7 @@ struct HttpServer::Impl {
       stream(res, {session}, {fmt});
       return;
     }
-    Status s = session->wait();
-    if (!s.is_ok()) throw api_error_from_status(s);
+    wait_for(req, *session);
     write_json(res, 200,
                chat_completion_json(meta, session->choices(), session->usage(), r.include_reasoning,
                                     r.sampling.logprobs));
@@ -262,8 +275,7 @@ struct HttpServer::Impl {
     std::vector<ChoiceState> all;
     UsageTotals total;
     for (auto& s : sessions) {
-      Status st = s->wait();
-      if (!st.is_ok()) throw api_error_from_status(st);
+      wait_for(req, *s);
       all.insert(all.end(), s->choices().begin(), s->choices().end());
       UsageTotals u = s->usage();
       total.prompt_tokens += u.prompt_tokens;
@@ -290,8 +302,7 @@ struct HttpServer::Impl {
       stream(res, {session}, {std::make_shared<ResponsesStreamFormatter>(meta, echo)});
       return;
     }
-    Status s = session->wait();
-    if (!s.is_ok()) throw api_error_from_status(s);
+    wait_for(req, *session);
     const ChoiceState& c = session->choices()[0];
     bool incomplete = c.finish_reason == FinishReason::kLength;
     write_json(res, 200,
@@ -392,6 +403,8 @@ HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_read_timeout(impl_->options.read_timeout_s, 0);
   impl_->http.set_write_timeout(30, 0);
+  // Streamed chunks go out at once (Nagle would hold a small chunk back ~40 ms).
+  impl_->http.set_tcp_nodelay(true);
   impl_->register_routes();
 }
 

@@ -134,6 +134,11 @@ await run.check('usage.prompt_tokens equals /tokenize (chat form) of the same me
   const tk2 = await post200(server, '/tokenize', { model, messages, chat_template_kwargs: kw });
   const r2 = await post200(server, '/v1/chat/completions', chatBody({ chat_template_kwargs: kw, max_tokens: 2 }));
   assert.equal(r2.usage.prompt_tokens, tk2.count);
+  // So must reasoning_effort (none closes the think block in the prompt).
+  const tk3 = await post200(server, '/tokenize', { model, messages, reasoning_effort: 'none' });
+  const r3 = await post200(server, '/v1/chat/completions', chatBody({ reasoning_effort: 'none', max_tokens: 2 }));
+  assert.equal(r3.usage.prompt_tokens, tk3.count);
+  assert.notEqual(tk3.count, greedy.usage.prompt_tokens);
 });
 
 await run.check('/tokenize completion form and /detokenize round trip, token strings', async () => {
@@ -227,6 +232,16 @@ await run.check('chat logprobs/top_logprobs shapes (greedy token = top-1)', asyn
   assert.deepEqual(streamed.map((e) => e.token), lp.content.map((e) => e.token));
 });
 
+await run.check('usage.completion_tokens_details.reasoning_tokens counts only the think block', async () => {
+  // Thinking on, cut by the cap before any </think>: every token is reasoning.
+  const on = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, max_tokens: 6, ignore_eos: true }));
+  if (on.choices[0].message.content === null) assert.equal(on.usage.completion_tokens_details.reasoning_tokens, 6);
+  // Thinking off: no reasoning, so no reasoning tokens.
+  const off = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, max_tokens: 6, ignore_eos: true, reasoning_effort: 'none' }));
+  assert.equal(off.choices[0].message.reasoning_content ?? null, null);
+  assert.equal(off.usage.completion_tokens_details.reasoning_tokens, 0);
+});
+
 await run.check('max_tokens -> finish_reason length; max_completion_tokens wins', async () => {
   const a = await client.chat.completions.create(chatBody({ max_tokens: 5, ignore_eos: true }));
   assert.equal(a.choices[0].finish_reason, 'length');
@@ -266,8 +281,31 @@ await run.check('stop strings (completions and chat content): cut before the fir
   const cs = pickStop(chatFull);
   assert.ok(cs, `no usable stop string in ${JSON.stringify(chatFull)}`);
   const chatCut = await post200(server, '/v1/chat/completions', { ...cb, stop: cs });
+  assert.equal(chatCut.choices[0].message.reasoning_content ?? null, null);
   assert.equal(chatCut.choices[0].message.content ?? '', chatFull.slice(0, chatFull.indexOf(cs)));
   assert.equal(chatCut.choices[0].finish_reason, 'stop');
+});
+
+await run.check('logit_bias +100 on one token makes greedy decoding repeat it', async () => {
+  const tk = await post200(server, '/tokenize', { model, prompt: ' harbor', add_special_tokens: false });
+  const id = tk.tokens[0];
+  const r = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 4, temperature: 0, ignore_eos: true, logit_bias: { [id]: 100 } });
+  const expected = (await post200(server, '/detokenize', { model, tokens: [id, id, id, id] })).prompt;
+  assert.equal(r.choices[0].text, expected);
+  // -100 bans it: the same request with the ban never produces that token first.
+  const banned = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 1, temperature: 0, logit_bias: { [id]: -100 }, logprobs: 1 });
+  assert.notEqual(banned.choices[0].logprobs.tokens[0], (await post200(server, '/detokenize', { model, tokens: [id] })).prompt);
+});
+
+await run.check('unknown body fields are ignored; x-request-id is echoed; JSON content type', async () => {
+  const r = await postJson(server, '/v1/chat/completions', chatBody({ temperature: 0, some_extension: { a: 1 }, user: 'u1', metadata: { k: 'v' } }),
+    { headers: { 'x-request-id': 'e2e-request-42' } });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers['x-request-id'], 'e2e-request-42');
+  assert.match(String(r.headers['content-type']), /application\/json/);
+  assert.deepEqual(chatText(r.json.choices[0]), chatText(greedy.choices[0]));
+  const g = await getJson(server, '/v1/models');
+  assert.ok(g.headers['x-request-id'], 'a request id is generated when none is sent');
 });
 
 let compText;
@@ -389,9 +427,10 @@ await run.check('responses non-streaming: object, output items, usage = /tokeniz
   assert.equal(sdk.output_text, r.output.filter((o) => o.type === 'message').map((o) => o.content[0].text).join(''));
 });
 
-await run.check('responses streaming: events in the documented order; final object = non-streaming one', async () => {
-  const body = { model, input: 'Tell me about lighthouses.', instructions: 'You are terse.', max_output_tokens: MAX, temperature: 0, stream: true };
-  const r = await postSse(server, '/v1/responses', body);
+// Streams `body` and checks the Responses event sequence item by item; the final
+// event's response must equal `plain` (the non-streaming answer) apart from ids.
+async function checkResponsesStream(body, plain) {
+  const r = await postSse(server, '/v1/responses', { ...body, stream: true });
   assert.equal(r.status, 200);
   assert.match(String(r.headers['content-type']), /text\/event-stream/);
   const ev = r.events.filter((e) => e.data !== '[DONE]');
@@ -399,9 +438,8 @@ await run.check('responses streaming: events in the documented order; final obje
     assert.equal(e.json.sequence_number, i, 'sequence_number');
     assert.equal(e.event, e.json.type, 'event line = data type');
   });
-  const types = ev.map((e) => e.json.type);
-  assert.equal(types[0], 'response.created');
-  assert.equal(types[1], 'response.in_progress');
+  assert.equal(ev[0].json.type, 'response.created');
+  assert.equal(ev[1].json.type, 'response.in_progress');
   assert.equal(ev[0].json.response.status, 'in_progress');
   assert.deepEqual(ev[0].json.response.output, []);
   // Per item: added, content_part.added, deltas, text done, part done, item done.
@@ -412,12 +450,14 @@ await run.check('responses streaming: events in the documented order; final obje
     assert.equal(added.type, 'response.output_item.added');
     assert.equal(added.output_index, items.length);
     assert.equal(added.item.status, 'in_progress');
-    const kind = added.item.type;
-    const prefix = kind === 'reasoning' ? 'response.reasoning_text' : 'response.output_text';
-    assert.equal(ev[i++].json.type, 'response.content_part.added');
+    const prefix = added.item.type === 'reasoning' ? 'response.reasoning_text' : 'response.output_text';
+    const part = ev[i++].json;
+    assert.equal(part.type, 'response.content_part.added');
+    assert.equal(part.item_id, added.item.id);
     let text = '';
     while (ev[i].json.type === `${prefix}.delta`) {
       assert.equal(ev[i].json.item_id, added.item.id);
+      assert.equal(ev[i].json.output_index, items.length);
       text += ev[i++].json.delta;
     }
     const done = ev[i++].json;
@@ -427,16 +467,38 @@ await run.check('responses streaming: events in the documented order; final obje
     const itemDone = ev[i++].json;
     assert.equal(itemDone.type, 'response.output_item.done');
     assert.equal(itemDone.item.status, 'completed');
+    assert.equal(itemDone.item.id, added.item.id);
     assert.equal(itemDone.item.content[0].text, text);
     items.push(itemDone.item);
   }
   const last = ev.at(-1).json;
-  assert.equal(last.type, respPlain.status === 'completed' ? 'response.completed' : 'response.incomplete');
-  assert.deepEqual(normalizeResponse(last.response), normalizeResponse(respPlain));
+  assert.equal(last.type, plain.status === 'completed' ? 'response.completed' : 'response.incomplete');
+  assert.deepEqual(normalizeResponse(last.response), normalizeResponse(plain));
   assert.deepEqual(last.response.output, items);
   // The SDK's accumulator accepts the sequence.
-  const final = await client.responses.stream({ ...body, stream: undefined }).finalResponse();
-  assert.deepEqual(normalizeResponse(final), normalizeResponse(respPlain));
+  const final = await client.responses.stream(body).finalResponse();
+  assert.deepEqual(normalizeResponse(final), normalizeResponse(plain));
+  return items;
+}
+
+await run.check('responses streaming, cut by max_output_tokens: event order; response.incomplete = non-streaming', async () => {
+  const body = { model, input: 'Tell me about lighthouses.', instructions: 'You are terse.', max_output_tokens: MAX, temperature: 0 };
+  await checkResponsesStream(body, respPlain);
+});
+
+await run.check('responses streaming, ended by a stop string: response.completed = non-streaming', async () => {
+  const body = { model, input: 'Tell me about lighthouses.', max_output_tokens: 32, temperature: 0, reasoning: { effort: 'none' } };
+  const full = await post200(server, '/v1/responses', body);
+  const text = full.output.filter((o) => o.type === 'message').map((o) => o.content[0].text).join('');
+  const stop = pickStop(text);
+  assert.ok(stop, `no usable stop string in ${JSON.stringify(text)}`);
+  const plain = await post200(server, '/v1/responses', { ...body, stop: [stop] });
+  assert.equal(plain.status, 'completed');
+  assert.equal(plain.incomplete_details, null);
+  assert.ok(plain.usage.output_tokens < 32);
+  const items = await checkResponsesStream({ ...body, stop: [stop] }, plain);
+  assert.deepEqual(items.map((o) => o.type), ['message']);
+  assert.equal(items[0].content[0].text, text.slice(0, text.indexOf(stop)));
 });
 
 await run.check('responses: small max_output_tokens -> incomplete / max_output_tokens', async () => {

@@ -265,4 +265,47 @@ await run.check('slow-loris connections are closed by the server (read timeout) 
   assert.equal((await post200(server, C, chat({}))).object, 'chat.completion');
 });
 
+// A second server with one stream and a queue of one: the third concurrent request
+// finds the queue full and gets 429 with an error object and Retry-After.
+await run.check('queue full -> 429 rate_limit_exceeded with Retry-After (PARALLEL=1, MAX_QUEUED=1)', async () => {
+  const small = await startServer(cmd, { env: { PARALLEL: '1', MAX_QUEUED: '1' } });
+  try {
+    const body = { model: small.model, messages: user, max_tokens: 64, ignore_eos: true };
+    const answers = await Promise.all(Array.from({ length: 4 }, () => postJson(small, C, body)));
+    const statuses = answers.map((r) => r.status).sort();
+    console.log(`     statuses of 4 concurrent requests: ${statuses.join(', ')}`);
+    assert.ok(statuses.includes(200), 'some requests were served');
+    const limited = answers.filter((r) => r.status === 429);
+    assert.ok(limited.length >= 1, 'some request found the queue full');
+    assert.ok(answers.every((r) => r.status === 200 || r.status === 429));
+    for (const r of limited) {
+      assertErrorObject(assert, r, '429');
+      assert.equal(r.json.error.type, 'rate_limit_exceeded');
+      assert.ok(r.headers['retry-after'], 'Retry-After header');
+    }
+    const h = await health(small);
+    assert.equal(h.ok, true);
+    assert.equal((await post200(small, C, { ...body, max_tokens: 2 })).choices.length, 1);
+  } finally {
+    await small.stop();
+  }
+});
+
+await run.check('API key configured (API_KEY): missing or wrong key -> 401 invalid_api_key; right key -> 200', async () => {
+  const locked = await startServer(cmd, { env: { API_KEY: 'e2e-secret' }, apiKey: 'e2e-secret' });
+  try {
+    const body = { model: locked.model, messages: user, max_tokens: 2 };
+    for (const headers of [{}, { authorization: 'Bearer wrong' }, { authorization: 'e2e-secret' }]) {
+      const r = await postJson(locked, C, body, { headers });
+      assert.equal(r.status, 401, JSON.stringify(headers));
+      assertErrorObject(assert, r, '401');
+      assert.equal(r.json.error.code, 'invalid_api_key');
+    }
+    const ok = await postJson(locked, C, body, { headers: { authorization: 'Bearer e2e-secret' } });
+    assert.equal(ok.status, 200, ok.text);
+  } finally {
+    await locked.stop();
+  }
+});
+
 await run.finish(server);

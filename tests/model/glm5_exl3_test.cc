@@ -159,7 +159,8 @@ TEST(Glm5Exl3, MatchesTheDequantizedModel) {
   EXPECT_GT(rel_err(a->prefill, p.original.prompt_logits), 1e-3);
 }
 
-TEST(Glm5Exl3, TensorParallelIsRefused) {
+// MoE intermediate 32 split over 2 ranks gives 16-channel shards: refused.
+TEST(Glm5Exl3, TensorParallelOffThe128GridIsRefused) {
   const Exl3Pair& p = pair();
   run_ranks(2, [&](int, Communicator& comm) {
     auto ws = open_weight_source(p.exl3.dir, p.exl3.config);
@@ -167,8 +168,9 @@ TEST(Glm5Exl3, TensorParallelIsRefused) {
     auto m = Glm5Model::load(p.exl3.config, **ws, cpu_ops(), comm);
     ASSERT_FALSE(m.has_value());
     EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
-    EXPECT_NE(m.status().message().find("EXL3 experts with tensor parallelism"), std::string::npos)
+    EXPECT_NE(m.status().message().find("not on 128-channel boundaries"), std::string::npos)
         << m.status().to_string();
+    EXPECT_NE(m.status().message().find("2 tensor-parallel ranks"), std::string::npos) << m.status().to_string();
   });
 }
 
@@ -179,6 +181,134 @@ TEST(Glm5Exl3, UnservableQuantizationConfigIsRefusedAtOpen) {
   auto ws = open_weight_source(p.exl3.dir, cfg);
   ASSERT_FALSE(ws.has_value());
   EXPECT_NE(ws.status().message().find("quantization_config.scope"), std::string::npos) << ws.status().to_string();
+}
+
+// Copies the EXL3 checkpoint with one tensor replaced (a null tensor removes it) or added.
+std::string edited_copy(const Exl3Pair& p, const std::string& name, const Tensor& value, const std::string& tag) {
+  const std::string dir = p.root + "/" + tag;
+  fs::create_directories(dir);
+  auto ckpt = Checkpoint::open(p.exl3.dir);
+  if (!ckpt.has_value()) throw StatusError(ckpt.status());
+  Tensors t;
+  bool replaced = false;
+  for (const std::string& n : (*ckpt)->names()) {
+    if (n == name) {
+      replaced = true;
+      if (!value.is_null()) t.emplace_back(n, value);
+      continue;
+    }
+    t.emplace_back(n, *(*ckpt)->tensor(n));
+  }
+  if (!replaced) t.emplace_back(name, value);
+  Status s = write_safetensors(dir + "/model.safetensors", t);
+  if (!s.is_ok()) throw StatusError(s);
+  fs::copy_file(p.exl3.dir + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+  return dir;
+}
+
+// The checks through the serving path (open_weight_source + Glm5Model::load):
+// a truncated or mis-shaped trellis, an unknown codebook marker and EXL3 outside the
+// routed experts each fail with a message naming the tensor.
+TEST(Glm5Exl3, BrokenCheckpointsAreRefusedNamingTheTensor) {
+  const Exl3Pair& p = pair();
+  const std::string e = "model.language_model.layers.2.mlp.experts.5.";
+  struct Case {
+    std::string tag, name;
+    Tensor value;
+    std::string needle;
+  };
+  Tensor marker = Tensor::zeros({}, DType::kI32);
+  const std::vector<Case> cases = {
+      {"truncated", e + "up_proj.trellis", Tensor::zeros({8, 8, 63}, DType::kI16), "truncated tile bitstreams"},
+      {"misshaped", e + "down_proj.trellis", Tensor::zeros({8, 16, 64}, DType::kI16), "needs [8, 8, 64]"},
+      {"k9", e + "gate_proj.trellis", Tensor::zeros({8, 8, 144}, DType::kI16), "1 to 8"},
+      {"no_svh", e + "gate_proj.svh", Tensor(), "has no"},
+      {"marker", e + "gate_proj.mul2", marker, "unknown companion"},
+      {"stray", "model.language_model.layers.0.self_attn.o_proj.trellis", Tensor::zeros({8, 8, 64}, DType::kI16),
+       "outside the routed experts"},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = edited_copy(p, c.name, c.value, c.tag);
+    auto comm = make_single_rank_communicator();
+    Status s;
+    auto ws = open_weight_source(dir, p.exl3.config);
+    if (!ws.has_value()) {
+      s = ws.status();
+    } else {
+      auto m = Glm5Model::load(p.exl3.config, **ws, cpu_ops(), *comm);
+      ASSERT_FALSE(m.has_value()) << c.tag << ": loaded";
+      s = m.status();
+    }
+    EXPECT_NE(s.message().find(c.name), std::string::npos) << c.tag << ": " << s.to_string();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << c.tag << ": " << s.to_string();
+  }
+}
+
+// tiny-flat with MoE intermediate 256 (shared expert regenerated at that width, routed
+// experts EXL3): two ranks hold 128 channels of every expert each.
+Fixture wide_fixture() {
+  const Exl3Pair& p = pair();
+  const std::string dir = p.root + "/wide";
+  Fixture f = p.exl3;
+  f.dir = dir;
+  if (fs::exists(dir + "/config.json")) {
+    f.config = *load_glm5_config(dir);
+    return f;
+  }
+  fs::create_directories(dir);
+  nlohmann::json cfg = nlohmann::json::parse(read_text(p.exl3.dir + "/config.json"));
+  cfg["moe_intermediate_size"] = 256;
+  auto c = parse_glm5_config(cfg.dump(), dir + "/config.json");
+  if (!c.has_value()) throw StatusError(c.status());
+  const Glm5TextConfig& text = c->text;
+  auto base = Checkpoint::open(p.original.dir);
+  if (!base.has_value()) throw StatusError(base.status());
+  Tensors t;
+  uint32_t lcg = 12345;
+  auto random = [&](Shape shape) {
+    Tensor r = Tensor::empty(std::move(shape), DType::kF32);
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      lcg = lcg * 1664525u + 1013904223u;
+      r.data<float>()[i] = (static_cast<float>(lcg >> 8) / 16777216.0f - 0.5f) * 0.1f;
+    }
+    return r;
+  };
+  for (const std::string& n : (*base)->names()) {
+    if (n.find(".mlp.experts.") != std::string::npos) continue;
+    if (n.find(".mlp.shared_experts.") != std::string::npos) {
+      const bool down = n.find("down_proj") != std::string::npos;
+      t.emplace_back(n, random(down ? Shape{text.hidden_size, 256} : Shape{256, text.hidden_size}));
+      continue;
+    }
+    t.emplace_back(n, *(*base)->tensor(n));
+  }
+  Exl3SyntheticOptions o;
+  o.seed = 33;
+  o.weight_rms = 0.05f;
+  for (int layer = 0; layer < text.num_hidden_layers; ++layer) {
+    if (text.mlp_layer_types[layer] != MlpKind::kSparse) continue;
+    for (auto& x : synthetic_exl3_layer_experts(text, layer, 0, text.n_routed_experts, o)) t.push_back(x);
+  }
+  Status s = write_safetensors(dir + "/model.safetensors", t);
+  if (!s.is_ok()) throw StatusError(s);
+  std::ofstream(dir + "/config.json") << cfg.dump(1);
+  f.config = *c;
+  return f;
+}
+
+TEST(Glm5Exl3, TensorParallelMatchesOneRank) {
+  const Fixture f = wide_fixture();
+  auto c1 = make_single_rank_communicator();
+  auto one = run_greedy(f, *c1, 6);
+  ASSERT_TRUE(one.has_value()) << one.status().to_string();
+  run_ranks(2, [&](int rank, Communicator& comm) {
+    auto r = run_greedy(f, comm, 6);
+    ASSERT_TRUE(r.has_value()) << r.status().to_string();
+    const double err = rel_err(r->prefill, one->prefill);
+    EXPECT_LT(err, 1e-5) << "rank " << rank;
+    if (rank == 0) std::printf("EXL3 TP=2 vs TP=1: prefill max|d|/max|ref| = %.3g\n", err);
+    EXPECT_EQ(r->tokens, one->tokens) << "rank " << rank;
+  });
 }
 
 }  // namespace

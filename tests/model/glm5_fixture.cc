@@ -6,6 +6,7 @@
 #include <barrier>
 #include <thread>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -17,7 +18,10 @@ namespace tf::test {
 
 std::vector<std::string> fixture_dirs() {
   std::vector<std::string> out;
-  const std::filesystem::path root = std::filesystem::path(TF_TEST_DATA_DIR) / "model";
+  // TF_TEST_DATA_DIR in the environment wins: binaries packed for the GPU machine
+  // run from another checkout path (scripts/device/gpu_tests.sh sets it).
+  const char* env = std::getenv("TF_TEST_DATA_DIR");
+  const std::filesystem::path root = std::filesystem::path(env && *env ? env : TF_TEST_DATA_DIR) / "model";
   for (const auto& e : std::filesystem::directory_iterator(root))
     if (e.is_directory() && std::filesystem::exists(e.path() / "reference.safetensors")) out.push_back(e.path());
   std::sort(out.begin(), out.end());

@@ -127,7 +127,9 @@ TEST(Glm5Ops, PagedLatentsRoundTrip) {
     std::vector<int32_t> table;
     ASSERT_TRUE(pool.reserve(table, t).is_ok());
     EXPECT_EQ(table.size(), 3u);
-    const LatentPagesView view = pool.view(1, table, t);
+    const Tensor table_dev =
+        ops.to_device(Tensor::view_of(table.data(), {static_cast<int64_t>(table.size())}, DType::kI32));
+    const LatentPagesView view = pool.view(1, table_dev, t);
     ops.latent_store(view, pool.layer_pages(1), pool.layer_scales(1), lat, 0);
     // One selected token: softmax over one entry is 1, so the output is that latent.
     Tensor q = random_tensor({t, 1, r}, rng);

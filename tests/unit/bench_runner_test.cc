@@ -3,7 +3,11 @@
 // are compared with what the fake emits; errors must be reported, not crash.
 #include <gtest/gtest.h>
 
+#include <httplib.h>
+
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "bench/bench_report.h"
 #include "bench/http_load_generator.h"
@@ -12,6 +16,8 @@
 
 namespace tf::bench::testing {
 namespace {
+
+using Json = nlohmann::json;
 
 // "Hello world" in 3-byte deltas: 4 text events, finish with 11 completion tokens.
 constexpr int64_t kFakeTokens = 11;
@@ -124,7 +130,7 @@ TEST(BenchOffline, StuckRequestsTimeOutAndAreCancelled) {
   ASSERT_TRUE(run);
   for (const RequestRecord& r : run->records) {
     EXPECT_FALSE(r.ok);
-    EXPECT_NE(r.error.find("timed out"), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("timed out after 0.2 s"), std::string::npos) << r.error;
   }
   EXPECT_TRUE(fake.wait_idle(std::chrono::seconds(10)));
   EXPECT_EQ(fake.cancelled.size(), 3u);
@@ -214,6 +220,7 @@ TEST(BenchHttp, ServerDownIsAnErrorNotACrash) {
   ASSERT_FALSE(run);
   EXPECT_EQ(run.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(run.status().message().find(url), std::string::npos) << run.status().to_string();
+  EXPECT_NE(run.status().message().find("connection refused"), std::string::npos) << run.status().to_string();
 }
 
 TEST(BenchHttp, ClientErrorsAreCountedPerRequest) {
@@ -280,8 +287,94 @@ TEST(BenchHttp, TimeoutIsReported) {
   ASSERT_TRUE(run) << run.status().to_string();
   ASSERT_EQ(run->records.size(), 1u);
   EXPECT_FALSE(run->records[0].ok);
-  EXPECT_NE(run->records[0].error.find("timed out"), std::string::npos) << run->records[0].error;
+  EXPECT_NE(run->records[0].error.find("timed out after 0.3 s"), std::string::npos) << run->records[0].error;
   EXPECT_TRUE(server.fake.wait_cancelled(std::chrono::seconds(10)));
+}
+
+// A hand-written server unlike ours: no /tokenize, no usage in the stream, chunks
+// 30 ms apart, and a 500 with an HTML body on the chat route.
+struct RawServer {
+  httplib::Server http;
+  std::thread thread;
+  int port = 0;
+  std::atomic<int> completions{0};
+  RawServer() {
+    http.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"raw-model"}]})", "application/json");
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      ++completions;
+      Json body = Json::parse(req.body);
+      std::lock_guard<std::mutex> lock(mu);
+      last_prompt = body["prompt"].get<std::vector<int32_t>>();
+      res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
+        for (const char* text : {"a", "b", "c"}) {
+          std::string chunk = std::string("data: {\"choices\":[{\"index\":0,\"text\":\"") + text + "\"}]}\n\n";
+          sink.write(chunk.data(), chunk.size());
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        }
+        std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+      });
+    });
+    http.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 500;
+      res.set_content("<html>Internal Server Error</html>", "text/html");
+    });
+    // Without it Nagle's algorithm holds small chunks back until the client ACKs
+    // (up to 40 ms with delayed ACKs), which is what this test must not measure.
+    http.set_tcp_nodelay(true);
+    port = http.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { http.listen_after_bind(); });
+    for (int i = 0; i < 500 && !http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ~RawServer() {
+    http.stop();
+    thread.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+  std::mutex mu;
+  std::vector<int32_t> last_prompt;
+};
+
+TEST(BenchHttp, ForeignServerWithoutTokenizeOrUsage) {
+  RawServer server;
+  BenchSpec spec = small_spec(1, 2);
+  spec.url = server.url();
+  auto run = run_http_bench(spec);
+  ASSERT_TRUE(run) << run.status().to_string();
+  EXPECT_EQ(run->model, "raw-model");
+  EXPECT_EQ(server.completions.load(), 2);
+  {
+    std::lock_guard<std::mutex> lock(server.mu);
+    ASSERT_EQ(server.last_prompt.size(), 64u);  // fallback ids, still exactly prompt_tokens
+    for (int32_t id : server.last_prompt) EXPECT_GE(id, 1000);
+  }
+  ASSERT_FALSE(run->notes.empty());
+  EXPECT_NE(run->notes[0].find("no /tokenize"), std::string::npos) << run->notes[0];
+  for (const RequestRecord& r : run->records) {
+    EXPECT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.output_tokens, 3);  // counted chunks: no usage
+    EXPECT_FALSE(r.output_tokens_from_usage);
+    ASSERT_EQ(r.token_times_s.size(), 3u);
+    // Each chunk is timestamped when it arrives, not when the response ends.
+    EXPECT_GE(r.token_times_s[1] - r.token_times_s[0], 0.02);
+    EXPECT_GE(r.token_times_s[2] - r.token_times_s[1], 0.02);
+    EXPECT_GE(r.end_s - r.first_token_s, 0.05);
+  }
+  BenchSummary s = summarize(*run);
+  ASSERT_EQ(s.decode_tok_s.count, 2);
+  EXPECT_LT(s.decode_tok_s.max, 2.0 / 0.05);  // (3 - 1) tokens over >= 60 ms
+
+  spec.chat = true;
+  run = run_http_bench(spec);
+  ASSERT_TRUE(run) << run.status().to_string();
+  for (const RequestRecord& r : run->records) {
+    EXPECT_EQ(r.http_status, 500);
+    EXPECT_NE(r.error.find("HTTP 500: <html>Internal Server Error"), std::string::npos) << r.error;
+  }
 }
 
 }  // namespace

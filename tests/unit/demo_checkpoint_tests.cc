@@ -334,6 +334,41 @@ TEST_F(DemoCheckpoint, ModelDecodesFiniteAndVaried) {
   EXPECT_GE(seq->length(), static_cast<int64_t>(ids.size() + 32));
 }
 
+// The MTP layer (num_nextn_predict_layers 1) drafts from the main model's hidden states.
+TEST_F(DemoCheckpoint, MtpLayerDraftsFiniteLogits) {
+  const Glm5Config c = config();
+  auto ws = open_weight_source(dir().string(), c);
+  ASSERT_TRUE(ws.has_value()) << ws.status().to_string();
+  auto ops = make_cpu_ops();
+  auto comm = make_single_rank_communicator();
+  auto model = Glm5Model::load(c, **ws, *ops, *comm);
+  ASSERT_TRUE(model.has_value()) << model.status().to_string();
+  auto tok = tokenizer();
+  ASSERT_TRUE(tok);
+  const std::vector<text::TokenId> ids = tok->encode("[gMASK]<sop><|user|>Write a function that sorts a list.<|assistant|><think>");
+  auto seq = (*model)->new_sequence();
+  StepEntry e{seq.get(), std::span<const int32_t>(ids.data(), ids.size()), true};
+  auto r = (*model)->step({&e, 1});
+  ASSERT_TRUE(r.has_value()) << r.status().to_string();
+  const Tensor& logits = (*r)[0].logits;
+  const int64_t t = logits.size(0);
+  ASSERT_EQ(t, static_cast<int64_t>(ids.size()));
+  ASSERT_EQ((*r)[0].hidden.size(0), t);
+  // Position i's draft is conditioned on token i+1: the prompt's next tokens, then the greedy one.
+  std::vector<int32_t> next(ids.begin() + 1, ids.end());
+  const float* last = logits.data<float>() + (t - 1) * logits.size(1);
+  next.push_back(static_cast<int32_t>(std::max_element(last, last + logits.size(1)) - last));
+  auto draft = (*model)->mtp_step(*seq, (*r)[0].hidden, next);
+  ASSERT_TRUE(draft.has_value()) << draft.status().to_string();
+  ASSERT_EQ(draft->size(0), t);
+  ASSERT_EQ(draft->size(1), c.text.vocab_size);
+  const std::vector<float> v = draft->to_vector();
+  EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }));
+  // Not a constant output: the drafts differ between positions.
+  EXPECT_NE(std::vector<float>(v.begin(), v.begin() + c.text.vocab_size),
+            std::vector<float>(v.end() - c.text.vocab_size, v.end()));
+}
+
 TEST(DemoCheckpointCache, CreatesReusesRepairsAndSurvivesRaces) {
   const fs::path root = scratch("cache");
   // Four threads at once on an empty cache: all succeed with the same complete folder.

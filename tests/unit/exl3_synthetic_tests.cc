@@ -353,5 +353,47 @@ TEST(Exl3Synthetic, WritesACheckpointLayerByLayer) {
   }
 }
 
+// Tensor-parallel slices (spec §5): output slices give exactly the full layer's
+// columns; input slices' outputs sum to the full layer's; off-grid cuts are refused.
+TEST(Exl3Synthetic, SlicesForTensorParallelism) {
+  Exl3SyntheticOptions o;
+  o.seed = 4;
+  o.bias = true;
+  const Exl3Weight w = make_synthetic_exl3_linear(256, 300, o);  // stored 256 x 384
+  Tensor x = Tensor::empty({3, 256}, DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::sin(0.7f * static_cast<float>(i));
+  Tensor full = Tensor::empty({3, 384}, DType::kF32);
+  cpu::exl3_matmul(full, x, w, "w");
+  // Columns [128, 384) (the padded end).
+  auto cols = exl3_output_slice(w, 128, 384, "w");
+  ASSERT_TRUE(cols.has_value()) << cols.status().to_string();
+  EXPECT_EQ(cols->trellis.shape(), (Shape{16, 16, 64}));
+  Tensor part = Tensor::empty({3, 256}, DType::kF32);
+  cpu::exl3_matmul(part, x, *cols, "cols");
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t j = 0; j < 256; ++j) ASSERT_EQ(part.data<float>()[t * 256 + j], full.data<float>()[t * 384 + 128 + j]);
+  // Rows [0, 128) + [128, 256): partial outputs sum to the full output (bias once).
+  auto top = exl3_input_slice(w, 0, 128, "w"), bottom = exl3_input_slice(w, 128, 256, "w");
+  ASSERT_TRUE(top.has_value() && bottom.has_value());
+  EXPECT_FALSE(top->bias.is_null());
+  EXPECT_TRUE(bottom->bias.is_null());
+  Tensor y0 = Tensor::empty({3, 384}, DType::kF32), y1 = Tensor::empty({3, 384}, DType::kF32);
+  cpu::exl3_matmul(y0, x.slice(1, 0, 128).contiguous(), *top, "top");
+  cpu::exl3_matmul(y1, x.slice(1, 128, 256).contiguous(), *bottom, "bottom");
+  double err = 0, scale = 0;
+  for (int64_t i = 0; i < full.numel(); ++i) {
+    err = std::max(err, std::abs(double(y0.data<float>()[i]) + y1.data<float>()[i] - full.data<float>()[i]));
+    scale = std::max(scale, std::abs(double(full.data<float>()[i])));
+  }
+  EXPECT_LT(err / scale, 2e-6);
+  // Off the 128 grid, empty, or out of range.
+  for (auto [b, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 64}, {64, 384}, {128, 128}, {0, 512}}) {
+    auto bad = exl3_output_slice(w, b, e, "layers.1.experts.2.gate_proj");
+    ASSERT_FALSE(bad.has_value()) << b << ", " << e;
+    EXPECT_NE(bad.status().message().find("layers.1.experts.2.gate_proj"), std::string::npos);
+  }
+  EXPECT_FALSE(exl3_input_slice(w, 0, 200, "w").has_value());
+}
+
 }  // namespace
 }  // namespace tf

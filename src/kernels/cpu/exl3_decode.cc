@@ -36,13 +36,13 @@ void stream_words(const int16_t* words, int bits, uint32_t* u) {
   }
 }
 
-void check(const Exl3Weight& w, const std::string& name) {
+}  // namespace
+
+void require_host_exl3(const Exl3Weight& w, const std::string& name) {
   Status s = check_exl3_weight(w, name);
   if (!s.is_ok()) throw StatusError(s);
   if (!w.trellis.device().is_cpu()) throw StatusError(invalid_argument(name + ": trellis is not on the host"));
 }
-
-}  // namespace
 
 uint16_t exl3_state_value(uint16_t state, Exl3Codebook cb) {
   uint32_t x = state;
@@ -121,7 +121,7 @@ void exl3_decode_tile_f32(const int16_t* words, int bits, const uint16_t* table,
 }
 
 Tensor exl3_unpack_states(const Exl3Weight& w, const std::string& name) {
-  check(w, name);
+  require_host_exl3(w, name);
   const int64_t tk = w.trellis.size(0), tn = w.trellis.size(1), words = w.trellis.size(2);
   Tensor out = Tensor::empty({tk, tn, kExl3TileElems}, DType::kI16);
   const int16_t* src = w.trellis.data<int16_t>();
@@ -133,7 +133,7 @@ Tensor exl3_unpack_states(const Exl3Weight& w, const std::string& name) {
 }
 
 Tensor exl3_decode_w_hat(const Exl3Weight& w, const std::string& name) {
-  check(w, name);
+  require_host_exl3(w, name);
   const int64_t tk = w.trellis.size(0), tn = w.trellis.size(1), words = w.trellis.size(2);
   const int64_t n = tn * kExl3Tile;
   Tensor out = Tensor::empty({tk * kExl3Tile, n}, DType::kF16);

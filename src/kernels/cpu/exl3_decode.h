@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
 #include "kernels/api/exl3_weight.h"
@@ -48,8 +49,11 @@ void exl3_decode_tile(const int16_t* words, int bits, Exl3Codebook cb, uint16_t 
 // Same, as floats, scattered into a row-major matrix with row stride `ld`.
 void exl3_decode_tile_f32(const int16_t* words, int bits, const uint16_t* table, float* out, int64_t ld);
 
-// Whole-tensor forms (host tensors; the weight must pass check_exl3_weight,
-// else StatusError naming `name` is thrown).
+// Throws StatusError naming `name` unless the weight passes check_exl3_weight and
+// lives on the host.
+void require_host_exl3(const Exl3Weight& w, const std::string& name);
+
+// Whole-tensor forms (host tensors; the weight must pass require_host_exl3).
 // States i16 [k/16, n/16, 256] in stream order (as exllamav3's unpack_trellis gives them).
 Tensor exl3_unpack_states(const Exl3Weight& w, const std::string& name = "exl3");
 // W_hat f16 [k, n], input-major, before the rotations and scales.

@@ -14,13 +14,7 @@ namespace tf::cpu {
 namespace {
 
 constexpr int64_t kBlock = kExl3Hadamard;
-const float kHadamardNorm = static_cast<float>(1.0 / std::sqrt(128.0));
-
-void check_host(const Exl3Weight& w, const std::string& name) {
-  Status s = check_exl3_weight(w, name);
-  if (!s.is_ok()) throw StatusError(s);
-  if (!w.trellis.device().is_cpu()) throw StatusError(invalid_argument(name + ": trellis is not on the host"));
-}
+constexpr float kHadamardNorm = 0.08838834764831845f;  // 1/sqrt(128)
 
 std::vector<float> f16_vector(const Tensor& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
@@ -69,7 +63,7 @@ void fwht128(float* x, int64_t n, int64_t stride) {
 }
 
 void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w, const std::string& name) {
-  check_host(w, name);
+  require_host_exl3(w, name);
   check_f32("exl3_matmul x", x);
   const int64_t k = w.in_features(), n = w.out_features();
   if (x.dim() < 1 || x.size(-1) == 0 || x.size(-1) > k) {
@@ -138,7 +132,7 @@ void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w, const std::s
 }
 
 Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name) {
-  check_host(w, name);
+  require_host_exl3(w, name);
   const int64_t k = w.in_features(), n = w.out_features();
   const int64_t words = w.trellis.size(2), tiles_n = w.trellis.size(1);
   const int16_t* trellis = w.trellis.data<int16_t>();

@@ -2,8 +2,10 @@
 // recurrent state) and MLA in the absorbed form over the paged latent cache,
 // with the DSA indexer (k-pools anchored at token 0, top-k pools expanded to
 // tokens, plus the visible tail of the incomplete pool).
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "model/glm5/glm5_model.h"
 
@@ -68,33 +70,67 @@ Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const Tensor& x, con
   ops_.scale(wts, wts, 1.0f / std::sqrt(static_cast<float>(hi)));
 
   // Append the span's keys; a pool's key is computed once, when its last token arrives.
-  for (int64_t i = 0; i < t; ++i) {
-    st.ring_k.insert(st.ring_k.end(), key.data<float>() + i * di, key.data<float>() + (i + 1) * di);
-    st.ring_gate.insert(st.ring_gate.end(), gate.data<float>() + i * di, gate.data<float>() + (i + 1) * di);
-    if (static_cast<int64_t>(st.ring_k.size()) == kp * di) {
-      Tensor pk = ops_.empty({1, di});
-      ops_.indexer_pool_keys(pk, Tensor::view_of(st.ring_k.data(), {1, kp, di}, DType::kF32),
-                             Tensor::view_of(st.ring_gate.data(), {1, kp, di}, DType::kF32), iw.ape);
-      st.pool_keys.insert(st.pool_keys.end(), pk.data<float>(), pk.data<float>() + di);
-      st.ring_k.clear();
-      st.ring_gate.clear();
-    }
+  // The incomplete pool's raw rows wait in a device ring of kp rows; the span's
+  // completed pools are pooled in one call (each pool's key depends only on its rows).
+  if (st.ring_k.is_null()) {
+    st.ring_k = ops_.empty({kp, di});
+    st.ring_gate = ops_.empty({kp, di});
   }
-  const int64_t pools = static_cast<int64_t>(st.pool_keys.size()) / di;
+  const int64_t avail = st.ring_rows + t, complete = avail / kp;
+  if (complete > 0) {
+    // [ring rows; new rows] for the completed pools only.
+    const int64_t used = complete * kp - st.ring_rows;  // new rows consumed by completed pools
+    Tensor kbuf = ops_.empty({complete * kp, di}), gbuf = ops_.empty({complete * kp, di});
+    for (auto [buf, ring, fresh] : {std::tuple{&kbuf, &st.ring_k, &key}, {&gbuf, &st.ring_gate, &gate}}) {
+      if (st.ring_rows > 0) {
+        Tensor head = buf->slice(0, 0, st.ring_rows);
+        ops_.copy(head, ring->slice(0, 0, st.ring_rows));
+      }
+      Tensor rest = buf->slice(0, st.ring_rows, complete * kp);
+      ops_.copy(rest, fresh->slice(0, 0, used));
+    }
+    const int64_t need = st.pools + complete;
+    if (st.pool_keys.is_null() || st.pool_keys.size(0) < need) {
+      // Grow geometrically so that decode appends amortise to no copies.
+      const int64_t cap = std::max<int64_t>({need, 16, st.pool_keys.is_null() ? 0 : 2 * st.pool_keys.size(0)});
+      Tensor grown = ops_.empty({cap, di});
+      if (st.pools > 0) {
+        Tensor dst = grown.slice(0, 0, st.pools);
+        ops_.copy(dst, st.pool_keys.slice(0, 0, st.pools));
+      }
+      st.pool_keys = grown;
+    }
+    Tensor pk = st.pool_keys.slice(0, st.pools, need);
+    ops_.indexer_pool_keys(pk, kbuf.reshape({complete, kp, di}), gbuf.reshape({complete, kp, di}), iw.ape);
+    st.pools = need;
+    st.ring_rows = 0;
+  }
+  if (const int64_t left = avail - complete * kp; left > st.ring_rows) {
+    // Rows of the new incomplete pool (all from this span when a pool completed).
+    const int64_t from = t - (left - st.ring_rows);
+    for (auto [ring, fresh] : {std::pair{&st.ring_k, &key}, {&st.ring_gate, &gate}}) {
+      Tensor dst = ring->slice(0, st.ring_rows, left);
+      ops_.copy(dst, fresh->slice(0, from, t));
+    }
+    st.ring_rows = left;
+  }
+  const int64_t pools = st.pools;
   const bool tail = cfg_.index_kpool_always_select_tail && kp > 1;
   const int64_t width = cfg_.index_topk + (tail ? kp - 1 : 0);
-  Tensor indices = ops_.empty({t, width}, DType::kI32);
-  int32_t* ip = indices.data<int32_t>();
-  std::fill(ip, ip + t * width, -1);
+  // The token indices are assembled on the host and uploaded once.
+  std::vector<int32_t> host_idx(static_cast<size_t>(t * width), -1);
+  int32_t* ip = host_idx.data();
   const int64_t ksel = std::min<int64_t>(cfg_.index_topk / kp, pools);
   std::vector<int32_t> cand(t);
   for (int64_t i = 0; i < t; ++i) cand[i] = static_cast<int32_t>((sp.pos0 + i + 1) / kp);
   if (ksel > 0) {
     Tensor scores = ops_.empty({t, pools});
-    ops_.indexer_scores(scores, q, Tensor::view_of(st.pool_keys.data(), {pools, di}, DType::kF32), wts,
-                        Tensor::view_of(cand.data(), {t}, DType::kI32), 1.0f / std::sqrt(static_cast<float>(di)));
-    Tensor vals = ops_.empty({t, ksel}), sel = ops_.empty({t, ksel}, DType::kI32);
-    ops_.topk(vals, sel, scores, static_cast<int>(ksel), indexer_ties_);
+    ops_.indexer_scores(scores, q, st.pool_keys.slice(0, 0, pools), wts, upload_i32(cand),
+                        1.0f / std::sqrt(static_cast<float>(di)));
+    Tensor vals = ops_.empty({t, ksel}), sel_dev = ops_.empty({t, ksel}, DType::kI32);
+    ops_.topk(vals, sel_dev, scores, static_cast<int>(ksel), indexer_ties_);
+    // Explicit download: the selected pools are expanded to token indices here.
+    const Tensor sel = to_host(sel_dev);
     for (int64_t i = 0; i < t; ++i)
       for (int64_t j = 0; j < ksel; ++j) {
         const int32_t p = sel.data<int32_t>()[i * ksel + j];
@@ -108,7 +144,7 @@ Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const Tensor& x, con
       for (int64_t o = 0; o < count; ++o) ip[i * width + ksel * kp + o] = static_cast<int32_t>(start + o);
     }
   }
-  return indices;
+  return ops_.to_device(Tensor::view_of(host_idx.data(), {t, width}, DType::kI32));
 }
 
 Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tensor& x, const std::vector<Span>& spans,
@@ -133,7 +169,7 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
   Tensor ctx = ops_.empty({n, hl, r});
   for (size_t s = 0; s < spans.size(); ++s) {
     const Span& sp = spans[s];
-    const std::vector<int32_t>& table = mtp ? sp.seq->mtp_pages_ : sp.seq->pages_;
+    const Tensor& table = mtp ? sp.seq->mtp_pages_dev_ : sp.seq->pages_dev_;
     const LatentPagesView view = pool.view(layer, table, sp.pos0 + sp.rows);
     ops_.latent_store(view, pool.layer_pages(layer), pool.layer_scales(layer),
                       latent.slice(0, sp.row0, sp.row0 + sp.rows), sp.pos0);

@@ -3,9 +3,11 @@
 // The attention sublayers live in glm5_attention.cc, the MTP layer in glm5_mtp.cc.
 #include "model/glm5/glm5_model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/logging.h"
+#include "model/glm5/glm5_upload.h"
 
 namespace tf {
 
@@ -28,6 +30,9 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
   std::unique_ptr<Glm5Model> m(new Glm5Model(cfg, ops, comm));
   m->indexer_ties_ = cache.indexer_ties;
   TF_ASSIGN_OR_RETURN(m->weights_, load_glm5_weights(weights, cfg, ops, comm.rank(), comm.world_size()));
+  // Weights go to the backend's device once (a no-op on the CPU backend).
+  TF_RETURN_IF_ERROR(upload_glm5_weights(m->weights_, ops));
+  m->device_ = ops_device(ops);
   for (const std::string& name : weights.unknown_tensors()) TF_LOG_WARN("checkpoint tensor not used: {}", name);
   for (int i = 0; i < cfg.num_hidden_layers; ++i) {
     const bool linear = cfg.layer_types[i] == AttentionKind::kLinear;
@@ -70,6 +75,21 @@ std::unique_ptr<Glm5Sequence> Glm5Model::new_sequence() {
   return s;
 }
 
+Tensor Glm5Model::on_device(const Tensor& t) { return to_ops_device(ops_, device_, t); }
+
+Tensor Glm5Model::to_host(const Tensor& t) { return device_.is_cpu() && t.is_contiguous() ? t : ops_.to_host(t); }
+
+Tensor Glm5Model::upload_i32(const std::vector<int32_t>& v) {
+  return ops_.to_device(
+      Tensor::view_of(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())}, DType::kI32));
+}
+
+void Glm5Model::sync_page_table(const std::vector<int32_t>& pages, Tensor& dev) {
+  // Tables only grow while a sequence lives, so a size change is the only change.
+  if (pages.empty() || (!dev.is_null() && dev.numel() == static_cast<int64_t>(pages.size()))) return;
+  dev = upload_i32(pages);
+}
+
 void Glm5Model::all_reduce(Tensor& t) {
   if (comm_.world_size() == 1) return;
   Status st = comm_.all_reduce_sum(t);
@@ -85,24 +105,24 @@ Tensor Glm5Model::logits_for(const Tensor& hidden_rows) {
   // Uneven vocab shards: pad every shard to the largest, gather, then unpad.
   const int64_t vmax = (v + world - 1) / world;
   Tensor padded = ops_.zeros({r, vmax});
-  for (int64_t i = 0; i < r; ++i)
-    std::copy_n(local.data<float>() + i * vl, vl, padded.data<float>() + i * vmax);
+  Tensor padded_cols = padded.slice(1, 0, vl);
+  ops_.copy(padded_cols, local);
   Tensor gathered = ops_.empty({world, r, vmax});
   Status st = comm_.all_gather(padded, gathered);
   if (!st.is_ok()) throw StatusError(st.with_context("tensor-parallel logits all-gather"));
   Tensor out = ops_.empty({r, v});
   for (int k = 0; k < world; ++k) {
     const ShardRange s = shard_range(v, k, world);
-    for (int64_t i = 0; i < r; ++i)
-      std::copy_n(gathered.data<float>() + (k * r + i) * vmax, s.size(), out.data<float>() + i * v + s.begin);
+    Tensor dst = out.slice(1, s.begin, s.end);
+    ops_.copy(dst, gathered.select(0, k).slice(1, 0, s.size()));
   }
   return out;
 }
 
 Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x) {
   if (w.exl3) {
-    // EXL3 expert (one rank): gate and up into the two column halves of gate_up.
-    const int64_t n = x.size(0), il = cfg_.moe_intermediate_size;
+    // EXL3 expert: gate and up into the two column halves of gate_up.
+    const int64_t n = x.size(0), il = w.exl3_intermediate;
     Tensor gu = ops_.empty({n, 2 * il});
     Tensor g = gu.slice(1, 0, il), u = gu.slice(1, il, 2 * il);
     ops_.exl3_matmul(g, x, w.exl3->gate);
@@ -132,21 +152,36 @@ Tensor Glm5Model::moe_forward(const MoeWeights& w, const Tensor& x) {
   ops_.moe_route(wts, ids, logits, w.bias, cfg_.n_group, cfg_.topk_group, static_cast<int>(k), cfg_.norm_topk_prob,
                  static_cast<float>(cfg_.routed_scaling_factor));
   // Tokens of each expert, in token order; experts visited in ascending id so that a
-  // token's expert outputs are summed in the reference's order.
+  // token's expert outputs are summed in the reference's order. The grouping is done
+  // on the host (an explicit download of the [n, k] routing table; every expert's
+  // token list then goes back up in one upload).
+  const Tensor ids_h = to_host(ids), wts_h = to_host(wts);
   std::vector<std::vector<int32_t>> tok(e);
   std::vector<std::vector<float>> sc(e);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < k; ++j) {
-      const int32_t id = ids.data<int32_t>()[t * k + j];
+      const int32_t id = ids_h.data<int32_t>()[t * k + j];
       tok[id].push_back(static_cast<int32_t>(t));
-      sc[id].push_back(wts.data<float>()[t * k + j]);
+      sc[id].push_back(wts_h.data<float>()[t * k + j]);
     }
+  std::vector<int32_t> all_tok;
+  std::vector<float> all_sc;
+  std::vector<int64_t> first(e + 1, 0);
+  for (int64_t ex = 0; ex < e; ++ex) {
+    first[ex] = static_cast<int64_t>(all_tok.size());
+    all_tok.insert(all_tok.end(), tok[ex].begin(), tok[ex].end());
+    all_sc.insert(all_sc.end(), sc[ex].begin(), sc[ex].end());
+  }
+  first[e] = static_cast<int64_t>(all_tok.size());
+  const Tensor all_idx = upload_i32(all_tok);
+  const Tensor all_scale =
+      ops_.to_device(Tensor::view_of(all_sc.data(), {static_cast<int64_t>(all_sc.size())}, DType::kF32));
   Tensor out = ops_.zeros({n, cfg_.hidden_size});
   for (int64_t ex = 0; ex < e; ++ex) {
     if (tok[ex].empty()) continue;
     const int64_t ne = static_cast<int64_t>(tok[ex].size());
-    Tensor idx = Tensor::view_of(tok[ex].data(), {ne}, DType::kI32);
-    Tensor scale = Tensor::view_of(sc[ex].data(), {ne}, DType::kF32);
+    Tensor idx = all_idx.slice(0, first[ex], first[ex] + ne);
+    Tensor scale = all_scale.slice(0, first[ex], first[ex] + ne);
     Tensor xe = ops_.empty({ne, cfg_.hidden_size});
     ops_.gather_rows(xe, x, idx);
     Tensor ye = mlp_forward(w.experts[ex], xe);
@@ -212,15 +247,21 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
     }
     if (num_mla_ > 0)
-      for (const Span& sp : spans) TF_RETURN_IF_ERROR(pool_->reserve(sp.seq->pages_, sp.pos0 + sp.rows));
+      for (const Span& sp : spans) {
+        TF_RETURN_IF_ERROR(pool_->reserve(sp.seq->pages_, sp.pos0 + sp.rows));
+        sync_page_table(sp.seq->pages_, sp.seq->pages_dev_);
+      }
     const int64_t n = static_cast<int64_t>(ids.size());
     if (n == 0) return std::vector<StepResult>{};
 
     Tensor x = ops_.empty({n, hdim});
-    ops_.embedding(x, weights_.embed, Tensor::view_of(ids.data(), {n}, DType::kI32));
+    ops_.embedding(x, weights_.embed, upload_i32(ids));
+    // Every stream starts as the embedding.
     Tensor streams = ops_.empty({n, m, hdim});
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t j = 0; j < m; ++j) std::copy_n(x.data<float>() + t * hdim, hdim, streams.data<float>() + (t * m + j) * hdim);
+    for (int64_t j = 0; j < m; ++j) {
+      Tensor dst = streams.select(1, j);
+      ops_.copy(dst, x);
+    }
 
     std::vector<Tensor> shared_topk(spans.size());
     for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
@@ -243,8 +284,13 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       streams = next;
     }
     // Final head: plain mean over the streams, then the final norm.
-    Tensor mean_w = ops_.empty({n, m});
-    for (int64_t i = 0; i < n * m; ++i) mean_w.data<float>()[i] = 1.0f / static_cast<float>(m);
+    // The 1/M weights live on the device, uploaded again only when a step has more rows.
+    if (mean_w_.is_null() || mean_w_.size(0) < n) {
+      const int64_t cap = std::max<int64_t>(n, 64);
+      mean_w_ = ops_.to_device(Tensor::from_floats(
+          {cap, m}, std::vector<float>(static_cast<size_t>(cap * m), 1.0f / static_cast<float>(m))));
+    }
+    const Tensor mean_w = mean_w_.slice(0, 0, n);
     Tensor pooled = ops_.empty({n, hdim});
     ops_.mhc_collapse(pooled, streams, mean_w);
     Tensor hidden = ops_.empty({n, hdim});
@@ -254,9 +300,11 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
     for (size_t i = 0; i < spans.size(); ++i) {
       const Span& sp = spans[i];
       const int64_t r0 = batch[i].all_logits ? sp.row0 : sp.row0 + sp.rows - 1;
+      Tensor rows = ops_.empty({sp.row0 + sp.rows - r0, hdim});
+      ops_.copy(rows, hidden.slice(0, r0, sp.row0 + sp.rows));
       StepResult res;
-      res.hidden = hidden.slice(0, r0, sp.row0 + sp.rows).contiguous();
-      res.logits = logits_for(res.hidden);
+      res.logits = to_host(logits_for(rows));
+      res.hidden = to_host(rows);
       out.push_back(std::move(res));
     }
     for (const Span& sp : spans) sp.seq->length_ = sp.pos0 + sp.rows;

@@ -11,6 +11,14 @@
 // Tensor parallelism: each rank holds its shard (glm5_weights.h) and runs the
 // same step with the same inputs; one all-reduce per sublayer (after the
 // attention and the FFN output projections) and one all-gather of the logits.
+//
+// Devices: the model is written once against Ops. Weights are uploaded at load,
+// activations and per-sequence state (KDA conv/recurrent, indexer rings and pool
+// keys, page tables) are allocated through Ops, so they live wherever the backend
+// computes. Host round trips are explicit (ops.to_host / to_device) and few: the
+// step's token ids and small index arrays in, the results out, the MoE routing
+// table (tokens are grouped per expert on the host) and the indexer's top-k pools
+// (expanded to token indices on the host).
 #pragma once
 
 #include <memory>
@@ -61,13 +69,16 @@ class Glm5Sequence {
     Tensor recurrent;               // [H_l, Dk, Dv]
   };
   struct IndexerState {
-    std::vector<float> ring_k, ring_gate;  // raw key / gate rows of the incomplete pool
-    std::vector<float> pool_keys;          // [P, Di]
+    Tensor ring_k, ring_gate;  // [kp, Di]: raw key / gate rows of the incomplete pool
+    int64_t ring_rows = 0;
+    Tensor pool_keys;          // [capacity, Di]: the first `pools` rows are the pooled keys
+    int64_t pools = 0;
   };
   LatentCachePool* pool_ = nullptr;
   LatentCachePool* mtp_pool_ = nullptr;
   int64_t length_ = 0;
   std::vector<int32_t> pages_;
+  Tensor pages_dev_, mtp_pages_dev_;  // the page tables on the ops device (int32)
   std::vector<KdaState> kda_;          // by KDA layer order
   std::vector<IndexerState> indexer_;  // by MLA layer order (unused for shared layers)
   // MTP draft layer: its own latent pages and indexer.
@@ -82,6 +93,7 @@ struct StepEntry {
   bool all_logits = false;  // logits for every position of the span, not only the last
 };
 
+// Both on the host (the step's one explicit download), whatever the backend.
 struct StepResult {
   Tensor logits;  // [rows, vocab]: the last position, or every position on request
   Tensor hidden;  // [rows, hidden]: final hidden state (after the norm) for the same rows
@@ -106,6 +118,7 @@ class Glm5Model {
   // hidden [T, H] (main model final hidden states at positions p..p+T-1) and the
   // next tokens [T] (tokens at p+1..p+T) -> draft logits [T, vocab]. The layer keeps
   // its own latent cache in `seq`, positions aligned with the main model's.
+  // `hidden` may be on the host or the ops device; the logits come back on the host.
   Expected<Tensor> mtp_step(Glm5Sequence& seq, const Tensor& hidden, std::span<const int32_t> next_tokens);
 
  private:
@@ -126,6 +139,14 @@ class Glm5Model {
   Tensor moe_forward(const MoeWeights& w, const Tensor& x);
   void all_reduce(Tensor& t);
   Tensor logits_for(const Tensor& hidden_rows);
+  // `t` on the ops device and packed: itself when it already is, else a copy there.
+  Tensor on_device(const Tensor& t);
+  // `t` on the host and packed (the explicit download of results; free on the CPU backend).
+  Tensor to_host(const Tensor& t);
+  // A small host int32 array as an ops-device tensor [n].
+  Tensor upload_i32(const std::vector<int32_t>& v);
+  // Re-uploads a page table after reserve() grew it.
+  void sync_page_table(const std::vector<int32_t>& pages, Tensor& dev);
 
   Glm5TextConfig cfg_;
   Ops& ops_;
@@ -136,6 +157,8 @@ class Glm5Model {
   std::vector<int> kda_index_, mla_index_;  // layer -> index among its kind, or -1
   int num_kda_ = 0, num_mla_ = 0;
   TopkTies indexer_ties_ = TopkTies::kLowerIndex;
+  Device device_;  // where ops_ allocates
+  Tensor mean_w_;  // [rows, M] of 1/M on the device: the final stream mean's weights
 };
 
 }  // namespace tf

@@ -19,17 +19,19 @@ Expected<Tensor> Glm5Model::mtp_step(Glm5Sequence& seq, const Tensor& hidden, st
     for (int32_t id : next_tokens)
       if (id < 0 || id >= cfg_.vocab_size) return out_of_range("mtp_step: token id " + std::to_string(id));
     TF_RETURN_IF_ERROR(mtp_pool_->reserve(seq.mtp_pages_, seq.mtp_length_ + t));
-    std::vector<int32_t> ids(next_tokens.begin(), next_tokens.end());
-    Tensor e = ops_.empty({t, h}), en = ops_.empty({t, h}), hn = ops_.empty({t, h});
-    ops_.embedding(e, weights_.embed, Tensor::view_of(ids.data(), {t}, DType::kI32));
-    ops_.rms_norm(en, e, w.enorm, eps);
-    Tensor hc = hidden.contiguous();
-    ops_.rms_norm(hn, hc, w.hnorm, eps);
+    sync_page_table(seq.mtp_pages_, seq.mtp_pages_dev_);
+    const std::vector<int32_t> ids(next_tokens.begin(), next_tokens.end());
+    Tensor e = ops_.empty({t, h});
+    ops_.embedding(e, weights_.embed, upload_i32(ids));
+    const Tensor hc = on_device(hidden);
+    // [enorm(e); hnorm(h)]: each half copied into its column block of `cat`.
     Tensor cat = ops_.empty({t, 2 * h});
-    for (int64_t i = 0; i < t; ++i) {
-      std::copy_n(en.data<float>() + i * h, h, cat.data<float>() + i * 2 * h);
-      std::copy_n(hn.data<float>() + i * h, h, cat.data<float>() + i * 2 * h + h);
-    }
+    Tensor en = cat.slice(1, 0, h), hn = cat.slice(1, h, 2 * h);
+    Tensor en_packed = ops_.empty({t, h}), hn_packed = ops_.empty({t, h});
+    ops_.rms_norm(en_packed, e, w.enorm, eps);
+    ops_.rms_norm(hn_packed, hc, w.hnorm, eps);
+    ops_.copy(en, en_packed);
+    ops_.copy(hn, hn_packed);
     Tensor u = ops_.empty({t, h});
     ops_.matmul(u, cat, w.eh_proj);
     std::vector<Span> spans{{&seq, 0, t, seq.mtp_length_}};
@@ -42,7 +44,7 @@ Expected<Tensor> Glm5Model::mtp_step(Glm5Sequence& seq, const Tensor& hidden, st
     y = ffn_forward(w.block, a);
     ops_.add(u, u, y);
     ops_.rms_norm(a, u, w.shared_head_norm, eps);
-    Tensor logits = logits_for(a);
+    Tensor logits = to_host(logits_for(a));
     seq.mtp_length_ += t;
     return logits;
   } catch (const StatusError& err) {

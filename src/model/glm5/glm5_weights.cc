@@ -53,19 +53,31 @@ class Loader {
     const int64_t h = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> gate, src_.get_exl3(p + "gate_proj.weight", h, inter));
     if (!gate) return mlp(p, inter);
-    if (world_ != 1) {
-      return unimplemented(p + "gate_proj: EXL3 experts with tensor parallelism (" + std::to_string(world_) +
-                           " ranks); EXL3 splits at 128 channels, not yet done");
-    }
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> up, src_.get_exl3(p + "up_proj.weight", h, inter));
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> down, src_.get_exl3(p + "down_proj.weight", inter, h));
     if (!up || !down) return invalid_argument(p + "gate_proj is stored EXL3 but up_proj / down_proj are not");
     auto e = std::make_shared<Exl3Expert>();
-    e->gate = std::move(*gate);
-    e->up = std::move(*up);
-    e->down = std::move(*down);
+    const ShardRange s = shard_range(inter, rank_, world_);
+    if (world_ == 1) {
+      e->gate = std::move(*gate);
+      e->up = std::move(*up);
+      e->down = std::move(*down);
+    } else {
+      // The last rank also takes the padding channels (end = the padded size).
+      const int64_t end = s.end == inter ? gate->out_features() : s.end;
+      const std::string why = " (EXL3 experts with " + std::to_string(world_) + " tensor-parallel ranks)";
+      auto cut = [&](Expected<Exl3Weight> r, Exl3Weight* dst) {
+        if (!r.has_value()) return r.status().with_context(p.substr(0, p.size() - 1) + why);
+        *dst = std::move(*r);
+        return Status::ok();
+      };
+      TF_RETURN_IF_ERROR(cut(exl3_output_slice(*gate, s.begin, end, p + "gate_proj"), &e->gate));
+      TF_RETURN_IF_ERROR(cut(exl3_output_slice(*up, s.begin, end, p + "up_proj"), &e->up));
+      TF_RETURN_IF_ERROR(cut(exl3_input_slice(*down, s.begin, end, p + "down_proj"), &e->down));
+    }
     MlpWeights w;
     w.exl3 = std::move(e);
+    w.exl3_intermediate = s.size();
     return w;
   }
 

@@ -40,8 +40,11 @@ struct MlpWeights {
   Tensor gate_up;  // [2*I_local, H]
   Tensor down;     // [H, I_local]
   // A routed expert stored EXL3 (gate_up and down are then null): gate, up and down
-  // as the checkpoint holds them, run by Ops::exl3_matmul. One rank only for now.
+  // run by Ops::exl3_matmul; with tensor parallelism gate/up are cut by output and
+  // down by input channels at this rank's [begin, end) of the intermediate, which
+  // must lie on 128-channel boundaries. exl3_intermediate = end - begin (unpadded).
   std::shared_ptr<const Exl3Expert> exl3;
+  int64_t exl3_intermediate = 0;
 };
 
 struct MoeWeights {

@@ -41,7 +41,7 @@ float* LatentCachePool::layer_scales(int layer) const {
   return scales_.data<float>() + static_cast<int64_t>(layer) * num_pages_ * page_size_;
 }
 
-LatentPagesView LatentCachePool::view(int layer, const std::vector<int32_t>& table, int64_t tokens) const {
+LatentPagesView LatentCachePool::view(int layer, const Tensor& table, int64_t tokens) const {
   LatentPagesView v;
   v.pages = layer_pages(layer);
   v.scales = layer_scales(layer);
@@ -49,7 +49,7 @@ LatentPagesView LatentCachePool::view(int layer, const std::vector<int32_t>& tab
   v.page_size = page_size_;
   v.width = width_;
   v.page_stride = page_size_ * width_;
-  v.page_table = table.data();
+  v.page_table = table.data<int32_t>();
   v.num_tokens = tokens;
   return v;
 }

@@ -1,6 +1,6 @@
 // LatentCachePool: the shared, paged store of MLA latents for every sequence.
 //
-// Storage is [mla_layers, num_pages, page_size, width] in the chosen dtype (f32
+// Storage is [mla_layers, num_pages, page_size, width] on the ops device, in the chosen dtype (f32
 // for exact reference checks, bf16, or fp8 e4m3 with one f32 scale per token
 // and layer). A sequence owns a page table (physical page ids); page i holds its
 // tokens [i*page_size, (i+1)*page_size) for all MLA layers at once. Pages come
@@ -33,8 +33,9 @@ class LatentCachePool {
   // Returns every page of `table` to the pool and clears it.
   void release(std::vector<int32_t>& table);
 
-  // The kernel view of MLA layer `layer` for a sequence with `table` and `tokens` cached tokens.
-  LatentPagesView view(int layer, const std::vector<int32_t>& table, int64_t tokens) const;
+  // The kernel view of MLA layer `layer` for a sequence with page table `table` (int32,
+  // on the ops device: the kernels read it there) and `tokens` cached tokens.
+  LatentPagesView view(int layer, const Tensor& table, int64_t tokens) const;
   void* layer_pages(int layer) const;
   float* layer_scales(int layer) const;
 

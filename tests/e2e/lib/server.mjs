@@ -27,10 +27,17 @@ export function isFake(bin) {
   return path.basename(bin).startsWith('fake_server');
 }
 
+// `tensorfold serve` reads these from the environment; the suites start from none of
+// them (hermetic under any CI environment) and pass what they mean explicitly.
+const SERVE_ENV = ['MODEL_DIR', 'SERVED_NAME', 'HOST', 'PORT', 'PARALLEL', 'CONTEXT', 'KV', 'MEMORY_RESERVE_GIB',
+  'KV_POOL_GIB', 'MAX_TOKENS', 'MAX_QUEUED', 'TP', 'API_KEY', 'TF_CACHE_DIR'];
+
 // Starts the server and resolves once it printed its port. `startTimeoutMs` covers
 // generating the demo checkpoint on first use.
-export async function startServer({ bin, args }, { env = {}, startTimeoutMs = 120000 } = {}) {
-  const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+export async function startServer({ bin, args }, { env = {}, startTimeoutMs = 120000, apiKey } = {}) {
+  const base = { ...process.env };
+  for (const k of SERVE_ENV) delete base[k];
+  const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...base, ...env } });
   let stderrTail = '';
   let stdoutAll = '';
   proc.stderr.on('data', (d) => {
@@ -70,7 +77,7 @@ export async function startServer({ bin, args }, { env = {}, startTimeoutMs = 12
       clearTimeout(t);
     },
   };
-  const models = await getJson(server, '/v1/models');
+  const models = await getJson(server, '/v1/models', apiKey ? { headers: { authorization: `Bearer ${apiKey}` } } : {});
   if (models.status !== 200) throw new Error(`/v1/models answered ${models.status}: ${models.text}`);
   server.model = models.json.data[0].id;
   return server;

@@ -1,0 +1,72 @@
+// `tensorfold serve --tp N` on one host (issue #7): one process per rank.
+//
+// Rank 0 is the process the user started. It joins a Gloo world on
+// 127.0.0.1 (a free port), starting ranks 1..N-1 as copies of itself with the
+// same arguments plus `--rank r --rendezvous 127.0.0.1:PORT` (and MODEL_DIR set
+// to the resolved checkpoint, e.g. the demo). Rank 0 serves HTTP and drives
+// every step (engine/step_broadcast.h); the others load their shard and follow
+// (engine/tp_follower.h).
+//
+// Failure: if any rank dies (rank 0's watcher sees the exit: "rank r exited
+// (exit code 1)") or the world breaks (a collective fails: a peer died or hung
+// past --tp-timeout), rank 0 logs it, stops the HTTP server (the port is
+// released) and exits with code 1; if it was still starting it exits at once.
+// The followers get the stop command when rank 0 stops, or see its sockets
+// close (and SIGTERM through PR_SET_PDEATHSIG) when it dies.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine_options.h"
+#include "engine/rank_launcher.h"
+
+namespace tf::apps {
+
+struct TpServeOptions {
+  int world = 1;           // --tp
+  int rank = 0;            // --rank: set by rank 0 on the processes it starts
+  std::string rendezvous;  // --rendezvous: rank 0's host:port (followers)
+  // --tp-timeout: how long a rank waits for the others in one collective; it
+  // covers uneven shard loading. A dead rank is noticed at once regardless.
+  int timeout_s = 120;
+};
+
+// A follower process (rank > 0): joins rank 0's world, loads its shard and
+// follows until rank 0 stops. Returns the process exit code (0: stopped by
+// rank 0; 1: an error; 3: rank 0 was lost).
+int run_tp_follower(const engine::EngineOptions& engine, const TpServeOptions& tp);
+
+// Rank 0's side of the world.
+class TpLeader {
+ public:
+  // Starts the other ranks and joins the world (returns once all joined); sets
+  // engine.tp_comm and engine.on_tp_failure. engine.model_dir must be resolved.
+  static Expected<std::unique_ptr<TpLeader>> start(engine::EngineOptions& engine, const TpServeOptions& tp);
+  ~TpLeader();
+
+  // How to stop the server once it is up (runs at once if the world already broke).
+  void set_stop(std::function<void()> stop);
+  bool failed() const;
+  // The server stops on purpose: the followers' exits are expected from now on.
+  // Call before the engine is destroyed (its thread sends the stop command).
+  void begin_shutdown();
+  // Once the engine is gone: waits for the followers (stragglers are killed).
+  // Returns the exit code for rank 0: 0, or 1 when a rank was lost.
+  int finish();
+
+ private:
+  TpLeader() = default;
+  // The world broke: log, stop the server (or exit when there is none yet).
+  void fail(const std::string& why);
+
+  mutable std::mutex mu_;
+  bool failed_ = false;
+  std::function<void()> stop_;
+  std::unique_ptr<engine::RankLauncher> launcher_;
+};
+
+}  // namespace tf::apps

@@ -1,0 +1,239 @@
+// Step commands over the communicator (see step_broadcast.h for the protocol).
+#include "engine/step_broadcast.h"
+
+#include <utility>
+
+namespace tf::engine {
+namespace {
+
+constexpr int64_t kWireMagic = 0x31505453'46544654;  // "TFTFSTP1" read little-endian
+constexpr int64_t kMaxPayloadBytes = int64_t{1} << 30;
+
+enum class MessageKind : int64_t { kSetup = 1, kCommand = 2 };
+
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(v); }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void i32(int32_t v) {
+    const auto u = static_cast<uint32_t>(v);
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<uint8_t>(u >> (8 * i)));
+  }
+  std::vector<uint8_t> take() { return std::move(out_); }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+// Every read checks the bytes left and names the field it was reading.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> in) : in_(in) {}
+
+  Status u8(uint8_t& v, const char* field) {
+    TF_RETURN_IF_ERROR(need(1, field));
+    v = in_[pos_++];
+    return Status::ok();
+  }
+  Status u64(uint64_t& v, const char* field) {
+    TF_RETURN_IF_ERROR(need(8, field));
+    v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t{in_[pos_ + static_cast<size_t>(i)]} << (8 * i);
+    pos_ += 8;
+    return Status::ok();
+  }
+  Status i32(int32_t& v, const char* field) {
+    TF_RETURN_IF_ERROR(need(4, field));
+    uint32_t u = 0;
+    for (int i = 0; i < 4; ++i) u |= uint32_t{in_[pos_ + static_cast<size_t>(i)]} << (8 * i);
+    pos_ += 4;
+    v = static_cast<int32_t>(u);
+    return Status::ok();
+  }
+  // A count of items of at least `min_item_bytes` each: no more than the bytes left allow.
+  Status count(uint64_t& n, size_t min_item_bytes, const char* field) {
+    TF_RETURN_IF_ERROR(u64(n, field));
+    if (n > (in_.size() - pos_) / min_item_bytes) {
+      return invalid_argument(std::string("step command: ") + field + " " + std::to_string(n) +
+                              " exceeds the " + std::to_string(in_.size() - pos_) + " bytes left");
+    }
+    return Status::ok();
+  }
+  Status finish() const {
+    if (pos_ == in_.size()) return Status::ok();
+    return invalid_argument("step command: " + std::to_string(in_.size() - pos_) + " trailing bytes");
+  }
+
+ private:
+  Status need(size_t n, const char* field) const {
+    if (in_.size() - pos_ >= n) return Status::ok();
+    return invalid_argument(std::string("step command: truncated at ") + field + " (byte " +
+                            std::to_string(pos_) + " of " + std::to_string(in_.size()) + ")");
+  }
+  std::span<const uint8_t> in_;
+  size_t pos_ = 0;
+};
+
+void write_ids(Writer& w, const std::vector<uint64_t>& ids) {
+  w.u64(ids.size());
+  for (uint64_t id : ids) w.u64(id);
+}
+
+Status read_ids(Reader& r, std::vector<uint64_t>& ids, const char* field) {
+  uint64_t n = 0;
+  TF_RETURN_IF_ERROR(r.count(n, 8, field));
+  ids.resize(n);
+  for (uint64_t& id : ids) TF_RETURN_IF_ERROR(r.u64(id, field));
+  return Status::ok();
+}
+
+Status send_message(Communicator& comm, MessageKind kind, std::vector<uint8_t> payload) {
+  if (comm.rank() != 0)
+    return internal_error("step commands are sent by rank 0, not rank " + std::to_string(comm.rank()));
+  int64_t header_values[4] = {kWireMagic, static_cast<int64_t>(kind), static_cast<int64_t>(payload.size()),
+                              0};
+  Tensor header = Tensor::view_of(header_values, {4}, DType::kI64);
+  TF_RETURN_IF_ERROR(comm.broadcast(header, 0));
+  if (payload.empty()) return Status::ok();
+  Tensor body = Tensor::view_of(payload.data(), {static_cast<int64_t>(payload.size())}, DType::kU8);
+  return comm.broadcast(body, 0);
+}
+
+Expected<std::vector<uint8_t>> receive_message(Communicator& comm, MessageKind expected) {
+  int64_t header_values[4] = {0, 0, 0, 0};
+  Tensor header = Tensor::view_of(header_values, {4}, DType::kI64);
+  TF_RETURN_IF_ERROR(comm.broadcast(header, 0));
+  if (header_values[0] != kWireMagic)
+    return invalid_argument("step command header: bad magic (not a tensorfold rank 0?)");
+  if (header_values[1] != static_cast<int64_t>(expected)) {
+    return invalid_argument("step command header: message kind " + std::to_string(header_values[1]) +
+                            ", expected " + std::to_string(static_cast<int64_t>(expected)));
+  }
+  const int64_t bytes = header_values[2];
+  if (bytes < 0 || bytes > kMaxPayloadBytes) {
+    return invalid_argument("step command header: payload of " + std::to_string(bytes) + " bytes");
+  }
+  std::vector<uint8_t> payload(static_cast<size_t>(bytes));
+  if (bytes == 0) return payload;
+  Tensor body = Tensor::view_of(payload.data(), {bytes}, DType::kU8);
+  TF_RETURN_IF_ERROR(comm.broadcast(body, 0));
+  return payload;
+}
+
+}  // namespace
+
+const char* step_command_kind_name(StepCommandKind kind) {
+  switch (kind) {
+    case StepCommandKind::kStep:
+      return "step";
+    case StepCommandKind::kStop:
+      return "stop";
+  }
+  return "unknown";
+}
+
+std::vector<uint8_t> encode_step_command(const StepCommand& command) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(command.kind));
+  write_ids(w, command.create);
+  write_ids(w, command.drop);
+  w.u64(command.entries.size());
+  for (const StepCommandEntry& e : command.entries) {
+    w.u64(e.sequence);
+    w.u8(e.all_logits ? 1 : 0);
+    w.u64(e.tokens.size());
+    for (int32_t t : e.tokens) w.i32(t);
+  }
+  return w.take();
+}
+
+Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  StepCommand c;
+  uint8_t kind = 0;
+  TF_RETURN_IF_ERROR(r.u8(kind, "kind"));
+  if (kind != static_cast<uint8_t>(StepCommandKind::kStep) &&
+      kind != static_cast<uint8_t>(StepCommandKind::kStop)) {
+    return invalid_argument("step command: unknown kind " + std::to_string(kind));
+  }
+  c.kind = static_cast<StepCommandKind>(kind);
+  TF_RETURN_IF_ERROR(read_ids(r, c.create, "create count"));
+  TF_RETURN_IF_ERROR(read_ids(r, c.drop, "drop count"));
+  uint64_t entries = 0;
+  TF_RETURN_IF_ERROR(r.count(entries, 17, "entry count"));  // id + flags + token count
+  c.entries.resize(entries);
+  for (StepCommandEntry& e : c.entries) {
+    TF_RETURN_IF_ERROR(r.u64(e.sequence, "entry sequence"));
+    uint8_t flags = 0;
+    TF_RETURN_IF_ERROR(r.u8(flags, "entry flags"));
+    if (flags > 1) return invalid_argument("step command: entry flags " + std::to_string(flags));
+    e.all_logits = flags == 1;
+    uint64_t tokens = 0;
+    TF_RETURN_IF_ERROR(r.count(tokens, 4, "entry token count"));
+    e.tokens.resize(tokens);
+    for (int32_t& t : e.tokens) TF_RETURN_IF_ERROR(r.i32(t, "entry token"));
+  }
+  if (c.kind == StepCommandKind::kStop && (!c.create.empty() || !c.drop.empty() || !c.entries.empty())) {
+    return invalid_argument("step command: a stop command carries sequences");
+  }
+  TF_RETURN_IF_ERROR(r.finish());
+  return c;
+}
+
+Status send_step_command(Communicator& comm, const StepCommand& command) {
+  return send_message(comm, MessageKind::kCommand, encode_step_command(command));
+}
+
+Expected<StepCommand> receive_step_command(Communicator& comm) {
+  TF_ASSIGN_OR_RETURN(std::vector<uint8_t> payload, receive_message(comm, MessageKind::kCommand));
+  return decode_step_command(payload);
+}
+
+Status send_model_setup(Communicator& comm, const TpModelSetup& setup) {
+  Writer w;
+  w.u64(static_cast<uint64_t>(setup.page_size));
+  w.u64(static_cast<uint64_t>(setup.num_pages));
+  w.u8(static_cast<uint8_t>(setup.latent_dtype));
+  return send_message(comm, MessageKind::kSetup, w.take());
+}
+
+Expected<TpModelSetup> receive_model_setup(Communicator& comm) {
+  TF_ASSIGN_OR_RETURN(std::vector<uint8_t> payload, receive_message(comm, MessageKind::kSetup));
+  Reader r(payload);
+  uint64_t page_size = 0, num_pages = 0;
+  uint8_t dtype = 0;
+  TF_RETURN_IF_ERROR(r.u64(page_size, "setup page size"));
+  TF_RETURN_IF_ERROR(r.u64(num_pages, "setup page count"));
+  TF_RETURN_IF_ERROR(r.u8(dtype, "setup latent dtype"));
+  TF_RETURN_IF_ERROR(r.finish());
+  const auto dt = static_cast<DType>(dtype);
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF8E4M3) {
+    return invalid_argument("model setup: latent dtype " + std::to_string(dtype) +
+                            " is not f32, bf16 or f8_e4m3");
+  }
+  constexpr uint64_t kMaxCount = uint64_t{1} << 40;
+  if (page_size == 0 || page_size > kMaxCount || num_pages == 0 || num_pages > kMaxCount) {
+    return invalid_argument("model setup: page size " + std::to_string(page_size) + ", pages " +
+                            std::to_string(num_pages));
+  }
+  return TpModelSetup{static_cast<int64_t>(page_size), static_cast<int64_t>(num_pages), dt};
+}
+
+Status StepBroadcaster::send_step(std::vector<StepCommandEntry> entries) {
+  if (stopped_) return internal_error("step broadcast after the stop command");
+  StepCommand command = std::exchange(pending_, StepCommand{});
+  command.entries = std::move(entries);
+  return send_step_command(comm_, command);
+}
+
+Status StepBroadcaster::send_stop() {
+  if (stopped_) return Status::ok();
+  stopped_ = true;
+  StepCommand stop;
+  stop.kind = StepCommandKind::kStop;
+  return send_step_command(comm_, stop);
+}
+
+}  // namespace tf::engine

@@ -1,0 +1,105 @@
+// Step commands: what rank 0 tells the follower ranks of a tensor-parallel
+// world before every model step (issue #7).
+//
+// Only rank 0 schedules and samples; the followers hold their shard of the model
+// and must run exactly the same model steps, in the same order, so that the
+// step's all-reduces and all-gathers line up. Before each step rank 0
+// broadcasts a StepCommand: the sequences created and dropped since the last
+// command (ids are the engine's RequestIds, never reused) and the batch (each
+// entry: a sequence id and its token ids). A command without a batch is a
+// heartbeat: rank 0 sends one every second while idle, so that the followers'
+// collective never waits longer than the communicator's op_timeout, and so
+// that rank 0 notices a dead follower even with no traffic. kStop ends the
+// followers' loop when the engine stops.
+//
+// The model setup (pool page size and count, latent dtype) travels once, before
+// the models load, as a message of its own kind: the followers' pools must be as
+// large as rank 0's, whatever free memory each process saw.
+//
+// Wire: every message is two broadcasts from rank 0: a fixed header i64[4] =
+// {kWireMagic, kind, payload bytes, 0}, then the payload as a u8 tensor (skipped
+// when empty). The payload is little-endian fixed-width fields written by
+// encode_step_command(); decode_step_command() checks every count against the
+// bytes left, so a corrupt payload is an error, never an overread. All ranks of
+// one world run the same binary on one host or hosts of one byte order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace tf::engine {
+
+enum class StepCommandKind : uint8_t {
+  kStep = 1,  // creates, drops, then one model step over `entries` (none: a heartbeat)
+  kStop = 2,  // the engine stopped: followers return
+};
+const char* step_command_kind_name(StepCommandKind kind);
+
+struct StepCommandEntry {
+  uint64_t sequence = 0;
+  std::vector<int32_t> tokens;
+  bool all_logits = false;
+
+  bool operator==(const StepCommandEntry&) const = default;
+};
+
+struct StepCommand {
+  StepCommandKind kind = StepCommandKind::kStep;
+  std::vector<uint64_t> create;  // new sequences, before the step
+  std::vector<uint64_t> drop;    // finished sequences (after the creates), before the step
+  std::vector<StepCommandEntry> entries;
+
+  bool is_heartbeat() const { return kind == StepCommandKind::kStep && entries.empty(); }
+  bool operator==(const StepCommand&) const = default;
+};
+
+// The payload of one command (the header is added by send_step_command).
+std::vector<uint8_t> encode_step_command(const StepCommand& command);
+// kInvalidArgument naming the field at fault for anything truncated, oversized or trailing.
+Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload);
+
+// The model setup rank 0 decided (its memory plan), for the followers' model load.
+struct TpModelSetup {
+  int64_t page_size = 0;
+  int64_t num_pages = 0;
+  DType latent_dtype = DType::kBF16;
+
+  bool operator==(const TpModelSetup&) const = default;
+};
+
+// Collective over the world: rank 0 sends, every other rank receives.
+Status send_step_command(Communicator& comm, const StepCommand& command);
+Expected<StepCommand> receive_step_command(Communicator& comm);
+Status send_model_setup(Communicator& comm, const TpModelSetup& setup);
+Expected<TpModelSetup> receive_model_setup(Communicator& comm);
+
+// Rank 0's bookkeeping: the creates and drops since the last command ride on
+// the next one (step or heartbeat). Used by the engine thread only.
+class StepBroadcaster {
+ public:
+  explicit StepBroadcaster(Communicator& comm) : comm_(comm) {}
+
+  void sequence_created(uint64_t id) { pending_.create.push_back(id); }
+  void sequence_dropped(uint64_t id) { pending_.drop.push_back(id); }
+  // Sends the pending creates/drops with this batch; the batch must be what
+  // rank 0 is about to pass to model->step.
+  Status send_step(std::vector<StepCommandEntry> entries);
+  Status send_heartbeat() { return send_step({}); }
+  // Sends kStop once; later calls do nothing. A failure is returned (the
+  // followers then see the closed sockets instead).
+  Status send_stop();
+  bool stopped() const { return stopped_; }
+
+ private:
+  Communicator& comm_;
+  StepCommand pending_;
+  bool stopped_ = false;
+};
+
+}  // namespace tf::engine

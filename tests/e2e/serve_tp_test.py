@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""`tensorfold serve --tp 2` on CPU ranks (issue #7) against the real binary and the demo checkpoint:
+
+- greedy chat completions (one alone, then two at once, so that their steps batch together) equal
+  the ones `--tp 1` gives;
+- rank 0 started exactly one follower process, which leaves when rank 0 stops on SIGTERM (exit 0);
+- killing the follower (SIGKILL) makes rank 0 log "rank 1 exited (signal 9 ...)" and exit non-zero
+  within a few seconds, and the HTTP port is released;
+- killing rank 0 (SIGKILL) makes the follower exit too;
+- a hung follower (SIGSTOP) makes rank 0 exit non-zero once --tp-timeout has passed.
+
+Usage: serve_tp_test.py TENSORFOLD_BINARY CACHE_DIR
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+BIN, CACHE = sys.argv[1], sys.argv[2]
+START_TIMEOUT = 150  # covers generating the demo checkpoint on first use
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+class Server:
+    def __init__(self, tp, extra=()):
+        args = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--parallel", "2",
+                "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", CACHE, "--tp", str(tp)] + list(extra)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self.port = None
+        self.listening = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.listening.wait(START_TIMEOUT):
+            self.kill()
+            raise RuntimeError("--tp %d did not listen within %d s:\n%s" % (tp, START_TIMEOUT, self.log()))
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % self.port, timeout=30) as r:
+            self.model = json.loads(r.read())["data"][0]["id"]
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            m = re.search(r"listening on http://[^\s:]+:(\d+)", line)
+            if m and self.port is None:
+                self.port = int(m.group(1))
+                self.listening.set()
+
+    def log(self):
+        return "".join(self.lines[-60:])
+
+    def chat(self, content, max_tokens):
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % self.port, data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            j = json.loads(r.read())
+        msg = j["choices"][0]["message"]
+        return (msg.get("reasoning_content") or "") + "|" + (msg.get("content") or ""), j["usage"]["completion_tokens"]
+
+    def children(self):
+        """Pids whose parent is this server (its follower ranks)."""
+        kids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if int(fields[1]) == self.proc.pid:
+                kids.append(int(d))
+        return kids
+
+    def wait(self, seconds):
+        try:
+            return self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purpose (its parent has not reaped it yet).
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def port_free(port):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        return False
+    except OSError:
+        return True
+    finally:
+        s.close()
+
+
+PROMPTS = [("Tell me about the lighthouse keeper and the storm.", 16), ("Hi there", 10)]
+
+
+def replies(server):
+    alone = server.chat(*PROMPTS[0])
+    together = [None, None]
+
+    def run(i):
+        together[i] = server.chat(*PROMPTS[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return alone, together
+
+
+t0 = time.time()
+one = Server(1)
+try:
+    ref_alone, ref_together = replies(one)
+finally:
+    one.proc.send_signal(signal.SIGTERM)
+    check(one.wait(30) == 0, "--tp 1 stops on SIGTERM with exit code 0")
+check(ref_alone[1] == 16, "--tp 1 generated max_tokens tokens (%d)" % ref_alone[1])
+
+two = Server(2)
+try:
+    kids = two.children()
+    check(len(kids) == 1, "--tp 2 runs one follower process (%s)" % kids)
+    alone, together = replies(two)
+    check(alone == ref_alone, "--tp 2 greedy reply equals --tp 1's:\n  tp2 %r\n  tp1 %r" % (alone, ref_alone))
+    check(together == ref_together,
+          "--tp 2 replies to two requests at once equal --tp 1's:\n  tp2 %r\n  tp1 %r" % (together, ref_together))
+    two.proc.send_signal(signal.SIGTERM)
+    code = two.wait(30)
+    check(code == 0, "--tp 2 stops on SIGTERM with exit code 0 (%s)" % code)
+    deadline = time.time() + 10
+    while kids and any(pid_alive(k) for k in kids) and time.time() < deadline:
+        time.sleep(0.05)
+    check(not any(pid_alive(k) for k in kids), "the follower left with rank 0")
+    check("rank 0 stopped" in two.log(), "the follower logged rank 0's stop command")
+finally:
+    two.kill()
+    if failures:
+        print(two.log(), file=sys.stderr)
+
+three = Server(2)
+try:
+    kids = three.children()
+    check(len(kids) == 1, "--tp 2 (again) runs one follower process")
+    port = three.port
+    three.chat("Warm up", 2)
+    os.kill(kids[0], signal.SIGKILL)
+    killed_at = time.time()
+    code = three.wait(15)
+    took = time.time() - killed_at
+    check(code is not None and code != 0, "rank 0 exits non-zero once its follower is killed (code %s, %.1f s)"
+          % (code, took))
+    check(took < 10, "... within a few seconds (%.1f s)" % took)
+    time.sleep(0.2)
+    check(re.search(r"rank 1 exited \(signal 9", three.log()) is not None,
+          "rank 0 says which rank exited and how")
+    check(port_free(port), "the HTTP port %d is released" % port)
+finally:
+    three.kill()
+    if failures:
+        print(three.log(), file=sys.stderr)
+
+four = Server(2)
+try:
+    kids = four.children()
+    check(len(kids) == 1, "--tp 2 (third start) runs one follower process")
+    four.proc.kill()  # rank 0 dies without a word
+    four.proc.wait()
+    deadline = time.time() + 10
+    while kids and any(pid_alive(k) for k in kids) and time.time() < deadline:
+        time.sleep(0.05)
+    check(kids and not any(pid_alive(k) for k in kids), "the follower exits when rank 0 is killed")
+finally:
+    four.kill()
+    for k in four.children():
+        os.kill(k, signal.SIGKILL)
+
+five = Server(2, ["--tp-timeout", "3"])
+try:
+    kids = five.children()
+    check(len(kids) == 1, "--tp 2 --tp-timeout 3 runs one follower process")
+    os.kill(kids[0], signal.SIGSTOP)  # hung, not dead: only the timeout can tell
+    stopped_at = time.time()
+    code = five.wait(20)
+    took = time.time() - stopped_at
+    check(code is not None and code != 0, "rank 0 exits non-zero once its follower hangs (code %s, %.1f s)"
+          % (code, took))
+    time.sleep(0.2)
+    check("tensor-parallel rank lost" in five.log(), "rank 0 says it lost a rank")
+finally:
+    five.kill()
+    for k in kids:
+        try:
+            os.kill(k, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+print("serve_tp: %d failure(s), %.1f s" % (len(failures), time.time() - t0))
+sys.exit(1 if failures else 0)

@@ -1,0 +1,146 @@
+// Step commands (src/engine/step_broadcast.h): the payload round-trips exactly,
+// and every malformed payload (each truncation, trailing bytes, bad kinds,
+// counts larger than the bytes left) is a kInvalidArgument naming the field,
+// never a crash or a huge allocation.
+#include "engine/step_broadcast.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace tf::engine {
+namespace {
+
+StepCommand sample_command() {
+  StepCommand c;
+  c.create = {7, 8, 0xFFFFFFFFFFFFFFFFull};
+  c.drop = {3};
+  c.entries.push_back({7, {1, 2, 3, 4, 5}, false});
+  c.entries.push_back({8, {std::numeric_limits<int32_t>::max()}, true});
+  c.entries.push_back({0xFFFFFFFFFFFFFFFFull, {std::numeric_limits<int32_t>::min(), -1, 0}, false});
+  c.entries.push_back({9, {}, false});  // an empty span survives too
+  return c;
+}
+
+void put_u64(std::vector<uint8_t>& b, size_t at, uint64_t v) {
+  for (int i = 0; i < 8; ++i) b[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+TEST(StepCommandTest, StepRoundTripsExactly) {
+  const StepCommand c = sample_command();
+  const std::vector<uint8_t> bytes = encode_step_command(c);
+  auto back = decode_step_command(bytes);
+  ASSERT_TRUE(back.has_value()) << back.status().to_string();
+  EXPECT_EQ(*back, c);
+  EXPECT_FALSE(back->is_heartbeat());
+  EXPECT_EQ(back->entries[1].all_logits, true);
+  EXPECT_EQ(back->entries[2].tokens[0], std::numeric_limits<int32_t>::min());
+}
+
+TEST(StepCommandTest, HeartbeatAndStopRoundTrip) {
+  StepCommand heartbeat;
+  heartbeat.create = {1};
+  heartbeat.drop = {1};  // created and dropped between two steps
+  auto hb = decode_step_command(encode_step_command(heartbeat));
+  ASSERT_TRUE(hb.has_value()) << hb.status().to_string();
+  EXPECT_EQ(*hb, heartbeat);
+  EXPECT_TRUE(hb->is_heartbeat());
+
+  StepCommand stop;
+  stop.kind = StepCommandKind::kStop;
+  auto st = decode_step_command(encode_step_command(stop));
+  ASSERT_TRUE(st.has_value()) << st.status().to_string();
+  EXPECT_EQ(st->kind, StepCommandKind::kStop);
+  EXPECT_FALSE(st->is_heartbeat());
+  EXPECT_STREQ(step_command_kind_name(st->kind), "stop");
+
+  // The smallest payload: kind + three zero counts.
+  EXPECT_EQ(encode_step_command(StepCommand{}).size(), 1u + 3 * 8);
+}
+
+TEST(StepCommandTest, EveryTruncationIsAnErrorNamingTheField) {
+  const std::vector<uint8_t> bytes = encode_step_command(sample_command());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto r = decode_step_command(std::span<const uint8_t>(bytes.data(), n));
+    ASSERT_FALSE(r.has_value()) << "a prefix of " << n << " of " << bytes.size() << " bytes decoded";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("step command"), std::string::npos) << r.status().to_string();
+  }
+  auto empty = decode_step_command({});
+  ASSERT_FALSE(empty.has_value());
+  EXPECT_NE(empty.status().message().find("kind"), std::string::npos) << empty.status().to_string();
+}
+
+TEST(StepCommandTest, TrailingBytesAndBadKindsAndFlagsAreRefused) {
+  std::vector<uint8_t> bytes = encode_step_command(sample_command());
+  bytes.push_back(0);
+  auto trailing = decode_step_command(bytes);
+  ASSERT_FALSE(trailing.has_value());
+  EXPECT_NE(trailing.status().message().find("trailing"), std::string::npos) << trailing.status().to_string();
+
+  for (uint8_t kind : {0, 3, 255}) {
+    std::vector<uint8_t> b = encode_step_command(StepCommand{});
+    b[0] = kind;
+    auto r = decode_step_command(b);
+    ASSERT_FALSE(r.has_value()) << "kind " << int(kind);
+    EXPECT_NE(r.status().message().find("unknown kind"), std::string::npos) << r.status().to_string();
+  }
+
+  StepCommand one;
+  one.entries.push_back({5, {1}, false});
+  std::vector<uint8_t> b = encode_step_command(one);
+  b[1 + 8 + 8 + 8 + 8] = 2;  // the entry's flags byte
+  auto flags = decode_step_command(b);
+  ASSERT_FALSE(flags.has_value());
+  EXPECT_NE(flags.status().message().find("flags"), std::string::npos) << flags.status().to_string();
+}
+
+TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
+  // Each count in turn claims 2^60 items: the decoder must refuse before resizing.
+  const std::vector<uint8_t> base = encode_step_command(StepCommand{});
+  const char* fields[] = {"create count", "drop count", "entry count"};
+  for (int k = 0; k < 3; ++k) {
+    std::vector<uint8_t> b = base;
+    put_u64(b, 1 + 8 * static_cast<size_t>(k), uint64_t{1} << 60);
+    auto r = decode_step_command(b);
+    ASSERT_FALSE(r.has_value()) << fields[k];
+    EXPECT_NE(r.status().message().find(fields[k]), std::string::npos) << r.status().to_string();
+  }
+  StepCommand one;
+  one.entries.push_back({5, {1, 2}, false});
+  std::vector<uint8_t> b = encode_step_command(one);
+  put_u64(b, 1 + 8 + 8 + 8 + 8 + 1, uint64_t{1} << 62);  // the entry's token count
+  auto r = decode_step_command(b);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("entry token count"), std::string::npos) << r.status().to_string();
+}
+
+TEST(StepCommandTest, StopCarryingSequencesIsRefused) {
+  StepCommand stop;
+  stop.kind = StepCommandKind::kStop;
+  stop.drop = {4};
+  auto r = decode_step_command(encode_step_command(stop));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("stop command carries"), std::string::npos) << r.status().to_string();
+}
+
+TEST(StepCommandTest, SingleRankSendIsANoOpAndOnlyRankZeroSends) {
+  auto comm = make_single_rank_communicator();
+  EXPECT_TRUE(send_step_command(*comm, sample_command()).is_ok());
+  EXPECT_TRUE(send_model_setup(*comm, {64, 10, DType::kBF16}).is_ok());
+  StepBroadcaster b(*comm);
+  b.sequence_created(1);
+  EXPECT_TRUE(b.send_heartbeat().is_ok());
+  EXPECT_FALSE(b.stopped());
+  EXPECT_TRUE(b.send_stop().is_ok());
+  EXPECT_TRUE(b.stopped());
+  EXPECT_TRUE(b.send_stop().is_ok());  // once only; later calls do nothing
+  Status after = b.send_step({});
+  EXPECT_EQ(after.code(), StatusCode::kInternal) << after.to_string();
+}
+
+}  // namespace
+}  // namespace tf::engine
