@@ -5,7 +5,7 @@
 # Sourced, not run. Every setting is listed in README.md ("Configuration").
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-TF_SETTINGS=(MODEL_DIR SERVED_NAME HOST PORT PARALLEL CONTEXT KV DENSE MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER TF_CUDA)
 
@@ -61,6 +61,7 @@ done
 : "${MAX_TOKENS:=32768}"
 : "${MAX_QUEUED:=64}"
 : "${TP:=1}"
+: "${DEVICE:=cpu}"
 : "${BUILD_DIR:=$TF_ROOT/build}"
 : "${LOG_DIR:=$TF_ROOT/logs}"
 : "${STATE_DIR:=$TF_ROOT/.run}"
@@ -82,13 +83,14 @@ tf_validate_settings() {
   [[ "$KV_POOL_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "KV_POOL_GIB must be a number, got '$KV_POOL_GIB'"
   [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
   [[ "$TP" =~ ^[0-9]+$ ]] && ((TP >= 1)) || tf_fail "TP must be >= 1, got '$TP'"
+  [[ "$DEVICE" =~ ^(cpu|cuda)$ ]] || tf_fail "DEVICE must be cpu or cuda, got '$DEVICE'"
   [[ "$FOREGROUND" =~ ^[01]$ ]] || tf_fail "FOREGROUND must be 0 or 1, got '$FOREGROUND'"
   [[ "$PREPARE" =~ ^(auto|0|1)$ ]] || tf_fail "PREPARE must be auto, 0 or 1, got '$PREPARE'"
   if [[ -n "${MODEL_DIR:-}" && ! -f "$MODEL_DIR/config.json" ]]; then
     tf_fail "MODEL_DIR=$MODEL_DIR has no config.json"
   fi
-  if ((TP > 1)) || [[ -n "${WORKER:-}" ]]; then
-    tf_fail "TP=$TP / WORKER: multi-rank serving needs the CUDA backend (not in this build yet)"
+  if [[ -n "${WORKER:-}" ]]; then
+    tf_fail "WORKER=$WORKER: ranks on a second node are not supported yet (TP>1 runs one process per rank on this host)"
   fi
 }
 
@@ -96,7 +98,7 @@ tf_validate_settings() {
 tf_serve_args() {
   TF_SERVE_ARGS=(--host "$HOST" --port "$PORT" --parallel "$PARALLEL" --context "$CONTEXT" --kv "$KV"
     --memory-reserve-gib "$MEMORY_RESERVE_GIB" --kv-pool-gib "$KV_POOL_GIB" --max-tokens "$MAX_TOKENS"
-    --max-waiting "$MAX_QUEUED" --tp "$TP")
+    --max-waiting "$MAX_QUEUED" --tp "$TP" --device "$DEVICE")
   [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")
   [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")

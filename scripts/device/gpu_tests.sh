@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
-# TF_GPU_ONLY="kernels parity model nccl bench" (any subset) runs only those parts.
+# TF_GPU_ONLY="kernels parity model nccl bench serve" (any subset) runs only those parts.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -38,4 +38,9 @@ if want nccl; then
 fi
 # CUDA op timings at model shapes beside the HBM roofline (informative; does not change rc).
 want bench && [[ -x .gpurun/cuda_ops_bench ]] && timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
+# The real server on the demo checkpoint: --device cuda vs cpu, then `tensorfold bench` over HTTP.
+if want serve && [[ -x .gpurun/tensorfold ]]; then
+  timeout 400 scripts/device/serve_check.sh > "$OUT/serve_check.log" 2>&1 || rc=1
+  tail -n 60 "$OUT/serve_check.log"
+fi
 exit $rc

@@ -154,6 +154,7 @@ float load_as_float(const void* data, DType t, size_t i) {
 }
 
 void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
+  if (n == 0) return;  // empty tensors may have null data (memcpy(null, ..., 0) is still UB)
   if (from == DType::kF32) { std::memcpy(dst, src, n * 4); return; }
   if (from == DType::kBF16) {
     const auto* s = static_cast<const uint16_t*>(src);
@@ -170,6 +171,7 @@ void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
 }
 
 void convert_from_f32(const float* src, void* dst, DType to, size_t n) {
+  if (n == 0) return;
   auto* d = static_cast<unsigned char*>(dst);
   for (size_t i = 0; i < n; ++i) {
     switch (to) {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine (from gpu_tests.sh): `tensorfold serve` on the demo checkpoint with
+# --device cpu and --device cuda; the same greedy chat reply from both, then `tensorfold bench`
+# over HTTP against the CUDA server. Prints everything; exit 1 when a step fails or the replies differ.
+set -uo pipefail
+bin=.gpurun/tensorfold
+work=$(mktemp -d)
+rc=0
+start() {  # $1 device -> sets port, pid
+  "$bin" serve --device "$1" --host 127.0.0.1 --port 0 --cache-dir "$work/cache" --context 4096 --parallel 4 \
+    --kv f32 --memory-reserve-gib 0 >"$work/$1.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    port=$(grep -o 'listening on http://[^ ]*' "$work/$1.log" | sed 's/.*://')
+    [[ -n "$port" ]] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "serve --device $1 did not start:"; cat "$work/$1.log"; return 1
+}
+chat() {
+  curl -s "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' -d \
+    '{"model":"GLM-5.3-Flash-demo","messages":[{"role":"user","content":"Write a haiku about GPUs."}],
+      "temperature":0,"max_tokens":64,"reasoning_effort":"none"}'
+}
+for dev in cpu cuda; do
+  if ! start "$dev"; then rc=1; continue; fi
+  chat >"$work/$dev.json"
+  echo "== $dev reply: $(head -c 600 "$work/$dev.json")"
+  if [[ "$dev" == cuda ]]; then
+    for c in 1 4 16; do
+      echo "== bench --device cuda, concurrency $c"
+      "$bin" bench --url "http://127.0.0.1:$port" --concurrency "$c" --requests $((c * 2)) --prompt-tokens 512 \
+        --output-tokens 128 --json "$work/bench_$c.json" 2>&1 | tail -n 14 || rc=1
+    done
+  fi
+  kill "$pid"; wait "$pid" 2>/dev/null
+  tail -n 3 "$work/$dev.log"
+done
+python3 - "$work/cpu.json" "$work/cuda.json" <<'PY' || rc=1
+import json, sys
+a, b = (json.load(open(p))["choices"][0]["message"]["content"] for p in sys.argv[1:3])
+print("greedy replies equal (cpu vs cuda):", a == b)
+sys.exit(0 if a == b else 1)
+PY
+exit $rc
