@@ -159,7 +159,8 @@ void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release
   auto it = choices.find(id);
   if (it == choices.end()) return;
   LiveChoice& c = it->second;
-  LiveRequest& r = *c.request;
+  const std::shared_ptr<LiveRequest> keep = c.request;  // outlives drop_choice below
+  LiveRequest& r = *keep;
   GenerationEvent tail = c.output->finish();
   if (has_payload(tail)) emit(r, std::move(tail));
   GenerationEvent fin;
@@ -172,20 +173,21 @@ void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release
     std::lock_guard<std::mutex> lock(health_mu);
     health.completion_tokens_total += fin.completion_tokens;
   }
-  emit(r, std::move(fin));
+  // Release first and publish /health, so that a client that sees the reply finished also sees
+  // its stream and cache freed.
   if (release_in_scheduler) scheduler->finish(id);
   drop_choice(id);
+  publish_health();
+  emit(r, std::move(fin));
 }
 
 void Engine::Impl::fail_choice(RequestId id, const Status& error) {
   auto it = choices.find(id);
   if (it == choices.end()) return;
-  LiveRequest& r = *it->second.request;
-  if (!r.failed) {
-    GenerationEvent ev;
-    ev.kind = GenerationEvent::Kind::kError;
-    ev.error = error;
-    r.sink(std::move(ev));
+  const std::shared_ptr<LiveRequest> keep = it->second.request;  // outlives drop_choice below
+  LiveRequest& r = *keep;
+  const bool first_error = !r.failed;
+  if (first_error) {
     r.failed = true;
     // The error ends every choice of the request: the others leave at the next step.
     auto [lo, hi] = by_request_id.equal_range(r.req.request_id);
@@ -199,6 +201,13 @@ void Engine::Impl::fail_choice(RequestId id, const Status& error) {
     scheduler->cancel(id);
   }
   drop_choice(id);
+  if (first_error) {
+    publish_health();
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = error;
+    r.sink(std::move(ev));
+  }
 }
 
 void Engine::Impl::drop_choice(RequestId id) {
@@ -353,7 +362,7 @@ void Engine::Impl::publish_health() {
     inbox_size = static_cast<int64_t>(inbox.size());
   }
   std::lock_guard<std::mutex> lock(health_mu);
-  health.ok = true;
+  health.ok = !tp_broken;
   health.requests_running = s.running;
   health.requests_waiting = s.waiting + inbox_size;
   health.busy = s.running > 0 || health.requests_waiting > 0;
