@@ -4,8 +4,9 @@
 // assembles elsewhere (serve). Two hooks connect them without this file knowing
 // how: run_offline_bench_command() benchmarks any EngineApi (the engine the caller
 // built), and set_bench_engine_factory() lets main() register how to build one
-// from a checkpoint folder; until a factory is registered --offline reports that
-// it is not available.
+// from engine options (the bench fills the folder, device, PARALLEL, window, KV and
+// weight settings from its flags; an empty folder means the demo checkpoint);
+// until a factory is registered --offline reports that it is not available.
 #pragma once
 
 #include <functional>
@@ -17,6 +18,7 @@
 #include "bench/bench_spec.h"
 #include "core/status.h"
 #include "engine/engine_api.h"
+#include "engine/engine_options.h"
 
 namespace tf::apps {
 
@@ -26,8 +28,8 @@ namespace tf::apps {
 int run_offline_bench_command(engine::EngineApi& engine, const bench::BenchSpec& spec, const std::string& json_path,
                               const nlohmann::json& roofline = nullptr);
 
-// Builds an engine from a checkpoint folder (--model-dir) for `bench --offline`.
-using BenchEngineFactory = std::function<Expected<std::unique_ptr<engine::EngineApi>>(const std::string& model_dir)>;
+// Builds an engine for `bench --offline` (options.model_dir empty: the demo checkpoint).
+using BenchEngineFactory = std::function<Expected<std::unique_ptr<engine::EngineApi>>(engine::EngineOptions options)>;
 void set_bench_engine_factory(BenchEngineFactory factory);
 
 }  // namespace tf::apps

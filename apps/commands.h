@@ -18,6 +18,8 @@ void add_serve_command(CLI::App& app);
 void register_bench_engine_factory();
 // `tensorfold demo-checkpoint --out DIR`: writes the built-in demo checkpoint.
 void add_demo_checkpoint_command(CLI::App& app);
+// `tensorfold synth-checkpoint --out DIR [--experts N] ...`: writes a synthetic full-geometry checkpoint.
+void add_synth_checkpoint_command(CLI::App& app);
 // `tensorfold bench --url URL --concurrency N ...`: TTFT and tok/s of a server (apps/bench_command.h: --offline hook).
 void add_bench_command(CLI::App& app);
 

@@ -95,18 +95,14 @@ int serve(ServeOptions& o) {
 }  // namespace
 
 void register_bench_engine_factory() {
-  // `tensorfold bench --offline --model-dir DIR`: the serving engine without HTTP (an empty DIR: the demo).
-  set_bench_engine_factory([](const std::string& model_dir) -> Expected<std::unique_ptr<engine::EngineApi>> {
-    engine::EngineOptions o;
-    o.model_dir = model_dir;
+  // `tensorfold bench --offline --model-dir DIR`: the serving engine without HTTP with the
+  // options the bench chose (an empty DIR: the demo).
+  set_bench_engine_factory([](engine::EngineOptions o) -> Expected<std::unique_ptr<engine::EngineApi>> {
     if (o.model_dir.empty()) {
       auto dir = ensure_demo_checkpoint(default_cache_root());
       if (!dir) return dir.status();
       o.model_dir = dir->string();
     }
-    o.parallel = 16;
-    o.context = 32768;
-    o.max_waiting = 4096;
     auto e = engine::Engine::create(o);
     if (!e) return e.status();
     return std::unique_ptr<engine::EngineApi>(std::move(*e));
@@ -143,6 +139,16 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--memory-reserve-gib", o->engine.memory_reserve_gib, "memory left free for the OS and other work")
       ->envname("MEMORY_RESERVE_GIB")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--exact-rows", o->engine.exact_rows,
+                  "GPU: steps of at most this many rows keep replies independent of batch-mates (f32 "
+                  "activations); larger steps use BF16 tensor cores")
+      ->envname("EXACT_ROWS")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  cmd->add_option("--dense", o->engine.dense,
+                  "projection matrices: bf16 (default: BF16 on the GPU, f32 on the CPU backend) or f32")
+      ->envname("DENSE")
       ->capture_default_str();
   cmd->add_option("--kv-pool-gib", o->engine.kv_pool_gib, "cap on the cache pool (0: no cap)")
       ->envname("KV_POOL_GIB")

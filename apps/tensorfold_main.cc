@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   tf::apps::add_chat_template_command(app);
   tf::apps::add_serve_command(app);
   tf::apps::add_demo_checkpoint_command(app);
+  tf::apps::add_synth_checkpoint_command(app);
   tf::apps::add_bench_command(app);
   tf::apps::register_bench_engine_factory();
   CLI11_PARSE(app, argc, argv);

@@ -5,7 +5,7 @@
 # Sourced, not run. Every setting is listed in README.md ("Configuration").
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE EXACT_ROWS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER TF_CUDA)
 
@@ -78,7 +78,10 @@ tf_validate_settings() {
   [[ "$PARALLEL" =~ ^[0-9]+$ ]] && ((PARALLEL >= 1 && PARALLEL <= 256)) || tf_fail "PARALLEL must be 1..256, got '$PARALLEL'"
   [[ "$CONTEXT" =~ ^[0-9]+$ ]] || tf_fail "CONTEXT must be a number of tokens (0: largest that fits), got '$CONTEXT'"
   [[ "$KV" =~ ^(fp8|bf16|f32)$ ]] || tf_fail "KV must be fp8, bf16 or f32, got '$KV'"
-  [[ -z "${DENSE:-}" || "$DENSE" =~ ^(q4|fp8|bf16)$ ]] || tf_fail "DENSE must be q4, fp8 or bf16, got '$DENSE'"
+  [[ -z "${EXACT_ROWS:-}" || ("$EXACT_ROWS" =~ ^[0-9]+$ && "$EXACT_ROWS" -le 64) ]] ||
+    tf_fail "EXACT_ROWS must be a number in 0..64, got '$EXACT_ROWS'"
+  [[ -z "${DENSE:-}" || "$DENSE" =~ ^(bf16|f32)$ ]] ||
+    tf_fail "DENSE must be bf16 or f32 (q4/fp8 re-quantization is not built yet), got '$DENSE'"
   [[ "$MEMORY_RESERVE_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "MEMORY_RESERVE_GIB must be a number, got '$MEMORY_RESERVE_GIB'"
   [[ "$KV_POOL_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "KV_POOL_GIB must be a number, got '$KV_POOL_GIB'"
   [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
@@ -101,6 +104,8 @@ tf_serve_args() {
     --max-waiting "$MAX_QUEUED" --tp "$TP" --device "$DEVICE")
   [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")
   [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
+  [[ -n "${DENSE:-}" ]] && TF_SERVE_ARGS+=(--dense "$DENSE")
+  [[ -n "${EXACT_ROWS:-}" ]] && TF_SERVE_ARGS+=(--exact-rows "$EXACT_ROWS")
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")
   return 0
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
-# TF_GPU_ONLY="kernels parity model nccl bench serve" (any subset) runs only those parts.
+# TF_GPU_ONLY="kernels parity model nccl bench roofline serve" (any subset) runs only those parts;
+# "benchgpu" (scripts/device/bench_gpu.sh, minutes) runs only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -37,7 +38,24 @@ if want nccl; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 fi
 # CUDA op timings at model shapes beside the HBM roofline (informative; does not change rc).
-want bench && [[ -x .gpurun/cuda_ops_bench ]] && timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
+# Its "measured ..." lines (HBM copy bandwidth, cuBLAS bf16 peak) are echoed; tables and JSON lines stay in the log.
+if want bench && [[ -x .gpurun/cuda_ops_bench ]]; then
+  timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
+  grep -E '^measured' "$OUT/cuda_ops_bench.log"
+fi
+# `tensorfold bench --offline --device cuda` on the demo checkpoint: --probe (HBM copy, cuBLAS BF16),
+# scenarios and the roofline columns end to end (tiny model: launch-bound, far below its roofline).
+if want roofline && [[ -x .gpurun/tensorfold ]]; then
+  echo "== bench --offline --device cuda --probe (demo checkpoint)"
+  TF_CACHE_DIR="$(mktemp -d)" timeout 300 .gpurun/tensorfold bench --offline --device cuda --probe \
+    --scenario decode-1,decode-4,prefill-1k --output-tokens 16 --kv f32 --memory-reserve-gib 0 2>&1 |
+    grep -E '^(== scenario|bench: (probe|roofline)|  figure|  (decode|aggregate|prefill) tok/s|  decode,|  prefill of|concurrency|error|scenario .* FAILED)'
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+# The synthetic full-geometry benchmark (minutes; only when named: TF_GPU_ONLY="benchgpu").
+if [[ " ${TF_GPU_ONLY:-} " == *" benchgpu "* ]]; then
+  scripts/device/bench_gpu.sh || rc=1
+fi
 # The real server on the demo checkpoint: --device cuda vs cpu, then `tensorfold bench` over HTTP.
 if want serve && [[ -x .gpurun/tensorfold ]]; then
   timeout 400 scripts/device/serve_check.sh > "$OUT/serve_check.log" 2>&1 || rc=1

@@ -114,6 +114,44 @@ Json distribution_json(const Distribution& d) {
   return {{"count", d.count}, {"median", d.median}, {"p90", d.p90}, {"mean", d.mean}, {"min", d.min}, {"max", d.max}};
 }
 
+// The roofline beside the measured figures: one row per bound, with the measured
+// value and its share of the bound when the bound names a measured figure.
+std::string roofline_table(const BenchSummary& s, const Json& roofline) {
+  std::string out = "roofline:\n";
+  if (roofline.contains("summary") && roofline["summary"].is_string()) {
+    std::string text = roofline["summary"].get<std::string>();
+    for (size_t b = 0; b < text.size();) {
+      size_t e = text.find('\n', b);
+      if (e == std::string::npos) e = text.size();
+      out += "  " + text.substr(b, e - b) + "\n";
+      b = e + 1;
+    }
+  }
+  std::vector<std::vector<std::string>> rows = {{"  figure", "measured", "roofline tok/s", "% of roofline"}};
+  for (const auto& [key, value] : roofline.items()) {
+    if (!value.is_number()) continue;
+    const double bound = value.get<double>();
+    std::string label = "  " + key;
+    double measured = -1;
+    if (key == "decode_tok_s") {
+      label = "  decode tok/s per request";
+      if (s.decode_tok_s.count) measured = s.decode_tok_s.median;
+    } else if (key == "prefill_tok_s") {
+      label = "  prefill tok/s per request";
+      if (s.prefill_tok_s.count) measured = s.prefill_tok_s.median;
+    } else if (key == "aggregate_tok_s") {
+      label = "  aggregate tok/s";
+      if (s.output_tokens > 0) measured = s.aggregate_tok_s;
+    }
+    rows.push_back({label, measured >= 0 ? fixed(measured, 1) : "-", fixed(bound, 1),
+                    measured >= 0 && bound > 0 ? fixed(100.0 * measured / bound, 1) + "%" : "-"});
+  }
+  if (rows.size() > 1) out += aligned(rows);
+  for (const auto& [key, value] : roofline.items())
+    if (value.is_string() && key != "summary") out += "  " + key + ": " + value.get<std::string>() + "\n";
+  return out;
+}
+
 }  // namespace
 
 std::string format_table(const BenchSpec& spec, const BenchRun& run, const BenchSummary& s, const Json& roofline) {
@@ -138,23 +176,7 @@ std::string format_table(const BenchSpec& spec, const BenchRun& run, const Bench
     out += "errors:\n";
     for (const auto& [message, count] : s.errors) out += "  " + std::to_string(count) + " x " + message + "\n";
   }
-  if (roofline.is_object() && !roofline.empty()) {
-    out += "roofline:\n";
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& [key, value] : roofline.items()) {
-      if (!value.is_number()) continue;
-      double bound = value.get<double>();
-      std::vector<std::string> r = {"  " + key, fixed(bound, 1)};
-      double measured = -1;
-      if (key == "decode_tok_s" && s.decode_tok_s.count) measured = s.decode_tok_s.median;
-      if (key == "prefill_tok_s" && s.prefill_tok_s.count) measured = s.prefill_tok_s.median;
-      if (key == "aggregate_tok_s" && s.output_tokens > 0) measured = s.aggregate_tok_s;
-      if (measured >= 0 && bound > 0)
-        r.push_back("measured " + fixed(measured, 1) + " = " + fixed(100.0 * measured / bound, 1) + "%");
-      rows.push_back(r);
-    }
-    out += aligned(rows);
-  }
+  if (roofline.is_object() && !roofline.empty()) out += roofline_table(s, roofline);
   return out;
 }
 

@@ -52,9 +52,10 @@ BenchSummary summarize(const BenchRun& run);
 
 // Human-readable result: a header naming the run, one aligned row per metric,
 // the aggregate, grouped errors, and the roofline when given (an object or null):
-// its numeric fields are listed, and the ones named like a measured figure
-// (decode_tok_s: median per request, prefill_tok_s: median, aggregate_tok_s) are
-// shown beside it as a percentage.
+// its "summary" text, then one row per numeric field as "roofline tok/s"; the
+// ones named like a measured figure (decode_tok_s: median per request,
+// prefill_tok_s: median, aggregate_tok_s) get the measured value and its
+// "% of roofline"; other string fields follow as "key: value" lines.
 std::string format_table(const BenchSpec& spec, const BenchRun& run, const BenchSummary& summary,
                          const nlohmann::json& roofline = nullptr);
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
 namespace tf {
 
@@ -153,7 +155,9 @@ float load_as_float(const void* data, DType t, size_t i) {
   return 0.0f;
 }
 
-void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
+namespace {
+
+void convert_to_f32_serial(const void* src, DType from, float* dst, size_t n) {
   if (n == 0) return;  // empty tensors may have null data (memcpy(null, ..., 0) is still UB)
   if (from == DType::kF32) { std::memcpy(dst, src, n * 4); return; }
   if (from == DType::kBF16) {
@@ -170,7 +174,7 @@ void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = load_as_float(src, from, i);
 }
 
-void convert_from_f32(const float* src, void* dst, DType to, size_t n) {
+void convert_from_f32_serial(const float* src, void* dst, DType to, size_t n) {
   if (n == 0) return;
   auto* d = static_cast<unsigned char*>(dst);
   for (size_t i = 0; i < n; ++i) {
@@ -184,6 +188,40 @@ void convert_from_f32(const float* src, void* dst, DType to, size_t n) {
       default: break;  // integer targets are not produced from floats
     }
   }
+}
+
+// Large conversions (loading a checkpoint converts tens of GB) run on every core:
+// element-wise, so any split gives the same bytes.
+template <typename F>
+void split_across_cores(size_t n, F&& part) {
+  constexpr size_t kMinPerThread = size_t{1} << 21;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min(cores, n / kMinPerThread);
+  if (threads <= 1) {
+    part(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const size_t step = (n + threads - 1) / threads;
+  for (size_t b = step; b < n; b += step) pool.emplace_back([&part, b, e = std::min(n, b + step)] { part(b, e); });
+  part(0, std::min(n, step));
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
+
+void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
+  const size_t es = dtype_size(from);
+  split_across_cores(n, [&](size_t b, size_t e) {
+    convert_to_f32_serial(static_cast<const unsigned char*>(src) + b * es, from, dst + b, e - b);
+  });
+}
+
+void convert_from_f32(const float* src, void* dst, DType to, size_t n) {
+  const size_t es = dtype_size(to);
+  split_across_cores(n, [&](size_t b, size_t e) {
+    convert_from_f32_serial(src + b, static_cast<unsigned char*>(dst) + b * es, to, e - b);
+  });
 }
 
 }  // namespace tf

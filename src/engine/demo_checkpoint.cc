@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-constexpr int64_t kOfficialFirstSpecial = 154820;
+constexpr int64_t kOfficialFirstSpecial = kOfficialFirstSpecialId;
 constexpr size_t kDemoMerges = 1500;
 // Embedding / lm_head rows are padded to a multiple of this, like the release (154880 rows for
 // 154856 tokens).
@@ -61,18 +61,7 @@ const TrainedTokenizer& trained_tokenizer() {
 
 int64_t base_vocab() { return static_cast<int64_t>(trained_tokenizer().model.vocab.size()); }
 
-ojson map_id(const ojson& v) {
-  if (v.is_number_integer()) {
-    const int64_t id = demo_token_id(v.get<int64_t>());
-    return id >= 0 ? ojson(id) : v;
-  }
-  if (v.is_array()) {
-    ojson out = ojson::array();
-    for (const ojson& e : v) out.push_back(map_id(e));
-    return out;
-  }
-  return v;
-}
+ojson map_id(const ojson& v) { return remap_special_token_ids(v, base_vocab()); }
 
 ojson int_list(const std::vector<int>& v) {
   ojson a = ojson::array();
@@ -136,22 +125,6 @@ ojson build_config() {
   return c;
 }
 
-// Writes `bytes` to `path` through a temporary file and a rename.
-Status write_file(const fs::path& path, std::string_view bytes) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return not_found(tmp.string() + ": cannot create");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) return internal_error(tmp.string() + ": write failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return internal_error(path.string() + ": rename failed (" + ec.message() + ")");
-  return Status::ok();
-}
-
 bool is_complete(const fs::path& dir) {
   std::error_code ec;
   for (const char* name : kDemoCheckpointFiles)
@@ -166,6 +139,38 @@ std::string unique_suffix() {
 }
 
 }  // namespace
+
+const text::BpeTrainingResult& demo_bpe_model() { return trained_tokenizer().model; }
+
+ojson remap_special_token_ids(const ojson& v, int64_t first_special) {
+  if (v.is_number_integer()) {
+    const int64_t id = v.get<int64_t>();
+    const int64_t n = static_cast<int64_t>(glm53_special_tokens().size());
+    if (id < kOfficialFirstSpecial || id >= kOfficialFirstSpecial + n) return v;
+    return ojson(id - kOfficialFirstSpecial + first_special);
+  }
+  if (v.is_array()) {
+    ojson out = ojson::array();
+    for (const ojson& e : v) out.push_back(remap_special_token_ids(e, first_special));
+    return out;
+  }
+  return v;
+}
+
+Status write_file_atomically(const fs::path& path, std::string_view bytes) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return not_found(tmp.string() + ": cannot create");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) return internal_error(tmp.string() + ": write failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return internal_error(path.string() + ": rename failed (" + ec.message() + ")");
+  return Status::ok();
+}
 
 int64_t demo_token_id(int64_t official_id) {
   const int64_t n = static_cast<int64_t>(glm53_special_tokens().size());
@@ -203,11 +208,11 @@ Status write_demo_checkpoint(const fs::path& dir) {
     const std::string config_text = demo_config_json();
     Expected<Glm5Config> config = parse_glm5_config(config_text, (dir / "config.json").string());
     if (!config.has_value()) return config.status().with_context("demo checkpoint");
-    TF_RETURN_IF_ERROR(write_file(dir / "config.json", config_text));
-    TF_RETURN_IF_ERROR(write_file(dir / "generation_config.json", demo_generation_config_json()));
-    TF_RETURN_IF_ERROR(write_file(dir / "tokenizer.json", demo_tokenizer_json()));
-    TF_RETURN_IF_ERROR(write_file(dir / "tokenizer_config.json", demo_tokenizer_config_json()));
-    TF_RETURN_IF_ERROR(write_file(dir / "chat_template.jinja", demo_chat_template()));
+    TF_RETURN_IF_ERROR(write_file_atomically(dir / "config.json", config_text));
+    TF_RETURN_IF_ERROR(write_file_atomically(dir / "generation_config.json", demo_generation_config_json()));
+    TF_RETURN_IF_ERROR(write_file_atomically(dir / "tokenizer.json", demo_tokenizer_json()));
+    TF_RETURN_IF_ERROR(write_file_atomically(dir / "tokenizer_config.json", demo_tokenizer_config_json()));
+    TF_RETURN_IF_ERROR(write_file_atomically(dir / "chat_template.jinja", demo_chat_template()));
     const std::map<std::string, std::string> metadata = {
         {"format", "pt"}, {"tensorfold_demo_checkpoint", std::to_string(kDemoCheckpointVersion)}};
     return write_safetensors((dir / "model.safetensors").string(), make_demo_weights(*config), metadata);

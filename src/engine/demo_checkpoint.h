@@ -19,8 +19,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "text/bpe_trainer.h"
 
 namespace tf {
 
@@ -61,5 +65,16 @@ std::string demo_generation_config_json();
 std::string demo_tokenizer_json();
 std::string demo_tokenizer_config_json();
 std::string demo_chat_template();
+
+// Pieces shared with the synthetic checkpoint generator (synthetic_checkpoint.h).
+// The official id of the first GLM-5.3 added token (<|endoftext|>).
+inline constexpr int64_t kOfficialFirstSpecialId = 154820;
+// The demo's trained byte-level BPE (vocabulary and merges; no added tokens).
+const text::BpeTrainingResult& demo_bpe_model();
+// `v` (an id, or arrays of ids) with every official added-token id (154820..154855) moved to
+// first_special + (id - 154820); anything else unchanged.
+nlohmann::ordered_json remap_special_token_ids(const nlohmann::ordered_json& v, int64_t first_special);
+// Writes `bytes` to `path` through a temporary file and a rename, so readers never see half a file.
+Status write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
 }  // namespace tf

@@ -38,11 +38,37 @@ float normal(uint64_t stream, uint64_t index) {
   return static_cast<float>((static_cast<double>(sum) - kMean) / kStd);
 }
 
+// The bulk of every checkpoint (kNormal BF16 elements): normal() and float_to_bf16 written out
+// without calls or branches so that the compiler vectorises the loop; on x86-64 an AVX2 clone is
+// chosen at run time where the CPU has it (about 3x faster). Every operation is exactly rounded
+// (integer sums, a double division, float conversions), so the bytes equal the scalar path's.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TF_DEMO_FILL_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#else
+#define TF_DEMO_FILL_CLONES
+#endif
+TF_DEMO_FILL_CLONES void fill_normal_bf16(uint64_t stream, float sigma, uint64_t first, int64_t count,
+                                          uint16_t* out) {
+  for (int64_t j = 0; j < count; ++j) {
+    uint64_t x = stream + first + static_cast<uint64_t>(j);
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x = x ^ (x >> 31);
+    const int32_t sum = static_cast<int32_t>(x & 0xffffu) + static_cast<int32_t>((x >> 16) & 0xffffu) +
+                        static_cast<int32_t>((x >> 32) & 0xffffu) + static_cast<int32_t>(x >> 48);
+    const float v = sigma * static_cast<float>((static_cast<double>(sum) - 131070.0) / 37837.226);
+    const uint32_t u = float_bits(v);
+    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    out[j] = static_cast<uint16_t>(r);
+  }
+}
+
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-enum class Init { kNormal, kOne, kZero, kALog, kDtBias };
+using Init = DemoInit;
 
 Init init_of(const std::string& name) {
   if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) return Init::kOne;
@@ -67,6 +93,39 @@ float demo_normal(uint64_t seed, const std::string& name, uint64_t index) {
   return normal(stream_of(seed, name), index);
 }
 
+DemoTensorRecipe demo_tensor_recipe(const std::string& name, const DemoWeightOptions& options) {
+  DemoTensorRecipe r;
+  r.dtype = stored_f32(name) ? DType::kF32 : DType::kBF16;
+  r.init = init_of(name);
+  r.sigma = static_cast<float>(options.initializer_range * (name == "lm_head.weight" ? options.lm_head_scale : 1.0));
+  r.stream = stream_of(options.seed, name);
+  return r;
+}
+
+void fill_demo_elements(const DemoTensorRecipe& recipe, int64_t begin, int64_t count, void* out) {
+  const bool f32 = recipe.dtype == DType::kF32;
+  if (recipe.init == Init::kNormal && !f32) {
+    fill_normal_bf16(recipe.stream, recipe.sigma, static_cast<uint64_t>(begin), count, static_cast<uint16_t*>(out));
+    return;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const uint64_t idx = static_cast<uint64_t>(begin + j);
+    float v = 0.0f;
+    switch (recipe.init) {
+      case Init::kNormal: v = recipe.sigma * normal(recipe.stream, idx); break;
+      case Init::kOne: v = 1.0f; break;
+      case Init::kZero: v = 0.0f; break;
+      case Init::kALog: v = 2.7725887f * uniform(recipe.stream, idx); break;        // ln 16
+      case Init::kDtBias: v = -6.9077554f + 4.6051702f * uniform(recipe.stream, idx); break;  // ln 1e-3 .. ln 1e-1
+    }
+    if (f32) {
+      static_cast<float*>(out)[j] = v;
+    } else {
+      static_cast<uint16_t*>(out)[j] = float_to_bf16(v);
+    }
+  }
+}
+
 std::vector<std::pair<std::string, Tensor>> make_demo_weights(const Glm5Config& config,
                                                               const DemoWeightOptions& options) {
   WeightSpecOptions spec_options;
@@ -74,29 +133,9 @@ std::vector<std::pair<std::string, Tensor>> make_demo_weights(const Glm5Config& 
   spec_options.include_vision = false;
   std::vector<std::pair<std::string, Tensor>> out;
   for (const WeightSpecEntry& e : glm5_weight_spec(config, spec_options)) {
-    const bool f32 = stored_f32(e.name);
-    Tensor t = Tensor::empty(e.shape, f32 ? DType::kF32 : DType::kBF16);
-    const uint64_t stream = stream_of(options.seed, e.name);
-    const Init init = init_of(e.name);
-    const float sigma = static_cast<float>(options.initializer_range *
-                                         (e.name == "lm_head.weight" ? options.lm_head_scale : 1.0));
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t idx = static_cast<uint64_t>(i);
-      float v = 0.0f;
-      switch (init) {
-        case Init::kNormal: v = sigma * normal(stream, idx); break;
-        case Init::kOne: v = 1.0f; break;
-        case Init::kZero: v = 0.0f; break;
-        case Init::kALog: v = 2.7725887f * uniform(stream, idx); break;        // ln 16
-        case Init::kDtBias: v = -6.9077554f + 4.6051702f * uniform(stream, idx); break;  // ln 1e-3 .. ln 1e-1
-      }
-      if (f32) {
-        t.data<float>()[i] = v;
-      } else {
-        t.data<uint16_t>()[i] = float_to_bf16(v);
-      }
-    }
+    const DemoTensorRecipe recipe = demo_tensor_recipe(e.name, options);
+    Tensor t = Tensor::empty(e.shape, recipe.dtype);
+    fill_demo_elements(recipe, 0, t.numel(), t.raw());
     out.emplace_back(e.name, std::move(t));
   }
   return out;

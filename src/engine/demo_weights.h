@@ -33,6 +33,20 @@ struct DemoWeightOptions {
   double lm_head_scale = 1.0;
 };
 
+// How the elements of one tensor are drawn; demo_tensor_recipe gives the demo's, which the
+// synthetic checkpoint generator (synthetic_checkpoint.h) reuses with its own sigma.
+enum class DemoInit { kNormal, kOne, kZero, kALog, kDtBias };
+struct DemoTensorRecipe {
+  DType dtype = DType::kBF16;   // the release's dtype for this name
+  DemoInit init = DemoInit::kNormal;
+  float sigma = 0.0f;           // std of kNormal
+  uint64_t stream = 0;          // hash of (seed, name)
+};
+DemoTensorRecipe demo_tensor_recipe(const std::string& name, const DemoWeightOptions& options = {});
+// Writes elements [begin, begin + count) of the tensor `recipe` describes to `out` (count
+// elements of recipe.dtype). Any split of a tensor into ranges gives the same bytes.
+void fill_demo_elements(const DemoTensorRecipe& recipe, int64_t begin, int64_t count, void* out);
+
 // Named tensors in glm5_weight_spec order, ready for write_safetensors.
 std::vector<std::pair<std::string, Tensor>> make_demo_weights(const Glm5Config& config,
                                                               const DemoWeightOptions& options = {});

@@ -57,15 +57,17 @@ Expected<SamplingDefaults> sampling_defaults(const nlohmann::json& g, const fs::
   return d;
 }
 
-// Bytes the CPU backend will hold for the weights: f32 copies of every tensor.
-int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config) {
+// Bytes the backend will hold for the weights: f32 copies of every tensor, or (with
+// BF16 matrices) about the checkpoint's BF16 bytes plus f32 norms/router (+5%).
+int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DType matrix_dtype) {
   int64_t file_bytes = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() == ".safetensors") file_bytes += static_cast<int64_t>(e.file_size(ec));
   }
-  const int64_t expand = config.quantization.method == "fp8" ? 4 : 2;  // bf16 -> f32, fp8 -> f32
-  return file_bytes * expand;
+  const bool fp8 = config.quantization.method == "fp8";
+  if (matrix_dtype == DType::kBF16) return (fp8 ? 2 : 1) * file_bytes / 20 * 21;
+  return file_bytes * (fp8 ? 4 : 2);  // bf16 -> f32, fp8 -> f32
 }
 
 DType latent_dtype(const std::string& kv) {
@@ -74,7 +76,8 @@ DType latent_dtype(const std::string& kv) {
   return DType::kF8E4M3;
 }
 
-MemoryPlanInput memory_input(const EngineOptions& o, const Glm5Config& config, int64_t weight_bytes) {
+MemoryPlanInput memory_input(const EngineOptions& o, const Glm5Config& config, int64_t available_bytes,
+                             int64_t weight_bytes) {
   const Glm5TextConfig& t = config.text;
   const int mla = t.count_layers(AttentionKind::kSparseMla);
   const int kda = t.count_layers(AttentionKind::kLinear);
@@ -84,7 +87,7 @@ MemoryPlanInput memory_input(const EngineOptions& o, const Glm5Config& config, i
   const int64_t indexer = mla * int64_t{t.index_head_dim} * 4 / std::max(1, t.index_kpool) + 1;
   const int64_t dk = t.linear_head_dim, heads = t.linear_num_heads, kw = t.linear_conv_kernel_dim;
   MemoryPlanInput in;
-  in.available_bytes = host_available_bytes();
+  in.available_bytes = available_bytes;
   in.reserve_bytes = static_cast<int64_t>(o.memory_reserve_gib * 1073741824.0);
   in.weight_bytes = weight_bytes;
   in.pool_cap_bytes = static_cast<int64_t>(o.kv_pool_gib * 1073741824.0);
@@ -148,7 +151,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
 
   if (options.device == "cuda") {
 #if TF_HAVE_CUDA
-    auto cuda_ops = make_cuda_ops(0);
+    auto cuda_ops = make_cuda_ops(0, options.exact_rows);
     if (!cuda_ops) return cuda_ops.status().with_context("--device cuda");
     m.ops = std::move(*cuda_ops);
 #else
@@ -173,8 +176,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   }
   auto weights = open_weight_source(dir.string(), m.config);
   if (!weights) return weights.status();
-  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config);
-  MemoryPlanInput mem = memory_input(options, m.config, weight_bytes);
+  const DType matrix_dtype = options.device == "cuda" && options.dense != "f32" ? DType::kBF16 : DType::kF32;
+  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config, matrix_dtype);
+  // Weights, cache pool and stream states live where the model computes.
+  int64_t available = host_available_bytes();
+#if TF_HAVE_CUDA
+  if (options.device == "cuda") {
+    auto free = cuda_free_bytes(0);
+    if (!free) return free.status().with_context("--device cuda: reading the GPU's free memory");
+    available = *free;
+  }
+#endif
+  MemoryPlanInput mem = memory_input(options, m.config, available, weight_bytes);
   if (m.tp) {
     // The CPU ranks share this host: the weights are split among them, but each
     // holds its own cache pool and stream states, so each plans with its share.
@@ -195,9 +208,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
               m.plan.pool_bytes / 1073741824.0, options.kv, m.plan.context, options.parallel);
 
   const auto t0 = std::chrono::steady_clock::now();
-  ProgressWeightSource progress(**weights, weight_bytes);
+  // Progress counts the f32 bytes the source hands out, whatever the matrices become.
+  ProgressWeightSource progress(**weights, estimate_weight_bytes(dir, m.config, DType::kF32));
   Glm5Options mo;
   mo.latent_dtype = latent_dtype(options.kv);
+  mo.weight_dtype = matrix_dtype;
   mo.page_size = m.plan.page_size;
   mo.num_pages = m.plan.num_pages;
   auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);

@@ -22,6 +22,13 @@ Status EngineOptions::validate() const {
   if (device != "cpu" && device != "cuda") {
     return invalid_argument("DEVICE (--device) must be cpu or cuda, got '" + device + "'");
   }
+  if (exact_rows < 0 || exact_rows > 64)
+    return invalid_argument("EXACT_ROWS (--exact-rows) must be in 0..64, got " + std::to_string(exact_rows));
+  if (!dense.empty() && dense != "bf16" && dense != "f32") {
+    if (dense == "q4" || dense == "fp8")
+      return unimplemented("DENSE=" + dense + ": load-time re-quantization is not built yet; use DENSE=bf16 or f32");
+    return invalid_argument("DENSE (--dense) must be bf16, f32, q4 or fp8, got '" + dense + "'");
+  }
   if (step_token_budget != 0 && step_token_budget < prefill_chunk + parallel) {
     return invalid_argument("--step-tokens must be >= prefill chunk + PARALLEL (" +
                             std::to_string(prefill_chunk + parallel) + ")");

@@ -24,6 +24,14 @@ struct EngineOptions {
   int32_t step_token_budget = 0;  // 0: prefill_chunk x 2 + parallel
   int64_t page_size = 64;
   std::string device = "cpu";     // DEVICE: cpu | cuda (GPU 0; needs a CUDA build)
+  // DENSE: how the projection matrices are held. "" (default) or bf16: BF16 on the GPU
+  // (the checkpoint's own precision), f32 on the CPU backend (which computes in f32);
+  // f32: f32 everywhere. q4 / fp8 re-quantization is not built yet (refused).
+  std::string dense;
+  // EXACT_ROWS (GPU): steps whose matmuls have at most this many rows use the
+  // row-independent kernels (a reply does not depend on its batch-mates); larger
+  // steps use BF16 tensor cores (cuBLAS). 0..64.
+  int32_t exact_rows = 8;
   // Tensor parallelism (issue #7): this engine is rank 0 of tp_comm's world and
   // broadcasts every step to the followers (tp_follower.h). Null: one rank.
   std::shared_ptr<Communicator> tp_comm;

@@ -8,7 +8,8 @@
 // contraction differ by an ulp or so); ops whose CUDA kernel reduces in a tree
 // (matmul, softmax, attention) and the recurrences (errors compound over tokens)
 // at 1e-5; cuBLAS with bf16 weights (activations rounded to bf16, above 64 rows)
-// at 1e-2. Indices and integer outputs must be equal.
+// at 1e-2 (moe_experts likewise: 1e-5, 1e-2 for bf16 above 64 tokens, where experts use
+// matmul). Indices and integer outputs must be equal.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -508,6 +509,119 @@ TEST_F(CudaParity, MoeRoute) {
       expect_close("moe_route weights" + tag, rw, gw, 1e-6);
     }
   }
+}
+
+// ---- MoE experts ---------------------------------------------------------------------------
+
+// Per row, k distinct experts of [0, e), ascending (as moe_route gives them); `all_take`
+// (>= 0) is in every row, so one expert serves every token.
+Tensor moe_ids(int64_t t, int64_t k, int64_t e, uint32_t seed, int32_t all_take) {
+  std::mt19937 rng(seed);
+  Tensor ids = Tensor::empty({t, k}, DType::kI32);
+  std::vector<int32_t> pool(static_cast<size_t>(e));
+  for (int64_t r = 0; r < t; ++r) {
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::vector<int32_t> pick(pool.begin(), pool.begin() + k);
+    if (all_take >= 0 && std::find(pick.begin(), pick.end(), all_take) == pick.end()) pick[0] = all_take;
+    std::sort(pick.begin(), pick.end());
+    std::copy(pick.begin(), pick.end(), ids.data<int32_t>() + r * k);
+  }
+  return ids;
+}
+
+struct MoeCase {
+  int64_t t, k, e, h, i;
+};
+
+// T <= 64 runs the device-grouped kernels, T > 64 the host-grouped per-expert matmuls
+// (cuBLAS above 64 rows on an expert: bf16 then rounds activations, hence 1e-2).
+TEST_F(CudaParity, MoeExperts) {
+  const float limit = 2.0f;  // small enough that both clamps act
+  for (const MoeCase& c : {MoeCase{1, 1, 1, 8, 4}, MoeCase{1, 8, 9, 128, 64}, MoeCase{3, 2, 5, 67, 9},
+                           MoeCase{17, 8, 40, 136, 24}, MoeCase{64, 8, 16, 64, 40}, MoeCase{64, 3, 300, 96, 17},
+                           MoeCase{65, 4, 7, 64, 16}, MoeCase{129, 8, 12, 40, 8}}) {
+    const Tensor gu = randn({c.e, 2 * c.i, c.h}, 171, 0.2f), dn = randn({c.e, c.h, c.i}, 172, 0.2f);
+    const Tensor x = randn({c.t, c.h}, 173), w = randn({c.t, c.k}, 174, 0.5f);
+    const Tensor ids = moe_ids(c.t, c.k, c.e, 175, c.e > c.k ? static_cast<int32_t>(c.e / 2) : -1);
+    for (bool bf16 : {false, true}) {
+      const Tensor gw = bf16 ? gu.to_dtype(DType::kBF16) : gu, dw = bf16 ? dn.to_dtype(DType::kBF16) : dn;
+      Tensor ref = Tensor::empty({c.t, c.h}, DType::kF32);
+      cpu_->moe_experts(ref, x, ids, w, gw, dw, limit);
+      Tensor out = gpu_->empty({c.t, c.h});
+      gpu_->moe_experts(out, up(x), up(ids), up(w), up(gw), up(dw), limit);
+      const std::string tag = std::string(bf16 ? " bf16" : " f32") + " T=" + std::to_string(c.t) +
+                              " k=" + std::to_string(c.k) + " E=" + std::to_string(c.e) +
+                              " H=" + std::to_string(c.h) + " I=" + std::to_string(c.i);
+      expect_close("moe_experts" + tag, ref, out, bf16 && c.t > 64 ? 1e-2 : 1e-5);
+    }
+  }
+}
+
+TEST_F(CudaParity, MoeExpertsRowsDoNotDependOnTheBatch) {
+  const int64_t t = 64, k = 8, e = 24, h = 256, i = 72;
+  const Tensor x = randn({t, h}, 181), w = randn({t, k}, 182, 0.5f);
+  const Tensor ids = moe_ids(t, k, e, 183, 5);
+  for (bool bf16 : {false, true}) {
+    Tensor gu = randn({e, 2 * i, h}, 184, 0.1f), dn = randn({e, h, i}, 185, 0.1f);
+    if (bf16) {
+      gu = gu.to_dtype(DType::kBF16);
+      dn = dn.to_dtype(DType::kBF16);
+    }
+    const Tensor dgu = up(gu), ddn = up(dn);
+    Tensor all = gpu_->empty({t, h});
+    gpu_->moe_experts(all, up(x), up(ids), up(w), dgu, ddn, 10.0f);
+    const Tensor h_all = down(all);
+    // Alone, and inside a smaller batch of other tokens (rows r-2 .. r).
+    for (int64_t r : {0, 2, 31, 63}) {
+      for (int64_t b0 : {r, std::max<int64_t>(0, r - 2)}) {
+        const int64_t n = r - b0 + 1;
+        Tensor part = gpu_->empty({n, h});
+        gpu_->moe_experts(part, up(x.slice(0, b0, r + 1).contiguous()), up(ids.slice(0, b0, r + 1).contiguous()),
+                          up(w.slice(0, b0, r + 1).contiguous()), dgu, ddn, 10.0f);
+        const Tensor hp = down(part);
+        int64_t bad = 0;
+        for (int64_t c = 0; c < h; ++c)
+          bad += float_bits(hp.data<float>()[(n - 1) * h + c]) != float_bits(h_all.data<float>()[r * h + c]);
+        EXPECT_EQ(bad, 0) << (bf16 ? "bf16" : "f32") << " row " << r << " in a batch of " << n;
+      }
+    }
+  }
+  std::printf("[parity] %-44s bit-identical alone / in batches\n", "moe_experts T=64 rows");
+}
+
+TEST_F(CudaParity, MoeExpertsDuplicateAndBadIds) {
+  // A row naming one expert twice counts it twice (as on the CPU).
+  const int64_t h = 32, i = 8, e = 4;
+  const Tensor gu = randn({e, 2 * i, h}, 191, 0.3f), dn = randn({e, h, i}, 192, 0.3f);
+  const Tensor x = randn({2, h}, 193), w = randn({2, 3}, 194);
+  Tensor ids = Tensor::empty({2, 3}, DType::kI32);
+  const int32_t v[6] = {1, 1, 3, 0, 2, 2};
+  std::copy(v, v + 6, ids.data<int32_t>());
+  Tensor ref = Tensor::empty({2, h}, DType::kF32);
+  cpu_->moe_experts(ref, x, ids, w, gu, dn, 10.0f);
+  Tensor out = gpu_->empty({2, h});
+  gpu_->moe_experts(out, up(x), up(ids), up(w), up(gu), up(dn), 10.0f);
+  expect_close("moe_experts duplicate ids", ref, out, 1e-5);
+  // k = 0 routes nothing: zeros; T = 0 is a no-op.
+  Tensor zk = up(Tensor::from_floats({2, h}, std::vector<float>(2 * h, 7.0f)));
+  gpu_->moe_experts(zk, up(x), gpu_->empty({2, 0}, DType::kI32), gpu_->empty({2, 0}), up(gu), up(dn), 10.0f);
+  EXPECT_EQ(down(zk).to_vector(), std::vector<float>(2 * h, 0.0f));
+  Tensor z0 = gpu_->empty({0, h});
+  gpu_->moe_experts(z0, gpu_->empty({0, h}), gpu_->empty({0, 3}, DType::kI32), gpu_->empty({0, 3}), up(gu), up(dn),
+                    10.0f);
+  // An id outside [0, E) cannot throw inside the kernel: the next sync reports it.
+  ids.data<int32_t>()[4] = 4;
+  gpu_->moe_experts(out, up(x), up(ids), up(w), up(gu), up(dn), 10.0f);
+  try {
+    (void)down(out);
+    FAIL() << "expected an out-of-range error";
+  } catch (const StatusError& err) {
+    EXPECT_EQ(err.status().code(), StatusCode::kOutOfRange);
+    EXPECT_NE(err.status().message().find("moe_experts"), std::string::npos) << err.status().message();
+  }
+  EXPECT_THROW(gpu_->moe_experts(out, up(x), up(ids), up(w), up(gu), up(randn({e, h, i + 1}, 195)), 10.0f),
+               StatusError);
 }
 
 // ---- transfers and memory ----------------------------------------------------------------

@@ -140,8 +140,45 @@ TEST(BenchReport, TableIsAlignedAndShowsRoofline) {
   EXPECT_NE(table.find("aggregate: 35.8 tok/s (143 tokens in 4.000 s)"), std::string::npos) << table;
   EXPECT_NE(table.find("3 ok, 2 failed"), std::string::npos) << table;
   EXPECT_NE(table.find("2 x HTTP 429: busy"), std::string::npos) << table;
-  EXPECT_NE(table.find("measured 35.8 = 50.0%"), std::string::npos) << table;  // aggregate vs 71.5
-  EXPECT_NE(table.find("measured 35.0 = 50.0%"), std::string::npos) << table;  // median decode vs 70
+  // Roofline rows: figure, measured, roofline tok/s, % of roofline.
+  std::string aggregate_row, decode_row;
+  std::istringstream rl(table.substr(table.find("roofline:")));
+  while (std::getline(rl, line)) {
+    if (line.rfind("  aggregate tok/s", 0) == 0) aggregate_row = line;
+    if (line.rfind("  decode tok/s per request", 0) == 0) decode_row = line;
+  }
+  EXPECT_NE(table.find("% of roofline"), std::string::npos) << table;
+  EXPECT_NE(aggregate_row.find("35.8"), std::string::npos) << table;  // aggregate vs 71.5
+  EXPECT_NE(aggregate_row.find("71.5"), std::string::npos) << table;
+  EXPECT_NE(aggregate_row.find("50.0%"), std::string::npos) << table;
+  EXPECT_NE(decode_row.find("35.0"), std::string::npos) << table;  // median decode vs 70
+  EXPECT_NE(decode_row.find("70.0"), std::string::npos) << table;
+  EXPECT_NE(decode_row.find("50.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("  note: H200 HBM bound"), std::string::npos) << table;
+}
+
+TEST(BenchReport, RooflineSummaryLinesAndBoundsWithoutAMeasuredFigure) {
+  BenchSpec spec;
+  BenchRun run = hand_made_run();
+  BenchSummary s = summarize(run);
+  Json roofline = {{"summary", "decode, 2 streams: 1.00 GB/step\nprefill of 1000 tokens: compute-bound"},
+                   {"prefill_tok_s", 4000.0},
+                   {"bytes_per_step", 1e9},
+                   {"detail", {{"bound", "memory"}}}};
+  std::string table = format_table(spec, run, s, roofline);
+  EXPECT_NE(table.find("roofline:\n  decode, 2 streams: 1.00 GB/step\n  prefill of 1000 tokens: compute-bound\n"),
+            std::string::npos)
+      << table;
+  // A bound no measured figure is named after: its value, no share.
+  std::istringstream in(table);
+  std::string line, bytes_row;
+  while (std::getline(in, line))
+    if (line.rfind("  bytes_per_step", 0) == 0) bytes_row = line;
+  EXPECT_NE(bytes_row.find("1000000000.0"), std::string::npos) << table;
+  EXPECT_EQ(bytes_row.find('%'), std::string::npos) << table;
+  EXPECT_NE(table.find("  prefill tok/s per request"), std::string::npos) << table;
+  // Nested objects (details for the JSON) stay out of the table.
+  EXPECT_EQ(table.find("detail"), std::string::npos) << table;
 }
 
 TEST(BenchReport, JsonCarriesSpecRecordsSummaryAndRoofline) {

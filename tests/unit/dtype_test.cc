@@ -191,3 +191,27 @@ TEST(DType, ConvertBuffers) {
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+// Large conversions are split across cores: the bytes must equal element-wise
+// conversion for a length that does not split evenly.
+TEST(DtypeConvert, LargeParallelConversionsEqualElementWise) {
+  const size_t n = (size_t{1} << 23) + 12345;
+  std::vector<float> src(n);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(static_cast<int64_t>(i * 2654435761u % 100003) - 50000) / 777.0f;
+  std::vector<uint16_t> bf(n);
+  convert_from_f32(src.data(), bf.data(), DType::kBF16, n);
+  std::vector<float> back(n);
+  convert_to_f32(bf.data(), DType::kBF16, back.data(), n);
+  for (size_t i = 0; i < n; i += 997) {
+    ASSERT_EQ(bf[i], float_to_bf16(src[i])) << i;
+    ASSERT_EQ(back[i], bf16_to_float(bf[i])) << i;
+  }
+  ASSERT_EQ(bf[n - 1], float_to_bf16(src[n - 1]));
+  ASSERT_EQ(back[n - 1], bf16_to_float(bf[n - 1]));
+}
+
+}  // namespace
+}  // namespace tf

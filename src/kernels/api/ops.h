@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/tensor.h"
@@ -120,6 +121,13 @@ class Ops {
                              const Tensor& beta, Tensor& state) = 0;
   virtual void kda_chunked(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                            const Tensor& beta, Tensor& state, int chunk_size) = 0;
+  // Decode of B sequences in one call, one token each: row b of x/q/k/v/g/beta/out
+  // goes with states[b], with exactly the result of the one-sequence op on that row
+  // (the defaults loop over the rows; a GPU backend does all rows in one launch).
+  virtual void causal_conv1d_silu_rows(Tensor& out, const Tensor& x, std::span<Tensor* const> states,
+                                       const Tensor& weight);
+  virtual void kda_recurrent_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                  const Tensor& beta, std::span<Tensor* const> states);
 
   // ---- MLA + DSA (one sequence per call) ------------------------------------
   // Absorbed sparse attention over cached latents: q [T, H, R] (already multiplied
@@ -138,6 +146,14 @@ class Ops {
   // p < candidates[t], and the f32 minimum for the other pools.
   virtual void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
                               const Tensor& candidates, float scale) = 0;
+  // Token indices for sparse attention from the selected pools: row i (absolute
+  // position first_position + i, so pools p < (first_position + i + 1) / pool_size are
+  // complete) gets tokens p*pool_size .. p*pool_size + pool_size-1 for each selected
+  // complete pool p of pools [T, S] (a pool that is not complete gives -1s), then,
+  // when `tail`, the tokens of its own incomplete pool; every other entry of
+  // indices [T, W] (int32, W >= S*pool_size + (tail ? pool_size-1 : 0)) is -1.
+  virtual void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size,
+                                     bool tail) = 0;
 
   // ---- MoE router ------------------------------------------------------------
   // Sigmoid router: s = σ(logits [T, E]); choice = s + bias; keep the topk_group groups
@@ -146,6 +162,17 @@ class Ops {
   // Outputs: weights [T, k] f32, ids [T, k] int32 (ascending expert id).
   virtual void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
                          int topk_group, int k, bool norm, float scaling) = 0;
+  // The routed experts for all tokens in one call: for each token t,
+  //   out[t] = sum over j = 0..k-1, in that order (starting from 0), of
+  //            weights[t, j] * down[e] · swiglu(gate_up[e] · x[t], swiglu_limit),  e = ids[t, j]
+  // (swiglu as the op above: gate rows first). x [T, H] f32; ids int32 [T, k] with
+  // distinct experts in each row (what moe_route gives: ascending, so the sum runs in
+  // ascending expert id); weights [T, k] f32; gate_up [E, 2I, H] and down [E, H, I]
+  // stacked per expert, f32 or bf16. out [T, H] f32 is overwritten. A backend groups
+  // the tokens per expert itself (CUDA: on the device, no host sync for T <= 64), so
+  // each expert's weights are read once per call.
+  virtual void moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const Tensor& gate_up, const Tensor& down, float swiglu_limit) = 0;
 
   // ---- quantized weights ----------------------------------------------------
   // out [T, n_out] = x [T, k_in] · W for an EXL3 weight (exl3_weight.h: W's Hadamard

@@ -1,7 +1,9 @@
 // DSA indexer kernels: pooled keys (a learned per-channel softmax over the
 // k_p members of a pool) and relu-weighted pool scores.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "core/status.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -59,6 +61,29 @@ void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const
       }
     }
   });
+}
+
+void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size, bool tail) {
+  check_i32("indexer_token_indices pools", pools);
+  check_i32("indexer_token_indices indices", indices);
+  const int64_t t = indices.dim() == 0 ? 0 : indices.size(0), w = t == 0 ? 0 : indices.numel() / t;
+  const int64_t s = t == 0 ? 0 : pools.numel() / t, kp = pool_size;
+  if (kp < 1 || pools.numel() != t * s || w < s * kp + (tail ? kp - 1 : 0) || first_position < 0)
+    throw StatusError(invalid_argument("indexer_token_indices: indices " + indices.describe() + ", pools " +
+                                       pools.describe() + ", pool size " + std::to_string(kp)));
+  int32_t* out = indices.data<int32_t>();
+  const int32_t* sel = pools.data<int32_t>();
+  std::fill_n(out, t * w, -1);
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t visible = first_position + i + 1, complete = visible / kp;
+    for (int64_t j = 0; j < s; ++j) {
+      const int64_t p = sel[i * s + j];
+      if (p < 0 || p >= complete) continue;  // a non-candidate picked to fill k: no tokens
+      for (int64_t o = 0; o < kp; ++o) out[i * w + j * kp + o] = static_cast<int32_t>(p * kp + o);
+    }
+    if (tail)
+      for (int64_t o = 0; o < visible % kp; ++o) out[i * w + s * kp + o] = static_cast<int32_t>(complete * kp + o);
+  }
 }
 
 }  // namespace tf::cpu

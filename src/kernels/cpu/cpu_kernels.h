@@ -18,6 +18,18 @@ void parallel_rows(int64_t n, int64_t cost, const std::function<void(int64_t, in
 void check_f32(const char* op, const Tensor& t, int64_t numel = -1);
 void check_i32(const char* op, const Tensor& t, int64_t numel = -1);
 
+// The dot product behind every CPU matmul (matmul, head_matmul, moe_experts): 8
+// partial sums combined in a fixed order, so an output depends only on its two vectors.
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float tail = 0;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
 void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate);
 void head_matmul(Tensor& out, const Tensor& x, const Tensor& w);
 void embedding(Tensor& out, const Tensor& table, const Tensor& ids);
@@ -52,10 +64,13 @@ void mla_sparse_attention(Tensor& out, const Tensor& q, const LatentPagesView& c
                           float scale);
 void latent_store(const LatentPagesView& cache, void* pages, float* scales, const Tensor& latent, int64_t first);
 void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape);
+void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size, bool tail);
 void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
                     const Tensor& candidates, float scale);
 
 void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group, int topk_group,
                int k, bool norm, float scaling);
+void moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
+                 const Tensor& down, float swiglu_limit);
 
 }  // namespace tf::cpu

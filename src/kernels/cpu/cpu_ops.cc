@@ -117,6 +117,10 @@ class CpuOps final : public Ops {
                     int64_t first) override {
     cpu::latent_store(cache, pages, scales, latent, first);
   }
+  void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size,
+                             bool tail) override {
+    cpu::indexer_token_indices(indices, pools, first_position, pool_size, tail);
+  }
   void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape) override {
     cpu::indexer_pool_keys(out, keys, gate, ape);
   }
@@ -127,6 +131,10 @@ class CpuOps final : public Ops {
   void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
                  int topk_group, int k, bool norm, float scaling) override {
     cpu::moe_route(weights, ids, logits, bias, n_group, topk_group, k, norm, scaling);
+  }
+  void moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
+                   const Tensor& down, float swiglu_limit) override {
+    cpu::moe_experts(out, x, ids, weights, gate_up, down, swiglu_limit);
   }
   void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w) override {
     if (out.is_contiguous()) return cpu::exl3_matmul(out, x, w);

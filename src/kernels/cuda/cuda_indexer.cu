@@ -94,4 +94,39 @@ void indexer_scores(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor
   check_launch("indexer_scores");
 }
 
+namespace {
+
+// One thread per output entry.
+__global__ void token_indices_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ sel, int64_t t, int64_t w,
+                                     int64_t s, int64_t first, int64_t kp, bool tail) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < t * w; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / w, c = e % w, visible = first + i + 1, complete = visible / kp;
+    int32_t v = -1;
+    if (c < s * kp) {
+      const int64_t p = sel[i * s + c / kp];
+      if (p >= 0 && p < complete) v = static_cast<int32_t>(p * kp + c % kp);
+    } else if (tail && c - s * kp < visible % kp) {
+      v = static_cast<int32_t>(complete * kp + (c - s * kp));
+    }
+    out[e] = v;
+  }
+}
+
+}  // namespace
+
+void indexer_token_indices(CudaContext& ctx, Tensor& indices, const Tensor& pools, int64_t first_position,
+                           int pool_size, bool tail) {
+  check_dev(ctx, "indexer_token_indices pools", pools, DType::kI32);
+  check_dev(ctx, "indexer_token_indices indices", indices, DType::kI32);
+  const int64_t t = indices.dim() == 0 ? 0 : indices.size(0), w = t == 0 ? 0 : indices.numel() / t;
+  const int64_t s = t == 0 ? 0 : pools.numel() / t, kp = pool_size;
+  if (kp < 1 || pools.numel() != t * s || w < s * kp + (tail ? kp - 1 : 0) || first_position < 0)
+    throw StatusError(invalid_argument("indexer_token_indices: indices " + indices.describe() + ", pools " +
+                                       pools.describe() + ", pool size " + std::to_string(kp)));
+  if (t * w == 0) return;
+  token_indices_kernel<<<grid_1d(t * w), 256, 0, ctx.stream>>>(indices.data<int32_t>(), pools.data<int32_t>(), t, w,
+                                                                s, first_position, kp, tail);
+  check_launch("indexer_token_indices");
+}
+
 }  // namespace tf::cuda

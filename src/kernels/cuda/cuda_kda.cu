@@ -7,6 +7,7 @@
 // column x in registers, and the row sums are combined over y in a fixed order.
 // Tokens are walked one by one, so decode and prefill run the same kernel.
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -36,6 +37,24 @@ __global__ void conv_kernel(float* __restrict__ out, const float* __restrict__ x
   }
 }
 
+// One token for each of B sequences: thread (b, ch) convolves its channel with
+// the row's state and shifts the state by one row (kw <= kMaxConv).
+constexpr int kMaxConv = 16;
+__global__ void conv_rows_kernel(float* __restrict__ out, const float* __restrict__ x, float* const* __restrict__ states,
+                                 const float* __restrict__ w, int64_t b, int64_t c, int64_t kw) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < b * c; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bi = e / c, ch = e % c;
+    float* state = states[bi];
+    float win[kMaxConv];
+    for (int64_t j = 0; j < kw - 1; ++j) win[j] = state[j * c + ch];
+    win[kw - 1] = x[e];
+    float acc = 0;
+    for (int64_t j = 0; j < kw; ++j) acc += w[ch * kw + j] * win[j];
+    out[e] = silu(acc);
+    for (int64_t j = 0; j < kw - 1; ++j) state[j * c + ch] = win[j + 1];
+  }
+}
+
 // New state = the last kw-1 rows of [state; x]. Row r takes old row t+r > r, so one
 // thread per channel walking r upwards never reads a row it already overwrote.
 __global__ void conv_state_kernel(float* __restrict__ state, const float* __restrict__ x, int64_t t, int64_t c,
@@ -62,7 +81,8 @@ __global__ void kda_gate_kernel(float* __restrict__ g, const float* __restrict__
 __global__ void __launch_bounds__(kCols* kGroups)
     kda_recurrent_kernel(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
                          const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                         float* __restrict__ state, int64_t t_len, int64_t heads, int dk, int dv, float qscale) {
+                         float* __restrict__ state, float* const* __restrict__ state_list, int64_t t_len,
+                         int64_t heads, int dk, int dv, float qscale) {
   extern __shared__ float sh[];
   float* qn = sh;            // [dk]
   float* kn = qn + dk;       // [dk]
@@ -73,7 +93,9 @@ __global__ void __launch_bounds__(kCols* kGroups)
   const int64_t h = blockIdx.x;
   const int j = blockIdx.y * kCols + x;
   const bool col_ok = j < dv;
-  float* st = state + h * dk * dv;
+  // One sequence (state), or one per blockIdx.z (state_list; t_len rows each).
+  float* st = (state_list ? state_list[blockIdx.z] : state) + h * dk * dv;
+  const int64_t row_base = static_cast<int64_t>(blockIdx.z) * t_len;
   float s[kMaxRows];
 #pragma unroll
   for (int r = 0; r < kMaxRows; ++r) {
@@ -81,7 +103,7 @@ __global__ void __launch_bounds__(kCols* kGroups)
     s[r] = (i < dk && col_ok) ? st[i * dv + j] : 0.0f;
   }
   for (int64_t t = 0; t < t_len; ++t) {
-    const int64_t row = t * heads + h;
+    const int64_t row = (row_base + t) * heads + h;
     const float* qt = q + row * dk;
     const float* kt = k + row * dk;
     // l2 norms of q and k (eps inside the root, as FLA does).
@@ -213,7 +235,67 @@ void kda_recurrent(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor&
   dim3 grid(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols));
   kda_recurrent_kernel<<<grid, dim3(kCols, kGroups), smem, ctx.stream>>>(
       out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(),
-      state.data<float>(), t, h, static_cast<int>(dk), static_cast<int>(dv), qscale);
+      state.data<float>(), nullptr, t, h, static_cast<int>(dk), static_cast<int>(dv), qscale);
+  check_launch(op);
+}
+
+namespace {
+
+// The device addresses of the states, as a device array (staged, not waited for).
+Tensor state_pointers(CudaContext& ctx, const char* op, std::span<Tensor* const> states, int64_t numel) {
+  std::vector<float*> ptrs(states.size());
+  for (size_t b = 0; b < states.size(); ++b) {
+    check_dev(ctx, op, *states[b], DType::kF32, numel);
+    ptrs[b] = states[b]->data<float>();
+  }
+  return ctx.upload(ptrs.data(), static_cast<int64_t>(ptrs.size() * sizeof(float*)));
+}
+
+}  // namespace
+
+void causal_conv1d_silu_rows(CudaContext& ctx, Tensor& out, const Tensor& x, std::span<Tensor* const> states,
+                             const Tensor& weight) {
+  const char* op = "causal_conv1d_silu_rows";
+  check_dev(ctx, op, weight, DType::kF32);
+  if (weight.dim() != 2 || weight.size(1) < 1 || weight.size(1) > kMaxConv)
+    throw StatusError(invalid_argument(std::string(op) + ": weight must be [C, K] with K <= " +
+                                       std::to_string(kMaxConv) + ", got " + weight.describe()));
+  const int64_t c = weight.size(0), kw = weight.size(1), b = static_cast<int64_t>(states.size());
+  check_dev(ctx, op, x, DType::kF32, b * c);
+  check_dev(ctx, op, out, DType::kF32, b * c);
+  if (b * c == 0) return;
+  const Tensor ptrs = state_pointers(ctx, op, states, (kw - 1) * c);
+  conv_rows_kernel<<<grid_1d(b * c), 256, 0, ctx.stream>>>(out.data<float>(), x.data<float>(),
+                                                            reinterpret_cast<float* const*>(ptrs.raw()),
+                                                            weight.data<float>(), b, c, kw);
+  check_launch(op);
+}
+
+void kda_recurrent_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& g, const Tensor& beta, std::span<Tensor* const> states) {
+  const char* op = "kda_recurrent_rows";
+  const int64_t b = static_cast<int64_t>(states.size());
+  if (b == 0) return;
+  const Tensor& s0 = *states[0];
+  if (s0.dim() != 3) throw StatusError(invalid_argument(std::string(op) + ": states must be [H, Dk, Dv]"));
+  const int64_t h = s0.size(0), dk = s0.size(1), dv = s0.size(2);
+  check_dev(ctx, op, q, DType::kF32, b * h * dk);
+  check_dev(ctx, op, k, DType::kF32, b * h * dk);
+  check_dev(ctx, op, g, DType::kF32, b * h * dk);
+  check_dev(ctx, op, v, DType::kF32, b * h * dv);
+  check_dev(ctx, op, beta, DType::kF32, b * h);
+  check_dev(ctx, op, out, DType::kF32, b * h * dv);
+  if (dk > kGroups * kMaxRows)
+    throw StatusError(unimplemented(std::string(op) + ": key head dim " + std::to_string(dk) + " above " +
+                                    std::to_string(kGroups * kMaxRows)));
+  if (h * dk * dv == 0) return;
+  const Tensor ptrs = state_pointers(ctx, op, states, h * dk * dv);
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const size_t smem = (3 * dk + kGroups * kCols + 32) * sizeof(float);
+  dim3 grid(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols), static_cast<unsigned>(b));
+  kda_recurrent_kernel<<<grid, dim3(kCols, kGroups), smem, ctx.stream>>>(
+      out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(),
+      nullptr, reinterpret_cast<float* const*>(ptrs.raw()), 1, h, static_cast<int>(dk), static_cast<int>(dv), qscale);
   check_launch(op);
 }
 

@@ -16,7 +16,8 @@
 
 namespace tf::cuda {
 
-// Rows above which matmul/head_matmul use cuBLAS (bf16 weights: x rounded to bf16).
+// The most rows CudaContext::exact_rows may be (the row-independent kernels' limit);
+// above ctx.exact_rows rows matmul/head_matmul use cuBLAS (bf16 weights: x rounded to bf16).
 constexpr int64_t kCublasMinRows = 64;
 
 // Argument checks (throw StatusError): packed tensor of `dtype` on the context's
@@ -55,6 +56,10 @@ void mhc_expand(CudaContext& ctx, Tensor& out, const Tensor& y, const Tensor& po
 void causal_conv1d_silu(CudaContext& ctx, Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight);
 void kda_gate(CudaContext& ctx, Tensor& g, const Tensor& f, const Tensor& dt_bias, const Tensor& a_log,
               bool has_lower_bound, float lower_bound);
+void causal_conv1d_silu_rows(CudaContext& ctx, Tensor& out, const Tensor& x, std::span<Tensor* const> states,
+                             const Tensor& weight);
+void kda_recurrent_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& g, const Tensor& beta, std::span<Tensor* const> states);
 void kda_recurrent(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& g, const Tensor& beta, Tensor& state);
 
@@ -63,10 +68,15 @@ void mla_sparse_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const 
 void latent_store(CudaContext& ctx, const LatentPagesView& cache, void* pages, float* scales, const Tensor& latent,
                   int64_t first);
 void indexer_pool_keys(CudaContext& ctx, Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape);
+void indexer_token_indices(CudaContext& ctx, Tensor& indices, const Tensor& pools, int64_t first_position,
+                           int pool_size, bool tail);
 void indexer_scores(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
                     const Tensor& candidates, float scale);
 
 void moe_route(CudaContext& ctx, Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias,
                int n_group, int topk_group, int k, bool norm, float scaling);
+// Routed experts grouped on the device (cuda_moe.cu): no host sync up to 64 tokens.
+void moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                 const Tensor& gate_up, const Tensor& down, float swiglu_limit);
 
 }  // namespace tf::cuda

@@ -1,11 +1,11 @@
 // Matmul against weights (x · W^T, W f32 or bf16), per-head matmul, embedding
 // lookup and row gather/scatter on the GPU.
 //
-// Up to kCublasMinRows rows (decode, small batches) an own kernel: one warp per
-// output column streams the weight row in 16-byte chunks with a fixed lane split
-// and a fixed butterfly reduction, each row with its own accumulator, so a row's
-// result does not depend on the other rows of the call (nor on their number). Above that, cuBLAS (f32: SGEMM without TF32; bf16
-// weights: x rounded to bf16, fp32 accumulation).
+// Up to kCublasMinRows rows (decode, small batches) small_gemm.cu: weights
+// streamed once per call, each output a fixed per-lane FMA sequence and a fixed
+// butterfly, so a row's result does not depend on the other rows of the call (nor
+// on their number). Above that, cuBLAS (f32: SGEMM without TF32; bf16 weights: x
+// rounded to bf16, fp32 accumulation).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -14,135 +14,10 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/small_gemm.h"
 
 namespace tf::cuda {
 namespace {
-
-constexpr int kRowTile = 8;
-constexpr int kWarpsPerBlock = 8;
-
-// out[h][r, c] (= out + h*o_hs + r*ldo + c) = sum_i x[h][r, i] * w[h][c, i].
-// A warp computes NC adjacent columns. Lane l owns the 16-byte chunks l, l+32, ...
-// of each weight row (C elements each) and sums them in that order, C products at
-// a time; the lanes are then combined by a butterfly. The arithmetic of one output
-// is the same for every NC and row count, so NC can follow M without changing bits.
-// kVec loads the chunks as 16-byte vectors (needs K % C == 0 and aligned rows);
-// otherwise element by element with a zero-padded tail: again the same arithmetic.
-template <typename W, bool kVec, int NC>
-__global__ void small_gemm_kernel(float* __restrict__ out, int64_t ldo, int64_t o_hs, const float* __restrict__ x,
-                                  int64_t ldx, int64_t x_hs, const W* __restrict__ w, int64_t w_hs, int64_t m,
-                                  int64_t n, int64_t k, bool accumulate) {
-  constexpr int C = 16 / sizeof(W);
-  const int lane = threadIdx.x & 31;
-  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NC;
-  if (col0 >= n) return;
-  const int64_t h = blockIdx.y;
-  x += h * x_hs;
-  out += h * o_hs;
-  const W* wr = w + h * w_hs + col0 * k;
-  for (int64_t r0 = 0; r0 < m; r0 += kRowTile) {
-    const int rows = static_cast<int>(m - r0 < kRowTile ? m - r0 : kRowTile);
-    float acc[kRowTile][NC];
-#pragma unroll
-    for (int r = 0; r < kRowTile; ++r)
-#pragma unroll
-      for (int cc = 0; cc < NC; ++cc) acc[r][cc] = 0.0f;
-#pragma unroll 2
-    for (int64_t c0 = int64_t(lane) * C; c0 < k; c0 += 32 * C) {
-      float wv[NC][C];
-#pragma unroll
-      for (int cc = 0; cc < NC; ++cc) {
-        const bool col_ok = col0 + cc < n;
-        const W* wc = wr + cc * k;
-        if constexpr (kVec) {
-          const uint4 raw = col_ok ? *reinterpret_cast<const uint4*>(wc + c0) : make_uint4(0, 0, 0, 0);
-          if constexpr (C == 8) {
-            const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 f = __bfloat1622float2(p[e]);
-              wv[cc][2 * e] = f.x;
-              wv[cc][2 * e + 1] = f.y;
-            }
-          } else {
-            wv[cc][0] = __uint_as_float(raw.x);
-            wv[cc][1] = __uint_as_float(raw.y);
-            wv[cc][2] = __uint_as_float(raw.z);
-            wv[cc][3] = __uint_as_float(raw.w);
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < C; ++e) wv[cc][e] = col_ok && c0 + e < k ? to_f32(wc[c0 + e]) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kRowTile; ++r) {
-        if (r >= rows) break;
-        const float* xr = x + (r0 + r) * ldx + c0;
-        float xv[C];
-        if constexpr (kVec) {
-#pragma unroll
-          for (int e = 0; e < C; e += 4) {
-            const float4 f = *reinterpret_cast<const float4*>(xr + e);
-            xv[e] = f.x;
-            xv[e + 1] = f.y;
-            xv[e + 2] = f.z;
-            xv[e + 3] = f.w;
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < C; ++e) xv[e] = c0 + e < k ? xr[e] : 0.0f;
-        }
-#pragma unroll
-        for (int cc = 0; cc < NC; ++cc)
-#pragma unroll
-          for (int e = 0; e < C; ++e) acc[r][cc] += wv[cc][e] * xv[e];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kRowTile; ++r)
-#pragma unroll
-      for (int cc = 0; cc < NC; ++cc) {
-        const float v = warp_reduce(acc[r][cc], SumOp{});
-        if (lane == 0 && r < rows && col0 + cc < n) {
-          float* o = out + (r0 + r) * ldo + col0 + cc;
-          *o = accumulate ? *o + v : v;
-        }
-      }
-  }
-}
-
-template <typename W, int NC>
-void launch_small_gemm_nc(bool vec, dim3 grid, cudaStream_t stream, float* out, int64_t ldo, int64_t o_hs,
-                          const float* x, int64_t ldx, int64_t x_hs, const W* w, int64_t w_hs, int64_t m, int64_t n,
-                          int64_t k, bool accumulate) {
-  if (vec) {
-    small_gemm_kernel<W, true, NC><<<grid, kWarpsPerBlock * 32, 0, stream>>>(out, ldo, o_hs, x, ldx, x_hs, w, w_hs,
-                                                                             m, n, k, accumulate);
-  } else {
-    small_gemm_kernel<W, false, NC><<<grid, kWarpsPerBlock * 32, 0, stream>>>(out, ldo, o_hs, x, ldx, x_hs, w, w_hs,
-                                                                              m, n, k, accumulate);
-  }
-}
-
-template <typename W>
-void launch_small_gemm(cudaStream_t stream, float* out, int64_t ldo, int64_t o_hs, const float* x, int64_t ldx,
-                       int64_t x_hs, const W* w, int64_t w_hs, int64_t m, int64_t n, int64_t k, int64_t heads,
-                       bool accumulate) {
-  constexpr int64_t C = 16 / sizeof(W);
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = k % C == 0 && w_hs % C == 0 && ldx % 4 == 0 && x_hs % 4 == 0 && aligned(w) && aligned(x);
-  // One column per warp for a single row (more warps streaming weights); four
-  // when several rows share each weight load (fewer activation loads per FMA).
-  const int nc = m == 1 ? 1 : 4;
-  const int64_t cols_per_block = kWarpsPerBlock * nc;
-  dim3 grid(static_cast<unsigned>((n + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(heads));
-  if (nc == 1) {
-    launch_small_gemm_nc<W, 1>(vec, grid, stream, out, ldo, o_hs, x, ldx, x_hs, w, w_hs, m, n, k, accumulate);
-  } else {
-    launch_small_gemm_nc<W, 4>(vec, grid, stream, out, ldo, o_hs, x, ldx, x_hs, w, w_hs, m, n, k, accumulate);
-  }
-}
 
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -161,14 +36,27 @@ void gemm(CudaContext& ctx, const char* op, float* out, int64_t ldo, int64_t o_h
           bool accumulate) {
   if (m == 0 || n == 0) return;
   const bool bf16 = w.dtype() == DType::kBF16;
-  if (m <= kCublasMinRows || k == 0) {
-    if (bf16) {
-      launch_small_gemm(ctx.stream, out, ldo, o_hs, x, ldx, x_hs, w.data<__nv_bfloat16>(), w_hs, m, n, k, heads,
-                        accumulate);
-    } else {
-      launch_small_gemm(ctx.stream, out, ldo, o_hs, x, ldx, x_hs, w.data<float>(), w_hs, m, n, k, heads, accumulate);
+  if (m <= ctx.exact_rows || k == 0) {
+    SmallGemmArgs a;
+    a.out = out;
+    a.ldo = ldo;
+    a.o_hs = o_hs;
+    a.x = x;
+    a.ldx = ldx;
+    a.x_hs = x_hs;
+    a.w = w.raw();
+    a.w_dtype = bf16 ? DType::kBF16 : DType::kF32;
+    a.w_hs = w_hs;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.heads = heads;
+    a.accumulate = accumulate;
+    try {
+      small_gemm(ctx.stream, a);
+    } catch (const StatusError& e) {
+      throw StatusError(Status(e.status().code(), std::string(op) + ": " + e.status().message()));
     }
-    check_launch(op);
     return;
   }
   // Column-major view: out^T[n, m] = op_T(w^T[k, n]) · x^T[k, m].

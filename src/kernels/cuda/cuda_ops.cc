@@ -6,10 +6,13 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/staging_ring.h"
 
 namespace tf {
 namespace cuda {
@@ -18,6 +21,19 @@ Tensor CudaContext::scratch(int64_t bytes) {
   auto storage = alloc->allocate(static_cast<size_t>(bytes));
   if (!storage) throw StatusError(storage.status());
   return Tensor::on_storage(*storage, 0, {bytes}, DType::kU8);
+}
+
+Tensor CudaContext::upload(const void* host, int64_t bytes) {
+  Tensor t = scratch(bytes);
+  if (bytes == 0) return t;
+  auto slot = staging->reserve(static_cast<size_t>(bytes));
+  if (!slot) throw StatusError(slot.status());
+  std::memcpy(*slot, host, static_cast<size_t>(bytes));
+  Status s = cuda_status(cudaMemcpyAsync(t.raw(), *slot, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream),
+                         "upload");
+  if (s.is_ok()) s = staging->commit(stream);
+  if (!s.is_ok()) throw StatusError(s);
+  return t;
 }
 
 void check_dev(const CudaContext& ctx, const char* op, const Tensor& t, DType dtype, int64_t numel) {
@@ -72,10 +88,11 @@ bool as_rows(const Tensor& t, int64_t& rows, int64_t& width, int64_t& pitch) {
 
 class CudaOps final : public Ops {
  public:
-  static Expected<std::unique_ptr<Ops>> create(int device) {
+  static Expected<std::unique_ptr<Ops>> create(int device, int64_t exact_rows) {
     auto ops = std::unique_ptr<CudaOps>(new CudaOps());
     cuda::CudaContext& c = ops->ctx_;
     c.device = device;
+    c.exact_rows = exact_rows;
     TF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     // A blocking stream: it also orders against legacy default-stream copies
     // (device_memory.h's to_device/to_host).
@@ -86,6 +103,10 @@ class CudaOps final : public Ops {
     // Full fp32 math for f32 GEMMs (no TF32), so they stay close to the CPU reference.
     cublasSetMathMode(c.cublas, CUBLAS_DEFAULT_MATH);
     c.alloc = cuda::DeviceAllocator::create(device);
+    auto ring = cuda::StagingRing::create(kStagingBytes);
+    if (!ring) return ring.status().with_context("pinned staging memory on cuda:" + std::to_string(device));
+    ops->staging_ = std::move(*ring);
+    c.staging = ops->staging_.get();
     TF_CUDA_RETURN_IF_ERROR(cudaMalloc(&c.error_word, sizeof(unsigned)));
     TF_CUDA_RETURN_IF_ERROR(cudaMemset(c.error_word, 0, sizeof(unsigned)));
     return std::unique_ptr<Ops>(std::move(ops));
@@ -143,6 +164,10 @@ class CudaOps final : public Ops {
         return;
       }
       const size_t es = dst.element_size();
+      if (src.device().is_cpu() && static_cast<size_t>(rows * width) * es <= kStagedUploadMax) {
+        upload_staged(dst.raw(), dpitch * es, src, spitch * es, width * es, rows);
+        return;
+      }
       throw_if(cuda::cuda_status(cudaMemcpy2DAsync(dst.raw(), dpitch * es, src.raw(), spitch * es, width * es, rows,
                                                    cudaMemcpyDefault, ctx_.stream),
                                  "copy"));
@@ -196,6 +221,14 @@ class CudaOps final : public Ops {
                 float lb) override {
     cuda::kda_gate(ctx_, g, f, dt_bias, a_log, has_lb, lb);
   }
+  void causal_conv1d_silu_rows(Tensor& out, const Tensor& x, std::span<Tensor* const> states,
+                               const Tensor& weight) override {
+    cuda::causal_conv1d_silu_rows(ctx_, out, x, states, weight);
+  }
+  void kda_recurrent_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                          const Tensor& beta, std::span<Tensor* const> states) override {
+    cuda::kda_recurrent_rows(ctx_, out, q, k, v, g, beta, states);
+  }
   void kda_recurrent(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                      const Tensor& beta, Tensor& state) override {
     cuda::kda_recurrent(ctx_, out, q, k, v, g, beta, state);
@@ -216,6 +249,10 @@ class CudaOps final : public Ops {
                     int64_t first) override {
     cuda::latent_store(ctx_, cache, pages, scales, latent, first);
   }
+  void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size,
+                             bool tail) override {
+    cuda::indexer_token_indices(ctx_, indices, pools, first_position, pool_size, tail);
+  }
   void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape) override {
     cuda::indexer_pool_keys(ctx_, out, keys, gate, ape);
   }
@@ -227,9 +264,28 @@ class CudaOps final : public Ops {
                  int topk_group, int k, bool norm, float scaling) override {
     cuda::moe_route(ctx_, weights, ids, logits, bias, n_group, topk_group, k, norm, scaling);
   }
+  void moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
+                   const Tensor& down, float swiglu_limit) override {
+    cuda::moe_experts(ctx_, out, x, ids, weights, gate_up, down, swiglu_limit);
+  }
 
  private:
   CudaOps() = default;
+
+  // Small uploads (token ids, indices, page tables) are staged in pinned memory
+  // and not waited for (staging_ring.h); bigger ones (weights) are synchronous.
+  static constexpr size_t kStagingBytes = size_t{16} << 20;
+  static constexpr size_t kStagedUploadMax = size_t{1} << 20;
+  void upload_staged(void* dst, size_t dpitch, const Tensor& src, size_t spitch, size_t row_bytes, int64_t rows) {
+    auto slot = ctx_.staging->reserve(row_bytes * static_cast<size_t>(rows));
+    if (!slot) throw StatusError(slot.status());
+    const char* from = static_cast<const char*>(src.raw());
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(*slot + r * row_bytes, from + r * spitch, row_bytes);
+    throw_if(cuda::cuda_status(cudaMemcpy2DAsync(dst, dpitch, *slot, row_bytes, row_bytes, rows,
+                                                 cudaMemcpyHostToDevice, ctx_.stream),
+                               "copy to device"));
+    throw_if(ctx_.staging->commit(ctx_.stream));
+  }
 
   // Waits for the stream; turns a kernel fault or a flagged bad index into a StatusError.
   void sync_and_check(const char* what) {
@@ -241,15 +297,17 @@ class CudaOps final : public Ops {
     std::string msg = "an earlier CUDA op saw bad input (its output rows are zero):";
     if (word & cuda::kErrEmbeddingId) msg += " embedding: token id outside the vocabulary;";
     if (word & cuda::kErrGatherIndex) msg += " gather_rows/scatter_add_rows: row index out of range;";
+    if (word & cuda::kErrMoeExpertId) msg += " moe_experts: expert id out of range (its term is dropped);";
     throw StatusError(out_of_range(msg));
   }
 
   cuda::CudaContext ctx_;
+  std::unique_ptr<cuda::StagingRing> staging_;
 };
 
 }  // namespace
 
-Expected<std::unique_ptr<Ops>> make_cuda_ops(int device) {
+Expected<std::unique_ptr<Ops>> make_cuda_ops(int device, int64_t exact_rows) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -258,7 +316,15 @@ Expected<std::unique_ptr<Ops>> make_cuda_ops(int device) {
   if (device < 0 || device >= n)
     return unavailable("make_cuda_ops: no CUDA device " + std::to_string(device) + " (" + std::to_string(n) +
                        " found)");
-  return CudaOps::create(device);
+  if (exact_rows < 0 || exact_rows > cuda::kCublasMinRows)
+    return invalid_argument("make_cuda_ops: exact_rows " + std::to_string(exact_rows) + " outside 0..64");
+  return CudaOps::create(device, exact_rows);
+}
+
+Expected<int64_t> cuda_free_bytes(int device) {
+  if (device < 0 || device >= cuda::device_count())
+    return unavailable("no CUDA device " + std::to_string(device));
+  return cuda::free_bytes(device);
 }
 
 }  // namespace tf

@@ -12,6 +12,10 @@
 namespace tf {
 
 // The CUDA ops on GPU `device`; an error when there is no such GPU or its setup fails.
-Expected<std::unique_ptr<Ops>> make_cuda_ops(int device = 0);
+// exact_rows (0..64): calls with at most this many rows keep results independent of
+// the other rows (f32 activations); larger ones use BF16 tensor cores (cuda_context.h).
+Expected<std::unique_ptr<Ops>> make_cuda_ops(int device = 0, int64_t exact_rows = 64);
+// Free memory on GPU `device` (what the cache pool and the weights are planned from).
+Expected<int64_t> cuda_free_bytes(int device = 0);
 
 }  // namespace tf

@@ -15,6 +15,13 @@ int device_count() {
   return n;
 }
 
+Expected<int64_t> free_bytes(int device) {
+  TF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  size_t free = 0, total = 0;
+  TF_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
+}
+
 Expected<std::shared_ptr<Storage>> allocate_device(size_t bytes, int device) {
   TF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   void* p = nullptr;

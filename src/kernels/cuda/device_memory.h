@@ -12,6 +12,8 @@
 namespace tf::cuda {
 
 int device_count();  // 0 when no driver or no GPU
+// Free memory on GPU `device` now (cudaMemGetInfo), in bytes.
+Expected<int64_t> free_bytes(int device);
 Expected<std::shared_ptr<Storage>> allocate_device(size_t bytes, int device);
 // A contiguous copy of `host` on the device.
 Expected<Tensor> to_device(const Tensor& host, int device);

@@ -28,7 +28,31 @@ Tensor Glm5Model::kda_forward(int layer, int kda_index, const Tensor& x, const s
   ops_.sigmoid(beta, beta);
 
   Tensor core = ops_.empty({n, c});
-  for (const Span& sp : spans) {
+  for (size_t s = 0; s < spans.size();) {
+    // A run of decode rows (one token each, adjacent in the batch) goes through the
+    // *_rows ops: one launch for all its sequences, the same result as one by one.
+    size_t e = s;
+    while (e < spans.size() && spans[e].rows == 1 && spans[e].row0 == spans[s].row0 + static_cast<int64_t>(e - s)) ++e;
+    if (e - s >= 2) {
+      const int64_t r0 = spans[s].row0, r1 = r0 + static_cast<int64_t>(e - s), b = r1 - r0;
+      std::vector<Tensor*> sq, sk, sv, sr;
+      for (size_t i = s; i < e; ++i) {
+        Glm5Sequence::KdaState& st = spans[i].seq->kda_[kda_index];
+        sq.push_back(&st.conv_q);
+        sk.push_back(&st.conv_k);
+        sv.push_back(&st.conv_v);
+        sr.push_back(&st.recurrent);
+      }
+      Tensor cq = ops_.empty({b, c}), ck = ops_.empty({b, c}), cv = ops_.empty({b, c});
+      ops_.causal_conv1d_silu_rows(cq, q.slice(0, r0, r1), sq, w.q_conv);
+      ops_.causal_conv1d_silu_rows(ck, k.slice(0, r0, r1), sk, w.k_conv);
+      ops_.causal_conv1d_silu_rows(cv, v.slice(0, r0, r1), sv, w.v_conv);
+      Tensor out = core.slice(0, r0, r1);
+      ops_.kda_recurrent_rows(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), sr);
+      s = e;
+      continue;
+    }
+    const Span& sp = spans[s++];
     Glm5Sequence::KdaState& st = sp.seq->kda_[kda_index];
     const int64_t r0 = sp.row0, r1 = sp.row0 + sp.rows;
     Tensor cq = ops_.empty({sp.rows, c}), ck = ops_.empty({sp.rows, c}), cv = ops_.empty({sp.rows, c});
@@ -53,21 +77,29 @@ Tensor Glm5Model::kda_forward(int layer, int kda_index, const Tensor& x, const s
   return y;
 }
 
-Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const Tensor& x, const Tensor& q_resid, const Span& sp,
+Glm5Model::IndexerRows Glm5Model::indexer_project(const IndexerWeights& iw, const Tensor& x, const Tensor& q_resid) {
+  const int64_t n = x.size(0), hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
+  IndexerRows r;
+  r.q = ops_.empty({n, hi * di});
+  ops_.matmul(r.q, q_resid, iw.wq_b);
+  Tensor kraw = ops_.empty({n, di});
+  r.key = ops_.empty({n, di});
+  ops_.matmul(kraw, x, iw.wk);
+  ops_.layer_norm(r.key, kraw, iw.k_norm_w, iw.k_norm_b, 1e-6f);
+  r.gate = ops_.empty({n, di});
+  ops_.matmul(r.gate, x, iw.compress_gate);
+  r.wts = ops_.empty({n, hi});
+  ops_.matmul(r.wts, x, iw.weights_proj);
+  ops_.scale(r.wts, r.wts, 1.0f / std::sqrt(static_cast<float>(hi)));
+  return r;
+}
+
+Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const IndexerRows& rows, const Span& sp,
                                   Glm5Sequence::IndexerState& st) {
-  const int64_t t = sp.rows, hi = cfg_.index_n_heads, di = cfg_.index_head_dim, kp = cfg_.index_kpool;
-  const Tensor xs = x.slice(0, sp.row0, sp.row0 + t);
-  const Tensor qr = q_resid.slice(0, sp.row0, sp.row0 + t);
-  Tensor q = ops_.empty({t, hi * di});
-  ops_.matmul(q, qr, iw.wq_b);
-  Tensor kraw = ops_.empty({t, di}), key = ops_.empty({t, di});
-  ops_.matmul(kraw, xs, iw.wk);
-  ops_.layer_norm(key, kraw, iw.k_norm_w, iw.k_norm_b, 1e-6f);
-  Tensor gate = ops_.empty({t, di});
-  ops_.matmul(gate, xs, iw.compress_gate);
-  Tensor wts = ops_.empty({t, hi});
-  ops_.matmul(wts, xs, iw.weights_proj);
-  ops_.scale(wts, wts, 1.0f / std::sqrt(static_cast<float>(hi)));
+  const int64_t t = sp.rows, di = cfg_.index_head_dim, kp = cfg_.index_kpool;
+  const int64_t r0 = sp.row0, r1 = sp.row0 + t;
+  const Tensor q = rows.q.slice(0, r0, r1), key = rows.key.slice(0, r0, r1), gate = rows.gate.slice(0, r0, r1);
+  const Tensor wts = rows.wts.slice(0, r0, r1);
 
   // Append the span's keys; a pool's key is computed once, when its last token arrives.
   // The incomplete pool's raw rows wait in a device ring of kp rows; the span's
@@ -117,34 +149,24 @@ Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const Tensor& x, con
   const int64_t pools = st.pools;
   const bool tail = cfg_.index_kpool_always_select_tail && kp > 1;
   const int64_t width = cfg_.index_topk + (tail ? kp - 1 : 0);
-  // The token indices are assembled on the host and uploaded once.
-  std::vector<int32_t> host_idx(static_cast<size_t>(t * width), -1);
-  int32_t* ip = host_idx.data();
+  // Selected pools become token indices on the device (no round trip through the host).
   const int64_t ksel = std::min<int64_t>(cfg_.index_topk / kp, pools);
-  std::vector<int32_t> cand(t);
-  for (int64_t i = 0; i < t; ++i) cand[i] = static_cast<int32_t>((sp.pos0 + i + 1) / kp);
+  Tensor sel;
   if (ksel > 0) {
+    std::vector<int32_t> cand(t);
+    for (int64_t i = 0; i < t; ++i) cand[i] = static_cast<int32_t>((sp.pos0 + i + 1) / kp);
     Tensor scores = ops_.empty({t, pools});
     ops_.indexer_scores(scores, q, st.pool_keys.slice(0, 0, pools), wts, upload_i32(cand),
                         1.0f / std::sqrt(static_cast<float>(di)));
-    Tensor vals = ops_.empty({t, ksel}), sel_dev = ops_.empty({t, ksel}, DType::kI32);
-    ops_.topk(vals, sel_dev, scores, static_cast<int>(ksel), indexer_ties_);
-    // Explicit download: the selected pools are expanded to token indices here.
-    const Tensor sel = to_host(sel_dev);
-    for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = 0; j < ksel; ++j) {
-        const int32_t p = sel.data<int32_t>()[i * ksel + j];
-        if (p >= cand[i]) continue;  // a non-candidate picked to fill k: no tokens
-        for (int64_t o = 0; o < kp; ++o) ip[i * width + j * kp + o] = static_cast<int32_t>(p * kp + o);
-      }
+    Tensor vals = ops_.empty({t, ksel});
+    sel = ops_.empty({t, ksel}, DType::kI32);
+    ops_.topk(vals, sel, scores, static_cast<int>(ksel), indexer_ties_);
+  } else {
+    sel = ops_.empty({t, 0}, DType::kI32);
   }
-  if (tail) {
-    for (int64_t i = 0; i < t; ++i) {
-      const int64_t visible = sp.pos0 + i + 1, count = visible % kp, start = visible - count;
-      for (int64_t o = 0; o < count; ++o) ip[i * width + ksel * kp + o] = static_cast<int32_t>(start + o);
-    }
-  }
-  return ops_.to_device(Tensor::view_of(host_idx.data(), {t, width}, DType::kI32));
+  Tensor indices = ops_.empty({t, width}, DType::kI32);
+  ops_.indexer_token_indices(indices, sel, sp.pos0, static_cast<int>(kp), tail);
+  return indices;
 }
 
 Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tensor& x, const std::vector<Span>& spans,
@@ -167,6 +189,8 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
   const int layer = mtp ? 0 : mla_index;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dqk));
   Tensor ctx = ops_.empty({n, hl, r});
+  IndexerRows irows;
+  if (w.indexer) irows = indexer_project(*w.indexer, x, q_resid);
   for (size_t s = 0; s < spans.size(); ++s) {
     const Span& sp = spans[s];
     const Tensor& table = mtp ? sp.seq->mtp_pages_dev_ : sp.seq->pages_dev_;
@@ -176,7 +200,7 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
     Tensor indices;
     if (w.indexer) {
       Glm5Sequence::IndexerState& st = mtp ? sp.seq->mtp_indexer_ : sp.seq->indexer_[mla_index];
-      indices = indexer_forward(*w.indexer, x, q_resid, sp, st);
+      indices = indexer_forward(*w.indexer, irows, sp, st);
       shared_topk[s] = indices;
     } else {
       indices = shared_topk[s];

@@ -27,9 +27,13 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
                             " (expected f32, bf16 or f8_e4m3)");
   if (cache.page_size <= 0 || cache.num_pages <= 0)
     return invalid_argument("latent cache: page_size and num_pages must be positive");
+  if (cache.weight_dtype != DType::kF32 && ops_device(ops).is_cpu())
+    return invalid_argument(std::string("weight matrices in ") + dtype_name(cache.weight_dtype) +
+                            ": the CPU backend computes with f32 weights");
   std::unique_ptr<Glm5Model> m(new Glm5Model(cfg, ops, comm));
   m->indexer_ties_ = cache.indexer_ties;
-  TF_ASSIGN_OR_RETURN(m->weights_, load_glm5_weights(weights, cfg, ops, comm.rank(), comm.world_size()));
+  TF_ASSIGN_OR_RETURN(m->weights_,
+                      load_glm5_weights(weights, cfg, comm.rank(), comm.world_size(), cache.weight_dtype));
   // Weights go to the backend's device once (a no-op on the CPU backend).
   TF_RETURN_IF_ERROR(upload_glm5_weights(m->weights_, ops));
   m->device_ = ops_device(ops);
@@ -151,6 +155,25 @@ Tensor Glm5Model::moe_forward(const MoeWeights& w, const Tensor& x) {
   Tensor ids = ops_.empty({n, k}, DType::kI32);
   ops_.moe_route(wts, ids, logits, w.bias, cfg_.n_group, cfg_.topk_group, static_cast<int>(k), cfg_.norm_topk_prob,
                  static_cast<float>(cfg_.routed_scaling_factor));
+  Tensor out;
+  if (!w.experts_gate_up.is_null()) {
+    // Stacked experts: the backend groups the tokens per expert itself (on the device
+    // for CUDA), summing each token's expert outputs in ascending expert id.
+    out = ops_.empty({n, cfg_.hidden_size});
+    ops_.moe_experts(out, x, ids, wts, w.experts_gate_up, w.experts_down, static_cast<float>(cfg_.swiglu_limit));
+  } else {
+    out = routed_experts_by_host_grouping(w, x, ids, wts);
+  }
+  Tensor shared = mlp_forward(w.shared, x);
+  ops_.add(out, out, shared);
+  return out;
+}
+
+// Per-expert weights (EXL3 experts): the routing table goes to the host, which groups
+// the tokens per expert and runs each expert's MLP on its own rows.
+Tensor Glm5Model::routed_experts_by_host_grouping(const MoeWeights& w, const Tensor& x, const Tensor& ids,
+                                                  const Tensor& wts) {
+  const int64_t n = x.size(0), e = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
   // Tokens of each expert, in token order; experts visited in ascending id so that a
   // token's expert outputs are summed in the reference's order. The grouping is done
   // on the host (an explicit download of the [n, k] routing table; every expert's
@@ -187,8 +210,6 @@ Tensor Glm5Model::moe_forward(const MoeWeights& w, const Tensor& x) {
     Tensor ye = mlp_forward(w.experts[ex], xe);
     ops_.scatter_add_rows(out, ye, idx, scale);
   }
-  Tensor shared = mlp_forward(w.shared, x);
-  ops_.add(out, out, shared);
   return out;
 }
 

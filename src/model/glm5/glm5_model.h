@@ -48,6 +48,9 @@ struct Glm5Options {
   // differently from a one-shot one; kLowerIndex makes chunking irrelevant, so it
   // is the serving default and the transformers-parity tests ask for kTorchCpu.
   TopkTies indexer_ties = TopkTies::kLowerIndex;
+  // Projection matrices on the device: f32, or bf16 (CUDA backend: half the
+  // memory and bytes per step, exact for BF16 checkpoints; see load_glm5_weights).
+  DType weight_dtype = DType::kF32;
 };
 
 // Per-sequence state: the page table into the shared latent pool, KDA conv and
@@ -132,11 +135,18 @@ class Glm5Model {
   Tensor kda_forward(int layer, int kda_index, const Tensor& x, const std::vector<Span>& spans);
   Tensor mla_forward(const LayerWeights& lw, int mla_index, const Tensor& x, const std::vector<Span>& spans,
                      std::vector<Tensor>& shared_topk, bool mtp);
-  Tensor indexer_forward(const IndexerWeights& iw, const Tensor& x, const Tensor& q_resid, const Span& sp,
+  // The indexer's projections of all rows of a step (one matmul each, whatever the
+  // number of sequences); indexer_forward then works on one sequence's rows.
+  struct IndexerRows {
+    Tensor q, key, gate, wts;  // [N, Hi*Di], [N, Di] (normed), [N, Di], [N, Hi] (scaled)
+  };
+  IndexerRows indexer_project(const IndexerWeights& iw, const Tensor& x, const Tensor& q_resid);
+  Tensor indexer_forward(const IndexerWeights& iw, const IndexerRows& rows, const Span& sp,
                          Glm5Sequence::IndexerState& st);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
   Tensor mlp_forward(const MlpWeights& w, const Tensor& x);
   Tensor moe_forward(const MoeWeights& w, const Tensor& x);
+  Tensor routed_experts_by_host_grouping(const MoeWeights& w, const Tensor& x, const Tensor& ids, const Tensor& wts);
   void all_reduce(Tensor& t);
   Tensor logits_for(const Tensor& hidden_rows);
   // `t` on the ops device and packed: itself when it already is, else a copy there.

@@ -9,7 +9,8 @@ Device ops_device(Ops& ops) { return ops.empty({0}).device(); }
 
 Tensor to_ops_device(Ops& ops, Device device, const Tensor& t) {
   if (t.is_null() || (t.device() == device && t.is_contiguous())) return t;
-  if (t.device().is_cpu()) return ops.to_device(t.contiguous());
+  // (A packed host tensor goes up as it is: a stacked expert tensor is GBs, no host copy.)
+  if (t.device().is_cpu()) return ops.to_device(t.is_contiguous() ? t : t.contiguous());
   // On another device (or strided there): go through the host.
   return ops.to_device(ops.to_host(t));
 }
@@ -67,6 +68,8 @@ class Uploader {
     mlp(w.dense, p + "mlp.");
     put(w.moe.router, p + "mlp.gate");
     put(w.moe.bias, p + "mlp.gate.e_score_correction_bias");
+    put(w.moe.experts_gate_up, p + "mlp.experts.gate_up_proj");
+    put(w.moe.experts_down, p + "mlp.experts.down_proj");
     for (size_t e = 0; e < w.moe.experts.size(); ++e) mlp(w.moe.experts[e], p + "mlp.experts." + std::to_string(e) + ".");
     mlp(w.moe.shared, p + "mlp.shared_experts.");
   }

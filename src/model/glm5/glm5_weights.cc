@@ -3,6 +3,7 @@
 #include "model/glm5/glm5_weights.h"
 
 #include <string>
+#include <tuple>
 
 namespace tf {
 
@@ -28,12 +29,23 @@ Tensor concat_rows(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// A packed copy of f32 `t` in `dtype`.
+Tensor to_dtype(const Tensor& t, DType dtype) {
+  Tensor out = Tensor::empty(t.shape(), dtype);
+  convert_from_f32(t.contiguous().data<float>(), out.raw(), dtype, static_cast<size_t>(t.numel()));
+  return out;
+}
+
 class Loader {
  public:
-  Loader(const WeightSource& src, const Glm5TextConfig& cfg, int rank, int world)
-      : src_(src), cfg_(cfg), rank_(rank), world_(world) {}
+  Loader(const WeightSource& src, const Glm5TextConfig& cfg, int rank, int world, DType matrix_dtype)
+      : src_(src), cfg_(cfg), rank_(rank), world_(world), matrix_dtype_(matrix_dtype) {}
 
   Expected<Tensor> get(const std::string& name, const Shape& shape) { return src_.get_f32(name, shape); }
+  // A projection matrix (an operand of Ops::matmul / head_matmul / embedding) in the
+  // dtype asked for. BF16 checkpoints convert to BF16 exactly, so keeping them BF16
+  // halves memory and the bytes a decode step streams without changing a weight.
+  Tensor mat(Tensor t) const { return t.dtype() == matrix_dtype_ ? t : to_dtype(t, matrix_dtype_); }
   bool has(const std::string& name) const { return src_.has(name); }
 
   Expected<MlpWeights> mlp(const std::string& p, int64_t inter) {
@@ -43,8 +55,8 @@ class Loader {
     TF_ASSIGN_OR_RETURN(Tensor u, get(p + "up_proj.weight", {inter, h}));
     TF_ASSIGN_OR_RETURN(Tensor d, get(p + "down_proj.weight", {h, inter}));
     MlpWeights w;
-    w.gate_up = concat_rows(rows(g, s.begin, s.end), rows(u, s.begin, s.end));
-    w.down = cols(d, s.begin, s.end);
+    w.gate_up = mat(concat_rows(rows(g, s.begin, s.end), rows(u, s.begin, s.end)));
+    w.down = mat(cols(d, s.begin, s.end));
     return w;
   }
 
@@ -100,43 +112,49 @@ class Loader {
     TF_ASSIGN_OR_RETURN(Tensor q, get(p + "q_proj.weight", {c, h}));
     TF_ASSIGN_OR_RETURN(Tensor k, get(p + "k_proj.weight", {c, h}));
     TF_ASSIGN_OR_RETURN(Tensor v, get(p + "v_proj.weight", {c, h}));
-    w.q_proj = rows(q, c0, c1);
-    w.k_proj = rows(k, c0, c1);
-    w.v_proj = rows(v, c0, c1);
+    w.q_proj = mat(rows(q, c0, c1));
+    w.k_proj = mat(rows(k, c0, c1));
+    w.v_proj = mat(rows(v, c0, c1));
     TF_ASSIGN_OR_RETURN(Tensor qc, get(p + "q_conv1d.weight", {c, 1, kw}));
     TF_ASSIGN_OR_RETURN(Tensor kc, get(p + "k_conv1d.weight", {c, 1, kw}));
     TF_ASSIGN_OR_RETURN(Tensor vc, get(p + "v_conv1d.weight", {c, 1, kw}));
     w.q_conv = rows(qc.reshape({c, kw}), c0, c1);
     w.k_conv = rows(kc.reshape({c, kw}), c0, c1);
     w.v_conv = rows(vc.reshape({c, kw}), c0, c1);
-    TF_ASSIGN_OR_RETURN(w.f_a, get(p + "f_a_proj.weight", {dk, h}));
+    TF_ASSIGN_OR_RETURN(Tensor fa, get(p + "f_a_proj.weight", {dk, h}));
+    w.f_a = mat(fa);
     TF_ASSIGN_OR_RETURN(Tensor fb, get(p + "f_b_proj.weight", {c, dk}));
-    w.f_b = rows(fb, c0, c1);
+    w.f_b = mat(rows(fb, c0, c1));
     TF_ASSIGN_OR_RETURN(Tensor dt, get(p + "dt_bias", {c}));
     w.dt_bias = rows(dt, c0, c1);
     TF_ASSIGN_OR_RETURN(Tensor al, get(p + "A_log", {nh}));
     w.a_log = rows(al, hs.begin, hs.end);
     TF_ASSIGN_OR_RETURN(Tensor bp, get(p + "b_proj.weight", {nh, h}));
-    w.b_proj = rows(bp, hs.begin, hs.end);
-    TF_ASSIGN_OR_RETURN(w.g_a, get(p + "g_a_proj.weight", {dk, h}));
+    w.b_proj = mat(rows(bp, hs.begin, hs.end));
+    TF_ASSIGN_OR_RETURN(Tensor ga, get(p + "g_a_proj.weight", {dk, h}));
+    w.g_a = mat(ga);
     TF_ASSIGN_OR_RETURN(Tensor gb, get(p + "g_b_proj.weight", {c, dk}));
-    w.g_b = rows(gb, c0, c1);
+    w.g_b = mat(rows(gb, c0, c1));
     TF_ASSIGN_OR_RETURN(w.o_norm, get(p + "o_norm.weight", {dk}));
     TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, c}));
-    w.o_proj = cols(op, c0, c1);
+    w.o_proj = mat(cols(op, c0, c1));
     return w;
   }
 
   Expected<IndexerWeights> indexer(const std::string& p) {
     const int64_t h = cfg_.hidden_size, hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
     IndexerWeights w;
-    TF_ASSIGN_OR_RETURN(w.wq_b, get(p + "wq_b.weight", {hi * di, cfg_.q_lora_rank}));
-    TF_ASSIGN_OR_RETURN(w.wk, get(p + "wk.weight", {di, h}));
+    TF_ASSIGN_OR_RETURN(Tensor wq_b, get(p + "wq_b.weight", {hi * di, cfg_.q_lora_rank}));
+    w.wq_b = mat(wq_b);
+    TF_ASSIGN_OR_RETURN(Tensor wk, get(p + "wk.weight", {di, h}));
+    w.wk = mat(wk);
     TF_ASSIGN_OR_RETURN(w.k_norm_w, get(p + "k_norm.weight", {di}));
     TF_ASSIGN_OR_RETURN(w.k_norm_b, get(p + "k_norm.bias", {di}));
-    TF_ASSIGN_OR_RETURN(w.weights_proj, get(p + "weights_proj.weight", {hi, h}));
+    TF_ASSIGN_OR_RETURN(Tensor wp, get(p + "weights_proj.weight", {hi, h}));
+    w.weights_proj = mat(wp);
     TF_ASSIGN_OR_RETURN(w.ape, get(p + "index_kpool_compress_ape", {cfg_.index_kpool, di}));
-    TF_ASSIGN_OR_RETURN(w.compress_gate, get(p + "index_kpool_compress_gate", {di, h}));
+    TF_ASSIGN_OR_RETURN(Tensor cg, get(p + "index_kpool_compress_gate", {di, h}));
+    w.compress_gate = mat(cg);
     return w;
   }
 
@@ -148,11 +166,13 @@ class Loader {
     const ShardRange hs = shard_range(nh, rank_, world_);
     MlaWeights w;
     w.heads = hs.size();
-    TF_ASSIGN_OR_RETURN(w.q_a, get(p + "q_a_proj.weight", {ql, h}));
+    TF_ASSIGN_OR_RETURN(Tensor qa, get(p + "q_a_proj.weight", {ql, h}));
+    w.q_a = mat(qa);
     TF_ASSIGN_OR_RETURN(w.q_a_norm, get(p + "q_a_layernorm.weight", {ql}));
     TF_ASSIGN_OR_RETURN(Tensor qb, get(p + "q_b_proj.weight", {nh * dqk, ql}));
-    w.q_b = rows(qb, hs.begin * dqk, hs.end * dqk);
-    TF_ASSIGN_OR_RETURN(w.kv_a, get(p + "kv_a_proj_with_mqa.weight", {r + rope, h}));
+    w.q_b = mat(rows(qb, hs.begin * dqk, hs.end * dqk));
+    TF_ASSIGN_OR_RETURN(Tensor kva, get(p + "kv_a_proj_with_mqa.weight", {r + rope, h}));
+    w.kv_a = mat(kva);
     TF_ASSIGN_OR_RETURN(w.kv_a_norm, get(p + "kv_a_layernorm.weight", {r}));
     TF_ASSIGN_OR_RETURN(Tensor kvb, get(p + "kv_b_proj.weight", {nh * (dn + dv), r}));
     w.w_uk_t = Tensor::empty({w.heads, r, dn}, DType::kF32);
@@ -163,8 +183,10 @@ class Loader {
         for (int64_t x = 0; x < r; ++x) w.w_uk_t.data<float>()[(hh * r + x) * dn + d] = base[d * r + x];
       std::copy_n(base + dn * r, dv * r, w.w_uv.data<float>() + hh * dv * r);
     }
+    w.w_uk_t = mat(w.w_uk_t);
+    w.w_uv = mat(w.w_uv);
     TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, nh * dv}));
-    w.o_proj = cols(op, hs.begin * dv, hs.end * dv);
+    w.o_proj = mat(cols(op, hs.begin * dv, hs.end * dv));
     if (with_indexer) {
       TF_ASSIGN_OR_RETURN(IndexerWeights iw, indexer(p + "indexer."));
       w.indexer = std::move(iw);
@@ -177,13 +199,52 @@ class Loader {
     MoeWeights w;
     TF_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight", {e, h}));
     TF_ASSIGN_OR_RETURN(w.bias, get(p + "gate.e_score_correction_bias", {e}));
-    for (int64_t i = 0; i < e; ++i) {
-      TF_ASSIGN_OR_RETURN(MlpWeights ex, expert(p + "experts." + std::to_string(i) + "."));
-      w.experts.push_back(std::move(ex));
-    }
+    TF_RETURN_IF_ERROR(experts(p + "experts.", e, w));
     TF_ASSIGN_OR_RETURN(w.shared,
                         mlp(p + "shared_experts.", int64_t{cfg_.moe_intermediate_size} * cfg_.n_shared_experts));
     return w;
+  }
+
+  // The routed experts, stacked into w.experts_gate_up [E, 2I_l, H] / w.experts_down
+  // [E, H, I_l] as they load (so a layer's experts are never held twice). When an
+  // EXL3 expert shows up they go to w.experts one by one instead (the experts stacked
+  // so far become views of the stack).
+  Status experts(const std::string& p, int64_t e, MoeWeights& w) {
+    Tensor gu, dn;
+    bool stacked = true;
+    for (int64_t i = 0; i < e; ++i) {
+      const std::string name = p + std::to_string(i) + ".";
+      TF_ASSIGN_OR_RETURN(MlpWeights ex, expert(name));
+      if (stacked && !ex.exl3) {
+        if (i == 0) {
+          gu = Tensor::empty({e, ex.gate_up.size(0), ex.gate_up.size(1)}, ex.gate_up.dtype());
+          dn = Tensor::empty({e, ex.down.size(0), ex.down.size(1)}, ex.down.dtype());
+        }
+        for (auto [dst, src, what] : {std::tuple{&gu, &ex.gate_up, "gate_up"}, {&dn, &ex.down, "down_proj"}}) {
+          Tensor slot = dst->select(0, i);
+          if (slot.shape() != src->shape() || slot.dtype() != src->dtype())
+            return invalid_argument(name + what + ": " + src->describe() + " differs from the layer's first expert (" +
+                                    slot.describe() + ")");
+          slot.copy_from(*src);
+        }
+        continue;
+      }
+      if (stacked) {
+        for (int64_t j = 0; j < i; ++j) {
+          MlpWeights v;
+          v.gate_up = gu.select(0, j);
+          v.down = dn.select(0, j);
+          w.experts.push_back(std::move(v));
+        }
+        stacked = false;
+      }
+      w.experts.push_back(std::move(ex));
+    }
+    if (stacked) {
+      w.experts_gate_up = std::move(gu);
+      w.experts_down = std::move(dn);
+    }
+    return Status::ok();
   }
 
   // One decoder layer (or the MTP block when `mtp`: MLA with indexer + MoE, no mHC).
@@ -217,17 +278,20 @@ class Loader {
   const WeightSource& src_;
   const Glm5TextConfig& cfg_;
   int rank_, world_;
+  DType matrix_dtype_;
 };
 
 }  // namespace
 
-Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, Ops& /*ops*/,
-                                        int rank, int world) {
+Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
+                                        DType matrix_dtype) {
+  if (matrix_dtype != DType::kF32 && matrix_dtype != DType::kBF16)
+    return invalid_argument(std::string("weight matrices in ") + dtype_name(matrix_dtype) + " (expected f32 or bf16)");
   if (world < 1 || rank < 0 || rank >= world)
     return invalid_argument("load_glm5_weights: rank " + std::to_string(rank) + " of " + std::to_string(world));
   if (cfg.linear_num_heads < world || cfg.num_attention_heads < world)
     return invalid_argument("tensor parallelism: more ranks than attention heads");
-  Loader ld(source, cfg, rank, world);
+  Loader ld(source, cfg, rank, world, matrix_dtype);
   const int64_t h = cfg.hidden_size, v = cfg.vocab_size;
   Glm5Weights w;
   TF_ASSIGN_OR_RETURN(w.embed, ld.get("model.language_model.embed_tokens.weight", {v, h}));
@@ -235,10 +299,11 @@ Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5Te
   w.vocab = shard_range(v, rank, world);
   if (ld.has("lm_head.weight") || !cfg.tie_word_embeddings) {
     TF_ASSIGN_OR_RETURN(Tensor head, ld.get("lm_head.weight", {v, h}));
-    w.lm_head = rows(head, w.vocab.begin, w.vocab.end);
+    w.lm_head = ld.mat(rows(head, w.vocab.begin, w.vocab.end));
   } else {
-    w.lm_head = rows(w.embed, w.vocab.begin, w.vocab.end);
+    w.lm_head = ld.mat(rows(w.embed, w.vocab.begin, w.vocab.end));
   }
+  w.embed = ld.mat(w.embed);
   for (int i = 0; i < cfg.num_hidden_layers; ++i) {
     TF_ASSIGN_OR_RETURN(LayerWeights lw, ld.layer(i, false));
     w.layers.push_back(std::move(lw));
@@ -250,7 +315,8 @@ Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5Te
     TF_ASSIGN_OR_RETURN(m.enorm, ld.get(p + "enorm.weight", {h}));
     TF_ASSIGN_OR_RETURN(m.hnorm, ld.get(p + "hnorm.weight", {h}));
     TF_ASSIGN_OR_RETURN(m.shared_head_norm, ld.get(p + "shared_head.norm.weight", {h}));
-    TF_ASSIGN_OR_RETURN(m.eh_proj, ld.get(p + "eh_proj.weight", {h, 2 * h}));
+    TF_ASSIGN_OR_RETURN(Tensor eh, ld.get(p + "eh_proj.weight", {h, 2 * h}));
+    m.eh_proj = ld.mat(eh);
     TF_ASSIGN_OR_RETURN(m.block, ld.layer(i, true));
     w.mtp = std::move(m);
   }

@@ -1,4 +1,4 @@
-// GLM-5.3-Flash weights as the model uses them: f32 on the backend's device,
+// GLM-5.3-Flash weights as the model uses them: on the backend's device (f32, projection matrices f32 or bf16),
 // already cut to this rank's tensor-parallel shard.
 //
 // Sharding (rank r of N; uneven splits give the first ranks one more unit):
@@ -50,6 +50,11 @@ struct MlpWeights {
 struct MoeWeights {
   Tensor router;  // [E, H]
   Tensor bias;    // [E]
+  // Routed experts stacked for Ops::moe_experts: [E, 2*I_local, H] (each expert's
+  // gate rows, then its up rows) and [E, H, I_local]. Null when the checkpoint stores
+  // experts EXL3: `experts` then holds one MlpWeights per expert instead (empty otherwise).
+  Tensor experts_gate_up;
+  Tensor experts_down;
   std::vector<MlpWeights> experts;
   MlpWeights shared;
 };
@@ -112,8 +117,11 @@ struct Glm5Weights {
   std::optional<MtpWeights> mtp;
 };
 
-// Loads this rank's shard of every tensor through `source`; errors name the tensor.
-Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, Ops& ops, int rank,
-                                        int world);
+// Loads this rank's shard of every tensor through `source` as host tensors; errors
+// name the tensor. Projection matrices (everything Ops::matmul, head_matmul and
+// embedding take as the weight, lm_head and the embedding included) come in
+// `matrix_dtype` (f32 or bf16); norms, biases, convolutions, the router and mHC stay f32.
+Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
+                                        DType matrix_dtype = DType::kF32);
 
 }  // namespace tf
