@@ -12,17 +12,10 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "test_tensors.h"
 
 namespace tf {
 namespace {
-
-Tensor randn(const Shape& shape, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, stddev);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = nd(rng);
-  return Tensor::from_floats(shape, v);
-}
 
 // Per row, k distinct experts of [0, e) in ascending order (as moe_route gives them);
 // `all_take` (when >= 0) is in every row.

@@ -29,19 +29,12 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/device_memory.h"
+#include "test_tensors.h"
 
 namespace tf {
 namespace {
 
 const int64_t kRows[] = {1, 3, 17, 64, 129};
-
-Tensor randn(const Shape& shape, uint32_t seed, float stddev = 1.0f, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(mean, stddev);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = nd(rng);
-  return Tensor::from_floats(shape, v);
-}
 
 Tensor ints(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);

@@ -15,21 +15,10 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
+#include "test_tensors.h"
 
 namespace tf {
 namespace {
-
-Tensor randn(const Shape& shape, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, stddev);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = nd(rng);
-  return Tensor::from_floats(shape, v);
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
 
 class CudaRowsOps : public ::testing::Test {
  protected:

@@ -24,17 +24,10 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/small_gemm.h"
+#include "test_tensors.h"
 
 namespace tf {
 namespace {
-
-Tensor random_normal(const Shape& shape, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, stddev);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = nd(rng);
-  return Tensor::from_floats(shape, v);
-}
 
 // Largest |ref - got| over the largest |ref| (floor 1).
 double max_rel_err(const Tensor& ref, const Tensor& got) {
@@ -93,15 +86,15 @@ const DType kWeightTypes[] = {DType::kBF16, DType::kF32};
 // K % 8 == 4) or the element-wise one (131), odd N; accumulate on every third M.
 TEST_F(SmallGemm, EveryRowCountMatchesTheCpu) {
   for (auto [n, k] : {std::pair<int64_t, int64_t>{67, 131}, {37, 264}, {45, 300}, {1, 3}}) {
-    const Tensor w = random_normal({n, k}, 101, 0.1f);
+    const Tensor w = randn({n, k}, 101, 0.1f);
     for (DType dt : kWeightTypes) {
       Tensor dw, rw;
       weights(w, dt, dw, rw);
       double worst = 0;
       for (int64_t m = 1; m <= cuda::kSmallGemmMaxRows; ++m) {
         const bool acc = m % 3 == 0;
-        const Tensor x = random_normal({m, k}, 200 + static_cast<uint32_t>(m));
-        const Tensor init = random_normal({m, n}, 300 + static_cast<uint32_t>(m));
+        const Tensor x = randn({m, k}, 200 + static_cast<uint32_t>(m));
+        const Tensor init = randn({m, n}, 300 + static_cast<uint32_t>(m));
         Tensor ref = init.contiguous();
         cpu_->matmul(ref, x, rw, acc);
         Tensor out = up(init);
@@ -120,9 +113,9 @@ TEST_F(SmallGemm, EveryRowCountMatchesTheCpu) {
 // (at a varying position) has the same bits; also with accumulate.
 TEST_F(SmallGemm, RowBitsDoNotDependOnTheBatch) {
   for (auto [n, k] : {std::pair<int64_t, int64_t>{97, 304}, {67, 131}}) {
-    const Tensor w = random_normal({n, k}, 111, 0.1f);
-    const Tensor row = random_normal({1, k}, 112);
-    const Tensor row_init = random_normal({1, n}, 113);
+    const Tensor w = randn({n, k}, 111, 0.1f);
+    const Tensor row = randn({1, k}, 112);
+    const Tensor row_init = randn({1, n}, 113);
     for (DType dt : kWeightTypes) {
       Tensor dw, rw;
       weights(w, dt, dw, rw);
@@ -134,9 +127,9 @@ TEST_F(SmallGemm, RowBitsDoNotDependOnTheBatch) {
         int64_t bad = 0;
         for (int64_t m = 2; m <= cuda::kSmallGemmMaxRows; ++m) {
           const int64_t at = static_cast<int64_t>(rng() % static_cast<uint32_t>(m));
-          Tensor x = random_normal({m, k}, 500 + static_cast<uint32_t>(m));
+          Tensor x = randn({m, k}, 500 + static_cast<uint32_t>(m));
           std::copy(row.data<float>(), row.data<float>() + k, x.data<float>() + at * k);
-          Tensor init = random_normal({m, n}, 600 + static_cast<uint32_t>(m));
+          Tensor init = randn({m, n}, 600 + static_cast<uint32_t>(m));
           std::copy(row_init.data<float>(), row_init.data<float>() + n, init.data<float>() + at * n);
           Tensor out = up(init);
           gpu_->matmul(out, up(x), dw, acc);
@@ -158,12 +151,12 @@ TEST_F(SmallGemm, RowBitsDoNotDependOnTheBatch) {
 TEST_F(SmallGemm, EveryPlanGivesTheSameBits) {
   const int64_t n = 203;
   for (int64_t k : {264, 131}) {
-    const Tensor w = random_normal({n, k}, 121, 0.1f);
+    const Tensor w = randn({n, k}, 121, 0.1f);
     for (DType dt : kWeightTypes) {
       Tensor dw, rw;
       weights(w, dt, dw, rw);
       for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 40, 63, 64}) {
-        const Tensor x = random_normal({m, k}, 122 + static_cast<uint32_t>(m));
+        const Tensor x = randn({m, k}, 122 + static_cast<uint32_t>(m));
         const Tensor dx = up(x);
         Tensor ref = Tensor::empty({m, n}, DType::kF32);
         cpu_->matmul(ref, x, rw, false);
@@ -198,13 +191,13 @@ TEST_F(SmallGemm, EveryPlanGivesTheSameBits) {
 // every plan, and M past 64 (small_gemm runs the rows in slices of 64).
 TEST_F(SmallGemm, HeadsAccumulateAndLongCallsEveryPlan) {
   const int64_t h = 3, n = 21, k = 68;
-  const Tensor w = random_normal({h, n, k}, 161, 0.2f);
+  const Tensor w = randn({h, n, k}, 161, 0.2f);
   for (DType dt : kWeightTypes) {
     Tensor dw, rw;
     weights(w, dt, dw, rw);
     for (int64_t m : {1, 2, 6, 11, 64, 100}) {
-      const Tensor x = random_normal({m, h, k}, 162 + static_cast<uint32_t>(m));
-      const Tensor init = random_normal({m, h, n}, 163);
+      const Tensor x = randn({m, h, k}, 162 + static_cast<uint32_t>(m));
+      const Tensor init = randn({m, h, n}, 163);
       Tensor prod = Tensor::empty({m, h, n}, DType::kF32);
       cpu_->head_matmul(prod, x, rw);
       std::vector<float> ref = init.to_vector();  // init + x·w^T, as accumulate computes it
@@ -248,12 +241,12 @@ TEST_F(SmallGemm, HeadsAccumulateAndLongCallsEveryPlan) {
 // element-wise path) give the bits of packed, aligned x (the vector path).
 TEST_F(SmallGemm, StridedAndUnalignedXGiveTheSameBits) {
   const int64_t n = 75, k = 264;
-  const Tensor w = random_normal({n, k}, 131, 0.1f);
+  const Tensor w = randn({n, k}, 131, 0.1f);
   for (DType dt : kWeightTypes) {
     Tensor dw, rw;
     weights(w, dt, dw, rw);
     for (int64_t m : {1, 2, 4, 6, 8, 13, 29, 64}) {
-      const Tensor x = random_normal({m, k}, 132 + static_cast<uint32_t>(m));
+      const Tensor x = randn({m, k}, 132 + static_cast<uint32_t>(m));
       Tensor packed = gpu_->empty({m, n});
       gpu_->matmul(packed, up(x), dw);
       const Tensor h_packed = down(packed);
@@ -297,12 +290,12 @@ TEST_F(SmallGemm, StridedAndUnalignedXGiveTheSameBits) {
 TEST_F(SmallGemm, HeadMatmulEveryBucket) {
   const int64_t h = 4, n = 19;
   for (int64_t k : {64, 65}) {
-    const Tensor w = random_normal({h, n, k}, 141, 0.2f);
+    const Tensor w = randn({h, n, k}, 141, 0.2f);
     for (DType dt : kWeightTypes) {
       Tensor dw, rw;
       weights(w, dt, dw, rw);
       for (int64_t t : {1, 2, 3, 4, 5, 8, 9, 16, 24, 33, 64}) {
-        const Tensor x = random_normal({t, h, k}, 142 + static_cast<uint32_t>(t));
+        const Tensor x = randn({t, h, k}, 142 + static_cast<uint32_t>(t));
         Tensor ref = Tensor::empty({t, h, n}, DType::kF32);
         cpu_->head_matmul(ref, x, rw);
         Tensor out = gpu_->empty({t, h, n});
@@ -325,12 +318,12 @@ TEST_F(SmallGemm, HeadMatmulEveryBucket) {
 // default plan uses several columns per warp.
 TEST_F(SmallGemm, ModelSizedShapes) {
   const int64_t n = 2053, k = 4096;
-  const Tensor w = random_normal({n, k}, 151, 0.02f);
+  const Tensor w = randn({n, k}, 151, 0.02f);
   for (DType dt : kWeightTypes) {
     Tensor dw, rw;
     weights(w, dt, dw, rw);
     for (int64_t m : {1, 3, 8, 27, 64}) {
-      const Tensor x = random_normal({m, k}, 152 + static_cast<uint32_t>(m));
+      const Tensor x = randn({m, k}, 152 + static_cast<uint32_t>(m));
       Tensor ref = Tensor::empty({m, n}, DType::kF32);
       cpu_->matmul(ref, x, rw, false);
       Tensor out = gpu_->empty({m, n});
