@@ -7,6 +7,9 @@
 //       --prompt-tokens 512 --output-tokens 128 [--model NAME] [--chat] [--json FILE]
 //   tensorfold bench --offline --device cuda --model-dir DIR --scenario gpu
 //       --output-tokens 64 (--probe | --hbm-gbps 4800 --tc-tflops 790) --json FILE
+//   tensorfold bench --offline --device cuda --tp 2 ...   (ranks 1.. are copies of
+//       this process, as with `serve --tp`, apps/serve_tp.h; each scenario then also
+//       reports the all-reduce time per model step)
 //
 // Roofline: with --hbm-gbps/--tc-tflops (or --probe on a CUDA build) and the
 // model's config.json (the offline engine's, or --model-dir in HTTP mode), each
@@ -20,6 +23,7 @@
 #include "apps/bench_command.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,11 +31,13 @@
 
 #include "apps/bench_roofline_config.h"
 #include "apps/commands.h"
+#include "apps/serve_tp.h"
 #include "bench/bench_report.h"
 #include "bench/bench_scenario.h"
 #include "bench/http_load_generator.h"
 #include "bench/offline_runner.h"
 #include "core/version.h"
+#include "engine/demo_checkpoint.h"
 #include "model/config.h"
 #if TF_HAVE_CUDA
 #include "kernels/cuda/device_probe.h"
@@ -67,6 +73,8 @@ struct Options {
   double kv_pool_gib = 0.0;
   double memory_reserve_gib = 4.0;
   int prefill_chunk = 0;   // 0: the engine's default
+  int tp = 1;              // --tp: tensor-parallel ranks (--offline)
+  TpServeOptions tp_process;  // --rank, --rendezvous (set on the ranks rank 0 starts), --tp-timeout
   // The roofline's hardware.
   double hbm_gbps = 0.0;
   double tc_tflops = 0.0;
@@ -178,6 +186,23 @@ Expected<bench::BenchRun> run_one(engine::EngineApi* engine, const bench::BenchS
   return bench::run_http_bench(spec);
 }
 
+// What the model's steps and all-reduces cost between two health snapshots (one
+// scenario, warmup included); printed and returned for the JSON report.
+Json tp_step_figures(const engine::EngineHealth& a, const engine::EngineHealth& b, double wall_s) {
+  const int64_t steps = b.model_steps - a.model_steps;
+  const int64_t calls = b.tp_all_reduce_calls - a.tp_all_reduce_calls;
+  const double seconds = b.tp_all_reduce_seconds - a.tp_all_reduce_seconds;
+  Json j = {{"world", b.tp_world}, {"model_steps", steps}, {"all_reduce_calls", calls},
+            {"all_reduce_s", seconds}};
+  if (steps > 0) j["all_reduce_ms_per_step"] = 1e3 * seconds / static_cast<double>(steps);
+  if (b.tp_world > 1) {
+    std::cout << "tp " << b.tp_world << ": " << steps << " model steps, " << calls << " all-reduces, all-reduce "
+              << (steps > 0 ? 1e3 * seconds / static_cast<double>(steps) : 0.0) << " ms per step ("
+              << (wall_s > 0 ? 100.0 * seconds / wall_s : 0.0) << "% of the measured wall time)\n";
+  }
+  return j;
+}
+
 // Scenarios in order; one report each in `file` ({"tool", "hardware", "engine", "runs": [...]}).
 int run_scenarios(const Options& o, const bench::BenchSpec& base, const std::vector<bench::BenchScenario>& scenarios,
                   engine::EngineApi* engine, const std::optional<Roofline>& roofline, Json file) {
@@ -187,8 +212,11 @@ int run_scenarios(const Options& o, const bench::BenchSpec& base, const std::vec
     const bench::BenchSpec spec = bench::scenario_spec(base, sc);
     std::cout << "\n== scenario " << sc.name << " ==\n" << std::flush;
     const Json bound = roofline ? bench::scenario_roofline(roofline->model, roofline->dtypes, roofline->hw, sc) : Json();
+    // (a plain value, not std::optional: gcc 12 warns maybe-uninitialized through it)
+    const engine::EngineHealth before = engine ? engine->health() : engine::EngineHealth{};
     Expected<bench::BenchRun> run = run_one(engine, spec);
     Json entry = {{"scenario", sc.name}};
+    if (engine) entry["tp"] = tp_step_figures(before, engine->health(), run ? run->wall_s : 0.0);
     if (!run) {
       std::cerr << "error: scenario " << sc.name << ": " << run.status().to_string() << "\n";
       std::cout << "scenario " << sc.name << " FAILED: " << run.status().to_string() << "\n";
@@ -213,7 +241,35 @@ int run_scenarios(const Options& o, const bench::BenchSpec& base, const std::vec
   return rc;
 }
 
+// The engine options of --offline (ranks > 0 of --tp need the same ones).
+engine::EngineOptions offline_engine_options(const Options& o) {
+  engine::EngineOptions eo;
+  eo.model_dir = o.model_dir;
+  eo.device = o.device;
+  eo.kv = o.kv;
+  eo.dense = o.dense;
+  eo.kv_pool_gib = o.kv_pool_gib;
+  eo.memory_reserve_gib = o.memory_reserve_gib;
+  eo.max_waiting = 4096;
+  if (o.prefill_chunk > 0) eo.prefill_chunk = o.prefill_chunk;
+  return eo;
+}
+
 void run_command(const Options& o) {
+  if (o.tp < 1) fail(invalid_argument("bench: --tp must be >= 1, got " + std::to_string(o.tp)));
+  if (o.tp > 1 && !o.offline) fail(invalid_argument("bench: --tp applies to --offline runs (serve with --tp instead)"));
+  if (o.tp > 1 && o.tp_process.rank > 0) {
+    // A rank that rank 0 started: it follows rank 0's engine, it measures nothing.
+    engine::EngineOptions eo = offline_engine_options(o);
+    if (eo.model_dir.empty()) {
+      const char* dir = std::getenv("MODEL_DIR");  // rank 0 passes the resolved folder
+      if (dir != nullptr) eo.model_dir = dir;
+    }
+    TpServeOptions tp = o.tp_process;
+    tp.world = o.tp;
+    if (int code = run_tp_follower(eo, tp); code != 0) throw CLI::RuntimeError(code);
+    return;
+  }
   bench::BenchSpec spec = o.spec;
   spec.requests = o.requests > 0 ? o.requests : 4 * std::max(spec.concurrency, 1);
   spec.ignore_eos = !o.no_ignore_eos;
@@ -232,27 +288,34 @@ void run_command(const Options& o) {
   const std::optional<bench::RooflineHardware> hw = hardware(o, &probe_json);
 
   // --offline: the engine, sized for the runs (PARALLEL = most streams, window = longest request).
+  std::unique_ptr<TpLeader> tp_leader;  // --tp N > 1: ranks 1..N-1 run as child processes
   std::unique_ptr<engine::EngineApi> engine;
   std::string model_root = o.model_dir;
   engine::EngineOptions eo;
   if (o.offline) {
     if (!engine_factory())
       fail(unimplemented("bench --offline: this build has no engine factory yet (use --url against `tensorfold serve`)"));
-    eo.model_dir = o.model_dir;
-    eo.device = o.device;
-    eo.kv = o.kv;
-    eo.dense = o.dense;
-    eo.kv_pool_gib = o.kv_pool_gib;
-    eo.memory_reserve_gib = o.memory_reserve_gib;
-    eo.max_waiting = 4096;
+    eo = offline_engine_options(o);
     const int most = scenarios.empty() ? spec.concurrency : bench::max_concurrency(scenarios);
     const int64_t window = scenarios.empty() ? spec.prompt_tokens + spec.output_tokens : bench::max_window(scenarios);
     eo.parallel = o.parallel > 0 ? o.parallel : std::max(most, scenarios.empty() ? 16 : 1);
     // Whole pages of 1024 tokens above the longest request (at least the old default, 32K).
     eo.context = o.context > 0 ? o.context : std::max<int64_t>(32768, (window + 1024) / 1024 * 1024);
-    if (o.prefill_chunk > 0) eo.prefill_chunk = o.prefill_chunk;
-    std::cerr << "bench: engine on " << eo.device << ", PARALLEL " << eo.parallel << ", window " << eo.context
-              << ", KV " << eo.kv << "\n";
+    if (o.tp > 1) {
+      // The followers load the same folder: resolve the demo before they start.
+      if (eo.model_dir.empty()) {
+        auto dir = ensure_demo_checkpoint(default_cache_root());
+        if (!dir) fail(dir.status());
+        eo.model_dir = dir->string();
+      }
+      TpServeOptions tp = o.tp_process;
+      tp.world = o.tp;
+      auto leader = TpLeader::start(eo, tp);
+      if (!leader) fail(leader.status());
+      tp_leader = std::move(*leader);
+    }
+    std::cerr << "bench: engine on " << eo.device << (o.tp > 1 ? " x " + std::to_string(o.tp) + " ranks" : "")
+              << ", PARALLEL " << eo.parallel << ", window " << eo.context << ", KV " << eo.kv << "\n";
     auto e = engine_factory()(eo);
     if (!e) fail(e.status());
     engine = std::move(*e);
@@ -279,13 +342,18 @@ void run_command(const Options& o) {
     }
     if (o.offline) {
       file["engine"] = {{"device", eo.device}, {"parallel", eo.parallel}, {"context", eo.context}, {"kv", eo.kv},
-                        {"dense", eo.dense}, {"prefill_chunk", eo.prefill_chunk}};
+                        {"dense", eo.dense}, {"prefill_chunk", eo.prefill_chunk_or_default()}, {"tp", o.tp}};
     }
     rc = run_scenarios(o, spec, scenarios, engine.get(), roofline, std::move(file));
   } else {
     Json bound = *given;
     if (roofline && bound.is_null()) bound = bench::run_roofline(roofline->model, roofline->dtypes, roofline->hw, spec);
     rc = report(spec, run_one(engine.get(), spec), o.json_path, bound);
+  }
+  if (tp_leader) {
+    tp_leader->begin_shutdown();
+    engine.reset();  // the engine thread sends the followers the stop command
+    if (int code = tp_leader->finish(); code != 0 && rc == 0) rc = code;
   }
   if (rc != 0) throw CLI::RuntimeError(rc);
 }
@@ -354,6 +422,16 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--prefill-chunk", opt->prefill_chunk, "--offline: prompt tokens per request and step (0: default)")
       ->check(CLI::Range(0, 1 << 20))
       ->group(engine_group);
+  cmd->add_option("--tp", opt->tp, "--offline: tensor-parallel ranks, one process (and with cuda one GPU) each")
+      ->check(CLI::Range(1, 64))
+      ->group(engine_group)
+      ->capture_default_str();
+  cmd->add_option("--tp-timeout", opt->tp_process.timeout_s, "--tp: seconds a rank may wait for the others")
+      ->check(CLI::Range(1, 86400))
+      ->group(engine_group);
+  // Internal: what rank 0 passes to the ranks it starts (apps/serve_tp.h).
+  cmd->add_option("--rank", opt->tp_process.rank)->group("");
+  cmd->add_option("--rendezvous", opt->tp_process.rendezvous)->group("");
   auto* roofline_group = "Roofline";
   cmd->add_option("--hbm-gbps", opt->hbm_gbps, "memory bandwidth in GB/s for the roofline (e.g. 4800 for an H200)")
       ->check(CLI::NonNegativeNumber)

@@ -147,7 +147,8 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   cmd->add_option("--dense", o->engine.dense,
-                  "projection matrices: bf16 (default: BF16 on the GPU, f32 on the CPU backend) or f32")
+                  "projection matrices: q4 (default) or fp8 (the large dense ones re-quantized at load), bf16 (BF16 on "
+                  "the GPU, f32 on the CPU backend) or f32")
       ->envname("DENSE")
       ->capture_default_str();
   cmd->add_option("--kv-pool-gib", o->engine.kv_pool_gib, "cap on the cache pool (0: no cap)")
@@ -163,10 +164,13 @@ void add_serve_command(CLI::App& app) {
       ->envname("MAX_QUEUED")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--prefill-chunk", o->engine.prefill_chunk, "prompt tokens per request and step")
+  cmd->add_option("--prefill-chunk", o->engine.prefill_chunk,
+                  "prompt tokens per request and step (0, the default: 256 on the CPU, 1024 on CUDA)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "tensor-parallel ranks: one process each on this host (CPU ranks over Gloo so far)")
+  cmd->add_option("--tp", o->tp,
+                  "tensor-parallel ranks: one process each on this host (CPU ranks over Gloo; with --device cuda "
+                  "one GPU each, the model's collectives over NCCL)")
       ->envname("TP")
       ->capture_default_str();
   cmd->add_option("--tp-timeout", o->tp_process.timeout_s,
@@ -176,7 +180,8 @@ void add_serve_command(CLI::App& app) {
   // Internal: what rank 0 passes to the ranks it starts (serve_tp.h).
   cmd->add_option("--rank", o->tp_process.rank)->group("");
   cmd->add_option("--rendezvous", o->tp_process.rendezvous)->group("");
-  cmd->add_option("--device", o->engine.device, "compute device: cpu, or cuda (GPU 0; needs the CUDA build)")
+  cmd->add_option("--device", o->engine.device,
+                  "compute device: cpu, or cuda (GPU 0; GPUs 0..N-1 with --tp N; needs the CUDA build)")
       ->envname("DEVICE")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

@@ -3,6 +3,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -10,6 +11,9 @@
 
 #include "core/logging.h"
 #include "engine/tp_follower.h"
+#if TF_HAVE_CUDA
+#include "comm/nccl_communicator.h"
+#endif
 
 namespace tf::apps {
 namespace {
@@ -45,7 +49,37 @@ CommOptions comm_options(const TpServeOptions& tp) {
   o.rendezvous = tp.rendezvous;
   o.timeout = kJoinTimeout;
   o.op_timeout = std::chrono::seconds(tp.timeout_s);
+  o.cuda_device = tp.rank;  // one GPU per rank (NCCL only)
   return o;
+}
+
+// Joins the world: the host channel (Gloo) always; with --device cuda also NCCL
+// for the model's collectives, from the same rendezvous. Sets engine.tp_comm,
+// engine.model_comm and engine.cuda_device.
+Status join_world(engine::EngineOptions& engine, const CommOptions& co) {
+  const bool cuda = engine.device == "cuda";
+  std::vector<CommBackend> backends{CommBackend::kGloo};
+  if (cuda) backends.push_back(CommBackend::kNccl);
+  TF_ASSIGN_OR_RETURN(auto comms, make_communicators(co, backends));
+  engine.tp_comm = std::shared_ptr<Communicator>(std::move(comms[0]));
+  if (cuda) {
+    engine.model_comm = std::shared_ptr<Communicator>(std::move(comms[1]));
+    engine.cuda_device = co.cuda_device;
+  }
+  return Status::ok();
+}
+
+// --device cuda: enough GPUs for one per rank, checked before anything starts.
+Status check_devices(const engine::EngineOptions& engine, int world) {
+  if (engine.device != "cuda") return Status::ok();
+#if TF_HAVE_CUDA
+  std::string why;
+  const int visible = visible_cuda_devices(&why);
+  return engine::check_rank_gpus(world, visible, std::getenv("CUDA_VISIBLE_DEVICES"), why);
+#else
+  return unimplemented("--tp " + std::to_string(world) +
+                       " --device cuda: this tensorfold was built without CUDA (configure with -DTF_CUDA=ON)");
+#endif
 }
 
 }  // namespace
@@ -63,12 +97,12 @@ int run_tp_follower(const engine::EngineOptions& engine, const TpServeOptions& t
     TF_LOG_ERROR("--rank {} needs --rendezvous HOST:PORT (rank 0 passes both)", tp.rank);
     return 1;
   }
-  auto comm = make_communicator(comm_options(tp));
-  if (!comm) {
-    TF_LOG_ERROR("joining rank 0 at {}: {}", tp.rendezvous, comm.status().to_string());
-    return comm.status().code() == StatusCode::kUnavailable ? 3 : 1;
+  engine::EngineOptions options = engine;
+  if (Status joined = join_world(options, comm_options(tp)); !joined.is_ok()) {
+    TF_LOG_ERROR("joining rank 0 at {}: {}", tp.rendezvous, joined.to_string());
+    return joined.code() == StatusCode::kUnavailable ? 3 : 1;
   }
-  Status s = engine::serve_follower(engine, **comm);
+  Status s = engine::serve_follower(options, *options.tp_comm);
   if (!s.is_ok()) {
     TF_LOG_ERROR("{}", s.to_string());
     return s.code() == StatusCode::kUnavailable ? 3 : 1;
@@ -79,12 +113,9 @@ int run_tp_follower(const engine::EngineOptions& engine, const TpServeOptions& t
 Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engine, const TpServeOptions& tp) {
   if (tp.world < 2)
     return invalid_argument("TpLeader: --tp " + std::to_string(tp.world) + " needs no followers");
-  if (engine.device != "cpu") {
-    return unimplemented("--tp " + std::to_string(tp.world) + " with --device " + engine.device +
-                         ": tensor-parallel serving runs on CPU ranks (Gloo) so far");
-  }
   if (tp.timeout_s < 1)
     return invalid_argument("--tp-timeout must be >= 1 s, got " + std::to_string(tp.timeout_s));
+  TF_RETURN_IF_ERROR(check_devices(engine, tp.world));
   init_logging(0);
   TF_ASSIGN_OR_RETURN(std::vector<std::string> args, own_arguments());
   std::unique_ptr<TpLeader> leader(new TpLeader());
@@ -105,6 +136,11 @@ Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engin
                                       "127.0.0.1:" + std::to_string(port)};
     };
     lo.env = {{"MODEL_DIR", engine.model_dir}};
+    // NVLink multicast can wedge shared GPUs: off unless the user decided otherwise
+    // (make_nccl_communicator sets it for this process the same way).
+    if (engine.device == "cuda" && std::getenv("NCCL_NVLS_ENABLE") == nullptr) {
+      lo.env.push_back({"NCCL_NVLS_ENABLE", "0"});
+    }
     lo.on_unexpected_exit = [raw](const engine::RankExit& e) {
       const std::string why = "rank " + std::to_string(e.rank) + " exited (" + e.describe() + ")";
       TF_LOG_ERROR("{}", why);
@@ -118,10 +154,19 @@ Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engin
     std::lock_guard<std::mutex> lock(raw->mu_);
     raw->launcher_ = std::move(*launcher);
   };
-  TF_LOG_INFO("tensor parallelism: starting {} CPU ranks (Gloo)", tp.world);
-  auto comm = make_communicator(co);
-  if (!comm) return comm.status().with_context("--tp " + std::to_string(tp.world) + ": joining the ranks");
-  engine.tp_comm = std::shared_ptr<Communicator>(std::move(*comm));
+  if (engine.device == "cuda") {
+    TF_LOG_INFO("tensor parallelism: starting {} CUDA ranks (GPUs 0..{}; steps over Gloo, the model over NCCL)",
+                tp.world, tp.world - 1);
+  } else {
+    TF_LOG_INFO("tensor parallelism: starting {} CPU ranks (Gloo)", tp.world);
+  }
+  if (Status joined = join_world(engine, co); !joined.is_ok()) {
+    return joined.with_context("--tp " + std::to_string(tp.world) + ": joining the ranks");
+  }
+  {
+    std::lock_guard<std::mutex> lock(raw->mu_);
+    raw->model_comm_ = engine.model_comm;
+  }
   engine.on_tp_failure = [raw](const Status& s) { raw->fail(s.to_string()); };
   TF_LOG_INFO("tensor parallelism: {} ranks joined", tp.world);
   return leader;
@@ -138,6 +183,7 @@ void TpLeader::fail(const std::string& why) {
     stop = stop_;
   }
   TF_LOG_ERROR("tensor-parallel world broken ({}): stopping the server", why);
+  abort_model_comm(why);
   if (!stop) {
     // Still starting (loading): there is no server to stop. The followers get
     // SIGTERM from PR_SET_PDEATHSIG when this process is gone.
@@ -156,6 +202,21 @@ void TpLeader::fail(const std::string& why) {
     std::_Exit(1);
   }).detach();
   stop();
+}
+
+void TpLeader::abort_model_comm(const std::string& why) {
+#if TF_HAVE_CUDA
+  std::shared_ptr<Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm = model_comm_;
+  }
+  // An NCCL collective waiting for a dead peer would otherwise spin until its
+  // timeout: make it (and the engine's step) fail now.
+  if (auto* nccl = dynamic_cast<NcclCommunicator*>(comm.get())) nccl->abort(why);
+#else
+  (void)why;
+#endif
 }
 
 void TpLeader::set_stop(std::function<void()> stop) {

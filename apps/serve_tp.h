@@ -7,6 +7,13 @@
 // every step (engine/step_broadcast.h); the others load their shard and follow
 // (engine/tp_follower.h).
 //
+// --device cuda: rank r computes on GPU r (of those CUDA_VISIBLE_DEVICES leaves;
+// fewer GPUs than ranks is refused before anything starts). The same rendezvous
+// then also bootstraps an NCCL communicator: step commands and the model setup
+// stay on Gloo (a host channel that may wait indefinitely and needs no GPU
+// memory), the model's all-reduces and all-gathers run on NCCL on the device.
+// NCCL_NVLS_ENABLE=0 unless set.
+//
 // Failure: if any rank dies (rank 0's watcher sees the exit: "rank r exited
 // (exit code 1)") or the world breaks (a collective fails: a peer died or hung
 // past --tp-timeout), rank 0 logs it, stops the HTTP server (the port is
@@ -20,6 +27,7 @@
 #include <mutex>
 #include <string>
 
+#include "comm/communicator.h"
 #include "core/status.h"
 #include "engine/engine_options.h"
 #include "engine/rank_launcher.h"
@@ -62,9 +70,12 @@ class TpLeader {
   TpLeader() = default;
   // The world broke: log, stop the server (or exit when there is none yet).
   void fail(const std::string& why);
+  // Makes an NCCL collective in progress (a dead peer's) fail at once.
+  void abort_model_comm(const std::string& why);
 
   mutable std::mutex mu_;
   bool failed_ = false;
+  std::shared_ptr<Communicator> model_comm_;  // NCCL with --device cuda, else null
   std::function<void()> stop_;
   std::unique_ptr<engine::RankLauncher> launcher_;
 };

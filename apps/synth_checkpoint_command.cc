@@ -1,13 +1,15 @@
 // `tensorfold synth-checkpoint --out DIR [--preset full|tiny] [--experts N] [--layers L] ...`:
 // writes a synthetic GLM-5.3-Flash checkpoint (the release's text geometry, random BF16 weights,
 // src/engine/synthetic_checkpoint.h) with progress lines and a summary. --dry-run prints the plan
-// (shards, size, parameters) without writing.
+// (shards, size, parameters) without writing. --exl3 [--bits 4 --codebook mcg] stores the routed
+// experts EXL3 (the reference deployment's layout), loadable by the normal loader.
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,9 @@ struct Args {
   unsigned threads = 0;
   bool overwrite = false;
   bool dry_run = false;
+  bool exl3 = false;
+  int bits = 4;
+  std::string codebook = "mcg";
 };
 
 std::string human(double v, const char* unit) {
@@ -105,6 +110,19 @@ void run(const Args& a, CLI::App* cmd) {
   o.shard_bytes = static_cast<uint64_t>(a.shard_gb * 1e9);
   o.threads = a.threads;
   o.overwrite = a.overwrite;
+  if (a.exl3) {
+    Exl3SyntheticOptions x;
+    if (a.bits < kExl3MinBits || a.bits > kExl3MaxBits)
+      fail("--bits " + std::to_string(a.bits) + ": EXL3 has 1 to 8 bits per weight");
+    const std::optional<Exl3Codebook> cb = exl3_codebook_from_name(a.codebook);
+    if (!cb) fail("--codebook " + a.codebook + ": expected 3inst, mcg or mul1");
+    x.bits = a.bits;
+    x.codebook = *cb;
+    x.seed = a.seed;
+    o.exl3 = x;
+  } else if (cmd->count("--bits") || cmd->count("--codebook")) {
+    fail("--bits and --codebook describe EXL3 experts: add --exl3");
+  }
   const SyntheticGeometry& g = o.geometry;
   if (a.dry_run) {
     Expected<SyntheticSummary> plan = plan_synthetic_checkpoint(o);
@@ -155,6 +173,11 @@ void add_synth_checkpoint_command(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "generator threads (0: all cores)")->capture_default_str();
   cmd->add_flag("--overwrite", a->overwrite, "replace the checkpoint files of a non-empty folder");
   cmd->add_flag("--dry-run", a->dry_run, "print the plan (shards, size, parameters) and write nothing");
+  cmd->add_flag("--exl3", a->exl3,
+                "routed experts as random EXL3 tensors (exl3-experts-LLL.safetensors) with the release's "
+                "quantization_config, everything else BF16");
+  cmd->add_option("--bits", a->bits, "EXL3 bits per weight, 1-8 (with --exl3)")->capture_default_str();
+  cmd->add_option("--codebook", a->codebook, "EXL3 codebook: 3inst, mcg or mul1 (with --exl3)")->capture_default_str();
   cmd->callback([a, cmd] { run(*a, cmd); });
 }
 

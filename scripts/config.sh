@@ -5,7 +5,7 @@
 # Sourced, not run. Every setting is listed in README.md ("Configuration").
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE EXACT_ROWS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER TF_CUDA)
 
@@ -80,8 +80,9 @@ tf_validate_settings() {
   [[ "$KV" =~ ^(fp8|bf16|f32)$ ]] || tf_fail "KV must be fp8, bf16 or f32, got '$KV'"
   [[ -z "${EXACT_ROWS:-}" || ("$EXACT_ROWS" =~ ^[0-9]+$ && "$EXACT_ROWS" -le 64) ]] ||
     tf_fail "EXACT_ROWS must be a number in 0..64, got '$EXACT_ROWS'"
-  [[ -z "${DENSE:-}" || "$DENSE" =~ ^(bf16|f32)$ ]] ||
-    tf_fail "DENSE must be bf16 or f32 (q4/fp8 re-quantization is not built yet), got '$DENSE'"
+  [[ -z "${GRAPHS:-}" || "$GRAPHS" =~ ^[01]$ ]] || tf_fail "GRAPHS must be 0 or 1, got '$GRAPHS'"
+  [[ -z "${DENSE:-}" || "$DENSE" =~ ^(q4|fp8|bf16|f32)$ ]] ||
+    tf_fail "DENSE must be q4, fp8, bf16 or f32, got '$DENSE'"
   [[ "$MEMORY_RESERVE_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "MEMORY_RESERVE_GIB must be a number, got '$MEMORY_RESERVE_GIB'"
   [[ "$KV_POOL_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "KV_POOL_GIB must be a number, got '$KV_POOL_GIB'"
   [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
@@ -106,6 +107,8 @@ tf_serve_args() {
   [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
   [[ -n "${DENSE:-}" ]] && TF_SERVE_ARGS+=(--dense "$DENSE")
   [[ -n "${EXACT_ROWS:-}" ]] && TF_SERVE_ARGS+=(--exact-rows "$EXACT_ROWS")
+  # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
+  [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")
   return 0
 }

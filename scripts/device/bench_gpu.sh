@@ -33,6 +33,8 @@ parts_list=${BENCH_PARTS:-full transformers}
 parts=" $parts_list "
 experts=${BENCH_EXPERTS:-8}
 scenarios=${BENCH_SCENARIOS:-gpu}
+# Issue #6 measures the BF16 checkpoint as it is (DENSE=q4, the serving default, re-quantizes at load).
+dense=${BENCH_DENSE:-bf16}
 out_tokens=${BENCH_OUTPUT_TOKENS:-64}
 hf_layers=${BENCH_HF_LAYERS:-8}
 hf_prefill=${BENCH_HF_PREFILL:-2048}
@@ -85,7 +87,7 @@ if [[ "$parts" == *" full "* ]]; then
       du -sh "$ck"
       run_step "bench --offline --device cuda --scenario $scenarios" 600 \
         "$bin" bench --offline --device cuda --model-dir "$ck" --scenario "$scenarios" --output-tokens "$out_tokens" \
-        --probe --timeout 400 ${BENCH_PREFILL_CHUNK:+--prefill-chunk "$BENCH_PREFILL_CHUNK"} --json "$work/full.json"
+        --probe --timeout 400 --dense "$dense" ${BENCH_PREFILL_CHUNK:+--prefill-chunk "$BENCH_PREFILL_CHUNK"} --json "$work/full.json"
     fi
     rm -rf "$ck"
   else
@@ -105,7 +107,7 @@ if [[ "$parts" == *" transformers "* ]]; then
         --prefill-tokens "$hf_prefill" --json "$work/hf.json"
       run_step "tensorfold on the same checkpoint: decode-1, prefill-$hf_prefill" 300 \
         "$bin" bench --offline --device cuda --model-dir "$ck" --scenario "decode-1,prefill-$hf_prefill" \
-        --output-tokens "$out_tokens" --probe --timeout 200 --json "$work/small.json"
+        --output-tokens "$out_tokens" --probe --timeout 200 --dense "$dense" --json "$work/small.json"
     fi
     rm -rf "$ck"
   else

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
-# TF_GPU_ONLY="kernels parity model nccl bench roofline serve" (any subset) runs only those parts;
-# "benchgpu" (scripts/device/bench_gpu.sh, minutes) runs only when named.
+# TF_GPU_ONLY="kernels parity decoderows quant sampling model graphs nccl bench prefill roofline serve" (any subset) runs only those parts;
+# "benchgpu" (scripts/device/bench_gpu.sh, minutes) and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -32,16 +32,86 @@ if want model && [[ -x .gpurun/glm5_cuda_tests ]]; then
   [[ $? -eq 0 ]] || rc=1
   grep -E '^\[cuda-(parity|timing)\]|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/glm5_cuda_tests.log" | tail -n 60
 fi
+# Sampling on the device (Ops::sample_rows) vs the CPU op and the host sampler, and device vs
+# download+host timings at B=1/64 ("[sampling]" / "[sampling-bench]" lines).
+if want sampling; then
+  timeout 120 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaSampleRows.*' > "$OUT/cuda_sample_rows_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[sampling|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/cuda_sample_rows_tests.log" | tail -n 30
+  # The engine on CUDA: device vs host sampling give the same replies (tensorfold serve, demo checkpoint).
+  if [[ -x .gpurun/tensorfold ]]; then
+    timeout 150 scripts/device/sampling_serve_check.sh > "$OUT/sampling_serve_check.log" 2>&1 || rc=1
+    grep -E '^\[sampling' "$OUT/sampling_serve_check.log" | tail -n 12
+  fi
+fi
+# Batched decode-row MLA + DSA indexer ops (issue #6): CUDA vs CPU and vs the one-sequence ops
+# ("[parity] ..._rows" lines), then the model on CUDA (decode now goes through them).
+if want decoderows; then
+  timeout 120 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaDecodeRows.*' > "$OUT/cuda_decode_rows_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[parity\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Expected|Which is' "$OUT/cuda_decode_rows_tests.log" | head -n 80
+fi
+# Quantized dense matrices (fp8 block-scaled, q4): CUDA vs CPU parity, row independence, and
+# "[quant-bench]" lines: GEMV GB/s on model shapes at m=1/4/8/64 vs measured HBM, prefill TFLOP/s.
+if want quant && [[ -x .gpurun/cuda_quant_tests ]]; then
+  timeout 150 .gpurun/cuda_quant_tests > "$OUT/cuda_quant_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[quant|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/cuda_quant_tests.log" | tail -n 60
+fi
+# DENSE=q4 / fp8 vs bf16 on a synthetic checkpoint (full widths, 4 layers, 8 experts; ~2 min):
+# KL divergence and top-1 agreement over a 256-token prefill. Only when named (TF_GPU_ONLY="quantreport").
+if [[ " ${TF_GPU_ONLY:-} " == *" quantreport "* && -x .gpurun/tensorfold ]]; then
+  synth="$(mktemp -d)/synth"
+  timeout 120 .gpurun/tensorfold synth-checkpoint --out "$synth" --layers 4 --experts 8 > "$OUT/quant_report.log" 2>&1 || rc=1
+  for d in q4 fp8; do
+    timeout 150 .gpurun/tensorfold quant-report --model "$synth" --device cuda --dense "$d" --tokens 256 >> "$OUT/quant_report.log" 2>&1 || rc=1
+  done
+  grep -E '^quant-report|^  |error' "$OUT/quant_report.log" | tail -n 20
+  rm -rf "$synth"
+fi
+# EXL3 on CUDA (issue #8): decode bit-exact vs CPU/exllamav3, GEMV + grouped MoE parity, then the
+# GEMV bandwidth table and grouped-MoE timings beside the measured copy bandwidth.
+if want exl3 && [[ -x .gpurun/exl3_cuda_tests ]]; then
+  timeout 60 .gpurun/exl3_cuda_tests > "$OUT/exl3_cuda_tests.log" 2>&1 || rc=1
+  grep -E '^\[exl3\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|error' "$OUT/exl3_cuda_tests.log" | head -n 40
+  if [[ -x .gpurun/exl3_cuda_bench ]]; then
+    timeout 90 .gpurun/exl3_cuda_bench > "$OUT/exl3_cuda_bench.log" 2>&1 || rc=1
+    grep -E '^(measured|exl3|device)' "$OUT/exl3_cuda_bench.log" | head -n 60
+  fi
+fi
+# Batch-1 decode of a synthetic full-geometry checkpoint with EXL3 experts (K4 mcg, $EXL3_EXPERTS = 8
+# routed experts, in /dev/shm; ~25 GB); only when named: TF_GPU_ONLY="exl3model".
+if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
+  ck=/dev/shm/tf-exl3-full; rm -rf "$ck"
+  { timeout 240 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --experts "${EXL3_EXPERTS:-8}" --exl3 --bits 4 --codebook mcg &&
+    TF_CACHE_DIR="$(mktemp -d)" timeout 240 .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" --probe \
+      --scenario decode-1 --output-tokens 32 --timeout 200; } > "$OUT/exl3_model_bench.log" 2>&1 || rc=1
+  grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
+  tail -n 5 "$OUT/exl3_model_bench.log"
+  rm -rf "$ck"
+fi
 # NCCL communicator checks at one rank (more ranks need a multi-GPU machine).
 if want nccl; then
   timeout 120 .gpurun/comm_nccl_check --world 1 2>&1 | tee "$OUT/comm_nccl_check.log" | tail -n 5
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+# Tensor parallelism on CUDA ranks (issue #7; needs 2+ GPUs): NCCL across processes, TP=N vs TP=1 greedy
+# equality, a killed follower, bench --tp. Only when named (TF_GPU_ONLY="tp"): it takes ~5 min.
+# Logs: $OUT/tp_gpu.log (rank logs included), $OUT/tp_gpu.json; "tp:" lines here.
+if [[ " ${TF_GPU_ONLY:-} " == *" tp "* ]]; then
+  timeout 590 scripts/device/tp_gpu.sh || rc=1
 fi
 # CUDA op timings at model shapes beside the HBM roofline (informative; does not change rc).
 # Its "measured ..." lines (HBM copy bandwidth, cuBLAS bf16 peak) are echoed; tables and JSON lines stay in the log.
 if want bench && [[ -x .gpurun/cuda_ops_bench ]]; then
   timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
   grep -E '^measured' "$OUT/cuda_ops_bench.log"
+fi
+# Prefill-side ops at T = 2048/8192 rows beside their FLOP roofline (KDA chunked vs the
+# recurrence, MoE, MLA sparse attention, indexer, GEMMs); fails when the KDA check fails.
+if want prefill && [[ -x .gpurun/cuda_prefill_bench ]]; then
+  timeout 240 .gpurun/cuda_prefill_bench > "$OUT/cuda_prefill_bench.log" 2>&1 || rc=1
+  grep -E '^(measured|==|  [a-z]|cuda_prefill_bench)' "$OUT/cuda_prefill_bench.log"
 fi
 # `tensorfold bench --offline --device cuda` on the demo checkpoint: --probe (HBM copy, cuBLAS BF16),
 # scenarios and the roofline columns end to end (tiny model: launch-bound, far below its roofline).
@@ -51,6 +121,30 @@ if want roofline && [[ -x .gpurun/tensorfold ]]; then
     --scenario decode-1,decode-4,prefill-1k --output-tokens 16 --kv f32 --memory-reserve-gib 0 2>&1 |
     grep -E '^(== scenario|bench: (probe|roofline)|  figure|  (decode|aggregate|prefill) tok/s|  decode,|  prefill of|concurrency|error|scenario .* FAILED)'
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+# CUDA graphs of the decode step: replay == eager bit for bit on the fixtures ("[graphs]" lines), then
+# the op profiler (TF_PROFILE_OPS=1) on a 4-layer full-width synthetic checkpoint, decode-1 with
+# graphs off and on ("[op-profile]" lines: GPU time per op, step wall vs GPU busy).
+if want graphs && [[ -x .gpurun/glm5_graphs_cuda_tests ]]; then
+  timeout 120 .gpurun/glm5_graphs_cuda_tests > "$OUT/glm5_graphs_cuda_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[graphs\]|step graphs|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/glm5_graphs_cuda_tests.log" | tail -n 30
+  if [[ -x .gpurun/tensorfold ]]; then
+    ck="$(mktemp -d /dev/shm/tf-graphs.XXXXXX 2>/dev/null || mktemp -d)"
+    if timeout 120 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --layers 4 --experts 8 --mtp-layers 0 \
+        > "$OUT/graphs_synth.log" 2>&1; then
+      for g in 0 1; do
+        echo "== op profile, 4-layer synthetic, decode-1, TF_GRAPHS=$g"
+        TF_GRAPHS=$g TF_PROFILE_OPS=1 TF_PROFILE_OPS_EVERY=40 TF_CACHE_DIR="$(mktemp -d)" timeout 150 \
+          .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" --scenario decode-1 --output-tokens 48 \
+          --timeout 120 > "$OUT/graphs_profile_$g.log" 2>&1 || rc=1
+        grep -E '^\[op-profile\]|step graphs|tok/s|error' "$OUT/graphs_profile_$g.log" | head -n 60
+      done
+    else
+      echo "graphs: synth-checkpoint failed (see graphs_synth.log)"; rc=1
+    fi
+    rm -rf "$ck"
+  fi
 fi
 # The synthetic full-geometry benchmark (minutes; only when named: TF_GPU_ONLY="benchgpu").
 if [[ " ${TF_GPU_ONLY:-} " == *" benchgpu "* ]]; then

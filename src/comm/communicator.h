@@ -9,15 +9,29 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
 
 namespace tf {
+
+// What a communicator's collectives cost so far (cumulative since creation).
+// NCCL times each call on the device (CUDA events around the enqueued work, read
+// once the call completed, so timing adds no synchronisation); Gloo times on the
+// host. A collective's time includes waiting for the slowest rank to arrive.
+struct CommStats {
+  int64_t all_reduce_calls = 0;
+  int64_t all_reduce_bytes = 0;  // per rank, the tensor's bytes
+  double all_reduce_seconds = 0.0;
+  int64_t all_gather_calls = 0;
+  double all_gather_seconds = 0.0;
+};
 
 class Communicator {
  public:
@@ -33,6 +47,8 @@ class Communicator {
   // In place: every rank ends with root's tensor.
   virtual Status broadcast(Tensor& tensor, int root) = 0;
   virtual Status barrier() = 0;
+  // Cumulative cost of the calls so far (zeros where a backend does not measure).
+  virtual CommStats stats() const { return {}; }
 };
 
 std::unique_ptr<Communicator> make_single_rank_communicator();
@@ -70,5 +86,12 @@ struct CommOptions {
 // joined and the transport is connected, or fails (kUnavailable on timeouts,
 // kInvalidArgument on bad options, kUnimplemented for a backend not built).
 Expected<std::unique_ptr<Communicator>> make_communicator(const CommOptions& options);
+
+// Several communicators over the same ranks from one rendezvous (one port): one
+// per entry of `backends`, in that order, e.g. {kGloo, kNccl} for tensor-parallel
+// CUDA serving (step commands on the host channel, the model's collectives on
+// the GPUs). options.backend is ignored; kSingle entries need world_size 1.
+Expected<std::vector<std::unique_ptr<Communicator>>> make_communicators(const CommOptions& options,
+                                                                        const std::vector<CommBackend>& backends);
 
 }  // namespace tf

@@ -40,29 +40,30 @@ using std::chrono::milliseconds;
 // Gloo's store interface on top of our rendezvous; Gloo expects exceptions.
 class RendezvousStore final : public gloo::rendezvous::Store {
  public:
-  RendezvousStore(TcpRendezvous& rendezvous, milliseconds timeout) : r_(rendezvous), timeout_(timeout) {}
+  RendezvousStore(TcpRendezvous& rendezvous, milliseconds timeout, std::string prefix)
+      : r_(rendezvous), timeout_(timeout), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    Status s = r_.set(kPrefix + key, std::string_view(data.data(), data.size()));
+    Status s = r_.set(prefix_ + key, std::string_view(data.data(), data.size()));
     if (!s.is_ok()) throw StatusError(s);
   }
   std::vector<char> get(const std::string& key) override {
-    Expected<std::string> v = r_.get(kPrefix + key, timeout_);
+    Expected<std::string> v = r_.get(prefix_ + key, timeout_);
     if (!v.has_value()) throw StatusError(v.status());
     return std::vector<char>(v->begin(), v->end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
     std::vector<std::string> prefixed;
-    for (const auto& k : keys) prefixed.push_back(kPrefix + k);
+    for (const auto& k : keys) prefixed.push_back(prefix_ + k);
     Status s = r_.wait(prefixed, timeout.count() > 0 ? timeout : timeout_);
     if (!s.is_ok()) throw StatusError(s);
   }
 
  private:
-  static inline const std::string kPrefix = "gloo/";
   TcpRendezvous& r_;
   milliseconds timeout_;
+  std::string prefix_;  // "gloo/" (+ the tag): this communicator's keys
 };
 
 // Gloo writes with writev(): a peer that died would otherwise kill us with
@@ -83,8 +84,13 @@ class GlooCommunicator final : public Communicator {
   int world_size() const override { return ctx_->size; }
   const char* backend_name() const override { return "gloo"; }
 
+  CommStats stats() const override { return stats_; }
+
   Status all_reduce_sum(Tensor& tensor) override {
     TF_RETURN_IF_ERROR(check_cpu(tensor, "all_reduce_sum"));
+    Timed timed(stats_.all_reduce_seconds);
+    ++stats_.all_reduce_calls;
+    stats_.all_reduce_bytes += static_cast<int64_t>(tensor.nbytes());
     if (tensor.dtype() != DType::kF32 && tensor.dtype() != DType::kBF16) {
       return invalid_argument("gloo all_reduce_sum: " + tensor.describe() + ": only f32 and bf16 are supported");
     }
@@ -115,6 +121,8 @@ class GlooCommunicator final : public Communicator {
   Status all_gather(const Tensor& input, Tensor& output) override {
     TF_RETURN_IF_ERROR(check_cpu(input, "all_gather"));
     TF_RETURN_IF_ERROR(check_cpu(output, "all_gather"));
+    Timed timed(stats_.all_gather_seconds);
+    ++stats_.all_gather_calls;
     if (output.dtype() != input.dtype() || output.numel() != input.numel() * world_size()) {
       return invalid_argument("gloo all_gather: output " + output.describe() + " does not hold " +
                               std::to_string(world_size()) + " x input " + input.describe());
@@ -155,6 +163,14 @@ class GlooCommunicator final : public Communicator {
  private:
   // Per-rank elements per all-gather round of all_reduce_sum (bounds scratch_).
   static constexpr size_t kChunkElements = size_t{1} << 18;
+
+  // Adds the scope's host time to a CommStats field.
+  struct Timed {
+    explicit Timed(double& sum) : sum_(sum), t0_(std::chrono::steady_clock::now()) {}
+    ~Timed() { sum_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+    double& sum_;
+    std::chrono::steady_clock::time_point t0_;
+  };
 
   enum class OpKind : uint32_t { kAllReduceSum = 1, kAllGather, kBroadcast, kBarrier };
   static const char* op_name(OpKind op) {
@@ -242,11 +258,13 @@ class GlooCommunicator final : public Communicator {
   milliseconds op_timeout_;
   std::string broken_reason_;
   std::vector<uint8_t> scratch_;
+  CommStats stats_;
 };
 
 }  // namespace
 
-Expected<std::unique_ptr<Communicator>> make_gloo_communicator(TcpRendezvous& rendezvous, const CommOptions& options) {
+Expected<std::unique_ptr<Communicator>> make_gloo_communicator(TcpRendezvous& rendezvous, const CommOptions& options,
+                                                               std::string_view tag) {
   ignore_sigpipe_if_default();
   std::string where = "gloo: rank " + std::to_string(rendezvous.rank()) + " of " +
                       std::to_string(rendezvous.world_size());
@@ -258,7 +276,7 @@ Expected<std::unique_ptr<Communicator>> make_gloo_communicator(TcpRendezvous& re
     auto device = gloo::transport::tcp::CreateDevice(attr);
     context = std::make_shared<gloo::rendezvous::Context>(rendezvous.rank(), rendezvous.world_size());
     context->setTimeout(options.timeout);
-    RendezvousStore store(rendezvous, options.timeout);
+    RendezvousStore store(rendezvous, options.timeout, "gloo/" + std::string(tag));
     context->connectFullMesh(store, device);
   } catch (const StatusError& e) {
     return e.status().with_context(where + ": connecting the full mesh");
@@ -267,7 +285,7 @@ Expected<std::unique_ptr<Communicator>> make_gloo_communicator(TcpRendezvous& re
   }
   context->setTimeout(options.op_timeout);
   // Every rank is connected before anyone drops the rendezvous.
-  TF_RETURN_IF_ERROR(rendezvous.barrier("gloo connected"));
+  TF_RETURN_IF_ERROR(rendezvous.barrier("gloo connected" + std::string(tag)));
   return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(context), options.op_timeout));
 }
 

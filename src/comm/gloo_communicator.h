@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include "comm/communicator.h"
 #include "comm/tcp_rendezvous.h"
@@ -13,8 +14,9 @@
 namespace tf {
 
 // Connects the full mesh through `rendezvous` (all ranks call it together).
-// The rendezvous is only needed during this call.
-Expected<std::unique_ptr<Communicator>> make_gloo_communicator(TcpRendezvous& rendezvous,
-                                                               const CommOptions& options);
+// The rendezvous is only needed during this call. `tag` keeps the keys of
+// several communicators built over one rendezvous apart (make_communicators).
+Expected<std::unique_ptr<Communicator>> make_gloo_communicator(TcpRendezvous& rendezvous, const CommOptions& options,
+                                                               std::string_view tag = {});
 
 }  // namespace tf

@@ -1,5 +1,5 @@
-// make_communicator: validates CommOptions, runs the TCP rendezvous and hands
-// it to the chosen backend. The rendezvous lives only for the bootstrap.
+// make_communicator(s): validates CommOptions, runs the TCP rendezvous and hands
+// it to the chosen backend(s). The rendezvous lives only for the bootstrap.
 #include <string>
 
 #include "comm/communicator.h"
@@ -29,7 +29,9 @@ Expected<CommBackend> parse_comm_backend(std::string_view name) {
   return invalid_argument("communicator backend '" + std::string(name) + "' is not one of single, gloo, nccl");
 }
 
-Expected<std::unique_ptr<Communicator>> make_communicator(const CommOptions& options) {
+namespace {
+
+Status check_options(const CommOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return invalid_argument("communicator: rank " + std::to_string(options.rank) + " of world_size " +
                             std::to_string(options.world_size) + " is invalid");
@@ -37,23 +39,60 @@ Expected<std::unique_ptr<Communicator>> make_communicator(const CommOptions& opt
   if (options.timeout.count() <= 0 || options.op_timeout.count() <= 0) {
     return invalid_argument("communicator: timeout and op_timeout must be positive");
   }
-  if (options.backend == CommBackend::kSingle) {
-    if (options.world_size != 1) {
-      return invalid_argument("communicator: backend 'single' needs world_size 1, not " +
-                              std::to_string(options.world_size) + " (use gloo or nccl)");
-    }
-    return make_single_rank_communicator();
+  return Status::ok();
+}
+
+Status check_backend(CommBackend backend, const CommOptions& options) {
+  if (backend == CommBackend::kSingle && options.world_size != 1) {
+    return invalid_argument("communicator: backend 'single' needs world_size 1, not " +
+                            std::to_string(options.world_size) + " (use gloo or nccl)");
   }
 #if !TF_HAVE_GLOO
-  if (options.backend == CommBackend::kGloo) {
+  if (backend == CommBackend::kGloo) {
     return unimplemented("communicator: backend 'gloo' was not built (install libgloo-dev and reconfigure)");
   }
 #endif
 #if !TF_HAVE_CUDA
-  if (options.backend == CommBackend::kNccl) {
+  if (backend == CommBackend::kNccl) {
     return unimplemented("communicator: backend 'nccl' needs the CUDA build (configure with -DTF_CUDA=ON)");
   }
 #endif
+  return Status::ok();
+}
+
+// One backend over an established rendezvous; `tag` keeps its keys apart from
+// those of the other communicators built over the same rendezvous.
+Expected<std::unique_ptr<Communicator>> connect_backend(CommBackend backend, TcpRendezvous& rendezvous,
+                                                        const CommOptions& options, const std::string& tag) {
+  (void)rendezvous;
+  (void)tag;
+  if (backend == CommBackend::kSingle) return make_single_rank_communicator();
+#if TF_HAVE_GLOO
+  if (backend == CommBackend::kGloo) return make_gloo_communicator(rendezvous, options, tag);
+#endif
+#if TF_HAVE_CUDA
+  if (backend == CommBackend::kNccl) return make_nccl_communicator(rendezvous, options, tag);
+#endif
+  (void)options;
+  return internal_error(std::string("communicator: unhandled backend ") + comm_backend_name(backend));
+}
+
+}  // namespace
+
+Expected<std::vector<std::unique_ptr<Communicator>>> make_communicators(const CommOptions& options,
+                                                                        const std::vector<CommBackend>& backends) {
+  TF_RETURN_IF_ERROR(check_options(options));
+  if (backends.empty()) return invalid_argument("communicator: no backend requested");
+  bool all_single = true;
+  for (CommBackend b : backends) {
+    TF_RETURN_IF_ERROR(check_backend(b, options));
+    all_single = all_single && b == CommBackend::kSingle;
+  }
+  std::vector<std::unique_ptr<Communicator>> out;
+  if (all_single) {
+    for (size_t i = 0; i < backends.size(); ++i) out.push_back(make_single_rank_communicator());
+    return out;
+  }
   TF_ASSIGN_OR_RETURN(HostPort address, parse_host_port(options.rendezvous));
   RendezvousOptions r;
   r.host = address.host;
@@ -63,13 +102,21 @@ Expected<std::unique_ptr<Communicator>> make_communicator(const CommOptions& opt
   r.timeout = options.timeout;
   r.on_listening = options.on_listening;
   TF_ASSIGN_OR_RETURN(std::unique_ptr<TcpRendezvous> rendezvous, TcpRendezvous::connect(r));
-#if TF_HAVE_GLOO
-  if (options.backend == CommBackend::kGloo) return make_gloo_communicator(*rendezvous, options);
-#endif
-#if TF_HAVE_CUDA
-  if (options.backend == CommBackend::kNccl) return make_nccl_communicator(*rendezvous, options);
-#endif
-  return internal_error("communicator: unhandled backend");
+  // Each communicator's keys and barriers have their own names ("gloo/...",
+  // "nccl/1/..."), so they bootstrap one after the other over the same rendezvous.
+  for (size_t i = 0; i < backends.size(); ++i) {
+    const std::string tag = i == 0 ? std::string() : std::to_string(i) + "/";
+    TF_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c, connect_backend(backends[i], *rendezvous, options, tag));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Expected<std::unique_ptr<Communicator>> make_communicator(const CommOptions& options) {
+  TF_RETURN_IF_ERROR(check_options(options));
+  TF_RETURN_IF_ERROR(check_backend(options.backend, options));
+  TF_ASSIGN_OR_RETURN(auto all, make_communicators(options, {options.backend}));
+  return std::move(all.front());
 }
 
 }  // namespace tf

@@ -17,7 +17,9 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <cstring>
 #include <thread>
 
@@ -65,7 +67,13 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   NcclCommunicatorImpl(ncclComm_t comm, cudaStream_t own_stream, int rank, int world, int device,
                        milliseconds op_timeout, milliseconds first_op_timeout)
       : comm_(comm), own_stream_(own_stream), stream_(own_stream), rank_(rank), world_(world), device_(device),
-        op_timeout_(op_timeout), first_op_timeout_(first_op_timeout) {}
+        op_timeout_(op_timeout), first_op_timeout_(first_op_timeout) {
+    // Timing events (cudaEventDefault keeps timing on); without them stats() stays zero.
+    if (cudaEventCreate(&t0_) != cudaSuccess || cudaEventCreate(&t1_) != cudaSuccess) {
+      cudaGetLastError();
+      t0_ = t1_ = nullptr;
+    }
+  }
 
   ~NcclCommunicatorImpl() override {
     cudaSetDevice(device_);
@@ -80,6 +88,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       }
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
+    if (t0_ != nullptr) cudaEventDestroy(t0_);
+    if (t1_ != nullptr) cudaEventDestroy(t1_);
     if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);
   }
 
@@ -88,6 +98,15 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   const char* backend_name() const override { return "nccl"; }
   int cuda_device() const override { return device_; }
   void set_stream(CUstream_st* stream) override { stream_ = stream != nullptr ? stream : own_stream_; }
+  CommStats stats() const override { return stats_; }
+
+  void abort(const std::string& why) override {
+    {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      if (abort_why_.empty()) abort_why_ = why.empty() ? std::string("aborted") : why;
+    }
+    abort_requested_.store(true, std::memory_order_release);
+  }
 
   Status all_reduce_sum(Tensor& tensor) override {
     TF_RETURN_IF_ERROR(check_tensor(tensor, "all_reduce_sum"));
@@ -101,6 +120,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     const size_t elem = tensor.element_size();
     const size_t chunk = std::min(n, kChunkElements);
     TF_RETURN_IF_ERROR(reserve_scratch(static_cast<size_t>(world_) * chunk * elem));
+    record(t0_);
     auto* data = static_cast<uint8_t*>(tensor.raw());
     for (size_t start = 0; start < n; start += kChunkElements) {
       size_t len = std::min(kChunkElements, n - start);
@@ -110,7 +130,12 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       cudaError_t e = launch_rank_order_sum(scratch_, world_, len, part, bf16, stream_);
       if (e != cudaSuccess) return internal_error(std::string("nccl all_reduce_sum: sum kernel: ") + cudaGetErrorString(e));
     }
-    return wait("all_reduce_sum");
+    record(t1_);
+    TF_RETURN_IF_ERROR(wait("all_reduce_sum"));
+    ++stats_.all_reduce_calls;
+    stats_.all_reduce_bytes += static_cast<int64_t>(n * elem);
+    stats_.all_reduce_seconds += elapsed_s();
+    return Status::ok();
   }
 
   Status all_gather(const Tensor& input, Tensor& output) override {
@@ -122,9 +147,14 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     }
     if (input.numel() == 0) return Status::ok();
     TF_RETURN_IF_ERROR(usable("all_gather"));
+    record(t0_);
     TF_RETURN_IF_ERROR(
         enqueued("all_gather", ncclAllGather(input.raw(), output.raw(), input.nbytes(), ncclUint8, comm_, stream_)));
-    return wait("all_gather");
+    record(t1_);
+    TF_RETURN_IF_ERROR(wait("all_gather"));
+    ++stats_.all_gather_calls;
+    stats_.all_gather_seconds += elapsed_s();
+    return Status::ok();
   }
 
   Status broadcast(Tensor& tensor, int root) override {
@@ -165,7 +195,27 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return Status::ok();
   }
 
+  // Timing: both events recorded on stream_ around the enqueued work; read after
+  // wait() saw the stream finish, so reading them never blocks.
+  void record(cudaEvent_t e) {
+    if (e != nullptr && cudaEventRecord(e, stream_) != cudaSuccess) cudaGetLastError();
+  }
+  double elapsed_s() {
+    float ms = 0.0f;
+    if (t0_ == nullptr || cudaEventElapsedTime(&ms, t0_, t1_) != cudaSuccess) {
+      cudaGetLastError();
+      return 0.0;
+    }
+    return ms / 1000.0;
+  }
+
+  std::string abort_reason() {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    return abort_why_;
+  }
+
   Status usable(const char* op) {
+    if (comm_ != nullptr && abort_requested_.load(std::memory_order_acquire)) return fail(op, abort_reason());
     if (comm_ == nullptr) return unavailable(where(op) + ": communicator aborted after an earlier failure: " + broken_);
     if (cudaSetDevice(device_) != cudaSuccess) return internal_error(where(op) + ": cudaSetDevice failed");
     return Status::ok();
@@ -211,12 +261,15 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     milliseconds timeout = current_timeout();
     cudaError_t stream_state = cudaErrorNotReady;
     ncclResult_t nccl_state = ncclSuccess;
+    bool aborted = false;
     bool finished = poll_until(Clock::now() + timeout, [&] {
+      if (abort_requested_.load(std::memory_order_acquire)) return aborted = true;
       stream_state = cudaStreamQuery(stream_);
       if (stream_state != cudaErrorNotReady) return true;
       if (ncclCommGetAsyncError(comm_, &nccl_state) != ncclSuccess) nccl_state = ncclInternalError;
       return nccl_state != ncclSuccess && nccl_state != ncclInProgress;
     });
+    if (aborted) return fail(op, abort_reason());
     if (!finished) {
       return fail(op, "not finished within " + format_duration(timeout) + " (a peer died or hangs)");
     }
@@ -238,11 +291,29 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::string broken_;
+  cudaEvent_t t0_ = nullptr;
+  cudaEvent_t t1_ = nullptr;
+  CommStats stats_;
+  std::atomic<bool> abort_requested_{false};
+  std::mutex abort_mu_;
+  std::string abort_why_;  // under abort_mu_
 };
 
 }  // namespace
 
-Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& rendezvous, const CommOptions& options) {
+int visible_cuda_devices(std::string* why) {
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) {
+    if (why != nullptr) *why = cudaGetErrorString(e);
+    cudaGetLastError();
+    return 0;
+  }
+  return devices;
+}
+
+Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& rendezvous, const CommOptions& options,
+                                                               std::string_view tag) {
   // NVLink multicast (NVLS) can wedge shared GPUs; off unless the user decided otherwise.
   ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   const int rank = rendezvous.rank();
@@ -263,13 +334,14 @@ Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& re
     return unavailable(who + ": cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(e));
   }
 
+  const std::string id_key = "nccl/" + std::string(tag) + "unique_id";
   ncclUniqueId id;
   if (rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) return unavailable(who + ": ncclGetUniqueId: " + nccl_text(r, nullptr));
-    TF_RETURN_IF_ERROR(rendezvous.set("nccl/unique_id", std::string_view(id.internal, sizeof(id.internal))));
+    TF_RETURN_IF_ERROR(rendezvous.set(id_key, std::string_view(id.internal, sizeof(id.internal))));
   } else {
-    TF_ASSIGN_OR_RETURN(std::string bytes, rendezvous.get("nccl/unique_id"));
+    TF_ASSIGN_OR_RETURN(std::string bytes, rendezvous.get(id_key));
     if (bytes.size() != sizeof(id.internal)) return unavailable(who + ": malformed ncclUniqueId from rank 0");
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
@@ -293,7 +365,7 @@ Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& re
   }
   auto result = std::make_unique<NcclCommunicatorImpl>(comm, stream, rank, world, device, options.op_timeout,
                                                        std::max(options.op_timeout, options.timeout));
-  TF_RETURN_IF_ERROR(rendezvous.barrier("nccl connected"));
+  TF_RETURN_IF_ERROR(rendezvous.barrier("nccl connected" + std::string(tag)));
   return std::unique_ptr<Communicator>(std::move(result));
 }
 

@@ -13,9 +13,14 @@
 // the timeout aborts the communicator.
 // The stream is not synchronised with whoever produced the inputs: run the
 // collectives on the producer's stream (set_stream) or synchronise first.
+// abort() may be called from any thread (e.g. a launcher that saw a peer exit):
+// the call in progress, if any, fails within milliseconds instead of waiting out
+// its timeout, and so does every later call.
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "comm/communicator.h"
 #include "comm/tcp_rendezvous.h"
@@ -29,10 +34,19 @@ class NcclCommunicator : public Communicator {
   // The stream collectives run on (nullptr: the communicator's own stream).
   virtual void set_stream(CUstream_st* stream) = 0;
   virtual int cuda_device() const = 0;
+  // Thread-safe: makes the current and every later call fail with kUnavailable
+  // naming `why` (the communicator is torn down by the thread that uses it).
+  virtual void abort(const std::string& why) = 0;
 };
 
+// CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 when there is no
+// driver or no device (the error text is then in *why, when given).
+int visible_cuda_devices(std::string* why = nullptr);
+
 // All ranks call it together; the rendezvous is needed only during this call.
-// Sets NCCL_NVLS_ENABLE=0 in the environment unless it is already set.
-Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& rendezvous, const CommOptions& options);
+// Sets NCCL_NVLS_ENABLE=0 in the environment unless it is already set. `tag`
+// keeps the keys of several communicators over one rendezvous apart.
+Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& rendezvous, const CommOptions& options,
+                                                               std::string_view tag = {});
 
 }  // namespace tf

@@ -10,7 +10,9 @@
 #include "core/logging.h"
 #include "engine/engine_impl.h"
 #include "engine/load_progress.h"
+#include "engine/tp_follower.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "model/dense_quant.h"
 #if TF_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -151,8 +153,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
 
   if (options.device == "cuda") {
 #if TF_HAVE_CUDA
-    auto cuda_ops = make_cuda_ops(0, options.exact_rows);
-    if (!cuda_ops) return cuda_ops.status().with_context("--device cuda");
+    auto cuda_ops = make_cuda_ops(options.cuda_device, options.exact_rows);
+    if (!cuda_ops) {
+      return cuda_ops.status().with_context("--device cuda (GPU " + std::to_string(options.cuda_device) + ")");
+    }
     m.ops = std::move(*cuda_ops);
 #else
     return unimplemented("--device cuda: this tensorfold was built without CUDA (configure with -DTF_CUDA=ON)");
@@ -165,30 +169,39 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       return invalid_argument("the engine runs on rank 0 of a tensor-parallel world, not rank " +
                               std::to_string(options.tp_comm->rank()) + " (followers use serve_follower)");
     }
-    if (options.device != "cpu") {
-      return unimplemented("--tp with --device " + options.device +
-                           ": tensor-parallel serving runs on CPU ranks (Gloo) so far");
-    }
-    m.comm = options.tp_comm;
-    m.tp = std::make_unique<StepBroadcaster>(*m.comm);
+    // Step commands on the host channel; the model's collectives on model_comm
+    // (NCCL on the ops' stream with --device cuda), or the host channel on CPU ranks.
+    auto model_comm = bind_model_comm(*options.tp_comm, options.model_comm.get(), options.device, *m.ops);
+    if (!model_comm) return model_comm.status();
+    m.comm = options.model_comm ? options.model_comm : options.tp_comm;
+    m.tp = std::make_unique<StepBroadcaster>(*options.tp_comm);
   } else {
     m.comm = make_single_rank_communicator();
   }
   auto weights = open_weight_source(dir.string(), m.config);
   if (!weights) return weights.status();
-  const DType matrix_dtype = options.device == "cuda" && options.dense != "f32" ? DType::kBF16 : DType::kF32;
+  // DENSE: "" is q4 (issue #8's default): the large dense matrices re-quantized at load.
+  const std::string dense = options.dense.empty() ? std::string(kDefaultDense) : options.dense;
+  const DType matrix_dtype = options.device == "cuda" && dense != "f32" ? DType::kBF16 : DType::kF32;
+  const MatrixFormat dense_quant = dense_quant_format(dense).value_or(MatrixFormat::kDense);
   const int64_t weight_bytes = estimate_weight_bytes(dir, m.config, matrix_dtype);
   // Weights, cache pool and stream states live where the model computes.
   int64_t available = host_available_bytes();
 #if TF_HAVE_CUDA
   if (options.device == "cuda") {
-    auto free = cuda_free_bytes(0);
+    auto free = cuda_free_bytes(options.cuda_device);
     if (!free) return free.status().with_context("--device cuda: reading the GPU's free memory");
     available = *free;
   }
 #endif
   MemoryPlanInput mem = memory_input(options, m.config, available, weight_bytes);
-  if (m.tp) {
+  if (m.tp && options.device == "cuda") {
+    // A GPU per rank: this one holds its shard of the weights (the embedding is
+    // replicated: counted whole, as f32 to be safe) and a whole cache pool.
+    const int64_t world = m.comm->world_size();
+    const int64_t embed = m.config.text.vocab_size * m.config.text.hidden_size * 4;
+    mem.weight_bytes = std::min(weight_bytes, weight_bytes / world + embed);
+  } else if (m.tp) {
     // The CPU ranks share this host: the weights are split among them, but each
     // holds its own cache pool and stream states, so each plans with its share.
     const int64_t world = m.comm->world_size();
@@ -200,7 +213,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   m.plan = *plan;
   if (m.tp) {
     // The followers size their pools from ours (tp_follower.h), whatever memory they saw.
-    Status sent = send_model_setup(*m.comm, {m.plan.page_size, m.plan.num_pages, latent_dtype(options.kv)});
+    Status sent = send_model_setup(*options.tp_comm,
+                                   {m.plan.page_size, m.plan.num_pages, latent_dtype(options.kv), matrix_dtype,
+                                    static_cast<uint8_t>(dense_quant)});
     if (!sent.is_ok()) return sent.with_context("sending the model setup to the follower ranks");
   }
   for (const std::string& note : m.plan.notes) TF_LOG_WARN("{}", note);
@@ -213,6 +228,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   Glm5Options mo;
   mo.latent_dtype = latent_dtype(options.kv);
   mo.weight_dtype = matrix_dtype;
+  mo.dense_quant = dense_quant;
   mo.page_size = m.plan.page_size;
   mo.num_pages = m.plan.num_pages;
   auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);
@@ -225,10 +241,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   m.budget = std::make_unique<PagedCacheBudget>(m.plan.num_pages, m.plan.page_size);
   SchedulerConfig sc;
   sc.max_running = options.parallel;
-  sc.max_prefill_chunk = options.prefill_chunk;
+  const int32_t chunk = options.prefill_chunk_or_default();
+  sc.max_prefill_chunk = chunk;
   sc.align_prefill_chunks = true;
-  sc.step_token_budget =
-      options.step_token_budget > 0 ? options.step_token_budget : options.prefill_chunk * 2 + options.parallel;
+  sc.step_token_budget = options.step_token_budget > 0 ? options.step_token_budget : chunk * 2 + options.parallel;
   sc.max_waiting = options.max_waiting;
   if (Status s = sc.validate(); !s.is_ok()) return s;
   m.scheduler = std::make_unique<Scheduler>(sc, *m.budget);

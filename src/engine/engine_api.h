@@ -138,6 +138,14 @@ struct EngineHealth {
   int64_t context_length = 0;
   int64_t pool_tokens = 0;
   int64_t pool_free_tokens = 0;
+  // Model steps run so far, and (tensor parallelism) the world size and what the
+  // model's all-reduces cost so far (CommStats): the bench reports per-step figures.
+  int64_t model_steps = 0;
+  int tp_world = 1;
+  int64_t tp_all_reduce_calls = 0;
+  double tp_all_reduce_seconds = 0.0;
+  // Tokens chosen by the device sampler (Ops::sample_rows) rather than on the host.
+  int64_t sampled_on_device_total = 0;
 };
 
 struct ModelInfo {

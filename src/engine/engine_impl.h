@@ -79,6 +79,7 @@ struct Engine::Impl {
   // Tensor parallelism: rank 0's step broadcasts to the followers (null: one rank).
   std::unique_ptr<StepBroadcaster> tp;
   bool tp_broken = false;  // engine thread only
+  int64_t model_steps = 0;  // engine thread only
   std::unique_ptr<Glm5Model> model;
   MemoryPlan plan;
   std::unique_ptr<PagedCacheBudget> budget;
@@ -120,6 +121,20 @@ struct Engine::Impl {
   bool tp_send(std::vector<StepCommandEntry> entries);
   void tp_failed(const Status& error);
   Expected<SamplingParams> sampling_params(const GenerationRequest& r) const;
+
+  // Sampling of a step's rows (engine_sampling.cc). A row whose parameters the device
+  // sampler supports (device_row) is sampled by Ops::sample_rows on the logits left on
+  // the device; every other row, and any row the device leaves undecided, on the host
+  // from its downloaded logits. The tokens are the same either way (sample_rows.h).
+  // TF_DEVICE_SAMPLING: 0 off, 1 on (also on the CPU backend: tests), unset: on for
+  // every backend but the CPU one.
+  bool device_sampling_on();
+  std::optional<SampleRowParams> device_row(const LiveChoice& c);
+  std::vector<Expected<SequenceStep>> sample_step(std::span<LiveChoice* const> rows,
+                                                  std::span<const size_t> sampling_rows,
+                                                  std::vector<StepResult>& results,
+                                                  std::span<const std::optional<SampleRowParams>> device);
+  int device_sampling = -1;  // engine thread only: -1 not decided yet, else 0/1
 };
 
 }  // namespace tf::engine

@@ -243,6 +243,7 @@ void Engine::Impl::step_once() {
 
   std::vector<StepEntry> batch;
   std::vector<LiveChoice*> rows;
+  std::vector<std::optional<SampleRowParams>> device_params;
   batch.reserve(plan.advances.size());
   for (const Advance& a : plan.advances) {
     LiveChoice& c = choices.at(a.id);
@@ -254,8 +255,11 @@ void Engine::Impl::step_once() {
     } else {
       e.tokens = std::span<const int32_t>(&c.last_token, 1);
     }
-    batch.push_back(e);
     rows.push_back(&c);
+    // A row sampled on the device (or not sampled at all) needs no host copy of its logits.
+    device_params.push_back(a.samples ? device_row(c) : std::nullopt);
+    if (device_params.back() || (!a.samples && device_sampling_on())) e.host_logits = false;
+    batch.push_back(e);
   }
   publish_health();
   if (tp) {
@@ -268,6 +272,7 @@ void Engine::Impl::step_once() {
     if (!tp_send(std::move(entries))) return;  // the choices were failed; rows dangle
   }
   auto results = model->step(batch);
+  ++model_steps;
   if (!results) {
     if (tp && results.status().code() == StatusCode::kUnavailable) {
       tp_failed(results.status().with_context("model step"));  // a collective failed: the world is broken
@@ -284,19 +289,7 @@ void Engine::Impl::step_once() {
     if (a.kind == AdvanceKind::kPrefill) rows[i]->prefilled += a.tokens;
     if (a.samples) sampling_rows.push_back(i);
   }
-  if (samplers.size() < sampling_rows.size()) samplers.resize(sampling_rows.size());
-  std::vector<Expected<SequenceStep>> steps(sampling_rows.size(), internal_error("not sampled"));
-  const int64_t vocab = (*results)[0].logits.shape().back();
-  sample_pool.parallel_for(static_cast<int64_t>(sampling_rows.size()), [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      const size_t i = sampling_rows[static_cast<size_t>(k)];
-      float* row = (*results)[i].logits.data<float>();
-      // Padding rows of the embedding are not tokens: never sample them.
-      for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
-      steps[static_cast<size_t>(k)] =
-          rows[i]->sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)), samplers[static_cast<size_t>(k)]);
-    }
-  });
+  std::vector<Expected<SequenceStep>> steps = sample_step(rows, sampling_rows, *results, device_params);
 
   for (size_t k = 0; k < sampling_rows.size(); ++k) {
     LiveChoice& c = *rows[sampling_rows[k]];
@@ -372,6 +365,11 @@ void Engine::Impl::publish_health() {
   health.context_length = plan.context;
   health.pool_tokens = budget->capacity_tokens();
   health.pool_free_tokens = budget->free_tokens();
+  health.model_steps = model_steps;
+  health.tp_world = comm->world_size();
+  const CommStats cs = comm->stats();
+  health.tp_all_reduce_calls = cs.all_reduce_calls;
+  health.tp_all_reduce_seconds = cs.all_reduce_seconds;
 }
 
 }  // namespace tf::engine

@@ -17,23 +17,27 @@ Status EngineOptions::validate() const {
   }
   if (!(kv_pool_gib >= 0.0)) return invalid_argument("KV_POOL_GIB must be >= 0, got " + std::to_string(kv_pool_gib));
   if (max_waiting < 1) return invalid_argument("--max-waiting must be >= 1, got " + std::to_string(max_waiting));
-  if (prefill_chunk < 1) return invalid_argument("--prefill-chunk must be >= 1, got " + std::to_string(prefill_chunk));
+  if (prefill_chunk < 0)
+    return invalid_argument("--prefill-chunk must be >= 1 (or 0: the default), got " + std::to_string(prefill_chunk));
   if (page_size < 1) return invalid_argument("page size must be >= 1");
   if (device != "cpu" && device != "cuda") {
     return invalid_argument("DEVICE (--device) must be cpu or cuda, got '" + device + "'");
   }
+  if (cuda_device < 0) return invalid_argument("cuda device must be >= 0, got " + std::to_string(cuda_device));
   if (exact_rows < 0 || exact_rows > 64)
     return invalid_argument("EXACT_ROWS (--exact-rows) must be in 0..64, got " + std::to_string(exact_rows));
-  if (!dense.empty() && dense != "bf16" && dense != "f32") {
-    if (dense == "q4" || dense == "fp8")
-      return unimplemented("DENSE=" + dense + ": load-time re-quantization is not built yet; use DENSE=bf16 or f32");
-    return invalid_argument("DENSE (--dense) must be bf16, f32, q4 or fp8, got '" + dense + "'");
-  }
-  if (step_token_budget != 0 && step_token_budget < prefill_chunk + parallel) {
+  if (!dense.empty() && dense != "bf16" && dense != "f32" && dense != "q4" && dense != "fp8")
+    return invalid_argument("DENSE (--dense) must be q4, fp8, bf16 or f32, got '" + dense + "'");
+  if (step_token_budget != 0 && step_token_budget < prefill_chunk_or_default() + parallel) {
     return invalid_argument("--step-tokens must be >= prefill chunk + PARALLEL (" +
-                            std::to_string(prefill_chunk + parallel) + ")");
+                            std::to_string(prefill_chunk_or_default() + parallel) + ")");
   }
   return Status::ok();
+}
+
+int32_t EngineOptions::prefill_chunk_or_default() const {
+  if (prefill_chunk > 0) return prefill_chunk;
+  return device == "cuda" ? 1024 : 256;
 }
 
 }  // namespace tf::engine

@@ -11,6 +11,9 @@
 
 namespace tf::engine {
 
+// DENSE's default (issue #8): the large dense matrices as q4.
+inline constexpr const char* kDefaultDense = "q4";
+
 struct EngineOptions {
   std::string model_dir;          // checkpoint folder (config.json, tokenizer.json, safetensors)
   std::string served_name;        // model id in the API; empty: the folder's name
@@ -20,13 +23,17 @@ struct EngineOptions {
   double memory_reserve_gib = 4.0;  // MEMORY_RESERVE_GIB: host memory left free for the OS and other work
   double kv_pool_gib = 0.0;       // KV_POOL_GIB: cap on the cache pool; 0 = no cap
   int32_t max_waiting = 64;       // requests queued beyond PARALLEL before 429
-  int32_t prefill_chunk = 256;    // tokens of one prompt per step (aligned: replies do not depend on batch-mates)
+  // Tokens of one prompt per step (aligned: replies do not depend on batch-mates);
+  // 0: the device's default (prefill_chunk_or_default).
+  int32_t prefill_chunk = 0;
   int32_t step_token_budget = 0;  // 0: prefill_chunk x 2 + parallel
   int64_t page_size = 64;
   std::string device = "cpu";     // DEVICE: cpu | cuda (GPU 0; needs a CUDA build)
-  // DENSE: how the projection matrices are held. "" (default) or bf16: BF16 on the GPU
-  // (the checkpoint's own precision), f32 on the CPU backend (which computes in f32);
-  // f32: f32 everywhere. q4 / fp8 re-quantization is not built yet (refused).
+  // DENSE: how the projection matrices are held. "" is kDefaultDense (q4). q4 / fp8: the
+  // large dense matrices (load_glm5_weights lists them) are re-quantized at load
+  // (model/dense_quant.h), the other matrices as bf16 does; bf16: BF16 on the GPU (the
+  // checkpoint's own precision), f32 on the CPU backend (which computes in f32);
+  // f32: f32 everywhere.
   std::string dense;
   // EXACT_ROWS (GPU): steps whose matmuls have at most this many rows use the
   // row-independent kernels (a reply does not depend on its batch-mates); larger
@@ -34,13 +41,23 @@ struct EngineOptions {
   int32_t exact_rows = 8;
   // Tensor parallelism (issue #7): this engine is rank 0 of tp_comm's world and
   // broadcasts every step to the followers (tp_follower.h). Null: one rank.
+  // tp_comm is the host channel (Gloo: step commands, the model setup); the
+  // model's collectives go through model_comm when set (NCCL on the GPUs with
+  // --device cuda), else through tp_comm (CPU ranks).
   std::shared_ptr<Communicator> tp_comm;
+  std::shared_ptr<Communicator> model_comm;
+  // --device cuda: this rank's GPU (local rank r uses device r of the visible ones).
+  int cuda_device = 0;
   // Called once, from the engine thread, when the world broke (a follower died
   // or hung): the engine has stopped and fails every request; the caller
   // should shut the server down.
   std::function<void(const Status&)> on_tp_failure;
 
   [[nodiscard]] Status validate() const;
+  // prefill_chunk, or when 0: 256 on the CPU, 1024 on CUDA (prefill GEMMs need many
+  // rows to approach the tensor cores' rate and to amortise reading the weights once
+  // per step; two such chunks' activations stay well inside the memory reserve).
+  [[nodiscard]] int32_t prefill_chunk_or_default() const;
 };
 
 }  // namespace tf::engine

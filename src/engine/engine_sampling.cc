@@ -1,8 +1,15 @@
 // Engine::Impl::sampling_params: a request's SamplingOptions (already range-checked
 // by the server) over the model's generation_config.json defaults.
+// Engine::Impl::sample_step: a step's rows to tokens, on the device where it can
+// (Ops::sample_rows: only token ids come back instead of 620 KB of logits per row),
+// on the host otherwise; both give the host sampler's token (kernels/api/sample_rows.h).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string>
 
+#include "core/logging.h"
 #include "engine/engine_impl.h"
 
 namespace tf::engine {
@@ -33,6 +40,96 @@ Expected<SamplingParams> Engine::Impl::sampling_params(const GenerationRequest& 
   p.min_tokens = std::min(o.min_tokens, p.max_tokens);
   if (Status s = p.validate(static_cast<int32_t>(text_vocab)); !s.is_ok()) return s;
   return p;
+}
+
+bool Engine::Impl::device_sampling_on() {
+  if (device_sampling < 0) {
+    const char* env = std::getenv("TF_DEVICE_SAMPLING");
+    if (env != nullptr && std::strcmp(env, "0") == 0) {
+      device_sampling = 0;
+    } else if (env != nullptr && std::strcmp(env, "1") == 0) {
+      device_sampling = 1;
+    } else {
+      device_sampling = std::strcmp(ops->name(), "cpu") != 0 ? 1 : 0;
+    }
+    TF_LOG_INFO("sampling on the {}", device_sampling ? std::string(ops->name()) + " device where a request allows"
+                                                      : std::string("host"));
+  }
+  return device_sampling == 1;
+}
+
+std::optional<SampleRowParams> Engine::Impl::device_row(const LiveChoice& c) {
+  if (!device_sampling_on() || !c.sampler) return std::nullopt;
+  return c.sampler->device_params(static_cast<int32_t>(text_vocab));
+}
+
+std::vector<Expected<SequenceStep>> Engine::Impl::sample_step(std::span<LiveChoice* const> rows,
+                                                              std::span<const size_t> sampling_rows,
+                                                              std::vector<StepResult>& results,
+                                                              std::span<const std::optional<SampleRowParams>> device) {
+  std::vector<Expected<SequenceStep>> steps(sampling_rows.size(), internal_error("not sampled"));
+  std::vector<char> done(sampling_rows.size(), 0);
+
+  // The device rows, in one call (each row the last position of its entry).
+  std::vector<size_t> dev_k;
+  std::vector<Tensor> dev_rows;
+  std::vector<SampleRowParams> dev_params;
+  for (size_t k = 0; k < sampling_rows.size(); ++k) {
+    const size_t i = sampling_rows[k];
+    if (!device[i] || results[i].device_logits.is_null()) continue;
+    const Tensor& dl = results[i].device_logits;
+    dev_k.push_back(k);
+    dev_rows.push_back(dl.select(0, dl.size(0) - 1));
+    dev_params.push_back(*device[i]);
+  }
+  if (!dev_k.empty()) {
+    std::vector<SampleRowResult> out(dev_k.size());
+    try {
+      ops->sample_rows(out, dev_rows, dev_params);
+    } catch (const StatusError& e) {
+      // The host path below gives the same tokens: degrade, do not fail the requests.
+      TF_LOG_WARN("device sampling failed, sampling on the host: {}", e.status().to_string());
+      for (auto& r : out) r.status = SampleRowStatus::kUndecided;
+    }
+    int64_t on_device = 0;
+    for (size_t j = 0; j < dev_k.size(); ++j) {
+      if (out[j].status != SampleRowStatus::kOk) continue;  // undecided, bad logit, nothing left: host
+      const size_t k = dev_k[j];
+      steps[k] = rows[sampling_rows[k]]->sampler->accept(out[j]);
+      done[k] = 1;
+      ++on_device;
+    }
+    std::lock_guard<std::mutex> lock(health_mu);
+    health.sampled_on_device_total += on_device;
+  }
+
+  // The host rows; a device row the device left to the host downloads its logits now.
+  for (size_t k = 0; k < sampling_rows.size(); ++k) {
+    const size_t i = sampling_rows[k];
+    if (done[k] || !results[i].logits.is_null()) continue;
+    const Tensor& dl = results[i].device_logits;
+    if (dl.is_null()) {
+      steps[k] = internal_error("sampling: the model step returned no logits for this row");
+      done[k] = 1;
+      continue;
+    }
+    results[i].logits = ops->to_host(dl.slice(0, dl.size(0) - 1, dl.size(0)));
+  }
+  if (samplers.size() < sampling_rows.size()) samplers.resize(sampling_rows.size());
+  sample_pool.parallel_for(static_cast<int64_t>(sampling_rows.size()), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      if (done[static_cast<size_t>(k)]) continue;
+      const size_t i = sampling_rows[static_cast<size_t>(k)];
+      Tensor& logits = results[i].logits;
+      const int64_t vocab = logits.shape().back();
+      float* row = logits.data<float>();
+      // Padding rows of the embedding are not tokens: never sample them.
+      for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
+      steps[static_cast<size_t>(k)] = rows[i]->sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)),
+                                                            samplers[static_cast<size_t>(k)]);
+    }
+  });
+  return steps;
 }
 
 }  // namespace tf::engine

@@ -91,6 +91,18 @@ Expected<pid_t> spawn_one(const std::string& executable, std::vector<std::string
 
 }  // namespace
 
+Status check_rank_gpus(int world, int visible, const char* visible_env, const std::string& why_none) {
+  if (world < 1) return invalid_argument("--tp must be >= 1, got " + std::to_string(world));
+  if (visible >= world) return Status::ok();
+  std::string msg = "--tp " + std::to_string(world) + " with --device cuda needs " + std::to_string(world) +
+                    " GPUs (one per rank), but " + std::to_string(visible) + (visible == 1 ? " is" : " are") +
+                    " visible";
+  msg += visible_env != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible_env + ")"
+                                : std::string(" (CUDA_VISIBLE_DEVICES is not set)");
+  if (visible == 0 && !why_none.empty()) msg += ": " + why_none;
+  return invalid_argument(msg + "; lower --tp or make more GPUs visible");
+}
+
 std::string RankExit::describe() const {
   if (WIFEXITED(wait_status)) return "exit code " + std::to_string(WEXITSTATUS(wait_status));
   if (WIFSIGNALED(wait_status)) {

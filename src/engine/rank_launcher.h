@@ -49,6 +49,13 @@ struct RankLaunchOptions {
   std::chrono::milliseconds poll_interval{20};
 };
 
+// One host, one GPU per rank: rank r computes on CUDA device r of the devices
+// this process sees (CUDA_VISIBLE_DEVICES applies). OK when `visible` devices
+// cover `world` ranks; otherwise kInvalidArgument naming both counts and
+// CUDA_VISIBLE_DEVICES (`visible_env`: its value, null when unset), plus
+// `why_none` (the driver's error) when no device is visible at all.
+Status check_rank_gpus(int world, int visible, const char* visible_env, const std::string& why_none = {});
+
 class RankLauncher {
  public:
   // Spawns every child or none (a failed spawn kills those already started).

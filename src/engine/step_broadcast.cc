@@ -196,6 +196,8 @@ Status send_model_setup(Communicator& comm, const TpModelSetup& setup) {
   w.u64(static_cast<uint64_t>(setup.page_size));
   w.u64(static_cast<uint64_t>(setup.num_pages));
   w.u8(static_cast<uint8_t>(setup.latent_dtype));
+  w.u8(static_cast<uint8_t>(setup.weight_dtype));
+  w.u8(setup.dense_quant);
   return send_message(comm, MessageKind::kSetup, w.take());
 }
 
@@ -203,11 +205,18 @@ Expected<TpModelSetup> receive_model_setup(Communicator& comm) {
   TF_ASSIGN_OR_RETURN(std::vector<uint8_t> payload, receive_message(comm, MessageKind::kSetup));
   Reader r(payload);
   uint64_t page_size = 0, num_pages = 0;
-  uint8_t dtype = 0;
+  uint8_t dtype = 0, weights = 0, quant = 0;
   TF_RETURN_IF_ERROR(r.u64(page_size, "setup page size"));
   TF_RETURN_IF_ERROR(r.u64(num_pages, "setup page count"));
   TF_RETURN_IF_ERROR(r.u8(dtype, "setup latent dtype"));
+  TF_RETURN_IF_ERROR(r.u8(weights, "setup weight dtype"));
+  TF_RETURN_IF_ERROR(r.u8(quant, "setup dense quantization"));
+  if (quant > 2) return invalid_argument("model setup: dense quantization " + std::to_string(quant) + " is unknown");
   TF_RETURN_IF_ERROR(r.finish());
+  const auto wt = static_cast<DType>(weights);
+  if (wt != DType::kF32 && wt != DType::kBF16) {
+    return invalid_argument("model setup: weight dtype " + std::to_string(weights) + " is not f32 or bf16");
+  }
   const auto dt = static_cast<DType>(dtype);
   if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF8E4M3) {
     return invalid_argument("model setup: latent dtype " + std::to_string(dtype) +
@@ -218,7 +227,7 @@ Expected<TpModelSetup> receive_model_setup(Communicator& comm) {
     return invalid_argument("model setup: page size " + std::to_string(page_size) + ", pages " +
                             std::to_string(num_pages));
   }
-  return TpModelSetup{static_cast<int64_t>(page_size), static_cast<int64_t>(num_pages), dt};
+  return TpModelSetup{static_cast<int64_t>(page_size), static_cast<int64_t>(num_pages), dt, wt, quant};
 }
 
 Status StepBroadcaster::send_step(std::vector<StepCommandEntry> entries) {

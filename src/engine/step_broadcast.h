@@ -12,7 +12,7 @@
 // that rank 0 notices a dead follower even with no traffic. kStop ends the
 // followers' loop when the engine stops.
 //
-// The model setup (pool page size and count, latent dtype) travels once, before
+// The model setup (pool page size and count, latent and weight dtypes) travels once, before
 // the models load, as a message of its own kind: the followers' pools must be as
 // large as rank 0's, whatever free memory each process saw.
 //
@@ -64,11 +64,16 @@ std::vector<uint8_t> encode_step_command(const StepCommand& command);
 // kInvalidArgument naming the field at fault for anything truncated, oversized or trailing.
 Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload);
 
-// The model setup rank 0 decided (its memory plan), for the followers' model load.
+// The model setup rank 0 decided (its memory plan, how it holds the matrices),
+// for the followers' model load.
 struct TpModelSetup {
   int64_t page_size = 0;
   int64_t num_pages = 0;
   DType latent_dtype = DType::kBF16;
+  DType weight_dtype = DType::kF32;  // the projection matrices: f32, or bf16 on the GPU
+  // DENSE=q4 / fp8: the large dense matrices re-quantized at load (Glm5Options::dense_quant),
+  // as a MatrixFormat value (0 = dense).
+  uint8_t dense_quant = 0;
 
   bool operator==(const TpModelSetup&) const = default;
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <system_error>
 #include <unordered_set>
 
@@ -53,7 +54,7 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.com
 
 // Files a previous synthetic checkpoint (or an interrupted one) leaves; --overwrite removes them.
 bool is_generated_file(const std::string& name) {
-  static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors(\.tmp)?)");
+  static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors(\.tmp)?|exl3-experts-\d{3}\.safetensors)");
   static const std::unordered_set<std::string> fixed = {
       "config.json",          "generation_config.json",   "tokenizer.json", "tokenizer_config.json",
       "chat_template.jinja",  "model.safetensors.index.json", "model.safetensors"};
@@ -61,6 +62,19 @@ bool is_generated_file(const std::string& name) {
   if (base.size() > 4 && base.compare(base.size() - 4, 4, ".tmp") == 0 && fixed.count(base.substr(0, base.size() - 4)))
     return true;
   return fixed.count(base) != 0 || std::regex_match(name, shard);
+}
+
+bool is_routed_expert(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+
+// Bytes of the EXL3 experts write_synthetic_exl3_experts writes for `g` (data only; the
+// headers are small), for the disk-space check and the index's total_size.
+uint64_t exl3_expert_bytes(const SyntheticGeometry& g, const Exl3SyntheticOptions& o) {
+  auto pad = [](int64_t v) { return static_cast<uint64_t>((v + 127) / 128 * 128); };
+  const uint64_t h = pad(g.hidden_size), i = pad(g.moe_intermediate_size);
+  const uint64_t marker = o.codebook == Exl3Codebook::k3Inst ? 0 : 4;
+  const uint64_t linear = h * i * static_cast<uint64_t>(o.bits) / 8 + 2 * (h + i) + marker + (o.bias ? 2 * h : 0);
+  const int moe_layers = std::max(0, g.num_layers - g.first_dense) + g.mtp_layers;
+  return 3 * linear * static_cast<uint64_t>(g.experts) * static_cast<uint64_t>(moe_layers);
 }
 
 std::string gb(uint64_t bytes) {
@@ -167,6 +181,14 @@ Status validate_synthetic_geometry(const SyntheticGeometry& g) {
   TF_RETURN_IF_ERROR(check_range("--index-kpool", g.index_kpool, 1, 4096));
   TF_RETURN_IF_ERROR(check_range("--hc-mult", g.hc_mult, 1, 64));
   return Status::ok();
+}
+
+std::string synthetic_config_json(const SyntheticGeometry& g, const Exl3SyntheticOptions* exl3) {
+  std::string text = synthetic_config_json(g);
+  if (!exl3) return text;
+  ojson c = ojson::parse(text);
+  c["quantization_config"] = ojson::parse(synthetic_exl3_quantization_config(*exl3).dump());
+  return c.dump(2) + "\n";
 }
 
 std::string synthetic_config_json(const SyntheticGeometry& g) {
@@ -330,7 +352,15 @@ Expected<SyntheticSummary> write_synthetic_checkpoint(const fs::path& dir, const
     if (options.shard_bytes == 0) return invalid_argument("--shard-gb must be positive");
     if (dir.empty()) return invalid_argument("--out: no folder given");
     const SyntheticGeometry& g = options.geometry;
-    TF_ASSIGN_OR_RETURN(std::vector<GeneratedTensor> tensors, synthetic_tensors(g, options.seed));
+    TF_ASSIGN_OR_RETURN(std::vector<GeneratedTensor> all_tensors, synthetic_tensors(g, options.seed));
+    const Exl3SyntheticOptions* exl3 = options.exl3 ? &*options.exl3 : nullptr;
+    if (exl3 && (exl3->bits < kExl3MinBits || exl3->bits > kExl3MaxBits))
+      return out_of_range("--bits " + std::to_string(exl3->bits) + ": EXL3 has 1 to 8 bits per weight");
+    // With EXL3 experts the BF16 shards hold everything but the routed experts.
+    std::vector<GeneratedTensor> tensors;
+    for (const GeneratedTensor& t : all_tensors)
+      if (!exl3 || !is_routed_expert(t.name)) tensors.push_back(t);
+    const uint64_t exl3_bytes = exl3 ? exl3_expert_bytes(g, *exl3) : 0;
     const std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                          {"tensorfold_synthetic_checkpoint", "1"},
                                                          {"seed", std::to_string(options.seed)}};
@@ -342,11 +372,12 @@ Expected<SyntheticSummary> write_synthetic_checkpoint(const fs::path& dir, const
     constexpr uint64_t kSmallFilesMargin = uint64_t{64} << 20;
     std::error_code ec;
     const fs::space_info space = fs::space(dir, ec);
-    if (!ec && space.available < plan.file_bytes + index.size() + kSmallFilesMargin)
-      return resource_exhausted(dir.string() + ": the checkpoint needs " + gb(plan.file_bytes + index.size()) +
+    if (!ec && space.available < plan.file_bytes + exl3_bytes + index.size() + kSmallFilesMargin)
+      return resource_exhausted(dir.string() + ": the checkpoint needs " +
+                                gb(plan.file_bytes + exl3_bytes + index.size()) +
                                 " but only " + gb(space.available) + " are free there");
     const std::vector<std::pair<std::string, std::string>> small = {
-        {"config.json", synthetic_config_json(g)},
+        {"config.json", synthetic_config_json(g, exl3)},
         {"generation_config.json", synthetic_generation_config_json(g)},
         {"tokenizer.json", synthetic_tokenizer_json(g)},
         {"tokenizer_config.json", demo_tokenizer_config_json()},
@@ -365,12 +396,34 @@ Expected<SyntheticSummary> write_synthetic_checkpoint(const fs::path& dir, const
     wo.progress_interval_s = options.progress_interval_s;
     TF_RETURN_IF_ERROR(write_shards(dir, tensors, plan, wo));
     for (const ShardPlan::Shard& shard : plan.shards) s.files.push_back(shard.file);
-    TF_RETURN_IF_ERROR(write_file_atomically(dir / "model.safetensors.index.json", index));
+    std::string index_text = index;
+    if (exl3) {
+      TF_ASSIGN_OR_RETURN(Glm5Config config, parse_glm5_config(synthetic_config_json(g, exl3), "synthetic config.json"));
+      std::map<std::string, std::string> map;
+      TF_RETURN_IF_ERROR(write_synthetic_exl3_experts(dir.string(), config.text, *exl3, &map));
+      nlohmann::json merged = nlohmann::json::parse(index);
+      std::set<std::string> files;
+      for (const auto& [name, file] : map) {
+        merged["weight_map"][name] = file;
+        files.insert(file);
+      }
+      uint64_t data = 0;
+      for (const std::string& f : files) {
+        s.files.push_back(f);
+        data += fs::file_size(dir / f);
+      }
+      total += data;
+      merged["metadata"]["total_size"] = merged["metadata"]["total_size"].get<uint64_t>() + exl3_bytes;
+      index_text = merged.dump(2) + "\n";
+      total += index_text.size() - index.size();
+      s.tensors += map.size();
+    }
+    TF_RETURN_IF_ERROR(write_file_atomically(dir / "model.safetensors.index.json", index_text));
     s.files.push_back("model.safetensors.index.json");
     s.shards = plan.shards.size();
-    s.tensors = tensors.size();
+    s.tensors += tensors.size();
     s.bytes = total;
-    s.params = count_synthetic_params(g, tensors);
+    s.params = count_synthetic_params(g, all_tensors);
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return s;
   } catch (const StatusError& e) {

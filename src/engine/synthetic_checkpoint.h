@@ -31,12 +31,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/synthetic_shard_writer.h"
+#include "model/exl3_synthetic.h"
 
 namespace tf {
 
@@ -76,6 +78,8 @@ int64_t synthetic_min_vocab();
 
 // The generated small files.
 std::string synthetic_config_json(const SyntheticGeometry& g);
+// With EXL3 routed experts: the same plus the EXL3 quantization_config (exl3_synthetic.h).
+std::string synthetic_config_json(const SyntheticGeometry& g, const Exl3SyntheticOptions* exl3);
 std::string synthetic_generation_config_json(const SyntheticGeometry& g);
 std::string synthetic_tokenizer_json(const SyntheticGeometry& g);
 // The `index`-th filler token's text (ids after the demo BPE's), for tests.
@@ -103,6 +107,12 @@ struct SyntheticCheckpointOptions {
   uint64_t shard_bytes = 5000000000;  // target size of one shard (5 GB; the release's are ~5.4)
   unsigned threads = 0;                      // 0: all hardware threads
   bool overwrite = false;  // allow a non-empty folder (a previous synthetic checkpoint's files are replaced)
+  // EXL3 routed experts (`--exl3`): the reference deployment's layout (facts §5.1): every routed
+  // expert projection as random EXL3 tensors (trellis/suh/svh/marker, exl3_synthetic.h) in
+  // exl3-experts-LLL.safetensors (one file per MoE layer), everything else BF16 as above, and
+  // config.json's quantization_config {quant_method exl3, bits, codebook, head_bits 16,
+  // scope glm53_routed_experts_only}. Unset: BF16 experts.
+  std::optional<Exl3SyntheticOptions> exl3;
   std::function<void(const ShardWriteProgress&)> progress;
   double progress_interval_s = 2.0;
 };

@@ -10,7 +10,12 @@
 #include "core/logging.h"
 #include "engine/step_broadcast.h"
 #include "kernels/cpu/cpu_ops.h"
+#if TF_HAVE_CUDA
+#include "comm/nccl_communicator.h"
+#include "kernels/cuda/cuda_ops.h"
+#endif
 #include "model/config.h"
+#include "model/glm5/glm5_upload.h"
 #include "model/weight_source.h"
 
 namespace tf::engine {
@@ -84,31 +89,88 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
   }
 }
 
+Expected<Communicator*> bind_model_comm(Communicator& host, Communicator* model, const std::string& device, Ops& ops) {
+  Communicator& m = model != nullptr ? *model : host;
+  const std::string backend = m.backend_name();
+  if (m.world_size() != host.world_size() || m.rank() != host.rank()) {
+    return internal_error("tensor parallelism: the model's communicator is rank " + std::to_string(m.rank()) + " of " +
+                          std::to_string(m.world_size()) + ", the host channel rank " + std::to_string(host.rank()) +
+                          " of " + std::to_string(host.world_size()));
+  }
+  if (device == "cuda") {
+    if (backend != "nccl") {
+      return unimplemented("--tp " + std::to_string(m.world_size()) +
+                           " with --device cuda: the model's collectives need the NCCL communicator, not " + backend +
+                           (model == nullptr ? " (no model communicator was given)" : ""));
+    }
+#if TF_HAVE_CUDA
+    auto* nccl = dynamic_cast<NcclCommunicator*>(&m);
+    if (nccl == nullptr) return internal_error("tensor parallelism: an 'nccl' communicator of another type");
+    const Device d = ops_device(ops);
+    if (d.kind != DeviceKind::kCuda || d.index != nccl->cuda_device()) {
+      return invalid_argument("tensor parallelism: rank " + std::to_string(m.rank()) + " computes on " +
+                              d.to_string() + " but its NCCL communicator is on cuda:" +
+                              std::to_string(nccl->cuda_device()));
+    }
+    nccl->set_stream(cuda_ops_stream(ops));
+#else
+    (void)ops;
+    return unimplemented("--device cuda: this tensorfold was built without CUDA (configure with -DTF_CUDA=ON)");
+#endif
+  } else if (backend == "nccl") {
+    return invalid_argument("--tp " + std::to_string(m.world_size()) + " with --device " + device +
+                            ": the NCCL communicator needs CUDA tensors (use --device cuda, or Gloo for CPU ranks)");
+  }
+  return &m;
+}
+
 Status serve_follower(const EngineOptions& options, Communicator& comm) {
   if (Status s = options.validate(); !s.is_ok()) return s;
-  if (options.device != "cpu") {
-    return unimplemented("--device " + options.device +
-                         ": follower ranks run on the CPU backend only (so far)");
-  }
   auto config = load_glm5_config(options.model_dir);
   if (!config) return config.status();
   auto weights = open_weight_source(options.model_dir, *config);
   if (!weights) return weights.status();
-  auto ops = make_cpu_ops();
+  std::unique_ptr<Ops> ops;
+  if (options.device == "cuda") {
+#if TF_HAVE_CUDA
+    auto cuda_ops = make_cuda_ops(options.cuda_device, options.exact_rows);
+    if (!cuda_ops) {
+      return cuda_ops.status().with_context(rank_name(comm) + ": --device cuda (GPU " +
+                                            std::to_string(options.cuda_device) + ")");
+    }
+    ops = std::move(*cuda_ops);
+#else
+    return unimplemented("--device cuda: this tensorfold was built without CUDA (configure with -DTF_CUDA=ON)");
+#endif
+  } else {
+    ops = make_cpu_ops();
+  }
+  TF_ASSIGN_OR_RETURN(Communicator * model_comm,
+                      bind_model_comm(comm, options.model_comm.get(), options.device, *ops));
   // Rank 0 sends the setup once it planned its memory; its pool decides ours.
   auto setup = receive_model_setup(comm);
   if (!setup) return setup.status().with_context(rank_name(comm) + ": receiving the model setup from rank 0");
   Glm5Options mo;
   mo.latent_dtype = setup->latent_dtype;
+  mo.weight_dtype = setup->weight_dtype;
+  mo.dense_quant = static_cast<MatrixFormat>(setup->dense_quant);
   mo.page_size = setup->page_size;
   mo.num_pages = setup->num_pages;
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = Glm5Model::load(*config, **weights, *ops, comm, mo);
+  auto model = Glm5Model::load(*config, **weights, *ops, *model_comm, mo);
   if (!model) return model.status().with_context(rank_name(comm));
-  TF_LOG_INFO("{}: loaded its shard in {:.1f} s ({} pages of {} tokens); following rank 0", rank_name(comm),
+  TF_LOG_INFO("{}: loaded its shard on {} in {:.1f} s ({} pages of {} tokens, model collectives over {}); "
+              "following rank 0",
+              rank_name(comm), ops_device(*ops).to_string(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), mo.num_pages,
-              mo.page_size);
-  return run_follower(**model, comm);
+              mo.page_size, model_comm->backend_name());
+  Status s = run_follower(**model, comm);
+  const CommStats st = model_comm->stats();
+  if (st.all_reduce_calls > 0) {
+    TF_LOG_INFO("{}: {} all-reduces ({:.1f} MB) took {:.3f} s in all", rank_name(comm), st.all_reduce_calls,
+                st.all_reduce_bytes / 1e6, st.all_reduce_seconds);
+  }
+  return s;
 }
 
 }  // namespace tf::engine

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "sampling/device_row.h"
 #include "sampling/seed.h"
 
 namespace tf {
@@ -21,6 +22,26 @@ Expected<SequenceStep> SequenceSampler::step(std::span<const float> logits, Samp
   }
   const SampleInput in{logits, &params_, &history_, seed_, position(), stop_.banned(generated())};
   TF_ASSIGN_OR_RETURN(SampledToken sampled, sampler.sample(in));
+  history_.append_generated(sampled.token);
+  finish_ = stop_.after_token(sampled.token, generated());
+  return SequenceStep{std::move(sampled), finish_};
+}
+
+std::optional<SampleRowParams> SequenceSampler::device_params(int32_t vocab_limit) const {
+  if (finished()) return std::nullopt;
+  return device_row_params(params_, seed_, position(), stop_.banned(generated()), vocab_limit);
+}
+
+Expected<SequenceStep> SequenceSampler::accept(const SampleRowResult& device_result) {
+  if (finished()) {
+    return internal_error(std::string("sequence sampler: device token after the sequence finished (") +
+                          finish_reason_name(finish_) + ")");
+  }
+  if (device_result.status != SampleRowStatus::kOk || device_result.token < 0) {
+    return internal_error("sequence sampler: the device sampler gave no token at position " +
+                          std::to_string(position()));
+  }
+  SampledToken sampled = sampled_token_of(device_result, params_);
   history_.append_generated(sampled.token);
   finish_ = stop_.after_token(sampled.token, generated());
   return SequenceStep{std::move(sampled), finish_};

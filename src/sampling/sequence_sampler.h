@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "core/status.h"
+#include "kernels/api/sample_rows.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 #include "sampling/stop_conditions.h"
@@ -35,6 +37,13 @@ class SequenceSampler {
   // Samples the next token from this sequence's row and records it. After a
   // finish other than kNone, further calls fail.
   [[nodiscard]] Expected<SequenceStep> step(std::span<const float> logits, Sampler& sampler);
+
+  // The device sampler's parameters for the next token (device_row.h), or nullopt
+  // when only the host sampler can choose it (bias, penalties, banned ids now, ...).
+  [[nodiscard]] std::optional<SampleRowParams> device_params(int32_t vocab_limit) const;
+  // Records a token the device sampler chose (a kOk result for device_params()),
+  // exactly as step() records its own.
+  [[nodiscard]] Expected<SequenceStep> accept(const SampleRowResult& device_result);
 
   uint64_t seed() const { return seed_; }
   int64_t position() const { return prompt_len_ + history_.generated_count(); }

@@ -7,7 +7,9 @@
 - killing the follower (SIGKILL) makes rank 0 log "rank 1 exited (signal 9 ...)" and exit non-zero
   within a few seconds, and the HTTP port is released;
 - killing rank 0 (SIGKILL) makes the follower exit too;
-- a hung follower (SIGSTOP) makes rank 0 exit non-zero once --tp-timeout has passed.
+- a hung follower (SIGSTOP) makes rank 0 exit non-zero once --tp-timeout has passed;
+- `--tp 2 --device cuda` with no GPU visible is refused at once, saying why (one GPU per rank);
+- `tensorfold bench --offline --tp 2` runs and reports the all-reduces per model step.
 
 Usage: serve_tp_test.py TENSORFOLD_BINARY CACHE_DIR
 """
@@ -36,7 +38,9 @@ def check(cond, what):
 class Server:
     def __init__(self, tp, extra=()):
         args = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--parallel", "2",
-                "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", CACHE, "--tp", str(tp)] + list(extra)
+                "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", CACHE, "--tp", str(tp),
+                # exact weights: DENSE=q4 groups would follow the TP shard boundaries (TP=2 != TP=1)
+                "--dense", "f32"] + list(extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
         self.port = None
@@ -140,6 +144,17 @@ def replies(server):
 
 
 t0 = time.time()
+
+# --tp 2 --device cuda with no GPU visible (CUDA_VISIBLE_DEVICES=""; a CPU build has no CUDA at all):
+# refused at once with a message that says why, before any rank starts or the port opens.
+env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+gpu = subprocess.run([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--cache-dir", CACHE, "--tp", "2",
+                      "--device", "cuda", "--context", "1024"], env=env, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True, timeout=START_TIMEOUT)
+check(gpu.returncode != 0 and "listening" not in gpu.stdout,
+      "--tp 2 --device cuda without GPUs is refused (exit %d)" % gpu.returncode)
+check(re.search(r"--tp 2 with --device cuda needs 2 GPUs \(one per rank\), but 0 are visible|built without CUDA",
+                gpu.stdout) is not None, "... saying why:\n  %s" % gpu.stdout.strip()[-400:])
 one = Server(1)
 try:
     ref_alone, ref_together = replies(one)
@@ -225,6 +240,29 @@ finally:
             os.kill(k, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+# `tensorfold bench --offline --tp 2` (CPU ranks): the bench starts its follower like serve does, every
+# request succeeds, and the report counts the model's steps and all-reduces per scenario.
+report = os.path.join(CACHE, "bench_tp2.json")
+bench = subprocess.run([BIN, "bench", "--offline", "--tp", "2", "--scenario", "decode-1,decode-2", "--output-tokens", "4",
+                        "--context", "1024", "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--dense", "f32",
+                        "--json", report],
+                       env=dict(os.environ, TF_CACHE_DIR=CACHE), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=START_TIMEOUT)
+check(bench.returncode == 0, "bench --offline --tp 2 succeeds (exit %d)" % bench.returncode)
+try:
+    runs = json.load(open(report))["runs"]
+except (OSError, ValueError, KeyError) as e:
+    runs = []
+    check(False, "bench --tp 2 wrote its report: %s" % e)
+for r in runs:
+    tp = r.get("tp", {})
+    check(tp.get("world") == 2 and tp.get("model_steps", 0) > 0 and tp.get("all_reduce_calls", 0) > tp["model_steps"],
+          "bench %s: %s" % (r.get("scenario"), tp))
+check(re.search(r"^tp 2: \d+ model steps, \d+ all-reduces", bench.stdout, re.M) is not None,
+      "bench --tp 2 prints the all-reduce time per step")
+if failures:
+    print(bench.stdout[-3000:], file=sys.stderr)
 
 print("serve_tp: %d failure(s), %.1f s" % (len(failures), time.time() - t0))
 sys.exit(1 if failures else 0)

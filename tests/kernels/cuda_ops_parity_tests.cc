@@ -389,8 +389,10 @@ TEST_F(CudaParity, KdaRecurrentAndChunked) {
         }
         const std::string tag = std::string(chunked ? "kda_chunked" : "kda_recurrent") + " H=" + std::to_string(h) +
                                 " Dk=" + std::to_string(dk) + " Dv=" + std::to_string(dv) + " T=" + std::to_string(t);
-        expect_close(tag, ref, out, 1e-5);
-        expect_close(tag + " state", st, gst, 1e-5);
+        // The chunked op on tensor cores (3xTF32, cuda_kda_chunked.cu): 1e-4 as its own tests.
+        const double tol = chunked ? 1e-4 : 1e-5;
+        expect_close(tag, ref, out, tol);
+        expect_close(tag + " state", st, gst, tol);
       }
     }
   }

@@ -45,6 +45,7 @@ TEST(Glm5Model, PrefillMatchesTransformers) {
     ASSERT_TRUE(model);
     auto seq = model->new_sequence();
     StepEntry e{seq.get(), f.prompt_ids, true};
+    e.want_hidden = true;
     auto res = model->step({&e, 1});
     ASSERT_TRUE(res.has_value()) << res.status().to_string();
     const double err = rel_err((*res)[0].logits, f.prompt_logits);

@@ -320,6 +320,7 @@ TEST(Glm5Step, MtpLayerLoadsAndRuns) {
   ASSERT_TRUE(model.has_mtp());
   auto seq = model.new_sequence();
   StepEntry e{seq.get(), f.prompt_ids, true};
+  e.want_hidden = true;
   auto r = model.step({&e, 1});
   ASSERT_TRUE(r.has_value());
   // Draft for positions 0..148 from the main hidden states and the next tokens, in two chunks.

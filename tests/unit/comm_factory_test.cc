@@ -66,5 +66,35 @@ TEST(MakeCommunicatorTest, ParsesBackendNames) {
   EXPECT_STREQ(comm_backend_name(CommBackend::kGloo), "gloo");
 }
 
+TEST(MakeCommunicatorsTest, SeveralSingleRankCommunicators) {
+  auto c = make_communicators(CommOptions{}, {CommBackend::kSingle, CommBackend::kSingle});
+  ASSERT_TRUE(c.has_value()) << c.status().to_string();
+  ASSERT_EQ(c->size(), 2u);
+  EXPECT_NE((*c)[0].get(), (*c)[1].get());
+  EXPECT_STREQ((*c)[1]->backend_name(), "single");
+  const CommStats s = (*c)[0]->stats();  // the single rank measures nothing
+  EXPECT_EQ(s.all_reduce_calls, 0);
+  EXPECT_EQ(s.all_reduce_seconds, 0.0);
+}
+
+TEST(MakeCommunicatorsTest, RejectsAnEmptyListAndBadEntries) {
+  auto none = make_communicators(CommOptions{}, {});
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  CommOptions o;
+  o.world_size = 2;
+  o.rank = 1;
+  auto single_of_two = make_communicators(o, {CommBackend::kGloo, CommBackend::kSingle});
+  EXPECT_EQ(single_of_two.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(single_of_two.status().message().find("needs world_size 1"), std::string::npos);
+  o.rank = 2;
+  EXPECT_EQ(make_communicators(o, {CommBackend::kGloo}).status().code(), StatusCode::kInvalidArgument);
+#if !TF_HAVE_CUDA
+  // A backend that was not built is refused before any rendezvous.
+  o.rank = 1;
+  auto nccl = make_communicators(o, {CommBackend::kGloo, CommBackend::kNccl});
+  EXPECT_EQ(nccl.status().code(), StatusCode::kUnimplemented);
+#endif
+}
+
 }  // namespace
 }  // namespace tf

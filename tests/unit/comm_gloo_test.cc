@@ -138,5 +138,70 @@ TEST(GlooCommunicatorTest, RanksThatDisagreeGetAnErrorNotACrash) {
   for (const auto& s : results) EXPECT_TRUE(s.is_ok()) << s.to_string();
 }
 
+// Two communicators of the same ranks from one rendezvous (make_communicators),
+// as tensor-parallel CUDA serving builds Gloo + NCCL: both work, independently,
+// and each counts its own calls (CommStats).
+TEST(GlooCommunicatorTest, TwoCommunicatorsFromOneRendezvousAreIndependent) {
+  constexpr int kWorld = 2;
+  std::promise<int> port_promise;
+  std::shared_future<int> port = port_promise.get_future().share();
+  std::atomic<bool> announced{false};
+  std::vector<Status> results(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      CommOptions o;
+      o.rank = rank;
+      o.world_size = kWorld;
+      o.timeout = std::chrono::seconds(60);
+      if (rank == 0) {
+        o.rendezvous = "127.0.0.1:0";
+        o.on_listening = [&](int p) {
+          announced = true;
+          port_promise.set_value(p);
+        };
+      } else {
+        if (port.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+          results[1] = unavailable("rank 0 never listened");
+          return;
+        }
+        o.rendezvous = "127.0.0.1:" + std::to_string(port.get());
+      }
+      auto comms = make_communicators(o, {CommBackend::kGloo, CommBackend::kGloo});
+      if (!comms) {
+        if (rank == 0 && !announced) port_promise.set_value(-1);
+        results[static_cast<size_t>(rank)] = comms.status();
+        return;
+      }
+      results[static_cast<size_t>(rank)] = [&]() -> Status {
+        if (comms->size() != 2) return internal_error("expected 2 communicators");
+        Communicator& a = *(*comms)[0];
+        Communicator& b = *(*comms)[1];
+        // Interleaved calls on both: each pairs with its own peer.
+        Tensor x = Tensor::from_floats({3}, {1.0f + rank, 2.0f, 3.0f});
+        Tensor y = Tensor::from_floats({2}, {10.0f * (rank + 1), -1.0f});
+        TF_RETURN_IF_ERROR(a.all_reduce_sum(x));
+        TF_RETURN_IF_ERROR(b.all_reduce_sum(y));
+        TF_RETURN_IF_ERROR(a.all_reduce_sum(x));
+        if (x.to_vector() != std::vector<float>{6.0f, 8.0f, 12.0f}) return internal_error("a's sums are wrong");
+        if (y.to_vector() != std::vector<float>{30.0f, -2.0f}) return internal_error("b's sum is wrong");
+        Tensor gathered = Tensor::zeros({kWorld, 2}, DType::kF32);
+        TF_RETURN_IF_ERROR(b.all_gather(y, gathered));
+        const CommStats sa = a.stats(), sb = b.stats();
+        if (sa.all_reduce_calls != 2 || sa.all_reduce_bytes != 2 * 3 * 4 || sa.all_gather_calls != 0)
+          return internal_error("a's stats: " + std::to_string(sa.all_reduce_calls) + " calls, " +
+                                std::to_string(sa.all_reduce_bytes) + " bytes");
+        if (sb.all_reduce_calls != 1 || sb.all_reduce_bytes != 2 * 4 || sb.all_gather_calls != 1)
+          return internal_error("b's stats: " + std::to_string(sb.all_reduce_calls) + " calls");
+        if (!(sa.all_reduce_seconds > 0.0) || !(sb.all_gather_seconds > 0.0)) return internal_error("no time counted");
+        return Status::ok();
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t r = 0; r < results.size(); ++r)
+    EXPECT_TRUE(results[r].is_ok()) << "rank " << r << ": " << results[r].to_string();
+}
+
 }  // namespace
 }  // namespace tf

@@ -348,6 +348,7 @@ TEST_F(DemoCheckpoint, MtpLayerDraftsFiniteLogits) {
   const std::vector<text::TokenId> ids = tok->encode("[gMASK]<sop><|user|>Write a function that sorts a list.<|assistant|><think>");
   auto seq = (*model)->new_sequence();
   StepEntry e{seq.get(), std::span<const int32_t>(ids.data(), ids.size()), true};
+  e.want_hidden = true;  // the MTP draft below reads the hidden states
   auto r = (*model)->step({&e, 1});
   ASSERT_TRUE(r.has_value()) << r.status().to_string();
   const Tensor& logits = (*r)[0].logits;

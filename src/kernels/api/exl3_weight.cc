@@ -69,4 +69,34 @@ Status check_exl3_weight(const Exl3Weight& w, const std::string& name) {
   return Status::ok();
 }
 
+Status check_exl3_expert_table(const Exl3ExpertTable& t, const std::string& name) {
+  const int64_t e = t.num_experts();
+  if (e == 0) return invalid_argument(name + ": no experts");
+  if (static_cast<int64_t>(t.up.size()) != e || static_cast<int64_t>(t.down.size()) != e)
+    return invalid_argument(name + ": " + std::to_string(e) + " gate, " + std::to_string(t.up.size()) + " up and " +
+                            std::to_string(t.down.size()) + " down projections");
+  if (t.hidden <= 0 || t.intermediate <= 0) return invalid_argument(name + ": hidden and intermediate must be set");
+  const char* proj[3] = {"gate_proj", "up_proj", "down_proj"};
+  const std::vector<Exl3Weight>* sets[3] = {&t.gate, &t.up, &t.down};
+  for (int p = 0; p < 3; ++p) {
+    const Exl3Weight& first = (*sets[p])[0];
+    for (int64_t i = 0; i < e; ++i) {
+      const Exl3Weight& w = (*sets[p])[i];
+      const std::string wn = name + "." + std::to_string(i) + "." + proj[p];
+      TF_RETURN_IF_ERROR(check_exl3_weight(w, wn));
+      if (w.trellis.shape() != first.trellis.shape() || w.codebook != first.codebook ||
+          !w.bias.is_null() != !first.bias.is_null() || w.trellis.device() != first.trellis.device())
+        return invalid_argument(wn + ": " + w.trellis.describe() + " " + exl3_codebook_name(w.codebook) +
+                                " differs from expert 0's " + first.trellis.describe() + " " +
+                                exl3_codebook_name(first.codebook) + " (one shape, codebook and device per layer)");
+    }
+    const int64_t in = p < 2 ? t.hidden : t.intermediate, out = p < 2 ? t.intermediate : t.hidden;
+    if (first.in_features() < in || first.out_features() < out)
+      return invalid_argument(name + ".0." + proj[p] + ": " + std::to_string(first.in_features()) + "x" +
+                              std::to_string(first.out_features()) + " (padded) does not cover " +
+                              std::to_string(in) + "x" + std::to_string(out));
+  }
+  return Status::ok();
+}
+
 }  // namespace tf

@@ -17,9 +17,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -55,6 +57,26 @@ struct Exl3Weight {
   // Bytes of the packed trellis (what a GEMV must read).
   int64_t trellis_bytes() const { return trellis.numel() * 2; }
 };
+
+// The routed experts of one MoE layer, every one stored EXL3, for Ops::moe_experts_exl3.
+// gate/up map hidden -> intermediate (their first `intermediate` outputs are used),
+// down maps intermediate -> hidden (its inputs beyond `intermediate` are zero).
+// Per-expert tensors, as a checkpoint holds them (host views until a backend that
+// computes elsewhere uploads them: Ops::upload_exl3_experts); `backend_state` is what
+// that backend built from them (the CUDA one: the device pointer table), opaque here.
+struct Exl3ExpertTable {
+  std::vector<Exl3Weight> gate, up, down;  // one per expert
+  int64_t hidden = 0;                      // unpadded hidden size (x and out width)
+  int64_t intermediate = 0;                // unpadded intermediate width used
+  std::shared_ptr<void> backend_state;
+
+  int64_t num_experts() const { return static_cast<int64_t>(gate.size()); }
+};
+
+// Checks that every expert of `t` passes check_exl3_weight, and that all experts share
+// one shape, bit width and codebook per projection and fit hidden / intermediate.
+// Errors name `name` (e.g. "model.layers.3.mlp.experts") and the expert at fault.
+Status check_exl3_expert_table(const Exl3ExpertTable& t, const std::string& name);
 
 // Structural check of a weight before any kernel touches it: dtypes, ranks and
 // sizes agree, packed, on the host or one device, bits in 1..8 and equal to

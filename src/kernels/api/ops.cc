@@ -2,6 +2,7 @@
 #include "kernels/api/ops.h"
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -9,6 +10,94 @@ namespace tf {
 
 void Ops::exl3_matmul(Tensor& /*out*/, const Tensor& /*x*/, const Exl3Weight& /*w*/) {
   throw StatusError(unimplemented(std::string(name()) + " backend: EXL3 weights (exl3_matmul)"));
+}
+
+Status Ops::upload_exl3_experts(Exl3ExpertTable& experts) {
+  return check_exl3_expert_table(experts, "EXL3 experts");
+}
+
+// The per-expert path: tokens grouped on the host in token order per expert, experts in
+// ascending id, so each token's outputs are added in the order of its (ascending) ids.
+void Ops::moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const Exl3ExpertTable& experts, float swiglu_limit) {
+  const Status st = check_exl3_expert_table(experts, "moe_experts_exl3");
+  if (!st.is_ok()) throw StatusError(st);
+  const int64_t h = experts.hidden, il = experts.intermediate, ne = experts.num_experts();
+  if (x.dim() != 2 || x.size(1) != h || out.dim() != 2 || out.size(0) != x.size(0) || out.size(1) != h)
+    throw StatusError(invalid_argument("moe_experts_exl3: x " + x.describe() + " and out " + out.describe() +
+                                       " must be [T, " + std::to_string(h) + "]"));
+  const int64_t n = x.size(0);
+  if (ids.dim() != 2 || ids.size(0) != n || ids.dtype() != DType::kI32 || weights.shape() != ids.shape())
+    throw StatusError(invalid_argument("moe_experts_exl3: ids " + ids.describe() + " and weights " +
+                                       weights.describe() + " must both be [T, k] (ids int32)"));
+  const int64_t k = ids.size(1);
+  const Tensor ids_h = to_host(ids), wts_h = to_host(weights);
+  std::vector<std::vector<int32_t>> tok(static_cast<size_t>(ne));
+  std::vector<std::vector<float>> sc(static_cast<size_t>(ne));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t id = ids_h.data<int32_t>()[t * k + j];
+      if (id < 0 || id >= ne)
+        throw StatusError(out_of_range("moe_experts_exl3: expert id " + std::to_string(id) + " at token " +
+                                       std::to_string(t) + " outside [0, " + std::to_string(ne) + ")"));
+      tok[id].push_back(static_cast<int32_t>(t));
+      sc[id].push_back(wts_h.data<float>()[t * k + j]);
+    }
+  Tensor acc = zeros({n, h});
+  for (int64_t e = 0; e < ne; ++e) {
+    if (tok[e].empty()) continue;
+    const int64_t m = static_cast<int64_t>(tok[e].size());
+    const Tensor idx = to_device(Tensor::view_of(tok[e].data(), {m}, DType::kI32));
+    const Tensor scale = to_device(Tensor::view_of(sc[e].data(), {m}, DType::kF32));
+    Tensor xe = empty({m, h});
+    gather_rows(xe, x, idx);
+    Tensor gu = empty({m, 2 * il});
+    Tensor g = gu.slice(1, 0, il), u = gu.slice(1, il, 2 * il);
+    exl3_matmul(g, xe, experts.gate[e]);
+    exl3_matmul(u, xe, experts.up[e]);
+    Tensor a = empty({m, il});
+    swiglu(a, gu, swiglu_limit);
+    Tensor y = empty({m, h});
+    exl3_matmul(y, a, experts.down[e]);
+    scatter_add_rows(acc, y, idx, scale);
+  }
+  copy(out, acc);
+}
+
+void Ops::quant_matmul(Tensor& /*out*/, const Tensor& /*x*/, const Matrix& w, bool /*accumulate*/) {
+  throw StatusError(unimplemented(std::string(name()) + " backend: quantized weights (" + w.describe() + ")"));
+}
+
+void Ops::sample_rows(std::span<SampleRowResult> /*out*/, std::span<const Tensor> /*rows*/,
+                      std::span<const SampleRowParams> /*params*/) {
+  throw StatusError(unimplemented(std::string(name()) + " backend: sampling on the device (sample_rows)"));
+}
+
+namespace {
+
+// Without device graphs the "graph" is the function itself, called again on replay.
+class CallAgainGraph final : public Ops::Graph {
+ public:
+  explicit CallAgainGraph(std::function<void()> fn) : fn(std::move(fn)) {}
+  std::function<void()> fn;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Ops::Graph>> Ops::capture(std::function<void()> fn) {
+  if (!fn) return invalid_argument("Ops::capture: no function");
+  return std::unique_ptr<Graph>(new CallAgainGraph(std::move(fn)));
+}
+
+Status Ops::replay(Graph& graph) {
+  auto* g = dynamic_cast<CallAgainGraph*>(&graph);
+  if (g == nullptr) return invalid_argument(std::string(name()) + " backend: replay of a graph it did not capture");
+  try {
+    g->fn();
+  } catch (const StatusError& e) {
+    return e.status().with_context("graph replay");
+  }
+  return Status();
 }
 
 namespace {

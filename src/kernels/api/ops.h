@@ -14,12 +14,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/api/exl3_weight.h"
+#include "kernels/api/matrix.h"
+#include "kernels/api/sample_rows.h"
 
 namespace tf {
 
@@ -39,6 +43,30 @@ struct LatentPagesView {
 };
 
 enum class TopkTies { kLowerIndex, kTorchCpu };
+
+// Decode rows of one step (one new token per row, each row its own sequence) as the
+// batched MLA/DSA ops see them. Every per-row quantity lives in device memory (for the
+// CPU backend: host memory), so a call's launches depend only on `rows` and the model's
+// constants, never on sequence lengths: the *_rows ops below are capture-safe for CUDA
+// graphs (no host sync, no allocation), except where a comment says otherwise. The host
+// fills the arrays with one upload per step.
+struct DecodeRowsView {
+  int64_t rows = 0;
+  const int32_t* positions = nullptr;  // [rows]: absolute position of the row's new token
+  // [rows]: the address (uint64) of the row's int32 page table into the latent pages.
+  const int64_t* page_tables = nullptr;
+  // The paged latent cache of one MLA layer (as LatentPagesView, minus the per-sequence parts).
+  void* pages = nullptr;
+  float* scales = nullptr;  // fp8 only
+  DType dtype = DType::kF32;
+  int64_t page_size = 0, width = 0, page_stride = 0;
+  // DSA indexer state of one layer, per row: the address of a f32 ring [2, kp, D] (raw keys,
+  // then gates, of the incomplete pool: token p in slot p % kp) and of the pooled keys f32
+  // [capacity >= (position + 1) / kp, D] (pool i in row i). Null when the layer has no indexer.
+  const int64_t* rings = nullptr;
+  const int64_t* pool_keys = nullptr;
+  int64_t kpool = 0, index_dim = 0;
+};
 
 class Ops {
  public:
@@ -61,6 +89,14 @@ class Ops {
   // ---- linear algebra ------------------------------------------------------
   // out[T, N] = x[T, K] · w[N, K]^T  (accumulate: out += ...).
   virtual void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate = false) = 0;
+  // The same for a Matrix (matrix.h): a dense one goes to the op above, a quantized
+  // one (fp8 block-scaled, q4) to quant_matmul. Not virtual: backends override those two.
+  void matmul(Tensor& out, const Tensor& x, const Matrix& w, bool accumulate = false) {
+    if (w.is_dense()) return matmul(out, x, w.dense(), accumulate);
+    quant_matmul(out, x, w, accumulate);
+  }
+  // out[T, N] = x[T, K] · W^T for a quantized W (the default throws StatusError).
+  virtual void quant_matmul(Tensor& out, const Tensor& x, const Matrix& w, bool accumulate);
   // Per-head matmul: out[T, H, N] = x[T, H, K] · w[H, N, K]^T for every head.
   virtual void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) = 0;
   // out[n, D] = table[ids[n], D] (ids int32 [n]).
@@ -155,6 +191,35 @@ class Ops {
   virtual void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size,
                                      bool tail) = 0;
 
+  // ---- MLA + DSA over a step's decode rows (DecodeRowsView; capture-safe) ---
+  // Each gives, row for row, exactly what the one-sequence op above gives for that
+  // row's sequence alone (same arithmetic and summation order).
+  // latent [B, R]: row b goes to token slot positions[b] of its page table.
+  virtual void latent_store_rows(const DecodeRowsView& rows, const Tensor& latent) = 0;
+  // Indexer pool bookkeeping for one new token per row: key, gate [B, D] go into ring slot
+  // position % kp; when position % kp == kp - 1 the pool position / kp is complete and its
+  // pooled key (as indexer_pool_keys, ape [kp, D]) is written to pool_keys row position / kp.
+  virtual void indexer_update_rows(const DecodeRowsView& rows, const Tensor& key, const Tensor& gate,
+                                   const Tensor& ape) = 0;
+  // Pool scores as indexer_scores with candidates (position + 1) / kp: out [B, W] (W >= every
+  // row's candidate count; entries at or past a row's count are not written), q [B, H, D],
+  // weights [B, H]; each row reads its own pool_keys.
+  virtual void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights,
+                                   float scale) = 0;
+  // The selected pools of each row: among the row's n = min((position + 1) / kp, W)
+  // candidates of scores [B, W], the min(S, n) with the largest scores (equal scores:
+  // `ties` as in topk over that row's n scores), in ascending pool order, then -1s;
+  // selected int32 [B, S]. kTorchCpu on CUDA syncs with the host (not capture-safe).
+  virtual void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsView& rows,
+                                 TopkTies ties) = 0;
+  // indexer_token_indices with first_position = positions[b] for row b: indices [B, Wi].
+  virtual void indexer_token_indices_rows(Tensor& indices, const Tensor& selected, const DecodeRowsView& rows,
+                                          bool tail) = 0;
+  // mla_sparse_attention for row b over its page table and positions[b] + 1 cached tokens:
+  // q, out [B, H, R], indices [B, Wi].
+  virtual void mla_sparse_attention_rows(Tensor& out, const Tensor& q, const DecodeRowsView& rows,
+                                         const Tensor& indices, float scale) = 0;
+
   // ---- MoE router ------------------------------------------------------------
   // Sigmoid router: s = σ(logits [T, E]); choice = s + bias; keep the topk_group groups
   // with the largest top-2 sums of n_group; take the top `k` experts among them;
@@ -180,6 +245,45 @@ class Ops {
   // dims (the input is zero-extended, padded outputs are dropped); out may be row-strided
   // (last dimension packed, e.g. a column block). Backends without EXL3 throw StatusError.
   virtual void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w);
+  // moe_experts (same contract: ids/weights [T, k], out [T, H] overwritten, each token's
+  // expert outputs summed in j order from 0) over routed experts stored EXL3:
+  //   out[t] = sum_j weights[t, j] * down[e] · swiglu(gate[e] · x[t] ++ up[e] · x[t]).
+  // The default groups the tokens on the host (one download of ids) and runs each active
+  // expert through exl3_matmul, swiglu and scatter_add_rows in ascending expert order;
+  // the CUDA backend groups on the device (no host sync up to 64 tokens).
+  virtual void moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                const Exl3ExpertTable& experts, float swiglu_limit);
+  // Moves a layer's EXL3 experts to where this backend computes them, once at load
+  // (the default, for backends that read host tensors: checks them, copies nothing).
+  virtual Status upload_exl3_experts(Exl3ExpertTable& experts);
+
+  // ---- sampling (sample_rows.h) ----------------------------------------------
+  // One token per row: out[b] from logits row rows[b] (packed f32 [V] or [1, V] on
+  // this backend's device; rows may be views of one batched tensor) under params[b],
+  // with the host sampler's math; out is on the host. A row the backend cannot decide
+  // exactly comes back kUndecided. The default throws StatusError (unimplemented).
+  virtual void sample_rows(std::span<SampleRowResult> out, std::span<const Tensor> rows,
+                           std::span<const SampleRowParams> params);
+
+  // ---- captured op sequences (CUDA graphs) and step markers ----------------
+  // capture(fn) records the ops `fn` issues without running them; replay() runs
+  // them again, on the same memory: every tensor fn reads or writes that it did not
+  // allocate itself must stay where it is while the graph lives. Tensors fn
+  // allocates come from a capture arena shared by all graphs (CUDA) and are valid
+  // only during a replay, so fn copies its results into tensors made beforehand.
+  // fn must not synchronise with the host (downloads, uploads through host memory):
+  // capture() then fails and the caller runs the ops eagerly. Backends without real
+  // graphs (supports_graphs() false: CPU) keep fn and call it again on replay.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+  };
+  virtual bool supports_graphs() const { return false; }
+  virtual Expected<std::unique_ptr<Graph>> capture(std::function<void()> fn);
+  virtual Status replay(Graph& graph);
+  // A model step's bounds, for the op profiler (TF_PROFILE_OPS=1 on CUDA); no-ops by default.
+  virtual void begin_step() {}
+  virtual void end_step() {}
 };
 
 }  // namespace tf

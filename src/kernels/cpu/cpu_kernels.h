@@ -32,6 +32,8 @@ inline float dot(const float* a, const float* b, int64_t n) {
 
 void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate);
 void head_matmul(Tensor& out, const Tensor& x, const Tensor& w);
+// out = x · W^T for a quantized Matrix (cpu_quant_linear.cc).
+void quant_matmul(Tensor& out, const Tensor& x, const Matrix& w, bool accumulate);
 void embedding(Tensor& out, const Tensor& table, const Tensor& ids);
 void gather_rows(Tensor& out, const Tensor& x, const Tensor& idx);
 void scatter_add_rows(Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& scale);
@@ -67,6 +69,14 @@ void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, cons
 void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size, bool tail);
 void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
                     const Tensor& candidates, float scale);
+// The decode-row ops (cpu_decode_rows.cc): per row, the one-sequence kernels above.
+void latent_store_rows(const DecodeRowsView& rows, const Tensor& latent);
+void indexer_update_rows(const DecodeRowsView& rows, const Tensor& key, const Tensor& gate, const Tensor& ape);
+void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights, float scale);
+void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsView& rows, TopkTies ties);
+void indexer_token_indices_rows(Tensor& indices, const Tensor& selected, const DecodeRowsView& rows, bool tail);
+void mla_sparse_attention_rows(Tensor& out, const Tensor& q, const DecodeRowsView& rows, const Tensor& indices,
+                               float scale);
 
 void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group, int topk_group,
                int k, bool norm, float scaling);

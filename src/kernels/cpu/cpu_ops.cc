@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_sampling.h"
 #include "kernels/cpu/exl3_linear.h"
 
 namespace tf {
@@ -59,6 +60,9 @@ class CpuOps final : public Ops {
 
   void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate) override {
     cpu::matmul(out, x, w, accumulate);
+  }
+  void quant_matmul(Tensor& out, const Tensor& x, const Matrix& w, bool accumulate) override {
+    cpu::quant_matmul(out, x, w, accumulate);
   }
   void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) override { cpu::head_matmul(out, x, w); }
   void embedding(Tensor& out, const Tensor& table, const Tensor& ids) override { cpu::embedding(out, table, ids); }
@@ -128,6 +132,29 @@ class CpuOps final : public Ops {
                       const Tensor& candidates, float scale) override {
     cpu::indexer_scores(out, q, pool_keys, weights, candidates, scale);
   }
+  void latent_store_rows(const DecodeRowsView& rows, const Tensor& latent) override {
+    cpu::latent_store_rows(rows, latent);
+  }
+  void indexer_update_rows(const DecodeRowsView& rows, const Tensor& key, const Tensor& gate,
+                           const Tensor& ape) override {
+    cpu::indexer_update_rows(rows, key, gate, ape);
+  }
+  void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights,
+                           float scale) override {
+    cpu::indexer_scores_rows(out, rows, q, weights, scale);
+  }
+  void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsView& rows,
+                         TopkTies ties) override {
+    cpu::indexer_topk_rows(selected, scores, rows, ties);
+  }
+  void indexer_token_indices_rows(Tensor& indices, const Tensor& selected, const DecodeRowsView& rows,
+                                  bool tail) override {
+    cpu::indexer_token_indices_rows(indices, selected, rows, tail);
+  }
+  void mla_sparse_attention_rows(Tensor& out, const Tensor& q, const DecodeRowsView& rows, const Tensor& indices,
+                                 float scale) override {
+    cpu::mla_sparse_attention_rows(out, q, rows, indices, scale);
+  }
   void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
                  int topk_group, int k, bool norm, float scaling) override {
     cpu::moe_route(weights, ids, logits, bias, n_group, topk_group, k, norm, scaling);
@@ -141,6 +168,10 @@ class CpuOps final : public Ops {
     Tensor packed = Tensor::empty(out.shape(), out.dtype());  // a column block: compute, then copy in
     cpu::exl3_matmul(packed, x, w);
     out.copy_from(packed);
+  }
+  void sample_rows(std::span<SampleRowResult> out, std::span<const Tensor> rows,
+                   std::span<const SampleRowParams> params) override {
+    cpu::sample_rows(out, rows, params);
   }
 };
 

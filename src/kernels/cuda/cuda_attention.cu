@@ -8,10 +8,15 @@
 // warps score several tokens at a time (loads in flight), then the softmax, then
 // each warp sums the weighted latents of its share of the tokens over all channels
 // and the warps' partials are added in a fixed order.
+//
+// The *_rows variants (decode rows of a step, ops.h DecodeRowsView) run the same
+// kernels with each block reading its row's page table address and position from
+// device memory: the launch depends only on the number of rows (capture-safe).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <climits>
+#include <cstdint>
 #include <type_traits>
 #include <string>
 
@@ -57,7 +62,8 @@ size_t attention_smem(int padded, int64_t width) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mla_kernel(float* __restrict__ out, const float* __restrict__ q, PagesArgs c, const int32_t* __restrict__ indices,
-               int64_t w, int64_t heads, int padded, float scale) {
+               int64_t w, int64_t heads, int padded, float scale, const int64_t* __restrict__ row_tables,
+               const int32_t* __restrict__ row_pos) {
   extern __shared__ __align__(16) unsigned char smem[];
   int64_t* poff = reinterpret_cast<int64_t*>(smem);               // [padded] element offset of the token's row
   int* toks = reinterpret_cast<int*>(poff + padded);              // [padded]
@@ -67,6 +73,10 @@ __global__ void __launch_bounds__(kThreads)
   float* red = qs + c.width;                                      // [nwarps][kChanBlock]
   __shared__ float scratch[32];
   const int64_t ti = blockIdx.x / heads, hh = blockIdx.x % heads;
+  if (row_tables != nullptr) {  // decode rows: each row its own sequence (table, length)
+    c.page_table = reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(row_tables[ti]));
+    c.num_tokens = int64_t(row_pos[ti]) + 1;
+  }
   const int64_t r = c.width;
   const float* qh = q + (ti * heads + hh) * r;
   for (int64_t x = threadIdx.x; x < r; x += blockDim.x) qs[x] = qh[x];
@@ -181,9 +191,11 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 __global__ void store_kernel(void* __restrict__ pages, float* __restrict__ scales, PagesArgs c,
-                             const float* __restrict__ latent, int64_t first) {
+                             const float* __restrict__ latent, int64_t first, const int64_t* __restrict__ row_tables,
+                             const int32_t* __restrict__ row_pos) {
   __shared__ float scratch[32];
-  const int64_t i = blockIdx.x, r = c.width, tok = first + i;
+  const int64_t i = blockIdx.x, r = c.width, tok = row_pos != nullptr ? int64_t(row_pos[i]) : first + i;
+  if (row_tables != nullptr) c.page_table = reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(row_tables[i]));
   const int64_t page = c.page_table[tok / c.page_size], slot = tok % c.page_size;
   const int64_t off = page * c.page_stride + slot * r;
   const float* src = latent + i * r;
@@ -233,12 +245,14 @@ void latent_store(CudaContext& ctx, const LatentPagesView& cache, void* pages, f
     throw StatusError(invalid_argument("latent_store: no pages (or scales) to write"));
   PagesArgs a = pages_args(cache);
   switch (cache.dtype) {
-    case DType::kF32: store_kernel<float><<<unsigned(t), 128, 0, ctx.stream>>>(pages, scales, a, latent.data<float>(), first); break;
+    case DType::kF32: store_kernel<float><<<unsigned(t), 128, 0, ctx.stream>>>(pages, scales, a, latent.data<float>(), first, nullptr, nullptr); break;
     case DType::kBF16:
-      store_kernel<__nv_bfloat16><<<unsigned(t), 128, 0, ctx.stream>>>(pages, scales, a, latent.data<float>(), first);
+      store_kernel<__nv_bfloat16><<<unsigned(t), 128, 0, ctx.stream>>>(pages, scales, a, latent.data<float>(), first,
+                                                                   nullptr, nullptr);
       break;
     default:
-      store_kernel<__nv_fp8_e4m3><<<unsigned(t), 128, 0, ctx.stream>>>(pages, scales, a, latent.data<float>(), first);
+      store_kernel<__nv_fp8_e4m3><<<unsigned(t), 128, 0, ctx.stream>>>(pages, scales, a, latent.data<float>(), first,
+                                                                   nullptr, nullptr);
       break;
   }
   check_launch("latent_store");
@@ -283,7 +297,7 @@ void mla_sparse_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const 
       if (!s.is_ok()) throw StatusError(s);
     }
     kernel<<<blocks, kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), a, indices.data<int32_t>(), w, h,
-                                                   padded, scale);
+                                                   padded, scale, nullptr, nullptr);
   };
   switch (cache.dtype) {
     case DType::kF32: launch(mla_kernel<float>); break;
@@ -291,6 +305,93 @@ void mla_sparse_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const 
     default: launch(mla_kernel<__nv_fp8_e4m3>); break;
   }
   check_launch("mla_sparse_attention");
+}
+
+namespace {
+
+void rows_throw(const Status& s) {
+  if (!s.is_ok()) throw StatusError(s);
+}
+
+void check_rows_view(const char* op, const DecodeRowsView& v) {
+  if (v.rows < 0 || (v.rows > 0 && (v.positions == nullptr || v.page_tables == nullptr || v.pages == nullptr ||
+                                    v.page_size <= 0 || v.width <= 0)))
+    throw StatusError(invalid_argument(std::string(op) + ": decode rows without positions, page tables or pages"));
+  if (v.dtype == DType::kF8E4M3 && v.scales == nullptr)
+    throw StatusError(invalid_argument(std::string(op) + ": fp8 latent pages without scales"));
+  if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kF8E4M3)
+    throw StatusError(unimplemented(std::string(op) + ": latent cache dtype " + dtype_name(v.dtype)));
+}
+
+PagesArgs rows_args(const DecodeRowsView& v) {
+  return {v.pages, v.scales, nullptr, v.page_size, v.width, v.page_stride, 0};
+}
+
+}  // namespace
+
+void latent_store_rows(CudaContext& ctx, const DecodeRowsView& rows, const Tensor& latent) {
+  check_rows_view("latent_store_rows", rows);
+  check_dev(ctx, "latent_store_rows latent", latent, DType::kF32, rows.rows * rows.width);
+  if (rows.rows == 0) return;
+  const PagesArgs a = rows_args(rows);
+  const unsigned b = static_cast<unsigned>(rows.rows);
+  const float* x = latent.data<float>();
+  switch (rows.dtype) {
+    case DType::kF32:
+      store_kernel<float><<<b, 128, 0, ctx.stream>>>(rows.pages, rows.scales, a, x, 0, rows.page_tables, rows.positions);
+      break;
+    case DType::kBF16:
+      store_kernel<__nv_bfloat16><<<b, 128, 0, ctx.stream>>>(rows.pages, rows.scales, a, x, 0, rows.page_tables,
+                                                             rows.positions);
+      break;
+    default:
+      store_kernel<__nv_fp8_e4m3><<<b, 128, 0, ctx.stream>>>(rows.pages, rows.scales, a, x, 0, rows.page_tables,
+                                                             rows.positions);
+      break;
+  }
+  check_launch("latent_store_rows");
+}
+
+void mla_sparse_attention_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const DecodeRowsView& rows,
+                               const Tensor& indices, float scale) {
+  check_rows_view("mla_sparse_attention_rows", rows);
+  check_dev(ctx, "mla_sparse_attention_rows q", q, DType::kF32);
+  check_dev(ctx, "mla_sparse_attention_rows indices", indices, DType::kI32);
+  const int64_t t = rows.rows, r = rows.width;
+  if (t == 0) return;
+  if (indices.dim() == 0 || indices.size(0) != t || q.numel() % (t * r) != 0)
+    throw StatusError(invalid_argument("mla_sparse_attention_rows: q " + q.describe() + ", indices " +
+                                       indices.describe() + " for " + std::to_string(t) + " rows of width " +
+                                       std::to_string(r)));
+  const int64_t w = indices.numel() / t, h = q.numel() / (t * r);
+  check_dev(ctx, "mla_sparse_attention_rows out", out, DType::kF32, t * h * r);
+  if (h == 0) return;
+  if (w == 0) {
+    rows_throw(cuda_status(cudaMemsetAsync(out.raw(), 0, out.nbytes(), ctx.stream), "mla_sparse_attention_rows"));
+    return;
+  }
+  int padded = 1;
+  while (padded < w) padded <<= 1;
+  const size_t smem = attention_smem(padded, r);
+  if (smem > 200 * 1024)
+    throw StatusError(unimplemented("mla_sparse_attention_rows: " + std::to_string(w) + " indices of width " +
+                                    std::to_string(r) + " exceed the kernel's shared memory"));
+  const PagesArgs a = rows_args(rows);
+  const unsigned blocks = static_cast<unsigned>(t * h);
+  auto launch = [&](auto kernel) {
+    if (smem > 48 * 1024)
+      rows_throw(cuda_status(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "mla_sparse_attention_rows shared memory"));
+    kernel<<<blocks, kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), a, indices.data<int32_t>(), w, h,
+                                                   padded, scale, rows.page_tables, rows.positions);
+  };
+  switch (rows.dtype) {
+    case DType::kF32: launch(mla_kernel<float>); break;
+    case DType::kBF16: launch(mla_kernel<__nv_bfloat16>); break;
+    default: launch(mla_kernel<__nv_fp8_e4m3>); break;
+  }
+  check_launch("mla_sparse_attention_rows");
 }
 
 }  // namespace tf::cuda

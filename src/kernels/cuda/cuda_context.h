@@ -32,6 +32,9 @@ struct CudaContext {
   // the row-independent kernels (f32 activations; a row's bits do not depend on the
   // other rows); larger ones use cuBLAS (bf16 weights: tensor cores, x rounded to bf16).
   int64_t exact_rows = 64;
+  // True while the stream is being captured into a graph: uploads through the
+  // staging ring (host memory read when the copy runs) are refused then.
+  bool capturing = false;
 
   // Device scratch memory (freed back to the cache when the Tensor goes).
   Tensor scratch(int64_t bytes);

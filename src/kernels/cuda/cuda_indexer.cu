@@ -1,8 +1,11 @@
 // DSA indexer kernels on the GPU: pooled keys (a per-channel softmax over the k_p
 // members of a pool; one thread per (pool, channel)) and relu-weighted pool
 // scores (one thread per (query row, pool), the row's q and weights in shared
-// memory). Both keep the CPU reference's summation order.
+// memory). Both keep the CPU reference's summation order. The decode-rows variants
+// (one token per row, each its own sequence) read positions and state addresses on
+// the device and launch a fixed grid per row count (capture-safe).
 #include <cfloat>
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -12,21 +15,40 @@
 namespace tf::cuda {
 namespace {
 
+// Channel x of one pool's key: keys, gate point at the pool's [kp, d] rows. Shared by
+// the one-sequence and the decode-rows kernels (the same arithmetic in both).
+__device__ __forceinline__ float pool_key_channel(const float* keys, const float* gate, const float* ape, int64_t kp,
+                                                  int64_t d, int64_t x) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < kp; ++i) mx = fmaxf(mx, gate[i * d + x] + ape[i * d + x]);
+  float sum = 0, acc = 0;
+  for (int64_t i = 0; i < kp; ++i) {
+    const float ex = expf(gate[i * d + x] + ape[i * d + x] - mx);
+    sum += ex;
+    acc += ex * keys[i * d + x];
+  }
+  return acc / sum;
+}
+
+// One pool's score: sq holds the row's q [h, d] then its weights [h].
+__device__ __forceinline__ float pool_score(const float* sq, const float* kv, int64_t h, int64_t d, float scale) {
+  float acc = 0;
+  for (int64_t hh = 0; hh < h; ++hh) {
+    const float* qh = sq + hh * d;
+    float s = 0;
+    for (int64_t x = 0; x < d; ++x) s += qh[x] * kv[x];
+    acc += sq[h * d + hh] * fmaxf(0.0f, s * scale);
+  }
+  return acc;
+}
+
 __global__ void pool_keys_kernel(float* __restrict__ out, const float* __restrict__ keys,
                                  const float* __restrict__ gate, const float* __restrict__ ape, int64_t p, int64_t kp,
                                  int64_t d) {
   const int64_t total = p * d;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t pi = e / d, x = e % d;
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < kp; ++i) mx = fmaxf(mx, gate[(pi * kp + i) * d + x] + ape[i * d + x]);
-    float sum = 0, acc = 0;
-    for (int64_t i = 0; i < kp; ++i) {
-      const float ex = expf(gate[(pi * kp + i) * d + x] + ape[i * d + x] - mx);
-      sum += ex;
-      acc += ex * keys[(pi * kp + i) * d + x];
-    }
-    out[e] = acc / sum;
+    out[e] = pool_key_channel(keys + pi * kp * d, gate + pi * kp * d, ape, kp, d, x);
   }
 }
 
@@ -44,15 +66,7 @@ __global__ void scores_kernel(float* __restrict__ out, const float* __restrict__
     out[ti * p + pi] = -FLT_MAX;
     return;
   }
-  const float* kv = pool + pi * d;
-  float acc = 0;
-  for (int64_t hh = 0; hh < h; ++hh) {
-    const float* qh = sq + hh * d;
-    float s = 0;
-    for (int64_t x = 0; x < d; ++x) s += qh[x] * kv[x];
-    acc += sq[h * d + hh] * fmaxf(0.0f, s * scale);
-  }
-  out[ti * p + pi] = acc;
+  out[ti * p + pi] = pool_score(sq, pool + pi * d, h, d, scale);
 }
 
 }  // namespace
@@ -96,19 +110,25 @@ void indexer_scores(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor
 
 namespace {
 
+// Entry c of a row's token indices (`visible` tokens, selected pools sel[s]).
+__device__ __forceinline__ int32_t token_index(const int32_t* sel, int64_t c, int64_t s, int64_t visible, int64_t kp,
+                                               bool tail) {
+  const int64_t complete = visible / kp;
+  if (c < s * kp) {
+    const int64_t p = sel[c / kp];
+    if (p >= 0 && p < complete) return static_cast<int32_t>(p * kp + c % kp);
+  } else if (tail && c - s * kp < visible % kp) {
+    return static_cast<int32_t>(complete * kp + (c - s * kp));
+  }
+  return -1;
+}
+
 // One thread per output entry.
 __global__ void token_indices_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ sel, int64_t t, int64_t w,
                                      int64_t s, int64_t first, int64_t kp, bool tail) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < t * w; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = e / w, c = e % w, visible = first + i + 1, complete = visible / kp;
-    int32_t v = -1;
-    if (c < s * kp) {
-      const int64_t p = sel[i * s + c / kp];
-      if (p >= 0 && p < complete) v = static_cast<int32_t>(p * kp + c % kp);
-    } else if (tail && c - s * kp < visible % kp) {
-      v = static_cast<int32_t>(complete * kp + (c - s * kp));
-    }
-    out[e] = v;
+    const int64_t i = e / w, c = e % w;
+    out[e] = token_index(sel + i * s, c, s, first + i + 1, kp, tail);
   }
 }
 
@@ -127,6 +147,139 @@ void indexer_token_indices(CudaContext& ctx, Tensor& indices, const Tensor& pool
   token_indices_kernel<<<grid_1d(t * w), 256, 0, ctx.stream>>>(indices.data<int32_t>(), pools.data<int32_t>(), t, w,
                                                                 s, first_position, kp, tail);
   check_launch("indexer_token_indices");
+}
+
+// ---- decode rows (ops.h DecodeRowsView): per-row state read on the device ----------
+
+namespace {
+
+constexpr int kScoreBlocksPerRow = 8;  // fixed: the grid may not depend on sequence lengths
+
+template <typename T>
+__device__ __forceinline__ T* row_addr(const int64_t* table, int64_t b) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(table[b]));
+}
+
+// One block per row, a thread per channel (grid-stride): the new key/gate go into ring
+// slot pos % kp; the token that completes a pool also computes the pooled key. Each
+// thread reads back only the channel it wrote, so no barrier is needed.
+__global__ void update_rows_kernel(const int32_t* __restrict__ pos, const int64_t* __restrict__ rings,
+                                   const int64_t* __restrict__ pool_keys, const float* __restrict__ key,
+                                   const float* __restrict__ gate, const float* __restrict__ ape, int64_t kp,
+                                   int64_t d) {
+  const int64_t b = blockIdx.x, p = pos[b], slot = p % kp;
+  float* ring = row_addr<float>(rings, b);
+  for (int64_t x = threadIdx.x; x < d; x += blockDim.x) {
+    ring[slot * d + x] = key[b * d + x];
+    ring[(kp + slot) * d + x] = gate[b * d + x];
+    if (slot == kp - 1) row_addr<float>(pool_keys, b)[(p / kp) * d + x] = pool_key_channel(ring, ring + kp * d, ape, kp, d, x);
+  }
+}
+
+// A warp per pool (grid-stride over the row's pools): lanes hold 4 channels of the pool
+// key each, every head's dot product is a warp reduction (a fixed tree: the result does
+// not depend on the batch), heads are summed in order as in indexer_scores.
+constexpr int kScoreThreads = 256;
+__global__ void __launch_bounds__(kScoreThreads)
+    scores_rows_kernel(float* __restrict__ out, const int32_t* __restrict__ pos, const int64_t* __restrict__ pool_keys,
+                       const float* __restrict__ q, const float* __restrict__ w, int64_t width, int64_t kp, int64_t h,
+                       int64_t d, float scale) {
+  extern __shared__ float sq[];  // q[h*d] then weights[h]
+  const int64_t b = blockIdx.x;
+  const int64_t n = min(int64_t(pos[b] + 1) / kp, width);
+  if (n == 0) return;
+  for (int64_t i = threadIdx.x; i < h * d; i += blockDim.x) sq[i] = q[b * h * d + i];
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) sq[h * d + i] = w[b * h + i];
+  __syncthreads();
+  const float* pk = row_addr<const float>(pool_keys, b);
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int64_t pi = int64_t(blockIdx.y) * warps + (threadIdx.x >> 5); pi < n; pi += int64_t(gridDim.y) * warps) {
+    const float* kv = pk + pi * d;
+    float acc = 0;
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const float* qh = sq + hh * d;
+      float s = 0;
+      for (int64_t x = lane; x < d; x += 32) s += qh[x] * kv[x];
+      s = warp_reduce(s, SumOp{});
+      acc += sq[h * d + hh] * fmaxf(0.0f, s * scale);
+    }
+    if (lane == 0) out[b * width + pi] = acc;
+  }
+}
+
+__global__ void token_indices_rows_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ sel,
+                                          const int32_t* __restrict__ pos, int64_t t, int64_t w, int64_t s,
+                                          int64_t kp, bool tail) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < t * w; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / w, c = e % w;
+    out[e] = token_index(sel + i * s, c, s, int64_t(pos[i]) + 1, kp, tail);
+  }
+}
+
+void check_indexer_rows(const char* op, const DecodeRowsView& v) {
+  if (v.rows < 0 || (v.rows > 0 && v.positions == nullptr) || v.kpool < 1)
+    throw StatusError(invalid_argument(std::string(op) + ": decode rows without positions or pool size"));
+}
+
+}  // namespace
+
+void indexer_update_rows(CudaContext& ctx, const DecodeRowsView& rows, const Tensor& key, const Tensor& gate,
+                         const Tensor& ape) {
+  check_indexer_rows("indexer_update_rows", rows);
+  const int64_t b = rows.rows, d = rows.index_dim, kp = rows.kpool;
+  check_dev(ctx, "indexer_update_rows key", key, DType::kF32, b * d);
+  check_dev(ctx, "indexer_update_rows gate", gate, DType::kF32, b * d);
+  check_dev(ctx, "indexer_update_rows ape", ape, DType::kF32, kp * d);
+  if (b == 0 || d == 0) return;
+  if (rows.rings == nullptr || rows.pool_keys == nullptr)
+    throw StatusError(invalid_argument("indexer_update_rows: no indexer state"));
+  update_rows_kernel<<<static_cast<unsigned>(b), 128, 0, ctx.stream>>>(rows.positions, rows.rings, rows.pool_keys,
+                                                                       key.data<float>(), gate.data<float>(),
+                                                                       ape.data<float>(), kp, d);
+  check_launch("indexer_update_rows");
+}
+
+void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& rows, const Tensor& q,
+                         const Tensor& weights, float scale) {
+  check_indexer_rows("indexer_scores_rows", rows);
+  const int64_t b = rows.rows, d = rows.index_dim;
+  if (b == 0) return;
+  check_dev(ctx, "indexer_scores_rows out", out, DType::kF32);
+  const int64_t width = out.numel() / b, h = weights.numel() / b;
+  if (out.size(0) != b || weights.size(0) != b)
+    throw StatusError(invalid_argument("indexer_scores_rows: out " + out.describe() + ", weights " +
+                                       weights.describe() + " for " + std::to_string(b) + " rows"));
+  check_dev(ctx, "indexer_scores_rows q", q, DType::kF32, b * h * d);
+  check_dev(ctx, "indexer_scores_rows weights", weights, DType::kF32, b * h);
+  if (width == 0 || d == 0) return;
+  if (rows.pool_keys == nullptr) throw StatusError(invalid_argument("indexer_scores_rows: no pooled keys"));
+  const size_t smem = static_cast<size_t>(h * d + h) * sizeof(float);
+  if (smem > 48 * 1024)
+    throw StatusError(unimplemented("indexer_scores_rows: " + std::to_string(h) + " heads of width " +
+                                    std::to_string(d) + " exceed the kernel's shared memory"));
+  const dim3 grid(static_cast<unsigned>(b), kScoreBlocksPerRow);
+  scores_rows_kernel<<<grid, kScoreThreads, smem, ctx.stream>>>(out.data<float>(), rows.positions, rows.pool_keys,
+                                                      q.data<float>(), weights.data<float>(), width, rows.kpool, h, d,
+                                                      scale);
+  check_launch("indexer_scores_rows");
+}
+
+void indexer_token_indices_rows(CudaContext& ctx, Tensor& indices, const Tensor& selected, const DecodeRowsView& rows,
+                                bool tail) {
+  check_indexer_rows("indexer_token_indices_rows", rows);
+  check_dev(ctx, "indexer_token_indices_rows selected", selected, DType::kI32);
+  check_dev(ctx, "indexer_token_indices_rows indices", indices, DType::kI32);
+  const int64_t t = rows.rows, kp = rows.kpool;
+  if (t == 0) return;
+  const int64_t w = indices.numel() / t, s = selected.numel() / t;
+  if (indices.size(0) != t || selected.size(0) != t || w < s * kp + (tail ? kp - 1 : 0))
+    throw StatusError(invalid_argument("indexer_token_indices_rows: indices " + indices.describe() + ", selected " +
+                                       selected.describe() + ", pool size " + std::to_string(kp)));
+  if (t * w == 0) return;
+  // Fixed grid (grid-stride), whatever the entries' values.
+  token_indices_rows_kernel<<<grid_1d(t * w), 256, 0, ctx.stream>>>(indices.data<int32_t>(), selected.data<int32_t>(),
+                                                                     rows.positions, t, w, s, kp, tail);
+  check_launch("indexer_token_indices_rows");
 }
 
 }  // namespace tf::cuda

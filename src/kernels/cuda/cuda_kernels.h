@@ -29,6 +29,8 @@ void check_launch(const char* op);
 
 void matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& w, bool accumulate);
 void head_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& w);
+// out = x · W^T for a quantized Matrix on this GPU (quant_gemv.cu).
+void quant_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& w, bool accumulate);
 void embedding(CudaContext& ctx, Tensor& out, const Tensor& table, const Tensor& ids);
 void gather_rows(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& idx);
 void scatter_add_rows(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& scale);
@@ -72,6 +74,18 @@ void indexer_token_indices(CudaContext& ctx, Tensor& indices, const Tensor& pool
                            int pool_size, bool tail);
 void indexer_scores(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
                     const Tensor& candidates, float scale);
+// Decode rows (ops.h DecodeRowsView; cuda_attention.cu, cuda_indexer.cu, cuda_indexer_topk.cu).
+void latent_store_rows(CudaContext& ctx, const DecodeRowsView& rows, const Tensor& latent);
+void indexer_update_rows(CudaContext& ctx, const DecodeRowsView& rows, const Tensor& key, const Tensor& gate,
+                         const Tensor& ape);
+void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& rows, const Tensor& q,
+                         const Tensor& weights, float scale);
+void indexer_topk_rows(CudaContext& ctx, Tensor& selected, const Tensor& scores, const DecodeRowsView& rows,
+                       TopkTies ties);
+void indexer_token_indices_rows(CudaContext& ctx, Tensor& indices, const Tensor& selected, const DecodeRowsView& rows,
+                                bool tail);
+void mla_sparse_attention_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const DecodeRowsView& rows,
+                               const Tensor& indices, float scale);
 
 void moe_route(CudaContext& ctx, Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias,
                int n_group, int topk_group, int k, bool norm, float scaling);

@@ -10,8 +10,15 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_graph.h"
+#include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_mla_prefill.h"
+#include "kernels/cuda/cuda_sampling.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/op_profiler.h"
+#include "kernels/cuda/exl3_cuda.h"
+#include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/staging_ring.h"
 
 namespace tf {
@@ -24,6 +31,8 @@ Tensor CudaContext::scratch(int64_t bytes) {
 }
 
 Tensor CudaContext::upload(const void* host, int64_t bytes) {
+  // A captured copy would read the staging slot again at every replay.
+  if (capturing) throw StatusError(internal_error("upload of host data inside a graph capture"));
   Tensor t = scratch(bytes);
   if (bytes == 0) return t;
   auto slot = staging->reserve(static_cast<size_t>(bytes));
@@ -107,19 +116,42 @@ class CudaOps final : public Ops {
     if (!ring) return ring.status().with_context("pinned staging memory on cuda:" + std::to_string(device));
     ops->staging_ = std::move(*ring);
     c.staging = ops->staging_.get();
+    // A cuBLAS workspace of our own: captured GEMMs must not allocate one.
+    TF_CUDA_RETURN_IF_ERROR(cudaMalloc(&ops->cublas_ws_, kCublasWorkspaceBytes));
+    if (cublasSetWorkspace(c.cublas, ops->cublas_ws_, kCublasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS)
+      return internal_error("cublasSetWorkspace failed on cuda:" + std::to_string(device));
+    ops->prof_ = cuda::OpProfiler::from_env(c.stream);
     TF_CUDA_RETURN_IF_ERROR(cudaMalloc(&c.error_word, sizeof(unsigned)));
     TF_CUDA_RETURN_IF_ERROR(cudaMemset(c.error_word, 0, sizeof(unsigned)));
     return std::unique_ptr<Ops>(std::move(ops));
   }
 
   ~CudaOps() override {
+    prof_.reset();  // prints what it has not reported yet
     if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+    if (cublas_ws_) cudaFree(cublas_ws_);
     if (ctx_.cublas) cublasDestroy(ctx_.cublas);
     if (ctx_.error_word) cudaFree(ctx_.error_word);
     if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
   }
 
   const char* name() const override { return "cuda"; }
+
+  bool supports_graphs() const override { return true; }
+  Expected<std::unique_ptr<Graph>> capture(std::function<void()> fn) override {
+    return graphs_.capture(ctx_, prof_.get(), fn);
+  }
+  Status replay(Graph& graph) override {
+    cuda::OpScope prof(prof_.get(), "graph replay");
+    return graphs_.replay(ctx_, graph);
+  }
+  void begin_step() override {
+    if (prof_) prof_->begin_step();
+  }
+  void end_step() override {
+    if (prof_) prof_->end_step();
+  }
+  cudaStream_t stream() const { return ctx_.stream; }
 
   Tensor empty(const Shape& shape, DType dtype) override {
     const int64_t n = shape_numel(shape);
@@ -128,24 +160,24 @@ class CudaOps final : public Ops {
     if (!storage) throw StatusError(storage.status());
     return Tensor::on_storage(*storage, 0, shape, dtype);
   }
-  Tensor zeros(const Shape& shape, DType dtype) override {
+  Tensor zeros(const Shape& shape, DType dtype) override { cuda::OpScope prof_scope(prof_.get(), "zeros");
     Tensor t = empty(shape, dtype);
     if (t.nbytes() > 0) throw_if(cuda::cuda_status(cudaMemsetAsync(t.raw(), 0, t.nbytes(), ctx_.stream), "zeros"));
     return t;
   }
 
-  Tensor to_device(const Tensor& host) override {
+  Tensor to_device(const Tensor& host) override { cuda::OpScope prof_scope(prof_.get(), "to_device");
     if (!host.device().is_cpu()) throw StatusError(invalid_argument("to_device: " + host.describe() + " is not on the host"));
     Tensor out = empty(host.shape(), host.dtype());
     copy(out, host);
     return out;
   }
-  Tensor to_host(const Tensor& t) override {
+  Tensor to_host(const Tensor& t) override { cuda::OpScope prof_scope(prof_.get(), "to_host");
     Tensor out = Tensor::empty(t.shape(), t.dtype());
     copy(out, t);
     return out;
   }
-  void copy(Tensor& dst, const Tensor& src) override {
+  void copy(Tensor& dst, const Tensor& src) override { cuda::OpScope prof_scope(prof_.get(), "copy");
     if (dst.shape() != src.shape() || dst.dtype() != src.dtype())
       throw StatusError(invalid_argument("copy: " + src.describe() + " into " + dst.describe() +
                                          " (shape and dtype must match)"));
@@ -158,6 +190,8 @@ class CudaOps final : public Ops {
                                       ": only packed or row-strided tensors (last dimension packed)"));
     const bool to_host_side = dst.device().is_cpu();
     const bool host_involved = to_host_side || src.device().is_cpu();
+    if (host_involved && ctx_.capturing)
+      throw StatusError(internal_error("copy between host and device inside a graph capture"));
     if (rows > 0 && width > 0) {
       if (dst.device().is_cpu() && src.device().is_cpu()) {
         dst.copy_from(src);
@@ -175,98 +209,149 @@ class CudaOps final : public Ops {
     if (host_involved) sync_and_check(to_host_side ? "copy to host" : "copy to device");
   }
 
-  void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate) override {
+  void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate) override { cuda::OpScope prof_scope(prof_.get(), "matmul");
     cuda::matmul(ctx_, out, x, w, accumulate);
   }
-  void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) override { cuda::head_matmul(ctx_, out, x, w); }
-  void embedding(Tensor& out, const Tensor& table, const Tensor& ids) override {
+  void quant_matmul(Tensor& out, const Tensor& x, const Matrix& w, bool accumulate) override { cuda::OpScope prof_scope(prof_.get(), "quant_matmul");
+    cuda::quant_matmul(ctx_, out, x, w, accumulate);
+  }
+  void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) override { cuda::OpScope prof_scope(prof_.get(), "head_matmul"); cuda::head_matmul(ctx_, out, x, w); }
+  void embedding(Tensor& out, const Tensor& table, const Tensor& ids) override { cuda::OpScope prof_scope(prof_.get(), "embedding");
     cuda::embedding(ctx_, out, table, ids);
   }
-  void gather_rows(Tensor& out, const Tensor& x, const Tensor& idx) override { cuda::gather_rows(ctx_, out, x, idx); }
-  void scatter_add_rows(Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& s) override {
+  void gather_rows(Tensor& out, const Tensor& x, const Tensor& idx) override { cuda::OpScope prof_scope(prof_.get(), "gather_rows"); cuda::gather_rows(ctx_, out, x, idx); }
+  void scatter_add_rows(Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& s) override { cuda::OpScope prof_scope(prof_.get(), "scatter_add_rows");
     cuda::scatter_add_rows(ctx_, out, x, idx, s);
   }
-  void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) override {
+  void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) override { cuda::OpScope prof_scope(prof_.get(), "rms_norm");
     cuda::rms_norm(ctx_, out, x, weight, eps);
   }
-  void layer_norm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override {
+  void layer_norm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override { cuda::OpScope prof_scope(prof_.get(), "layer_norm");
     cuda::layer_norm(ctx_, out, x, weight, bias, eps);
   }
-  void gated_rms_norm(Tensor& out, const Tensor& x, const Tensor& gate, const Tensor& weight, float eps) override {
+  void gated_rms_norm(Tensor& out, const Tensor& x, const Tensor& gate, const Tensor& weight, float eps) override { cuda::OpScope prof_scope(prof_.get(), "gated_rms_norm");
     cuda::gated_rms_norm(ctx_, out, x, gate, weight, eps);
   }
-  void swiglu(Tensor& out, const Tensor& gate_up, float limit) override { cuda::swiglu(ctx_, out, gate_up, limit); }
-  void add(Tensor& out, const Tensor& a, const Tensor& b) override { cuda::add(ctx_, out, a, b); }
-  void scale(Tensor& out, const Tensor& x, float s) override { cuda::scale(ctx_, out, x, s); }
-  void sigmoid(Tensor& out, const Tensor& x) override { cuda::sigmoid(ctx_, out, x); }
-  void softmax(Tensor& out, const Tensor& x) override { cuda::softmax(ctx_, out, x); }
-  void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties) override {
+  void swiglu(Tensor& out, const Tensor& gate_up, float limit) override { cuda::OpScope prof_scope(prof_.get(), "swiglu"); cuda::swiglu(ctx_, out, gate_up, limit); }
+  void add(Tensor& out, const Tensor& a, const Tensor& b) override { cuda::OpScope prof_scope(prof_.get(), "add"); cuda::add(ctx_, out, a, b); }
+  void scale(Tensor& out, const Tensor& x, float s) override { cuda::OpScope prof_scope(prof_.get(), "scale"); cuda::scale(ctx_, out, x, s); }
+  void sigmoid(Tensor& out, const Tensor& x) override { cuda::OpScope prof_scope(prof_.get(), "sigmoid"); cuda::sigmoid(ctx_, out, x); }
+  void softmax(Tensor& out, const Tensor& x) override { cuda::OpScope prof_scope(prof_.get(), "softmax"); cuda::softmax(ctx_, out, x); }
+  void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties) override { cuda::OpScope prof_scope(prof_.get(), "topk");
     cuda::topk(ctx_, values, indices, x, k, ties);
   }
   void mhc_coefficients(Tensor& pre, Tensor& post, Tensor& comb, const Tensor& mix, const Tensor& base,
-                        const Tensor& scale, float hc_eps, int iters) override {
+                        const Tensor& scale, float hc_eps, int iters) override { cuda::OpScope prof_scope(prof_.get(), "mhc_coefficients");
     cuda::mhc_coefficients(ctx_, pre, post, comb, mix, base, scale, hc_eps, iters);
   }
-  void mhc_collapse(Tensor& out, const Tensor& streams, const Tensor& pre) override {
+  void mhc_collapse(Tensor& out, const Tensor& streams, const Tensor& pre) override { cuda::OpScope prof_scope(prof_.get(), "mhc_collapse");
     cuda::mhc_collapse(ctx_, out, streams, pre);
   }
   void mhc_expand(Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
-                  const Tensor& residual) override {
+                  const Tensor& residual) override { cuda::OpScope prof_scope(prof_.get(), "mhc_expand");
     cuda::mhc_expand(ctx_, out, y, post, comb, residual);
   }
-  void causal_conv1d_silu(Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight) override {
+  void causal_conv1d_silu(Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight) override { cuda::OpScope prof_scope(prof_.get(), "causal_conv1d_silu");
     cuda::causal_conv1d_silu(ctx_, out, x, state, weight);
   }
   void kda_gate(Tensor& g, const Tensor& f, const Tensor& dt_bias, const Tensor& a_log, bool has_lb,
-                float lb) override {
+                float lb) override { cuda::OpScope prof_scope(prof_.get(), "kda_gate");
     cuda::kda_gate(ctx_, g, f, dt_bias, a_log, has_lb, lb);
   }
   void causal_conv1d_silu_rows(Tensor& out, const Tensor& x, std::span<Tensor* const> states,
-                               const Tensor& weight) override {
+                               const Tensor& weight) override { cuda::OpScope prof_scope(prof_.get(), "causal_conv1d_silu_rows");
     cuda::causal_conv1d_silu_rows(ctx_, out, x, states, weight);
   }
   void kda_recurrent_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                          const Tensor& beta, std::span<Tensor* const> states) override {
+                          const Tensor& beta, std::span<Tensor* const> states) override { cuda::OpScope prof_scope(prof_.get(), "kda_recurrent_rows");
     cuda::kda_recurrent_rows(ctx_, out, q, k, v, g, beta, states);
   }
   void kda_recurrent(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                     const Tensor& beta, Tensor& state) override {
+                     const Tensor& beta, Tensor& state) override { cuda::OpScope prof_scope(prof_.get(), "kda_recurrent");
     cuda::kda_recurrent(ctx_, out, q, k, v, g, beta, state);
   }
-  // The chunked (WY) form computes the same function as the recurrence; on the GPU
-  // the token-by-token kernel (all heads and value columns in parallel) serves both
-  // for now. A chunked tensor-core kernel for long prefills is future work.
+  // The chunked (WY) form on tensor cores (cuda_kda_chunked.cu; the token-by-token
+  // kernel for head dims it does not cover).
   void kda_chunked(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                   const Tensor& beta, Tensor& state, int chunk_size) override {
-    if (chunk_size <= 0) throw StatusError(invalid_argument("kda_chunked: chunk_size must be positive"));
-    cuda::kda_recurrent(ctx_, out, q, k, v, g, beta, state);
+                   const Tensor& beta, Tensor& state, int chunk_size) override { cuda::OpScope prof_scope(prof_.get(), "kda_chunked");
+    cuda::kda_chunked(ctx_, out, q, k, v, g, beta, state, chunk_size);
   }
+  // Prefill rows (16 or more): all heads of a row in one block on tensor cores
+  // (cuda_mla_prefill.cu); fewer rows or other shapes: the per-(row, head) kernel.
   void mla_sparse_attention(Tensor& out, const Tensor& q, const LatentPagesView& cache, const Tensor& indices,
-                            float scale) override {
-    cuda::mla_sparse_attention(ctx_, out, q, cache, indices, scale);
+                            float scale) override { cuda::OpScope prof_scope(prof_.get(), "mla_sparse_attention");
+    const int64_t w = indices.dim() == 0 ? 0 : indices.size(-1), t = w == 0 ? 0 : indices.numel() / w;
+    const int64_t h = t * cache.width == 0 ? 0 : q.numel() / (t * cache.width);
+    if (t >= cuda::kMlaPrefillMinRows && h * t * cache.width == q.numel() &&
+        cuda::mla_prefill_supported(h, cache.width, w, cache.dtype))
+      cuda::mla_sparse_attention_prefill(ctx_, out, q, cache, indices, scale);
+    else
+      cuda::mla_sparse_attention(ctx_, out, q, cache, indices, scale);
   }
   void latent_store(const LatentPagesView& cache, void* pages, float* scales, const Tensor& latent,
-                    int64_t first) override {
+                    int64_t first) override { cuda::OpScope prof_scope(prof_.get(), "latent_store");
     cuda::latent_store(ctx_, cache, pages, scales, latent, first);
   }
   void indexer_token_indices(Tensor& indices, const Tensor& pools, int64_t first_position, int pool_size,
-                             bool tail) override {
+                             bool tail) override { cuda::OpScope prof_scope(prof_.get(), "indexer_token_indices");
     cuda::indexer_token_indices(ctx_, indices, pools, first_position, pool_size, tail);
   }
-  void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape) override {
+  void indexer_pool_keys(Tensor& out, const Tensor& keys, const Tensor& gate, const Tensor& ape) override { cuda::OpScope prof_scope(prof_.get(), "indexer_pool_keys");
     cuda::indexer_pool_keys(ctx_, out, keys, gate, ape);
   }
   void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
-                      const Tensor& candidates, float scale) override {
+                      const Tensor& candidates, float scale) override { cuda::OpScope prof_scope(prof_.get(), "indexer_scores");
     cuda::indexer_scores(ctx_, out, q, pool_keys, weights, candidates, scale);
   }
+  void latent_store_rows(const DecodeRowsView& rows, const Tensor& latent) override { cuda::OpScope prof_scope(prof_.get(), "latent_store_rows");
+    cuda::latent_store_rows(ctx_, rows, latent);
+  }
+  void indexer_update_rows(const DecodeRowsView& rows, const Tensor& key, const Tensor& gate,
+                           const Tensor& ape) override { cuda::OpScope prof_scope(prof_.get(), "indexer_update_rows");
+    cuda::indexer_update_rows(ctx_, rows, key, gate, ape);
+  }
+  void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights,
+                           float scale) override { cuda::OpScope prof_scope(prof_.get(), "indexer_scores_rows");
+    cuda::indexer_scores_rows(ctx_, out, rows, q, weights, scale);
+  }
+  void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsView& rows,
+                         TopkTies ties) override { cuda::OpScope prof_scope(prof_.get(), "indexer_topk_rows");
+    cuda::indexer_topk_rows(ctx_, selected, scores, rows, ties);
+  }
+  void indexer_token_indices_rows(Tensor& indices, const Tensor& selected, const DecodeRowsView& rows,
+                                  bool tail) override { cuda::OpScope prof_scope(prof_.get(), "indexer_token_indices_rows");
+    cuda::indexer_token_indices_rows(ctx_, indices, selected, rows, tail);
+  }
+  void mla_sparse_attention_rows(Tensor& out, const Tensor& q, const DecodeRowsView& rows, const Tensor& indices,
+                                 float scale) override { cuda::OpScope prof_scope(prof_.get(), "mla_sparse_attention_rows");
+    cuda::mla_sparse_attention_rows(ctx_, out, q, rows, indices, scale);
+  }
   void moe_route(Tensor& weights, Tensor& ids, const Tensor& logits, const Tensor& bias, int n_group,
-                 int topk_group, int k, bool norm, float scaling) override {
+                 int topk_group, int k, bool norm, float scaling) override { cuda::OpScope prof_scope(prof_.get(), "moe_route");
     cuda::moe_route(ctx_, weights, ids, logits, bias, n_group, topk_group, k, norm, scaling);
   }
   void moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& gate_up,
-                   const Tensor& down, float swiglu_limit) override {
+                   const Tensor& down, float swiglu_limit) override { cuda::OpScope prof_scope(prof_.get(), "moe_experts");
     cuda::moe_experts(ctx_, out, x, ids, weights, gate_up, down, swiglu_limit);
+  }
+  void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w) override { cuda::OpScope prof_scope(prof_.get(), "exl3_matmul"); cuda::exl3_matmul(ctx_, out, x, w); }
+  void moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                        const Exl3ExpertTable& experts, float swiglu_limit) override { cuda::OpScope prof_scope(prof_.get(), "moe_experts_exl3");
+    // Prefill (more tokens than the grouped kernels take): the per-expert default.
+    if (!cuda::exl3_moe_experts(ctx_, out, x, ids, weights, experts, swiglu_limit))
+      Ops::moe_experts_exl3(out, x, ids, weights, experts, swiglu_limit);
+  }
+  Status upload_exl3_experts(Exl3ExpertTable& experts) override {
+    try {
+      return cuda::exl3_upload_experts(ctx_, experts);
+    } catch (const StatusError& e) {
+      return e.status();
+    }
+  }
+  cuda::CudaContext& context() { return ctx_; }
+  void sample_rows(std::span<SampleRowResult> out, std::span<const Tensor> rows,
+                   std::span<const SampleRowParams> params) override { cuda::OpScope prof_scope(prof_.get(), "sample_rows");
+    cuda::sample_rows(ctx_, out, rows, params);
   }
 
  private:
@@ -303,6 +388,10 @@ class CudaOps final : public Ops {
 
   cuda::CudaContext ctx_;
   std::unique_ptr<cuda::StagingRing> staging_;
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  void* cublas_ws_ = nullptr;
+  std::unique_ptr<cuda::OpProfiler> prof_;  // TF_PROFILE_OPS=1 (op_profiler.h)
+  cuda::GraphCapturer graphs_;
 };
 
 }  // namespace
@@ -321,10 +410,26 @@ Expected<std::unique_ptr<Ops>> make_cuda_ops(int device, int64_t exact_rows) {
   return CudaOps::create(device, exact_rows);
 }
 
+CUstream_st* cuda_ops_stream(const Ops& ops) {
+  const auto* cuda_ops = dynamic_cast<const CudaOps*>(&ops);
+  return cuda_ops != nullptr ? cuda_ops->stream() : nullptr;
+}
+
 Expected<int64_t> cuda_free_bytes(int device) {
   if (device < 0 || device >= cuda::device_count())
     return unavailable("no CUDA device " + std::to_string(device));
   return cuda::free_bytes(device);
+}
+
+}  // namespace tf
+
+namespace tf {
+
+Tensor cuda_exl3_decode_w_hat(Ops& cuda_ops, const Exl3Weight& w) {
+  auto* ops = dynamic_cast<CudaOps*>(&cuda_ops);
+  if (!ops) throw StatusError(invalid_argument(std::string("cuda_exl3_decode_w_hat: the ") + cuda_ops.name() +
+                                               " backend is not the CUDA one"));
+  return cuda::exl3_decode_w_hat(ops->context(), w);
 }
 
 }  // namespace tf

@@ -9,6 +9,8 @@
 #include "core/status.h"
 #include "kernels/api/ops.h"
 
+struct CUstream_st;  // cudaStream_t without the CUDA headers
+
 namespace tf {
 
 // The CUDA ops on GPU `device`; an error when there is no such GPU or its setup fails.
@@ -17,5 +19,9 @@ namespace tf {
 Expected<std::unique_ptr<Ops>> make_cuda_ops(int device = 0, int64_t exact_rows = 64);
 // Free memory on GPU `device` (what the cache pool and the weights are planned from).
 Expected<int64_t> cuda_free_bytes(int device = 0);
+// The stream the CUDA ops enqueue everything on (nullptr for another backend):
+// tensor-parallel collectives run on it so that they follow the ops that produced
+// their input without a host synchronisation (NcclCommunicator::set_stream).
+CUstream_st* cuda_ops_stream(const Ops& ops);
 
 }  // namespace tf

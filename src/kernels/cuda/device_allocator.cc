@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 
 namespace tf::cuda {
 
@@ -21,6 +22,17 @@ std::shared_ptr<DeviceAllocator> DeviceAllocator::create(int device) {
 DeviceAllocator::~DeviceAllocator() { release_cached(); }
 
 Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
+  if (arena_ != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t at = (arena_used_ + 255) / 256 * 256;
+    arena_used_ = at + bytes;
+    if (arena_used_ > arena_size_)
+      return resource_exhausted("graph capture arena of " + std::to_string(arena_size_) + " bytes on cuda:" +
+                                std::to_string(device_) + " is too small (" + std::to_string(arena_used_) +
+                                " bytes wanted)");
+    std::shared_ptr<void> keep = arena_keep_;
+    return std::make_shared<Storage>(arena_ + at, bytes, Device::cuda(device_), [keep](void*) {});
+  }
   const size_t block = round_block_size(bytes);
   void* p = nullptr;
   size_t got = 0;
@@ -74,6 +86,23 @@ void DeviceAllocator::release_cached() {
   if (blocks.empty()) return;
   (void)cudaSetDevice(device_);
   for (auto& [size, p] : blocks) (void)cudaFree(p);
+}
+
+void DeviceAllocator::begin_arena(std::shared_ptr<void> keep, char* base, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  arena_keep_ = std::move(keep);
+  arena_ = base;
+  arena_size_ = bytes;
+  arena_used_ = 0;
+}
+
+size_t DeviceAllocator::end_arena() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t used = arena_used_;
+  arena_keep_.reset();
+  arena_ = nullptr;
+  arena_size_ = arena_used_ = 0;
+  return used;
 }
 
 size_t DeviceAllocator::cached_bytes() const {

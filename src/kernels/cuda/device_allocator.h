@@ -6,6 +6,12 @@
 // miss calls cudaMalloc (and a failed cudaMalloc first returns the cache to the
 // driver and retries). All users of one allocator work on one stream, so a block
 // reused right after its last kernel was enqueued is still stream-ordered.
+//
+// Graph capture: between begin_arena() and end_arena() every allocation is a bump
+// in a caller-owned device arena and frees are no-ops (no cudaMalloc may happen
+// while a stream is captured, and a captured graph bakes the addresses in). All
+// graphs share one arena: they replay one at a time on one stream and keep
+// nothing in it after they end.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +40,12 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   size_t cached_bytes() const;
   size_t malloc_count() const;  // cudaMalloc calls so far (a test checks steady state)
 
+  // Arena mode (see above): `keep` owns the arena's memory (the Storages hold it).
+  void begin_arena(std::shared_ptr<void> keep, char* base, size_t bytes);
+  // Leaves arena mode; returns the bytes the capture asked for (over the arena's
+  // size when an allocation failed for lack of room).
+  size_t end_arena();
+
  private:
   explicit DeviceAllocator(int device) : device_(device) {}
   void give_back(void* p, size_t block);
@@ -43,6 +55,9 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   std::multimap<size_t, void*> free_;  // block size -> pointer
   size_t cached_ = 0;
   size_t mallocs_ = 0;
+  std::shared_ptr<void> arena_keep_;
+  char* arena_ = nullptr;
+  size_t arena_size_ = 0, arena_used_ = 0;
 };
 
 // Block size for a request: 512-byte granules up to 1 MiB, then 1 MiB granules.

@@ -1,8 +1,17 @@
 // The MLA attention sublayer of Glm5Model, in the absorbed form over the paged
 // latent cache, with the DSA indexer (k-pools anchored at token 0, top-k pools expanded to
 // tokens, plus the visible tail of the incomplete pool).
+//
+// Prefill spans run per sequence (indexer_forward, one attention call each). Runs of
+// adjacent decode rows (one token per sequence) run through the *_rows ops: latent store,
+// indexer ring/pool update, scores, top-k, token expansion and attention, each one launch
+// for the whole run, with positions, page tables and indexer state addresses read from a
+// device buffer that prepare_decode_rows fills with one upload before the layers. Both
+// paths give a sequence the same result (the *_rows ops are the one-sequence ops per row).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 
@@ -37,10 +46,7 @@ Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const IndexerRows& r
   // Append the span's keys; a pool's key is computed once, when its last token arrives.
   // The incomplete pool's raw rows wait in a device ring of kp rows; the span's
   // completed pools are pooled in one call (each pool's key depends only on its rows).
-  if (st.ring_k.is_null()) {
-    st.ring_k = ops_.empty({kp, di});
-    st.ring_gate = ops_.empty({kp, di});
-  }
+  ensure_indexer_ring(st);
   const int64_t avail = st.ring_rows + t, complete = avail / kp;
   if (complete > 0) {
     // [ring rows; new rows] for the completed pools only.
@@ -55,16 +61,7 @@ Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const IndexerRows& r
       ops_.copy(rest, fresh->slice(0, 0, used));
     }
     const int64_t need = st.pools + complete;
-    if (st.pool_keys.is_null() || st.pool_keys.size(0) < need) {
-      // Grow geometrically so that decode appends amortise to no copies.
-      const int64_t cap = std::max<int64_t>({need, 16, st.pool_keys.is_null() ? 0 : 2 * st.pool_keys.size(0)});
-      Tensor grown = ops_.empty({cap, di});
-      if (st.pools > 0) {
-        Tensor dst = grown.slice(0, 0, st.pools);
-        ops_.copy(dst, st.pool_keys.slice(0, 0, st.pools));
-      }
-      st.pool_keys = grown;
-    }
+    ensure_pool_capacity(st, need);
     Tensor pk = st.pool_keys.slice(0, st.pools, need);
     ops_.indexer_pool_keys(pk, kbuf.reshape({complete, kp, di}), gbuf.reshape({complete, kp, di}), iw.ape);
     st.pools = need;
@@ -125,6 +122,12 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
   IndexerRows irows;
   if (w.indexer) irows = indexer_project(*w.indexer, x, q_resid);
   for (size_t s = 0; s < spans.size(); ++s) {
+    if (!mtp && s < decode_run_at_.size() && decode_run_at_[s] >= 0) {
+      const DecodeRun& run = decode_runs_[static_cast<size_t>(decode_run_at_[s])];
+      mla_decode_rows(w, mla_index, run, irows, latent, q_abs, ctx, shared_topk);
+      s += run.spans - 1;
+      continue;
+    }
     const Span& sp = spans[s];
     const Tensor& table = mtp ? sp.seq->mtp_pages_dev_ : sp.seq->pages_dev_;
     const LatentPagesView view = pool.view(layer, table, sp.pos0 + sp.rows);
@@ -148,6 +151,136 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
   ops_.matmul(y, o, w.o_proj);
   all_reduce(y);
   return y;
+}
+
+void Glm5Model::ensure_indexer_ring(Glm5Sequence::IndexerState& st) {
+  if (!st.ring.is_null()) return;
+  st.ring = ops_.zeros({2, cfg_.index_kpool, cfg_.index_head_dim});
+  st.ring_k = st.ring.select(0, 0);
+  st.ring_gate = st.ring.select(0, 1);
+}
+
+void Glm5Model::ensure_pool_capacity(Glm5Sequence::IndexerState& st, int64_t pools) {
+  if (!st.pool_keys.is_null() && st.pool_keys.size(0) >= pools) return;
+  // Grow geometrically so that decode appends amortise to no copies.
+  const int64_t cap = std::max<int64_t>({pools, 64, st.pool_keys.is_null() ? 0 : 2 * st.pool_keys.size(0)});
+  Tensor grown = ops_.empty({cap, cfg_.index_head_dim});
+  if (st.pools > 0) {
+    Tensor dst = grown.slice(0, 0, st.pools);
+    ops_.copy(dst, st.pool_keys.slice(0, 0, st.pools));
+  }
+  st.pool_keys = grown;
+}
+
+void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans) {
+  decode_runs_.clear();
+  decode_run_at_.assign(spans.size(), -1);
+  if (num_mla_ == 0) return;
+  const int64_t kp = cfg_.index_kpool;
+  // Host image of the metadata: per run, positions (int32, packed two per int64), page
+  // table addresses, then per indexer layer ring and pool-key addresses.
+  std::vector<int64_t> meta;
+  auto address = [](const Tensor& t) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.raw())); };
+  int64_t max_pools = 0;
+  for (size_t s = 0; s < spans.size();) {
+    size_t e = s;
+    while (e < spans.size() && spans[e].rows == 1 && spans[e].row0 == spans[s].row0 + static_cast<int64_t>(e - s)) ++e;
+    if (e == s) {
+      ++s;
+      continue;
+    }
+    DecodeRun run;
+    run.first_span = s;
+    run.spans = e - s;
+    run.row0 = spans[s].row0;
+    const int64_t b = static_cast<int64_t>(run.spans);
+    run.positions_at = static_cast<int64_t>(meta.size());
+    meta.resize(meta.size() + static_cast<size_t>((b + 1) / 2), 0);
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t pos = spans[s + static_cast<size_t>(i)].pos0;
+      if (pos > INT32_MAX - 1) throw StatusError(out_of_range("decode position " + std::to_string(pos)));
+      const int32_t p32 = static_cast<int32_t>(pos);
+      std::memcpy(reinterpret_cast<char*>(meta.data() + run.positions_at) + i * 4, &p32, 4);
+      max_pools = std::max(max_pools, (pos + 1) / kp);
+    }
+    for (size_t i = s; i < e; ++i) run.rows.emplace_back(spans[i].seq, spans[i].pos0);
+    run.tables_at = static_cast<int64_t>(meta.size());
+    for (size_t i = s; i < e; ++i) meta.push_back(address(spans[i].seq->pages_dev_));
+    run.rings_at.assign(static_cast<size_t>(num_mla_), -1);
+    run.pool_keys_at.assign(static_cast<size_t>(num_mla_), -1);
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const int m = mla_index_[l];
+      if (m < 0 || !weights_.layers[l].mla.indexer) continue;
+      // The state this step needs exists before the launches: the ring, and room for
+      // the pool a row may complete.
+      for (size_t i = s; i < e; ++i) {
+        Glm5Sequence::IndexerState& st = spans[i].seq->indexer_[static_cast<size_t>(m)];
+        ensure_indexer_ring(st);
+        ensure_pool_capacity(st, (spans[i].pos0 + 1) / kp);
+      }
+      run.rings_at[static_cast<size_t>(m)] = static_cast<int64_t>(meta.size());
+      for (size_t i = s; i < e; ++i) meta.push_back(address(spans[i].seq->indexer_[static_cast<size_t>(m)].ring));
+      run.pool_keys_at[static_cast<size_t>(m)] = static_cast<int64_t>(meta.size());
+      for (size_t i = s; i < e; ++i)
+        meta.push_back(address(spans[i].seq->indexer_[static_cast<size_t>(m)].pool_keys));
+    }
+    decode_run_at_[s] = static_cast<int>(decode_runs_.size());
+    decode_runs_.push_back(std::move(run));
+    s = e;
+  }
+  if (decode_runs_.empty()) return;
+  // Score columns: a power of two, only growing (a captured graph keeps its buffers).
+  while (decode_scores_width_ < std::max<int64_t>(max_pools, 1))
+    decode_scores_width_ = std::max<int64_t>(64, 2 * decode_scores_width_);
+  const int64_t words = static_cast<int64_t>(meta.size());
+  if (decode_meta_.is_null() || decode_meta_.numel() < words)
+    decode_meta_ = ops_.empty({std::max<int64_t>(words, 1024)}, DType::kI64);
+  Tensor dst = decode_meta_.slice(0, 0, words);
+  ops_.copy(dst, Tensor::view_of(meta.data(), {words}, DType::kI64));
+}
+
+void Glm5Model::mla_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run, const IndexerRows& irows,
+                                const Tensor& latent, const Tensor& q_abs, Tensor& ctx,
+                                std::vector<Tensor>& shared_topk) {
+  const int64_t b = static_cast<int64_t>(run.spans), r0 = run.row0, r1 = run.row0 + b;
+  const int64_t kp = cfg_.index_kpool, di = cfg_.index_head_dim;
+  const int64_t* meta = decode_meta_.data<int64_t>();
+  DecodeRowsView v = pool_->rows_view(mla_index);
+  v.rows = b;
+  v.positions = reinterpret_cast<const int32_t*>(meta + run.positions_at);
+  v.page_tables = meta + run.tables_at;
+  v.kpool = kp;
+  v.index_dim = di;
+  ops_.latent_store_rows(v, latent.slice(0, r0, r1));
+  Tensor indices;
+  if (w.indexer) {
+    const IndexerWeights& iw = *w.indexer;
+    v.rings = meta + run.rings_at[static_cast<size_t>(mla_index)];
+    v.pool_keys = meta + run.pool_keys_at[static_cast<size_t>(mla_index)];
+    ops_.indexer_update_rows(v, irows.key.slice(0, r0, r1), irows.gate.slice(0, r0, r1), iw.ape);
+    const bool tail = cfg_.index_kpool_always_select_tail && kp > 1;
+    const int64_t width = cfg_.index_topk + (tail ? kp - 1 : 0), ksel = cfg_.index_topk / kp;
+    Tensor scores = ops_.empty({b, decode_scores_width_});
+    ops_.indexer_scores_rows(scores, v, irows.q.slice(0, r0, r1), irows.wts.slice(0, r0, r1),
+                             1.0f / std::sqrt(static_cast<float>(di)));
+    Tensor sel = ops_.empty({b, ksel}, DType::kI32);
+    ops_.indexer_topk_rows(sel, scores, v, indexer_ties_);
+    indices = ops_.empty({b, width}, DType::kI32);
+    ops_.indexer_token_indices_rows(indices, sel, v, tail);
+    shared_topk[run.first_span] = indices;
+    // The host counters follow the positions (the device did the work).
+    for (const auto& [seq, pos] : run.rows) {
+      Glm5Sequence::IndexerState& st = seq->indexer_[static_cast<size_t>(mla_index)];
+      st.pools = (pos + 1) / kp;
+      st.ring_rows = (pos + 1) % kp;
+    }
+  } else {
+    indices = shared_topk[run.first_span];
+    if (indices.is_null()) throw StatusError(internal_error("shared DSA layer without a previous top-k"));
+  }
+  Tensor out = ctx.slice(0, r0, r1);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.qk_head_dim));
+  ops_.mla_sparse_attention_rows(out, q_abs.slice(0, r0, r1), v, indices, scale);
 }
 
 }  // namespace tf

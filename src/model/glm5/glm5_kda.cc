@@ -1,14 +1,17 @@
 // The KDA sublayer of Glm5Model: Kimi Delta Attention (linear attention with a
 // short causal conv and a per-head [Dk, Dv] recurrent state per sequence).
 // Projections run over all rows of the step; the stateful part runs per
-// sequence, or over a run of adjacent decode rows at once (*_rows ops).
+// sequence, or over a run of adjacent decode rows at once (*_rows ops). The three
+// parts are separate so that the step can capture the row-only ones in its
+// decode graphs (step_graphs.h): kda_project and kda_output are pure functions of
+// their input rows, kda_core updates the sequences' states.
 #include <vector>
 
 #include "model/glm5/glm5_model.h"
 
 namespace tf {
 
-Tensor Glm5Model::kda_forward(int layer, int kda_index, const Tensor& x, const std::vector<Span>& spans) {
+std::vector<Tensor> Glm5Model::kda_project(int layer, const Tensor& x) {
   const KdaWeights& w = weights_.layers[layer].kda;
   const int64_t n = x.size(0), dk = cfg_.linear_head_dim, hl = w.heads, c = hl * dk;
   Tensor q = ops_.empty({n, c}), k = ops_.empty({n, c}), v = ops_.empty({n, c});
@@ -23,7 +26,17 @@ Tensor Glm5Model::kda_forward(int layer, int kda_index, const Tensor& x, const s
   Tensor beta = ops_.empty({n, hl});
   ops_.matmul(beta, x, w.b_proj);
   ops_.sigmoid(beta, beta);
+  // The output gate's projections also depend only on x (used after the core).
+  Tensor ga = ops_.empty({n, dk}), gate = ops_.empty({n, c});
+  ops_.matmul(ga, x, w.g_a);
+  ops_.matmul(gate, ga, w.g_b);
+  return {q, k, v, g, beta, gate};
+}
 
+Tensor Glm5Model::kda_core(int layer, int kda_index, const std::vector<Tensor>& proj, const std::vector<Span>& spans) {
+  const KdaWeights& w = weights_.layers[layer].kda;
+  const Tensor &q = proj[0], &k = proj[1], &v = proj[2], &g = proj[3], &beta = proj[4];
+  const int64_t n = q.size(0), c = w.heads * cfg_.linear_head_dim;
   Tensor core = ops_.empty({n, c});
   for (size_t s = 0; s < spans.size();) {
     // A run of decode rows (one token each, adjacent in the batch) goes through the
@@ -63,9 +76,12 @@ Tensor Glm5Model::kda_forward(int layer, int kda_index, const Tensor& x, const s
     else
       ops_.kda_chunked(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), st.recurrent, 64);
   }
-  Tensor ga = ops_.empty({n, dk}), gate = ops_.empty({n, c});
-  ops_.matmul(ga, x, w.g_a);
-  ops_.matmul(gate, ga, w.g_b);
+  return core;
+}
+
+Tensor Glm5Model::kda_output(int layer, const Tensor& core, const Tensor& gate) {
+  const KdaWeights& w = weights_.layers[layer].kda;
+  const int64_t n = core.size(0), c = w.heads * cfg_.linear_head_dim;
   Tensor normed = ops_.empty({n, c});
   ops_.gated_rms_norm(normed, core, gate, w.o_norm, static_cast<float>(cfg_.rms_norm_eps));
   Tensor y = ops_.empty({n, cfg_.hidden_size});

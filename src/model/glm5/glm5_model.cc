@@ -4,12 +4,20 @@
 #include "model/glm5/glm5_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "core/logging.h"
 #include "model/glm5/glm5_upload.h"
 
 namespace tf {
+
+namespace {
+// Whether CUDA graphs are on when neither Glm5Options nor TF_GRAPHS says (replay ==
+// eager bit for bit on the H200, glm5_graphs_cuda_tests, 2026-11-29 run1).
+constexpr bool kGraphsByDefault = true;
+
+}  // namespace
 
 Glm5Sequence::~Glm5Sequence() {
   if (pool_) pool_->release(pages_);
@@ -33,10 +41,21 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
   std::unique_ptr<Glm5Model> m(new Glm5Model(cfg, ops, comm));
   m->indexer_ties_ = cache.indexer_ties;
   TF_ASSIGN_OR_RETURN(m->weights_,
-                      load_glm5_weights(weights, cfg, comm.rank(), comm.world_size(), cache.weight_dtype));
+                      load_glm5_weights(weights, cfg, comm.rank(), comm.world_size(), cache.weight_dtype,
+                                        cache.dense_quant));
   // Weights go to the backend's device once (a no-op on the CPU backend).
   TF_RETURN_IF_ERROR(upload_glm5_weights(m->weights_, ops));
   m->device_ = ops_device(ops);
+  {
+    bool on = cache.graphs == Glm5Options::Graphs::kOn;
+    if (cache.graphs == Glm5Options::Graphs::kAuto) {
+      const char* env = std::getenv("TF_GRAPHS");
+      const std::string v = env ? env : "";
+      on = ops.supports_graphs() && (v.empty() ? kGraphsByDefault : v != "0" && v != "off" && v != "false");
+    }
+    // Collectives (tensor parallelism) are not captured: TP steps stay eager.
+    m->graphs_ = std::make_unique<StepGraphs>(ops, on && comm.world_size() == 1);
+  }
   for (const std::string& name : weights.unknown_tensors()) TF_LOG_WARN("checkpoint tensor not used: {}", name);
   for (int i = 0; i < cfg.num_hidden_layers; ++i) {
     const bool linear = cfg.layer_types[i] == AttentionKind::kLinear;
@@ -148,6 +167,12 @@ Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x) {
 }
 
 Tensor Glm5Model::moe_forward(const MoeWeights& w, const Tensor& x) {
+  const std::vector<Tensor> gate = moe_gate(w, x);
+  Tensor out = moe_routed(w, x, gate[1], gate[0]);
+  return moe_finish(w, x, out);
+}
+
+std::vector<Tensor> Glm5Model::moe_gate(const MoeWeights& w, const Tensor& x) {
   const int64_t n = x.size(0), e = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
   Tensor logits = ops_.empty({n, e});
   ops_.matmul(logits, x, w.router);
@@ -155,18 +180,31 @@ Tensor Glm5Model::moe_forward(const MoeWeights& w, const Tensor& x) {
   Tensor ids = ops_.empty({n, k}, DType::kI32);
   ops_.moe_route(wts, ids, logits, w.bias, cfg_.n_group, cfg_.topk_group, static_cast<int>(k), cfg_.norm_topk_prob,
                  static_cast<float>(cfg_.routed_scaling_factor));
+  return {wts, ids};
+}
+
+Tensor Glm5Model::moe_routed(const MoeWeights& w, const Tensor& x, const Tensor& ids, const Tensor& wts) {
+  const int64_t n = x.size(0);
   Tensor out;
   if (!w.experts_gate_up.is_null()) {
     // Stacked experts: the backend groups the tokens per expert itself (on the device
     // for CUDA), summing each token's expert outputs in ascending expert id.
     out = ops_.empty({n, cfg_.hidden_size});
     ops_.moe_experts(out, x, ids, wts, w.experts_gate_up, w.experts_down, static_cast<float>(cfg_.swiglu_limit));
+  } else if (w.exl3_experts) {
+    // EXL3 experts as one table: grouped by the backend (on the device for CUDA).
+    out = ops_.empty({n, cfg_.hidden_size});
+    ops_.moe_experts_exl3(out, x, ids, wts, *w.exl3_experts, static_cast<float>(cfg_.swiglu_limit));
   } else {
     out = routed_experts_by_host_grouping(w, x, ids, wts);
   }
-  Tensor shared = mlp_forward(w.shared, x);
-  ops_.add(out, out, shared);
   return out;
+}
+
+Tensor Glm5Model::moe_finish(const MoeWeights& w, const Tensor& x, Tensor& routed) {
+  Tensor shared = mlp_forward(w.shared, x);
+  ops_.add(routed, routed, shared);
+  return routed;
 }
 
 // Per-expert weights (EXL3 experts): the routing table goes to the host, which groups
@@ -243,12 +281,116 @@ HcOut hc_pre(Ops& ops, const HyperConnectionWeights& w, const Tensor& streams, i
   return o;
 }
 
+// Segment keys of StepGraphs: the first one, then one per layer, then the head.
+constexpr int kSegFirst = 0;
+int seg_key_layer(int layer) { return 1 + layer; }
+int seg_key_final(int layers) { return 1 + layers; }
+
+// Closes the profiler's step on every path out of step().
+struct StepMarks {
+  explicit StepMarks(Ops& o) : ops(o) { ops.begin_step(); }
+  ~StepMarks() { ops.end_step(); }
+  Ops& ops;
+};
+
 }  // namespace
+
+// {x [r, H]} -> {streams [r, M, H], post, comb, a}: every stream starts as the
+// embedding; then layer 0's attention-site mHC and input norm.
+std::vector<Tensor> Glm5Model::seg_first(int64_t m, const Tensor& x) {
+  const int64_t r = x.size(0), hdim = cfg_.hidden_size;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Tensor streams = ops_.empty({r, m, hdim});
+  for (int64_t j = 0; j < m; ++j) {
+    Tensor dst = streams.select(1, j);
+    ops_.copy(dst, x);
+  }
+  if (cfg_.num_hidden_layers == 0) return {streams};
+  const LayerWeights& lw = weights_.layers[0];
+  HcOut hc = hc_pre(ops_, lw.attn_hc, streams, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
+  Tensor a = ops_.empty({r, hdim});
+  ops_.rms_norm(a, hc.collapsed, lw.input_norm, eps);
+  std::vector<Tensor> out{streams, hc.post, hc.comb, a};
+  if (lw.attention == AttentionKind::kLinear)
+    for (Tensor& t : kda_project(0, a)) out.push_back(std::move(t));
+  return out;
+}
+
+// Layer i from its attention core on: {y (MLA output) or core (KDA), post, comb,
+// streams[, gate (KDA)]} -> the KDA output projection, the FFN site, then the next
+// layer's attention-site mHC and norm (and its KDA projections):
+// {streams, post, comb, a[, q, k, v, g, beta, gate]} (last layer: {streams}).
+std::vector<Tensor> Glm5Model::seg_layer(int i, const std::vector<Tensor>& in) {
+  const std::vector<Tensor> site = ffn_site(i, in);
+  Tensor y = ffn_forward(weights_.layers[i], site[3]);
+  return layer_tail(i, y, site[1], site[2], site[0]);
+}
+
+// The attention output into the streams, then the FFN site's mHC and norm:
+// {streams, post, comb, a}.
+std::vector<Tensor> Glm5Model::ffn_site(int i, const std::vector<Tensor>& in) {
+  const int64_t r = in[0].size(0), hdim = cfg_.hidden_size, m = cfg_.hc_mult;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const LayerWeights& lw = weights_.layers[i];
+  const Tensor attn = lw.attention == AttentionKind::kLinear ? kda_output(i, in[0], in[4]) : in[0];
+  Tensor streams = ops_.empty({r, m, hdim});
+  ops_.mhc_expand(streams, attn, in[1], in[2], in[3]);
+  HcOut hc = hc_pre(ops_, lw.ffn_hc, streams, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
+  Tensor a = ops_.empty({r, hdim});
+  ops_.rms_norm(a, hc.collapsed, lw.post_norm, eps);
+  return {streams, hc.post, hc.comb, a};
+}
+
+// The FFN output y into the streams, then the next layer's attention site (and
+// its KDA projections).
+std::vector<Tensor> Glm5Model::layer_tail(int i, const Tensor& y, const Tensor& post, const Tensor& comb,
+                                          const Tensor& streams) {
+  const int64_t r = y.size(0), hdim = cfg_.hidden_size, m = cfg_.hc_mult;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Tensor next = ops_.empty({r, m, hdim});
+  ops_.mhc_expand(next, y, post, comb, streams);
+  if (i + 1 >= cfg_.num_hidden_layers) return {next};
+  const LayerWeights& nw = weights_.layers[i + 1];
+  HcOut nh = hc_pre(ops_, nw.attn_hc, next, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
+  Tensor na = ops_.empty({r, hdim});
+  ops_.rms_norm(na, nh.collapsed, nw.input_norm, eps);
+  std::vector<Tensor> out{next, nh.post, nh.comb, na};
+  if (nw.attention == AttentionKind::kLinear)
+    for (Tensor& t : kda_project(i + 1, na)) out.push_back(std::move(t));
+  return out;
+}
+
+// seg_layer up to the MoE router: {streams, post, comb, a, weights, ids}.
+std::vector<Tensor> Glm5Model::seg_layer_to_router(int i, const std::vector<Tensor>& in) {
+  std::vector<Tensor> out = ffn_site(i, in);
+  for (Tensor& t : moe_gate(weights_.layers[i].moe, out[3])) out.push_back(std::move(t));
+  return out;
+}
+
+// seg_layer after the routed experts: {routed, streams, post, comb, a} -> as seg_layer.
+std::vector<Tensor> Glm5Model::seg_layer_from_experts(int i, const std::vector<Tensor>& in) {
+  Tensor routed = in[0];
+  Tensor y = moe_finish(weights_.layers[i].moe, in[4], routed);
+  all_reduce(y);
+  return layer_tail(i, y, in[2], in[3], in[1]);
+}
+
+// {streams, mean weights [r, M]} -> {hidden [r, H]} (+ logits [r, V]): the plain
+// mean over the streams, the final norm, the lm_head.
+std::vector<Tensor> Glm5Model::seg_final(const std::vector<Tensor>& in, bool logits) {
+  const int64_t r = in[0].size(0), hdim = cfg_.hidden_size;
+  Tensor pooled = ops_.empty({r, hdim});
+  ops_.mhc_collapse(pooled, in[0], in[1]);
+  Tensor hidden = ops_.empty({r, hdim});
+  ops_.rms_norm(hidden, pooled, weights_.norm, static_cast<float>(cfg_.rms_norm_eps));
+  if (!logits) return {hidden};
+  return {hidden, logits_for(hidden)};
+}
 
 Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> batch) {
   try {
-    const int64_t hdim = cfg_.hidden_size, m = cfg_.hc_mult;
-    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    StepMarks marks(ops_);
+    const int64_t m = cfg_.hc_mult;
     std::vector<Span> spans;
     std::vector<int32_t> ids;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -272,61 +414,109 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
         TF_RETURN_IF_ERROR(pool_->reserve(sp.seq->pages_, sp.pos0 + sp.rows));
         sync_page_table(sp.seq->pages_, sp.seq->pages_dev_);
       }
+    prepare_decode_rows(spans);  // decode rows' MLA/indexer metadata: one upload (glm5_attention.cc)
     const int64_t n = static_cast<int64_t>(ids.size());
     if (n == 0) return std::vector<StepResult>{};
 
-    Tensor x = ops_.empty({n, hdim});
+    // A decode step (one token per sequence) runs its row-only segments padded to
+    // a bucket of rows, as captured graphs; anything else runs them eagerly.
+    const bool decode = n == static_cast<int64_t>(spans.size());
+    const int64_t bucket = graphs_ && graphs_->enabled() && decode ? StepGraphs::bucket_for(n) : 0;
+    const int64_t rows = bucket > 0 ? bucket : n;
+    StepGraphs eager(ops_, false);
+    StepGraphs& g = bucket > 0 ? *graphs_ : eager;
+    // Rows [0, n) of a segment output (padded in graph mode).
+    auto real = [&](const Tensor& t) { return bucket > 0 ? t.slice(0, 0, n) : t; };
+
+    Tensor x = ops_.empty({n, cfg_.hidden_size});
     ops_.embedding(x, weights_.embed, upload_i32(ids));
-    // Every stream starts as the embedding.
-    Tensor streams = ops_.empty({n, m, hdim});
-    for (int64_t j = 0; j < m; ++j) {
-      Tensor dst = streams.select(1, j);
-      ops_.copy(dst, x);
-    }
+    std::vector<Tensor> cur =
+        g.run(kSegFirst, bucket, n, {{x, false}}, [this, m](const std::vector<Tensor>& in) { return seg_first(m, in[0]); });
 
     std::vector<Tensor> shared_topk(spans.size());
     for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
       const LayerWeights& lw = weights_.layers[i];
-      // Attention site.
-      HcOut hc = hc_pre(ops_, lw.attn_hc, streams, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
-      Tensor a = ops_.empty({n, hdim});
-      ops_.rms_norm(a, hc.collapsed, lw.input_norm, eps);
-      Tensor y = lw.attention == AttentionKind::kLinear ? kda_forward(i, kda_index_[i], a, spans)
-                                                        : mla_forward(lw, mla_index_[i], a, spans, shared_topk, false);
-      Tensor next = ops_.empty({n, m, hdim});
-      ops_.mhc_expand(next, y, hc.post, hc.comb, streams);
-      streams = next;
-      // FFN site.
-      hc = hc_pre(ops_, lw.ffn_hc, streams, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
-      ops_.rms_norm(a, hc.collapsed, lw.post_norm, eps);
-      y = ffn_forward(lw, a);
-      next = ops_.empty({n, m, hdim});
-      ops_.mhc_expand(next, y, hc.post, hc.comb, streams);
-      streams = next;
+      // The stateful core runs eagerly on the real rows; the rest of the layer is a segment.
+      std::vector<StepGraphs::Input> in;
+      if (lw.attention == AttentionKind::kLinear) {
+        std::vector<Tensor> proj;
+        for (size_t j = 4; j < 9; ++j) proj.push_back(real(cur[j]));
+        in = {{kda_core(i, kda_index_[i], proj, spans), false}, {cur[1], true}, {cur[2], true}, {cur[0], true},
+              {cur[9], true}};
+      } else {
+        in = {{mla_forward(lw, mla_index_[i], real(cur[3]), spans, shared_topk, false), false},
+              {cur[1], true},
+              {cur[2], true},
+              {cur[0], true}};
+      }
+      if (bucket > 0 && lw.mlp == MlpKind::kSparse && g.fell_back(seg_key_layer(i), bucket)) {
+        // The whole layer could not be captured at this bucket (the routed experts
+        // sync with the host): capture around them, run them eagerly.
+        const int base = seg_key_final(cfg_.num_hidden_layers) + 1 + 2 * i;
+        const std::vector<Tensor> mid = g.run(
+            base, bucket, n, in, [this, i](const std::vector<Tensor>& x) { return seg_layer_to_router(i, x); });
+        Tensor routed = moe_routed(lw.moe, real(mid[3]), real(mid[5]), real(mid[4]));
+        cur = g.run(base + 1, bucket, n, {{routed, false}, {mid[0], true}, {mid[1], true}, {mid[2], true}, {mid[3], true}},
+                    [this, i](const std::vector<Tensor>& x) { return seg_layer_from_experts(i, x); });
+      } else {
+        cur = g.run(seg_key_layer(i), bucket, n, in, [this, i](const std::vector<Tensor>& x) { return seg_layer(i, x); });
+      }
     }
     // Final head: plain mean over the streams, then the final norm.
     // The 1/M weights live on the device, uploaded again only when a step has more rows.
-    if (mean_w_.is_null() || mean_w_.size(0) < n) {
-      const int64_t cap = std::max<int64_t>(n, 64);
+    if (mean_w_.is_null() || mean_w_.size(0) < rows) {
+      const int64_t cap = std::max<int64_t>(rows, 64);
       mean_w_ = ops_.to_device(Tensor::from_floats(
           {cap, m}, std::vector<float>(static_cast<size_t>(cap * m), 1.0f / static_cast<float>(m))));
     }
-    const Tensor mean_w = mean_w_.slice(0, 0, n);
-    Tensor pooled = ops_.empty({n, hdim});
-    ops_.mhc_collapse(pooled, streams, mean_w);
-    Tensor hidden = ops_.empty({n, hdim});
-    ops_.rms_norm(hidden, pooled, weights_.norm, eps);
-
-    std::vector<StepResult> out;
+    // The rows whose logits are wanted: each entry's last row, or all its rows.
+    std::vector<int64_t> first_row(batch.size() + 1, 0);
+    std::vector<int32_t> wanted;
     for (size_t i = 0; i < spans.size(); ++i) {
       const Span& sp = spans[i];
       const int64_t r0 = batch[i].all_logits ? sp.row0 : sp.row0 + sp.rows - 1;
-      Tensor rows = ops_.empty({sp.row0 + sp.rows - r0, hdim});
-      ops_.copy(rows, hidden.slice(0, r0, sp.row0 + sp.rows));
-      StepResult res;
-      res.logits = to_host(logits_for(rows));
-      res.hidden = to_host(rows);
-      out.push_back(std::move(res));
+      for (int64_t r = r0; r < sp.row0 + sp.rows; ++r) wanted.push_back(static_cast<int32_t>(r));
+      first_row[i + 1] = static_cast<int64_t>(wanted.size());
+    }
+    const bool all_rows = static_cast<int64_t>(wanted.size()) == n;
+    const std::vector<Tensor> head =
+        g.run(seg_key_final(cfg_.num_hidden_layers), bucket, n, {{cur[0], true}, {mean_w_.slice(0, 0, rows), true}},
+              [this, all_rows](const std::vector<Tensor>& in) { return seg_final(in, all_rows); });
+    // One lm_head call for every wanted row of every sequence.
+    Tensor hidden, logits;
+    if (all_rows) {
+      hidden = real(head[0]);
+      logits = real(head[1]);
+    } else {
+      hidden = ops_.empty({static_cast<int64_t>(wanted.size()), cfg_.hidden_size});
+      ops_.gather_rows(hidden, head[0], upload_i32(wanted));
+      logits = logits_for(hidden);
+    }
+
+    // One download of the logits (and of the hidden states) for all entries that ask.
+    bool any_host = false, any_hidden = false;
+    for (const StepEntry& e : batch) {
+      any_host = any_host || e.host_logits;
+      any_hidden = any_hidden || e.want_hidden;
+    }
+    // A packed host copy that is not the (reused) graph output buffer itself.
+    auto download = [&](const Tensor& t) {
+      Tensor h = to_host(t);
+      if (bucket > 0 && h.raw() == t.raw()) {
+        Tensor c = Tensor::empty(t.shape(), t.dtype());
+        c.copy_from(t);
+        h = c;
+      }
+      return h;
+    };
+    const Tensor logits_h = any_host ? download(logits) : Tensor();
+    const Tensor hidden_h = any_hidden ? download(hidden) : Tensor();
+    std::vector<StepResult> out(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t r0 = first_row[i], r1 = first_row[i + 1];
+      out[i].device_logits = logits.slice(0, r0, r1);
+      if (batch[i].host_logits) out[i].logits = logits_h.slice(0, r0, r1);
+      if (batch[i].want_hidden) out[i].hidden = hidden_h.slice(0, r0, r1);
     }
     for (const Span& sp : spans) sp.seq->length_ = sp.pos0 + sp.rows;
     return out;

@@ -5,8 +5,15 @@
 // prefill chunk of any length or one decode token). Per-token work (projections,
 // norms, mHC, MLP/MoE, lm_head) runs over all rows of the batch together; the
 // stateful parts (KDA conv + recurrence, MLA latent cache, indexer pools,
-// attention) run per sequence against its Glm5Sequence. Every op is
+// attention) run per sequence against its Glm5Sequence; runs of adjacent decode
+// rows go through the batched *_rows ops instead (KDA: glm5_kda.cc; MLA + indexer:
+// glm5_attention.cc, a fixed number of launches per layer). Every op is
 // row-independent, so a sequence's results do not depend on its batch-mates.
+//
+// Decode steps (one token per sequence, at most 64) run their row-only work as
+// segments captured per batch bucket and replayed (step_graphs.h, CUDA graphs);
+// the stateful parts between them stay eager. All rows' logits come from one
+// lm_head call and one download.
 //
 // Tensor parallelism: each rank holds its shard (glm5_weights.h) and runs the
 // same step with the same inputs; one all-reduce per sublayer (after the
@@ -24,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -33,6 +41,7 @@
 #include "model/config.h"
 #include "model/glm5/glm5_weights.h"
 #include "model/glm5/latent_cache_pool.h"
+#include "model/glm5/step_graphs.h"
 #include "model/weight_source.h"
 
 namespace tf {
@@ -51,6 +60,16 @@ struct Glm5Options {
   // Projection matrices on the device: f32, or bf16 (CUDA backend: half the
   // memory and bytes per step, exact for BF16 checkpoints; see load_glm5_weights).
   DType weight_dtype = DType::kF32;
+  // DENSE=q4 / fp8: the large dense matrices re-quantized at load (model/dense_quant.h,
+  // load_glm5_weights lists which); kDense keeps them weight_dtype.
+  MatrixFormat dense_quant = MatrixFormat::kDense;
+  // Decode steps (every entry one token, at most 64 rows) replay captured graphs of
+  // their row-only segments (step_graphs.h). kAuto: when the backend has real
+  // graphs (CUDA), TF_GRAPHS=1/0 decides, unset the build's default
+  // (kGraphsByDefault in glm5_model.cc). kOn on the CPU
+  // backend runs the same padded segment path without graphs (tests).
+  enum class Graphs { kAuto, kOff, kOn };
+  Graphs graphs = Graphs::kAuto;
 };
 
 // Per-sequence state: the page table into the shared latent pool, KDA conv and
@@ -71,8 +90,11 @@ class Glm5Sequence {
     Tensor conv_q, conv_k, conv_v;  // [K-1, C_local]
     Tensor recurrent;               // [H_l, Dk, Dv]
   };
+  // The counters always equal what the length gives (ring_rows = length % kp, pools =
+  // length / kp); the decode-row ops derive them on the device from the position.
   struct IndexerState {
-    Tensor ring_k, ring_gate;  // [kp, Di]: raw key / gate rows of the incomplete pool
+    Tensor ring;               // [2, kp, Di]: raw key rows, then gate rows, of the incomplete pool
+    Tensor ring_k, ring_gate;  // views of ring: token p sits in row p % kp
     int64_t ring_rows = 0;
     Tensor pool_keys;          // [capacity, Di]: the first `pools` rows are the pooled keys
     int64_t pools = 0;
@@ -94,12 +116,18 @@ struct StepEntry {
   Glm5Sequence* sequence = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every position of the span, not only the last
+  bool host_logits = true;  // download this entry's logits to StepResult::logits
+  bool want_hidden = false;  // download the final hidden states to StepResult::hidden (MTP drafts)
 };
 
-// Both on the host (the step's one explicit download), whatever the backend.
+// The step computes the logits of all entries' rows in one lm_head call and
+// downloads them (and the hidden states, when asked) once; each result is a row view.
 struct StepResult {
-  Tensor logits;  // [rows, vocab]: the last position, or every position on request
-  Tensor hidden;  // [rows, hidden]: final hidden state (after the norm) for the same rows
+  Tensor logits;  // host [rows, vocab]: the last position, or every position on request (null: !host_logits)
+  Tensor hidden;  // host [rows, hidden]: final hidden state (after the norm) for the same rows (null: !want_hidden)
+  // The same logits rows on the backend's device: a view of the step's one logits
+  // tensor, valid until the next step.
+  Tensor device_logits;
 };
 
 class Glm5Model {
@@ -111,6 +139,9 @@ class Glm5Model {
   const Glm5TextConfig& config() const { return cfg_; }
   LatentCachePool& cache_pool() { return *pool_; }
   bool has_mtp() const { return weights_.mtp.has_value(); }
+  // The decode-step graphs (captures, fallbacks, replays so far).
+  const StepGraphs& step_graphs() const { return *graphs_; }
+  StepGraphs& mutable_step_graphs() { return *graphs_; }  // tests
 
   std::unique_ptr<Glm5Sequence> new_sequence();
   // Advances every entry (distinct sequences) by its tokens; results in entry order.
@@ -132,7 +163,11 @@ class Glm5Model {
     int64_t row0, rows, pos0;  // rows [row0, row0+rows) of the batch, positions from pos0
   };
   // Sublayers: input x [N, H] (after the pre-norm), output [N, H] (already all-reduced).
-  Tensor kda_forward(int layer, int kda_index, const Tensor& x, const std::vector<Span>& spans);
+  // KDA in three parts: row-only projections {q, k, v, g, beta, gate}, the stateful
+  // conv + recurrence (core [N, C]), the row-only gated norm + output projection.
+  std::vector<Tensor> kda_project(int layer, const Tensor& x);
+  Tensor kda_core(int layer, int kda_index, const std::vector<Tensor>& proj, const std::vector<Span>& spans);
+  Tensor kda_output(int layer, const Tensor& core, const Tensor& gate);
   Tensor mla_forward(const LayerWeights& lw, int mla_index, const Tensor& x, const std::vector<Span>& spans,
                      std::vector<Tensor>& shared_topk, bool mtp);
   // The indexer's projections of all rows of a step (one matmul each, whatever the
@@ -143,12 +178,43 @@ class Glm5Model {
   IndexerRows indexer_project(const IndexerWeights& iw, const Tensor& x, const Tensor& q_resid);
   Tensor indexer_forward(const IndexerWeights& iw, const IndexerRows& rows, const Span& sp,
                          Glm5Sequence::IndexerState& st);
+  // Decode rows (glm5_attention.cc): each run of adjacent one-token spans goes through the
+  // *_rows ops (a fixed number of launches per MLA layer, whatever the lengths). Before the
+  // layers, prepare_decode_rows grows the indexer state the step needs (no allocation is
+  // left for the launches) and uploads the runs' per-row metadata in one copy.
+  struct DecodeRun {
+    size_t first_span = 0, spans = 0;
+    int64_t row0 = 0;
+    int64_t positions_at = 0, tables_at = 0;  // int64 offsets into decode_meta_
+    std::vector<int64_t> rings_at, pool_keys_at;  // by MLA layer; -1 without an indexer
+    std::vector<std::pair<Glm5Sequence*, int64_t>> rows;  // sequence and position of each row
+  };
+  void prepare_decode_rows(const std::vector<Span>& spans);
+  void mla_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run, const IndexerRows& irows,
+                       const Tensor& latent, const Tensor& q_abs, Tensor& ctx, std::vector<Tensor>& shared_topk);
+  void ensure_indexer_ring(Glm5Sequence::IndexerState& st);
+  void ensure_pool_capacity(Glm5Sequence::IndexerState& st, int64_t pools);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
   Tensor mlp_forward(const MlpWeights& w, const Tensor& x);
   Tensor moe_forward(const MoeWeights& w, const Tensor& x);
+  // moe_forward's parts: the router {weights, ids}, the routed experts, the shared expert added.
+  std::vector<Tensor> moe_gate(const MoeWeights& w, const Tensor& x);
+  Tensor moe_routed(const MoeWeights& w, const Tensor& x, const Tensor& ids, const Tensor& wts);
+  Tensor moe_finish(const MoeWeights& w, const Tensor& x, Tensor& routed);
   Tensor routed_experts_by_host_grouping(const MoeWeights& w, const Tensor& x, const Tensor& ids, const Tensor& wts);
   void all_reduce(Tensor& t);
   Tensor logits_for(const Tensor& hidden_rows);
+  // The step's row-only segments (bodies of StepGraphs segments, also run eagerly).
+  std::vector<Tensor> seg_first(int64_t m, const Tensor& x);
+  std::vector<Tensor> seg_layer(int layer, const std::vector<Tensor>& in);
+  // seg_layer cut around the routed experts (for a bucket whose whole segment cannot
+  // be captured: the experts' host grouping above EXACT_ROWS rows).
+  std::vector<Tensor> seg_layer_to_router(int layer, const std::vector<Tensor>& in);
+  std::vector<Tensor> seg_layer_from_experts(int layer, const std::vector<Tensor>& in);
+  std::vector<Tensor> ffn_site(int layer, const std::vector<Tensor>& in);
+  std::vector<Tensor> layer_tail(int layer, const Tensor& y, const Tensor& post, const Tensor& comb,
+                                 const Tensor& streams);
+  std::vector<Tensor> seg_final(const std::vector<Tensor>& in, bool logits);
   // `t` on the ops device and packed: itself when it already is, else a copy there.
   Tensor on_device(const Tensor& t);
   // `t` on the host and packed (the explicit download of results; free on the CPU backend).
@@ -169,6 +235,13 @@ class Glm5Model {
   TopkTies indexer_ties_ = TopkTies::kLowerIndex;
   Device device_;  // where ops_ allocates
   Tensor mean_w_;  // [rows, M] of 1/M on the device: the final stream mean's weights
+  // The step's decode runs (by span: index into decode_runs_, or -1) and their metadata:
+  // a device int64 buffer that only grows, refilled by one upload per step.
+  std::vector<DecodeRun> decode_runs_;
+  std::vector<int> decode_run_at_;
+  Tensor decode_meta_;
+  int64_t decode_scores_width_ = 0;  // pool-score columns of the decode rows; only grows
+  std::unique_ptr<StepGraphs> graphs_;
 };
 
 }  // namespace tf

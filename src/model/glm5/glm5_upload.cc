@@ -28,6 +28,19 @@ class Uploader {
       throw StatusError(e.status().with_context("uploading " + name));
     }
   }
+  // A Matrix: its dense tensor, or its codes and scales (quantized).
+  void put(Matrix& m, const std::string& name) {
+    if (m.is_dense()) {
+      Tensor t = m.dense();
+      put(t, name);
+      m = Matrix(std::move(t));
+      return;
+    }
+    Tensor codes = m.codes(), scales = m.scales();
+    put(codes, name + " codes");
+    put(scales, name + " scales");
+    m = m.with_storage(std::move(codes), std::move(scales));
+  }
   void mlp(MlpWeights& w, const std::string& p) {
     put(w.gate_up, p + "gate_up");
     put(w.down, p + "down");
@@ -38,17 +51,20 @@ class Uploader {
     put(w.scale, p + "_scale");
   }
   void kda(KdaWeights& w, const std::string& p) {
-    for (auto [t, n] : {std::pair{&w.q_proj, "q_proj"}, {&w.k_proj, "k_proj"}, {&w.v_proj, "v_proj"},
-                        {&w.q_conv, "q_conv1d"}, {&w.k_conv, "k_conv1d"}, {&w.v_conv, "v_conv1d"},
+    for (auto [m, n] : {std::pair{&w.q_proj, "q_proj"}, {&w.k_proj, "k_proj"}, {&w.v_proj, "v_proj"},
+                        {&w.o_proj, "o_proj"}})
+      put(*m, p + n);
+    for (auto [t, n] : {std::pair{&w.q_conv, "q_conv1d"}, {&w.k_conv, "k_conv1d"}, {&w.v_conv, "v_conv1d"},
                         {&w.f_a, "f_a_proj"}, {&w.f_b, "f_b_proj"}, {&w.dt_bias, "dt_bias"}, {&w.a_log, "A_log"},
-                        {&w.b_proj, "b_proj"}, {&w.g_a, "g_a_proj"}, {&w.g_b, "g_b_proj"},
-                        {&w.o_norm, "o_norm"}, {&w.o_proj, "o_proj"}})
+                        {&w.b_proj, "b_proj"}, {&w.g_a, "g_a_proj"}, {&w.g_b, "g_b_proj"}, {&w.o_norm, "o_norm"}})
       put(*t, p + n);
   }
   void mla(MlaWeights& w, const std::string& p) {
-    for (auto [t, n] : {std::pair{&w.q_a, "q_a_proj"}, {&w.q_a_norm, "q_a_layernorm"}, {&w.q_b, "q_b_proj"},
-                        {&w.kv_a, "kv_a_proj_with_mqa"}, {&w.kv_a_norm, "kv_a_layernorm"}, {&w.w_uk_t, "w_uk_t"},
-                        {&w.w_uv, "w_uv"}, {&w.o_proj, "o_proj"}})
+    for (auto [m, n] : {std::pair{&w.q_a, "q_a_proj"}, {&w.q_b, "q_b_proj"}, {&w.kv_a, "kv_a_proj_with_mqa"},
+                        {&w.o_proj, "o_proj"}})
+      put(*m, p + n);
+    for (auto [t, n] : {std::pair{&w.q_a_norm, "q_a_layernorm"}, {&w.kv_a_norm, "kv_a_layernorm"},
+                        {&w.w_uk_t, "w_uk_t"}, {&w.w_uv, "w_uv"}})
       put(*t, p + n);
     if (!w.indexer) return;
     IndexerWeights& iw = *w.indexer;
@@ -71,6 +87,10 @@ class Uploader {
     put(w.moe.experts_gate_up, p + "mlp.experts.gate_up_proj");
     put(w.moe.experts_down, p + "mlp.experts.down_proj");
     for (size_t e = 0; e < w.moe.experts.size(); ++e) mlp(w.moe.experts[e], p + "mlp.experts." + std::to_string(e) + ".");
+    if (w.moe.exl3_experts) {
+      const Status st = ops_.upload_exl3_experts(*w.moe.exl3_experts);
+      if (!st.is_ok()) throw StatusError(st.with_context(p + "mlp.experts (EXL3)"));
+    }
     mlp(w.moe.shared, p + "mlp.shared_experts.");
   }
 

@@ -5,6 +5,8 @@
 #include <string>
 #include <tuple>
 
+#include "model/dense_quant.h"
+
 namespace tf {
 
 ShardRange shard_range(int64_t n, int rank, int world) {
@@ -38,25 +40,40 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
 
 class Loader {
  public:
-  Loader(const WeightSource& src, const Glm5TextConfig& cfg, int rank, int world, DType matrix_dtype)
-      : src_(src), cfg_(cfg), rank_(rank), world_(world), matrix_dtype_(matrix_dtype) {}
+  Loader(const WeightSource& src, const Glm5TextConfig& cfg, int rank, int world, DType matrix_dtype,
+         MatrixFormat quant)
+      : src_(src), cfg_(cfg), rank_(rank), world_(world), matrix_dtype_(matrix_dtype), quant_(quant) {}
 
   Expected<Tensor> get(const std::string& name, const Shape& shape) { return src_.get_f32(name, shape); }
   // A projection matrix (an operand of Ops::matmul / head_matmul / embedding) in the
   // dtype asked for. BF16 checkpoints convert to BF16 exactly, so keeping them BF16
   // halves memory and the bytes a decode step streams without changing a weight.
   Tensor mat(Tensor t) const { return t.dtype() == matrix_dtype_ ? t : to_dtype(t, matrix_dtype_); }
-  bool has(const std::string& name) const { return src_.has(name); }
+  // A large dense matrix: re-quantized when DENSE asks for it (load_glm5_weights' comment
+  // lists which), else as mat(). A BF16 checkpoint's weights are rounded to bf16 first,
+  // which they already are, so q4/fp8 see the checkpoint's own values.
+  Expected<Matrix> qmat(const Tensor& t, const std::string& name) const {
+    if (quant_ == MatrixFormat::kDense) return Matrix(mat(t));
+    return quantize_matrix(t, quant_, name);
+  }  bool has(const std::string& name) const { return src_.has(name); }
 
-  Expected<MlpWeights> mlp(const std::string& p, int64_t inter) {
+  // A dense MLP or shared expert (`quantize`), or a routed expert (never re-quantized:
+  // the experts are stacked dense for Ops::moe_experts).
+  Expected<MlpWeights> mlp(const std::string& p, int64_t inter, bool quantize = true) {
     const int64_t h = cfg_.hidden_size;
     const ShardRange s = shard_range(inter, rank_, world_);
     TF_ASSIGN_OR_RETURN(Tensor g, get(p + "gate_proj.weight", {inter, h}));
     TF_ASSIGN_OR_RETURN(Tensor u, get(p + "up_proj.weight", {inter, h}));
     TF_ASSIGN_OR_RETURN(Tensor d, get(p + "down_proj.weight", {h, inter}));
     MlpWeights w;
-    w.gate_up = mat(concat_rows(rows(g, s.begin, s.end), rows(u, s.begin, s.end)));
-    w.down = mat(cols(d, s.begin, s.end));
+    Tensor gate_up = concat_rows(rows(g, s.begin, s.end), rows(u, s.begin, s.end));
+    if (!quantize) {
+      w.gate_up = mat(gate_up);
+      w.down = mat(cols(d, s.begin, s.end));
+      return w;
+    }
+    TF_ASSIGN_OR_RETURN(w.gate_up, qmat(gate_up, p + "gate_proj/up_proj"));
+    TF_ASSIGN_OR_RETURN(w.down, qmat(cols(d, s.begin, s.end), p + "down_proj.weight"));
     return w;
   }
 
@@ -64,7 +81,7 @@ class Loader {
   Expected<MlpWeights> expert(const std::string& p) {
     const int64_t h = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> gate, src_.get_exl3(p + "gate_proj.weight", h, inter));
-    if (!gate) return mlp(p, inter);
+    if (!gate) return mlp(p, inter, /*quantize=*/false);
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> up, src_.get_exl3(p + "up_proj.weight", h, inter));
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> down, src_.get_exl3(p + "down_proj.weight", inter, h));
     if (!up || !down) return invalid_argument(p + "gate_proj is stored EXL3 but up_proj / down_proj are not");
@@ -112,9 +129,9 @@ class Loader {
     TF_ASSIGN_OR_RETURN(Tensor q, get(p + "q_proj.weight", {c, h}));
     TF_ASSIGN_OR_RETURN(Tensor k, get(p + "k_proj.weight", {c, h}));
     TF_ASSIGN_OR_RETURN(Tensor v, get(p + "v_proj.weight", {c, h}));
-    w.q_proj = mat(rows(q, c0, c1));
-    w.k_proj = mat(rows(k, c0, c1));
-    w.v_proj = mat(rows(v, c0, c1));
+    TF_ASSIGN_OR_RETURN(w.q_proj, qmat(rows(q, c0, c1), p + "q_proj.weight"));
+    TF_ASSIGN_OR_RETURN(w.k_proj, qmat(rows(k, c0, c1), p + "k_proj.weight"));
+    TF_ASSIGN_OR_RETURN(w.v_proj, qmat(rows(v, c0, c1), p + "v_proj.weight"));
     TF_ASSIGN_OR_RETURN(Tensor qc, get(p + "q_conv1d.weight", {c, 1, kw}));
     TF_ASSIGN_OR_RETURN(Tensor kc, get(p + "k_conv1d.weight", {c, 1, kw}));
     TF_ASSIGN_OR_RETURN(Tensor vc, get(p + "v_conv1d.weight", {c, 1, kw}));
@@ -137,7 +154,7 @@ class Loader {
     w.g_b = mat(rows(gb, c0, c1));
     TF_ASSIGN_OR_RETURN(w.o_norm, get(p + "o_norm.weight", {dk}));
     TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, c}));
-    w.o_proj = mat(cols(op, c0, c1));
+    TF_ASSIGN_OR_RETURN(w.o_proj, qmat(cols(op, c0, c1), p + "o_proj.weight"));
     return w;
   }
 
@@ -167,12 +184,12 @@ class Loader {
     MlaWeights w;
     w.heads = hs.size();
     TF_ASSIGN_OR_RETURN(Tensor qa, get(p + "q_a_proj.weight", {ql, h}));
-    w.q_a = mat(qa);
+    TF_ASSIGN_OR_RETURN(w.q_a, qmat(qa, p + "q_a_proj.weight"));
     TF_ASSIGN_OR_RETURN(w.q_a_norm, get(p + "q_a_layernorm.weight", {ql}));
     TF_ASSIGN_OR_RETURN(Tensor qb, get(p + "q_b_proj.weight", {nh * dqk, ql}));
-    w.q_b = mat(rows(qb, hs.begin * dqk, hs.end * dqk));
+    TF_ASSIGN_OR_RETURN(w.q_b, qmat(rows(qb, hs.begin * dqk, hs.end * dqk), p + "q_b_proj.weight"));
     TF_ASSIGN_OR_RETURN(Tensor kva, get(p + "kv_a_proj_with_mqa.weight", {r + rope, h}));
-    w.kv_a = mat(kva);
+    TF_ASSIGN_OR_RETURN(w.kv_a, qmat(kva, p + "kv_a_proj_with_mqa.weight"));
     TF_ASSIGN_OR_RETURN(w.kv_a_norm, get(p + "kv_a_layernorm.weight", {r}));
     TF_ASSIGN_OR_RETURN(Tensor kvb, get(p + "kv_b_proj.weight", {nh * (dn + dv), r}));
     w.w_uk_t = Tensor::empty({w.heads, r, dn}, DType::kF32);
@@ -186,7 +203,7 @@ class Loader {
     w.w_uk_t = mat(w.w_uk_t);
     w.w_uv = mat(w.w_uv);
     TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, nh * dv}));
-    w.o_proj = mat(cols(op, hs.begin * dv, hs.end * dv));
+    TF_ASSIGN_OR_RETURN(w.o_proj, qmat(cols(op, hs.begin * dv, hs.end * dv), p + "o_proj.weight"));
     if (with_indexer) {
       TF_ASSIGN_OR_RETURN(IndexerWeights iw, indexer(p + "indexer."));
       w.indexer = std::move(iw);
@@ -220,7 +237,8 @@ class Loader {
           gu = Tensor::empty({e, ex.gate_up.size(0), ex.gate_up.size(1)}, ex.gate_up.dtype());
           dn = Tensor::empty({e, ex.down.size(0), ex.down.size(1)}, ex.down.dtype());
         }
-        for (auto [dst, src, what] : {std::tuple{&gu, &ex.gate_up, "gate_up"}, {&dn, &ex.down, "down_proj"}}) {
+        for (auto [dst, src, what] :
+             {std::tuple{&gu, &ex.gate_up.dense(), "gate_up"}, {&dn, &ex.down.dense(), "down_proj"}}) {
           Tensor slot = dst->select(0, i);
           if (slot.shape() != src->shape() || slot.dtype() != src->dtype())
             return invalid_argument(name + what + ": " + src->describe() + " differs from the layer's first expert (" +
@@ -244,7 +262,24 @@ class Loader {
       w.experts_gate_up = std::move(gu);
       w.experts_down = std::move(dn);
     }
+    exl3_table(p, w);
     return Status::ok();
+  }
+
+  // The EXL3 expert table when every expert is EXL3 with one layout (views of the same
+  // tensors, nothing copied); mixed layers keep the per-expert path.
+  void exl3_table(const std::string& p, MoeWeights& w) {
+    if (w.experts.empty()) return;
+    auto t = std::make_shared<Exl3ExpertTable>();
+    t->hidden = cfg_.hidden_size;
+    t->intermediate = w.experts[0].exl3_intermediate;
+    for (const MlpWeights& m : w.experts) {
+      if (!m.exl3 || m.exl3_intermediate != t->intermediate) return;
+      t->gate.push_back(m.exl3->gate);
+      t->up.push_back(m.exl3->up);
+      t->down.push_back(m.exl3->down);
+    }
+    if (check_exl3_expert_table(*t, p.substr(0, p.size() - 1)).is_ok()) w.exl3_experts = std::move(t);
   }
 
   // One decoder layer (or the MTP block when `mtp`: MLA with indexer + MoE, no mHC).
@@ -279,19 +314,20 @@ class Loader {
   const Glm5TextConfig& cfg_;
   int rank_, world_;
   DType matrix_dtype_;
+  MatrixFormat quant_;
 };
 
 }  // namespace
 
 Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
-                                        DType matrix_dtype) {
+                                        DType matrix_dtype, MatrixFormat dense_quant) {
   if (matrix_dtype != DType::kF32 && matrix_dtype != DType::kBF16)
     return invalid_argument(std::string("weight matrices in ") + dtype_name(matrix_dtype) + " (expected f32 or bf16)");
   if (world < 1 || rank < 0 || rank >= world)
     return invalid_argument("load_glm5_weights: rank " + std::to_string(rank) + " of " + std::to_string(world));
   if (cfg.linear_num_heads < world || cfg.num_attention_heads < world)
     return invalid_argument("tensor parallelism: more ranks than attention heads");
-  Loader ld(source, cfg, rank, world, matrix_dtype);
+  Loader ld(source, cfg, rank, world, matrix_dtype, dense_quant);
   const int64_t h = cfg.hidden_size, v = cfg.vocab_size;
   Glm5Weights w;
   TF_ASSIGN_OR_RETURN(w.embed, ld.get("model.language_model.embed_tokens.weight", {v, h}));
@@ -316,7 +352,7 @@ Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5Te
     TF_ASSIGN_OR_RETURN(m.hnorm, ld.get(p + "hnorm.weight", {h}));
     TF_ASSIGN_OR_RETURN(m.shared_head_norm, ld.get(p + "shared_head.norm.weight", {h}));
     TF_ASSIGN_OR_RETURN(Tensor eh, ld.get(p + "eh_proj.weight", {h, 2 * h}));
-    m.eh_proj = ld.mat(eh);
+    TF_ASSIGN_OR_RETURN(m.eh_proj, ld.qmat(eh, p + "eh_proj.weight"));
     TF_ASSIGN_OR_RETURN(m.block, ld.layer(i, true));
     w.mtp = std::move(m);
   }

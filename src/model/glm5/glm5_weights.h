@@ -37,8 +37,8 @@ struct HyperConnectionWeights {
 };
 
 struct MlpWeights {
-  Tensor gate_up;  // [2*I_local, H]
-  Tensor down;     // [H, I_local]
+  Matrix gate_up;  // [2*I_local, H]  (routed experts: always dense)
+  Matrix down;     // [H, I_local]
   // A routed expert stored EXL3 (gate_up and down are then null): gate, up and down
   // run by Ops::exl3_matmul; with tensor parallelism gate/up are cut by output and
   // down by input channels at this rank's [begin, end) of the intermediate, which
@@ -56,19 +56,22 @@ struct MoeWeights {
   Tensor experts_gate_up;
   Tensor experts_down;
   std::vector<MlpWeights> experts;
+  // Every routed expert EXL3 (one shape and codebook per projection): the same experts
+  // as one table for Ops::moe_experts_exl3 (uploaded by Ops::upload_exl3_experts).
+  std::shared_ptr<Exl3ExpertTable> exl3_experts;
   MlpWeights shared;
 };
 
 struct KdaWeights {
   int64_t heads = 0;  // local
-  Tensor q_proj, k_proj, v_proj;        // [H_l*Dk, H]
+  Matrix q_proj, k_proj, v_proj;        // [H_l*Dk, H]
   Tensor q_conv, k_conv, v_conv;        // [H_l*Dk, K]
   Tensor f_a, f_b;                      // [Dk, H], [H_l*Dk, Dk]
   Tensor dt_bias, a_log;                // [H_l*Dk], [H_l]
   Tensor b_proj;                        // [H_l, H]
   Tensor g_a, g_b;                      // [Dk, H], [H_l*Dk, Dk]
   Tensor o_norm;                        // [Dv]
-  Tensor o_proj;                        // [H, H_l*Dv]
+  Matrix o_proj;                        // [H, H_l*Dv]
 };
 
 struct IndexerWeights {
@@ -82,11 +85,13 @@ struct IndexerWeights {
 
 struct MlaWeights {
   int64_t heads = 0;  // local
-  Tensor q_a, q_a_norm, q_b;  // [q_lora, H], [q_lora], [H_l*Dqk, q_lora]
-  Tensor kv_a, kv_a_norm;     // [R, H], [R]
+  Matrix q_a, q_b;            // [q_lora, H], [H_l*Dqk, q_lora]
+  Tensor q_a_norm;            // [q_lora]
+  Matrix kv_a;                // [R, H]
+  Tensor kv_a_norm;           // [R]
   Tensor w_uk_t;              // [H_l, R, Dnope]
   Tensor w_uv;                // [H_l, Dv, R]
-  Tensor o_proj;              // [H, H_l*Dv]
+  Matrix o_proj;              // [H, H_l*Dv]
   std::optional<IndexerWeights> indexer;
 };
 
@@ -104,7 +109,7 @@ struct LayerWeights {
 // The MTP (NextN) layer stored after the decoder layers.
 struct MtpWeights {
   Tensor enorm, hnorm, shared_head_norm;  // [H]
-  Tensor eh_proj;                         // [H, 2H]
+  Matrix eh_proj;                         // [H, 2H]
   LayerWeights block;                     // MLA + indexer attention and MoE, no mHC
 };
 
@@ -121,7 +126,13 @@ struct Glm5Weights {
 // name the tensor. Projection matrices (everything Ops::matmul, head_matmul and
 // embedding take as the weight, lm_head and the embedding included) come in
 // `matrix_dtype` (f32 or bf16); norms, biases, convolutions, the router and mHC stay f32.
+// With `dense_quant` (kQ4 / kFp8Block, DENSE=q4 / fp8) the large dense matrices are
+// re-quantized as they load (model/dense_quant.h, multithreaded): KDA q/k/v/o, MLA
+// q_a/q_b/kv_a/o, the dense MLPs, the shared experts and the MTP eh_proj (the Matrix
+// fields above). The small low-rank KDA gates (f_a/f_b, g_a/g_b, b_proj), the indexer,
+// W_UK/W_UV (head_matmul), the router, the embedding and lm_head stay `matrix_dtype`.
 Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
-                                        DType matrix_dtype = DType::kF32);
+                                        DType matrix_dtype = DType::kF32,
+                                        MatrixFormat dense_quant = MatrixFormat::kDense);
 
 }  // namespace tf

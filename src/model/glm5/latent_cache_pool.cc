@@ -54,4 +54,15 @@ LatentPagesView LatentCachePool::view(int layer, const Tensor& table, int64_t to
   return v;
 }
 
+DecodeRowsView LatentCachePool::rows_view(int layer) const {
+  DecodeRowsView v;
+  v.pages = layer_pages(layer);
+  v.scales = layer_scales(layer);
+  v.dtype = dtype_;
+  v.page_size = page_size_;
+  v.width = width_;
+  v.page_stride = page_size_ * width_;
+  return v;
+}
+
 }  // namespace tf

@@ -36,6 +36,8 @@ class LatentCachePool {
   // The kernel view of MLA layer `layer` for a sequence with page table `table` (int32,
   // on the ops device: the kernels read it there) and `tokens` cached tokens.
   LatentPagesView view(int layer, const Tensor& table, int64_t tokens) const;
+  // The cache part of a DecodeRowsView for MLA layer `layer` (rows and per-row arrays unset).
+  DecodeRowsView rows_view(int layer) const;
   void* layer_pages(int layer) const;
   float* layer_scales(int layer) const;
 

@@ -1,0 +1,352 @@
+// cuda_prefill_bench: where the time of a long prefill goes on the CUDA backend.
+// Times the prefill-side ops at GLM-5.3-Flash shapes (TP = 1) for T = 2048 and 8192
+// rows and prints each beside its own roofline: the op's model FLOPs (the same count
+// as src/bench/roofline.cc where it has one) over the measured cuBLAS BF16 peak.
+//
+//  - kda_chunked, one KDA layer (64 heads, Dk = Dv = 128): the tensor-core WY kernel,
+//    checked against the token-by-token kernel (kda_recurrent) on the same inputs
+//    (max error relative to the largest output: "check ok" / "CHECK FAILED"); the
+//    token-by-token time is printed beside it.
+//  - moe_experts, one MoE layer (top-8, hidden 4096, intermediate 2048, bf16): all
+//    tokens on the same 8 experts (the BENCH_EXPERTS=8 synthetic checkpoint), and
+//    random routing over 288 experts.
+//  - mla_sparse_attention for T rows (64 heads, latent 512, top-k 2048, causal), bf16
+//    and fp8 latents: the op (tensor-core kernel) beside the per-(row, head) kernel,
+//    both results compared; indexer_scores and top-k for T rows (32 heads x 128, pools of 4).
+//  - the big projection GEMMs (matmul, bf16 weights, cuBLAS above 64 rows).
+// Each line also comes as JSON ({"bench": "prefill", ...}). Times are wall clock per
+// call after warm-up, synchronised (eager launches, as the model runs).
+//   cuda_prefill_bench [--rows 2048,8192] [--quick]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_kda_chunked.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace {
+
+using tf::DType;
+using tf::Tensor;
+
+Tensor host_randn(const tf::Shape& shape, uint32_t seed, float sd = 1.0f, float mean = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(mean, sd);
+  std::vector<float> v(static_cast<size_t>(tf::shape_numel(shape)));
+  for (float& x : v) x = nd(rng);
+  return Tensor::from_floats(shape, v);
+}
+
+Tensor host_ints(const tf::Shape& shape, const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty(shape, DType::kI32);
+  std::memcpy(t.raw(), v.data(), v.size() * 4);
+  return t;
+}
+
+// A device bf16 tensor: a random 4M-element block tiled over it (fast for GBs; the
+// repeats do not matter for timing).
+Tensor device_bf16(tf::Ops& ops, const tf::Shape& shape, uint32_t seed, float sd) {
+  Tensor t = ops.empty(shape, DType::kBF16);
+  const int64_t total = t.numel(), block = std::min<int64_t>(total, int64_t{1} << 22);
+  const Tensor src = ops.to_device(host_randn({block}, seed, sd).to_dtype(DType::kBF16));
+  for (int64_t at = 0; at < total; at += block)
+    cudaMemcpy(static_cast<char*>(t.raw()) + at * 2, src.raw(), static_cast<size_t>(std::min(block, total - at)) * 2,
+               cudaMemcpyDeviceToDevice);
+  return t;
+}
+
+// Seconds per call: 2 warm-up calls, then calls until ~0.2 s (at least 3, at most 50).
+double time_call(const std::function<void()>& fn) {
+  fn();
+  fn();
+  cudaDeviceSynchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  cudaDeviceSynchronize();
+  const double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int iters = static_cast<int>(std::clamp(0.2 / std::max(one, 1e-6), 3.0, 50.0));
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  cudaDeviceSynchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// A device f32 tensor of N(mean, sd) values: a random 4M-element block tiled over it
+// (host generation of GBs would take the run's time; KDA's check still sees ~500
+// distinct tokens per head, enough to compare two kernels).
+Tensor device_f32(tf::Ops& ops, const tf::Shape& shape, uint32_t seed, float sd = 1.0f, float mean = 0.0f) {
+  Tensor t = ops.empty(shape);
+  const int64_t total = t.numel(), block = std::min<int64_t>(total, int64_t{1} << 22);
+  const Tensor src = ops.to_device(host_randn({block}, seed, sd, mean));
+  for (int64_t at = 0; at < total; at += block)
+    cudaMemcpy(static_cast<char*>(t.raw()) + at * 4, src.raw(), static_cast<size_t>(std::min(block, total - at)) * 4,
+               cudaMemcpyDeviceToDevice);
+  return t;
+}
+
+double peak_tflops = 0;  // measured cuBLAS bf16 GEMM rate
+bool mla_ok = true;      // the tensor-core MLA kernel agreed with the per-head one
+
+double measure_bf16_peak(tf::Ops& ops) {
+  const int s = 8192;
+  Tensor a = device_bf16(ops, {s, s}, 1, 1.0f), b = device_bf16(ops, {s, s}, 2, 1.0f);
+  Tensor c = ops.empty({s, s}, DType::kBF16);
+  cublasHandle_t h = nullptr;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 0;
+  const float one = 1.0f, zero = 0.0f;
+  const double t = time_call([&] {
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, s, s, s, &one, a.raw(), CUDA_R_16BF, s, b.raw(), CUDA_R_16BF, s, &zero,
+                 c.raw(), CUDA_R_16BF, s, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  });
+  cublasDestroy(h);
+  return 2.0 * s * s * s / t / 1e12;
+}
+
+// One result line: time, model FLOPs, TFLOP/s, share of the measured peak.
+void report(const std::string& what, int64_t t_rows, double secs, double flops, const std::string& extra = "") {
+  const double tflops = flops / secs / 1e12, roof_us = flops / (peak_tflops * 1e12) * 1e6;
+  std::printf("  %-52s T=%-5lld %10.1f us  %8.1f TFLOP/s  roofline %8.1f us  %5.1f%% of peak%s%s\n", what.c_str(),
+              static_cast<long long>(t_rows), secs * 1e6, tflops, roof_us, 100.0 * tflops / peak_tflops,
+              extra.empty() ? "" : "  ", extra.c_str());
+  std::printf("{\"bench\": \"prefill\", \"op\": \"%s\", \"t\": %lld, \"us\": %.1f, \"gflop\": %.3f, \"tflops\": %.2f, "
+              "\"roofline_us\": %.1f, \"pct_peak\": %.2f}\n",
+              what.c_str(), static_cast<long long>(t_rows), secs * 1e6, flops / 1e9, tflops, roof_us,
+              100.0 * tflops / peak_tflops);
+}
+
+double rel_err(const Tensor& ref, const Tensor& got) {
+  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  return worst / scale;
+}
+
+// One KDA layer: the chunked kernel vs the token-by-token one.
+bool bench_kda(tf::Ops& ops, int64_t t, bool time_recurrent) {
+  const int64_t h = 64, d = 128;
+  const Tensor q = device_f32(ops, {t, h, d}, 11), k = device_f32(ops, {t, h, d}, 12);
+  const Tensor v = device_f32(ops, {t, h, d}, 13);
+  // Gates in (-1, 0) (-sigmoid of a normal), beta in (0, 1).
+  Tensor g = device_f32(ops, {t, h, d}, 14, 0.3f, -0.2f), beta = device_f32(ops, {t, h}, 15);
+  ops.sigmoid(g, g);
+  ops.scale(g, g, -1.0f);
+  ops.sigmoid(beta, beta);
+  const Tensor s0 = ops.to_device(host_randn({h, d, d}, 16, 0.1f));
+  Tensor out = ops.empty({t, h, d}), ref = ops.empty({t, h, d});
+  Tensor st = ops.empty({h, d, d}), st_ref = ops.empty({h, d, d});
+  ops.copy(st, s0);
+  ops.copy(st_ref, s0);
+  ops.kda_chunked(out, q, k, v, g, beta, st, 64);
+  ops.kda_recurrent(ref, q, k, v, g, beta, st_ref);
+  const double e_out = rel_err(ops.to_host(ref), ops.to_host(out));
+  const double e_st = rel_err(ops.to_host(st_ref), ops.to_host(st));
+  const bool ok = e_out <= 1e-4 && e_st <= 1e-4;
+  const double flops = 6.0 * h * d * d * static_cast<double>(t);  // roofline.cc's count per KDA layer
+  char extra[160];
+  std::snprintf(extra, sizeof extra, "(vs recurrent: out %.2g, state %.2g: %s; scratch %.0f MB)", e_out, e_st,
+                ok ? "check ok" : "CHECK FAILED", tf::cuda::kda_chunked_scratch_bytes(t, h) / 1e6);
+  report("kda_chunked H=64 Dk=Dv=128 (one layer)", t, time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }),
+         flops, extra);
+  if (time_recurrent)
+    report("kda_recurrent H=64 Dk=Dv=128 (old prefill path)", t,
+           time_call([&] { ops.kda_recurrent(ref, q, k, v, g, beta, st_ref); }), flops);
+  return ok;
+}
+
+// One MoE layer: top-8 of `experts` (all tokens on experts 0..7 when experts == 8).
+void bench_moe(tf::Ops& ops, int64_t t, int64_t experts) {
+  const int64_t hid = 4096, inter = 2048, top = 8;
+  const Tensor gate_up = device_bf16(ops, {experts, 2 * inter, hid}, 21, 0.02f);
+  const Tensor down = device_bf16(ops, {experts, hid, inter}, 22, 0.02f);
+  std::mt19937 rng(23);
+  std::vector<int32_t> ids(static_cast<size_t>(t * top));
+  std::vector<int32_t> perm(static_cast<size_t>(experts));
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t e = 0; e < experts; ++e) perm[e] = static_cast<int32_t>(e);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::sort(perm.begin(), perm.begin() + top);
+    std::copy(perm.begin(), perm.begin() + top, ids.begin() + r * top);
+  }
+  const Tensor dids = ops.to_device(host_ints({t, top}, ids));
+  const Tensor w = ops.to_device(host_randn({t, top}, 24, 0.1f, 0.3f));
+  const Tensor x = device_f32(ops, {t, hid}, 25);
+  Tensor out = ops.empty({t, hid});
+  const double flops = 2.0 * 3.0 * hid * inter * top * static_cast<double>(t);
+  report("moe_experts top-8 of " + std::to_string(experts) + " (one layer)", t,
+         time_call([&] { ops.moe_experts(out, x, dids, w, gate_up, down, 10.0f); }), flops);
+}
+
+// MLA sparse attention over a causal prompt of t tokens: row i attends to
+// min(i + 1, 2048) of the tokens 0..i (all of them while there are at most 2048).
+void bench_mla(tf::Ops& ops, int64_t t, DType cache_dtype) {
+  const int64_t heads = 64, r = 512, w = 2048, page = 64, pages = (t + page - 1) / page;
+  std::vector<int32_t> table(static_cast<size_t>(pages));
+  for (int64_t i = 0; i < pages; ++i) table[i] = static_cast<int32_t>(i);
+  const Tensor dtable = ops.to_device(host_ints({pages}, table));
+  Tensor cache = ops.zeros({pages * page * r}, cache_dtype);
+  Tensor scales = ops.zeros({pages * page});
+  const bool fp8 = cache_dtype == DType::kF8E4M3;
+  tf::LatentPagesView view{cache.raw(), fp8 ? scales.data<float>() : nullptr, cache_dtype, page, r, page * r,
+                           dtable.data<int32_t>(), t};
+  ops.latent_store(view, cache.raw(), fp8 ? scales.data<float>() : nullptr, ops.to_device(host_randn({t, r}, 31)), 0);
+  std::vector<int32_t> idx(static_cast<size_t>(t * w), -1);
+  std::mt19937 rng(32);
+  double pairs = 0;
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t n = std::min(i + 1, w);
+    for (int64_t j = 0; j < n; ++j)
+      idx[i * w + j] = static_cast<int32_t>(i + 1 <= w ? j : static_cast<int64_t>(rng() % static_cast<uint32_t>(i + 1)));
+    pairs += static_cast<double>(n);
+  }
+  const Tensor didx = ops.to_device(host_ints({t, w}, idx));
+  const Tensor q = device_f32(ops, {t, heads, r}, 33, 0.1f);
+  Tensor out = ops.empty({t, heads, r}), old = ops.empty({t, heads, r});
+  const double flops = 4.0 * heads * r * pairs;  // roofline.cc: 4 H R per selected latent
+  // The per-(row, head) kernel, called directly (the op takes the tensor-core one here).
+  tf::cuda::CudaContext bare;
+  bare.device = 0;
+  // (Only up to 2048 rows: the per-head kernel takes seconds at 8192.)
+  const bool compare = t <= 2048;
+  char extra[96] = "";
+  if (compare) {
+    ops.mla_sparse_attention(out, q, view, didx, 0.0625f);
+    cudaDeviceSynchronize();  // `bare` runs on the legacy stream, the op on its own
+    tf::cuda::mla_sparse_attention(bare, old, q, view, didx, 0.0625f);
+    cudaDeviceSynchronize();
+    const double err = rel_err(ops.to_host(old), ops.to_host(out));
+    mla_ok = mla_ok && err <= 1e-5;
+    std::snprintf(extra, sizeof extra, "(vs per-head kernel: %.2g: %s)", err, err <= 1e-5 ? "check ok" : "CHECK FAILED");
+  }
+  const std::string dt = fp8 ? "fp8" : "bf16";
+  report("mla_sparse_attention H=64 R=512 top-2048 " + dt + " (op)", t,
+         time_call([&] { ops.mla_sparse_attention(out, q, view, didx, 0.0625f); }), flops, extra);
+  if (compare)
+    report("mla_sparse_attention " + dt + " per-head kernel (old)", t,
+           time_call([&] { tf::cuda::mla_sparse_attention(bare, old, q, view, didx, 0.0625f); }), flops);
+}
+
+// The DSA indexer for t rows: scores over the complete pools of 4, then top-512 pools.
+void bench_indexer(tf::Ops& ops, int64_t t) {
+  const int64_t hi = 32, di = 128, kp = 4, pools = t / kp, sel = std::min<int64_t>(512, pools);
+  const Tensor q = device_f32(ops, {t, hi, di}, 41);
+  const Tensor keys = ops.to_device(host_randn({pools, di}, 42));
+  const Tensor wts = ops.to_device(host_randn({t, hi}, 43, 0.1f));
+  std::vector<int32_t> cand(static_cast<size_t>(t));
+  double pairs = 0;
+  for (int64_t i = 0; i < t; ++i) {
+    cand[i] = static_cast<int32_t>((i + 1) / kp);
+    pairs += cand[i];
+  }
+  const Tensor dcand = ops.to_device(host_ints({t}, cand));
+  Tensor scores = ops.empty({t, pools}), vals = ops.empty({t, sel}), ids = ops.empty({t, sel}, DType::kI32);
+  report("indexer_scores 32x128 pools of 4", t,
+         time_call([&] { ops.indexer_scores(scores, q, keys, wts, dcand, 0.088f); }), 2.0 * hi * di * pairs);
+  report("topk of the pool scores (k=" + std::to_string(sel) + ")", t,
+         time_call([&] { ops.topk(vals, ids, scores, static_cast<int>(sel)); }), 0.0);
+}
+
+struct Gemm {
+  const char* name;
+  int64_t n, k, per_layer;  // per_layer: how many such matmuls one layer of that kind runs
+};
+
+void bench_gemms(tf::Ops& ops, int64_t t) {
+  const Gemm gemms[] = {
+      {"KDA q/k/v proj 4096->8192", 8192, 4096, 3},   {"KDA o_proj 8192->4096", 4096, 8192, 1},
+      {"MLA q_a 4096->1536", 1536, 4096, 1},         {"MLA q_b 1536->16384", 16384, 1536, 1},
+      {"MLA o_proj 16384->4096", 4096, 16384, 1},    {"dense gate_up 4096->24576", 24576, 4096, 1},
+      {"dense down 12288->4096", 4096, 12288, 1},    {"shared expert gate_up 4096->4096", 4096, 4096, 1},
+      {"shared expert down 2048->4096", 4096, 2048, 1},
+  };
+  const Tensor xs = device_f32(ops, {t, 16384}, 51);
+  for (const Gemm& gm : gemms) {
+    const Tensor w = device_bf16(ops, {gm.n, gm.k}, 52, 0.02f);
+    Tensor x = ops.empty({t, gm.k});
+    ops.copy(x, xs.slice(1, 0, gm.k));
+    Tensor out = ops.empty({t, gm.n});
+    report(std::string("matmul bf16 ") + gm.name, t, time_call([&] { ops.matmul(out, x, w); }),
+           2.0 * static_cast<double>(t) * gm.n * gm.k);
+  }
+}
+
+// MLA's per-head absorptions (head_matmul, bf16 weights): q_nope -> latent, latent -> v.
+void bench_head_matmuls(tf::Ops& ops, int64_t t) {
+  const int64_t heads = 64, r = 512, d = 256;
+  for (auto [n, k, name] : {std::tuple<int64_t, int64_t, const char*>{r, d, "head_matmul W_UK 64x(256->512)"},
+                            {d, r, "head_matmul W_UV 64x(512->256)"}}) {
+    const Tensor w = device_bf16(ops, {heads, n, k}, 61, 0.02f);
+    const Tensor x = device_f32(ops, {t, heads, k}, 62);
+    Tensor out = ops.empty({t, heads, n});
+    report(name, t, time_call([&] { ops.head_matmul(out, x, w); }), 2.0 * static_cast<double>(t) * heads * n * k);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> rows = {2048, 8192};
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rows") == 0 && i + 1 < argc) {
+      rows.clear();
+      for (char* p = argv[++i]; *p;) {
+        rows.push_back(std::strtoll(p, &p, 10));
+        if (*p == ',') ++p;
+        else if (*p) break;
+      }
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    }
+  }
+  auto made = tf::make_cuda_ops(0);
+  if (!made) {
+    std::fprintf(stderr, "cuda_prefill_bench: %s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  tf::Ops& ops = **made;
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  bool ok = true;
+  try {
+    peak_tflops = measure_bf16_peak(ops);
+    std::printf("measured_bf16_tflops: %.1f (cuBLAS bf16 GEMM 8192^3, fp32 accumulate; the roofline below)\n",
+                peak_tflops);
+    for (int64_t t : rows) {
+      std::printf("== prefill ops, T = %lld rows\n", static_cast<long long>(t));
+      ok = bench_kda(ops, t, t <= 2048) && ok;
+      if (quick) continue;
+      bench_moe(ops, t, 8);
+      bench_moe(ops, t, 288);
+      bench_mla(ops, t, DType::kBF16);
+      bench_mla(ops, t, DType::kF8E4M3);
+      ok = ok && mla_ok;
+      bench_indexer(ops, t);
+      bench_gemms(ops, t);
+      bench_head_matmuls(ops, t);
+    }
+  } catch (const tf::StatusError& e) {
+    std::fprintf(stderr, "cuda_prefill_bench: %s\n", e.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("cuda_prefill_bench: %s\n", ok ? "all checks ok" : "CHECK FAILED");
+  return ok ? 0 : 2;
+}

@@ -1,0 +1,235 @@
+// exl3_cuda_bench: the CUDA EXL3 kernels at GLM-5.3-Flash expert shapes beside the
+// measured HBM copy bandwidth (device_probe: D2D copy, read + write counted).
+//
+//   1. GEMV (exl3_matmul, rows m = 1 and 8): gate/up 4096x2048, down 2048x4096 and a
+//      larger 4096x8192, K = 2, 3, 4, 6, 8 (mcg) and K = 4 for 3inst/mul1. Time per call
+//      from a CUDA graph of many calls (its three launches included), weights rotated
+//      over copies of >= 512 MB so L2 (60 MB) cannot serve them. GB/s counts trellis bytes,
+//      as exllamav3's figures (tests/../shared/data/exl3/exllamav3_gemv_h200.json) do.
+//   2. moe_experts_exl3 at 1, 4, 8, 16, 64 tokens: 128 experts of 4096 <-> 2048 at K=4 mcg,
+//      top-8, rotating over 4 layers' experts (6.4 GB); GB/s counts the active experts' bytes.
+// Lines: "exl3-gemv ..." and "exl3-moe ..." (one per case), "measured_copy_gbps".
+//   exl3_cuda_bench [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/device_probe.h"
+#include "kernels/cuda/exl3_kernels.h"
+#include "model/exl3_synthetic.h"
+
+#define BENCH_CUDA(call)                                                                      \
+  do {                                                                                        \
+    const cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "exl3_cuda_bench: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+namespace {
+
+using tf::DType;
+using tf::Exl3Weight;
+using tf::Tensor;
+
+tf::cuda::CudaContext g_ctx;
+
+Tensor dev_copy(const Tensor& host) {
+  auto s = g_ctx.alloc->allocate(static_cast<size_t>(host.nbytes()));
+  if (!s) {
+    std::fprintf(stderr, "exl3_cuda_bench: %s\n", s.status().to_string().c_str());
+    std::exit(1);
+  }
+  Tensor d = Tensor::on_storage(*s, 0, host.shape(), host.dtype());
+  BENCH_CUDA(cudaMemcpy(d.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice));
+  return d;
+}
+
+Exl3Weight dev_weight(const Exl3Weight& w) {
+  Exl3Weight d = w;
+  d.trellis = dev_copy(w.trellis);
+  d.suh = dev_copy(w.suh);
+  d.svh = dev_copy(w.svh);
+  return d;
+}
+
+// Seconds per call of `calls` enqueues captured into one CUDA graph and replayed.
+double graph_time_per_call(int calls, const std::function<void(int)>& enqueue) {
+  cudaStream_t stream = g_ctx.stream;
+  for (int i = 0; i < std::min(calls, 4); ++i) enqueue(i);  // warm the allocator's cache outside capture
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) enqueue(i);
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t t0, t1;
+  BENCH_CUDA(cudaEventCreate(&t0));
+  BENCH_CUDA(cudaEventCreate(&t1));
+  BENCH_CUDA(cudaGraphLaunch(exec, stream));
+  const int reps = 5;
+  BENCH_CUDA(cudaEventRecord(t0, stream));
+  for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaGraphLaunch(exec, stream));
+  BENCH_CUDA(cudaEventRecord(t1, stream));
+  BENCH_CUDA(cudaEventSynchronize(t1));
+  float ms = 0;
+  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms / 1e3 / (static_cast<double>(reps) * calls);
+}
+
+Tensor dev_randn(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (float& x : v) x = nd(rng);
+  return dev_copy(Tensor::from_floats({rows, cols}, v));
+}
+
+Tensor dev_empty(int64_t rows, int64_t cols) {
+  auto s = g_ctx.alloc->allocate(static_cast<size_t>(rows * cols * 4));
+  if (!s) std::exit(1);
+  return Tensor::on_storage(*s, 0, {rows, cols}, DType::kF32);
+}
+
+void bench_gemv(double copy_gbps, bool quick) {
+  struct Shape {
+    int64_t k, n;
+    const char* what;
+  };
+  const Shape shapes[] = {{4096, 2048, "gate/up"}, {2048, 4096, "down"}, {4096, 8192, "wide"}};
+  struct Fmt {
+    int bits;
+    tf::Exl3Codebook cb;
+  };
+  std::vector<Fmt> fmts = {{4, tf::Exl3Codebook::kMcg}};
+  if (!quick) {
+    for (int b : {2, 3, 6, 8}) fmts.push_back({b, tf::Exl3Codebook::kMcg});
+    fmts.push_back({4, tf::Exl3Codebook::k3Inst});
+    fmts.push_back({4, tf::Exl3Codebook::kMul1});
+  }
+  std::printf("%-8s %-11s %2s %-5s %2s %10s %10s %8s\n", "exl3", "shape", "K", "cb", "m", "us/call", "GB/s", "%copy");
+  for (const Fmt& f : fmts)
+    for (const Shape& s : shapes) {
+      tf::Exl3SyntheticOptions o;
+      o.bits = f.bits;
+      o.codebook = f.cb;
+      const Exl3Weight host = tf::make_synthetic_exl3_linear(s.k, s.n, o, 1);
+      const int64_t bytes = host.trellis_bytes();
+      const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{512} << 20) / bytes));
+      std::vector<Exl3Weight> ws;
+      for (int c = 0; c < copies; ++c) ws.push_back(dev_weight(host));
+      for (int64_t m : {1, 8}) {
+        const Tensor x = dev_randn(m, s.k, 3);
+        Tensor out = dev_empty(m, s.n);
+        const double t = graph_time_per_call(copies, [&](int i) { tf::cuda::exl3_matmul(g_ctx, out, x, ws[i % copies]); });
+        const double gbs = bytes / t / 1e9;
+        std::printf("exl3-gemv %5lldx%-5lld %2d %-5s %2lld %10.2f %10.1f %7.1f%%  (%s)\n",
+                    static_cast<long long>(s.k), static_cast<long long>(s.n), f.bits, tf::exl3_codebook_name(f.cb),
+                    static_cast<long long>(m), t * 1e6, gbs, 100.0 * gbs / copy_gbps, s.what);
+      }
+      ws.clear();
+      g_ctx.alloc->release_cached();
+    }
+}
+
+void bench_moe(double copy_gbps, bool quick) {
+  const int64_t experts = 128, hidden = 4096, inter = 2048, topk = 8;
+  const int layers = quick ? 2 : 4;
+  tf::Exl3SyntheticOptions o;
+  o.bits = 4;
+  o.codebook = tf::Exl3Codebook::kMcg;
+  const Exl3Weight gh = tf::make_synthetic_exl3_linear(hidden, inter, o, 1);
+  const Exl3Weight dh = tf::make_synthetic_exl3_linear(inter, hidden, o, 2);
+  const int64_t expert_bytes = 2 * gh.trellis_bytes() + dh.trellis_bytes();
+  std::vector<tf::Exl3ExpertTable> tables(static_cast<size_t>(layers));
+  for (auto& t : tables) {
+    t.hidden = hidden;
+    t.intermediate = inter;
+    for (int64_t e = 0; e < experts; ++e) {
+      t.gate.push_back(dev_weight(gh));
+      t.up.push_back(dev_weight(gh));
+      t.down.push_back(dev_weight(dh));
+    }
+    const tf::Status s = tf::cuda::exl3_upload_experts(g_ctx, t);
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "exl3_cuda_bench: %s\n", s.to_string().c_str());
+      std::exit(1);
+    }
+  }
+  std::printf("%-8s %6s %8s %10s %10s %8s %12s\n", "exl3-moe", "tokens", "experts", "us/call", "GB/s", "%copy",
+              "roofline us");
+  for (int64_t tokens : {1, 4, 8, 16, 64}) {
+    std::mt19937 rng(static_cast<uint32_t>(tokens));
+    std::vector<int32_t> ids(static_cast<size_t>(tokens * topk));
+    std::vector<float> w(ids.size(), 0.125f);
+    std::set<int32_t> active;
+    std::vector<int32_t> all(static_cast<size_t>(experts));
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t e = 0; e < experts; ++e) all[e] = static_cast<int32_t>(e);
+      std::shuffle(all.begin(), all.end(), rng);
+      std::sort(all.begin(), all.begin() + topk);
+      for (int64_t j = 0; j < topk; ++j) {
+        ids[t * topk + j] = all[j];
+        active.insert(all[j]);
+      }
+    }
+    Tensor ids_h = Tensor::empty({tokens, topk}, DType::kI32);
+    std::memcpy(ids_h.raw(), ids.data(), ids.size() * 4);
+    const Tensor ids_d = dev_copy(ids_h);
+    const Tensor w_d = dev_copy(Tensor::from_floats({tokens, topk}, w));
+    const Tensor x = dev_randn(tokens, hidden, 5);
+    Tensor out = dev_empty(tokens, hidden);
+    const double t = graph_time_per_call(4 * layers, [&](int i) {
+      tf::cuda::exl3_moe_experts(g_ctx, out, x, ids_d, w_d, tables[i % layers], 7.0f);
+    });
+    const double bytes = static_cast<double>(active.size()) * expert_bytes;
+    const double gbs = bytes / t / 1e9;
+    std::printf("exl3-moe %6lld %8zu %10.1f %10.1f %7.1f%% %12.1f\n", static_cast<long long>(tokens), active.size(),
+                t * 1e6, gbs, 100.0 * gbs / copy_gbps, bytes / (copy_gbps * 1e9) * 1e6);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  auto probe = tf::cuda::probe_device(0);
+  if (!probe) {
+    std::fprintf(stderr, "exl3_cuda_bench: %s\n", probe.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("device %s\nmeasured_copy_gbps %.1f\n", probe->name.c_str(), probe->hbm_gbps);
+  BENCH_CUDA(cudaSetDevice(0));
+  BENCH_CUDA(cudaStreamCreate(&g_ctx.stream));
+  g_ctx.alloc = tf::cuda::DeviceAllocator::create(0);
+  BENCH_CUDA(cudaMalloc(&g_ctx.error_word, sizeof(unsigned)));
+  BENCH_CUDA(cudaMemset(g_ctx.error_word, 0, sizeof(unsigned)));
+  try {
+    bench_gemv(probe->hbm_gbps, quick);
+    bench_moe(probe->hbm_gbps, quick);
+  } catch (const tf::StatusError& e) {
+    std::fprintf(stderr, "exl3_cuda_bench: %s\n", e.what());
+    return 1;
+  }
+  unsigned word = 0;
+  BENCH_CUDA(cudaMemcpy(&word, g_ctx.error_word, sizeof word, cudaMemcpyDeviceToHost));
+  std::printf("exl3 bench done (device error word %u)\n", word);
+  return word == 0 ? 0 : 1;
+}

@@ -1,0 +1,24 @@
+// The chunked (WY form) KDA prefill kernel (cuda_kda_chunked.cu): what it supports
+// and how much scratch it takes, for the op, its tests and the benchmark.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_context.h"
+
+namespace tf::cuda {
+
+// The tensor-core chunked kernel handles chunk 64 with Dk, Dv <= 128; kda_chunked
+// falls back to the token-by-token kernel (the same function) otherwise.
+bool kda_chunked_supported(int64_t dk, int64_t dv, int chunk_size);
+// Chunks of 64 tokens processed per pair of launches (scratch stays below ~128 MB).
+int64_t kda_chunks_per_group(int64_t heads);
+// Device scratch one call over t tokens takes (bytes).
+int64_t kda_chunked_scratch_bytes(int64_t t, int64_t heads);
+
+// Ops::kda_chunked on the GPU (see kernels/api/ops.h).
+void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                 const Tensor& beta, Tensor& state, int chunk_size);
+
+}  // namespace tf::cuda

@@ -1,0 +1,28 @@
+// MLA sparse attention for many query rows on tensor cores (cuda_mla_prefill.cu):
+// the function of Ops::mla_sparse_attention, one block per row for all its heads.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "kernels/api/ops.h"
+#include "kernels/cuda/cuda_context.h"
+
+namespace tf::cuda {
+
+// Calls with at least this many rows use the tensor-core kernel where it applies
+// (fewer rows: one block per (row, head) keeps more SMs busy).
+constexpr int64_t kMlaPrefillMinRows = 16;
+
+// Whether the tensor-core kernel covers these shapes (heads a multiple of 16 up to 64,
+// heads * width <= 64 * 512, width a multiple of 16, an f32/bf16/fp8 cache, indices per
+// row within its shared memory).
+bool mla_prefill_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype);
+
+// out [T, H, R] = softmax_j(scale * q·c_j) c_j over each row's listed tokens (see
+// Ops::mla_sparse_attention); throws StatusError (unimplemented) where unsupported.
+void mla_sparse_attention_prefill(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
+                                  const Tensor& indices, float scale);
+
+}  // namespace tf::cuda

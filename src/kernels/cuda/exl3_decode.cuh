@@ -1,0 +1,157 @@
+// EXL3 trellis decoding in registers (device code shared by the EXL3 kernels).
+//
+// Format and the CPU reference: kernels/cpu/exl3_decode.h, /work/shared/spec/exl3.md §2.
+// A 16x16 tile is 8*K u32 words (the i16 trellis read little-endian), a bitstream
+// consumed from each word's MSB down. Lane l of a warp decodes stream positions
+// 8l..8l+7; their states are the 16-bit windows ending at bits (8l+j+1)*K, which all
+// lie in the 7K+16 bits starting at s = 8lK + K - 16 (mod 256K, tail-biting).
+// Those eight values are exactly the lane's A fragment of mma.m16n8k16 when the
+// tile is used transposed (rows = the tile's 16 output columns, cols = its 16
+// inputs), so a decoded tile feeds a tensor-core MMA with no shuffles:
+//   a[0] = (v0, v1), a[1] = (v4, v5), a[2] = (v2, v3), a[3] = (v6, v7)   (half2, low first).
+//
+// Values (bit-exact with the CPU table, exl3_decode.cc):
+//   3INST/MCG: x = state * mult (+ add); x = (x & 0x8FFF8FFF) ^ 0x3B603B60; v = h(lo) + h(hi)
+//              (one correctly rounded fp16 add = the CPU's exact f32 sum rounded once);
+//   MUL1:      x = state * mult; v = fma(h(0x6400 + bytesum(x)), h(0x1EEE), h(0xC931)) in fp16.
+// Two values are made at once: their halves are paired with byte permutes, so the
+// mask, xor and add run as half2 / 32-bit ops over both.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tf::cuda::exl3 {
+
+// Codebook ids as template arguments (Exl3Codebook's order).
+constexpr int kCb3Inst = 0, kCbMcg = 1, kCbMul1 = 2;
+
+template <int CB>
+__device__ __forceinline__ uint32_t codebook_hash(uint32_t s) {
+  if constexpr (CB == kCb3Inst) return s * 89226354u + 64248484u;
+  else if constexpr (CB == kCbMcg) return s * 0xCBAC1FEDu;
+  else return s * 0x83DCD12Du;
+}
+
+// fp16 values of states sa, sb as half2 bits (sa's value in the low half).
+template <int CB>
+__device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
+  const uint32_t xa = codebook_hash<CB>(sa), xb = codebook_hash<CB>(sb);
+  if constexpr (CB == kCbMul1) {
+    const uint32_t a = 0x6400u + __dp4a(xa, 0x01010101u, 0u);
+    const uint32_t b = 0x6400u + __dp4a(xb, 0x01010101u, 0u);
+    const uint32_t ab = a | (b << 16);
+    const __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&ab), __halves2half2(__ushort_as_half(0x1EEE), __ushort_as_half(0x1EEE)),
+                              __halves2half2(__ushort_as_half(0xC931), __ushort_as_half(0xC931)));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    // The mask/xor pattern is the same in both halves, so it can follow the pairing.
+    const uint32_t lo = (__byte_perm(xa, xb, 0x5410) & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    const uint32_t hi = (__byte_perm(xa, xb, 0x7632) & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    const __half2 r = __hadd2(*reinterpret_cast<const __half2*>(&lo), *reinterpret_cast<const __half2*>(&hi));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+// The 16-bit window at compile-time bit offset O of the 96-bit stream a:b:c (MSB first).
+template <int O>
+__device__ __forceinline__ uint32_t window16(uint32_t a, uint32_t b, uint32_t c) {
+  if constexpr (O < 32) return __funnelshift_l(b, a, O) >> 16;
+  else return __funnelshift_l(c, b, O - 32) >> 16;
+}
+
+// The lane's eight states from the stream words w0..w3 (w0 = the word holding bit s,
+// r = s mod 32), aligned so that bit s is a's MSB.
+template <int K>
+__device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int r,
+                                            uint32_t (&st)[8]) {
+  const uint32_t a = __funnelshift_l(w1, w0, r), b = __funnelshift_l(w2, w1, r), c = __funnelshift_l(w3, w2, r);
+  st[0] = window16<0 * K>(a, b, c);
+  st[1] = window16<1 * K>(a, b, c);
+  st[2] = window16<2 * K>(a, b, c);
+  st[3] = window16<3 * K>(a, b, c);
+  st[4] = window16<4 * K>(a, b, c);
+  st[5] = window16<5 * K>(a, b, c);
+  st[6] = window16<6 * K>(a, b, c);
+  st[7] = window16<7 * K>(a, b, c);
+}
+
+// First stream bit and word of lane `lane` in a tile of K bits per weight.
+template <int K>
+__device__ __forceinline__ int lane_first_bit(int lane) {
+  int s = 8 * lane * K + K - 16;
+  return s < 0 ? s + 256 * K : s;
+}
+
+// Words a lane reads: for K = 4 and 8 the lane's own words are loaded coalesced and
+// the one before comes from the neighbouring lane (lane_words_from_own), otherwise
+// the four words around bit s are loaded directly (lane_words_generic).
+template <int K>
+struct LaneWords {
+  static constexpr int kOwn = (K == 4 || K == 8) ? K / 4 : 4;  // u32 loads per lane per tile
+};
+
+// Generic K: words (b, b+1, b+2, b+3) mod 8K of the tile at `tw`.
+template <int K>
+__device__ __forceinline__ void load_lane_words_generic(const uint32_t* __restrict__ tw, int lane, uint32_t (&w)[4]) {
+  constexpr int nw = 8 * K;
+  const int b = lane_first_bit<K>(lane) >> 5;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int idx = b + i;
+    idx = idx >= nw ? idx - nw : idx;  // b < 8K, so one wrap at most
+    w[i] = __ldg(tw + idx);
+  }
+}
+
+// Decodes one tile into the lane's A fragment. `own` holds kOwn words: for K = 4/8 the
+// lane's own words (word l, or words 2l and 2l+1), else the four words from
+// load_lane_words_generic. Every lane of the warp must call it (shuffles).
+template <int K, int CB>
+__device__ __forceinline__ void decode_fragment(const uint32_t (&own)[LaneWords<K>::kOwn], int lane,
+                                                uint32_t (&a)[4]) {
+  uint32_t st[8];
+  if constexpr (K == 4) {
+    // s = 32l - 12: bits 20.. of word l-1, then word l.
+    const uint32_t prev = __shfl_sync(0xffffffffu, own[0], (lane + 31) & 31);
+    lane_states<K>(prev, own[0], 0u, 0u, 20, st);
+  } else if constexpr (K == 8) {
+    // s = 64l - 8: bits 24.. of word 2l-1, then words 2l, 2l+1.
+    const uint32_t prev = __shfl_sync(0xffffffffu, own[1], (lane + 31) & 31);
+    lane_states<K>(prev, own[0], own[1], 0u, 24, st);
+  } else {
+    lane_states<K>(own[0], own[1], own[2], own[3], lane_first_bit<K>(lane) & 31, st);
+  }
+  a[0] = decode_pair<CB>(st[0], st[1]);
+  a[1] = decode_pair<CB>(st[4], st[5]);
+  a[2] = decode_pair<CB>(st[2], st[3]);
+  a[3] = decode_pair<CB>(st[6], st[7]);
+}
+
+// Loads the lane's words of the tile at `tw` (8K words) for decode_fragment.
+template <int K>
+__device__ __forceinline__ void load_fragment_words(const uint32_t* __restrict__ tw, int lane,
+                                                    uint32_t (&own)[LaneWords<K>::kOwn]) {
+  if constexpr (K == 4) {
+    own[0] = __ldcs(tw + lane);
+  } else if constexpr (K == 8) {
+    const uint2 v = __ldcs(reinterpret_cast<const uint2*>(tw) + lane);
+    own[0] = v.x;
+    own[1] = v.y;
+  } else {
+    load_lane_words_generic<K>(tw, lane, own);
+  }
+}
+
+// D += A * B for mma.m16n8k16, f16 inputs, f32 accumulation.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace tf::cuda::exl3

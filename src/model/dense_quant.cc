@@ -1,0 +1,161 @@
+// Load-time q4 / fp8 quantization of dense matrices; the recipes are in dense_quant.h.
+#include "model/dense_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace tf {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr float kE4m3Max = 448.0f;
+
+// W as packed f32 (a copy only when it is not packed f32 already), with checks.
+Expected<Tensor> packed_f32(const Tensor& w, const std::string& what) {
+  if (w.dim() != 2) return invalid_argument(what + ": only 2-D matrices are quantized, got " + w.describe());
+  if (!w.device().is_cpu()) return invalid_argument(what + ": quantization runs on the host, got " + w.describe());
+  if (w.dtype() != DType::kF32 && w.dtype() != DType::kBF16 && w.dtype() != DType::kF16)
+    return invalid_argument(what + ": expected an f32, bf16 or f16 matrix, got " + w.describe());
+  return w.dtype() == DType::kF32 && w.is_contiguous() ? w : w.to_f32();
+}
+
+// Squared error of quantizing v[0..n) with scale s (q = clamp(round(v / s), -8, 7)).
+float q4_error(const float* v, int64_t n, float s) {
+  if (s == 0.0f) {
+    float e = 0;
+    for (int64_t i = 0; i < n; ++i) e += v[i] * v[i];
+    return e;
+  }
+  const float inv = 1.0f / s;
+  float e = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = std::clamp(std::nearbyint(v[i] * inv), -8.0f, 7.0f);
+    const float d = v[i] - q * s;
+    e += d * d;
+  }
+  return e;
+}
+
+float f16_round(float s) { return f16_to_float(float_to_f16(s)); }
+
+// One group: the searched scale (already f16-representable) and its packed nibbles.
+void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* bytes) {
+  float amax = 0;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  float best_s = 0, best_e = q4_error(v, n, 0.0f);
+  if (amax > 0) {
+    for (int step = 0; step <= 12; ++step) {
+      const float s = f16_round(amax / (7.0f + 0.25f * static_cast<float>(step)));
+      if (s <= 0 || !std::isfinite(s)) continue;
+      const float e = q4_error(v, n, s);
+      if (e < best_e) best_e = e, best_s = s;
+    }
+    if (best_s > 0) {
+      // Least-squares refit with the chosen codes fixed.
+      const float inv = 1.0f / best_s;
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float q = std::clamp(std::nearbyint(v[i] * inv), -8.0f, 7.0f);
+        num += static_cast<double>(v[i]) * q;
+        den += static_cast<double>(q) * q;
+      }
+      if (den > 0) {
+        const float s = f16_round(static_cast<float>(num / den));
+        if (s > 0 && std::isfinite(s)) {
+          const float e = q4_error(v, n, s);
+          if (e < best_e) best_e = e, best_s = s;
+        }
+      }
+    }
+  }
+  *scale_out = float_to_f16(best_s);
+  const float inv = best_s > 0 ? 1.0f / best_s : 0.0f;
+  std::fill_n(bytes, kQ4GroupBytes, uint8_t{0x88});  // q = 0 in both nibbles (padding too)
+  for (int64_t i = 0; i < n; ++i) {
+    const int q = static_cast<int>(std::clamp(std::nearbyint(v[i] * inv), -8.0f, 7.0f)) + 8;
+    uint8_t& b = bytes[i >> 1];
+    b = (i & 1) ? static_cast<uint8_t>((b & 0x0f) | (q << 4)) : static_cast<uint8_t>((b & 0xf0) | q);
+  }
+}
+
+Status check_finite(const Tensor& f, const std::string& what) {
+  const float* p = f.data<float>();
+  const int64_t n = f.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i]))
+      return invalid_argument(what + ": non-finite value at [" + std::to_string(i / f.size(1)) + ", " +
+                              std::to_string(i % f.size(1)) + "] cannot be quantized");
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<Matrix> quantize_fp8_block(const Tensor& w, const std::string& what) {
+  TF_ASSIGN_OR_RETURN(Tensor f, packed_f32(w, what));
+  TF_RETURN_IF_ERROR(check_finite(f, what));
+  const int64_t n = f.size(0), k = f.size(1);
+  const int64_t gr = ceil_div(n, kFp8BlockSize), gc = ceil_div(k, kFp8BlockSize);
+  Tensor codes = Tensor::empty({n, k}, DType::kF8E4M3);
+  Tensor scales = Tensor::empty({gr, gc}, DType::kF32);
+  const float* src = f.data<float>();
+  auto* dst = codes.data<uint8_t>();
+  float* sp = scales.data<float>();
+  ThreadPool::global().parallel_for(gr * gc, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      const int64_t r0 = (blk / gc) * kFp8BlockSize, c0 = (blk % gc) * kFp8BlockSize;
+      const int64_t r1 = std::min(n, r0 + kFp8BlockSize), c1 = std::min(k, c0 + kFp8BlockSize);
+      float amax = 0;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(src[r * k + c]));
+      const float s = amax > 0 ? amax / kE4m3Max : 1.0f;
+      sp[blk] = s;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) dst[r * k + c] = float_to_fp8_e4m3(src[r * k + c] / s);
+    }
+  });
+  return Matrix::fp8_block(std::move(codes), std::move(scales));
+}
+
+Expected<Matrix> quantize_q4(const Tensor& w, const std::string& what) {
+  TF_ASSIGN_OR_RETURN(Tensor f, packed_f32(w, what));
+  TF_RETURN_IF_ERROR(check_finite(f, what));
+  const int64_t n = f.size(0), k = f.size(1), g = ceil_div(k, kQ4Group);
+  Tensor codes = Tensor::empty({n, g * kQ4GroupBytes}, DType::kU8);
+  Tensor scales = Tensor::empty({n, g}, DType::kF16);
+  const float* src = f.data<float>();
+  auto* cp = codes.data<uint8_t>();
+  auto* sp = scales.data<uint16_t>();
+  ThreadPool::global().parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r)
+          for (int64_t gi = 0; gi < g; ++gi) {
+            const int64_t c0 = gi * kQ4Group;
+            quantize_q4_group(src + r * k + c0, std::min(kQ4Group, k - c0), sp + r * g + gi,
+                              cp + (r * g + gi) * kQ4GroupBytes);
+          }
+      },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(k, 1)));
+  return Matrix::q4(std::move(codes), std::move(scales), k);
+}
+
+Expected<Matrix> quantize_matrix(const Tensor& w, MatrixFormat format, const std::string& what) {
+  switch (format) {
+    case MatrixFormat::kDense: return Matrix(w);
+    case MatrixFormat::kFp8Block: return quantize_fp8_block(w, what);
+    case MatrixFormat::kQ4: return quantize_q4(w, what);
+  }
+  return invalid_argument(what + ": unknown matrix format");
+}
+
+std::optional<MatrixFormat> dense_quant_format(std::string_view dense) {
+  if (dense == "q4") return MatrixFormat::kQ4;
+  if (dense == "fp8") return MatrixFormat::kFp8Block;
+  return std::nullopt;
+}
+
+}  // namespace tf

@@ -1,0 +1,315 @@
+// The batched decode-row MLA/DSA ops (ops.h DecodeRowsView) on CUDA against the CPU
+// reference, over awkward batches: mixed lengths, rows shorter than a pool, rows whose
+// pool completes in this step, rows with more pools than the top-k keeps, f32, bf16
+// and fp8 latent caches. Integer outputs (rings, selected pools, token indices, latent
+// pages) must be equal; floats within the stated tolerance ("[parity] ..." lines). The
+// GPU attention and store of a row must also equal, bit for bit, the one-sequence op on
+// that row alone (what keeps a reply the same beside other sequences).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_memory.h"
+#include "test_tensors.h"
+
+namespace tf {
+namespace {
+
+int64_t addr(const Tensor& t) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.raw())); }
+
+Tensor i32(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+Tensor i64(const std::vector<int64_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI64);
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+double max_rel(const Tensor& ref, const Tensor& got) {
+  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
+  double worst = 0, scale = 1;
+  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return worst / scale;
+}
+
+bool equal_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// Per-row state on one backend: rings [2, kp, D], pool keys [cap, D], page tables.
+struct Side {
+  std::vector<Tensor> rings, pool_keys, tables;
+  Tensor positions, table_addrs, ring_addrs, pk_addrs;
+};
+
+class CudaDecodeRows : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
+    auto g = make_cuda_ops(0);
+    ASSERT_TRUE(g) << g.status().to_string();
+    gpu_ = std::move(*g);
+    cpu_ = make_cpu_ops();
+  }
+  Tensor up(const Tensor& h) { return gpu_->to_device(h); }
+  Tensor down(const Tensor& d) { return gpu_->to_host(d); }
+  void report(const std::string& what, double err, double tol) {
+    std::printf("[parity] %-52s max rel err %.3g (tol %.0e)\n", what.c_str(), err, tol);
+    EXPECT_LE(err, tol) << what;
+  }
+  std::unique_ptr<Ops> gpu_, cpu_;
+};
+
+// Positions of the awkward batch: shorter than a pool (0, 1, 2), completing a pool
+// (3, 7, 4095), just past one (4, 8), long (more pools than any top-k here keeps).
+const std::vector<int32_t> kPositions = {0, 1, 2, 3, 4, 7, 8, 63, 64, 127, 130, 517, 2050, 4095, 4096, 2999};
+
+TEST_F(CudaDecodeRows, IndexerUpdateScoresTopkAndTokens) {
+  const int64_t kp = 4, d = 128, h = 32;
+  const int64_t b = static_cast<int64_t>(kPositions.size());
+  int64_t max_pools = 0;
+  for (int32_t p : kPositions) max_pools = std::max<int64_t>(max_pools, (p + 1) / kp);
+  Side hs, ds;
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t cap = kPositions[r] / kp + 1;
+    const Tensor ring = randn({2, kp, d}, 10 + static_cast<uint32_t>(r));
+    const Tensor pk = randn({cap, d}, 40 + static_cast<uint32_t>(r), 0.5f);
+    hs.rings.push_back(ring.contiguous());
+    hs.pool_keys.push_back(pk.contiguous());
+    ds.rings.push_back(up(ring));
+    ds.pool_keys.push_back(up(pk));
+  }
+  std::vector<int64_t> hr, hp, dr, dp;
+  for (int64_t r = 0; r < b; ++r) {
+    hr.push_back(addr(hs.rings[r]));
+    hp.push_back(addr(hs.pool_keys[r]));
+    dr.push_back(addr(ds.rings[r]));
+    dp.push_back(addr(ds.pool_keys[r]));
+  }
+  hs.positions = i32(kPositions);
+  hs.ring_addrs = i64(hr);
+  hs.pk_addrs = i64(hp);
+  ds.positions = up(hs.positions);
+  ds.ring_addrs = up(i64(dr));
+  ds.pk_addrs = up(i64(dp));
+  auto view = [&](Side& s) {
+    DecodeRowsView v;
+    v.rows = b;
+    v.positions = s.positions.data<int32_t>();
+    v.rings = s.ring_addrs.data<int64_t>();
+    v.pool_keys = s.pk_addrs.data<int64_t>();
+    v.kpool = kp;
+    v.index_dim = d;
+    return v;
+  };
+  const DecodeRowsView hv = view(hs), dv = view(ds);
+
+  // 1. Ring slot + completed pools.
+  const Tensor key = randn({b, d}, 1), gate = randn({b, d}, 2, 2.0f), ape = randn({kp, d}, 3);
+  cpu_->indexer_update_rows(hv, key, gate, ape);
+  gpu_->indexer_update_rows(dv, up(key), up(gate), up(ape));
+  double pk_err = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    EXPECT_TRUE(equal_bytes(hs.rings[r], down(ds.rings[r]))) << "ring of row " << r;
+    pk_err = std::max(pk_err, max_rel(hs.pool_keys[r], down(ds.pool_keys[r])));
+  }
+  report("indexer_update_rows pool keys B=" + std::to_string(b), pk_err, 1e-6);
+  // The completed pool of a row is the one-sequence pooled key of its ring.
+  for (int64_t r = 0; r < b; ++r) {
+    if (kPositions[r] % kp != kp - 1) continue;
+    Tensor one = Tensor::empty({1, d}, DType::kF32);
+    cpu_->indexer_pool_keys(one, hs.rings[r].select(0, 0).reshape({1, kp, d}),
+                            hs.rings[r].select(0, 1).reshape({1, kp, d}), ape);
+    EXPECT_TRUE(same_bits(one, hs.pool_keys[r].slice(0, kPositions[r] / kp, kPositions[r] / kp + 1).contiguous()))
+        << "completed pool of row " << r;
+  }
+
+  // 2. Scores over a wider buffer than any row needs (columns past a row's pools unused).
+  const int64_t width = max_pools + 37;
+  const Tensor q = randn({b, h, d}, 4), w = randn({b, h}, 5);
+  Tensor hsc = Tensor::zeros({b, width}, DType::kF32);
+  Tensor dsc = gpu_->zeros({b, width});
+  cpu_->indexer_scores_rows(hsc, hv, q, w, 0.088f);
+  gpu_->indexer_scores_rows(dsc, dv, up(q), up(w), 0.088f);
+  report("indexer_scores_rows B=" + std::to_string(b) + " W=" + std::to_string(width), max_rel(hsc, down(dsc)), 1e-5);
+  // Row by row, the one-sequence op over the row's pools.
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t n = (kPositions[r] + 1) / kp;
+    if (n == 0) continue;
+    Tensor one = Tensor::empty({1, n}, DType::kF32);
+    cpu_->indexer_scores(one, q.slice(0, r, r + 1).contiguous(), hs.pool_keys[r].slice(0, 0, n).contiguous(),
+                         w.slice(0, r, r + 1).contiguous(), i32({static_cast<int32_t>(n)}), 0.088f);
+    EXPECT_TRUE(same_bits(one, hsc.slice(0, r, r + 1).slice(1, 0, n).contiguous())) << "scores of row " << r;
+  }
+
+  // 3. Top-k on the same scores, with many exact ties (values rounded to a coarse grid).
+  Tensor tied = hsc.contiguous();
+  for (int64_t i = 0; i < tied.numel(); ++i) tied.data<float>()[i] = std::round(tied.data<float>()[i] * 0.5f);
+  for (const Tensor* sc : {&hsc, &tied}) {
+    for (int64_t s : {int64_t{8}, int64_t{512}}) {
+      for (TopkTies ties : {TopkTies::kLowerIndex, TopkTies::kTorchCpu}) {
+        const std::string tag = std::string(sc == &tied ? " tied" : "") + " S=" + std::to_string(s) +
+                                (ties == TopkTies::kTorchCpu ? " torch-cpu" : " lower-index");
+        Tensor hsel = Tensor::empty({b, s}, DType::kI32);
+        Tensor dsel = gpu_->empty({b, s}, DType::kI32);
+        cpu_->indexer_topk_rows(hsel, *sc, hv, ties);
+        gpu_->indexer_topk_rows(dsel, up(*sc), dv, ties);
+        const Tensor got = down(dsel);
+        EXPECT_TRUE(equal_bytes(hsel, got)) << "indexer_topk_rows" << tag;
+        std::printf("[parity] indexer_topk_rows%-30s %s\n", tag.c_str(), equal_bytes(hsel, got) ? "equal" : "DIFFERENT");
+        // The set is topk's over the row's own pools.
+        for (int64_t r = 0; r < b; ++r) {
+          const int64_t n = (kPositions[r] + 1) / kp, k = std::min(s, n);
+          std::vector<int32_t> want(static_cast<size_t>(s), -1);
+          if (k > 0) {
+            Tensor vals = Tensor::empty({1, k}, DType::kF32), idx = Tensor::empty({1, k}, DType::kI32);
+            cpu_->topk(vals, idx, sc->slice(0, r, r + 1).slice(1, 0, n).contiguous(), static_cast<int>(k), ties);
+            std::copy_n(idx.data<int32_t>(), k, want.begin());
+            std::sort(want.begin(), want.begin() + k);
+          }
+          EXPECT_TRUE(std::equal(want.begin(), want.end(), hsel.data<int32_t>() + r * s)) << "row " << r << tag;
+        }
+        // 4. Token expansion of the selection.
+        for (bool tail : {true, false}) {
+          const int64_t wi = s * kp + (tail ? kp - 1 : 0) + 5;
+          Tensor hidx = Tensor::empty({b, wi}, DType::kI32);
+          Tensor didx = gpu_->empty({b, wi}, DType::kI32);
+          cpu_->indexer_token_indices_rows(hidx, hsel, hv, tail);
+          gpu_->indexer_token_indices_rows(didx, up(hsel), dv, tail);
+          EXPECT_TRUE(equal_bytes(hidx, down(didx))) << "indexer_token_indices_rows" << tag << " tail " << tail;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaDecodeRows, LatentStoreAndAttentionRows) {
+  const int64_t page_size = 64, heads = 5;
+  const int64_t b = static_cast<int64_t>(kPositions.size());
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+    for (int64_t r : {72, 512}) {
+      const std::string tag = std::string(" ") + dtype_name(dt) + " R=" + std::to_string(r);
+      // Scrambled physical pages: every row gets its own pages out of one pool.
+      std::vector<int64_t> first_page(static_cast<size_t>(b) + 1, 0);
+      for (int64_t i = 0; i < b; ++i) first_page[i + 1] = first_page[i] + kPositions[i] / page_size + 1;
+      const int64_t num_pages = first_page[b];
+      std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+      const int64_t es = static_cast<int64_t>(dtype_size(dt));
+      Tensor hpages = Tensor::zeros({num_pages * page_size * r * es}, DType::kU8);
+      Tensor hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
+      Tensor dpages = gpu_->zeros({num_pages * page_size * r * es}, DType::kU8);
+      Tensor dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
+      Side hs, ds;
+      std::vector<int64_t> ht, dtab;
+      for (int64_t i = 0; i < b; ++i) {
+        std::vector<int32_t> table(perm.begin() + first_page[i], perm.begin() + first_page[i + 1]);
+        hs.tables.push_back(i32(table));
+        ds.tables.push_back(up(hs.tables.back()));
+        ht.push_back(addr(hs.tables.back()));
+        dtab.push_back(addr(ds.tables.back()));
+        // The row's earlier tokens, stored by the one-sequence op on both sides.
+        if (kPositions[i] > 0) {
+          const Tensor old = randn({kPositions[i], r}, 300 + static_cast<uint32_t>(i), 2.0f);
+          LatentPagesView hv{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r,
+                             hs.tables.back().data<int32_t>(), kPositions[i]};
+          LatentPagesView dv{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r,
+                             ds.tables.back().data<int32_t>(), kPositions[i]};
+          cpu_->latent_store(hv, hpages.raw(), hscales.data<float>(), old, 0);
+          gpu_->latent_store(dv, dpages.raw(), dscales.data<float>(), up(old), 0);
+        }
+      }
+      hs.positions = i32(kPositions);
+      ds.positions = up(hs.positions);
+      hs.table_addrs = i64(ht);
+      ds.table_addrs = up(i64(dtab));
+      auto view = [&](Side& s, Tensor& pages, Tensor& scales) {
+        DecodeRowsView v;
+        v.rows = b;
+        v.positions = s.positions.data<int32_t>();
+        v.page_tables = s.table_addrs.data<int64_t>();
+        v.pages = pages.raw();
+        v.scales = scales.data<float>();
+        v.dtype = dt;
+        v.page_size = page_size;
+        v.width = r;
+        v.page_stride = page_size * r;
+        return v;
+      };
+      const DecodeRowsView hv = view(hs, hpages, hscales), dv = view(ds, dpages, dscales);
+      const Tensor lat = randn({b, r}, 400, 2.0f);
+      cpu_->latent_store_rows(hv, lat);
+      gpu_->latent_store_rows(dv, up(lat));
+      EXPECT_TRUE(equal_bytes(hpages, down(dpages))) << "latent_store_rows pages" << tag;
+      EXPECT_TRUE(equal_bytes(hscales, down(dscales))) << "latent_store_rows scales" << tag;
+
+      // Indices: the expansion a DSA layer gives (pools of 4, 6 selected + tail) mixed
+      // with random tokens, -1s, duplicates and tokens past the row's length.
+      const int64_t w = 2051;
+      std::mt19937 rng(500);
+      std::vector<int32_t> idx(static_cast<size_t>(b * w), -1);
+      for (int64_t i = 0; i < b; ++i) {
+        std::uniform_int_distribution<int32_t> pick(-2, kPositions[i] + 3);
+        const int64_t used = i % 3 == 0 ? w : 40 + i * 13;
+        for (int64_t j = 0; j < used; ++j) idx[i * w + j] = pick(rng);
+      }
+      const Tensor hidx = i32(idx).reshape({b, w});
+      const Tensor q = randn({b, heads, r}, 501, 0.3f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(r));
+      Tensor ref = Tensor::empty({b, heads, r}, DType::kF32);
+      cpu_->mla_sparse_attention_rows(ref, q, hv, hidx, scale);
+      Tensor out = gpu_->empty({b, heads, r});
+      const Tensor didx = up(hidx), dq = up(q);
+      gpu_->mla_sparse_attention_rows(out, dq, dv, didx, scale);
+      const Tensor got = down(out);
+      report("mla_sparse_attention_rows" + tag + " B=" + std::to_string(b), max_rel(ref, got), 1e-5);
+      // Row alone through the one-sequence ops: the CPU's exactly, the GPU's bit for bit.
+      for (int64_t i = 0; i < b; ++i) {
+        LatentPagesView one_h{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r,
+                              hs.tables[i].data<int32_t>(), kPositions[i] + 1};
+        LatentPagesView one_d{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r,
+                              ds.tables[i].data<int32_t>(), kPositions[i] + 1};
+        Tensor ho = Tensor::empty({1, heads, r}, DType::kF32);
+        cpu_->mla_sparse_attention(ho, q.slice(0, i, i + 1).contiguous(), one_h, hidx.slice(0, i, i + 1).contiguous(),
+                                   scale);
+        EXPECT_TRUE(same_bits(ho, ref.slice(0, i, i + 1).contiguous())) << "cpu row " << i << tag;
+        Tensor dout = gpu_->empty({1, heads, r});
+        gpu_->mla_sparse_attention(dout, dq.slice(0, i, i + 1), one_d, didx.slice(0, i, i + 1), scale);
+        EXPECT_TRUE(same_bits(down(dout), got.slice(0, i, i + 1).contiguous())) << "gpu row " << i << tag;
+      }
+    }
+  }
+}
+
+TEST_F(CudaDecodeRows, BadViewsAreErrorsNotCrashes) {
+  DecodeRowsView v;
+  v.rows = 2;  // no positions, no pages
+  Tensor lat = gpu_->zeros({2, 8});
+  EXPECT_THROW(gpu_->latent_store_rows(v, lat), StatusError);
+  Tensor sel = gpu_->empty({2, 4}, DType::kI32), sc = gpu_->zeros({2, 16});
+  EXPECT_THROW(gpu_->indexer_topk_rows(sel, sc, v, TopkTies::kLowerIndex), StatusError);
+  EXPECT_THROW(cpu_->latent_store_rows(v, Tensor::zeros({2, 8}, DType::kF32)), StatusError);
+}
+
+}  // namespace
+}  // namespace tf

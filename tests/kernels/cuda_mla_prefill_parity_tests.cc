@@ -1,0 +1,120 @@
+// The tensor-core MLA sparse attention for prefill rows (cuda_mla_prefill.cu, what
+// Ops::mla_sparse_attention runs on CUDA from 16 rows on for heads a multiple of 16)
+// against the CPU op: f32, bf16 and fp8 latent caches over a scrambled page table;
+// widths 64 and 512; 16 and 64 heads; rows 16, 17 and 129; 37 or 2051 indices per row
+// (the model's 2048 + pool tail), with repeats, -1s, out-of-range tokens and a row
+// with none (zeros). Enough tokens (300) that a row spans several 32-token tiles.
+//
+// Tolerance 1e-5 of the largest reference magnitude, as the per-head kernel: q and the
+// probabilities are split into two TF32 parts (latents too for an f32 cache), so
+// the tensor-core products keep about f32 accuracy (H200, 2026-11-29: <= 7.3e-6 with an
+// f32 cache, whose latents are split too; bf16 and fp8 lower).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_mla_prefill.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_memory.h"
+#include "test_tensors.h"
+
+namespace tf {
+namespace {
+
+constexpr double kTol = 1e-5;
+
+double rel_err(const Tensor& ref, const Tensor& got) {
+  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
+  double worst = 0, scale = 1;
+  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i]) || std::isinf(b[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return worst / scale;
+}
+
+Tensor ints(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+class CudaMlaPrefill : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
+    auto g = make_cuda_ops(0);
+    ASSERT_TRUE(g) << g.status().to_string();
+    gpu_ = std::move(*g);
+    cpu_ = make_cpu_ops();
+  }
+  std::unique_ptr<Ops> cpu_, gpu_;
+};
+
+TEST_F(CudaMlaPrefill, ShapesItCovers) {
+  EXPECT_TRUE(cuda::mla_prefill_supported(64, 512, 2051, DType::kF8E4M3));
+  EXPECT_TRUE(cuda::mla_prefill_supported(16, 64, 37, DType::kF32));
+  EXPECT_FALSE(cuda::mla_prefill_supported(5, 512, 2048, DType::kBF16));   // heads not a multiple of 16
+  EXPECT_FALSE(cuda::mla_prefill_supported(64, 72, 2048, DType::kBF16));   // width not a multiple of 16
+  EXPECT_FALSE(cuda::mla_prefill_supported(128, 512, 2048, DType::kBF16)); // more than 64 heads
+}
+
+TEST_F(CudaMlaPrefill, MatchesTheCpuOp) {
+  const int64_t page_size = 16, num_pages = 20, tokens = 300;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+    for (int64_t r : {64, 512}) {
+      const int64_t es = static_cast<int64_t>(dtype_size(dt));
+      std::vector<int32_t> table(num_pages);
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), std::mt19937(201));
+      Tensor hpages = Tensor::zeros({num_pages * page_size * r * es}, DType::kU8);
+      Tensor hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
+      Tensor dpages = gpu_->zeros({num_pages * page_size * r * es}, DType::kU8);
+      Tensor dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
+      const Tensor htable = ints(table), dtable = gpu_->to_device(htable);
+      LatentPagesView hv{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r, htable.data<int32_t>(), 0};
+      LatentPagesView dv{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r, dtable.data<int32_t>(),
+                         0};
+      const Tensor lat = randn({tokens, r}, 202, 2.0f);
+      cpu_->latent_store(hv, hpages.raw(), hscales.data<float>(), lat, 0);
+      gpu_->latent_store(dv, dpages.raw(), dscales.data<float>(), gpu_->to_device(lat), 0);
+      hv.num_tokens = dv.num_tokens = tokens;
+      for (int64_t heads : {16, 64}) {
+        for (int64_t t : {16, 17, 129}) {
+          for (int64_t w : {37, 2051}) {
+            std::mt19937 rng(static_cast<uint32_t>(210 + t + w + heads));
+            std::uniform_int_distribution<int32_t> pick(-3, static_cast<int32_t>(tokens) + 5);
+            std::vector<int32_t> idx(static_cast<size_t>(t * w));
+            for (auto& i : idx) i = pick(rng);
+            for (int64_t j = 0; j < w; ++j) idx[w + j] = -1;  // row 1: no token (zeros)
+            const Tensor hidx = ints(idx).reshape({t, w});
+            const Tensor q = randn({t, heads, r}, 211, 0.3f);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(r));
+            Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
+            cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
+            Tensor out = gpu_->empty({t, heads, r});
+            gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
+            const std::string tag = std::string(dtype_name(dt)) + " R=" + std::to_string(r) + " H=" +
+                                    std::to_string(heads) + " T=" + std::to_string(t) + " W=" + std::to_string(w);
+            const double e = rel_err(ref, gpu_->to_host(out));
+            std::printf("[parity] mla_sparse_attention (prefill) %-36s max rel err %.3g (tol %.0e)\n", tag.c_str(), e,
+                        kTol);
+            EXPECT_LE(e, kTol) << tag;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tf
