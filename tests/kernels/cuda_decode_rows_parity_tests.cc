@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
+#include "cpu_cuda_test.h"
 #include "test_tensors.h"
 
 namespace tf {
@@ -61,22 +62,12 @@ struct Side {
   Tensor positions, table_addrs, ring_addrs, pk_addrs;
 };
 
-class CudaDecodeRows : public ::testing::Test {
+class CudaDecodeRows : public CpuCudaTest {
  protected:
-  void SetUp() override {
-    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
-    auto g = make_cuda_ops(0);
-    ASSERT_TRUE(g) << g.status().to_string();
-    gpu_ = std::move(*g);
-    cpu_ = make_cpu_ops();
-  }
-  Tensor up(const Tensor& h) { return gpu_->to_device(h); }
-  Tensor down(const Tensor& d) { return gpu_->to_host(d); }
   void report(const std::string& what, double err, double tol) {
     std::printf("[parity] %-52s max rel err %.3g (tol %.0e)\n", what.c_str(), err, tol);
     EXPECT_LE(err, tol) << what;
   }
-  std::unique_ptr<Ops> gpu_, cpu_;
 };
 
 // Positions of the awkward batch: shorter than a pool (0, 1, 2), completing a pool

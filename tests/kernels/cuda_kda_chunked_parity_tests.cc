@@ -21,6 +21,7 @@
 #include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
+#include "cpu_cuda_test.h"
 #include "test_tensors.h"
 
 namespace tf {
@@ -44,16 +45,8 @@ struct KdaCase {
   float g_mean, g_sd, g_min;  // gates: N(mean, sd) clamped to [g_min, 0]
 };
 
-class CudaKdaChunked : public ::testing::Test {
+class CudaKdaChunked : public CpuCudaTest {
  protected:
-  void SetUp() override {
-    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
-    auto g = make_cuda_ops(0);
-    ASSERT_TRUE(g) << g.status().to_string();
-    gpu_ = std::move(*g);
-    cpu_ = make_cpu_ops();
-  }
-
   // Runs both backends over the given lengths, one call per length in order, the
   // state carried from call to call; compares every output and the final state.
   void run(const KdaCase& c, std::initializer_list<int64_t> lengths, uint32_t seed, const std::string& name) {
@@ -82,7 +75,6 @@ class CudaKdaChunked : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<Ops> cpu_, gpu_;
 };
 
 TEST_F(CudaKdaChunked, ModelHeadDimsAwkwardLengths) {

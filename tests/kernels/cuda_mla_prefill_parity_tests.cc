@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
+#include "cpu_cuda_test.h"
 #include "test_tensors.h"
 
 namespace tf {
@@ -48,17 +49,7 @@ Tensor ints(const std::vector<int32_t>& v) {
   return t;
 }
 
-class CudaMlaPrefill : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
-    auto g = make_cuda_ops(0);
-    ASSERT_TRUE(g) << g.status().to_string();
-    gpu_ = std::move(*g);
-    cpu_ = make_cpu_ops();
-  }
-  std::unique_ptr<Ops> cpu_, gpu_;
-};
+class CudaMlaPrefill : public CpuCudaTest {};
 
 TEST_F(CudaMlaPrefill, ShapesItCovers) {
   EXPECT_TRUE(cuda::mla_prefill_supported(64, 512, 2051, DType::kF8E4M3));

@@ -29,6 +29,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/device_memory.h"
+#include "cpu_cuda_test.h"
 #include "test_tensors.h"
 
 namespace tf {
@@ -60,17 +61,8 @@ double rel_err(const Tensor& ref, const Tensor& got) {
   return worst / scale;
 }
 
-class CudaParity : public ::testing::Test {
+class CudaParity : public CpuCudaTest {
  protected:
-  void SetUp() override {
-    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
-    auto g = make_cuda_ops(0);
-    ASSERT_TRUE(g) << g.status().to_string();
-    gpu_ = std::move(*g);
-    cpu_ = make_cpu_ops();
-  }
-  Tensor up(const Tensor& h) { return gpu_->to_device(h); }
-  Tensor down(const Tensor& d) { return gpu_->to_host(d); }
   // Compares a CPU result with a device result; records the error.
   void expect_close(const std::string& what, const Tensor& ref, const Tensor& dev, double tol) {
     ASSERT_EQ(ref.shape(), dev.shape()) << what;
@@ -88,7 +80,6 @@ class CudaParity : public ::testing::Test {
                 static_cast<long long>(ref.numel()));
     EXPECT_EQ(bad, 0) << what;
   }
-  std::unique_ptr<Ops> cpu_, gpu_;
 };
 
 // ---- linear ------------------------------------------------------------------

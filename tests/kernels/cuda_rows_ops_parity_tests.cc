@@ -15,22 +15,13 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
+#include "cpu_cuda_test.h"
 #include "test_tensors.h"
 
 namespace tf {
 namespace {
 
-class CudaRowsOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
-    auto g = make_cuda_ops(0);
-    ASSERT_TRUE(g) << g.status().to_string();
-    gpu_ = std::move(*g);
-    cpu_ = make_cpu_ops();
-  }
-  std::unique_ptr<Ops> gpu_, cpu_;
-};
+class CudaRowsOps : public CpuCudaTest {};
 
 TEST_F(CudaRowsOps, ConvRowsEqualOneByOne) {
   for (int64_t b : {1, 2, 5, 64}) {

@@ -24,6 +24,7 @@
 #include "sample_rows_cases.h"
 #include "sampling/batch_sampler.h"
 #include "sampling/sequence_sampler.h"
+#include "cpu_cuda_test.h"
 
 namespace tf {
 namespace {
@@ -34,16 +35,8 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kModelVocab = 154880;
 constexpr int32_t kModelTextVocab = 154820;
 
-class CudaSampleRows : public ::testing::Test {
+class CudaSampleRows : public CpuCudaTest {
  protected:
-  void SetUp() override {
-    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
-    auto g = make_cuda_ops(0);
-    ASSERT_TRUE(g) << g.status().to_string();
-    gpu_ = std::move(*g);
-    cpu_ = make_cpu_ops();
-  }
-
   struct Tally {
     int rows = 0, decided = 0, undecided_gpu = 0, undecided_cpu = 0, token_mismatch = 0, status_mismatch = 0;
     double worst_logprob = 0.0;
@@ -122,7 +115,6 @@ class CudaSampleRows : public ::testing::Test {
     EXPECT_EQ(t.undecided_gpu, 0);
   }
 
-  std::unique_ptr<Ops> cpu_, gpu_;
 };
 
 TEST_F(CudaSampleRows, ParitySmallVocab) {

@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/small_gemm.h"
+#include "cpu_cuda_test.h"
 #include "test_tensors.h"
 
 namespace tf {
@@ -55,17 +56,8 @@ std::string sizes(int64_t m, int64_t n, int64_t k) {
   return "M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
 }
 
-class SmallGemm : public ::testing::Test {
+class SmallGemm : public CpuCudaTest {
  protected:
-  void SetUp() override {
-    ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
-    auto g = make_cuda_ops(0);
-    ASSERT_TRUE(g) << g.status().to_string();
-    gpu_ = std::move(*g);
-    cpu_ = make_cpu_ops();
-  }
-  Tensor up(const Tensor& h) { return gpu_->to_device(h); }
-  Tensor down(const Tensor& d) { return gpu_->to_host(d); }
   // Weights on the device in `dtype` and what the CPU reference sees of them.
   void weights(const Tensor& w, DType dtype, Tensor& dev, Tensor& ref) {
     dev = up(dtype == DType::kBF16 ? w.to_dtype(DType::kBF16) : w);
@@ -77,7 +69,6 @@ class SmallGemm : public ::testing::Test {
     cuda::small_gemm(nullptr, a, cols_per_warp);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
-  std::unique_ptr<Ops> cpu_, gpu_;
 };
 
 const DType kWeightTypes[] = {DType::kBF16, DType::kF32};
