@@ -14,6 +14,7 @@
 #      tok/s, all-reduce ms per step, speedup and scaling efficiency vs TP=1.
 # Everything goes to $OUT/tp_gpu.log (rank logs included: followers share rank 0's stderr), the
 # figures to $OUT/tp_gpu.json; key lines (prefixed "tp:") to stdout. Exit 1 when a check fails.
+# TP_SERVE_FLAGS adds flags to every `serve` (e.g. "--exact-rows 64": every step on the f32 row kernels).
 # TP_PARTS (default "nccl equal kill bench") picks steps; TP_DEADLINE_S (default 540) bounds it all.
 # For a dry run of the script's logic on a CPU machine: TP_DEVICE=cpu TP_SIZES="1 2" TP_BIN=build/apps/tensorfold.
 set -uo pipefail
@@ -64,7 +65,7 @@ serve_start() {
   local model=()
   [[ -n "$dir" ]] && model=(--model "$dir")
   "$bin" serve "${model[@]}" --device "$device" --tp "$tp" --host 127.0.0.1 --port 0 --cache-dir "$work/cache" \
-    --context 4096 --parallel 4 --kv f32 --dense "$dense" --memory-reserve-gib 0 --kv-pool-gib 2 "$@" \
+    --context 4096 --parallel 4 --kv f32 --dense "$dense" --memory-reserve-gib 0 --kv-pool-gib 2 ${TP_SERVE_FLAGS:-} "$@" \
     >"$work/$name.log" 2>&1 &
   pid=$!
   port=
