@@ -169,10 +169,12 @@ for tp in tps[1:]:
                 break  # diverged: later positions compare different contexts
             tokens += 1
             maxdiff = max(maxdiff, abs(x["logprob"] - y["logprob"]))
-            tx = {t["token"]: t["logprob"] for t in x.get("top_logprobs", [])}
+            # Keyed by the token's bytes: several partial UTF-8 tokens all print as U+FFFD.
+            key = lambda t: (t["token"], tuple(t.get("bytes") or ()))
+            tx = {key(t): t["logprob"] for t in x.get("top_logprobs", [])}
             for t in y.get("top_logprobs", []):
-                if t["token"] in tx:
-                    maxdiff = max(maxdiff, abs(tx[t["token"]] - t["logprob"]))
+                if key(t) in tx:
+                    maxdiff = max(maxdiff, abs(tx[key(t)] - t["logprob"]))
         if ta != tb:
             print(f"tp: {ck} TP={tp} prompt {i} DIFFERS from TP=1:\n  TP=1: {ta[:300]!r}\n  TP={tp}: {tb[:300]!r}", file=sys.stderr)
     good = same == n and not errors

@@ -47,6 +47,9 @@ class Communicator {
   // In place: every rank ends with root's tensor.
   virtual Status broadcast(Tensor& tensor, int root) = 0;
   virtual Status barrier() = 0;
+  // Waits until every collective issued so far has completed (a backend whose
+  // all_reduce_sum is deferred, NCCL, otherwise returns before the device is done).
+  virtual Status flush() { return Status::ok(); }
   // Cumulative cost of the calls so far (zeros where a backend does not measure).
   virtual CommStats stats() const { return {}; }
 };

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <cstring>
@@ -68,14 +69,28 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                        milliseconds op_timeout, milliseconds first_op_timeout)
       : comm_(comm), own_stream_(own_stream), stream_(own_stream), rank_(rank), world_(world), device_(device),
         op_timeout_(op_timeout), first_op_timeout_(first_op_timeout) {
-    // Timing events (cudaEventDefault keeps timing on); without them stats() stays zero.
+    for (InFlight& f : ring_) {
+      // Timing events (cudaEventDefault keeps timing on); without them stats() stays zero
+      // but completion is still watched through `done`.
+      if (cudaEventCreate(&f.t0) != cudaSuccess || cudaEventCreate(&f.done) != cudaSuccess) {
+        cudaGetLastError();
+        timing_ = false;
+      }
+    }
     if (cudaEventCreate(&t0_) != cudaSuccess || cudaEventCreate(&t1_) != cudaSuccess) {
       cudaGetLastError();
       t0_ = t1_ = nullptr;
     }
+    watchdog_ = std::thread([this] { watch(); });
   }
 
   ~NcclCommunicatorImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
     cudaSetDevice(device_);
     if (comm_ != nullptr) {
       // Flush pending work; a peer that is gone cannot hang us here either.
@@ -88,6 +103,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       }
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
+    for (InFlight& f : ring_) {
+      if (f.t0 != nullptr) cudaEventDestroy(f.t0);
+      if (f.done != nullptr) cudaEventDestroy(f.done);
+    }
     if (t0_ != nullptr) cudaEventDestroy(t0_);
     if (t1_ != nullptr) cudaEventDestroy(t1_);
     if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);
@@ -98,16 +117,23 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   const char* backend_name() const override { return "nccl"; }
   int cuda_device() const override { return device_; }
   void set_stream(CUstream_st* stream) override { stream_ = stream != nullptr ? stream : own_stream_; }
-  CommStats stats() const override { return stats_; }
+  CommStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
 
   void abort(const std::string& why) override {
     {
-      std::lock_guard<std::mutex> lock(abort_mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (abort_why_.empty()) abort_why_ = why.empty() ? std::string("aborted") : why;
+      abort_requested_ = true;
     }
-    abort_requested_.store(true, std::memory_order_release);
+    cv_.notify_all();
   }
 
+  // Deferred: enqueued on the stream, then returns without waiting (the stream
+  // orders it before whatever reads the tensor). The watchdog thread follows its
+  // completion, and the next blocking call (all_gather, broadcast, barrier) waits.
   Status all_reduce_sum(Tensor& tensor) override {
     TF_RETURN_IF_ERROR(check_tensor(tensor, "all_reduce_sum"));
     if (tensor.dtype() != DType::kF32 && tensor.dtype() != DType::kBF16) {
@@ -115,26 +141,33 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     }
     const size_t n = static_cast<size_t>(tensor.numel());
     if (n == 0) return Status::ok();
-    TF_RETURN_IF_ERROR(usable("all_reduce_sum"));
     const bool bf16 = tensor.dtype() == DType::kBF16;
     const size_t elem = tensor.element_size();
-    const size_t chunk = std::min(n, kChunkElements);
-    TF_RETURN_IF_ERROR(reserve_scratch(static_cast<size_t>(world_) * chunk * elem));
-    record(t0_);
+    TF_RETURN_IF_ERROR(wait_for_ring_slot("all_reduce_sum"));
+    std::unique_lock<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(usable_locked("all_reduce_sum"));
+    TF_RETURN_IF_ERROR(reserve_scratch_locked());
+    InFlight& slot = ring_[static_cast<size_t>(enqueued_ % kRing)];
+    if (timing_) record(slot.t0);
     auto* data = static_cast<uint8_t*>(tensor.raw());
     for (size_t start = 0; start < n; start += kChunkElements) {
       size_t len = std::min(kChunkElements, n - start);
       void* part = data + start * elem;
-      TF_RETURN_IF_ERROR(enqueued("all_reduce_sum", ncclAllGather(part, scratch_, len, bf16 ? ncclBfloat16 : ncclFloat32,
-                                                                  comm_, stream_)));
+      TF_RETURN_IF_ERROR(enqueued_locked("all_reduce_sum", ncclAllGather(part, scratch_, len,
+                                                                         bf16 ? ncclBfloat16 : ncclFloat32, comm_,
+                                                                         stream_)));
       cudaError_t e = launch_rank_order_sum(scratch_, world_, len, part, bf16, stream_);
       if (e != cudaSuccess) return internal_error(std::string("nccl all_reduce_sum: sum kernel: ") + cudaGetErrorString(e));
     }
-    record(t1_);
-    TF_RETURN_IF_ERROR(wait("all_reduce_sum"));
-    ++stats_.all_reduce_calls;
-    stats_.all_reduce_bytes += static_cast<int64_t>(n * elem);
-    stats_.all_reduce_seconds += elapsed_s();
+    if (cudaEventRecord(slot.done, stream_) != cudaSuccess) {
+      cudaGetLastError();
+      return fail_locked("all_reduce_sum", "cannot record the completion event");
+    }
+    slot.bytes = static_cast<int64_t>(n * elem);
+    slot.enqueued_at = Clock::now();
+    ++enqueued_;
+    lock.unlock();
+    cv_.notify_all();
     return Status::ok();
   }
 
@@ -146,14 +179,18 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                               std::to_string(world_) + " x input " + input.describe());
     }
     if (input.numel() == 0) return Status::ok();
-    TF_RETURN_IF_ERROR(usable("all_gather"));
-    record(t0_);
-    TF_RETURN_IF_ERROR(
-        enqueued("all_gather", ncclAllGather(input.raw(), output.raw(), input.nbytes(), ncclUint8, comm_, stream_)));
-    record(t1_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TF_RETURN_IF_ERROR(usable_locked("all_gather"));
+      record(t0_);
+      TF_RETURN_IF_ERROR(enqueued_locked(
+          "all_gather", ncclAllGather(input.raw(), output.raw(), input.nbytes(), ncclUint8, comm_, stream_)));
+      record(t1_);
+    }
     TF_RETURN_IF_ERROR(wait("all_gather"));
+    std::lock_guard<std::mutex> lock(mu_);
     ++stats_.all_gather_calls;
-    stats_.all_gather_seconds += elapsed_s();
+    stats_.all_gather_seconds += elapsed_s(t0_, t1_);
     return Status::ok();
   }
 
@@ -163,24 +200,46 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       return invalid_argument("nccl broadcast: root " + std::to_string(root) + " outside 0.." + std::to_string(world_ - 1));
     }
     if (tensor.numel() == 0) return Status::ok();
-    TF_RETURN_IF_ERROR(usable("broadcast"));
-    TF_RETURN_IF_ERROR(enqueued(
-        "broadcast", ncclBroadcast(tensor.raw(), tensor.raw(), tensor.nbytes(), ncclUint8, root, comm_, stream_)));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TF_RETURN_IF_ERROR(usable_locked("broadcast"));
+      TF_RETURN_IF_ERROR(enqueued_locked(
+          "broadcast", ncclBroadcast(tensor.raw(), tensor.raw(), tensor.nbytes(), ncclUint8, root, comm_, stream_)));
+    }
     return wait("broadcast");
+  }
+
+  Status flush() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TF_RETURN_IF_ERROR(usable_locked("flush"));
+    }
+    return wait("flush");
   }
 
   Status barrier() override {
     // NCCL has no barrier: a one-element all-reduce that everyone must join.
-    TF_RETURN_IF_ERROR(usable("barrier"));
-    TF_RETURN_IF_ERROR(reserve_scratch(sizeof(float)));
-    TF_RETURN_IF_ERROR(
-        enqueued("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_)));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TF_RETURN_IF_ERROR(usable_locked("barrier"));
+      TF_RETURN_IF_ERROR(reserve_scratch_locked());
+      TF_RETURN_IF_ERROR(
+          enqueued_locked("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_)));
+    }
     return wait("barrier");
   }
 
  private:
   // Per-rank elements per all-gather round of all_reduce_sum (bounds scratch_).
   static constexpr size_t kChunkElements = size_t{1} << 22;
+  // Deferred all-reduces the host may run ahead of the device.
+  static constexpr int64_t kRing = 256;
+
+  struct InFlight {
+    cudaEvent_t t0 = nullptr, done = nullptr;
+    int64_t bytes = 0;
+    Clock::time_point enqueued_at;
+  };
 
   std::string where(const char* op) const {
     return std::string("nccl ") + op + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
@@ -195,90 +254,153 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return Status::ok();
   }
 
-  // Timing: both events recorded on stream_ around the enqueued work; read after
-  // wait() saw the stream finish, so reading them never blocks.
+  // Timing: events recorded on stream_ around the enqueued work; read only once the
+  // work is known to be complete, so reading them never blocks.
   void record(cudaEvent_t e) {
     if (e != nullptr && cudaEventRecord(e, stream_) != cudaSuccess) cudaGetLastError();
   }
-  double elapsed_s() {
+  static double elapsed_s(cudaEvent_t a, cudaEvent_t b) {
     float ms = 0.0f;
-    if (t0_ == nullptr || cudaEventElapsedTime(&ms, t0_, t1_) != cudaSuccess) {
+    if (a == nullptr || b == nullptr || cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
       cudaGetLastError();
       return 0.0;
     }
     return ms / 1000.0;
   }
 
-  std::string abort_reason() {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    return abort_why_;
-  }
-
-  Status usable(const char* op) {
-    if (comm_ != nullptr && abort_requested_.load(std::memory_order_acquire)) return fail(op, abort_reason());
+  Status usable_locked(const char* op) {
+    if (comm_ != nullptr && abort_requested_) return fail_locked(op, abort_why_);
     if (comm_ == nullptr) return unavailable(where(op) + ": communicator aborted after an earlier failure: " + broken_);
     if (cudaSetDevice(device_) != cudaSuccess) return internal_error(where(op) + ": cudaSetDevice failed");
     return Status::ok();
   }
 
-  Status reserve_scratch(size_t bytes) {
-    if (bytes <= scratch_bytes_) return Status::ok();
-    if (scratch_ != nullptr) {
-      cudaStreamSynchronize(stream_);  // earlier work may still read it
-      cudaFree(scratch_);
-      scratch_ = nullptr;
-      scratch_bytes_ = 0;
-    }
+  // One scratch buffer for every call, sized once (world x chunk x 4 bytes), so it
+  // is never freed while deferred all-reduces may still read it.
+  Status reserve_scratch_locked() {
+    if (scratch_ != nullptr) return Status::ok();
+    const size_t bytes = static_cast<size_t>(world_) * kChunkElements * sizeof(float);
     if (cudaMalloc(&scratch_, bytes) != cudaSuccess) {
       cudaGetLastError();
+      scratch_ = nullptr;
       return resource_exhausted("nccl: cannot allocate " + std::to_string(bytes) + " bytes of scratch on cuda:" +
                                 std::to_string(device_));
     }
-    scratch_bytes_ = bytes;
     return Status::ok();
   }
 
-  Status fail(const char* op, const std::string& why) {
+  // Tears the communicator down (kernels spinning on a dead peer included); every
+  // later call fails naming `why`.
+  void abort_comm_locked(const std::string& why) {
+    if (comm_ == nullptr) return;
     broken_ = why;
     ncclCommAbort(comm_);
     comm_ = nullptr;
+  }
+  Status fail_locked(const char* op, const std::string& why) {
+    abort_comm_locked(why);
     return unavailable(where(op) + " failed: " + why + "; communicator aborted");
   }
 
   // An NCCL call on a non-blocking communicator: ncclInProgress means "still
   // being enqueued"; wait for that before the next NCCL call.
-  Status enqueued(const char* op, ncclResult_t r) {
+  Status enqueued_locked(const char* op, ncclResult_t r) {
     if (r == ncclInProgress) r = wait_not_in_progress(comm_, Clock::now() + current_timeout());
-    if (r == ncclInProgress) return fail(op, "enqueueing did not finish within " + format_duration(current_timeout()));
-    if (r != ncclSuccess) return fail(op, nccl_text(r, comm_));
+    if (r == ncclInProgress) return fail_locked(op, "enqueueing did not finish within " + format_duration(current_timeout()));
+    if (r != ncclSuccess) return fail_locked(op, nccl_text(r, comm_));
     return Status::ok();
   }
 
   milliseconds current_timeout() const { return first_op_done_ ? op_timeout_ : first_op_timeout_; }
 
-  // Waits for the stream, watching NCCL's async error and the deadline.
+  // The host may run at most kRing deferred all-reduces ahead of the device.
+  Status wait_for_ring_slot(const char* op) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (enqueued_ - completed_ >= kRing) {
+      if (comm_ == nullptr || abort_requested_) return usable_locked(op);
+      cv_.wait_for(lock, milliseconds(1));
+    }
+    return Status::ok();
+  }
+
+  // Waits for the stream, watching NCCL's async error and the deadline; the lock is
+  // taken only around each look, so the watchdog can act meanwhile.
   Status wait(const char* op) {
     milliseconds timeout = current_timeout();
     cudaError_t stream_state = cudaErrorNotReady;
     ncclResult_t nccl_state = ncclSuccess;
-    bool aborted = false;
+    std::string stopped;
     bool finished = poll_until(Clock::now() + timeout, [&] {
-      if (abort_requested_.load(std::memory_order_acquire)) return aborted = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (abort_requested_ || comm_ == nullptr) return true;
       stream_state = cudaStreamQuery(stream_);
       if (stream_state != cudaErrorNotReady) return true;
       if (ncclCommGetAsyncError(comm_, &nccl_state) != ncclSuccess) nccl_state = ncclInternalError;
       return nccl_state != ncclSuccess && nccl_state != ncclInProgress;
     });
-    if (aborted) return fail(op, abort_reason());
-    if (!finished) {
-      return fail(op, "not finished within " + format_duration(timeout) + " (a peer died or hangs)");
-    }
-    if (nccl_state != ncclSuccess && nccl_state != ncclInProgress) return fail(op, nccl_text(nccl_state, comm_));
-    if (stream_state != cudaSuccess) return fail(op, std::string("CUDA error: ") + cudaGetErrorString(stream_state));
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(usable_locked(op));
+    if (!finished) return fail_locked(op, "not finished within " + format_duration(timeout) + " (a peer died or hangs)");
+    if (nccl_state != ncclSuccess && nccl_state != ncclInProgress) return fail_locked(op, nccl_text(nccl_state, comm_));
+    if (stream_state != cudaSuccess) return fail_locked(op, std::string("CUDA error: ") + cudaGetErrorString(stream_state));
     first_op_done_ = true;
     return Status::ok();
   }
 
+  // The watchdog: follows the deferred all-reduces in order. The oldest unfinished one
+  // must finish within the op timeout of becoming the oldest (or of being enqueued);
+  // a peer that died (NCCL's async error), a deadline passed or abort() tears the
+  // communicator down here, which also frees a host thread blocked in a CUDA call
+  // behind a collective that would never end.
+  void watch() {
+    cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(mu_);
+    Clock::time_point oldest_since = Clock::now();
+    while (!stop_) {
+      if (comm_ != nullptr && abort_requested_) abort_comm_locked(abort_why_);
+      if (comm_ == nullptr || completed_ == enqueued_) {
+        if (comm_ == nullptr) completed_ = enqueued_;  // aborted: nothing will finish
+        cv_.wait_for(lock, milliseconds(50));
+        oldest_since = Clock::now();
+        continue;
+      }
+      InFlight& oldest = ring_[static_cast<size_t>(completed_ % kRing)];
+      cudaError_t q = cudaEventQuery(oldest.done);
+      if (q == cudaSuccess) {
+        if (timing_) stats_.all_reduce_seconds += elapsed_s(oldest.t0, oldest.done);
+        ++stats_.all_reduce_calls;
+        stats_.all_reduce_bytes += oldest.bytes;
+        ++completed_;
+        first_op_done_ = true;
+        oldest_since = Clock::now();
+        cv_.notify_all();
+        continue;
+      }
+      if (q != cudaErrorNotReady) {
+        cudaGetLastError();
+        abort_comm_locked(std::string("CUDA error in all_reduce_sum: ") + cudaGetErrorString(q));
+        continue;
+      }
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+      if (state != ncclSuccess && state != ncclInProgress) {
+        abort_comm_locked("all_reduce_sum: " + nccl_text(state, comm_));
+        continue;
+      }
+      const Clock::time_point since = std::max(oldest_since, oldest.enqueued_at);
+      if (Clock::now() - since > current_timeout()) {
+        abort_comm_locked("all_reduce_sum not finished within " + format_duration(current_timeout()) +
+                          " (a peer died or hangs)");
+        continue;
+      }
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lock.lock();
+    }
+  }
+
+  mutable std::mutex mu_;  // guards comm_ and every NCCL call, the ring and stats_
+  std::condition_variable cv_;
   ncclComm_t comm_;
   cudaStream_t own_stream_;
   cudaStream_t stream_;
@@ -287,16 +409,19 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   int device_;
   milliseconds op_timeout_;
   milliseconds first_op_timeout_;  // the first call also sets up NCCL's connections
-  bool first_op_done_ = false;
+  std::atomic<bool> first_op_done_{false};
   void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
   std::string broken_;
   cudaEvent_t t0_ = nullptr;
   cudaEvent_t t1_ = nullptr;
+  InFlight ring_[kRing];
+  bool timing_ = true;
+  int64_t enqueued_ = 0, completed_ = 0;
   CommStats stats_;
-  std::atomic<bool> abort_requested_{false};
-  std::mutex abort_mu_;
-  std::string abort_why_;  // under abort_mu_
+  bool abort_requested_ = false;
+  std::string abort_why_;
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace

@@ -3,11 +3,15 @@
 //
 // Only built with CUDA (TF_HAVE_CUDA). Tensors must be contiguous and live on
 // this rank's device. Every call enqueues on the communicator's stream (its own
-// non-blocking stream unless set_stream() names another) and returns once the
-// work has completed: it polls the stream and ncclCommGetAsyncError, and a call
-// that does not finish within CommOptions::op_timeout aborts the communicator
-// (ncclCommAbort also stops NCCL kernels spinning on a dead peer) and returns
-// kUnavailable. After that the communicator refuses further calls.
+// non-blocking stream unless set_stream() names another). all_reduce_sum returns
+// at once (deferred: the stream orders it before whatever reads the tensor next,
+// so a step's host work runs ahead of the device instead of waiting for each
+// collective); all_gather, broadcast and barrier return once the stream's work,
+// earlier all-reduces included, has completed. A watchdog thread follows the
+// deferred all-reduces: one that does not finish within CommOptions::op_timeout,
+// or an NCCL error, aborts the communicator (ncclCommAbort also stops NCCL kernels
+// spinning on a dead peer, which frees a host blocked behind them in a CUDA call),
+// and every later call returns kUnavailable.
 // Unlike the Gloo backend, ranks do not check that they agree on each call
 // (it would cost a round trip per collective): ranks that disagree hang until
 // the timeout aborts the communicator.

@@ -36,12 +36,14 @@ void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, Gene
   TokenLogprob lp;
   lp.token = token_text(token);
   lp.logprob = sampled.logprob;
-  lp.bytes.assign(lp.token.begin(), lp.token.end());
+  const std::string bytes = tok_.token_bytes(token);
+  lp.bytes.assign(bytes.begin(), bytes.end());
   for (const auto& t : sampled.top) {
     TopLogprob top;
     top.token = token_text(t.token);
     top.logprob = t.logprob;
-    top.bytes.assign(top.token.begin(), top.token.end());
+    const std::string top_bytes = tok_.token_bytes(t.token);
+    top.bytes.assign(top_bytes.begin(), top_bytes.end());
     lp.top.push_back(std::move(top));
   }
   ev.logprobs.push_back(std::move(lp));

@@ -3,8 +3,11 @@
 // lacks are added too (transformers does the same).
 #include "text/tokenizer.h"
 
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
+#include "text/pre_tokenizer.h"
 #include "text/utf8.h"
 
 namespace tf::text {
@@ -164,6 +167,33 @@ std::string Tokenizer::decode_raw(std::span<const TokenId> ids, bool skip_specia
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special_tokens) const {
   std::string raw = decode_raw(ids, skip_special_tokens);
   return config_.clean_up_tokenization_spaces ? clean_up_tokenization(raw) : raw;
+}
+
+std::string Tokenizer::token_bytes(TokenId id) const {
+  if (const AddedToken* a = added_token(id)) return a->content;
+  const std::string* t = model_->id_to_token(id);
+  if (t == nullptr) return {};
+  if (decoder_is_byte_level()) {
+    std::string out;
+    for (char32_t cp : to_code_points(*t)) {
+      const int b = byte_level_decode_char(cp);
+      if (b >= 0) {
+        out.push_back(static_cast<char>(b));
+      } else {
+        append_utf8(out, cp);
+      }
+    }
+    return out;
+  }
+  // SentencePiece byte fallback: <0xNN> is the byte NN.
+  if (t->size() == 6 && t->starts_with("<0x") && t->back() == '>') {
+    const std::string hex = t->substr(3, 2);
+    if (std::isxdigit(static_cast<unsigned char>(hex[0])) && std::isxdigit(static_cast<unsigned char>(hex[1]))) {
+      return std::string(1, static_cast<char>(std::stoi(hex, nullptr, 16)));
+    }
+  }
+  const TokenId ids[1] = {id};
+  return decode_raw(ids, false);
 }
 
 std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {

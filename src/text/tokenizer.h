@@ -50,6 +50,11 @@ class Tokenizer {
   std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true) const;
   std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = false) const;
 
+  // The bytes a token stands for, before any UTF-8 repair: a byte-level token that is
+  // part of a multi-byte character gives that byte, not U+FFFD (the `bytes` of an
+  // OpenAI logprob). Unknown ids give an empty string.
+  std::string token_bytes(TokenId id) const;
+
   std::optional<TokenId> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(TokenId id) const;
   // One past the largest id known to the model or the added tokens.

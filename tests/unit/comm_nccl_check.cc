@@ -44,6 +44,7 @@ class HostViaDevice final : public Communicator {
     Tensor host = t.contiguous();
     TF_ASSIGN_OR_RETURN(Tensor dev, upload(host));
     TF_RETURN_IF_ERROR(inner_.all_reduce_sum(dev));
+    TF_RETURN_IF_ERROR(inner_.flush());  // all_reduce_sum is deferred on NCCL
     TF_RETURN_IF_ERROR(download(dev, host));
     t.copy_from(host);
     return Status::ok();
@@ -66,6 +67,7 @@ class HostViaDevice final : public Communicator {
     return Status::ok();
   }
   Status barrier() override { return inner_.barrier(); }
+  Status flush() override { return inner_.flush(); }
 
  private:
   Expected<Tensor> upload(const Tensor& host) {

@@ -157,3 +157,35 @@ TEST(IncrementalDetokenizer, SentencePieceDecoderChain) {
 
 }  // namespace
 }  // namespace tf::text
+
+namespace tf::text {
+namespace {
+
+// Tokenizer::token_bytes: the raw bytes behind each token (OpenAI logprob `bytes`), which add
+// up to the text even where a character is split across tokens and decode() shows U+FFFD.
+TEST(TokenBytes, ByteLevelTokensGiveTheirRawBytes) {
+  auto t = testing::build(testing::byte_level_tokenizer());
+  const std::string text = "a\xC3\xA9\xF0\x9F\x98\x80!";
+  const std::vector<TokenId> ids = t->encode(text, false);
+  std::string joined;
+  for (TokenId id : ids) {
+    const std::string b = t->token_bytes(id);
+    EXPECT_EQ(b.size(), 1u) << "id " << id;
+    joined += b;
+  }
+  EXPECT_EQ(joined, text);
+  const TokenId split[1] = {0xC3};
+  EXPECT_EQ(t->decode(split), "\xEF\xBF\xBD");  // the repaired text differs from the bytes
+  EXPECT_EQ(t->token_bytes(0xC3), "\xC3");
+}
+
+TEST(TokenBytes, AddedTokensAndUnknownIds) {
+  nlohmann::json j = testing::byte_level_tokenizer();
+  j["added_tokens"] = {testing::added_token(300, "<|end|>", true)};
+  auto t = testing::build(j);
+  EXPECT_EQ(t->token_bytes(300), "<|end|>");
+  EXPECT_EQ(t->token_bytes(100000), "");
+}
+
+}  // namespace
+}  // namespace tf::text
