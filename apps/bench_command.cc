@@ -38,7 +38,9 @@
 #include "bench/offline_runner.h"
 #include "core/version.h"
 #include "engine/demo_checkpoint.h"
+#include "engine/engine_options.h"
 #include "model/config.h"
+#include "model/exl3_weights.h"
 #if TF_HAVE_CUDA
 #include "kernels/cuda/device_probe.h"
 #endif
@@ -152,6 +154,15 @@ std::optional<Roofline> roofline_inputs(const Options& o, const std::optional<be
   auto d = bench::roofline_dtypes(weight, o.kv);
   if (!d) fail(d.status());
   r.dtypes = *d;
+  // The bytes decode really streams (issue #8): DENSE's format for the matrices it
+  // re-quantizes, an EXL3 checkpoint's routed experts at their bits.
+  const std::string dense = o.dense.empty() ? std::string(engine::kDefaultDense) : o.dense;
+  if (Status s = bench::set_dense_format(r.dtypes, dense); !s.is_ok()) fail(s);
+  if (cfg->quantization.method == "exl3") {
+    auto q = parse_exl3_quant_config(cfg->quantization, model_root + "/config.json");
+    if (!q) fail(q.status().with_context("bench roofline"));
+    if (Status s = bench::set_exl3_experts(r.dtypes, r.model, q->bits); !s.is_ok()) fail(s);
+  }
   r.hw = *hw;
   return r;
 }
@@ -339,6 +350,8 @@ void run_command(const Options& o) {
                           {"tc_tflops", roofline->hw.tc_tflops},
                           {"source", roofline->hw.source}};
       file["weight_dtype"] = roofline->dtypes.weight_name;
+      file["dense_format"] = roofline->dtypes.dense_name;
+      file["expert_format"] = roofline->dtypes.expert_name;
     }
     if (o.offline) {
       file["engine"] = {{"device", eo.device}, {"parallel", eo.parallel}, {"context", eo.context}, {"kv", eo.kv},

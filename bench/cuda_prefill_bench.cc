@@ -11,20 +11,27 @@
 //    tokens on the same 8 experts (the BENCH_EXPERTS=8 synthetic checkpoint), and
 //    random routing over 288 experts.
 //  - mla_sparse_attention for T rows (64 heads, latent 512, top-k 2048, causal), bf16
-//    and fp8 latents: the op (tensor-core kernel) beside the per-(row, head) kernel,
-//    both results compared; indexer_scores and top-k for T rows (32 heads x 128, pools of 4).
+//    and fp8 latents: the op (tensor-core kernel) beside the decode-path kernel,
+//    both results compared (to 2048 rows); indexer_scores (tensor cores) and top-k for T
+//    rows (32 heads x 128, pools of 4), checked against the f32 kernel: scores to 1e-5,
+//    the top-k pools equal except ties within that tolerance.
 //  - the big projection GEMMs (matmul, bf16 weights, cuBLAS above 64 rows).
 // Each line also comes as JSON ({"bench": "prefill", ...}). Times are wall clock per
 // call after warm-up, synchronised (eager launches, as the model runs).
-//   cuda_prefill_bench [--rows 2048,8192] [--quick]
+//   cuda_prefill_bench [--rows 2048,8192] [--quick] [--ops kda,moe,mla,indexer,gemm,long]
+// (`long`: the last 1024-row chunk of a 128K prompt: indexer over 32768 pools, MLA.)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -36,12 +43,16 @@
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace {
 
 using tf::DType;
 using tf::Tensor;
+
+// The part being run, printed if the process dies (its stdout goes to a log file).
+const char* volatile g_stage = "start";
 
 Tensor host_randn(const tf::Shape& shape, uint32_t seed, float sd = 1.0f, float mean = 0.0f) {
   std::mt19937 rng(seed);
@@ -99,7 +110,7 @@ Tensor device_f32(tf::Ops& ops, const tf::Shape& shape, uint32_t seed, float sd 
 }
 
 double peak_tflops = 0;  // measured cuBLAS bf16 GEMM rate
-bool mla_ok = true;      // the tensor-core MLA kernel agreed with the per-head one
+bool mla_ok = true;      // the tensor-core MLA kernel agreed with the decode-path one
 
 double measure_bf16_peak(tf::Ops& ops) {
   const int s = 8192;
@@ -194,10 +205,11 @@ void bench_moe(tf::Ops& ops, int64_t t, int64_t experts) {
          time_call([&] { ops.moe_experts(out, x, dids, w, gate_up, down, 10.0f); }), flops);
 }
 
-// MLA sparse attention over a causal prompt of t tokens: row i attends to
-// min(i + 1, 2048) of the tokens 0..i (all of them while there are at most 2048).
-void bench_mla(tf::Ops& ops, int64_t t, DType cache_dtype) {
-  const int64_t heads = 64, r = 512, w = 2048, page = 64, pages = (t + page - 1) / page;
+// MLA sparse attention for the last t rows of a causal prompt of `prompt` tokens: the
+// row at position i attends to min(i + 1, 2048) distinct tokens of 0..i (all of them
+// while there are at most 2048, else a random choice, as the indexer's top-k gives).
+void bench_mla(tf::Ops& ops, int64_t t, int64_t prompt, DType cache_dtype) {
+  const int64_t heads = 64, r = 512, w = 2048, page = 64, pages = (prompt + page - 1) / page;
   std::vector<int32_t> table(static_cast<size_t>(pages));
   for (int64_t i = 0; i < pages; ++i) table[i] = static_cast<int32_t>(i);
   const Tensor dtable = ops.to_device(host_ints({pages}, table));
@@ -205,27 +217,35 @@ void bench_mla(tf::Ops& ops, int64_t t, DType cache_dtype) {
   Tensor scales = ops.zeros({pages * page});
   const bool fp8 = cache_dtype == DType::kF8E4M3;
   tf::LatentPagesView view{cache.raw(), fp8 ? scales.data<float>() : nullptr, cache_dtype, page, r, page * r,
-                           dtable.data<int32_t>(), t};
-  ops.latent_store(view, cache.raw(), fp8 ? scales.data<float>() : nullptr, ops.to_device(host_randn({t, r}, 31)), 0);
-  std::vector<int32_t> idx(static_cast<size_t>(t * w), -1);
+                           dtable.data<int32_t>(), prompt};
+  ops.latent_store(view, cache.raw(), fp8 ? scales.data<float>() : nullptr,
+                   device_f32(ops, {prompt, r}, 31), 0);
+  g_stage = "mla: indices";
+  std::vector<int32_t> idx(static_cast<size_t>(t * w), -1), perm(static_cast<size_t>(prompt));
   std::mt19937 rng(32);
   double pairs = 0;
   for (int64_t i = 0; i < t; ++i) {
-    const int64_t n = std::min(i + 1, w);
-    for (int64_t j = 0; j < n; ++j)
-      idx[i * w + j] = static_cast<int32_t>(i + 1 <= w ? j : static_cast<int64_t>(rng() % static_cast<uint32_t>(i + 1)));
+    const int64_t pos = prompt - t + i, n = std::min(pos + 1, w);
+    for (int64_t j = 0; j <= pos; ++j) perm[j] = static_cast<int32_t>(j);
+    for (int64_t j = 0; j < n; ++j) {  // partial Fisher-Yates: n distinct tokens of 0..pos
+      if (pos + 1 > w) std::swap(perm[j], perm[j + static_cast<int64_t>(rng() % static_cast<uint32_t>(pos + 1 - j))]);
+      idx[i * w + j] = perm[j];
+    }
     pairs += static_cast<double>(n);
   }
   const Tensor didx = ops.to_device(host_ints({t, w}, idx));
   const Tensor q = device_f32(ops, {t, heads, r}, 33, 0.1f);
   Tensor out = ops.empty({t, heads, r}), old = ops.empty({t, heads, r});
   const double flops = 4.0 * heads * r * pairs;  // roofline.cc: 4 H R per selected latent
-  // The per-(row, head) kernel, called directly (the op takes the tensor-core one here).
+  // The decode-path kernel (cuda::mla_sparse_attention), called directly (the op takes the
+  // tensor-core prefill kernel here): an independent check of the same function.
   tf::cuda::CudaContext bare;
   bare.device = 0;
-  // (Only up to 2048 rows: the per-head kernel takes seconds at 8192.)
+  bare.alloc = tf::cuda::DeviceAllocator::create(0);  // kernels may take scratch from it
+  // (Only up to 2048 rows: the decode-path kernel is slow at 8192.)
   const bool compare = t <= 2048;
   char extra[96] = "";
+  g_stage = "mla: compare with the decode-path kernel";
   if (compare) {
     ops.mla_sparse_attention(out, q, view, didx, 0.0625f);
     cudaDeviceSynchronize();  // `bare` runs on the legacy stream, the op on its own
@@ -233,34 +253,97 @@ void bench_mla(tf::Ops& ops, int64_t t, DType cache_dtype) {
     cudaDeviceSynchronize();
     const double err = rel_err(ops.to_host(old), ops.to_host(out));
     mla_ok = mla_ok && err <= 1e-5;
-    std::snprintf(extra, sizeof extra, "(vs per-head kernel: %.2g: %s)", err, err <= 1e-5 ? "check ok" : "CHECK FAILED");
+    std::snprintf(extra, sizeof extra, "(vs decode-path kernel: %.2g: %s)", err, err <= 1e-5 ? "check ok" : "CHECK FAILED");
   }
+  g_stage = "mla: timing";
   const std::string dt = fp8 ? "fp8" : "bf16";
-  report("mla_sparse_attention H=64 R=512 top-2048 " + dt + " (op)", t,
+  report("mla_sparse_attention H=64 R=512 top-2048 " + dt + " (op)" + (t == prompt ? "" : " last chunk"), t,
          time_call([&] { ops.mla_sparse_attention(out, q, view, didx, 0.0625f); }), flops, extra);
   if (compare)
-    report("mla_sparse_attention " + dt + " per-head kernel (old)", t,
+    report("mla_sparse_attention " + dt + " decode-path kernel", t,
            time_call([&] { tf::cuda::mla_sparse_attention(bare, old, q, view, didx, 0.0625f); }), flops);
 }
 
-// The DSA indexer for t rows: scores over the complete pools of 4, then top-512 pools.
-void bench_indexer(tf::Ops& ops, int64_t t) {
-  const int64_t hi = 32, di = 128, kp = 4, pools = t / kp, sel = std::min<int64_t>(512, pools);
+// The DSA indexer for t rows whose prompt ends at `prompt` tokens (t == prompt: a
+// one-shot prefill; t < prompt: the last chunk of a long prompt): scores over the
+// complete pools of 4 (op: tensor cores), then top-512 pools. Checked against the f32
+// kernel (cuda::indexer_scores, timed too where it takes < ~1 s): the scores' max
+// error relative to the largest, and the top-k selection, which may differ only where
+// scores tie within 1e-5 of the scale ("check ok" / "CHECK FAILED").
+bool bench_indexer(tf::Ops& ops, int64_t t, int64_t prompt) {
+  const int64_t hi = 32, di = 128, kp = 4, pools = prompt / kp, sel = std::min<int64_t>(512, pools);
   const Tensor q = device_f32(ops, {t, hi, di}, 41);
   const Tensor keys = ops.to_device(host_randn({pools, di}, 42));
   const Tensor wts = ops.to_device(host_randn({t, hi}, 43, 0.1f));
   std::vector<int32_t> cand(static_cast<size_t>(t));
   double pairs = 0;
   for (int64_t i = 0; i < t; ++i) {
-    cand[i] = static_cast<int32_t>((i + 1) / kp);
+    cand[i] = static_cast<int32_t>((prompt - t + i + 1) / kp);
     pairs += cand[i];
   }
   const Tensor dcand = ops.to_device(host_ints({t}, cand));
   Tensor scores = ops.empty({t, pools}), vals = ops.empty({t, sel}), ids = ops.empty({t, sel}, DType::kI32);
-  report("indexer_scores 32x128 pools of 4", t,
-         time_call([&] { ops.indexer_scores(scores, q, keys, wts, dcand, 0.088f); }), 2.0 * hi * di * pairs);
-  report("topk of the pool scores (k=" + std::to_string(sel) + ")", t,
+  Tensor old = ops.empty({t, pools}), old_vals = ops.empty({t, sel}), old_ids = ops.empty({t, sel}, DType::kI32);
+  // The f32 kernel, called directly (the op takes the tensor-core one here).
+  tf::cuda::CudaContext bare;
+  bare.device = 0;
+  bare.alloc = tf::cuda::DeviceAllocator::create(0);  // kernels may take scratch from it
+  g_stage = "indexer: op + topk";
+  ops.indexer_scores(scores, q, keys, wts, dcand, 0.088f);
+  ops.topk(vals, ids, scores, static_cast<int>(sel));
+  cudaDeviceSynchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  g_stage = "indexer: f32 kernel";
+  tf::cuda::indexer_scores(bare, old, q, keys, wts, dcand, 0.088f);
+  cudaDeviceSynchronize();
+  const double old_once = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ops.topk(old_vals, old_ids, old, static_cast<int>(sel));
+  const std::vector<float> a = ops.to_host(old).to_vector(), b = ops.to_host(scores).to_vector();
+  const std::vector<float> kth = ops.to_host(old_vals).to_vector();
+  const Tensor ia = ops.to_host(old_ids), ib = ops.to_host(ids);
+  g_stage = "indexer: compare";
+  double worst = 0, scale = 1e-30;
+  int64_t marks = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if ((a[i] == -FLT_MAX) != (b[i] == -FLT_MAX)) ++marks;
+    if (a[i] == -FLT_MAX || b[i] == -FLT_MAX) continue;
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  int64_t rows_diff = 0, not_ties = 0;
+  for (int64_t r = 0; r < t; ++r) {
+    std::vector<int32_t> x(ia.data<int32_t>() + r * sel, ia.data<int32_t>() + (r + 1) * sel);
+    std::vector<int32_t> y(ib.data<int32_t>() + r * sel, ib.data<int32_t>() + (r + 1) * sel);
+    std::sort(x.begin(), x.end());
+    std::sort(y.begin(), y.end());
+    if (x == y) continue;
+    ++rows_diff;
+    std::vector<int32_t> diff;
+    std::set_symmetric_difference(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(diff));
+    for (int32_t pool : diff)
+      if (pool < 0 || pool >= pools ||
+          std::fabs(a[static_cast<size_t>(r * pools + pool)] - kth[static_cast<size_t>(r * sel + sel - 1)]) >
+              1e-5 * scale)
+        ++not_ties;
+  }
+  const bool ok = worst / scale <= 1e-5 && marks == 0 && not_ties == 0;
+  char extra[200];
+  std::snprintf(extra, sizeof extra,
+                "(vs f32 kernel: %.2g; top-%lld differs in %lld of %lld rows, %lld not ties: %s)", worst / scale,
+                static_cast<long long>(sel), static_cast<long long>(rows_diff), static_cast<long long>(t),
+                static_cast<long long>(not_ties), ok ? "check ok" : "CHECK FAILED");
+  const std::string shape = "P=" + std::to_string(pools) + (t == prompt ? "" : " last chunk");
+  report("indexer_scores 32x128 pools of 4 (op) " + shape, t,
+         time_call([&] { ops.indexer_scores(scores, q, keys, wts, dcand, 0.088f); }), 2.0 * hi * di * pairs, extra);
+  if (old_once < 0.1)
+    report("indexer_scores f32 kernel (old) " + shape, t,
+           time_call([&] { tf::cuda::indexer_scores(bare, old, q, keys, wts, dcand, 0.088f); }), 2.0 * hi * di * pairs);
+  else
+    report("indexer_scores f32 kernel (old, one call) " + shape, t, old_once, 2.0 * hi * di * pairs);
+  report("topk of the pool scores (k=" + std::to_string(sel) + ") " + shape, t,
          time_call([&] { ops.topk(vals, ids, scores, static_cast<int>(sel)); }), 0.0);
+  return ok;
 }
 
 struct Gemm {
@@ -301,9 +384,23 @@ void bench_head_matmuls(tf::Ops& ops, int64_t t) {
 
 }  // namespace
 
+void on_fatal_signal(int sig) {
+  const char* msg = "cuda_prefill_bench: fatal signal during: ";
+  (void)!write(2, msg, std::strlen(msg));
+  (void)!write(2, g_stage, std::strlen(g_stage));
+  (void)!write(2, "\n", 1);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::signal(SIGSEGV, on_fatal_signal);
+  std::signal(SIGABRT, on_fatal_signal);
+  std::signal(SIGBUS, on_fatal_signal);
   std::vector<int64_t> rows = {2048, 8192};
   bool quick = false;
+  std::string only;  // --ops kda,moe,mla,indexer,gemm,long (empty: all)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--rows") == 0 && i + 1 < argc) {
       rows.clear();
@@ -314,8 +411,11 @@ int main(int argc, char** argv) {
       }
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--ops") == 0 && i + 1 < argc) {
+      only = std::string(",") + argv[++i] + ",";
     }
   }
+  const auto want = [&](const char* part) { return only.empty() || only.find(std::string(",") + part + ",") != std::string::npos; };
   auto made = tf::make_cuda_ops(0);
   if (!made) {
     std::fprintf(stderr, "cuda_prefill_bench: %s\n", made.status().to_string().c_str());
@@ -327,21 +427,47 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   bool ok = true;
   try {
+    g_stage = "bf16 peak";
     peak_tflops = measure_bf16_peak(ops);
     std::printf("measured_bf16_tflops: %.1f (cuBLAS bf16 GEMM 8192^3, fp32 accumulate; the roofline below)\n",
                 peak_tflops);
     for (int64_t t : rows) {
       std::printf("== prefill ops, T = %lld rows\n", static_cast<long long>(t));
-      ok = bench_kda(ops, t, t <= 2048) && ok;
+      g_stage = "kda";
+      if (want("kda")) ok = bench_kda(ops, t, t <= 2048) && ok;
       if (quick) continue;
-      bench_moe(ops, t, 8);
-      bench_moe(ops, t, 288);
-      bench_mla(ops, t, DType::kBF16);
-      bench_mla(ops, t, DType::kF8E4M3);
+      g_stage = "moe";
+      if (want("moe")) {
+        bench_moe(ops, t, 8);
+        bench_moe(ops, t, 288);
+      }
+      g_stage = "mla";
+      if (want("mla")) {
+        bench_mla(ops, t, t, DType::kBF16);
+        bench_mla(ops, t, t, DType::kF8E4M3);
+        ok = ok && mla_ok;
+      }
+      g_stage = "indexer";
+      if (want("indexer")) ok = bench_indexer(ops, t, t) && ok;
+      g_stage = "gemm";
+      if (want("gemm")) {
+        bench_gemms(ops, t);
+        bench_head_matmuls(ops, t);
+      }
+    }
+    // prefill-128k runs in chunks of 1024 rows (the engine's CUDA default): its most
+    // expensive chunk is the last, against 32768 pools and 131072 cached latents.
+    if (!quick && want("long")) {
+      const int64_t chunk = 1024, prompt = 131072;
+      std::printf("== prefill-128k, last chunk: T = %lld rows at positions %lld..%lld\n",
+                  static_cast<long long>(chunk), static_cast<long long>(prompt - chunk),
+                  static_cast<long long>(prompt - 1));
+      g_stage = "long indexer";
+      ok = bench_indexer(ops, chunk, prompt) && ok;
+      g_stage = "long mla";
+      bench_mla(ops, chunk, prompt, DType::kBF16);
+      bench_mla(ops, chunk, prompt, DType::kF8E4M3);
       ok = ok && mla_ok;
-      bench_indexer(ops, t);
-      bench_gemms(ops, t);
-      bench_head_matmuls(ops, t);
     }
   } catch (const tf::StatusError& e) {
     std::fprintf(stderr, "cuda_prefill_bench: %s\n", e.status().to_string().c_str());

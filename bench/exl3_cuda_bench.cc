@@ -2,14 +2,17 @@
 // measured HBM copy bandwidth (device_probe: D2D copy, read + write counted).
 //
 //   1. GEMV (exl3_matmul, rows m = 1 and 8): gate/up 4096x2048, down 2048x4096 and a
-//      larger 4096x8192, K = 2, 3, 4, 6, 8 (mcg) and K = 4 for 3inst/mul1. Time per call
+//      larger 4096x8192, K = 2, 3, 4, 6, 8 (mcg) and K = 4 for 3inst/mul1; K = 4 mcg also
+//      in the variants of exl3_kernels.h (auto = the default, fused, fused with PDL, legacy,
+//      load-only, decode-only: what bounds the fused kernel). Time per call
 //      from a CUDA graph of many calls (its three launches included), weights rotated
 //      over copies of >= 512 MB so L2 (60 MB) cannot serve them. GB/s counts trellis bytes,
 //      as exllamav3's figures (tests/../shared/data/exl3/exllamav3_gemv_h200.json) do.
 //   2. moe_experts_exl3 at 1, 4, 8, 16, 64 tokens: 128 experts of 4096 <-> 2048 at K=4 mcg,
 //      top-8, rotating over 4 layers' experts (6.4 GB); GB/s counts the active experts' bytes.
 // Lines: "exl3-gemv ..." and "exl3-moe ..." (one per case), "measured_copy_gbps".
-//   exl3_cuda_bench [--quick]
+//   exl3_cuda_bench [--quick | --sbs]   (--sbs: K = 4 mcg GEMV at m = 1 only, for
+//   scripts/device/exl3_side_by_side.py)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <set>
 #include <string>
@@ -108,7 +112,7 @@ Tensor dev_empty(int64_t rows, int64_t cols) {
   return Tensor::on_storage(*s, 0, {rows, cols}, DType::kF32);
 }
 
-void bench_gemv(double copy_gbps, bool quick) {
+void bench_gemv(double copy_gbps, bool quick, bool sbs) {
   struct Shape {
     int64_t k, n;
     const char* what;
@@ -119,12 +123,28 @@ void bench_gemv(double copy_gbps, bool quick) {
     tf::Exl3Codebook cb;
   };
   std::vector<Fmt> fmts = {{4, tf::Exl3Codebook::kMcg}};
-  if (!quick) {
+  if (!quick && !sbs) {
     for (int b : {2, 3, 6, 8}) fmts.push_back({b, tf::Exl3Codebook::kMcg});
     fmts.push_back({4, tf::Exl3Codebook::k3Inst});
     fmts.push_back({4, tf::Exl3Codebook::kMul1});
   }
-  std::printf("%-8s %-11s %2s %-5s %2s %10s %10s %8s\n", "exl3", "shape", "K", "cb", "m", "us/call", "GB/s", "%copy");
+  std::printf("%-8s %-11s %2s %-5s %2s %-12s %10s %10s %8s\n", "exl3", "shape", "K", "cb", "m", "variant", "us/call",
+              "GB/s", "%copy");
+  struct Variant {
+    const char* name;
+    int id;
+    bool pdl, only_m1;
+  };
+  // K = 4 mcg (the experts' format) in every variant: the default choice, the fused kernel
+  // without and with programmatic dependent launch, the three-launch path, and the fused
+  // kernel's trellis streaming alone / decode + MMAs alone (which of the two bounds it).
+  const Variant k4_variants[] = {{"auto", tf::cuda::kExl3GemvAuto, false, false},
+                                 {"fused", tf::cuda::kExl3GemvFused, false, false},
+                                 {"fused-pdl", tf::cuda::kExl3GemvFused, true, true},
+                                 {"legacy", tf::cuda::kExl3GemvLegacy, false, false},
+                                 {"load-only", tf::cuda::kExl3GemvLoadOnly, false, true},
+                                 {"decode-only", tf::cuda::kExl3GemvDecodeOnly, false, true}};
+  const Variant other_variants[] = {{"auto", tf::cuda::kExl3GemvAuto, false, false}};
   for (const Fmt& f : fmts)
     for (const Shape& s : shapes) {
       tf::Exl3SyntheticOptions o;
@@ -135,15 +155,26 @@ void bench_gemv(double copy_gbps, bool quick) {
       const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{512} << 20) / bytes));
       std::vector<Exl3Weight> ws;
       for (int c = 0; c < copies; ++c) ws.push_back(dev_weight(host));
-      for (int64_t m : {1, 8}) {
-        const Tensor x = dev_randn(m, s.k, 3);
-        Tensor out = dev_empty(m, s.n);
-        const double t = graph_time_per_call(copies, [&](int i) { tf::cuda::exl3_matmul(g_ctx, out, x, ws[i % copies]); });
-        const double gbs = bytes / t / 1e9;
-        std::printf("exl3-gemv %5lldx%-5lld %2d %-5s %2lld %10.2f %10.1f %7.1f%%  (%s)\n",
-                    static_cast<long long>(s.k), static_cast<long long>(s.n), f.bits, tf::exl3_codebook_name(f.cb),
-                    static_cast<long long>(m), t * 1e6, gbs, 100.0 * gbs / copy_gbps, s.what);
-      }
+      const bool k4mcg = f.bits == 4 && f.cb == tf::Exl3Codebook::kMcg;
+      std::vector<Variant> variants;
+      if (k4mcg) variants.assign(std::begin(k4_variants), std::end(k4_variants));
+      else variants.assign(std::begin(other_variants), std::end(other_variants));
+      for (const Variant& v : variants)
+        for (int64_t m : {1, 8}) {
+          if ((v.only_m1 || sbs) && m != 1) continue;
+          tf::cuda::exl3_set_gemv_variant(v.id);
+          tf::cuda::exl3_set_pdl(v.pdl ? 1 : 0);
+          const Tensor x = dev_randn(m, s.k, 3);
+          Tensor out = dev_empty(m, s.n);
+          const double t =
+              graph_time_per_call(copies, [&](int i) { tf::cuda::exl3_matmul(g_ctx, out, x, ws[i % copies]); });
+          const double gbs = bytes / t / 1e9;
+          std::printf("exl3-gemv %5lldx%-5lld %2d %-5s %2lld %-12s %10.2f %10.1f %7.1f%%  (%s)\n",
+                      static_cast<long long>(s.k), static_cast<long long>(s.n), f.bits, tf::exl3_codebook_name(f.cb),
+                      static_cast<long long>(m), v.name, t * 1e6, gbs, 100.0 * gbs / copy_gbps, s.what);
+        }
+      tf::cuda::exl3_set_gemv_variant(tf::cuda::kExl3GemvAuto);
+      tf::cuda::exl3_set_pdl(-1);
       ws.clear();
       g_ctx.alloc->release_cached();
     }
@@ -210,6 +241,8 @@ void bench_moe(double copy_gbps, bool quick) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --sbs: K = 4 mcg GEMV at m = 1 only (scripts/device/exl3_side_by_side.py reads it).
+  const bool sbs = argc > 1 && std::strcmp(argv[1], "--sbs") == 0;
   auto probe = tf::cuda::probe_device(0);
   if (!probe) {
     std::fprintf(stderr, "exl3_cuda_bench: %s\n", probe.status().to_string().c_str());
@@ -222,14 +255,15 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&g_ctx.error_word, sizeof(unsigned)));
   BENCH_CUDA(cudaMemset(g_ctx.error_word, 0, sizeof(unsigned)));
   try {
-    bench_gemv(probe->hbm_gbps, quick);
-    bench_moe(probe->hbm_gbps, quick);
+    bench_gemv(probe->hbm_gbps, quick, sbs);
+    if (!sbs) bench_moe(probe->hbm_gbps, quick);
   } catch (const tf::StatusError& e) {
     std::fprintf(stderr, "exl3_cuda_bench: %s\n", e.what());
     return 1;
   }
   unsigned word = 0;
   BENCH_CUDA(cudaMemcpy(&word, g_ctx.error_word, sizeof word, cudaMemcpyDeviceToHost));
-  std::printf("exl3 bench done (device error word %u)\n", word);
+  std::printf("exl3 bench done (device error word %u, fused GEMV launches refused %lld)\n", word,
+              static_cast<long long>(tf::cuda::exl3_fused_gemv_refusals()));
   return word == 0 ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
-# TF_GPU_ONLY="kernels parity decoderows quant sampling model graphs nccl bench prefill roofline serve" (any subset) runs only those parts;
+# TF_GPU_ONLY="kernels parity kdarows decoderows quant sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
 # "benchgpu" (scripts/device/bench_gpu.sh, minutes) and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
@@ -24,6 +24,12 @@ if want parity; then
   .gpurun/cuda_ops_parity_tests --gtest_output="json:$OUT/cuda_ops_parity_tests.json" > "$OUT/cuda_ops_parity_tests.log" 2>&1
   [[ $? -eq 0 ]] || rc=1
   grep -E '^\[  (FAILED|PASSED) |^\[==========\]' "$OUT/cuda_ops_parity_tests.log" | tail -n 30
+fi
+# KDA decode rows over state addresses (capture-safe; the graph step's KDA core): bit-equal to the
+# one-sequence ops, padded rows inert, and the recurrence's time at 1/16/64 rows ("[kda-rows]" lines).
+if want kdarows && [[ -x .gpurun/cuda_ops_parity_tests ]]; then
+  timeout 120 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaKdaRows.*:CudaRowsOps.*' > "$OUT/kda_rows_tests.log" 2>&1 || rc=1
+  grep -E '^\[kda-rows\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure' "$OUT/kda_rows_tests.log" | head -n 30
 fi
 # The model on CUDA vs the CPU backend and the transformers fixtures; "[cuda-parity]" lines give the deviations
 # (log only: $OUT brings back at most 8 files).
@@ -51,12 +57,24 @@ if want decoderows; then
   [[ $? -eq 0 ]] || rc=1
   grep -E '^\[parity\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Expected|Which is' "$OUT/cuda_decode_rows_tests.log" | head -n 80
 fi
-# Quantized dense matrices (fp8 block-scaled, q4): CUDA vs CPU parity, row independence, and
-# "[quant-bench]" lines: GEMV GB/s on model shapes at m=1/4/8/64 vs measured HBM, prefill TFLOP/s.
+# Split-token MLA decode attention + DSA indexer rows (issue #6): the decode-rows parity tests, then
+# cuda_mla_decode_bench ("mla-decode ..." / "indexer-rows ..." lines: us per call, GB/s, TFLOP/s).
+if want mladecode; then
+  timeout 150 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaDecodeRows.*' > "$OUT/mla_decode_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[parity\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Expected|Which is' "$OUT/mla_decode_tests.log" | head -n 60
+  if [[ -x .gpurun/cuda_mla_decode_bench ]]; then
+    timeout 120 .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_bench.log" 2>&1 || rc=1
+    grep -E '^(mla-decode|indexer-rows)' "$OUT/mla_decode_bench.log" | head -n 40
+  fi
+fi
+# Quantized dense matrices (fp8 block-scaled, q4): CUDA vs CPU parity, row independence, the
+# FP8 tensor-core prefill (cuBLASLt block scales) per scale layout, and "[quant-bench]" lines:
+# tensor-core GEMV us/call and % of HBM on the model's shapes at m=1/2/4/8/64, prefill TFLOP/s.
 if want quant && [[ -x .gpurun/cuda_quant_tests ]]; then
   timeout 150 .gpurun/cuda_quant_tests > "$OUT/cuda_quant_tests.log" 2>&1
   [[ $? -eq 0 ]] || rc=1
-  grep -E '^\[quant|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/cuda_quant_tests.log" | tail -n 60
+  grep -E '^\[quant|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Which is' "$OUT/cuda_quant_tests.log" | tail -n 130
 fi
 # DENSE=q4 / fp8 vs bf16 on a synthetic checkpoint (full widths, 4 layers, 8 experts; ~2 min):
 # KL divergence and top-1 agreement over a 256-token prefill. Only when named (TF_GPU_ONLY="quantreport").
@@ -76,8 +94,13 @@ if want exl3 && [[ -x .gpurun/exl3_cuda_tests ]]; then
   grep -E '^\[exl3\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|error' "$OUT/exl3_cuda_tests.log" | head -n 40
   if [[ -x .gpurun/exl3_cuda_bench ]]; then
     timeout 90 .gpurun/exl3_cuda_bench > "$OUT/exl3_cuda_bench.log" 2>&1 || rc=1
-    grep -E '^(measured|exl3|device)' "$OUT/exl3_cuda_bench.log" | head -n 60
+    grep -E '^(measured|exl3|device)' "$OUT/exl3_cuda_bench.log" | head -n 90
   fi
+fi
+# exllamav3's own K=4 GEMV beside ours on the same shapes (issue #8); needs carry [".gpurun", ".exl3ref"]
+# (.exl3ref: exllamav3 headers, git-ignored). Only when named: TF_GPU_ONLY="exl3sbs".
+if [[ " ${TF_GPU_ONLY:-} " == *" exl3sbs "* ]]; then
+  timeout 330 scripts/device/exl3_side_by_side.sh || rc=1
 fi
 # Batch-1 decode of a synthetic full-geometry checkpoint with EXL3 experts (K4 mcg, $EXL3_EXPERTS = 8
 # routed experts, in /dev/shm; ~25 GB); only when named: TF_GPU_ONLY="exl3model".
@@ -89,6 +112,17 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
   grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
   tail -n 5 "$OUT/exl3_model_bench.log"
   rm -rf "$ck"
+fi
+# moe_experts (issue #6): both device paths vs the CPU, capture-safety, row independence ("[moe]" lines; the
+# per-shape errors stay in the log), then the bench: decode 1-64 rows (graph-timed, % of HBM), the f32 path's
+# launch plans, prefill 1024/8192 rows (TFLOP/s) ("[moe-bench]" lines).
+if want moe && [[ -x .gpurun/cuda_moe_tests ]]; then
+  timeout 120 .gpurun/cuda_moe_tests > "$OUT/cuda_moe_tests.log" 2>&1 || rc=1
+  grep -E '^\[moe\] (prefill|tensor-core|captured)|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure' "$OUT/cuda_moe_tests.log" | head -n 40
+  if [[ -x .gpurun/cuda_moe_experts_bench ]]; then
+    timeout 150 .gpurun/cuda_moe_experts_bench > "$OUT/cuda_moe_experts_bench.log" 2>&1 || rc=1
+    grep -E '^\[moe-bench\]' "$OUT/cuda_moe_experts_bench.log" | head -n 120
+  fi
 fi
 # NCCL communicator checks at one rank (more ranks need a multi-GPU machine).
 if want nccl; then
@@ -112,6 +146,16 @@ fi
 if want prefill && [[ -x .gpurun/cuda_prefill_bench ]]; then
   timeout 240 .gpurun/cuda_prefill_bench > "$OUT/cuda_prefill_bench.log" 2>&1 || rc=1
   grep -E '^(measured|==|  [a-z]|cuda_prefill_bench)' "$OUT/cuda_prefill_bench.log"
+fi
+# Prefill attention kernels only (~1 min): the tensor-core indexer scores, MLA prefill and KDA chunked
+# vs the CPU ("[parity]" lines), then their bench at T = 2048/8192 and the last chunk of a 128K prompt.
+# Only when named (a full run has them in "parity" and "prefill").
+if [[ " ${TF_GPU_ONLY:-} " == *" prefillk "* && -x .gpurun/cuda_prefill_bench ]]; then
+  timeout 150 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaIndexerPrefill.*:CudaMlaPrefill.*:CudaKdaChunked.*:CudaParity.IndexerPoolKeysAndScores:CudaParity.LatentStoreAndSparseAttention:CudaParity.KdaRecurrentAndChunked' \
+    > "$OUT/prefill_kernels_tests.log" 2>&1 || rc=1
+  grep -E '^\[parity\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure' "$OUT/prefill_kernels_tests.log" | head -n 60
+  timeout 150 .gpurun/cuda_prefill_bench --ops kda,mla,indexer,long > "$OUT/prefill_kernels_bench.log" 2>&1 || rc=1
+  grep -E '^(measured|==|  [a-z]|cuda_prefill_bench)' "$OUT/prefill_kernels_bench.log"
 fi
 # `tensorfold bench --offline --device cuda` on the demo checkpoint: --probe (HBM copy, cuBLAS BF16),
 # scenarios and the roofline columns end to end (tiny model: launch-bound, far below its roofline).

@@ -17,9 +17,10 @@ struct LayerElements {
   WeightElements kda, mla, indexer, dense, moe_shared_and_router;
 };
 
-void add(WeightElements& w, int64_t matrix, int64_t kept_f32) {
+void add(WeightElements& w, int64_t matrix, int64_t kept_f32, int64_t quantized = 0) {
   w.matrix += matrix;
   w.kept_f32 += kept_f32;
+  w.quantized += quantized;
 }
 
 LayerElements layer_elements(const RooflineModel& m) {
@@ -32,31 +33,33 @@ LayerElements layer_elements(const RooflineModel& m) {
   // dt_bias, A_log and the shared o_norm.
   const int64_t dk = m.kda_head_dim, qkv = m.kda_heads * dk;
   add(e.kda, 3 * qkv * h + dk * h + qkv * dk + m.kda_heads * h + dk * h + qkv * dk + h * qkv,
-      3 * qkv * m.kda_conv_kernel + qkv + m.kda_heads + dk);
+      3 * qkv * m.kda_conv_kernel + qkv + m.kda_heads + dk, 3 * qkv * h + h * qkv);  // DENSE: q, k, v, o
   // MLA: q_a + q_b (or q_proj), kv_a, kv_b (the engine splits it into W_UK / W_UV), o; f32 norms, biases.
   const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim, kva = m.kv_lora_rank + m.qk_rope_head_dim;
+  // DENSE re-quantizes q_a, q_b, kv_a and o; kv_b stays in the weight dtype.
   if (m.q_lora_rank > 0) {
-    add(e.mla, m.q_lora_rank * h + m.mla_heads * qk * m.q_lora_rank,
-        m.q_lora_rank + (m.attention_bias ? m.q_lora_rank : 0));
+    const int64_t q = m.q_lora_rank * h + m.mla_heads * qk * m.q_lora_rank;
+    add(e.mla, q, m.q_lora_rank + (m.attention_bias ? m.q_lora_rank : 0), q);
   } else {
-    add(e.mla, m.mla_heads * qk * h, 0);
+    add(e.mla, m.mla_heads * qk * h, 0, m.mla_heads * qk * h);
   }
   add(e.mla, kva * h + m.mla_heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank + h * m.mla_heads * m.v_head_dim,
-      m.kv_lora_rank + (m.attention_bias ? kva + h : 0));
+      m.kv_lora_rank + (m.attention_bias ? kva + h : 0), kva * h + h * m.mla_heads * m.v_head_dim);
   // Indexer: wq_b, wk, weights_proj, compress gate; f32 LayerNorm (weight + bias) and the pool ape.
   const int64_t ihd = m.index_head_dim;
   add(e.indexer, m.index_heads * ihd * m.q_lora_rank + ihd * h + m.index_heads * h + ihd * h,
       2 * ihd + m.index_kpool * ihd);
-  add(e.dense, 3 * m.intermediate * h, 0);
+  add(e.dense, 3 * m.intermediate * h, 0, 3 * m.intermediate * h);
   // Router weight and correction bias stay f32; shared experts are one MLP of width I x n_shared.
   add(e.moe_shared_and_router, 3 * m.moe_intermediate * m.shared_experts * h,
-      m.routed_experts * h + m.routed_experts);
+      m.routed_experts * h + m.routed_experts, 3 * m.moe_intermediate * m.shared_experts * h);
   return e;
 }
 
 void add_times(WeightElements& into, const WeightElements& w, int64_t times) {
   into.matrix += w.matrix * times;
   into.kept_f32 += w.kept_f32 * times;
+  into.quantized += w.quantized * times;
 }
 
 // Sum over p = 1..n of min(p, cap).
@@ -85,6 +88,14 @@ std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
+}
+
+// "weights bf16, dense q4, experts exl3 4-bit" (only the parts that differ).
+std::string formats(const RooflineDtypes& d) {
+  std::string s = "weights " + d.weight_name;
+  if (d.dense_name != d.weight_name) s += ", dense " + d.dense_name;
+  if (d.expert_name != d.weight_name) s += ", experts " + d.expert_name;
+  return s;
 }
 
 Json hardware_json(const RooflineHardware& hw) {
@@ -123,6 +134,8 @@ Expected<RooflineDtypes> roofline_dtypes(const std::string& weight, const std::s
   } else {
     return invalid_argument("roofline: weight dtype must be bf16, f32 or fp8, got '" + weight + "'");
   }
+  d.dense_name = d.expert_name = weight;
+  d.dense = d.expert = d.matrix;
   if (kv == "fp8") {
     d.latent = 1.0;
     d.latent_scale = 4.0;
@@ -133,6 +146,34 @@ Expected<RooflineDtypes> roofline_dtypes(const std::string& weight, const std::s
     return invalid_argument("roofline: KV dtype must be fp8, bf16 or f32, got '" + kv + "'");
   }
   return d;
+}
+
+Expected<double> dense_format_bytes(const std::string& dense, const RooflineDtypes& d) {
+  if (dense == "q4") return (4.0 + 16.0 / 64.0) / 8.0;  // 4-bit codes + an f16 scale per group of 64
+  if (dense == "fp8") return 1.0 + 4.0 / (128.0 * 128.0);
+  if (dense.empty() || dense == "bf16" || dense == "f32") return d.matrix;
+  return invalid_argument("roofline: DENSE must be q4, fp8, bf16 or f32, got '" + dense + "'");
+}
+
+Status set_dense_format(RooflineDtypes& d, const std::string& dense) {
+  Expected<double> b = dense_format_bytes(dense, d);
+  if (!b) return b.status();
+  d.dense = *b;
+  d.dense_name = dense.empty() || dense == "bf16" || dense == "f32" ? d.weight_name : dense;
+  return Status::ok();
+}
+
+double exl3_bytes_per_weight(double bits, int64_t in, int64_t out) {
+  if (in <= 0 || out <= 0) return bits / 8.0;
+  return bits / 8.0 + 2.0 * static_cast<double>(in + out) / (static_cast<double>(in) * static_cast<double>(out));
+}
+
+Status set_exl3_experts(RooflineDtypes& d, const RooflineModel& m, double bits) {
+  if (!(bits > 0 && bits <= 8)) return invalid_argument("roofline: EXL3 bits must be in (0, 8], got " + fmt("%g", bits));
+  // gate, up [I, H] and down [H, I] have the same in + out and in x out.
+  d.expert = exl3_bytes_per_weight(bits, m.hidden, m.moe_intermediate);
+  d.expert_name = "exl3 " + fmt("%g", bits) + "-bit";
+  return Status::ok();
 }
 
 ModelWeights model_weights(const RooflineModel& m) {
@@ -163,9 +204,11 @@ DecodeTraffic decode_traffic(const RooflineModel& m, const RooflineDtypes& d, in
   const ModelWeights w = model_weights(m);
   const double b = static_cast<double>(batch);
   DecodeTraffic t;
-  t.weights = static_cast<double>(w.non_routed.matrix) * d.matrix + static_cast<double>(w.non_routed.kept_f32) * d.kept_f32;
+  t.weights = static_cast<double>(w.non_routed.matrix - w.non_routed.quantized) * d.matrix +
+              static_cast<double>(w.non_routed.quantized) * d.dense +
+              static_cast<double>(w.non_routed.kept_f32) * d.kept_f32;
   t.experts_per_moe_layer = expected_distinct_experts(m.routed_experts, m.experts_per_token, batch);
-  t.routed_experts = m.moe_layers * t.experts_per_moe_layer * static_cast<double>(w.per_expert) * d.matrix;
+  t.routed_experts = m.moe_layers * t.experts_per_moe_layer * static_cast<double>(w.per_expert) * d.expert;
   // Per sequence and KDA layer: the recurrent state (heads x dk x dv) and the short-conv history
   // (kernel - 1 past inputs of q, k and v), each read and written once.
   const int64_t qkv = m.kda_heads * m.kda_head_dim;
@@ -228,7 +271,7 @@ Json decode_roofline(const RooflineModel& m, const RooflineDtypes& d, const Roof
       fmt("%.2f", t.routed_experts / 1e9) + " [" + fmt("%.1f", t.experts_per_moe_layer) + "/layer], KDA state " +
       fmt("%.2f", t.kda_state / 1e9) + ", latents " + fmt("%.3f", t.latents / 1e9) + ", indexer keys " +
       fmt("%.3f", t.indexer_keys / 1e9) + "), " + fmt("%.3f", flops / 1e12) + " TFLOP/step; " +
-      (memory ? "memory" : "compute") + "-bound, " + fmt("%.3f", step * 1e3) + " ms/step; weights " + d.weight_name;
+      (memory ? "memory" : "compute") + "-bound, " + fmt("%.3f", step * 1e3) + " ms/step; " + formats(d);
   return {{"decode_tok_s", 1.0 / step},
           {"aggregate_tok_s", static_cast<double>(batch) / step},
           {"summary", summary},
@@ -248,6 +291,8 @@ Json decode_roofline(const RooflineModel& m, const RooflineDtypes& d, const Roof
             {"experts_per_moe_layer", t.experts_per_moe_layer},
             {"flops_per_step", flops},
             {"weight_dtype", d.weight_name},
+            {"dense_format", d.dense_name},
+            {"expert_format", d.expert_name},
             {"hardware", hardware_json(hw)}}}};
 }
 
@@ -267,7 +312,7 @@ Json prefill_roofline(const RooflineModel& m, const RooflineDtypes& d, const Roo
   const std::string summary = "prefill of " + std::to_string(prompt) + " tokens: " +
                               fmt("%.2f", flops / std::max<int64_t>(prompt, 1) / 1e9) + " GFLOP/token (attention " +
                               fmt("%.1f", 100.0 * attention_share) + "%), " + (t_flop >= t_mem ? "compute" : "memory") +
-                              "-bound, " + fmt("%.3f", total) + " s; weights " + d.weight_name;
+                              "-bound, " + fmt("%.3f", total) + " s; " + formats(d);
   return {{"prefill_tok_s", total > 0 ? static_cast<double>(prompt) / total : 0.0},
           {"summary", summary},
           {"detail",
@@ -280,6 +325,8 @@ Json prefill_roofline(const RooflineModel& m, const RooflineDtypes& d, const Roo
             {"attention_share", attention_share},
             {"weight_bytes", bytes},
             {"weight_dtype", d.weight_name},
+            {"dense_format", d.dense_name},
+            {"expert_format", d.expert_name},
             {"hardware", hardware_json(hw)}}}};
 }
 

@@ -20,8 +20,13 @@
 //            scans all ceil(context / index_kpool) pooled indexer keys per layer
 //            with an indexer. Writes of the one new latent/key are ignored.
 // Dtypes follow what the engine holds (glm5_weights.h): projection matrices in
-// the weight dtype; routers, mHC, norms, convolutions, A_log, dt_bias and the ape
-// in f32. MTP layers are not counted (plain decoding does not run them).
+// the weight dtype, except the large dense ones DENSE re-quantizes (KDA q/k/v/o,
+// MLA q_a/q_b/kv_a/o, dense MLPs, shared experts) which are counted at the bytes of
+// that format (q4: 4 bits + an f16 scale per 64 = 4.25 bits; fp8: 1 byte + an f32
+// scale per 128x128 block); routed experts in the weight dtype or, for an EXL3
+// checkpoint, at K bits per weight plus their f16 sign vectors; routers, mHC, norms,
+// convolutions, A_log, dt_bias and the ape in f32. MTP layers are not counted
+// (plain decoding does not run them).
 //
 // FLOPs: 2 per matmul weight element per token (non-routed matrices, routers,
 // mHC, k experts; lm_head once per sequence), plus attention:
@@ -71,7 +76,11 @@ struct RooflineModel {
 // Bytes per stored element.
 struct RooflineDtypes {
   std::string weight_name = "bf16";
-  double matrix = 2.0;        // projection matrices, experts, lm_head (the weight dtype)
+  double matrix = 2.0;        // projection matrices, lm_head (the weight dtype)
+  std::string dense_name = "bf16";
+  double dense = 2.0;         // the matrices DENSE re-quantizes (WeightElements::quantized)
+  std::string expert_name = "bf16";
+  double expert = 2.0;        // routed experts
   double kept_f32 = 4.0;      // routers, mHC, norms, convolutions, A_log, dt_bias, ape
   double latent = 1.0;        // one latent element (KV=fp8)
   double latent_scale = 4.0;  // per cached latent (fp8's scale; 0 for bf16/f32)
@@ -79,13 +88,27 @@ struct RooflineDtypes {
   double state = 4.0;         // KDA recurrent and conv state (f32)
 };
 
-// weight: "bf16" | "f32" | "fp8"; kv: "fp8" | "bf16" | "f32".
+// weight: "bf16" | "f32" | "fp8"; kv: "fp8" | "bf16" | "f32". The dense matrices and
+// the routed experts start in the weight dtype.
 Expected<RooflineDtypes> roofline_dtypes(const std::string& weight, const std::string& kv);
+
+// Bytes per weight of a DENSE format: "q4" 4.25 bits, "fp8" 1 byte + 4 per 128x128
+// block; "bf16" / "f32" / "" leave the weight dtype. Errors name DENSE.
+Expected<double> dense_format_bytes(const std::string& dense, const RooflineDtypes& d);
+// `d` with the DENSE matrices at `dense`'s bytes.
+[[nodiscard]] Status set_dense_format(RooflineDtypes& d, const std::string& dense);
+
+// Bytes per weight of an EXL3 matrix of `in` x `out` at K bits: the trellis (K / 8 bytes
+// per weight) and its f16 input and output sign vectors (suh, svh).
+double exl3_bytes_per_weight(double bits, int64_t in, int64_t out);
+// `d` with the routed experts EXL3 at `bits` per weight (0, 8] for the model's expert shape.
+[[nodiscard]] Status set_exl3_experts(RooflineDtypes& d, const RooflineModel& m, double bits);
 
 // Element counts of the weights, split by the dtype they are held in.
 struct WeightElements {
-  int64_t matrix = 0;    // held in the weight dtype
-  int64_t kept_f32 = 0;  // held in f32
+  int64_t matrix = 0;     // projection matrices (the weight dtype, or DENSE's format for `quantized`)
+  int64_t quantized = 0;  // the part of `matrix` DENSE re-quantizes
+  int64_t kept_f32 = 0;   // held in f32
   int64_t total() const { return matrix + kept_f32; }
 };
 

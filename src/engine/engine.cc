@@ -59,17 +59,20 @@ Expected<SamplingDefaults> sampling_defaults(const nlohmann::json& g, const fs::
   return d;
 }
 
-// Bytes the backend will hold for the weights: f32 copies of every tensor, or (with
-// BF16 matrices) about the checkpoint's BF16 bytes plus f32 norms/router (+5%).
-int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DType matrix_dtype) {
-  int64_t file_bytes = 0;
+// Bytes the backend will hold for the weights (memory_plan.h: the matrix dtype, and
+// the matrices DENSE re-quantizes at their format's bytes).
+int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DType matrix_dtype,
+                              MatrixFormat dense = MatrixFormat::kDense) {
+  WeightBytesInput in;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".safetensors") file_bytes += static_cast<int64_t>(e.file_size(ec));
+    if (e.path().extension() == ".safetensors") in.file_bytes += static_cast<int64_t>(e.file_size(ec));
   }
-  const bool fp8 = config.quantization.method == "fp8";
-  if (matrix_dtype == DType::kBF16) return (fp8 ? 2 : 1) * file_bytes / 20 * 21;
-  return file_bytes * (fp8 ? 4 : 2);  // bf16 -> f32, fp8 -> f32
+  in.fp8_checkpoint = config.quantization.method == "fp8";
+  in.matrix_dtype = matrix_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  in.dense = dense;
+  if (dense != MatrixFormat::kDense) in.requantized_elements = dense_requantized_elements(config);
+  return tf::estimate_weight_bytes(in);
 }
 
 DType latent_dtype(const std::string& kv) {
@@ -184,7 +187,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   const std::string dense = options.dense.empty() ? std::string(kDefaultDense) : options.dense;
   const DType matrix_dtype = options.device == "cuda" && dense != "f32" ? DType::kBF16 : DType::kF32;
   const MatrixFormat dense_quant = dense_quant_format(dense).value_or(MatrixFormat::kDense);
-  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config, matrix_dtype);
+  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config, matrix_dtype, dense_quant);
   // Weights, cache pool and stream states live where the model computes.
   int64_t available = host_available_bytes();
 #if TF_HAVE_CUDA

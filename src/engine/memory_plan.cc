@@ -1,8 +1,11 @@
 #include "engine/memory_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
+
+#include "model/glm5_weight_spec.h"
 
 namespace tf {
 namespace {
@@ -55,6 +58,45 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   plan.context = context;
   plan.pool_bytes = plan.num_pages * page_bytes;
   return plan;
+}
+
+double matrix_format_bytes_per_weight(MatrixFormat format, double dense_bytes) {
+  switch (format) {
+    case MatrixFormat::kQ4: return (4.0 + 16.0 / static_cast<double>(kQ4Group)) / 8.0;
+    case MatrixFormat::kFp8Block: return 1.0 + 4.0 / static_cast<double>(kFp8BlockSize * kFp8BlockSize);
+    case MatrixFormat::kDense: return dense_bytes;
+  }
+  return dense_bytes;
+}
+
+int64_t estimate_weight_bytes(const WeightBytesInput& in) {
+  const bool bf16 = in.matrix_dtype == DType::kBF16;
+  const int64_t held = bf16 ? (in.fp8_checkpoint ? 2 : 1) * in.file_bytes / 20 * 21  // + f32 norms/routers
+                            : in.file_bytes * (in.fp8_checkpoint ? 4 : 2);          // bf16 -> f32, fp8 -> f32
+  if (in.dense == MatrixFormat::kDense || in.requantized_elements <= 0) return held;
+  const double matrix = bf16 ? 2.0 : 4.0;
+  const double saved =
+      static_cast<double>(in.requantized_elements) * (matrix - matrix_format_bytes_per_weight(in.dense, matrix));
+  return std::max<int64_t>(0, held - static_cast<int64_t>(std::llround(saved)));
+}
+
+int64_t dense_requantized_elements(const Glm5Config& config) {
+  WeightSpecOptions o;
+  o.include_vision = false;
+  int64_t total = 0;
+  for (const WeightSpecEntry& e : glm5_weight_spec(config, o)) {
+    // Routed experts stay as they are; the indexer's and the KDA gate bottlenecks are small.
+    if (e.name.find(".mlp.experts.") != std::string::npos || e.name.find("indexer") != std::string::npos) continue;
+    if (e.name.size() < 7 || e.name.compare(e.name.size() - 7, 7, ".weight") != 0) continue;  // biases
+    for (const char* part : {".q_proj.", ".k_proj.", ".v_proj.", ".o_proj.", ".q_a_proj.", ".q_b_proj.",
+                             ".kv_a_proj_with_mqa.", ".gate_proj.", ".up_proj.", ".down_proj.", ".eh_proj."}) {
+      if (e.name.find(part) != std::string::npos) {
+        total += shape_numel(e.shape);
+        break;
+      }
+    }
+  }
+  return total;
 }
 
 int64_t host_available_bytes() {

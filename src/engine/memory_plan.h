@@ -10,13 +10,19 @@
 //                  (min(pool, model maximum)); a CONTEXT beyond the pool is
 //                  lowered to what fits and said so in `notes`.
 // Not enough memory for even one page is an error naming MEMORY_RESERVE_GIB.
+// The weights' share comes from estimate_weight_bytes() below, which counts the
+// matrices DENSE re-quantizes at their format's bytes (issue #8): with q4 the pool
+// gets the memory the 4-bit matrices free.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/api/matrix.h"
+#include "model/config.h"
 
 namespace tf {
 
@@ -43,6 +49,29 @@ struct MemoryPlan {
 };
 
 [[nodiscard]] Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in);
+
+// What the weights will take where the model computes (MemoryPlanInput::weight_bytes).
+// From the checkpoint's file bytes: every tensor held in the matrix dtype (BF16 on
+// the GPU: the files' bytes + 5% for the f32 norms/routers, twice that for an FP8
+// checkpoint; f32 on the CPU: 2x, 4x for FP8), minus what DENSE saves on the matrices
+// it re-quantizes: their elements x (matrix bytes - the format's bytes per weight).
+struct WeightBytesInput {
+  int64_t file_bytes = 0;               // the checkpoint's *.safetensors
+  bool fp8_checkpoint = false;          // the official FP8 release (1-byte matrices in the files)
+  DType matrix_dtype = DType::kBF16;    // kBF16 or kF32: how the engine holds a matrix
+  int64_t requantized_elements = 0;     // dense_requantized_elements()
+  MatrixFormat dense = MatrixFormat::kDense;  // DENSE's format for those
+};
+int64_t estimate_weight_bytes(const WeightBytesInput& in);
+
+// Bytes per weight of a matrix format: q4 4.25 bits (4-bit codes + an f16 scale per
+// 64), fp8 1 byte + an f32 scale per 128x128 block; kDense: `dense_bytes`.
+double matrix_format_bytes_per_weight(MatrixFormat format, double dense_bytes);
+
+// Elements of the matrices DENSE=q4/fp8 re-quantizes at load (model/glm5/glm5_weights.cc:
+// KDA q/k/v/o, MLA q_a/q_b/kv_a/o, dense MLPs, shared experts, the MTP layers' own and
+// eh_proj), from the checkpoint's tensor list.
+int64_t dense_requantized_elements(const Glm5Config& config);
 
 // MemAvailable from /proc/meminfo in bytes (0 when unreadable).
 int64_t host_available_bytes();

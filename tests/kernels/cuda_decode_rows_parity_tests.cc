@@ -4,7 +4,9 @@
 // and fp8 latent caches. Integer outputs (rings, selected pools, token indices, latent
 // pages) must be equal; floats within the stated tolerance ("[parity] ..." lines). The
 // GPU attention and store of a row must also equal, bit for bit, the one-sequence op on
-// that row alone (what keeps a reply the same beside other sequences).
+// that row alone (what keeps a reply the same beside other sequences). SplitAttentionShapes
+// covers the shapes that pick the split-token attention kernels (cuda_mla_decode.cu) or
+// their per-head fallback, up to the model's 64 heads x 512 with W = 8195 indices.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -290,6 +292,132 @@ TEST_F(CudaDecodeRows, LatentStoreAndAttentionRows) {
       }
     }
   }
+}
+
+// The one-sequence op over the shapes that pick the split-token kernels or the
+// per-head fallback: the model's 64 heads x 512 with a DSA expansion of 2048 pools
+// (W = 8195), one index, rows without any valid index (zeros), a width that is not a
+// multiple of 4 (fallback), more rows than one launch batch (16). CUDA vs CPU within the
+// tolerance, and every row bit for bit the op on that row alone.
+TEST_F(CudaDecodeRows, SplitAttentionShapes) {
+  struct Case {
+    int64_t heads, r, w, t, tokens;
+    DType dt;
+    int kind;  // 0: random with repeats and -1s, 1: ascending pools of 4 + tail, 2: all -1
+  };
+  const std::vector<Case> cases = {
+      {64, 512, 8195, 2, 16500, DType::kF8E4M3, 1}, {64, 512, 2051, 3, 9000, DType::kBF16, 1},
+      {16, 128, 1, 4, 50, DType::kBF16, 0},         {8, 64, 300, 3, 700, DType::kF8E4M3, 2},
+      {3, 70, 100, 3, 300, DType::kF32, 0},         {8, 64, 300, 40, 700, DType::kBF16, 0},
+      {12, 96, 4099, 2, 5000, DType::kF32, 0},
+  };
+  const int64_t page_size = 64;
+  for (const Case& c : cases) {
+    const std::string tag = std::string(" ") + dtype_name(c.dt) + " H=" + std::to_string(c.heads) +
+                            " R=" + std::to_string(c.r) + " W=" + std::to_string(c.w) + " T=" + std::to_string(c.t);
+    const int64_t num_pages = c.tokens / page_size + 1, es = static_cast<int64_t>(dtype_size(c.dt));
+    std::vector<int32_t> table(static_cast<size_t>(num_pages));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(11));
+    Tensor hpages = Tensor::zeros({num_pages * page_size * c.r * es}, DType::kU8);
+    Tensor hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
+    Tensor dpages = gpu_->zeros({num_pages * page_size * c.r * es}, DType::kU8);
+    Tensor dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
+    const Tensor htable = i32(table), dtable = up(htable);
+    const LatentPagesView hv{hpages.raw(), hscales.data<float>(), c.dt, page_size, c.r, page_size * c.r,
+                             htable.data<int32_t>(), c.tokens};
+    const LatentPagesView dv{dpages.raw(), dscales.data<float>(), c.dt, page_size, c.r, page_size * c.r,
+                             dtable.data<int32_t>(), c.tokens};
+    const Tensor lat = randn({c.tokens, c.r}, 600, 2.0f);
+    cpu_->latent_store(hv, hpages.raw(), hscales.data<float>(), lat, 0);
+    gpu_->latent_store(dv, dpages.raw(), dscales.data<float>(), up(lat), 0);
+    std::mt19937 rng(601);
+    std::vector<int32_t> idx(static_cast<size_t>(c.t * c.w), -1);
+    for (int64_t i = 0; i < c.t; ++i) {
+      int32_t* row = idx.data() + i * c.w;
+      if (c.kind == 0) {
+        std::uniform_int_distribution<int32_t> pick(-3, static_cast<int32_t>(c.tokens) + 2);
+        for (int64_t j = 0; j < c.w; ++j) row[j] = pick(rng);
+      } else if (c.kind == 1) {  // (w - 3) / 4 ascending pools (some -1 pools), then the tail
+        const int64_t sel = (c.w - 3) / 4, pools = (c.tokens - 3) / 4;
+        int64_t pool = static_cast<int64_t>(rng() % 3);
+        for (int64_t s = 0; s < sel && pool < pools; ++s, pool += 1 + static_cast<int64_t>(rng() % 2))
+          if (s % 97 != 5)
+            for (int64_t k = 0; k < 4; ++k) row[s * 4 + k] = static_cast<int32_t>(pool * 4 + k);
+        for (int64_t k = 0; k < 3; ++k) row[sel * 4 + k] = static_cast<int32_t>(pools * 4 + k);
+      }
+    }
+    const Tensor hidx = i32(idx).reshape({c.t, c.w}), didx = up(hidx);
+    const Tensor q = randn({c.t, c.heads, c.r}, 602, 0.3f), dq = up(q);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.r));
+    Tensor ref = Tensor::empty({c.t, c.heads, c.r}, DType::kF32);
+    cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
+    Tensor out = gpu_->empty({c.t, c.heads, c.r});
+    gpu_->mla_sparse_attention(out, dq, dv, didx, scale);
+    const Tensor got = down(out);
+    report("mla_sparse_attention" + tag, max_rel(ref, got), 1e-5);
+    if (c.kind == 2) {
+      const std::vector<float> v = got.to_vector();
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; })) << "no index: zeros" << tag;
+    }
+    for (int64_t i = 0; i < c.t; ++i) {
+      Tensor one = gpu_->empty({1, c.heads, c.r});
+      gpu_->mla_sparse_attention(one, dq.slice(0, i, i + 1), dv, didx.slice(0, i, i + 1), scale);
+      EXPECT_TRUE(same_bits(down(one), got.slice(0, i, i + 1).contiguous())) << "gpu row " << i << tag;
+    }
+  }
+}
+
+// Long rows for the indexer: scores over 40K+ pools (blocks across the row) and top-k
+// among up to 262144 candidates (one 1024-thread block a row), with and without ties,
+// against the CPU; the scores buffer is wider than every row.
+TEST_F(CudaDecodeRows, IndexerLongRows) {
+  const int64_t kp = 4, d = 128, h = 32;
+  const std::vector<int32_t> positions = {4 * 40000 - 1, 4 * 70001 + 2, 4 * 262144 - 1, 37};
+  const int64_t b = static_cast<int64_t>(positions.size()), width = 262144 + 64;
+  Side hs, ds;
+  std::vector<int64_t> hp, dp;
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t cap = positions[r] / kp + 1;
+    const Tensor pk = randn({cap, d}, 70 + static_cast<uint32_t>(r), 0.5f);
+    hs.pool_keys.push_back(pk.contiguous());
+    ds.pool_keys.push_back(up(pk));
+    hp.push_back(addr(hs.pool_keys.back()));
+    dp.push_back(addr(ds.pool_keys.back()));
+  }
+  hs.positions = i32(positions);
+  ds.positions = up(hs.positions);
+  hs.pk_addrs = i64(hp);
+  ds.pk_addrs = up(i64(dp));
+  auto view = [&](Side& s) {
+    DecodeRowsView v;
+    v.rows = b;
+    v.positions = s.positions.data<int32_t>();
+    v.pool_keys = s.pk_addrs.data<int64_t>();
+    v.kpool = kp;
+    v.index_dim = d;
+    return v;
+  };
+  const DecodeRowsView hv = view(hs), dv = view(ds);
+  const Tensor q = randn({b, h, d}, 80), w = randn({b, h}, 81);
+  Tensor hsc = Tensor::zeros({b, width}, DType::kF32);
+  Tensor dsc = gpu_->zeros({b, width});
+  cpu_->indexer_scores_rows(hsc, hv, q, w, 0.088f);
+  gpu_->indexer_scores_rows(dsc, dv, up(q), up(w), 0.088f);
+  report("indexer_scores_rows long B=" + std::to_string(b), max_rel(hsc, down(dsc)), 1e-5);
+  Tensor tied = hsc.contiguous();
+  for (int64_t i = 0; i < tied.numel(); ++i) tied.data<float>()[i] = std::round(tied.data<float>()[i] * 0.25f);
+  for (const Tensor* sc : {&hsc, &tied})
+    for (int64_t s : {int64_t{512}, int64_t{2048}}) {
+      Tensor hsel = Tensor::empty({b, s}, DType::kI32);
+      Tensor dsel = gpu_->empty({b, s}, DType::kI32);
+      cpu_->indexer_topk_rows(hsel, *sc, hv, TopkTies::kLowerIndex);
+      gpu_->indexer_topk_rows(dsel, up(*sc), dv, TopkTies::kLowerIndex);
+      const bool same = equal_bytes(hsel, down(dsel));
+      EXPECT_TRUE(same) << "indexer_topk_rows long S=" << s << (sc == &tied ? " tied" : "");
+      std::printf("[parity] indexer_topk_rows long%s S=%-5lld %s\n", sc == &tied ? " tied" : "",
+                  static_cast<long long>(s), same ? "equal" : "DIFFERENT");
+    }
 }
 
 TEST_F(CudaDecodeRows, BadViewsAreErrorsNotCrashes) {

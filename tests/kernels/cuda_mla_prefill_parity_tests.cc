@@ -6,9 +6,10 @@
 // with none (zeros). Enough tokens (300) that a row spans several 32-token tiles.
 //
 // Tolerance 1e-5 of the largest reference magnitude, as the per-head kernel: q and the
-// probabilities are split into two TF32 parts (latents too for an f32 cache), so
-// the tensor-core products keep about f32 accuracy (H200, 2026-11-29: <= 7.3e-6 with an
-// f32 cache, whose latents are split too; bf16 and fp8 lower).
+// probabilities are split into two parts (TF32 for the f32 cache, whose latents are
+// split too: H200, 2026-11-29: <= 7.3e-6; BF16 hi/lo on the bf16/fp8 kernel,
+// cuda_mla_prefill_mma.cu, whose latents are exact in bf16), so the tensor-core
+// products keep about f32 accuracy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,6 +58,56 @@ TEST_F(CudaMlaPrefill, ShapesItCovers) {
   EXPECT_FALSE(cuda::mla_prefill_supported(5, 512, 2048, DType::kBF16));   // heads not a multiple of 16
   EXPECT_FALSE(cuda::mla_prefill_supported(64, 72, 2048, DType::kBF16));   // width not a multiple of 16
   EXPECT_FALSE(cuda::mla_prefill_supported(128, 512, 2048, DType::kBF16)); // more than 64 heads
+  // The BF16 kernel (bf16/fp8 caches): the model's shape and the test shapes below.
+  EXPECT_TRUE(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kF8E4M3));
+  EXPECT_TRUE(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kBF16));
+  EXPECT_TRUE(cuda::mla_prefill_mma_supported(16, 512, 37, DType::kBF16));
+  EXPECT_TRUE(cuda::mla_prefill_mma_supported(64, 64, 37, DType::kBF16));
+  EXPECT_FALSE(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kF32));  // f32: the TF32 kernel
+  EXPECT_FALSE(cuda::mla_prefill_mma_supported(16, 64, 37, DType::kBF16));    // 4 columns per warp
+  EXPECT_FALSE(cuda::mla_prefill_mma_supported(48, 512, 37, DType::kBF16));   // 3 head tiles
+  EXPECT_FALSE(cuda::mla_prefill_mma_supported(64, 1024, 37, DType::kBF16));  // wider than 512
+}
+
+// The model's shape over a long prompt: 2051 distinct tokens per row (65 tiles, the last
+// partial), rows at the end of a 2600-token cache, pages in scrambled order.
+TEST_F(CudaMlaPrefill, ManyTilesMatchTheCpuOp) {
+  const int64_t page_size = 64, num_pages = 41, tokens = 2600, r = 512, heads = 64, t = 16, w = 2051;
+  for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
+    const int64_t es = static_cast<int64_t>(dtype_size(dt));
+    std::vector<int32_t> table(num_pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(221));
+    Tensor hpages = Tensor::zeros({num_pages * page_size * r * es}, DType::kU8);
+    Tensor hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
+    Tensor dpages = gpu_->zeros({num_pages * page_size * r * es}, DType::kU8);
+    Tensor dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
+    const Tensor htable = ints(table), dtable = gpu_->to_device(htable);
+    LatentPagesView hv{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r, htable.data<int32_t>(), 0};
+    LatentPagesView dv{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r, dtable.data<int32_t>(), 0};
+    const Tensor lat = randn({tokens, r}, 222, 1.5f);
+    cpu_->latent_store(hv, hpages.raw(), hscales.data<float>(), lat, 0);
+    gpu_->latent_store(dv, dpages.raw(), dscales.data<float>(), gpu_->to_device(lat), 0);
+    hv.num_tokens = dv.num_tokens = tokens;
+    std::vector<int32_t> idx(static_cast<size_t>(t * w)), perm(static_cast<size_t>(tokens));
+    std::mt19937 rng(223);
+    for (int64_t i = 0; i < t; ++i) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::copy(perm.begin(), perm.begin() + w, idx.begin() + i * w);
+    }
+    const Tensor hidx = ints(idx).reshape({t, w});
+    const Tensor q = randn({t, heads, r}, 224, 0.3f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(r));
+    Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
+    cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
+    Tensor out = gpu_->empty({t, heads, r});
+    gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
+    const double e = rel_err(ref, gpu_->to_host(out));
+    std::printf("[parity] mla_sparse_attention (prefill) %s 2051 distinct of 2600 tokens max rel err %.3g (tol %.0e)\n",
+                dtype_name(dt), e, kTol);
+    EXPECT_LE(e, kTol) << dtype_name(dt);
+  }
 }
 
 TEST_F(CudaMlaPrefill, MatchesTheCpuOp) {

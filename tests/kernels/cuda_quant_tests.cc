@@ -3,15 +3,19 @@
 // scripts/device/gpu_tests.sh; label gpu (CI compiles it only).
 //
 // Parity: fp8 and q4 matrices over awkward shapes (K not a multiple of 64/128 or
-// of 4, N not of 8, 1 output row, K = 1), every GEMV row count 1..8 (EXACT_ROWS 8),
-// the prefill path (bf16 dequantize + cuBLAS) at 9 and 70 rows, accumulate; the
-// GEMV's two-pass case (9..16 rows with EXACT_ROWS 64) in the bench's m = 64.
-// GEMV tolerance vs the CPU: 2e-5 of the largest reference magnitude (f32 sums in a
+// of 4, N not of 8, 1 output row, K = 1) and model-sized K (several K slices summed
+// by the second kernel), every GEMV row count 1..8 (EXACT_ROWS 8), the prefill path
+// (bf16 dequantize + cuBLAS) at 9 and 70 rows, accumulate; the GEMV's multi-pass case
+// (9..64 rows with EXACT_ROWS 64) against the CPU too. GEMV tolerance vs the CPU: 2e-5
+// of the largest reference magnitude (x split into three bf16 terms is f32; sums in a
 // different order); prefill 2e-2 (x rounded to bf16, as for BF16 weights).
+// FP8 prefill on FP8 tensor cores (fp8_gemm.h, x quantized per 1x128 block to e4m3):
+// every scale layout is tried against the CPU (the right one is near 2e-2, a wrong one
+// far off) and the default one must be within 5e-2.
 // Row independence: a row alone and inside 2..8-row calls gives the same bits.
-// Bench ("[quant-bench]" lines): GEMV GB/s on model shapes at m = 1, 4, 8, 64
-// beside the measured HBM copy bandwidth (matrices rotated through > 4x the L2 so
-// every call streams from HBM), and the fp8 / q4 prefill path's TFLOP/s.
+// Bench ("[quant-bench]" lines): GEMV us/call and % of the measured HBM copy bandwidth
+// on the model's shapes at m = 1, 2, 4, 8 (and 64), matrices rotated through > 4x the
+// L2 so every call streams from HBM; prefill TFLOP/s at m = 1024 / 8192.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -27,6 +32,8 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_probe.h"
+#include "kernels/cuda/fp8_gemm.h"
+#include "kernels/cuda/quant_gemv.h"
 #include "model/dense_quant.h"
 #include "test_tensors.h"
 
@@ -66,8 +73,9 @@ class CudaQuant : public ::testing::Test {
 };
 
 TEST_F(CudaQuant, MatchesTheCpuOverAwkwardShapes) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},    {7, 63},   {33, 65},  {129, 130},
-                                                           {64, 256}, {45, 300}, {13, 1030}, {200, 2050}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},     {7, 63},    {33, 65},    {129, 130},
+                                                           {64, 256},  {45, 300},  {13, 1030},  {200, 2050},
+                                                           {300, 4096}, {136, 12288}};
   for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
     double worst_gemv = 0, worst_prefill = 0;
     for (auto [n, k] : shapes) {
@@ -113,6 +121,127 @@ TEST_F(CudaQuant, RowBitsDoNotDependOnTheBatch) {
   }
 }
 
+TEST_F(CudaQuant, ManyRowsPassesMatchTheCpu) {
+  auto g64 = make_cuda_ops(0, 64);
+  ASSERT_TRUE(g64) << g64.status().to_string();
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    const int64_t n = 260, k = 1500;
+    const Matrix q = quantize(randn({n, k}, 77, 0.05f), f);
+    const Matrix dq = q.with_storage((*g64)->to_device(q.codes()), (*g64)->to_device(q.scales()));
+    for (int64_t m : {9, 17, 64}) {
+      const Tensor x = randn({m, k}, static_cast<uint32_t>(m + 3));
+      Tensor ref = Tensor::empty({m, n}, DType::kF32);
+      cpu_->matmul(ref, x, q);
+      Tensor out = (*g64)->empty({m, n});
+      (*g64)->matmul(out, (*g64)->to_device(x), dq);
+      EXPECT_LE(max_rel_err(ref, (*g64)->to_host(out)), 2e-5) << matrix_format_name(f) << " M=" << m;
+    }
+  }
+}
+
+// K slices summed by the last block of each row block or by a second kernel: the same
+// bits, the CPU's result, and the counters left ready for the next call (run twice).
+TEST_F(CudaQuant, FusedSliceSumEqualsTheSecondKernel) {
+  cudaStream_t stream = cuda_ops_stream(*gpu_);
+  const int sms = cuda::current_sm_count();
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{200, 2050}, {300, 4096}, {1000, 1100}}) {
+      const Matrix q = quantize(randn({n, k}, static_cast<uint32_t>(n * 3 + k), 0.05f), f);
+      const Matrix dq = up(q);
+      ASSERT_GT(cuda::quant_gemv_plan(n, k, sms).slices, 1) << "N=" << n << " K=" << k;
+      for (int64_t m : {1, 5, 8}) {
+        const Tensor x = randn({m, k}, static_cast<uint32_t>(m + 11));
+        Tensor ref = Tensor::empty({m, n}, DType::kF32);
+        cpu_->matmul(ref, x, q);
+        const Tensor xd = gpu_->to_device(x);
+        Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms) / 4)});
+        std::vector<Tensor> got;
+        for (int run = 0; run < 4; ++run) {
+          Tensor out = gpu_->empty({m, n});
+          cuda::QuantGemvArgs a;
+          a.out = out.data<float>();
+          a.ldo = n;
+          a.x = xd.data<float>();
+          a.ldx = k;
+          a.format = f;
+          a.codes = dq.codes().raw();
+          a.scales = dq.scales().raw();
+          a.m = m;
+          a.n = n;
+          a.k = k;
+          a.sm_count = sms;
+          a.workspace = ws.data<float>();
+          a.fused_sum = run >= 2;
+          cuda::quant_gemv(stream, a);
+          got.push_back(gpu_->to_host(out));
+        }
+        EXPECT_LE(max_rel_err(ref, got[0]), 2e-5) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m;
+        for (int run = 1; run < 4; ++run)
+          EXPECT_TRUE(same_bits(got[run], got[0])) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m
+                                                   << " run " << run;
+      }
+    }
+  }
+}
+
+TEST_F(CudaQuant, GemvPlanSplitsKAndCoversIt) {
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {4096, 12288}, {12288, 4096}, {24576, 4096}, {1536, 4096}, {4096, 8192}, {154880, 4096}, {7, 63}}) {
+    const cuda::QuantGemvPlan p = cuda::quant_gemv_plan(n, k, 132);
+    EXPECT_EQ(p.chunks, (k + 63) / 64);
+    EXPECT_LE(p.chunks_per_slice, cuda::kQuantMaxSliceChunks);
+    EXPECT_GE(p.slices * p.chunks_per_slice, p.chunks);
+    EXPECT_LT((p.slices - 1) * p.chunks_per_slice, p.chunks) << "an empty slice";
+    std::printf("[quant] plan N=%-6lld K=%-5lld: %lld row blocks x %lld K slices of %lld chunks\n",
+                static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(p.row_blocks),
+                static_cast<long long>(p.slices), static_cast<long long>(p.chunks_per_slice));
+  }
+}
+
+// cuBLASLt's FP8 block-scaled GEMM: the scale layouts it could mean, each against the CPU.
+TEST_F(CudaQuant, Fp8PrefillOnFp8TensorCores) {
+  const int64_t n = 384, k = 640, m = 48;
+  // Rows of W with very different magnitudes per 128 block, so that a misplaced
+  // scale shows.
+  Tensor w = randn({n, k}, 41, 0.05f);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) w.data<float>()[r * k + c] *= 1.0f + 7.0f * static_cast<float>((r / 128 + 2 * (c / 128)) % 5);
+  const Matrix q = quantize(w, MatrixFormat::kFp8Block);
+  const Matrix dq = up(q);
+  Tensor x = randn({m, k}, 42);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < k; ++c) x.data<float>()[r * k + c] *= 1.0f + static_cast<float>((r + 3 * (c / 128)) % 4);
+  Tensor ref = Tensor::empty({m, n}, DType::kF32);
+  cpu_->matmul(ref, x, q);
+  const Tensor xd = gpu_->to_device(x);
+  // Opt-in until it matches (fp8_gemm.h); without it fp8 prefill is dequantize + cuBLAS.
+  ::setenv("TF_FP8_PREFILL", "lt", 1);
+  const int64_t calls0 = cuda::fp8_block_gemm_count();
+  for (int layout = 0; layout < 4; ++layout) {
+    ::setenv("TF_FP8_SCALE_LAYOUT", std::to_string(layout).c_str(), 1);
+    Tensor out = gpu_->empty({m, n});
+    gpu_->matmul(out, xd, dq);
+    std::printf("[quant] fp8 prefill scale layout %d (weight k fastest %d, act k fastest %d): max rel err %.3g\n",
+                layout, layout & 1, (layout >> 1) & 1, max_rel_err(ref, gpu_->to_host(out)));
+  }
+  ::unsetenv("TF_FP8_SCALE_LAYOUT");
+  const bool lt = cuda::fp8_block_gemm_count() > calls0;
+  std::printf("[quant] fp8 prefill through cuBLASLt FP8: %s\n",
+              lt ? (cuda::fp8_block_gemm_f32_output() ? "yes, f32 output" : "yes, bf16 output") : "no (bf16 fallback)");
+  EXPECT_TRUE(lt) << "cuBLASLt took no FP8 block-scaled call";
+  for (bool acc : {false, true}) {
+    const Tensor init = randn({m, n}, 43);
+    Tensor want = init.contiguous();
+    cpu_->matmul(want, x, q, acc);
+    Tensor out = gpu_->to_device(init);
+    gpu_->matmul(out, xd, dq, acc);
+    const double e = max_rel_err(want, gpu_->to_host(out));
+    std::printf("[quant] fp8 prefill default layout%s: max rel err %.3g (tol 5e-2)\n", acc ? " acc" : "", e);
+    EXPECT_LE(e, 5e-2) << (acc ? "accumulate" : "");
+  }
+  ::unsetenv("TF_FP8_PREFILL");
+}
+
 TEST_F(CudaQuant, RefusesHostMatrices) {
   const Matrix q = quantize(randn({8, 64}, 1), MatrixFormat::kQ4);
   Tensor out = gpu_->empty({1, 8});
@@ -130,6 +259,29 @@ double seconds_per_call(int iters, F&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
 }
 
+// A matrix of random codes and small scales of logical shape [n, k] (timing only:
+// quantizing a 155K-row matrix on the host would take minutes).
+Matrix random_matrix(MatrixFormat f, int64_t n, int64_t k, uint64_t seed) {
+  const int64_t g = (k + 63) / 64;
+  Tensor codes = f == MatrixFormat::kQ4 ? Tensor::empty({n, g * 32}, DType::kU8) : Tensor::empty({n, k}, DType::kF8E4M3);
+  auto* bytes = static_cast<uint8_t*>(codes.raw());
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < codes.nbytes(); ++i) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    bytes[i] = static_cast<uint8_t>(s >> 24);
+    if (f == MatrixFormat::kFp8Block && (bytes[i] & 0x7F) == 0x7F) bytes[i] ^= 1;  // no NaN codes
+  }
+  if (f == MatrixFormat::kQ4) {
+    Tensor scales = Tensor::empty({n, g}, DType::kF16);
+    auto* h = scales.data<uint16_t>();
+    for (int64_t i = 0; i < n * g; ++i) h[i] = 0x2000;  // 2^-7
+    return Matrix::q4(codes, scales, k);
+  }
+  Tensor scales = Tensor::empty({(n + 127) / 128, (k + 127) / 128}, DType::kF32);
+  for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] = 1e-3f;
+  return Matrix::fp8_block(codes, scales);
+}
+
 TEST_F(CudaQuant, Bench) {
   auto g64 = make_cuda_ops(0, 64);  // m = 64 through the GEMV (8 passes of 8 rows)
   ASSERT_TRUE(g64) << g64.status().to_string();
@@ -140,38 +292,86 @@ TEST_F(CudaQuant, Bench) {
   std::printf("[quant-bench] %s: measured HBM copy %.0f GB/s, cuBLAS BF16 %.0f TFLOP/s\n", probe->name.c_str(), hbm,
               probe->bf16_tflops);
   struct Shape2 { int64_t n, k; const char* what; };
-  const Shape2 shapes[] = {{4096, 12288, "dense down 4096x12288"}, {24576, 4096, "dense gate_up 24576x4096"},
-                           {4096, 4096, "o_proj-like 4096x4096"}, {12288, 4096, "q/k/v-like 12288x4096"}};
+  const Shape2 shapes[] = {{8192, 4096, "4096->8192"},   {12288, 4096, "4096->12288"},  {24576, 4096, "4096->24576"},
+                           {1536, 4096, "4096->1536"},   {4096, 8192, "8192->4096"},    {4096, 12288, "12288->4096"},
+                           {154880, 4096, "lm_head 4096->154880"}};
   for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
     for (const Shape2& s : shapes) {
-      // Random codes are fine for timing; quantize one host matrix, replicate it on the device.
-      const Matrix q = quantize(randn({s.n, s.k}, 3, 0.02f), f);
+      const Matrix q = random_matrix(f, s.n, s.k, static_cast<uint64_t>(s.n + s.k));
       const int64_t bytes = q.nbytes();
       const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{400} << 20) / bytes + 1));
       std::vector<Matrix> dev;
       for (int i = 0; i < copies; ++i) dev.push_back(up(q));
-      for (int64_t m : {1, 4, 8, 64}) {
+      for (int64_t m : {1, 2, 4, 8, 64}) {
         const Tensor x = gpu_->to_device(randn({m, s.k}, 4));
         Tensor out = gpu_->empty({m, s.n});
-        const double t = seconds_per_call(40, [&](int i) { gemv_ops.matmul(out, x, dev[i % copies]); });
+        const double t = seconds_per_call(s.n > 100000 ? 10 : 40, [&](int i) { gemv_ops.matmul(out, x, dev[i % copies]); });
         const double gbps = bytes / t / 1e9;
-        std::printf("[quant-bench] gemv %-3s %-26s m=%-3lld %8.1f us  %7.0f GB/s  %5.1f%% of HBM\n",
+        std::printf("[quant-bench] gemv %-3s %-22s m=%-3lld %8.1f us  %7.0f GB/s  %5.1f%% of HBM\n",
                     matrix_format_name(f), s.what, static_cast<long long>(m), t * 1e6, gbps, 100 * gbps / hbm);
       }
     }
   }
-  // Prefill path: dequantize to bf16 + cuBLAS, at model shapes.
-  for (MatrixFormat f : {MatrixFormat::kFp8Block, MatrixFormat::kQ4}) {
-    const int64_t n = 12288, k = 4096;
-    const Matrix dq = up(quantize(randn({n, k}, 5, 0.02f), f));
-    for (int64_t m : {64, 2048, 8192}) {
-      const Tensor x = gpu_->to_device(randn({m, k}, 6));
-      Tensor out = gpu_->empty({m, n});
-      const double t = seconds_per_call(10, [&](int) { gpu_->matmul(out, x, dq); });
-      std::printf("[quant-bench] prefill %-3s M=%lld N=%lld K=%lld: %.2f ms, %.0f TFLOP/s (dequant bf16 + cuBLAS)\n",
-                  matrix_format_name(f), static_cast<long long>(m), static_cast<long long>(n),
-                  static_cast<long long>(k), t * 1e3, 2.0 * m * n * k / t / 1e12);
+  // The plan's knob swept by direct kernel calls: blocks per SM (so K slices) on two shapes.
+  cudaStream_t stream = cuda_ops_stream(*gpu_);
+  const int sms = cuda::current_sm_count();
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{4096, 12288}, {12288, 4096}}) {
+      const Matrix q = random_matrix(f, n, k, 9);
+      const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{400} << 20) / q.nbytes() + 1));
+      std::vector<Matrix> dev;
+      for (int i = 0; i < copies; ++i) dev.push_back(up(q));
+      for (int bps : {1, 2, 4, 8, 16}) {
+        const cuda::QuantGemvPlan plan = cuda::quant_gemv_plan(n, k, sms, bps);
+        for (int64_t m : {1, 8}) {
+          const Tensor x = gpu_->to_device(randn({m, k}, 4));
+          Tensor out = gpu_->empty({m, n});
+          Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms, bps) / 4)});
+          cuda::QuantGemvArgs a;
+          a.out = out.data<float>();
+          a.ldo = n;
+          a.x = x.data<float>();
+          a.ldx = k;
+          a.format = f;
+          a.scales = nullptr;
+          a.m = m;
+          a.n = n;
+          a.k = k;
+          a.sm_count = sms;
+          a.blocks_per_sm = bps;
+          a.workspace = ws.data<float>();
+          const double t = seconds_per_call(40, [&](int i) {
+            a.codes = dev[i % copies].codes().raw();
+            a.scales = dev[i % copies].scales().raw();
+            cuda::quant_gemv(stream, a);
+          });
+          const double gbps = q.nbytes() / t / 1e9;
+          std::printf("[quant-bench] sweep %-3s N=%-5lld K=%-5lld blocks/SM %-2d (%3lld K slices) m=%lld %7.1f us %5.1f%% of HBM\n",
+                      matrix_format_name(f), static_cast<long long>(n), static_cast<long long>(k), bps,
+                      static_cast<long long>(plan.slices), static_cast<long long>(m), t * 1e6, 100 * gbps / hbm);
+        }
+      }
     }
+  }
+  // Prefill: fp8 on FP8 tensor cores (cuBLASLt block scales), q4 dequantized to bf16 + cuBLAS.
+  for (int variant = 0; variant < 3; ++variant) {
+    const MatrixFormat f = variant < 2 ? MatrixFormat::kFp8Block : MatrixFormat::kQ4;
+    if (variant == 1) ::setenv("TF_FP8_PREFILL", "lt", 1);  // the opt-in FP8 tensor-core path
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{12288, 4096}, {4096, 12288}}) {
+      const Matrix dq = up(random_matrix(f, n, k, 5));
+      for (int64_t m : {1024, 8192}) {
+        const Tensor x = gpu_->to_device(randn({m, k}, 6));
+        Tensor out = gpu_->empty({m, n});
+        const int64_t c0 = cuda::fp8_block_gemm_count();
+        const double t = seconds_per_call(10, [&](int) { gpu_->matmul(out, x, dq); });
+        const bool lt = cuda::fp8_block_gemm_count() > c0;
+        std::printf("[quant-bench] prefill %-3s M=%-5lld N=%-5lld K=%-5lld %7.3f ms %6.0f TFLOP/s (%s)\n",
+                    matrix_format_name(f), static_cast<long long>(m), static_cast<long long>(n),
+                    static_cast<long long>(k), t * 1e3, 2.0 * m * n * k / t / 1e12,
+                    lt ? "FP8 tensor cores, cuBLASLt block scales (opt-in)" : "dequant bf16 + cuBLAS");
+      }
+    }
+    ::unsetenv("TF_FP8_PREFILL");
   }
 }
 

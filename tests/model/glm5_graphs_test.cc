@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "glm5_fixture.h"
+#include "graph_schedule.h"
 
 namespace tf::test {
 namespace {
@@ -199,6 +200,35 @@ TEST(Glm5Graphs, OneLmHeadForMixedEntriesEqualsEachAlone) {
   // CPU backend: the device logits are host memory too.
   EXPECT_TRUE(same_bits((*r)[2].device_logits.contiguous(), alone[2]));
   EXPECT_TRUE(same_bits((*r)[1].device_logits.contiguous(), alone[1]));
+}
+
+// Sequences joining and leaving between steps (bucket rows change sequences, pages
+// are reused), bf16 and fp8 latent caches: the graph path (attention cores inside the
+// segments, padded rows on scratch state) equals the eager step bit for bit.
+TEST(Glm5Graphs, JoinsAndLeavesEqualEager) {
+  for (const auto& dir : fixture_dirs()) {
+    const Fixture f = load_fixture(dir);
+    for (DType latent : {DType::kBF16, DType::kF8E4M3}) {
+      std::vector<Tensor> got[2];
+      int k = 0;
+      for (Glm5Options::Graphs mode : {Glm5Options::Graphs::kOff, Glm5Options::Graphs::kOn}) {
+        auto comm = make_single_rank_communicator();
+        Glm5Options o = opts(mode);
+        o.latent_dtype = latent;
+        auto model = load_model(f, *comm, o);
+        ASSERT_TRUE(model);
+        got[k++] = run_join_leave(*model, f, join_leave_schedule());
+        if (mode == Glm5Options::Graphs::kOn) {
+          EXPECT_GT(model->step_graphs().stats().replays, 0);
+          EXPECT_EQ(model->step_graphs().stats().eager_fallbacks, 0);
+        }
+      }
+      ASSERT_FALSE(got[0].empty()) << f.name;
+      ASSERT_EQ(got[0].size(), got[1].size()) << f.name;
+      for (size_t i = 0; i < got[0].size(); ++i)
+        EXPECT_TRUE(same_bits(got[0][i], got[1][i])) << f.name << " " << dtype_name(latent) << " row " << i;
+    }
+  }
 }
 
 TEST(Glm5Graphs, Buckets) {

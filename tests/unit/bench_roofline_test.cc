@@ -45,6 +45,18 @@ bool kept_f32(const std::string& name) {
   return false;
 }
 
+// The matrices DENSE=q4/fp8 re-quantizes at load (glm5_weights.cc's qmat calls), by name:
+// KDA and MLA projections (not the gate bottlenecks, b_proj, kv_b or the indexer),
+// dense MLPs and shared experts (not routed experts or the router).
+bool dense_requantized(const std::string& name) {
+  if (name.find(".mlp.experts.") != std::string::npos || name.find("indexer") != std::string::npos) return false;
+  if (name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return false;  // biases stay f32
+  for (const char* part : {".q_proj.", ".k_proj.", ".v_proj.", ".o_proj.", ".q_a_proj.", ".q_b_proj.",
+                           ".kv_a_proj_with_mqa.", ".gate_proj.", ".up_proj.", ".down_proj."})
+    if (name.find(part) != std::string::npos) return true;
+  return false;
+}
+
 TEST(Roofline, RealConfigLayerSchedule) {
   RooflineModel m = real_model();
   ASSERT_TRUE(m.validate().is_ok());
@@ -107,6 +119,49 @@ TEST(Roofline, RealConfigDecodeBytes) {
   EXPECT_DOUBLE_EQ(l.latents, 4.0 * 11 * 2048 * 1024);
   EXPECT_DOUBLE_EQ(l.indexer_keys, 4.0 * 11 * 32768 * 128 * 4);
   EXPECT_DOUBLE_EQ(l.kda_state, 4.0 * 34 * 1122304 * 4 * 2);
+}
+
+TEST(Roofline, DenseFormatAndExl3ExpertBytes) {
+  const RooflineModel m = real_model();
+  const ModelWeights w = model_weights(m);
+  // DENSE re-quantizes per KDA layer q, k, v, o 4*8192*4096 = 134,217,728; per MLA layer
+  // q_a 6,291,456 + q_b 25,165,824 + kv_a 2,097,152 + o 67,108,864 = 100,663,296; the
+  // dense MLPs 150,994,944 each and the shared experts 25,165,824 per MoE layer.
+  EXPECT_EQ(w.non_routed.quantized, 34 * int64_t{134217728} + 11 * int64_t{100663296} + 3 * int64_t{150994944} +
+                                        42 * int64_t{25165824});
+  EXPECT_EQ(w.non_routed.quantized, 7180648448);
+  RooflineDtypes d = dtypes("bf16", "fp8");
+  EXPECT_EQ(d.dense_name, "bf16");
+  EXPECT_DOUBLE_EQ(d.dense, 2.0);
+  ASSERT_TRUE(set_dense_format(d, "q4").is_ok());
+  EXPECT_DOUBLE_EQ(d.dense, 4.25 / 8);  // 4-bit codes + an f16 scale per 64 weights
+  EXPECT_EQ(d.dense_name, "q4");
+  ASSERT_TRUE(set_exl3_experts(d, m, 4).is_ok());
+  // K = 4: half a byte per weight + the f16 sign vectors (4096 + 2048 per 4096 x 2048 matrix).
+  EXPECT_DOUBLE_EQ(d.expert, 0.5 + 2.0 * (4096 + 2048) / (4096.0 * 2048));
+  const DecodeTraffic t = decode_traffic(m, d, 1, 1000);
+  EXPECT_DOUBLE_EQ(t.weights,
+                   2.0 * (8197636096 - 7180648448) + 4.25 / 8 * 7180648448 + 4.0 * 88980286);
+  EXPECT_NEAR(t.routed_experts, 42.0 * 8 * 25165824 * d.expert, 1.0);
+  // What a batch-1 step streams with EXL3 experts and q4 dense: 2.03 GB of bf16 matrices
+  // (lm_head 1.27 of them), 3.81 GB q4, 0.36 GB f32 and 4.24 GB of experts (issue #8
+  // estimated 8.5 GB; the f32 mHC/routers and the bf16 lm_head make the difference).
+  EXPECT_NEAR((t.weights + t.routed_experts) / 1e9, 10.44, 0.01);
+  nlohmann::json j = decode_roofline(m, d, RooflineHardware{4800, 790, "flags"}, 1, 1000);
+  EXPECT_EQ(j["detail"]["dense_format"], "q4");
+  EXPECT_EQ(j["detail"]["expert_format"], "exl3 4-bit");
+  EXPECT_NE(j["summary"].get<std::string>().find("dense q4, experts exl3 4-bit"), std::string::npos);
+  // fp8 dense: a byte + an f32 per 128x128 block; bf16 / f32 / "" keep the weight dtype.
+  ASSERT_TRUE(set_dense_format(d, "fp8").is_ok());
+  EXPECT_DOUBLE_EQ(d.dense, 1.0 + 4.0 / 16384);
+  ASSERT_TRUE(set_dense_format(d, "bf16").is_ok());
+  EXPECT_DOUBLE_EQ(d.dense, 2.0);
+  EXPECT_EQ(d.dense_name, "bf16");
+  ASSERT_TRUE(set_dense_format(d, "").is_ok());
+  EXPECT_DOUBLE_EQ(d.dense, 2.0);
+  EXPECT_NE(set_dense_format(d, "q3").message().find("DENSE"), std::string::npos);
+  EXPECT_FALSE(set_exl3_experts(d, m, 0).is_ok());
+  EXPECT_FALSE(set_exl3_experts(d, m, 9).is_ok());
 }
 
 TEST(Roofline, ExpectedDistinctExperts) {
@@ -198,10 +253,11 @@ void expect_matches_weight_spec(const Glm5Config& cfg) {
   WeightSpecOptions o;
   o.include_mtp = false;
   o.include_vision = false;
-  int64_t total = 0, routed = 0, f32 = 0, embed = 0;
+  int64_t total = 0, routed = 0, f32 = 0, embed = 0, quantized = 0;
   for (const WeightSpecEntry& e : glm5_weight_spec(cfg, o)) {
     const int64_t n = shape_numel(e.shape);
     total += n;
+    if (dense_requantized(e.name)) quantized += n;
     if (e.name.find(".mlp.experts.") != std::string::npos) {
       routed += n;
     } else if (e.name.find("embed_tokens") != std::string::npos) {
@@ -214,6 +270,7 @@ void expect_matches_weight_spec(const Glm5Config& cfg) {
   EXPECT_EQ(w.routed_total, routed);
   EXPECT_EQ(w.embedding, embed);
   EXPECT_EQ(w.non_routed.kept_f32, f32);
+  EXPECT_EQ(w.non_routed.quantized, quantized);
   // Tied: the logits still read the table as lm_head, so the decode step counts it.
   const int64_t lm_head = cfg.text.tie_word_embeddings ? embed : 0;
   EXPECT_EQ(w.non_routed.total(), total - routed - embed + lm_head);

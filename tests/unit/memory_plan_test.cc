@@ -4,11 +4,13 @@
 
 #include "engine/memory_plan.h"
 #include "engine/paged_cache_budget.h"
+#include "model/config.h"
 
 namespace tf {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
+const std::string kData = TF_TEST_DATA_DIR;
 
 MemoryPlanInput base() {
   MemoryPlanInput in;
@@ -90,6 +92,80 @@ TEST(PagedCacheBudget, ReservesWholePagesAndReleasesOnce) {
   b.release(*h2);
   EXPECT_EQ(b.free_tokens(), 640);
   EXPECT_EQ(b.live_reservations(), 0u);
+}
+
+// DENSE's formats cost 4.25 bits (q4: 4-bit codes + an f16 scale per 64) and 1 byte + an
+// f32 per 128x128 block (fp8); dense matrices their own dtype.
+TEST(WeightBytes, FormatBytesPerWeight) {
+  EXPECT_DOUBLE_EQ(matrix_format_bytes_per_weight(MatrixFormat::kQ4, 2.0), 4.25 / 8);
+  EXPECT_DOUBLE_EQ(matrix_format_bytes_per_weight(MatrixFormat::kFp8Block, 2.0), 1.0 + 4.0 / 16384);
+  EXPECT_DOUBLE_EQ(matrix_format_bytes_per_weight(MatrixFormat::kDense, 2.0), 2.0);
+  EXPECT_DOUBLE_EQ(matrix_format_bytes_per_weight(MatrixFormat::kDense, 4.0), 4.0);
+}
+
+// GLM-5.3-Flash: the matrices glm5_weights.cc re-quantizes. Per KDA layer q, k, v, o
+// 4 x 8192 x 4096 = 134,217,728 (34 layers); per MLA layer q_a 1536x4096 + q_b 16384x1536
+// + kv_a 512x4096 + o 4096x16384 = 100,663,296 (11 layers, + 1 in the MTP layer); dense
+// MLPs 3 x 12288 x 4096 = 150,994,944 (3 layers); shared experts 3 x 2048 x 4096 =
+// 25,165,824 (42 MoE layers + the MTP layer); the MTP eh_proj 4096 x 8192 = 33,554,432.
+TEST(WeightBytes, RequantizedElementsOfTheRealConfig) {
+  auto cfg = load_glm5_config(kData + "/glm53/config.json");
+  ASSERT_TRUE(cfg.has_value()) << cfg.status().to_string();
+  const int64_t want = 34 * int64_t{134217728} + 12 * int64_t{100663296} + 3 * int64_t{150994944} +
+                       43 * int64_t{25165824} + int64_t{33554432};
+  EXPECT_EQ(want, 7340032000);
+  EXPECT_EQ(dense_requantized_elements(*cfg), want);
+}
+
+TEST(WeightBytes, DenseFormatFreesMemoryForThePool) {
+  WeightBytesInput in;
+  in.file_bytes = 20 * kGiB;  // a BF16 checkpoint
+  in.matrix_dtype = DType::kBF16;
+  // BF16 on the GPU: the files + 5% for what stays f32; DENSE=bf16 saves nothing.
+  EXPECT_EQ(estimate_weight_bytes(in), 21 * kGiB);
+  in.requantized_elements = 7 * (kGiB / 2);  // 7 GiB of the 20 are re-quantized matrices
+  EXPECT_EQ(estimate_weight_bytes(in), 21 * kGiB);
+  // q4: each of those weights goes from 2 bytes to 4.25 bits.
+  in.dense = MatrixFormat::kQ4;
+  const int64_t q4 = estimate_weight_bytes(in);
+  EXPECT_EQ(q4, 21 * kGiB - static_cast<int64_t>(7.0 * (kGiB / 2) * (2.0 - 4.25 / 8)));
+  // fp8: from 2 bytes to 1 + 4/16384.
+  in.dense = MatrixFormat::kFp8Block;
+  const int64_t fp8 = estimate_weight_bytes(in);
+  EXPECT_NEAR(static_cast<double>(fp8), 21.0 * kGiB - 7.0 * (kGiB / 2) * (1.0 - 4.0 / 16384), 1.0);
+  EXPECT_LT(q4, fp8);
+  // The CPU holds f32: twice the files, and q4 saves 4 - 0.53125 bytes per weight.
+  in.matrix_dtype = DType::kF32;
+  in.dense = MatrixFormat::kQ4;
+  EXPECT_EQ(estimate_weight_bytes(in), 40 * kGiB - static_cast<int64_t>(7.0 * (kGiB / 2) * (4.0 - 4.25 / 8)));
+  // An FP8 checkpoint's matrices are held BF16: twice its files (+5%).
+  in.matrix_dtype = DType::kBF16;
+  in.dense = MatrixFormat::kDense;
+  in.fp8_checkpoint = true;
+  EXPECT_EQ(estimate_weight_bytes(in), 42 * kGiB);
+  // Never below zero, whatever the inputs.
+  in.dense = MatrixFormat::kQ4;
+  in.requantized_elements = 1000 * kGiB;
+  EXPECT_EQ(estimate_weight_bytes(in), 0);
+}
+
+TEST(WeightBytes, PoolGrowsByWhatQ4Frees) {
+  WeightBytesInput w;
+  w.file_bytes = 20 * kGiB;
+  w.requantized_elements = 7 * (kGiB / 2);
+  MemoryPlanInput in = base();
+  in.available_bytes = 40 * kGiB;
+  in.context = 0;
+  in.model_max_context = int64_t{1} << 40;
+  in.weight_bytes = estimate_weight_bytes(w);
+  auto bf16 = plan_memory(in);
+  w.dense = MatrixFormat::kQ4;
+  in.weight_bytes = estimate_weight_bytes(w);
+  auto q4 = plan_memory(in);
+  ASSERT_TRUE(bf16.has_value() && q4.has_value());
+  const int64_t freed = static_cast<int64_t>(7.0 * (kGiB / 2) * (2.0 - 4.25 / 8));
+  const int64_t page = 1024 * 64;
+  EXPECT_NEAR(static_cast<double>(q4->pool_bytes - bf16->pool_bytes), static_cast<double>(freed), page);
 }
 
 }  // namespace

@@ -132,4 +132,15 @@ void Ops::kda_recurrent_rows(Tensor& out, const Tensor& q, const Tensor& k, cons
   }
 }
 
+void Ops::kda_conv_qkv_rows(Tensor& /*out_q*/, Tensor& /*out_k*/, Tensor& /*out_v*/, const Tensor& /*x_q*/,
+                            const Tensor& /*x_k*/, const Tensor& /*x_v*/, const KdaRowsView& /*rows*/,
+                            const Tensor& /*weight*/) {
+  throw StatusError(unimplemented(std::string(name()) + " backend: kda_conv_qkv_rows"));
+}
+
+void Ops::kda_recurrent_state_rows(Tensor& /*out*/, const Tensor& /*q*/, const Tensor& /*k*/, const Tensor& /*v*/,
+                                   const Tensor& /*g*/, const Tensor& /*beta*/, const KdaRowsView& /*rows*/) {
+  throw StatusError(unimplemented(std::string(name()) + " backend: kda_recurrent_state_rows"));
+}
+
 }  // namespace tf

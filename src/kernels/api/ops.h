@@ -68,6 +68,20 @@ struct DecodeRowsView {
   int64_t kpool = 0, index_dim = 0;
 };
 
+// KDA decode rows of one step (one new token per row, each row its own sequence) for
+// one KDA layer: per-row state addresses in device memory (CPU backend: host memory),
+// filled by one upload per step, so the ops below launch the same work whatever the
+// sequences and are capture-safe. Address 0 marks a padded row (a graph bucket's
+// spare rows): its outputs are zeros and no state is touched.
+struct KdaRowsView {
+  int64_t rows = 0;
+  // [rows]: the address of the row's f32 conv state [3, K-1, C] (q, k, v), or 0.
+  const int64_t* conv_states = nullptr;
+  // [rows]: the address of the row's f32 recurrent state [H, Dk, Dv], or 0.
+  const int64_t* recurrent_states = nullptr;
+  int64_t heads = 0, key_dim = 0, value_dim = 0;  // H, Dk, Dv
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -164,6 +178,17 @@ class Ops {
                                        const Tensor& weight);
   virtual void kda_recurrent_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                   const Tensor& beta, std::span<Tensor* const> states);
+  // The same over a KdaRowsView (capture-safe; padded rows: zeros). The q, k and v
+  // short convolutions of a layer in one call: x_*, out_* [B, C], weight [3, C, K]
+  // (q, k, v taps), row b's conv state [3, K-1, C]; each result equals
+  // causal_conv1d_silu on that row and that part of its state (K = 1: no state, no
+  // padded rows: every row is computed).
+  virtual void kda_conv_qkv_rows(Tensor& out_q, Tensor& out_k, Tensor& out_v, const Tensor& x_q, const Tensor& x_k,
+                                 const Tensor& x_v, const KdaRowsView& rows, const Tensor& weight);
+  // kda_recurrent for row b with its recurrent state: q, k, g [B, H*Dk], v, out [B, H*Dv],
+  // beta [B, H]; the same bits as kda_recurrent on that row alone.
+  virtual void kda_recurrent_state_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& g, const Tensor& beta, const KdaRowsView& rows);
 
   // ---- MLA + DSA (one sequence per call) ------------------------------------
   // Absorbed sparse attention over cached latents: q [T, H, R] (already multiplied

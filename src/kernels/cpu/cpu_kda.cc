@@ -1,7 +1,10 @@
 // Kimi Delta Attention: the causal depthwise conv with its state, the forget
 // gate, and the delta-rule recurrence in two forms (token by token for decode,
 // chunked WY form for prefill). Heads are independent and split across threads.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -213,6 +216,79 @@ void kda_chunked(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
       }
     }
   });
+}
+
+namespace {
+
+void check_rows_of(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t width) {
+  if (t.dim() != 2 || t.size(0) != rows || t.size(1) != width)
+    throw StatusError(invalid_argument(std::string(op) + ": " + what + " " + t.describe() + " is not [" +
+                                       std::to_string(rows) + ", " + std::to_string(width) + "]"));
+  check_f32(op, t);
+}
+
+float* address_of(const int64_t* addrs, int64_t b) {
+  return reinterpret_cast<float*>(static_cast<uintptr_t>(addrs[b]));
+}
+
+}  // namespace
+
+// The rows one by one through the one-sequence ops on views of their states (the
+// reference the CUDA kernels match).
+void kda_conv_qkv_rows(Tensor& out_q, Tensor& out_k, Tensor& out_v, const Tensor& x_q, const Tensor& x_k,
+                       const Tensor& x_v, const KdaRowsView& rows, const Tensor& weight) {
+  const char* op = "kda_conv_qkv_rows";
+  check_f32(op, weight);
+  if (weight.dim() != 3 || weight.size(0) != 3 || weight.size(2) < 1)
+    throw StatusError(invalid_argument(std::string(op) + ": weight must be [3, C, K], got " + weight.describe()));
+  const int64_t b = rows.rows, c = weight.size(1), kw = weight.size(2);
+  Tensor* outs[3] = {&out_q, &out_k, &out_v};
+  const Tensor* xs[3] = {&x_q, &x_k, &x_v};
+  for (int p = 0; p < 3; ++p) {
+    check_rows_of(op, "out", *outs[p], b, c);
+    check_rows_of(op, "x", *xs[p], b, c);
+  }
+  if (b > 0 && rows.conv_states == nullptr) throw StatusError(invalid_argument(std::string(op) + ": no conv states"));
+  for (int64_t r = 0; r < b; ++r) {
+    float* base = address_of(rows.conv_states, r);
+    for (int p = 0; p < 3; ++p) {
+      Tensor o = outs[p]->slice(0, r, r + 1);
+      if (base == nullptr && kw > 1) {  // K = 1 has no state: every row is computed
+        std::fill_n(o.data<float>(), c, 0.0f);
+        continue;
+      }
+      Tensor state = kw > 1 ? Tensor::view_of(base + p * (kw - 1) * c, {kw - 1, c}, DType::kF32)
+                            : Tensor::zeros({0, c}, DType::kF32);
+      causal_conv1d_silu(o, xs[p]->slice(0, r, r + 1), state, weight.select(0, p));
+    }
+  }
+}
+
+void kda_recurrent_state_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const KdaRowsView& rows) {
+  const char* op = "kda_recurrent_state_rows";
+  const int64_t b = rows.rows, h = rows.heads, dk = rows.key_dim, dv = rows.value_dim;
+  if (h <= 0 || dk <= 0 || dv <= 0)
+    throw StatusError(invalid_argument(std::string(op) + ": the view's heads and head dims must be positive"));
+  check_rows_of(op, "q", q, b, h * dk);
+  check_rows_of(op, "k", k, b, h * dk);
+  check_rows_of(op, "g", g, b, h * dk);
+  check_rows_of(op, "v", v, b, h * dv);
+  check_rows_of(op, "out", out, b, h * dv);
+  check_rows_of(op, "beta", beta, b, h);
+  if (b > 0 && rows.recurrent_states == nullptr)
+    throw StatusError(invalid_argument(std::string(op) + ": no recurrent states"));
+  for (int64_t r = 0; r < b; ++r) {
+    Tensor o = out.slice(0, r, r + 1);
+    float* base = address_of(rows.recurrent_states, r);
+    if (base == nullptr) {
+      std::fill_n(o.data<float>(), h * dv, 0.0f);
+      continue;
+    }
+    Tensor state = Tensor::view_of(base, {h, dk, dv}, DType::kF32);
+    kda_recurrent(o, q.slice(0, r, r + 1), k.slice(0, r, r + 1), v.slice(0, r, r + 1), g.slice(0, r, r + 1),
+                  beta.slice(0, r, r + 1), state);
+  }
 }
 
 }  // namespace tf::cpu

@@ -61,6 +61,11 @@ void kda_recurrent(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& 
                    const Tensor& beta, Tensor& state);
 void kda_chunked(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                  const Tensor& beta, Tensor& state, int chunk_size);
+// KDA decode rows over host state addresses (KdaRowsView; 0 = padded row: zeros).
+void kda_conv_qkv_rows(Tensor& out_q, Tensor& out_k, Tensor& out_v, const Tensor& x_q, const Tensor& x_k,
+                       const Tensor& x_v, const KdaRowsView& rows, const Tensor& weight);
+void kda_recurrent_state_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const KdaRowsView& rows);
 
 void mla_sparse_attention(Tensor& out, const Tensor& q, const LatentPagesView& cache, const Tensor& indices,
                           float scale);

@@ -113,6 +113,14 @@ class CpuOps final : public Ops {
                    const Tensor& beta, Tensor& state, int chunk_size) override {
     cpu::kda_chunked(out, q, k, v, g, beta, state, chunk_size);
   }
+  void kda_conv_qkv_rows(Tensor& out_q, Tensor& out_k, Tensor& out_v, const Tensor& x_q, const Tensor& x_k,
+                         const Tensor& x_v, const KdaRowsView& rows, const Tensor& weight) override {
+    cpu::kda_conv_qkv_rows(out_q, out_k, out_v, x_q, x_k, x_v, rows, weight);
+  }
+  void kda_recurrent_state_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, const KdaRowsView& rows) override {
+    cpu::kda_recurrent_state_rows(out, q, k, v, g, beta, rows);
+  }
   void mla_sparse_attention(Tensor& out, const Tensor& q, const LatentPagesView& cache, const Tensor& indices,
                             float scale) override {
     cpu::mla_sparse_attention(out, q, cache, indices, scale);

@@ -2,7 +2,10 @@
 // store of new latents into it (f32, bf16, or fp8 e4m3 with a per-token scale),
 // on the GPU. The view's pages, scales and page_table are device pointers.
 //
-// Attention: one block per (query row, head). The block sorts the row's indices
+// Attention: the split-token kernels of cuda_mla_decode.cu for every shape they take
+// (both the one-sequence op, for the few rows the dispatcher sends here, and the
+// decode-rows op use them, so a decode row gives the same bits through either op);
+// otherwise the kernel below, one block per (query row, head). The block sorts the row's indices
 // in shared memory (bitonic), drops out-of-range ones and duplicates (so each
 // cached token counts once, as on the CPU) and looks up each token's page once;
 // warps score several tokens at a time (loads in flight), then the softmax, then
@@ -10,7 +13,7 @@
 // and the warps' partials are added in a fixed order.
 //
 // The *_rows variants (decode rows of a step, ops.h DecodeRowsView) run the same
-// kernels with each block reading its row's page table address and position from
+// kernels as the one-sequence op with each block reading its row's page table address and position from
 // device memory: the launch depends only on the number of rows (capture-safe).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -23,6 +26,7 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_mla_decode.h"
 #include "kernels/cuda/cuda_util.cuh"
 
 namespace tf::cuda {
@@ -280,6 +284,12 @@ void mla_sparse_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const 
   const int64_t h = q.numel() / (t * r);
   check_dev(ctx, "mla_sparse_attention out", out, DType::kF32, t * h * r);
   if (h == 0) return;
+  const MlaSplitPages split{cache.pages, cache.scales, cache.dtype, cache.page_table, cache.page_size,
+                            cache.width,  cache.page_stride, cache.num_tokens, nullptr, nullptr};
+  if (mla_split_supported(h, split, w)) {
+    mla_split_attention(ctx, out.data<float>(), q.data<float>(), split, indices.data<int32_t>(), t, w, h, scale);
+    return;
+  }
   int padded = 1;
   while (padded < w) padded <<= 1;
   const size_t smem = attention_smem(padded, r);
@@ -368,6 +378,12 @@ void mla_sparse_attention_rows(CudaContext& ctx, Tensor& out, const Tensor& q, c
   if (h == 0) return;
   if (w == 0) {
     rows_throw(cuda_status(cudaMemsetAsync(out.raw(), 0, out.nbytes(), ctx.stream), "mla_sparse_attention_rows"));
+    return;
+  }
+  const MlaSplitPages split{rows.pages, rows.scales, rows.dtype, nullptr, rows.page_size, r, rows.page_stride, 0,
+                            rows.page_tables, rows.positions};
+  if (mla_split_supported(h, split, w)) {
+    mla_split_attention(ctx, out.data<float>(), q.data<float>(), split, indices.data<int32_t>(), t, w, h, scale);
     return;
   }
   int padded = 1;

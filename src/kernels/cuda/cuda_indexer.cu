@@ -3,7 +3,9 @@
 // scores (one thread per (query row, pool), the row's q and weights in shared
 // memory). Both keep the CPU reference's summation order. The decode-rows variants
 // (one token per row, each its own sequence) read positions and state addresses on
-// the device and launch a fixed grid per row count (capture-safe).
+// the device and launch a grid that depends only on the row count and the score
+// buffer's width (capture-safe); the pool scores of a row spread over blocks of 128
+// pools, a thread per pool (pooled keys 16-byte aligned, as tensors are).
 #include <cfloat>
 #include <cstdint>
 #include <string>
@@ -176,7 +178,7 @@ __global__ void update_rows_kernel(const int32_t* __restrict__ pos, const int64_
   }
 }
 
-// A warp per pool (grid-stride over the row's pools): lanes hold 4 channels of the pool
+// The general path: a warp per pool (grid-stride over the row's pools): lanes hold 4 channels of the pool
 // key each, every head's dot product is a warp reduction (a fixed tree: the result does
 // not depend on the batch), heads are summed in order as in indexer_scores.
 constexpr int kScoreThreads = 256;
@@ -205,6 +207,56 @@ __global__ void __launch_bounds__(kScoreThreads)
     }
     if (lane == 0) out[b * width + pi] = acc;
   }
+}
+
+// The fast path (h <= 32 heads, d a multiple of 16): a thread per pool, blocks over the
+// score columns (the grid follows the score buffer's width, not the rows' lengths, so it
+// stays capture-safe; blocks past a row's pools return at once). The row's q and
+// weights sit in shared memory (every read a broadcast); the pool key comes into
+// registers 16 channels at a time; each head's dot product runs over the channels in
+// order, then the heads are summed in order, as in pool_score.
+constexpr int kFastHeads = 32, kKeyChunk = 16, kPoolThreads = 128;
+__global__ void __launch_bounds__(kPoolThreads)
+    scores_rows_pool_kernel(float* __restrict__ out, const int32_t* __restrict__ pos,
+                            const int64_t* __restrict__ pool_keys, const float* __restrict__ q,
+                            const float* __restrict__ w, int64_t width, int64_t kp, int h, int d, float scale) {
+  extern __shared__ __align__(16) float sqw[];  // q[h*d] then weights[h]
+  const int64_t b = blockIdx.y;
+  const int64_t n = min(int64_t(pos[b] + 1) / kp, width), first = int64_t(blockIdx.x) * kPoolThreads;
+  if (first >= n) return;
+  for (int i = threadIdx.x; i < h * d; i += kPoolThreads) sqw[i] = q[b * h * d + i];
+  for (int i = threadIdx.x; i < h; i += kPoolThreads) sqw[h * d + i] = w[b * h + i];
+  __syncthreads();
+  const int64_t pi = first + threadIdx.x;
+  if (pi >= n) return;
+  const float4* kv = reinterpret_cast<const float4*>(row_addr<const float>(pool_keys, b) + pi * d);
+  float s[kFastHeads];
+#pragma unroll
+  for (int hh = 0; hh < kFastHeads; ++hh) s[hh] = 0.0f;
+  for (int c = 0; c < d; c += kKeyChunk) {
+    float4 k4[kKeyChunk / 4];
+#pragma unroll
+    for (int i = 0; i < kKeyChunk / 4; ++i) k4[i] = kv[c / 4 + i];
+#pragma unroll
+    for (int hh = 0; hh < kFastHeads; ++hh) {
+      if (hh < h) {
+        const float4* qh = reinterpret_cast<const float4*>(sqw + hh * d + c);
+#pragma unroll
+        for (int i = 0; i < kKeyChunk / 4; ++i) {
+          const float4 qv = qh[i];
+          s[hh] = fmaf(qv.x, k4[i].x, s[hh]);
+          s[hh] = fmaf(qv.y, k4[i].y, s[hh]);
+          s[hh] = fmaf(qv.z, k4[i].z, s[hh]);
+          s[hh] = fmaf(qv.w, k4[i].w, s[hh]);
+        }
+      }
+    }
+  }
+  float acc = 0.0f;
+#pragma unroll
+  for (int hh = 0; hh < kFastHeads; ++hh)
+    if (hh < h) acc += sqw[h * d + hh] * fmaxf(0.0f, s[hh] * scale);
+  out[b * width + pi] = acc;
 }
 
 __global__ void token_indices_rows_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ sel,
@@ -257,6 +309,15 @@ void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& ro
   if (smem > 48 * 1024)
     throw StatusError(unimplemented("indexer_scores_rows: " + std::to_string(h) + " heads of width " +
                                     std::to_string(d) + " exceed the kernel's shared memory"));
+  if (h <= kFastHeads && d % kKeyChunk == 0 && (width + kPoolThreads - 1) / kPoolThreads <= INT32_MAX &&
+      b <= 65535) {
+    const dim3 grid(static_cast<unsigned>((width + kPoolThreads - 1) / kPoolThreads), static_cast<unsigned>(b));
+    scores_rows_pool_kernel<<<grid, kPoolThreads, smem, ctx.stream>>>(
+        out.data<float>(), rows.positions, rows.pool_keys, q.data<float>(), weights.data<float>(), width, rows.kpool,
+        static_cast<int>(h), static_cast<int>(d), scale);
+    check_launch("indexer_scores_rows");
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(b), kScoreBlocksPerRow);
   scores_rows_kernel<<<grid, kScoreThreads, smem, ctx.stream>>>(out.data<float>(), rows.positions, rows.pool_keys,
                                                       q.data<float>(), weights.data<float>(), width, rows.kpool, h, d,

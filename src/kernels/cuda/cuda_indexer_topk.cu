@@ -7,7 +7,10 @@
 // ascending pool order, every pool above that key and the lowest-index pools equal
 // to it until k are taken (block-wide prefix sums keep the order). That is the set
 // topk(kLowerIndex) keeps. kTorchCpu goes through the host (PyTorch's CPU
-// tie-breaking depends on the row length), like topk(kTorchCpu).
+// tie-breaking depends on the row length), like topk(kTorchCpu). 1024 threads a row:
+// per-warp histograms with same-bin lanes aggregated (scores of one magnitude share
+// their top byte), the bin search by one warp, and the final pass over contiguous
+// segments with two block scans, so long rows (32K+ candidates) stay cheap.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -22,7 +25,8 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
 
 // Larger float -> larger unsigned key (-0 counts as +0, as float comparisons do).
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -36,7 +40,8 @@ __global__ void __launch_bounds__(kThreads)
                      int64_t width, int64_t s, int64_t kp) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ int hist[256];
+  __shared__ int hist[kWarps][256];  // a histogram per warp (fewer shared atomics in flight)
+  __shared__ int total[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_remaining;
   const int64_t b = blockIdx.x;
@@ -49,48 +54,73 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) out[j] = static_cast<int32_t>(j);
     return;
   }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t prefix = 0, mask = 0;
   int remaining = static_cast<int>(k);
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    for (int i = threadIdx.x; i < kWarps * 256; i += kThreads) (&hist[0][0])[i] = 0;
     __syncthreads();
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const uint32_t u = order_key(x[j]);
-      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1);
+    // Lanes of a warp with the same bin add once (their leader adds the count).
+    for (int64_t base = 0; base < n; base += kThreads) {
+      const int64_t j = base + threadIdx.x;
+      const uint32_t u = j < n ? order_key(x[j]) : 0u;
+      const bool mine = j < n && (u & mask) == prefix;
+      const unsigned active = __ballot_sync(0xffffffffu, mine);
+      if (mine) {
+        const unsigned bin = (u >> shift) & 255u;
+        const unsigned peers = __match_any_sync(active, bin);
+        if (lane == __ffs(peers) - 1) hist[warp][bin] += __popc(peers);
+      }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int rem = remaining, bin = 255;
-      for (; bin > 0 && hist[bin] < rem; --bin) rem -= hist[bin];
-      s_prefix = prefix | (static_cast<uint32_t>(bin) << shift);
-      s_remaining = rem;
+    if (threadIdx.x < 256) {
+      int c = 0;
+      for (int w = 0; w < kWarps; ++w) c += hist[w][threadIdx.x];
+      total[threadIdx.x] = c;
+    }
+    __syncthreads();
+    if (warp == 0) {  // the bin holding the remaining-th largest: lane l scans bins 255-8l down to 248-8l
+      int c[8], sum = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += c[i] = total[255 - 8 * lane - i];
+      int incl = sum;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const int excl = incl - sum;
+      if (excl < remaining && remaining <= incl) {
+        int rem = remaining - excl, bin = 255 - 8 * lane;
+        for (int i = 0; i < 7 && c[i] < rem; ++i, --bin) rem -= c[i];
+        s_prefix = prefix | (static_cast<uint32_t>(bin) << shift);
+        s_remaining = rem;
+      }
     }
     __syncthreads();
     prefix = s_prefix;
     remaining = s_remaining;
     mask |= 0xFFu << shift;
-    __syncthreads();
   }
   // prefix is the k-th largest key; `remaining` pools equal to it are taken, lowest first.
-  int taken = 0, eq_seen = 0;
-  for (int64_t base = 0; base < n; base += blockDim.x) {
-    const int64_t j = base + threadIdx.x;
-    int gt = 0, eq = 0;
-    if (j < n) {
-      const uint32_t u = order_key(x[j]);
-      gt = u > prefix;
-      eq = u == prefix;
-    }
-    int eq_before = 0, eq_total = 0;
-    Scan(scan_tmp).ExclusiveSum(eq, eq_before, eq_total);
-    __syncthreads();
-    const int take = gt || (eq && eq_seen + eq_before < remaining);
-    int at = 0, take_total = 0;
-    Scan(scan_tmp).ExclusiveSum(take, at, take_total);
-    __syncthreads();
-    if (take) out[taken + at] = static_cast<int32_t>(j);
-    taken += take_total;
-    eq_seen += eq_total;
+  // A contiguous segment per thread keeps the output in ascending pool order.
+  const int64_t per = (n + kThreads - 1) / kThreads;
+  const int64_t j0 = min(n, int64_t(threadIdx.x) * per), j1 = min(n, j0 + per);
+  int gt = 0, eq = 0;
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint32_t u = order_key(x[j]);
+    gt += u > prefix;
+    eq += u == prefix;
+  }
+  int eq_before = 0, eq_total = 0;
+  Scan(scan_tmp).ExclusiveSum(eq, eq_before, eq_total);
+  __syncthreads();
+  const int take = gt + max(0, min(eq, remaining - eq_before));
+  int at = 0, taken = 0;
+  Scan(scan_tmp).ExclusiveSum(take, at, taken);
+  int eq_seen = eq_before;
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint32_t u = order_key(x[j]);
+    if (u > prefix || (u == prefix && eq_seen++ < remaining)) out[at++] = static_cast<int32_t>(j);
   }
 }
 

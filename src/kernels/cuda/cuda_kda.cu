@@ -6,6 +6,8 @@
 // block owns 32 columns of one head; thread (x, y) keeps rows y, y+8, ... of
 // column x in registers, and the row sums are combined over y in a fixed order.
 // Tokens are walked one by one, so decode and prefill run the same kernel.
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@ namespace {
 constexpr int kCols = 32;     // value columns per block (threadIdx.x)
 constexpr int kGroups = 8;    // key-row groups (threadIdx.y)
 constexpr int kMaxRows = 32;  // rows per thread: Dk <= kGroups * kMaxRows
+static_assert(kGroups * kMaxRows <= kCols * kGroups, "a thread loads at most one key row of q, k and g");
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
@@ -78,10 +81,15 @@ __global__ void kda_gate_kernel(float* __restrict__ g, const float* __restrict__
   }
 }
 
-__global__ void __launch_bounds__(kCols* kGroups)
+// ROWS: key rows per thread (Dk <= kGroups * ROWS); a smaller ROWS only drops
+// iterations that a larger one skips (i >= dk), so every instance computes the same
+// bits, and fewer registers let more blocks share an SM (many decode rows).
+// state_addrs (one per blockIdx.z): a row with address 0 is a padded row (zeros out).
+template <int ROWS>
+__global__ void __launch_bounds__(kCols* kGroups, ROWS <= 16 ? 5 : 1)
     kda_recurrent_kernel(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
                          const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                         float* __restrict__ state, float* const* __restrict__ state_list, int64_t t_len,
+                         float* __restrict__ state, const int64_t* __restrict__ state_addrs, int64_t t_len,
                          int64_t heads, int dk, int dv, float qscale) {
   extern __shared__ float sh[];
   float* qn = sh;            // [dk]
@@ -89,16 +97,22 @@ __global__ void __launch_bounds__(kCols* kGroups)
   float* decay = kn + dk;    // [dk]
   float* red = decay + dk;   // [kGroups][kCols]
   float* scratch = red + kGroups * kCols;  // [32]
-  const int x = threadIdx.x, y = threadIdx.y, tid = y * kCols + x, nthreads = kCols * kGroups;
+  const int x = threadIdx.x, y = threadIdx.y, tid = y * kCols + x;
   const int64_t h = blockIdx.x;
   const int j = blockIdx.y * kCols + x;
   const bool col_ok = j < dv;
-  // One sequence (state), or one per blockIdx.z (state_list; t_len rows each).
-  float* st = (state_list ? state_list[blockIdx.z] : state) + h * dk * dv;
+  // One sequence (state), or one per blockIdx.z (state_addrs; t_len rows each).
   const int64_t row_base = static_cast<int64_t>(blockIdx.z) * t_len;
-  float s[kMaxRows];
+  float* base = state_addrs ? reinterpret_cast<float*>(state_addrs[blockIdx.z]) : state;
+  if (base == nullptr) {  // a padded row (uniform over the block)
+    if (y == 0 && col_ok)
+      for (int64_t t = 0; t < t_len; ++t) out[((row_base + t) * heads + h) * dv + j] = 0.0f;
+    return;
+  }
+  float* st = base + h * dk * dv;
+  float s[ROWS];
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) {
+  for (int r = 0; r < ROWS; ++r) {
     const int i = y + r * kGroups;
     s[r] = (i < dk && col_ok) ? st[i * dv + j] : 0.0f;
   }
@@ -106,11 +120,18 @@ __global__ void __launch_bounds__(kCols* kGroups)
     const int64_t row = (row_base + t) * heads + h;
     const float* qt = q + row * dk;
     const float* kt = k + row * dk;
+    // Everything the token reads from global memory, issued at once (one latency, not
+    // three): thread tid owns key row tid (dk <= kGroups * kMaxRows == threads).
+    const bool has_i = tid < dk;
+    const float qv = has_i ? qt[tid] : 0.0f, kv = has_i ? kt[tid] : 0.0f;
+    const float gv = has_i ? g[row * dk + tid] : 0.0f;
+    const float vj = col_ok ? v[row * dv + j] : 0.0f;
+    const float bt = beta[row];
     // l2 norms of q and k (eps inside the root, as FLA does).
     float qs = 0, ks = 0;
-    for (int i = tid; i < dk; i += nthreads) {
-      qs += qt[i] * qt[i];
-      ks += kt[i] * kt[i];
+    if (has_i) {
+      qs += qv * qv;
+      ks += kv * kv;
     }
     // Reduce over the whole (x, y) block: warps are rows y of 32 lanes.
     qs = warp_reduce(qs, SumOp{});
@@ -128,15 +149,15 @@ __global__ void __launch_bounds__(kCols* kGroups)
       ks += scratch[16 + w];
     }
     const float qinv = 1.0f / sqrtf(qs + 1e-6f), kinv = 1.0f / sqrtf(ks + 1e-6f);
-    for (int i = tid; i < dk; i += nthreads) {
-      qn[i] = qt[i] * qinv * qscale;
-      kn[i] = kt[i] * kinv;
-      decay[i] = expf(g[row * dk + i]);
+    if (has_i) {
+      qn[tid] = qv * qinv * qscale;
+      kn[tid] = kv * kinv;
+      decay[tid] = expf(gv);
     }
     __syncthreads();
     float part = 0;
 #pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
       const int i = y + r * kGroups;
       if (i < dk) {
         s[r] *= decay[i];
@@ -147,11 +168,11 @@ __global__ void __launch_bounds__(kCols* kGroups)
     __syncthreads();
     float mem = 0;
     for (int w = 0; w < kGroups; ++w) mem += red[w * kCols + x];
-    const float delta = col_ok ? (v[row * dv + j] - mem) * beta[row] : 0.0f;
+    const float delta = col_ok ? (vj - mem) * bt : 0.0f;
     __syncthreads();
     part = 0;
 #pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
       const int i = y + r * kGroups;
       if (i < dk) {
         s[r] += kn[i] * delta;
@@ -168,12 +189,64 @@ __global__ void __launch_bounds__(kCols* kGroups)
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) {
+  for (int r = 0; r < ROWS; ++r) {
     const int i = y + r * kGroups;
     if (i < dk && col_ok) st[i * dv + j] = s[r];
   }
 }
 
+
+// One launch of the recurrence: grid (heads, column blocks, sequences).
+void launch_recurrent(CudaContext& ctx, float* out, const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, float* state, const int64_t* state_addrs, int64_t t_len, int64_t seqs,
+                      int64_t h, int64_t dk, int64_t dv) {
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const size_t smem = (3 * dk + kGroups * kCols + 32) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols),
+                  static_cast<unsigned>(seqs));
+  const dim3 block(kCols, kGroups);
+  const int idk = static_cast<int>(dk), idv = static_cast<int>(dv);
+  if (dk <= kGroups * 8)
+    kda_recurrent_kernel<8><<<grid, block, smem, ctx.stream>>>(out, q, k, v, g, beta, state, state_addrs, t_len, h,
+                                                               idk, idv, qscale);
+  else if (dk <= kGroups * 16)
+    kda_recurrent_kernel<16><<<grid, block, smem, ctx.stream>>>(out, q, k, v, g, beta, state, state_addrs, t_len, h,
+                                                                idk, idv, qscale);
+  else
+    kda_recurrent_kernel<kMaxRows><<<grid, block, smem, ctx.stream>>>(out, q, k, v, g, beta, state, state_addrs,
+                                                                      t_len, h, idk, idv, qscale);
+}
+
+// The q, k and v short convolutions of B decode rows: thread (part, b, ch); row b's
+// conv state [3, K-1, C] at states[b] (0: a padded row, zeros out). The same
+// arithmetic as conv_rows_kernel / conv_kernel for one row.
+struct QkvPtrs {
+  float* out[3];
+  const float* x[3];
+};
+
+__global__ void conv_qkv_rows_kernel(QkvPtrs p, const int64_t* __restrict__ states, const float* __restrict__ w,
+                                     int64_t b, int64_t c, int64_t kw) {
+  const int64_t total = 3 * b * c;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int part = static_cast<int>(e / (b * c));
+    const int64_t rem = e % (b * c), bi = rem / c, ch = rem % c;
+    float* base = reinterpret_cast<float*>(states[bi]);
+    if (base == nullptr && kw > 1) {  // K = 1 has no state: every row is computed
+      p.out[part][rem] = 0.0f;
+      continue;
+    }
+    float* state = base + part * (kw - 1) * c;
+    const float* wp = w + (part * c + ch) * kw;
+    float win[kMaxConv];
+    for (int64_t j = 0; j < kw - 1; ++j) win[j] = state[j * c + ch];
+    win[kw - 1] = p.x[part][rem];
+    float acc = 0;
+    for (int64_t j = 0; j < kw; ++j) acc += wp[j] * win[j];
+    p.out[part][rem] = silu(acc);
+    for (int64_t j = 0; j < kw - 1; ++j) state[j * c + ch] = win[j + 1];
+  }
+}
 }  // namespace
 
 void causal_conv1d_silu(CudaContext& ctx, Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight) {
@@ -230,12 +303,8 @@ void kda_recurrent(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor&
     throw StatusError(unimplemented("kda_recurrent: key head dim " + std::to_string(dk) + " above " +
                                     std::to_string(kGroups * kMaxRows)));
   if (t == 0 || dv == 0) return;
-  const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
-  const size_t smem = (3 * dk + kGroups * kCols + 32) * sizeof(float);
-  dim3 grid(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols));
-  kda_recurrent_kernel<<<grid, dim3(kCols, kGroups), smem, ctx.stream>>>(
-      out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(),
-      state.data<float>(), nullptr, t, h, static_cast<int>(dk), static_cast<int>(dv), qscale);
+  launch_recurrent(ctx, out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
+                   beta.data<float>(), state.data<float>(), nullptr, t, 1, h, dk, dv);
   check_launch(op);
 }
 
@@ -290,12 +359,67 @@ void kda_recurrent_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const Te
                                     std::to_string(kGroups * kMaxRows)));
   if (h * dk * dv == 0) return;
   const Tensor ptrs = state_pointers(ctx, op, states, h * dk * dv);
-  const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
-  const size_t smem = (3 * dk + kGroups * kCols + 32) * sizeof(float);
-  dim3 grid(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols), static_cast<unsigned>(b));
-  kda_recurrent_kernel<<<grid, dim3(kCols, kGroups), smem, ctx.stream>>>(
-      out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(),
-      nullptr, reinterpret_cast<float* const*>(ptrs.raw()), 1, h, static_cast<int>(dk), static_cast<int>(dv), qscale);
+  launch_recurrent(ctx, out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
+                   beta.data<float>(), nullptr, reinterpret_cast<const int64_t*>(ptrs.raw()), 1, b, h, dk, dv);
+  check_launch(op);
+}
+
+namespace {
+
+void check_rows_2d(const CudaContext& ctx, const char* op, const char* what, const Tensor& t, int64_t rows,
+                   int64_t width) {
+  check_dev(ctx, op, t, DType::kF32, rows * width);
+  if (t.dim() != 2 || t.size(0) != rows || t.size(1) != width)
+    throw StatusError(invalid_argument(std::string(op) + ": " + what + " " + t.describe() + " is not [" +
+                                       std::to_string(rows) + ", " + std::to_string(width) + "]"));
+}
+
+}  // namespace
+
+void kda_conv_qkv_rows(CudaContext& ctx, Tensor& out_q, Tensor& out_k, Tensor& out_v, const Tensor& x_q,
+                       const Tensor& x_k, const Tensor& x_v, const KdaRowsView& rows, const Tensor& weight) {
+  const char* op = "kda_conv_qkv_rows";
+  check_dev(ctx, op, weight, DType::kF32);
+  if (weight.dim() != 3 || weight.size(0) != 3 || weight.size(2) < 1 || weight.size(2) > kMaxConv)
+    throw StatusError(invalid_argument(std::string(op) + ": weight must be [3, C, K] with K <= " +
+                                       std::to_string(kMaxConv) + ", got " + weight.describe()));
+  const int64_t b = rows.rows, c = weight.size(1), kw = weight.size(2);
+  QkvPtrs p;
+  Tensor* outs[3] = {&out_q, &out_k, &out_v};
+  const Tensor* xs[3] = {&x_q, &x_k, &x_v};
+  for (int i = 0; i < 3; ++i) {
+    check_rows_2d(ctx, op, "out", *outs[i], b, c);
+    check_rows_2d(ctx, op, "x", *xs[i], b, c);
+    p.out[i] = outs[i]->data<float>();
+    p.x[i] = xs[i]->data<float>();
+  }
+  if (b * c == 0) return;
+  if (rows.conv_states == nullptr) throw StatusError(invalid_argument(std::string(op) + ": no conv states"));
+  conv_qkv_rows_kernel<<<grid_1d(3 * b * c), 256, 0, ctx.stream>>>(p, rows.conv_states, weight.data<float>(), b, c,
+                                                                    kw);
+  check_launch(op);
+}
+
+void kda_recurrent_state_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& g, const Tensor& beta, const KdaRowsView& rows) {
+  const char* op = "kda_recurrent_state_rows";
+  const int64_t b = rows.rows, h = rows.heads, dk = rows.key_dim, dv = rows.value_dim;
+  if (h <= 0 || dk <= 0 || dv <= 0)
+    throw StatusError(invalid_argument(std::string(op) + ": the view's heads and head dims must be positive"));
+  if (dk > kGroups * kMaxRows)
+    throw StatusError(unimplemented(std::string(op) + ": key head dim " + std::to_string(dk) + " above " +
+                                    std::to_string(kGroups * kMaxRows)));
+  check_rows_2d(ctx, op, "q", q, b, h * dk);
+  check_rows_2d(ctx, op, "k", k, b, h * dk);
+  check_rows_2d(ctx, op, "g", g, b, h * dk);
+  check_rows_2d(ctx, op, "v", v, b, h * dv);
+  check_rows_2d(ctx, op, "out", out, b, h * dv);
+  check_rows_2d(ctx, op, "beta", beta, b, h);
+  if (b == 0) return;
+  if (rows.recurrent_states == nullptr)
+    throw StatusError(invalid_argument(std::string(op) + ": no recurrent states"));
+  launch_recurrent(ctx, out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
+                   beta.data<float>(), nullptr, rows.recurrent_states, 1, b, h, dk, dv);
   check_launch(op);
 }
 

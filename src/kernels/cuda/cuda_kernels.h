@@ -64,6 +64,10 @@ void kda_recurrent_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const Te
                         const Tensor& g, const Tensor& beta, std::span<Tensor* const> states);
 void kda_recurrent(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& g, const Tensor& beta, Tensor& state);
+void kda_conv_qkv_rows(CudaContext& ctx, Tensor& out_q, Tensor& out_k, Tensor& out_v, const Tensor& x_q,
+                       const Tensor& x_k, const Tensor& x_v, const KdaRowsView& rows, const Tensor& weight);
+void kda_recurrent_state_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& g, const Tensor& beta, const KdaRowsView& rows);
 
 void mla_sparse_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
                           const Tensor& indices, float scale);

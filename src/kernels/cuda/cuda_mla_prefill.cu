@@ -304,6 +304,7 @@ int padded_width(int64_t w) {
 }  // namespace
 
 bool mla_prefill_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
+  if (mla_prefill_mma_supported(heads, width, indices_per_row, cache_dtype)) return true;
   if (heads <= 0 || heads % 16 != 0 || heads > kMaxHeads || width <= 0 || width % 16 != 0) return false;
   if ((heads / 16) * (width / 16) > kMaxOut * kWarps) return false;
   if (cache_dtype != DType::kF32 && cache_dtype != DType::kBF16 && cache_dtype != DType::kF8E4M3) return false;
@@ -313,6 +314,7 @@ bool mla_prefill_supported(int64_t heads, int64_t width, int64_t indices_per_row
 
 void mla_sparse_attention_prefill(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
                                   const Tensor& indices, float scale) {
+  if (mla_sparse_attention_mma(ctx, out, q, cache, indices, scale)) return;
   const char* op = "mla_sparse_attention (prefill)";
   check_dev(ctx, op, q, DType::kF32);
   check_dev(ctx, op, indices, DType::kI32);

@@ -1,5 +1,7 @@
-// MLA sparse attention for many query rows on tensor cores (cuda_mla_prefill.cu):
-// the function of Ops::mla_sparse_attention, one block per row for all its heads.
+// MLA sparse attention for many query rows on tensor cores: the function of
+// Ops::mla_sparse_attention, one block per row for all its heads. bf16/fp8 caches run
+// the BF16 kernel (cuda_mla_prefill_mma.cu) where it applies, the rest the TF32 one
+// (cuda_mla_prefill.cu).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,14 @@ constexpr int64_t kMlaPrefillMinRows = 16;
 // heads * width <= 64 * 512, width a multiple of 16, an f32/bf16/fp8 cache, indices per
 // row within its shared memory).
 bool mla_prefill_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype);
+
+// The BF16 tensor-core kernel (cuda_mla_prefill_mma.cu): bf16/fp8 caches, 16, 32 or 64
+// heads, width a multiple of 16 up to 512 with width * heads / 256 a multiple of 16.
+bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype);
+// Runs it when it covers the operands (also 16-byte aligned q and pages); false otherwise
+// (nothing launched).
+bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
+                              const Tensor& indices, float scale);
 
 // out [T, H, R] = softmax_j(scale * q·c_j) c_j over each row's listed tokens (see
 // Ops::mla_sparse_attention); throws StatusError (unimplemented) where unsupported.

@@ -1,137 +1,48 @@
 // moe_experts on the GPU: the routed experts of a MoE for all tokens of a call,
-// grouped per expert on the device.
-//
-// Up to kMoeDeviceMaxRows tokens (decode, small batches), four launches and no host
-// sync (so a step can be captured in a CUDA graph):
-//   1. route_tokens (one block): a 64-bit token mask per expert (atomicOr, so the
-//      result does not depend on thread order), a block scan over the experts gives
-//      every active expert a slot (ascending expert id) and its first row in the
-//      sorted pair list, and each (token, slot j) pair its row: the expert's first
-//      row + the number of earlier tokens in its mask. Rows of one expert are thus in
-//      token order; a token listing an expert twice gets one row, used twice.
-//   2. grouped gate_up + SwiGLU: grid (column blocks, every possible slot); blocks of
-//      slots past the active count exit at once. A warp owns gate row c and up row
-//      I + c of its expert (NC such pairs), streams them in 16-byte chunks and applies
-//      them to all of the expert's tokens, kRowTile rows per pass, so an expert's
-//      weights are read once per pass for all its tokens (from HBM once, later
-//      passes mostly from L2). It writes act = swiglu(gate, up) directly.
-//   3. grouped down: the same scheme over down [H, I] and the act rows.
-//   4. combine: out[t] = 0 + w[t,0]*y[row(t,0)] + w[t,1]*y[row(t,1)] + ... in slot
-//      order, each product and sum rounded separately (as on the CPU).
-// The per-output arithmetic is small_gemm's idea (cuda_linear.cu): lane l sums
-// chunks l, l+32, ... of the weight row, C products at a time, into one accumulator
-// per (row, column), then a fixed butterfly. It does not depend on how many rows the
-// expert has nor on the tile a row lands in, so a token's result is the same alone or
-// in any batch (bit for bit).
-//
-// Above kMoeDeviceMaxRows tokens (prefill), the pairs are grouped on the host (one
-// download of ids) into the same layout and each active expert runs cuda::matmul
-// (cuBLAS above its 64-row threshold) on its gathered rows; combine as above.
+// grouped per expert on the device (moe_grouping.cuh) for any number of tokens: no
+// host sync, no allocation outside the context's scratch, so any call can be captured
+// in a CUDA graph. Launches per call:
+//   1. grouping: active experts in ascending id (slots), each (token, j) pair a row,
+//      rows of an expert in token order (moe_grouping.cuh);
+//   2-3. gate_up + SwiGLU, then down, one launch each for all active experts:
+//      - up to ctx.exact_rows tokens, or f32 weights, or shapes the tensor cores do not
+//        take: the row-independent f32 kernels below (f32 activations);
+//      - above ctx.exact_rows tokens with bf16 weights: BF16 tensor-core tiles
+//        (moe_tc_gemm.cu; x and act rounded to bf16, f32 accumulation);
+//      - with bf16 weights and at least kMoeCublasMinTokens tokens (prefill, not being
+//        captured): cuBLAS grouped GEMM after one download of the slot table
+//        (moe_prefill_cublas.cu);
+//   4. combine: out[t] = 0 + w[t,0]*y[row(t,0)] + w[t,1]*y[row(t,1)] + ... in j order,
+//      each product and sum rounded separately (as on the CPU).
+// f32 kernels: grid (column blocks, every possible slot); blocks of slots past the
+// active count exit at once. A warp owns NC output columns (gate row c and up row I + c
+// for gate_up), streams their weight rows in 16-byte chunks and applies them to all of
+// the expert's rows, RT rows per pass (RT = 1, 2, 4 or 8 by the call's token count:
+// fewer accumulators, more warps resident), so an expert's weights are read once per
+// pass for all its tokens. The per-output arithmetic is small_gemm's idea (cuda_linear.cu): lane l sums chunks l, l+32, ... of the weight row, C products at a
+// time, into one accumulator per (row, column), then a fixed butterfly. It does not
+// depend on how many rows the expert has nor on the tile a row lands in, so a token's
+// result is the same alone or in any batch (bit for bit).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <string>
-#include <vector>
+#include <type_traits>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_moe.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/moe_grouping.cuh"
+#include "kernels/cuda/moe_prefill_cublas.h"
+#include "kernels/cuda/moe_tc_gemm.h"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int64_t kMoeDeviceMaxRows = 64;  // one bit per token in the expert masks
 constexpr int kMoeWarps = 8;               // warps per block of the grouped kernels
-constexpr int kRowTile = 8;                // rows sharing each weight chunk load
-constexpr int kRouteThreads = 512;
-constexpr int64_t kMoeMaxExpertsOnDevice = 3072;  // route_tokens' shared memory: 12 bytes per expert (< 48 KB)
-
-// Where the pair list lives in scratch memory (device pointers).
-struct MoeLayout {
-  int* num_active;   // [1]
-  int* slot_expert;  // [S] expert of each active slot (ascending)
-  int* slot_first;   // [S] its first row in the sorted pair list
-  int* slot_count;   // [S] its number of rows
-  int* row_token;    // [P] token of each sorted row
-  int* pair_row;     // [T*k] sorted row of pair (t, j); -1 for a bad expert id
-};
-
-// Exclusive prefix sum of v over the block (ints, so any order gives the same sums);
-// *total gets the block's sum. smem: 32 ints.
-__device__ int block_exclusive_scan(int v, int* smem, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int inc = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += n;
-  }
-  __syncthreads();
-  if (lane == 31) smem[warp] = inc;
-  __syncthreads();
-  int base = 0, tot = 0;
-  for (int w = 0; w < nw; ++w) {
-    if (w < warp) base += smem[w];
-    tot += smem[w];
-  }
-  *total = tot;
-  return base + inc - v;
-}
-
-__global__ void __launch_bounds__(kRouteThreads)
-    route_tokens_kernel(const int32_t* __restrict__ ids, int tokens, int k, int experts, MoeLayout lay,
-                        unsigned* err) {
-  extern __shared__ unsigned long long mask[];            // [experts]
-  int* first = reinterpret_cast<int*>(mask + experts);  // [experts]
-  __shared__ int scan_smem[32];
-  const int pairs = tokens * k;
-  for (int i = threadIdx.x; i < experts; i += blockDim.x) mask[i] = 0;
-  __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int e = ids[p];
-    if (e < 0 || e >= experts) {
-      atomicOr(err, kErrMoeExpertId);
-      continue;
-    }
-    atomicOr(&mask[e], 1ull << (p / k));
-  }
-  __syncthreads();
-  // Each thread scans a contiguous run of experts.
-  const int per = (experts + blockDim.x - 1) / blockDim.x;
-  const int b = min(experts, static_cast<int>(threadIdx.x) * per), end = min(experts, b + per);
-  int rows = 0, active = 0;
-  for (int e = b; e < end; ++e) {
-    const int c = __popcll(mask[e]);
-    rows += c;
-    active += c > 0;
-  }
-  int total_rows, total_active;
-  int row = block_exclusive_scan(rows, scan_smem, &total_rows);
-  int slot = block_exclusive_scan(active, scan_smem, &total_active);
-  for (int e = b; e < end; ++e) {
-    const int c = __popcll(mask[e]);
-    first[e] = row;
-    if (c > 0) {
-      lay.slot_expert[slot] = e;
-      lay.slot_first[slot] = row;
-      lay.slot_count[slot] = c;
-      ++slot;
-    }
-    row += c;
-  }
-  if (threadIdx.x == 0) *lay.num_active = total_active;
-  __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int e = ids[p], t = p / k;
-    if (e < 0 || e >= experts) {
-      lay.pair_row[p] = -1;
-      continue;
-    }
-    const int r = first[e] + __popcll(mask[e] & ((1ull << t) - 1));
-    lay.pair_row[p] = r;
-    lay.row_token[r] = t;
-  }
-}
+constexpr int kRowTile = 8;                // rows sharing each weight chunk load (most)
 
 // A weight chunk (16 bytes: C values) widened to f32.
 template <typename W>
@@ -152,27 +63,36 @@ __device__ __forceinline__ void widen(float (&v)[16 / sizeof(W)], const uint4& r
   }
 }
 
-// One grouped product. For active slot blockIdx.y (expert e, rows first..first+cnt):
-//   kSwiglu: out[row, c] = swiglu(in_row · w_e[c], in_row · w_e[n_out + c]) for c < n_out
-//            (w_e = gate_up [2*n_out, k]; in rows are x rows of the row's token);
-//   else:    out[row, c] = in_row · w_e[c] (w_e = down [n_out, k]; in rows are the act rows).
-// out rows are n_out wide. A warp owns NC output columns.
-template <typename W, bool kVec, int NC, bool kSwiglu>
-__global__ void __launch_bounds__(kMoeWarps * 32)
-    grouped_kernel(float* __restrict__ out, int64_t n_out, const float* __restrict__ in, int64_t k,
-                   const W* __restrict__ w, int64_t w_expert_stride, MoeLayout lay, float limit) {
+template <bool kNoL1>
+__device__ __forceinline__ uint4 load_weights(const void* p) {
+  if constexpr (kNoL1) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+  } else {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  }
+}
+
+// One warp's share of a grouped product: NC output columns from col0 for the rows
+// first..first+cnt of one expert (weights we):
+//   kSwiglu: out[row, c] = swiglu(in_row · we[c], in_row · we[n_out + c]) for c < n_out
+//            (we = gate_up [2*n_out, k]; in rows are x rows of the row's token, row_token);
+//   else:    out[row, c] = in_row · we[c] (we = down [n_out, k]; in rows are the rows themselves).
+// out rows are n_out wide. UU: chunks per lane whose 16-byte loads are all issued before
+// their math (decode is latency-bound: each lane keeps U * NR loads in flight; 0 = by
+// NR). kNoL1: weight loads bypass L1 (they are read once; L1 keeps the activation rows).
+// RT: rows sharing each weight chunk load (fewer: fewer registers, more warps resident).
+template <typename W, bool kVec, int NC, bool kSwiglu, int UU, bool kNoL1, int RT>
+__device__ __forceinline__ void warp_columns(float* __restrict__ out, int64_t n_out, const float* in, int64_t k,
+                                             const W* __restrict__ we, int64_t col0, int first, int cnt,
+                                             const int* __restrict__ row_token, float limit) {
   constexpr int C = 16 / sizeof(W);
   constexpr int NR = kSwiglu ? 2 * NC : NC;  // weight rows per warp
-  // Chunks per lane whose 16-byte loads are all issued before their math: decode is
-  // latency-bound, so each lane keeps U * NR loads in flight (raw, 4 registers each).
-  constexpr int U = NR <= 2 ? 4 : 2;
-  const int slot = blockIdx.y;
-  if (slot >= *lay.num_active) return;
+  constexpr int U = UU > 0 ? UU : NR <= 2 ? 4 : 2;
   const int lane = threadIdx.x & 31;
-  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kMoeWarps + (threadIdx.x >> 5)) * NC;
-  if (col0 >= n_out) return;
-  const int e = lay.slot_expert[slot], first = lay.slot_first[slot], cnt = lay.slot_count[slot];
-  const W* we = w + e * w_expert_stride;
   const W* wrow[NR];
   bool wok[NR];
 #pragma unroll
@@ -181,23 +101,23 @@ __global__ void __launch_bounds__(kMoeWarps * 32)
     wok[q] = col0 + cc < n_out;
     wrow[q] = we + ((kSwiglu && q >= NC ? n_out : 0) + col0 + cc) * k;
   }
-  for (int r0 = 0; r0 < cnt; r0 += kRowTile) {
-    const int rows = min(kRowTile, cnt - r0);
-    const float* xr[kRowTile];
+  for (int r0 = 0; r0 < cnt; r0 += RT) {
+    const int rows = min(RT, cnt - r0);
+    const float* xr[RT];
 #pragma unroll
-    for (int r = 0; r < kRowTile; ++r) {
+    for (int r = 0; r < RT; ++r) {
       const int row = first + r0 + min(r, rows - 1);
-      xr[r] = in + static_cast<int64_t>(kSwiglu ? lay.row_token[row] : row) * k;
+      xr[r] = in + static_cast<int64_t>(kSwiglu ? row_token[row] : row) * k;
     }
-    float acc[kRowTile][NR];
+    float acc[RT][NR];
 #pragma unroll
-    for (int r = 0; r < kRowTile; ++r)
+    for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int q = 0; q < NR; ++q) acc[r][q] = 0.0f;
     // acc[r][q] += the C products of the chunk at c0 (lane l: chunks l, l+32, ... in order).
     auto fma_chunk = [&](const float (&wv)[NR][C], int64_t c0) {
 #pragma unroll
-      for (int r = 0; r < kRowTile; ++r) {
+      for (int r = 0; r < RT; ++r) {
         if (r >= rows) break;
         float xv[C];
         if constexpr (kVec) {
@@ -227,7 +147,7 @@ __global__ void __launch_bounds__(kMoeWarps * 32)
 #pragma unroll
           for (int q = 0; q < NR; ++q) {
             const int64_t c0 = cb + int64_t(u) * 32 * C;
-            raw[u][q] = wok[q] && c0 < k ? __ldg(reinterpret_cast<const uint4*>(wrow[q] + c0)) : make_uint4(0, 0, 0, 0);
+            raw[u][q] = wok[q] && c0 < k ? load_weights<kNoL1>(wrow[q] + c0) : make_uint4(0, 0, 0, 0);
           }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -251,7 +171,7 @@ __global__ void __launch_bounds__(kMoeWarps * 32)
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRowTile; ++r) {
+    for (int r = 0; r < RT; ++r) {
       if (r >= rows) break;
       float v[NR];
 #pragma unroll
@@ -274,6 +194,23 @@ __global__ void __launch_bounds__(kMoeWarps * 32)
   }
 }
 
+
+// One grouped product, a launch: grid (column blocks, every possible slot); blocks of
+// slots past the active count exit at once.
+template <typename W, bool kVec, int NC, bool kSwiglu, int UU = 0, bool kNoL1 = false, int RT = kRowTile>
+__global__ void __launch_bounds__(kMoeWarps * 32)
+    grouped_kernel(float* __restrict__ out, int64_t n_out, const float* __restrict__ in, int64_t k,
+                   const W* __restrict__ w, int64_t w_expert_stride, MoeGroups lay, float limit) {
+  const int slot = blockIdx.y;
+  if (slot >= *lay.num_active) return;
+  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kMoeWarps + (threadIdx.x >> 5)) * NC;
+  if (col0 >= n_out) return;
+  const int e = lay.slot_expert[slot];
+  warp_columns<W, kVec, NC, kSwiglu, UU, kNoL1, RT>(out, n_out, in, k, w + e * w_expert_stride, col0,
+                                                        lay.slot_first[slot], lay.slot_count[slot], lay.row_token,
+                                                        limit);
+}
+
 // out[t, c] = 0 + sum over j of w[t, j] * y[pair_row[t, j], c], in j order, each step rounded.
 __global__ void combine_kernel(float* __restrict__ out, const float* __restrict__ y, const float* __restrict__ w,
                                const int* __restrict__ pair_row, int64_t tokens, int k, int64_t h) {
@@ -291,37 +228,66 @@ __global__ void combine_kernel(float* __restrict__ out, const float* __restrict_
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename W, int NC, bool kSwiglu>
-void launch_grouped_nc(bool vec, dim3 grid, cudaStream_t stream, float* out, int64_t n_out, const float* in,
-                       int64_t k, const W* w, int64_t stride, const MoeLayout& lay, float limit) {
+// Rows per pass for a call of `tokens` tokens: the smallest of 1, 2, 4, 8 that holds
+// them all (an expert has at most `tokens` rows unless a token names it twice).
+int rows_per_pass(int64_t tokens) { return tokens <= 1 ? 1 : tokens <= 2 ? 2 : tokens <= 4 ? 4 : 8; }
+
+// fn(std::integral_constant<int, rt>) for rt in 1, 2, 4, 8.
+template <typename Fn>
+void with_rows(int rt, Fn&& fn) {
+  if (rt == 1) fn(std::integral_constant<int, 1>{});
+  else if (rt == 2) fn(std::integral_constant<int, 2>{});
+  else if (rt == 4) fn(std::integral_constant<int, 4>{});
+  else fn(std::integral_constant<int, 8>{});
+}
+
+template <typename W, int NC, bool kSwiglu, int U = 0, bool kNoL1 = false, int RT = kRowTile>
+void launch_grouped_nc(bool vec, unsigned slots, cudaStream_t stream, float* out, int64_t n_out, const float* in,
+                       int64_t k, const W* w, int64_t stride, const MoeGroups& lay, float limit) {
+  const int64_t cols_per_block = int64_t{kMoeWarps} * NC;
+  const dim3 grid(static_cast<unsigned>((n_out + cols_per_block - 1) / cols_per_block), slots);
   if (vec) {
-    grouped_kernel<W, true, NC, kSwiglu><<<grid, kMoeWarps * 32, 0, stream>>>(out, n_out, in, k, w, stride, lay, limit);
+    grouped_kernel<W, true, NC, kSwiglu, U, kNoL1, RT>
+        <<<grid, kMoeWarps * 32, 0, stream>>>(out, n_out, in, k, w, stride, lay, limit);
   } else {
     grouped_kernel<W, false, NC, kSwiglu><<<grid, kMoeWarps * 32, 0, stream>>>(out, n_out, in, k, w, stride, lay,
                                                                                limit);
   }
 }
 
-// One grouped product over `slots` possible slots; `wide`: two columns per warp (more
-// rows per expert: fewer activation loads per weight element).
+// One grouped product over `slots` possible slots. bf16 weights in 16-byte vectors
+// follow `plan`; otherwise one column per warp, two above 8 tokens (`wide`: fewer
+// activation loads per weight element).
 template <bool kSwiglu>
 void launch_grouped(CudaContext& ctx, const char* op, float* out, int64_t n_out, const float* in, int64_t k,
-                    const Tensor& w, int64_t slots, bool wide, const MoeLayout& lay, float limit) {
+                    const Tensor& w, int64_t slots, bool wide, int rt, const MoeGemvPlan& plan, const MoeGroups& lay,
+                    float limit) {
   const bool bf16 = w.dtype() == DType::kBF16;
   const int64_t c = bf16 ? 8 : 4;
   const int64_t stride = w.size(1) * w.size(2);
   const bool vec = k % c == 0 && aligned16(w.raw()) && aligned16(in);
-  const int nc = wide ? 2 : 1;
-  const int64_t cols_per_block = int64_t{kMoeWarps} * nc;
-  dim3 grid(static_cast<unsigned>((n_out + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(slots));
-  if (bf16) {
+  const unsigned s = static_cast<unsigned>(slots);
+  cudaStream_t st = ctx.stream;
+  if (bf16 && vec) {
     const auto* wp = w.data<__nv_bfloat16>();
-    if (wide) launch_grouped_nc<__nv_bfloat16, 2, kSwiglu>(vec, grid, ctx.stream, out, n_out, in, k, wp, stride, lay, limit);
-    else launch_grouped_nc<__nv_bfloat16, 1, kSwiglu>(vec, grid, ctx.stream, out, n_out, in, k, wp, stride, lay, limit);
+    using B = __nv_bfloat16;
+    const int nc = plan.nc > 0 ? plan.nc : wide ? 2 : 1;
+    with_rows(rt, [&](auto rtc) {
+      constexpr int R = decltype(rtc)::value;
+      if (nc == 1 && plan.u == 8) launch_grouped_nc<B, 1, kSwiglu, 8, true, R>(true, s, st, out, n_out, in, k, wp, stride, lay, limit);
+      else if (nc == 1 && plan.no_l1) launch_grouped_nc<B, 1, kSwiglu, 0, true, R>(true, s, st, out, n_out, in, k, wp, stride, lay, limit);
+      else if (nc == 1) launch_grouped_nc<B, 1, kSwiglu, 0, false, R>(true, s, st, out, n_out, in, k, wp, stride, lay, limit);
+      else if (nc == 2) launch_grouped_nc<B, 2, kSwiglu, 0, true, R>(true, s, st, out, n_out, in, k, wp, stride, lay, limit);
+      else launch_grouped_nc<B, 4, kSwiglu, 2, true, R>(true, s, st, out, n_out, in, k, wp, stride, lay, limit);
+    });
+  } else if (bf16) {
+    const auto* wp = w.data<__nv_bfloat16>();
+    if (wide) launch_grouped_nc<__nv_bfloat16, 2, kSwiglu>(false, s, st, out, n_out, in, k, wp, stride, lay, limit);
+    else launch_grouped_nc<__nv_bfloat16, 1, kSwiglu>(false, s, st, out, n_out, in, k, wp, stride, lay, limit);
   } else {
     const auto* wp = w.data<float>();
-    if (wide) launch_grouped_nc<float, 2, kSwiglu>(vec, grid, ctx.stream, out, n_out, in, k, wp, stride, lay, limit);
-    else launch_grouped_nc<float, 1, kSwiglu>(vec, grid, ctx.stream, out, n_out, in, k, wp, stride, lay, limit);
+    if (wide) launch_grouped_nc<float, 2, kSwiglu>(vec, s, st, out, n_out, in, k, wp, stride, lay, limit);
+    else launch_grouped_nc<float, 1, kSwiglu>(vec, s, st, out, n_out, in, k, wp, stride, lay, limit);
   }
   check_launch(op);
 }
@@ -338,19 +304,32 @@ void check_experts(const CudaContext& ctx, const Tensor& gate_up, const Tensor& 
                                        down.describe() + " are not [E, 2I, H] and [E, H, I]"));
 }
 
-void copy_sync(CudaContext& ctx, void* dst, const void* src, size_t bytes, const char* what) {
-  if (bytes == 0) return;
-  for (cudaError_t err : {cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream),
-                          cudaStreamSynchronize(ctx.stream)}) {
-    const Status s = cuda_status(err, what);
-    if (!s.is_ok()) throw StatusError(s);
-  }
-}
-
 }  // namespace
+
+MoeGemvPlan moe_default_plan(int64_t tokens) {
+  // The fastest plans measured on an H200 (cuda_moe_experts_bench, E = 8, H 4096, I 2048):
+  // T = 1: 1 column per warp (87% of HBM); T = 2: 2; T = 3..8: 4 columns, 2 chunks in flight.
+  MoeGemvPlan p;
+  p.no_l1 = true;
+  if (tokens <= 1) {
+    p.nc = 1;
+  } else if (tokens <= 2 || tokens > 8) {
+    p.nc = 2;
+  } else {
+    p.nc = 4;
+    p.u = 2;
+  }
+  return p;
+}
 
 void moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                  const Tensor& gate_up, const Tensor& down, float swiglu_limit) {
+  moe_experts_with_plan(ctx, out, x, ids, weights, gate_up, down, swiglu_limit,
+                        moe_default_plan(gate_up.dim() == 3 && gate_up.size(2) > 0 ? x.numel() / gate_up.size(2) : 0));
+}
+
+void moe_experts_with_plan(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const Tensor& gate_up, const Tensor& down, float swiglu_limit, const MoeGemvPlan& plan) {
   check_dev(ctx, "moe_experts x", x, DType::kF32);
   check_experts(ctx, gate_up, down);
   const int64_t experts = gate_up.size(0), two_i = gate_up.size(1), idim = two_i / 2, h = gate_up.size(2);
@@ -369,79 +348,54 @@ void moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& i
   if (pairs > INT32_MAX / 2 || experts > INT32_MAX / 2)
     throw StatusError(invalid_argument("moe_experts: " + std::to_string(pairs) + " (token, expert) pairs"));
 
-  // Scratch: the layout's ints, then act [P, I] and y [P, H] (f32), 256-byte aligned.
-  const int64_t slots = std::min(experts, pairs);
-  const int64_t n_ints = 1 + 3 * slots + 2 * pairs;
-  const int64_t act_off = round_up(n_ints * 4, 256), y_off = act_off + round_up(pairs * idim * 4, 256);
+  if (experts > kMoeGroupingMaxExperts)
+    throw StatusError(invalid_argument("moe_experts: " + std::to_string(experts) + " experts (at most " +
+                                       std::to_string(kMoeGroupingMaxExperts) + ")"));
+
+  // Tensor cores above exact_rows tokens when the weights are bf16 and the rows take 16-byte vectors.
+  const bool tc = tokens > ctx.exact_rows && gate_up.dtype() == DType::kBF16 && down.dtype() == DType::kBF16 &&
+                  moe_tc_shapes_ok(h, idim) && aligned16(gate_up.raw()) && aligned16(down.raw()) &&
+                  aligned16(x.raw());
+  const int tile_rows = tc ? moe_tc_tile_rows(tokens) : 0;
+  const int64_t max_tiles = moe_max_tiles(experts, pairs, tile_rows);
+  // Scratch: the grouping's ints, then (tensor cores) x in bf16, act [P, I] (bf16 or f32)
+  // and y [P, H] f32, each 256-byte aligned.
+  const int64_t act_bytes = tc ? 2 : 4;
+  const int64_t xb_off = round_up(moe_groups_ints(experts, pairs, tile_rows) * 4, 256);
+  const int64_t act_off = xb_off + (tc ? round_up(tokens * h * 2, 256) : 0);
+  const int64_t y_off = act_off + round_up(pairs * idim * act_bytes, 256);
   Tensor scratch = ctx.scratch(std::max<int64_t>(1, y_off + pairs * h * 4));
   char* base = static_cast<char*>(scratch.raw());
-  MoeLayout lay;
-  lay.num_active = reinterpret_cast<int*>(base);
-  lay.slot_expert = lay.num_active + 1;
-  lay.slot_first = lay.slot_expert + slots;
-  lay.slot_count = lay.slot_first + slots;
-  lay.row_token = lay.slot_count + slots;
-  lay.pair_row = lay.row_token + pairs;
-  float* act = reinterpret_cast<float*>(base + act_off);
+  const MoeGroups lay = moe_groups_at(reinterpret_cast<int*>(base), experts, pairs, tile_rows);
   float* y = reinterpret_cast<float*>(base + y_off);
 
   // (k = 0 routes nothing: only combine runs, writing zeros.)
-  if (pairs > 0 && tokens <= std::min(kMoeDeviceMaxRows, ctx.exact_rows) && experts <= kMoeMaxExpertsOnDevice) {
-    const size_t smem = static_cast<size_t>(experts) * (sizeof(unsigned long long) + sizeof(int));
-    route_tokens_kernel<<<1, kRouteThreads, smem, ctx.stream>>>(ids.data<int32_t>(), static_cast<int>(tokens),
-                                                               static_cast<int>(k), static_cast<int>(experts), lay,
-                                                               ctx.error_word);
-    check_launch("moe_experts (routing)");
-    const bool wide = tokens > 8;
-    launch_grouped<true>(ctx, "moe_experts (gate_up)", act, idim, x.data<float>(), h, gate_up, slots, wide, lay,
-                         swiglu_limit);
-    launch_grouped<false>(ctx, "moe_experts (down)", y, h, act, idim, down, slots, wide, lay, swiglu_limit);
-  } else if (pairs > 0) {
-    // Prefill: group on the host into the same layout, then per-expert matmuls.
-    std::vector<int32_t> id(static_cast<size_t>(pairs));
-    copy_sync(ctx, id.data(), ids.raw(), id.size() * 4, "moe_experts: routing download");
-    std::vector<int32_t> host(static_cast<size_t>(n_ints), 0);
-    std::vector<int64_t> count(static_cast<size_t>(experts), 0), first(static_cast<size_t>(experts), 0);
-    for (int64_t p = 0; p < pairs; ++p) {
-      if (id[p] < 0 || id[p] >= experts)
-        throw StatusError(out_of_range("moe_experts: expert id " + std::to_string(id[p]) + " at row " +
-                                       std::to_string(p / k) + " outside [0, " + std::to_string(experts) + ")"));
-      ++count[id[p]];
-    }
-    int32_t* h_expert = host.data() + 1;
-    int32_t* h_first = h_expert + slots;
-    int32_t* h_count = h_first + slots;
-    int32_t* h_token = h_count + slots;
-    int32_t* h_pair = h_token + pairs;
-    int64_t row = 0, active = 0;
-    for (int64_t e = 0; e < experts; ++e) {
-      first[e] = row;
-      if (count[e] > 0) {
-        h_expert[active] = static_cast<int32_t>(e);
-        h_first[active] = static_cast<int32_t>(row);
-        h_count[active] = static_cast<int32_t>(count[e]);
-        ++active;
+  if (pairs > 0) {
+    launch_moe_grouping(ids.data<int32_t>(), tokens, k, experts, tile_rows, lay, ctx.error_word, ctx.stream);
+    check_launch("moe_experts (grouping)");
+    if (tc) {
+      auto* xb = reinterpret_cast<__nv_bfloat16*>(base + xb_off);
+      auto* act = reinterpret_cast<__nv_bfloat16*>(base + act_off);
+      const bool cublas = plan.prefill == 2 || (plan.prefill == 0 && tokens >= kMoeCublasMinTokens);
+      if (cublas) {
+        moe_to_bf16(ctx.stream, xb, x.data<float>(), tokens * h);
+        check_launch("moe_experts (x to bf16)");
       }
-      row += count[e];
-    }
-    host[0] = static_cast<int32_t>(active);
-    for (int64_t p = 0; p < pairs; ++p) {  // token order within each expert
-      const int64_t r = first[id[p]]++;
-      h_pair[p] = static_cast<int32_t>(r);
-      h_token[r] = static_cast<int32_t>(p / k);
-    }
-    copy_sync(ctx, base, host.data(), host.size() * 4, "moe_experts: pair list upload");
-    for (int64_t s = 0; s < active; ++s) {
-      const int64_t e = h_expert[s], r0 = h_first[s], n = h_count[s];
-      const Tensor rows = Tensor::view_of(lay.row_token + r0, {n}, DType::kI32, x.device());
-      Tensor gathered = Tensor::on_storage(ctx.scratch(n * h * 4).storage(), 0, {n, h}, DType::kF32);
-      gather_rows(ctx, gathered, x, rows);
-      Tensor gu = Tensor::on_storage(ctx.scratch(n * two_i * 4).storage(), 0, {n, two_i}, DType::kF32);
-      matmul(ctx, gu, gathered, gate_up.select(0, e), false);
-      Tensor a = Tensor::view_of(act + r0 * idim, {n, idim}, DType::kF32, x.device());
-      swiglu(ctx, a, gu, swiglu_limit);
-      Tensor ye = Tensor::view_of(y + r0 * h, {n, h}, DType::kF32, x.device());
-      matmul(ctx, ye, a, down.select(0, e), false);
+      if (!cublas || !moe_prefill_cublas(ctx, y, xb, gate_up, down, h, idim, experts, pairs, lay, swiglu_limit)) {
+        moe_tc_gate_up(ctx.stream, act, x.data<float>(), gate_up.data<__nv_bfloat16>(), idim, h, lay, max_tiles, tile_rows,
+                       swiglu_limit);
+        check_launch("moe_experts (gate_up, tensor cores)");
+        moe_tc_down(ctx.stream, y, act, down.data<__nv_bfloat16>(), h, idim, lay, max_tiles, tile_rows);
+        check_launch("moe_experts (down, tensor cores)");
+      }
+    } else {
+      float* act = reinterpret_cast<float*>(base + act_off);
+      const int64_t slots = moe_max_slots(experts, pairs);
+      const bool wide = tokens > 8;
+      launch_grouped<true>(ctx, "moe_experts (gate_up)", act, idim, x.data<float>(), h, gate_up, slots, wide,
+                           rows_per_pass(tokens), plan, lay, swiglu_limit);
+      launch_grouped<false>(ctx, "moe_experts (down)", y, h, act, idim, down, slots, wide,
+                            rows_per_pass(tokens), plan, lay, swiglu_limit);
     }
   }
   combine_kernel<<<grid_1d(tokens * h), 256, 0, ctx.stream>>>(out.data<float>(), y, weights.data<float>(),

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_graph.h"
+#include "kernels/cuda/cuda_indexer_prefill.h"
 #include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
@@ -270,6 +271,16 @@ class CudaOps final : public Ops {
                      const Tensor& beta, Tensor& state) override { cuda::OpScope prof_scope(prof_.get(), "kda_recurrent");
     cuda::kda_recurrent(ctx_, out, q, k, v, g, beta, state);
   }
+  void kda_conv_qkv_rows(Tensor& out_q, Tensor& out_k, Tensor& out_v, const Tensor& x_q, const Tensor& x_k,
+                         const Tensor& x_v, const KdaRowsView& rows, const Tensor& weight) override {
+    cuda::OpScope prof_scope(prof_.get(), "kda_conv_qkv_rows");
+    cuda::kda_conv_qkv_rows(ctx_, out_q, out_k, out_v, x_q, x_k, x_v, rows, weight);
+  }
+  void kda_recurrent_state_rows(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, const KdaRowsView& rows) override {
+    cuda::OpScope prof_scope(prof_.get(), "kda_recurrent_state_rows");
+    cuda::kda_recurrent_state_rows(ctx_, out, q, k, v, g, beta, rows);
+  }
   // The chunked (WY) form on tensor cores (cuda_kda_chunked.cu; the token-by-token
   // kernel for head dims it does not cover).
   void kda_chunked(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
@@ -277,7 +288,8 @@ class CudaOps final : public Ops {
     cuda::kda_chunked(ctx_, out, q, k, v, g, beta, state, chunk_size);
   }
   // Prefill rows (16 or more): all heads of a row in one block on tensor cores
-  // (cuda_mla_prefill.cu); fewer rows or other shapes: the per-(row, head) kernel.
+  // (cuda_mla_prefill.cu); fewer rows or other shapes: cuda_attention.cu (the split-token decode
+  // kernels of cuda_mla_decode.cu, the same as mla_sparse_attention_rows).
   void mla_sparse_attention(Tensor& out, const Tensor& q, const LatentPagesView& cache, const Tensor& indices,
                             float scale) override { cuda::OpScope prof_scope(prof_.get(), "mla_sparse_attention");
     const int64_t w = indices.dim() == 0 ? 0 : indices.size(-1), t = w == 0 ? 0 : indices.numel() / w;
@@ -301,7 +313,11 @@ class CudaOps final : public Ops {
   }
   void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
                       const Tensor& candidates, float scale) override { cuda::OpScope prof_scope(prof_.get(), "indexer_scores");
-    cuda::indexer_scores(ctx_, out, q, pool_keys, weights, candidates, scale);
+    // Tensor cores (cuda_indexer_prefill.cu) where they apply; the f32 kernel otherwise.
+    if (cuda::indexer_scores_mma_applies(q, pool_keys, weights, candidates))
+      cuda::indexer_scores_mma(ctx_, out, q, pool_keys, weights, candidates, scale);
+    else
+      cuda::indexer_scores(ctx_, out, q, pool_keys, weights, candidates, scale);
   }
   void latent_store_rows(const DecodeRowsView& rows, const Tensor& latent) override { cuda::OpScope prof_scope(prof_.get(), "latent_store_rows");
     cuda::latent_store_rows(ctx_, rows, latent);

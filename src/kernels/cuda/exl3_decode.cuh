@@ -14,8 +14,9 @@
 //   3INST/MCG: x = state * mult (+ add); x = (x & 0x8FFF8FFF) ^ 0x3B603B60; v = h(lo) + h(hi)
 //              (one correctly rounded fp16 add = the CPU's exact f32 sum rounded once);
 //   MUL1:      x = state * mult; v = fma(h(0x6400 + bytesum(x)), h(0x1EEE), h(0xC931)) in fp16.
-// Two values are made at once: their halves are paired with byte permutes, so the
-// mask, xor and add run as half2 / 32-bit ops over both.
+// Two values are made at once (decode_pair); K = 4 takes its states from two words with
+// a trimmed extraction (lane_states_k4). Integer-ALU ops per tile and lane at K = 4:
+// ~13 (states) + 12 (pairs), plus 8 IMAD on the FMA pipe.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -47,10 +48,15 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
                               __halves2half2(__ushort_as_half(0xC931), __ushort_as_half(0xC931)));
     return *reinterpret_cast<const uint32_t*>(&r);
   } else {
-    // The mask/xor pattern is the same in both halves, so it can follow the pairing.
-    const uint32_t lo = (__byte_perm(xa, xb, 0x5410) & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    const uint32_t hi = (__byte_perm(xa, xb, 0x7632) & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    const __half2 r = __hadd2(*reinterpret_cast<const __half2*>(&lo), *reinterpret_cast<const __half2*>(&hi));
+    // Mask/xor each hash (both halves at once), then each value = lo + hi with the halves
+    // picked by operand swizzles (one correctly rounded fp16 add, as the CPU's exact f32 sum
+    // rounded once), and one permute packs the pair: 3 integer-ALU ops per pair instead of
+    // 4 with permute-first (the ALU pipe is what bounds decoding on Hopper).
+    const uint32_t ma = (xa & 0x8FFF8FFFu) ^ 0x3B603B60u, mb = (xb & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    const __half2 ha = *reinterpret_cast<const __half2*>(&ma), hb = *reinterpret_cast<const __half2*>(&mb);
+    const __half2 va = __hadd2(__low2half2(ha), __high2half2(ha));
+    const __half2 vb = __hadd2(__low2half2(hb), __high2half2(hb));
+    const __half2 r = __lows2half2(va, vb);
     return *reinterpret_cast<const uint32_t*>(&r);
   }
 }
@@ -76,6 +82,20 @@ __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w
   st[5] = window16<5 * K>(a, b, c);
   st[6] = window16<6 * K>(a, b, c);
   st[7] = window16<7 * K>(a, b, c);
+}
+
+// K = 4: the eight states straight from p = word l-1 and o = word l (the lane's window
+// starts at bit 20 of p): three funnel shifts across the pair, the rest inside o, byte-
+// aligned ones by one permute (13 ALU ops instead of 17 via lane_states).
+__device__ __forceinline__ void lane_states_k4(uint32_t p, uint32_t o, uint32_t (&st)[8]) {
+  st[0] = __funnelshift_r(o, p, 28) & 0xFFFFu;
+  st[1] = __funnelshift_r(o, p, 24) & 0xFFFFu;
+  st[2] = __funnelshift_r(o, p, 20) & 0xFFFFu;
+  st[3] = o >> 16;
+  st[4] = (o >> 12) & 0xFFFFu;
+  st[5] = __byte_perm(o, 0u, 0x4421);
+  st[6] = (o >> 4) & 0xFFFFu;
+  st[7] = o & 0xFFFFu;
 }
 
 // First stream bit and word of lane `lane` in a tile of K bits per weight.
@@ -116,7 +136,7 @@ __device__ __forceinline__ void decode_fragment(const uint32_t (&own)[LaneWords<
   if constexpr (K == 4) {
     // s = 32l - 12: bits 20.. of word l-1, then word l.
     const uint32_t prev = __shfl_sync(0xffffffffu, own[0], (lane + 31) & 31);
-    lane_states<K>(prev, own[0], 0u, 0u, 20, st);
+    lane_states_k4(prev, own[0], st);
   } else if constexpr (K == 8) {
     // s = 64l - 8: bits 24.. of word 2l-1, then words 2l, 2l+1.
     const uint32_t prev = __shfl_sync(0xffffffffu, own[1], (lane + 31) & 31);

@@ -1,14 +1,30 @@
 // EXL3 on the GPU, one weight at a time: W_hat decode and the GEMV behind
-// CudaOps::exl3_matmul (scheme and numerics: exl3_gemv.cuh).
+// CudaOps::exl3_matmul.
 //
-// Three launches per pass of up to 8 rows (64 when the call has more than 8): rotate
-// (x * suh, FWHT, hi/lo fragments), gemv (grid: 128-column blocks x k-splits; 8 warps,
-// one n-tile each, every decoded tile applied to all rows of the pass), epilogue (sum of
-// the k-splits, FWHT, * svh + bias, cut to the caller's width and pitch). Prefill thus
-// decodes each weight once per 64 rows; decoding W_hat once for a cuBLAS GEMM is future work.
+// Up to 8 rows (decode): one fused launch (fused_gemv_kernel). Grid (n/128 column
+// blocks) x (splits of k), the splits of a column block forming one thread-block
+// cluster. Each block: 16 warps, warp (n-tile j, k-half h) streams its tiles through a
+// cp.async ring (exl3_stream.cuh, first copies issued before the programmatic-launch
+// wait); meanwhile the block rotates its own slice of the input (x * suh, FWHT per
+// 128 inputs, hi/lo fragments in shared memory: a k-split is a whole number of
+// Hadamard blocks); the halves are summed in shared memory, then block rank 0 of the
+// cluster sums the splits' partials in rank order through distributed shared memory,
+// applies the output FWHT, svh and bias, and writes the result. No global scratch,
+// no atomics; the split count depends on the shape only, so a row's bits do not depend
+// on the batch.
+//
+// More rows (prefill): three launches per pass of 64 rows (rotate, gemv of
+// exl3_gemv.cuh: each tile decoded once for all rows, epilogue). Decoding W_hat once
+// for a cuBLAS GEMM is future work.
 #include <cuda_fp16.h>
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/status.h"
@@ -18,6 +34,7 @@
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/exl3_launch.cuh"
+#include "kernels/cuda/exl3_stream.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -105,6 +122,210 @@ struct GemvKernels {
   }
 };
 
+// ---- fused GEMV (up to 8 rows) ----------------------------------------------------
+
+namespace cg = cooperative_groups;
+
+constexpr int kFusedWk = 2;  // warps per n-tile: the block's k range in two halves
+constexpr int kFusedWarps = kGemvWarps * kFusedWk;
+constexpr int kFusedThreads = kFusedWarps * 32;
+constexpr int kMaxCluster = 8;                 // portable cluster size
+constexpr size_t kFusedMaxSmem = 200 * 1024;   // dynamic shared memory the fused kernel may ask for
+// kExl3GemvAuto takes the fused kernel from this many tiles on (H200, K = 4, m = 1: 4096x8192
+// fused 22.5 us vs 31.6 three-launch; 4096x2048 14.3 vs 11.8, its per-call cost dominating).
+constexpr int64_t kFusedMinTiles = 65536;
+
+struct FusedArgs {
+  float* out;
+  int64_t out_pitch, n_out;
+  const float* x;
+  int64_t x_pitch, k_in;
+  const uint32_t* trellis;
+  const __half* suh;
+  const __half* svh;
+  const __half* bias;  // null when absent
+  int64_t tiles_k, tiles_n;
+  int per_block;  // k-tiles per split (a multiple of 8: whole Hadamard blocks)
+  int rows;       // 1..8
+};
+
+// Splits of k (the cluster size) and k-tiles per split, from the shape only: enough
+// blocks to cover the GPU (~128), each warp keeping >= 16 tiles.
+struct FusedShape {
+  int splits, per_block;
+};
+FusedShape fused_shape(int64_t tiles_k, int64_t tiles_n) {
+  const int64_t n_blocks = tiles_n / kGemvWarps;
+  int c = 1;
+  while (c < kMaxCluster && n_blocks * c < 128 && tiles_k >= 2 * c * 16) c *= 2;
+  const int64_t per = (tiles_k + c - 1) / c;
+  return {c, static_cast<int>((per + 7) / 8 * 8)};
+}
+
+size_t fused_smem_bytes(int bits, int per_block, int rows) {
+  const size_t ring = static_cast<size_t>(kFusedWarps) * exl3::kStages * exl3::kStageTiles * 8 * bits * 4;
+  const size_t xf = static_cast<size_t>(rows) * per_block * 64;  // 4 uint4 per 16 inputs per row
+  const size_t red = static_cast<size_t>(kFusedWk) * rows * 128 * 4;
+  return ring + xf + red;
+}
+
+template <int K, int CB, int Mode>
+__global__ void __launch_bounds__(kFusedThreads, 1) fused_gemv_kernel(FusedArgs p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wn = warp % kGemvWarps, wk = warp / kGemvWarps;
+  const int rows = p.rows, per_block = p.per_block;
+  const int64_t tn = static_cast<int64_t>(blockIdx.x) * kGemvWarps + wn;
+  const int64_t kb0 = static_cast<int64_t>(blockIdx.y) * per_block;
+  const int64_t left = p.tiles_k - kb0;
+  const int nk_b = left <= 0 ? 0 : (left < per_block ? static_cast<int>(left) : per_block);
+  const int per_warp = per_block / kFusedWk, w0 = wk * per_warp;
+  const int ntiles = max(0, min(per_warp, nk_b - w0));
+  const size_t ring_bytes = static_cast<size_t>(kFusedWarps) * exl3::ring_words<K>() * 4;
+  auto* xf = reinterpret_cast<uint4*>(smem_raw + ring_bytes);                         // [rows][per_block][4]
+  auto* red = reinterpret_cast<float*>(smem_raw + ring_bytes + static_cast<size_t>(rows) * per_block * 64);
+  const int64_t tile_words = 8 * K;
+  const exl3::WarpStream<K> ws{p.trellis + ((kb0 + w0) * p.tiles_n + tn) * tile_words, p.tiles_n * tile_words,
+                               ntiles, reinterpret_cast<uint32_t*>(smem_raw) + warp * exl3::ring_words<K>()};
+  ws.template prologue<Mode>(lane);  // weights only: before waiting on the previous kernel
+  exl3::pdl_launch_dependents();
+  exl3::pdl_wait();
+
+  // This block's inputs: FWHT128(x * suh) per 128-input block, as hi/lo fragments.
+  const int chunks = nk_b / 8;
+  for (int item = warp; item < rows * chunks; item += kFusedWarps) {
+    const int r = item / chunks, ch = item % chunks;
+    float v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t c = (kb0 + ch * 8) * 16 + lane + 32 * q;
+      v[q] = c < p.k_in ? __fmul_rn(p.x[r * p.x_pitch + c], __half2float(p.suh[c])) : 0.0f;
+    }
+    exl3::warp_fwht128(v, exl3::kHadamardNorm);
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      exl3::store_fragment_value(xf + static_cast<int64_t>(r) * per_block * 4, ch * 128 + lane + 32 * q, v[q]);
+  }
+  __syncthreads();
+
+  float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  ws.template run<CB, 1, Mode>(xf + w0 * 4, static_cast<int64_t>(per_block) * 4, rows, acc);
+
+  // This warp's partial sums: red[k half][row][column].
+  {
+    const int g = lane >> 2, t = lane & 3, col = wn * 16 + g;
+    float* mine = red + wk * rows * 128;
+    if (2 * t < rows) {
+      mine[(2 * t) * 128 + col] = acc[0][0];
+      mine[(2 * t) * 128 + col + 8] = acc[0][2];
+    }
+    if (2 * t + 1 < rows) {
+      mine[(2 * t + 1) * 128 + col] = acc[0][1];
+      mine[(2 * t + 1) * 128 + col + 8] = acc[0][3];
+    }
+  }
+
+  // Rank 0 of the cluster sums every non-empty partial in k order (rank, then half:
+  // the legacy path's split order, so both give the same bits), FWHT, * svh + bias.
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // a block barrier too
+  if (cluster.block_rank() == 0 && warp < rows) {
+    const int r = warp;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int splits = static_cast<int>(cluster.num_blocks());
+    for (int s = 0; s < splits; ++s) {
+      const int64_t left_s = p.tiles_k - static_cast<int64_t>(s) * per_block;
+      const float* part = cluster.map_shared_rank(red, s) + r * 128;
+      for (int w = 0; w < kFusedWk; ++w) {
+        if (left_s - static_cast<int64_t>(w) * per_warp <= 0) break;  // empty partial: skipped, as legacy has none
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[q] = __fadd_rn(v[q], part[w * rows * 128 + lane + 32 * q]);
+      }
+    }
+    exl3::warp_fwht128(v, exl3::kHadamardNorm);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t c = static_cast<int64_t>(blockIdx.x) * 128 + lane + 32 * q;
+      if (c < p.n_out) {
+        float y = __fmul_rn(v[q], __half2float(p.svh[c]));
+        if (p.bias) y = __fadd_rn(y, __half2float(p.bias[c]));
+        p.out[r * p.out_pitch + c] = y;
+      }
+    }
+  }
+  cluster.sync();  // the other blocks' shared memory must outlive rank 0's reads
+}
+
+// GEMV variant knob (exl3_set_gemv_variant); TF_EXL3_GEMV=legacy and TF_EXL3_PDL=0 at start.
+std::atomic<int> g_variant{-1};
+std::atomic<int> g_pdl{-2};  // -2: TF_EXL3_PDL not read yet
+std::atomic<int64_t> g_refusals{0};  // fused launches the device refused (exl3_fused_gemv_refusals)
+
+int gemv_variant() {
+  int v = g_variant.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("TF_EXL3_GEMV");
+    v = e && std::strcmp(e, "legacy") == 0 ? kExl3GemvLegacy : kExl3GemvAuto;
+    g_variant.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// PDL mode: -1 = defaults (off for the fused GEMV: measured slower on the H200, its
+// early-launched blocks crowd the SMs; on for the grouped MoE), 0 = off, 1 = on.
+int pdl_mode() {
+  int v = g_pdl.load(std::memory_order_relaxed);
+  if (v == -2) {
+    const char* e = std::getenv("TF_EXL3_PDL");
+    v = !e || !*e ? -1 : (std::strcmp(e, "0") == 0 ? 0 : 1);
+    g_pdl.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+bool use_pdl() { return pdl_mode() == 1; }
+
+}  // namespace
+
+bool exl3::pdl_enabled() { return pdl_mode() != 0; }
+
+namespace {
+
+template <typename Kernel>
+cudaError_t launch_fused(Kernel kernel, const FusedArgs& a, int splits, size_t smem, cudaStream_t stream) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(a.tiles_n / kGemvWarps), static_cast<unsigned>(splits));
+  cfg.blockDim = dim3(kFusedThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute at[2];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = 1;
+  at[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = use_pdl() ? 1 : 0;
+  cfg.attrs = at;
+  cfg.numAttrs = 2;
+  return cudaLaunchKernelEx(&cfg, kernel, a);
+}
+
+template <int K, int CB>
+struct FusedKernels {
+  static cudaError_t launch(int variant, const FusedArgs& a, int splits, size_t smem, cudaStream_t s) {
+    // The timing-only variants exist for K = 4 mcg, the format of GLM-5.3-Flash's experts.
+    if constexpr (K == 4 && CB == exl3::kCbMcg) {
+      if (variant == kExl3GemvLoadOnly)
+        return launch_fused(fused_gemv_kernel<K, CB, exl3::kLoadOnly>, a, splits, smem, s);
+      if (variant == kExl3GemvDecodeOnly)
+        return launch_fused(fused_gemv_kernel<K, CB, exl3::kDecodeOnly>, a, splits, smem, s);
+    }
+    return launch_fused(fused_gemv_kernel<K, CB, exl3::kNormal>, a, splits, smem, s);
+  }
+};
+
 void check_device_weight(const CudaContext& ctx, const Exl3Weight& w, const char* op) {
   const Status s = check_exl3_weight(w, op);
   if (!s.is_ok()) throw StatusError(s);
@@ -154,7 +375,45 @@ void exl3_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Exl3Weigh
   if (rows == 0) return;
 
   const int64_t tiles_k = k / 16, tiles_n = n / 16;
-  const int per = exl3::tiles_per_split(tiles_k);
+  const int variant = gemv_variant();
+  const bool large = tiles_k * tiles_n >= kFusedMinTiles;
+  if (rows <= 8 && variant != kExl3GemvLegacy && (variant != kExl3GemvAuto || large)) {
+    const FusedShape fs = fused_shape(tiles_k, tiles_n);
+    const size_t smem = fused_smem_bytes(w.bits, fs.per_block, static_cast<int>(rows));
+    if (smem <= kFusedMaxSmem) {
+      FusedArgs a;
+      a.out = static_cast<float*>(out.raw());
+      a.out_pitch = pitch;
+      a.n_out = n_out;
+      a.x = x.data<float>();
+      a.x_pitch = k_in;
+      a.k_in = k_in;
+      a.trellis = w.trellis.data<uint32_t>();
+      a.suh = static_cast<const __half*>(w.suh.raw());
+      a.svh = static_cast<const __half*>(w.svh.raw());
+      a.bias = w.bias.is_null() ? nullptr : static_cast<const __half*>(w.bias.raw());
+      a.tiles_k = tiles_k;
+      a.tiles_n = tiles_n;
+      a.per_block = fs.per_block;
+      a.rows = static_cast<int>(rows);
+      if (reinterpret_cast<uintptr_t>(a.trellis) % 16 == 0) {
+        cudaError_t e = cudaSuccess;
+        exl3_dispatch<FusedKernels>(w.bits, w.codebook, [&](auto kernels) {
+          e = decltype(kernels)::launch(variant, a, fs.splits, smem, ctx.stream);
+        });
+        if (e == cudaSuccess) return;
+        // A launch the device refuses (cluster or PDL support): the three-launch path gives
+        // the same bits. Said once; a sticky error shows up at the next check anyway.
+        (void)cudaGetLastError();
+        if (g_refusals.fetch_add(1) == 0)
+          std::fprintf(stderr, "exl3_matmul: fused GEMV launch refused (%s); using the three-launch path\n",
+                       cudaGetErrorString(e));
+      }
+    }
+  }
+  // The fused kernel's partials (one per warp's k range), so that both paths give a row
+  // the same bits whatever the batch.
+  const int per = fused_shape(tiles_k, tiles_n).per_block / kFusedWk;
   const int splits = static_cast<int>((tiles_k + per - 1) / per);
   // Passes of up to 8 rows (decode), else of up to 64 (prefill: each tile decoded once per
   // 64 rows). A row's arithmetic is the same in either (same k-split, MMA columns independent).
@@ -182,5 +441,11 @@ void exl3_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Exl3Weigh
     check_launch("exl3_matmul (epilogue)");
   }
 }
+
+void exl3_set_gemv_variant(int variant) { g_variant.store(variant, std::memory_order_relaxed); }
+
+void exl3_set_pdl(int mode) { g_pdl.store(mode < 0 ? -1 : (mode ? 1 : 0), std::memory_order_relaxed); }
+
+int64_t exl3_fused_gemv_refusals() { return g_refusals.load(); }
 
 }  // namespace tf::cuda

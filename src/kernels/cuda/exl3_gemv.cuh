@@ -29,10 +29,6 @@ namespace tf::cuda::exl3 {
 constexpr int kGemvWarps = 8;  // warps per GEMV block: the 8 n-tiles of one 128-column block
 constexpr float kHadamardNorm = 0.08838834764831845f;  // 1/sqrt(128), as the CPU
 
-// k-tiles per split: a shape-only choice (never the row count), so a row's sums
-// have one order whatever the batch.
-inline int tiles_per_split(int64_t tiles_k) { return tiles_k >= 256 ? 16 : 8; }
-
 // In-block FWHT over 128 threads (thread c holds element c); smem: 128 floats.
 // The butterflies of kernels/cpu fwht128 in the same order (u + v, u - v), then * 1/sqrt(128).
 __device__ __forceinline__ float block_fwht128(float v, float* smem) {

@@ -16,6 +16,27 @@ Tensor exl3_decode_w_hat(CudaContext& ctx, const Exl3Weight& w);
 // GEMV pass; larger T run in passes of 64 rows (same per-row arithmetic).
 void exl3_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Exl3Weight& w);
 
+// GEMV variants (benchmarks and A/B checks; the default is kExl3GemvAuto, or legacy when
+// TF_EXL3_GEMV=legacy): auto = the fused one-launch kernel up to 8 rows on large weights
+// (>= 65536 tiles), else the three-launch path; legacy = the three-launch path for every
+// row count; fused = the fused kernel up to 8 rows whatever the size; load-only /
+// decode-only = the fused kernel with only its trellis streaming / only its decode + MMAs
+// (K = 4 mcg only; results are garbage: for timing the parts alone). All but the last two
+// give the same bits.
+enum Exl3GemvVariant : int {
+  kExl3GemvAuto = 0,
+  kExl3GemvLegacy = 1,
+  kExl3GemvLoadOnly = 2,
+  kExl3GemvDecodeOnly = 3,
+  kExl3GemvFused = 4
+};
+void exl3_set_gemv_variant(int variant);
+// Programmatic dependent launch: -1 = defaults (off for the fused GEMV, on for the grouped
+// MoE; TF_EXL3_PDL=0/1 overrides both at start), 0 = off, 1 = on for both.
+void exl3_set_pdl(int mode);
+// Fused GEMV launches the device refused so far (each fell back to the three-launch path).
+int64_t exl3_fused_gemv_refusals();
+
 // The routed EXL3 experts of a MoE layer (Ops::moe_experts_exl3's contract), grouped
 // on the device without a host sync; false (nothing done) for more than 64 tokens,
 // which the caller runs per expert instead.

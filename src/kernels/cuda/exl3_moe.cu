@@ -4,18 +4,20 @@
 //
 // The layer's experts are uploaded once (exl3_upload_experts): their tensors move to
 // the GPU and a device table holds every expert's trellis / suh / svh / bias pointers
-// per projection. Per call, seven launches:
-//   1. route (one warp): a 64-bit token mask per expert; active experts get slots in
-//      ascending id, each (token, expert) pair a row (rows of an expert in token order);
+// per projection. Per call, six launches:
+//   1. route (moe_grouping.cuh, shared with cuda_moe.cu): active experts get slots in
+//      ascending id, each (token, j) pair a row (rows of an expert in token order);
 //   2. rotate: every row's x * suh (gate and up: their own suh) -> FWHT -> hi/lo fragments;
-//   3-4. grouped GEMV gate, up: grid (128-column blocks x kMoeSplits, expert slots);
-//      each warp decodes a column of tiles once for all of the expert's rows (up to 8
-//      row tiles of 8 per MMA pass; exl3_gemv.cuh);
-//   5. gate/up epilogue: sum splits, FWHT, * svh (+ bias), SwiGLU, then the down
+//   3. grouped GEMV gate + up in one launch: grid (128-column blocks x kMoeSplits, expert
+//      slots, 2); each warp streams a column of tiles through its cp.async ring
+//      (exl3_stream.cuh) and decodes each tile once for all of the expert's rows (up to 8
+//      row tiles of 8 per MMA pass). Launched as a programmatic dependent of the rotation,
+//      so its first weight copies overlap it;
+//   4. gate/up epilogue: sum splits, FWHT, * svh (+ bias), SwiGLU, then the down
 //      projection's input rotation (act * suh_down, FWHT) straight into its fragments
 //      (a 128-column block of act is exactly one Hadamard block of down's input);
-//   6. grouped GEMV down;
-//   7. combine: out[t] = 0 + w[t,0] * y(t,0) + w[t,1] * y(t,1) + ... where y(t,j) is the
+//   5. grouped GEMV down (programmatic dependent of 4);
+//   6. combine: out[t] = 0 + w[t,0] * y(t,0) + w[t,1] * y(t,1) + ... where y(t,j) is the
 //      down epilogue (FWHT, * svh, + bias) of the pair's row, in j order, each product
 //      and sum rounded on its own (the CPU's scatter_add order).
 // A row's arithmetic never depends on the other rows: the k-split count is fixed
@@ -34,13 +36,15 @@
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/exl3_launch.cuh"
+#include "kernels/cuda/exl3_stream.cuh"
+#include "kernels/cuda/moe_grouping.cuh"
 
 namespace tf::cuda {
 namespace {
 
 using exl3::kGemvWarps;
 
-constexpr int64_t kMoeMaxTokens = 64;  // one bit per token in the expert masks
+constexpr int64_t kMoeMaxTokens = 64;  // the scratch and passes are sized for decode batches
 constexpr int kMoeSplits = 4;          // k-splits of every grouped GEMV (fixed: row independence)
 constexpr int kGate = 0, kUp = 1, kDown = 2;
 
@@ -58,86 +62,15 @@ struct DeviceTable {
   int64_t experts = 0;
 };
 
-struct Layout {
-  int* num_active;   // [1]
-  int* num_rows;     // [1]
-  int* slot_expert;  // [S]
-  int* slot_first;   // [S]
-  int* slot_count;   // [S]
-  int* row_token;    // [P]
-  int* row_expert;   // [P]
-  int* pair_row;     // [T*k], -1 for a bad expert id
-};
-
-// One warp. smem: experts masks and first rows.
-__global__ void __launch_bounds__(32)
-    route_kernel(const int32_t* __restrict__ ids, int tokens, int k, int experts, Layout lay, unsigned* err) {
-  extern __shared__ unsigned long long mask[];          // [experts]
-  int* first = reinterpret_cast<int*>(mask + experts);  // [experts]
-  const int lane = threadIdx.x;
-  const int pairs = tokens * k;
-  for (int i = lane; i < experts; i += 32) mask[i] = 0;
-  __syncwarp();
-  for (int p = lane; p < pairs; p += 32) {
-    const int e = ids[p];
-    if (e < 0 || e >= experts) {
-      atomicOr(err, kErrMoeExpertId);
-      continue;
-    }
-    atomicOr(&mask[e], 1ull << (p / k));
-  }
-  __syncwarp();
-  const int per = (experts + 31) / 32, b = min(experts, lane * per), end = min(experts, b + per);
-  int rows = 0, active = 0;
-  for (int e = b; e < end; ++e) {
-    const int c = __popcll(mask[e]);
-    rows += c;
-    active += c > 0;
-  }
-  int row = rows, slot = active;  // inclusive scans
-  for (int o = 1; o < 32; o <<= 1) {
-    const int r = __shfl_up_sync(0xffffffffu, row, o), s = __shfl_up_sync(0xffffffffu, slot, o);
-    if (lane >= o) {
-      row += r;
-      slot += s;
-    }
-  }
-  if (lane == 31) {
-    *lay.num_rows = row;
-    *lay.num_active = slot;
-  }
-  row -= rows;
-  slot -= active;
-  for (int e = b; e < end; ++e) {
-    const int c = __popcll(mask[e]);
-    first[e] = row;
-    if (c > 0) {
-      lay.slot_expert[slot] = e;
-      lay.slot_first[slot] = row;
-      lay.slot_count[slot] = c;
-      ++slot;
-    }
-    row += c;
-  }
-  __syncwarp();
-  for (int p = lane; p < pairs; p += 32) {
-    const int e = ids[p], t = p / k;
-    if (e < 0 || e >= experts) {
-      lay.pair_row[p] = -1;
-      continue;
-    }
-    const int r = first[e] + __popcll(mask[e] & ((1ull << t) - 1ull));
-    lay.pair_row[p] = r;
-    lay.row_token[r] = t;
-    lay.row_expert[r] = e;
-  }
-}
+// The token grouping (route) is moe_grouping.cuh's, shared with cuda_moe.cu.
+using Layout = MoeGroups;
 
 // grid (k_pad/128, P, 2): xr[proj][row] = fragments of FWHT(x[token] * suh_proj[expert]).
 __global__ void __launch_bounds__(128)
     rotate_rows_kernel(uint4* __restrict__ xr_gate, uint4* __restrict__ xr_up, const float* __restrict__ x,
                        int64_t h, int64_t k_pad, const ExpertPtrs* __restrict__ table, Layout lay) {
   __shared__ float smem[128];
+  exl3::pdl_launch_dependents();  // the grouped GEMV may start streaming its weights
   const int row = blockIdx.y;
   if (row >= *lay.num_rows) return;  // block-uniform
   const int proj = blockIdx.z;
@@ -150,33 +83,81 @@ __global__ void __launch_bounds__(128)
                              static_cast<int>(c), r);
 }
 
-// grid (n_blocks * kMoeSplits, slots): partial[split][row][n] for the rows of each slot.
+struct GroupedArgs {
+  const ExpertPtrs* table;
+  int proj0;            // projection of blockIdx.z == 0 (gate and up share a launch)
+  const uint4* xr[2];   // per blockIdx.z: the rows' input fragments
+  float* part[2];       // per blockIdx.z: partial[split][row][n]
+  int64_t tiles_k, tiles_n;
+  int per;              // k-tiles per split
+  int64_t prows;
+  Layout lay;
+};
+
+// grid (n_blocks * kMoeSplits, slots, projections): partial[split][row][n] for the rows
+// of each slot. Warps stream their tiles through cp.async rings (exl3_stream.cuh); the
+// first copies go out before the programmatic-launch wait (the slot table comes from
+// the route kernel, which finished before the preceding kernel started).
 template <int K, int CB, int RT>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    grouped_gemv_kernel(float* __restrict__ partial, const ExpertPtrs* __restrict__ table, int proj,
-                        const uint4* __restrict__ xr, int64_t tiles_k, int64_t tiles_n, int per, int64_t prows,
-                        Layout lay) {
+__global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(GroupedArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   const int slot = blockIdx.y;
-  if (slot >= *lay.num_active) return;
+  if (slot >= *a.lay.num_active) return;
+  const int z = blockIdx.z, proj = a.proj0 + z;
   const int split = blockIdx.x % kMoeSplits, nb = blockIdx.x / kMoeSplits;
-  const int e = lay.slot_expert[slot], first = lay.slot_first[slot], cnt = lay.slot_count[slot];
-  const int64_t tn = static_cast<int64_t>(nb) * kGemvWarps + (threadIdx.x >> 5);
-  const int64_t tk0 = static_cast<int64_t>(split) * per;
-  const int ntiles = static_cast<int>(min(static_cast<int64_t>(per), tiles_k - tk0));
+  const int e = a.lay.slot_expert[slot], first = a.lay.slot_first[slot], cnt = a.lay.slot_count[slot];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t tn = static_cast<int64_t>(nb) * kGemvWarps + warp;
+  const int64_t tk0 = static_cast<int64_t>(split) * a.per;
+  const int ntiles = static_cast<int>(min(static_cast<int64_t>(a.per), a.tiles_k - tk0));
   if (ntiles <= 0) return;  // block-uniform
-  const int64_t tile_words = 8 * K, n = tiles_n * 16, xs = tiles_k * 4;
-  float acc[RT][4];
-  exl3::gemv_warp<K, CB, RT>(table[e].trellis[proj] + (tk0 * tiles_n + tn) * tile_words, tiles_n * tile_words,
-                             ntiles, xr + first * xs + tk0 * 4, xs, cnt, acc);
-  exl3::store_partial<RT>(partial + (split * prows + first) * n, n, tn * 16, cnt, acc);
+  const int64_t tile_words = 8 * K, n = a.tiles_n * 16, xs = a.tiles_k * 4;
+  const exl3::WarpStream<K> ws{a.table[e].trellis[proj] + (tk0 * a.tiles_n + tn) * tile_words,
+                               a.tiles_n * tile_words, ntiles,
+                               reinterpret_cast<uint32_t*>(smem_raw) + warp * exl3::ring_words<K>()};
+  ws.prologue(lane);
+  exl3::pdl_wait();
+  // Passes of 8 * RT rows: one in practice (an expert has at most one row per token, and
+  // RT = 8 past 8 tokens); more only when a token names an expert twice.
+  for (int r0 = 0; r0 < cnt; r0 += 8 * RT) {
+    if (r0 > 0) ws.prologue(lane);
+    const int rows = min(cnt - r0, 8 * RT);
+    float acc[RT][4];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[rt][i] = 0.0f;
+    ws.template run<CB, RT>(a.xr[z] + (first + r0) * xs + tk0 * 4, xs, rows, acc);
+    exl3::store_partial<RT>(a.part[z] + (split * a.prows + first + r0) * n, n, tn * 16, rows, acc);
+  }
+}
+
+template <typename Kernel>
+void launch_grouped(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GroupedArgs& a) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kGemvWarps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = exl3::pdl_enabled() ? 1 : 0;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, a);
+  }
+  const Status s = cuda_status(e, "moe_experts_exl3 (grouped gemv launch)");
+  if (!s.is_ok()) throw StatusError(s);
 }
 
 template <int K, int CB>
 struct GroupedKernels {
-  static void launch(bool wide, dim3 grid, cudaStream_t s, float* part, const ExpertPtrs* table, int proj,
-                     const uint4* xr, int64_t tk, int64_t tn, int per, int64_t prows, const Layout& lay) {
-    if (wide) grouped_gemv_kernel<K, CB, 8><<<grid, kGemvWarps * 32, 0, s>>>(part, table, proj, xr, tk, tn, per, prows, lay);
-    else grouped_gemv_kernel<K, CB, 1><<<grid, kGemvWarps * 32, 0, s>>>(part, table, proj, xr, tk, tn, per, prows, lay);
+  static void launch(bool wide, dim3 grid, cudaStream_t s, const GroupedArgs& a) {
+    const size_t smem = static_cast<size_t>(kGemvWarps) * exl3::ring_words<K>() * 4;
+    if (wide) launch_grouped(grouped_gemv_kernel<K, CB, 8>, grid, smem, s, a);
+    else launch_grouped(grouped_gemv_kernel<K, CB, 1>, grid, smem, s, a);
   }
 };
 
@@ -199,6 +180,7 @@ __global__ void __launch_bounds__(128)
                int64_t prows, int64_t i_pad, int64_t inter, const ExpertPtrs* __restrict__ table, Layout lay,
                float limit) {
   __shared__ float smem[128];
+  exl3::pdl_launch_dependents();  // the down GEMV may start streaming its weights
   const int row = blockIdx.y;
   if (row >= *lay.num_rows) return;
   const int e = lay.row_expert[row];
@@ -313,13 +295,14 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   const auto* table = static_cast<const ExpertPtrs*>(dt.ptrs.raw());
   const Exl3Weight &g0 = ex.gate[0], &u0 = ex.up[0], &d0 = ex.down[0];
   const int64_t h_pad = g0.in_features(), i_pad = g0.out_features();
-  if (experts * 12 > 48 * 1024)
-    throw StatusError(invalid_argument("moe_experts_exl3: " + std::to_string(experts) + " experts (at most 4096)"));
+  if (experts > kMoeGroupingMaxExperts)
+    throw StatusError(invalid_argument("moe_experts_exl3: " + std::to_string(experts) + " experts (at most " +
+                                       std::to_string(kMoeGroupingMaxExperts) + ")"));
 
   // Scratch: layout ints, then xr gate/up [P, h_pad*4 B], xr down [P, i_pad*4 B],
   // partials gate/up [S, P, i_pad], down [S, P, h_pad] (f32).
-  const int64_t slots = std::min(experts, pairs);
-  const int64_t n_ints = 2 + 3 * slots + 3 * pairs;
+  const int64_t slots = moe_max_slots(experts, pairs);
+  const int64_t n_ints = moe_groups_ints(experts, pairs, 0);
   int64_t off = round_up(n_ints * 4, 256);
   const int64_t xg_off = off;
   off += round_up(pairs * h_pad * 4, 256);
@@ -335,15 +318,7 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   off += round_up(kMoeSplits * pairs * h_pad * 4, 256);
   Tensor scratch = ctx.scratch(off);
   char* base = static_cast<char*>(scratch.raw());
-  Layout lay;
-  lay.num_active = reinterpret_cast<int*>(base);
-  lay.num_rows = lay.num_active + 1;
-  lay.slot_expert = lay.num_rows + 1;
-  lay.slot_first = lay.slot_expert + slots;
-  lay.slot_count = lay.slot_first + slots;
-  lay.row_token = lay.slot_count + slots;
-  lay.row_expert = lay.row_token + pairs;
-  lay.pair_row = lay.row_expert + pairs;
+  const Layout lay = moe_groups_at(reinterpret_cast<int*>(base), experts, pairs, 0);
   auto* xg = reinterpret_cast<uint4*>(base + xg_off);
   auto* xu = reinterpret_cast<uint4*>(base + xu_off);
   auto* xd = reinterpret_cast<uint4*>(base + xd_off);
@@ -351,29 +326,43 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   auto* pu = reinterpret_cast<float*>(base + pu_off);
   auto* pd = reinterpret_cast<float*>(base + pd_off);
 
-  const size_t smem = static_cast<size_t>(experts) * (sizeof(unsigned long long) + sizeof(int));
-  route_kernel<<<1, 32, smem, ctx.stream>>>(ids.data<int32_t>(), static_cast<int>(tokens), static_cast<int>(k),
-                                           static_cast<int>(experts), lay, ctx.error_word);
+  launch_moe_grouping(ids.data<int32_t>(), tokens, k, experts, 0, lay, ctx.error_word, ctx.stream);
   check_launch("moe_experts_exl3 (route)");
   rotate_rows_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(pairs), 2), 128, 0,
                        ctx.stream>>>(xg, xu, x.data<float>(), h, h_pad, table, lay);
   check_launch("moe_experts_exl3 (rotate)");
   const bool wide = tokens > 8;
-  auto gemv = [&](const Exl3Weight& w, int proj, const uint4* xr, float* part) {
-    const int64_t tk = w.trellis.size(0), tn = w.trellis.size(1);
-    const int per = static_cast<int>((tk + kMoeSplits - 1) / kMoeSplits);
-    const dim3 grid(static_cast<unsigned>(tn / kGemvWarps * kMoeSplits), static_cast<unsigned>(slots));
+  // One launch per projection group: gate and up together when their formats agree.
+  auto gemv = [&](const Exl3Weight& w, int proj0, int nproj, const uint4* xr0, const uint4* xr1, float* p0,
+                  float* p1) {
+    GroupedArgs a;
+    a.table = table;
+    a.proj0 = proj0;
+    a.xr[0] = xr0;
+    a.xr[1] = xr1;
+    a.part[0] = p0;
+    a.part[1] = p1;
+    a.tiles_k = w.trellis.size(0);
+    a.tiles_n = w.trellis.size(1);
+    a.per = static_cast<int>((a.tiles_k + kMoeSplits - 1) / kMoeSplits);
+    a.prows = pairs;
+    a.lay = lay;
+    const dim3 grid(static_cast<unsigned>(a.tiles_n / kGemvWarps * kMoeSplits), static_cast<unsigned>(slots),
+                    static_cast<unsigned>(nproj));
     exl3_dispatch<GroupedKernels>(w.bits, w.codebook, [&](auto kernels) {
-      decltype(kernels)::launch(wide, grid, ctx.stream, part, table, proj, xr, tk, tn, per, pairs, lay);
+      decltype(kernels)::launch(wide, grid, ctx.stream, a);
     });
-    check_launch("moe_experts_exl3 (grouped gemv)");
   };
-  gemv(g0, kGate, xg, pg);
-  gemv(u0, kUp, xu, pu);
+  if (g0.bits == u0.bits && g0.codebook == u0.codebook) {
+    gemv(g0, kGate, 2, xg, xu, pg, pu);
+  } else {
+    gemv(g0, kGate, 1, xg, nullptr, pg, nullptr);
+    gemv(u0, kUp, 1, xu, nullptr, pu, nullptr);
+  }
   act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0, ctx.stream>>>(
       xd, pg, pu, pairs, i_pad, inter, table, lay, swiglu_limit);
   check_launch("moe_experts_exl3 (act)");
-  gemv(d0, kDown, xd, pd);
+  gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
   combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(
       out.data<float>(), pd, pairs, h_pad, h, weights.data<float>(), static_cast<int>(k), table, lay);
   check_launch("moe_experts_exl3 (combine)");

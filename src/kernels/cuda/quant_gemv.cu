@@ -1,219 +1,353 @@
-// Quantized-matrix GEMV and dequantization kernels (see quant_gemv.h), and
-// cuda::quant_matmul, the backend's Ops::quant_matmul.
+// Quantized-matrix GEMV on tensor cores and the dequantization kernels (see
+// quant_gemv.h), and cuda::quant_matmul, the backend's Ops::quant_matmul.
 //
-// Per lane and step: 32 consecutive weights of each of the warp's R output rows. q4:
-// 16 bytes = half a 64-group, one f16 scale; fp8: 32 bytes inside one 128-wide scale
-// block. The 32
-// products are summed per row of x in a fixed order, then multiplied by the
-// group's scale (one multiply per 32 weights instead of one per weight), then the
-// 32 lanes combine by a fixed butterfly. Nibbles become floats by the exponent
-// trick (0x4B000000 | q is 2^23 + q as a float), fp8 pairs by the hardware
-// e4m3x2 -> half2 conversion.
+// Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4; PTX ISA): A registers
+// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B registers (k 2t..2t+1, n g),
+// (k 2t+8.., n g); C (g, 2t..2t+1), (g+8, 2t..2t+1).
+// A sum over k does not care which of the chunk's 64 weights sits in which k slot, as
+// long as A and B agree. So a lane loads the 16 consecutive weights 16t .. 16t+15 of
+// each of its two rows (g, g+8) per chunk (q4: 8 bytes, fp8: 16 bytes: the four lanes
+// of a quad read one 32/64-byte run), and K step s of the chunk uses its pairs 2s and
+// 2s+1: pair j is the two weights pair_elem(j, 0/1), picked so that a pair is cheap to
+// build (q4: nibbles j and j+4 of a word, one mask; fp8: adjacent bytes, one cvt).
+// The x tile in shared memory holds, per (x row, chunk, t), the same pairs of x split
+// into bf16 hi / mid / lo (8 words each), so B registers are two 16-byte loads per term.
+//
+// q4 nibble -> bf16: (w & 0x000F000F) | 0x43004300 is the pair 128 + q; minus 136 gives
+// q - 8 exactly.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/quant_gemv.h"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kPerLane = 32;              // weights per lane per step
-constexpr int kPerWarp = 32 * kPerLane;   // weights per warp per step
+constexpr int kWarps = 4;                 // warps per block, each a different 32 rows
+constexpr int kTiles = 2;                 // 16-row MMA tiles per warp
+constexpr int kUnitWords = 24;            // x tile words per (x row, chunk, t): 3 terms x 8 pairs
+constexpr int kRowPadWords = 4;           // keeps x rows g and g+1 in different banks
+static_assert(kWarps * kTiles * 16 == kQuantBlockRows, "a block covers one fp8 scale row");
 
-__device__ __forceinline__ float nib(uint32_t word, int j) {
-  return __uint_as_float(0x4B000000u | ((word >> (4 * j)) & 15u)) - 8388616.0f;  // q - 8
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Lane-local weight index (0..15 within the lane's 16 of a chunk) of half h of pair j.
+template <MatrixFormat F>
+__host__ __device__ constexpr int pair_elem(int j, int h) {
+  if constexpr (F == MatrixFormat::kQ4) {
+    return j < 4 ? j + 4 * h : j + 4 + 4 * h;  // nibbles (j, j+4) of word 0, (j, j+4) of word 1
+  } else {
+    return 2 * j + h;  // adjacent bytes
+  }
 }
 
-__device__ __forceinline__ float2 fp8x2(uint32_t word, int j) {  // bytes 2j, 2j+1 of word
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> (16 * j)), __NV_E4M3);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  // Not volatile: a pure function of its operands, so the compiler may interleave
+  // the independent accumulator chains below.
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// x[m][c0 .. c0+8) into v, zeros past k (only the last step of a row can be short).
-template <int M>
-__device__ __forceinline__ void load_x8(float (&v)[M][8], const float* __restrict__ x, int64_t ldx, int64_t c0,
-                                        int64_t k, bool vec) {
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// Pair j of a q4 lane's two words (16 nibbles) as bf16 q - 8.
+__device__ __forceinline__ uint32_t q4_pair(uint32_t w0, uint32_t w1, int j) {
+  const uint32_t w = j < 4 ? w0 >> (4 * j) : w1 >> (4 * (j - 4));
+  uint32_t v = (w & 0x000F000Fu) | 0x43004300u;
+  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), __float2bfloat162_rn(136.0f));
+  return bf16x2_bits(r);
+}
+
+// Pair j of an fp8 lane's four words (16 bytes) as bf16 (e4m3 is exact in bf16).
+__device__ __forceinline__ uint32_t fp8_pair(const uint32_t (&w)[4], int j) {
+  const auto two = static_cast<__nv_fp8x2_storage_t>(w[j >> 1] >> (16 * (j & 1)));
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));
+}
+
+struct Params {
+  float* out;
+  int64_t ldo;
+  const float* x;
+  int64_t ldx;
+  const uint8_t* codes;
+  const void* scales;
+  float* ws;
+  unsigned* counters;  // per row block (fused slice sum), null: a second kernel sums
+  int64_t m, n, k, chunks, cps, slices;
+  bool accumulate, xvec, wvec;
+};
+
+// x rows 0..7 (zeros from m on) of chunks [c0, c0 + nck) into the tile: per (row, chunk,
+// t) 8 hi pairs, 8 mid pairs, 8 lo pairs of x[16t + pair_elem(j, h)].
+template <MatrixFormat F>
+__device__ void stage_x(uint32_t* xs, int row_words, const Params& p, int64_t c0, int nck) {
+  const int units = kQuantGemvRows * nck * 4;
+  for (int u = threadIdx.x; u < units; u += blockDim.x) {
+    const int r = u / (nck * 4), rem = u % (nck * 4), c = rem >> 2, t = rem & 3;
+    const int64_t k0 = (c0 + c) * kQuantChunk + 16 * t;
+    float v[16];
+    if (r < p.m) {
+      const float* src = p.x + r * p.ldx + k0;
+      if (p.xvec && k0 + 16 <= p.k) {
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const float* p = x + m * ldx + c0;
-    if (vec && c0 + 8 <= k) {
-      const float4 a = __ldg(reinterpret_cast<const float4*>(p)), b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-      v[m][0] = a.x; v[m][1] = a.y; v[m][2] = a.z; v[m][3] = a.w;
-      v[m][4] = b.x; v[m][5] = b.y; v[m][6] = b.z; v[m][7] = b.w;
+        for (int q = 0; q < 4; ++q) {
+          const float4 f = __ldg(reinterpret_cast<const float4*>(src) + q);
+          v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = k0 + i < p.k ? __ldg(src + i) : 0.0f;
+      }
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[m][j] = c0 + j < k ? __ldg(p + j) : 0.0f;
+      for (int i = 0; i < 16; ++i) v[i] = 0.0f;
     }
+    uint32_t words[kUnitWords];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float a = v[pair_elem<F>(j, 0)], b = v[pair_elem<F>(j, 1)];
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(a, b);
+      const float ra = a - __low2float(hi), rb = b - __high2float(hi);  // exact
+      const __nv_bfloat162 mid = __floats2bfloat162_rn(ra, rb);
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(ra - __low2float(mid), rb - __high2float(mid));
+      words[j] = bf16x2_bits(hi);
+      words[8 + j] = bf16x2_bits(mid);
+      words[16 + j] = bf16x2_bits(lo);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(xs + r * row_words + (c * 4 + t) * kUnitWords);
+#pragma unroll
+    for (int q = 0; q < kUnitWords / 4; ++q)
+      dst[q] = make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
   }
 }
 
-// Output channels per warp: R rows of W share each lane's x loads (x is f32: 8x the
-// bytes of a q4 weight, so with one row per warp the L1 traffic for x would exceed the
-// HBM traffic for W), and R independent weight loads are in flight per step. R x M
-// accumulators stay in registers: R = 4 up to 4 rows of x, 2 above.
-template <int M>
-constexpr int rows_per_warp() { return M <= 4 ? 4 : 2; }
+// One lane's raw weights of one chunk: rows g and g+8 of each tile (q4 2 words each, fp8 4).
+template <MatrixFormat F>
+struct Raw {
+  static constexpr int kWords = F == MatrixFormat::kQ4 ? 2 : 4;
+  static constexpr int kScales = F == MatrixFormat::kQ4 ? kTiles * 2 : 1;
+  uint32_t w[kTiles][2][kWords];
+  float s[kScales];  // q4: scale of row (tile r, half h) at 2r + h; fp8: the block's, one for all
+  __device__ float scale(int r, int h) const { return kScales == 1 ? s[0] : s[(2 * r + h) % kScales]; }
+};
 
-template <MatrixFormat F, int M>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    quant_gemv_kernel(float* __restrict__ out, int64_t ldo, const float* __restrict__ x, int64_t ldx,
-                      const uint8_t* __restrict__ codes, const void* __restrict__ scales, int64_t n, int64_t k,
-                      bool accumulate, bool vec) {
-  constexpr int R = rows_per_warp<M>();
-  const int lane = threadIdx.x & 31;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * R;
-  if (row0 >= n) return;
-  float acc[R][M];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+template <MatrixFormat F>
+__device__ __forceinline__ void load_raw(Raw<F>& raw, const Params& p, int64_t row0, int64_t chunk, int t) {
+  const int g = (threadIdx.x & 31) >> 2;
   if constexpr (F == MatrixFormat::kQ4) {
-    const int64_t groups = (k + 63) / 64;
-    for (int64_t c = int64_t(lane) * kPerLane; c < groups * 64; c += kPerWarp) {
-      uint32_t words[R][4];
-      float s[R];
+    const int64_t row_bytes = p.chunks * 32;
+    const __half* sc = static_cast<const __half*>(p.scales);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (row0 + r < n) {
-          const uint4 w = __ldg(reinterpret_cast<const uint4*>(codes + (row0 + r) * groups * 32 + c / 2));
-          words[r][0] = w.x; words[r][1] = w.y; words[r][2] = w.z; words[r][3] = w.w;
-          s[r] = __half2float(static_cast<const __half*>(scales)[(row0 + r) * groups + c / 64]);
+    for (int r = 0; r < kTiles; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + 16 * r + 8 * h + g;
+        if (row < p.n) {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(p.codes + row * row_bytes + chunk * 32 + 8 * t));
+          raw.w[r][h][0] = v.x;
+          raw.w[r][h][1] = v.y;
+          raw.s[2 * r + h] = __half2float(__ldg(sc + row * p.chunks + chunk));
         } else {
-          words[r][0] = words[r][1] = words[r][2] = words[r][3] = 0x88888888u;
-          s[r] = 0.0f;
+          raw.w[r][h][0] = raw.w[r][h][1] = 0x88888888u;  // q = 0
+          raw.s[2 * r + h] = 0.0f;
         }
       }
-      float part[R][M];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) part[r][m] = 0.0f;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float xv[M][8];
-        load_x8<M>(xv, x, ldx, c + 8 * q, k, vec);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const float wj = nib(words[r][q], j);
-#pragma unroll
-            for (int m = 0; m < M; ++m) part[r][m] = fmaf(wj, xv[m][j], part[r][m]);
-          }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) acc[r][m] = fmaf(s[r], part[r][m], acc[r][m]);
-    }
   } else {
-    const int64_t gc = (k + 127) / 128;
-    // Rows are k bytes apart: 16-byte loads only when every row start is aligned.
-    const bool wvec = (k % 16) == 0;
-    for (int64_t c = int64_t(lane) * kPerLane; c < k; c += kPerWarp) {
-      uint32_t words[R][8];
-      float s[R];
+    const int64_t gc = (p.k + 127) / 128;
+    raw.s[0] = __ldg(static_cast<const float*>(p.scales) + (row0 / 128) * gc + chunk / 2);
+    const int64_t c0 = chunk * kQuantChunk + 16 * t;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* crow = codes + (row0 + r) * k;
-        if (row0 + r >= n) {
+    for (int r = 0; r < kTiles; ++r)
 #pragma unroll
-          for (int q = 0; q < 8; ++q) words[r][q] = 0;
-          s[r] = 0.0f;
-          continue;
-        }
-        s[r] = static_cast<const float*>(scales)[((row0 + r) / 128) * gc + c / 128];
-        if (wvec && c + 32 <= k) {
-          const uint4 a = __ldg(reinterpret_cast<const uint4*>(crow + c));
-          const uint4 b = __ldg(reinterpret_cast<const uint4*>(crow + c) + 1);
-          words[r][0] = a.x; words[r][1] = a.y; words[r][2] = a.z; words[r][3] = a.w;
-          words[r][4] = b.x; words[r][5] = b.y; words[r][6] = b.z; words[r][7] = b.w;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + 16 * r + 8 * h + g;
+        uint32_t* w = raw.w[r][h];
+        const uint8_t* src = p.codes + row * p.k + c0;
+        if (row < p.n && p.wvec && c0 + 16 <= p.k) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+          w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
         } else {
 #pragma unroll
-          for (int q = 0; q < 8; ++q) {
-            uint32_t v = 0;
+          for (int q = 0; q < 4; ++q) {
+            uint32_t word = 0;
 #pragma unroll
             for (int b = 0; b < 4; ++b)
-              if (c + 4 * q + b < k) v |= uint32_t(crow[c + 4 * q + b]) << (8 * b);
-            words[r][q] = v;
+              if (row < p.n && c0 + 4 * q + b < p.k) word |= uint32_t(__ldg(src + 4 * q + b)) << (8 * b);
+            w[q] = word;
           }
         }
       }
-      float part[R][M];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) part[r][m] = 0.0f;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float xv[M][8];
-        load_x8<M>(xv, x, ldx, c + 8 * q, k, vec);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-              const float2 w2 = fp8x2(words[r][2 * q + h], j);
-#pragma unroll
-              for (int m = 0; m < M; ++m) {
-                part[r][m] = fmaf(w2.x, xv[m][4 * h + 2 * j], part[r][m]);
-                part[r][m] = fmaf(w2.y, xv[m][4 * h + 2 * j + 1], part[r][m]);
-              }
-            }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) acc[r][m] = fmaf(s[r], part[r][m], acc[r][m]);
-    }
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float v = warp_reduce(acc[r][m], SumOp());
-      if (lane == 0 && row0 + r < n) {
-        float* o = out + m * ldo + row0 + r;
-        *o = accumulate ? *o + v : v;
-      }
-    }
 }
 
 template <MatrixFormat F>
-void launch_gemv(cudaStream_t stream, const QuantGemvArgs& a, int64_t r0, int rows, bool vec) {
-  float* out = a.out + r0 * a.ldo;
-  const float* x = a.x + r0 * a.ldx;
-  const auto* c = static_cast<const uint8_t*>(a.codes);
-#define TF_QUANT_GEMV_CASE(M)                                                                                       \
-  case M: {                                                                                                         \
-    const int64_t per_block = int64_t{kWarpsPerBlock} * rows_per_warp<M>();                                        \
-    const unsigned blocks = static_cast<unsigned>((a.n + per_block - 1) / per_block);                              \
-    quant_gemv_kernel<F, M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(out, a.ldo, x, a.ldx, c, a.scales, a.n, a.k, \
-                                                                         a.accumulate, vec);                        \
-    break;                                                                                                          \
+__device__ __forceinline__ uint32_t weight_pair(const Raw<F>& raw, int r, int h, int j) {
+  if constexpr (F == MatrixFormat::kQ4) {
+    return q4_pair(raw.w[r][h][0], raw.w[r][h][1], j);
+  } else {
+    return fp8_pair(raw.w[r][h], j);
   }
-  switch (rows) {
-    TF_QUANT_GEMV_CASE(1)
-    TF_QUANT_GEMV_CASE(2)
-    TF_QUANT_GEMV_CASE(3)
-    TF_QUANT_GEMV_CASE(4)
-    TF_QUANT_GEMV_CASE(5)
-    TF_QUANT_GEMV_CASE(6)
-    TF_QUANT_GEMV_CASE(7)
-    TF_QUANT_GEMV_CASE(8)
-    default: break;
+}
+
+// Chunks loaded ahead (raw registers in flight per lane: q4 2 x 16 bytes, fp8 2 x 32).
+template <MatrixFormat F>
+constexpr int chunks_per_step() { return 2; }
+
+template <MatrixFormat F>
+__global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const Params p) {
+  extern __shared__ uint4 smem_x[];
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem_x);
+  constexpr int U = chunks_per_step<F>();
+  const int64_t c0 = int64_t(blockIdx.y) * p.cps;
+  const int nck = static_cast<int>(std::min<int64_t>(p.cps, p.chunks - c0));
+  const int row_words = nck * 4 * kUnitWords + kRowPadWords;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * kQuantBlockRows + (threadIdx.x >> 5) * (16 * kTiles);
+
+  // The first weights are in flight while the block stages x.
+  Raw<F> raw[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (u < nck) load_raw<F>(raw[u], p, row0, c0 + u, t);
+  stage_x<F>(xs, row_words, p, c0, nck);
+  __syncthreads();
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int r = 0; r < kTiles; ++r)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
+
+  for (int c = 0; c < nck; c += U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (c + u >= nck) break;
+      const uint4* bp = reinterpret_cast<const uint4*>(xs + g * row_words + ((c + u) * 4 + t) * kUnitWords);
+      uint32_t b[kUnitWords];
+#pragma unroll
+      for (int q = 0; q < kUnitWords / 4; ++q) {
+        const uint4 v = bp[q];
+        b[4 * q] = v.x; b[4 * q + 1] = v.y; b[4 * q + 2] = v.z; b[4 * q + 3] = v.w;
+      }
+      // One accumulator chain per (tile, x term): 6 independent chains of 4 MMAs, so the
+      // tensor-core latency overlaps; the chunk's sum is (hi + mid) + lo, then scaled.
+      float part[kTiles][3][4];
+#pragma unroll
+      for (int r = 0; r < kTiles; ++r)
+#pragma unroll
+        for (int term = 0; term < 3; ++term)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[r][term][i] = 0.0f;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        uint32_t a[kTiles][4];
+#pragma unroll
+        for (int r = 0; r < kTiles; ++r) {
+          a[r][0] = weight_pair<F>(raw[u], r, 0, 2 * s);
+          a[r][1] = weight_pair<F>(raw[u], r, 1, 2 * s);
+          a[r][2] = weight_pair<F>(raw[u], r, 0, 2 * s + 1);
+          a[r][3] = weight_pair<F>(raw[u], r, 1, 2 * s + 1);
+        }
+#pragma unroll
+        for (int term = 0; term < 3; ++term)
+#pragma unroll
+          for (int r = 0; r < kTiles; ++r)
+            mma_16816(part[r][term], a[r], b[8 * term + 2 * s], b[8 * term + 2 * s + 1]);
+      }
+#pragma unroll
+      for (int r = 0; r < kTiles; ++r)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          acc[r][i] = fmaf(raw[u].scale(r, i >> 1), (part[r][0][i] + part[r][1][i]) + part[r][2][i], acc[r][i]);
+      // This slot's registers are free: load the chunk U ahead into it.
+      if (c + u + U < nck) load_raw<F>(raw[u], p, row0, c0 + c + u + U, t);
+    }
   }
-#undef TF_QUANT_GEMV_CASE
+
+#pragma unroll
+  for (int r = 0; r < kTiles; ++r)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = row0 + 16 * r + 8 * (i >> 1) + g;
+      const int64_t xr = 2 * t + (i & 1);
+      if (row >= p.n || xr >= p.m) continue;
+      if (p.slices == 1) {
+        float* o = p.out + xr * p.ldo + row;
+        *o = p.accumulate ? *o + acc[r][i] : acc[r][i];
+      } else {
+        p.ws[(int64_t(blockIdx.y) * p.m + xr) * p.n + row] = acc[r][i];
+      }
+    }
+  if (p.slices == 1 || p.counters == nullptr) return;
+  // The last block of this row block to finish adds the slices in slice order (the
+  // counter says who is last; it resets it for the next call).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* ctr = p.counters + blockIdx.x;
+    last = atomicAdd(ctr, 1u) == static_cast<unsigned>(p.slices - 1);
+    if (last) atomicExch(ctr, 0u);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t rb0 = int64_t(blockIdx.x) * kQuantBlockRows;
+  for (int i = threadIdx.x; i < kQuantBlockRows * p.m; i += blockDim.x) {
+    const int64_t row = rb0 + i % kQuantBlockRows, xr = i / kQuantBlockRows;
+    if (row >= p.n) continue;
+    float v = __ldcg(p.ws + xr * p.n + row);
+    for (int64_t s = 1; s < p.slices; ++s) v += __ldcg(p.ws + (s * p.m + xr) * p.n + row);
+    float* o = p.out + xr * p.ldo + row;
+    *o = p.accumulate ? *o + v : v;
+  }
+}
+
+// out[xr, row] (+)= sum over slices in order of ws[slice, xr, row].
+__global__ void quant_gemv_sum_slices(float* __restrict__ out, int64_t ldo, const float* __restrict__ ws, int64_t m,
+                                      int64_t n, int64_t slices, bool accumulate) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float v = ws[i];
+    for (int64_t s = 1; s < slices; ++s) v += ws[s * total + i];
+    float* o = out + (i / n) * ldo + i % n;
+    *o = accumulate ? *o + v : v;
+  }
+}
+
+template <MatrixFormat F>
+void launch_gemv(cudaStream_t stream, const Params& p, const QuantGemvPlan& plan) {
+  const int row_words = static_cast<int>(plan.chunks_per_slice) * 4 * kUnitWords + kRowPadWords;
+  const size_t smem = size_t{kQuantGemvRows} * row_words * 4;
+  const dim3 grid(static_cast<unsigned>(plan.row_blocks), static_cast<unsigned>(plan.slices));
+  // Four blocks of up to 46 KB of x tile per SM: ask for the largest shared-memory carveout.
+  static const bool carveout = [] {
+    (void)cudaFuncSetAttribute(quant_gemv_kernel<F>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               int{cudaSharedmemCarveoutMaxShared});
+    (void)cudaGetLastError();
+    return true;
+  }();
+  (void)carveout;
+  quant_gemv_kernel<F><<<grid, kWarps * 32, smem, stream>>>(p);
+}
+
+__device__ __forceinline__ float nib(uint32_t word, int j) {
+  return __uint_as_float(0x4B000000u | ((word >> (4 * j)) & 15u)) - 8388616.0f;  // q - 8
 }
 
 __global__ void dequant_q4_bf16_kernel(__nv_bfloat16* __restrict__ dst, const uint8_t* __restrict__ codes,
@@ -243,7 +377,70 @@ __global__ void f32_to_bf16(const float* __restrict__ src, __nv_bfloat16* __rest
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// Slice counters of the fused sum: zero when the module loads, and the last block of
+// each row block puts its counter back to zero. A call takes the next `row_blocks`
+// counters of the pool (a ring), so calls running at the same time on different
+// streams of one process do not share counters unless 2^20 counters go round while
+// one of them runs; calls on one stream (CudaOps, its graphs) never overlap.
+constexpr int64_t kCounterPool = int64_t{1} << 20;
+__device__ unsigned g_slice_counters[kCounterPool];
+
+unsigned* slice_counters(int64_t row_blocks) {
+  static std::mutex mu;
+  static int64_t next = 0;
+  static std::vector<unsigned*> bases;  // per device
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<size_t>(device) >= bases.size()) bases.resize(static_cast<size_t>(device) + 1, nullptr);
+  unsigned*& base = bases[static_cast<size_t>(device)];
+  if (base == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&base), g_slice_counters) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: the caller falls back to the second kernel
+    base = nullptr;
+    return nullptr;
+  }
+  if (next + row_blocks > kCounterPool) next = 0;
+  unsigned* p = base + next;
+  next += row_blocks;
+  return p;
+}
+
 }  // namespace
+
+int current_sm_count() {
+  static std::mutex mu;
+  static std::vector<int> cache;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<size_t>(device) >= cache.size()) cache.resize(static_cast<size_t>(device) + 1, 0);
+  int& sms = cache[static_cast<size_t>(device)];
+  if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) sms = 132;
+  return sms;
+}
+
+QuantGemvPlan quant_gemv_plan(int64_t n, int64_t k, int sm_count, int blocks_per_sm) {
+  QuantGemvPlan plan;
+  plan.chunks = std::max<int64_t>(1, ceil_div(k, kQuantChunk));
+  plan.row_blocks = std::max<int64_t>(1, ceil_div(n, kQuantBlockRows));
+  // About four blocks (16 warps) per SM keep enough weight bytes in flight; a slice
+  // is at least 8 chunks (or all of K) so the partial sums stay a small extra traffic.
+  const int64_t per_sm = blocks_per_sm > 0 ? blocks_per_sm : 4;
+  const int64_t want_slices = std::max<int64_t>(1, ceil_div(per_sm * std::max(sm_count, 1), plan.row_blocks));
+  int64_t cps = ceil_div(plan.chunks, want_slices);
+  cps = std::min<int64_t>(kQuantMaxSliceChunks, std::max(cps, std::min<int64_t>(plan.chunks, 8)));
+  plan.slices = ceil_div(plan.chunks, cps);
+  plan.chunks_per_slice = ceil_div(plan.chunks, plan.slices);
+  return plan;
+}
+
+int64_t quant_gemv_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int blocks_per_sm) {
+  const QuantGemvPlan plan = quant_gemv_plan(n, k, sm_count, blocks_per_sm);
+  if (plan.slices == 1) return 0;
+  return plan.slices * std::min<int64_t>(m, kQuantGemvRows) * n * 4;
+}
 
 void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a) {
   if (a.format == MatrixFormat::kDense)
@@ -252,14 +449,43 @@ void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a) {
     throw StatusError(invalid_argument("quant_gemv: bad sizes m=" + std::to_string(a.m) + " n=" + std::to_string(a.n) +
                                        " k=" + std::to_string(a.k)));
   if (a.m == 0 || a.n == 0) return;
-  const bool vec = (reinterpret_cast<uintptr_t>(a.x) % 16) == 0 && (a.ldx % 4) == 0;
+  const int sms = a.sm_count > 0 ? a.sm_count : current_sm_count();
+  const QuantGemvPlan plan = quant_gemv_plan(a.n, a.k, sms, a.blocks_per_sm);
+  if (plan.slices > 65535 || plan.row_blocks > 0x7fffffff)
+    throw StatusError(invalid_argument("quant_gemv: n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) +
+                                       " needs too many blocks"));
+  if (plan.slices > 1 && a.workspace == nullptr)
+    throw StatusError(invalid_argument("quant_gemv: this shape needs a workspace (quant_gemv_workspace_bytes)"));
+  if (a.format == MatrixFormat::kQ4 && !aligned(a.codes, 8))
+    throw StatusError(invalid_argument("quant_gemv: q4 codes must be 8-byte aligned"));
+  Params p{};
+  p.codes = static_cast<const uint8_t*>(a.codes);
+  p.scales = a.scales;
+  p.ws = a.workspace;
+  p.counters = plan.slices > 1 && a.fused_sum && plan.row_blocks <= kCounterPool ? slice_counters(plan.row_blocks)
+                                                                                 : nullptr;
+  p.n = a.n;
+  p.k = a.k;
+  p.chunks = plan.chunks;
+  p.cps = plan.chunks_per_slice;
+  p.slices = plan.slices;
+  p.accumulate = a.accumulate;
+  p.xvec = aligned(a.x, 16) && a.ldx % 4 == 0;
+  p.wvec = aligned(a.codes, 16) && a.k % 16 == 0;
   for (int64_t r0 = 0; r0 < a.m; r0 += kQuantGemvRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kQuantGemvRows, a.m - r0));
+    p.m = std::min<int64_t>(kQuantGemvRows, a.m - r0);
+    p.out = a.out + r0 * a.ldo;
+    p.ldo = a.ldo;
+    p.x = a.x + r0 * a.ldx;
+    p.ldx = a.ldx;
     if (a.format == MatrixFormat::kQ4) {
-      launch_gemv<MatrixFormat::kQ4>(stream, a, r0, rows, vec);
+      launch_gemv<MatrixFormat::kQ4>(stream, p, plan);
     } else {
-      launch_gemv<MatrixFormat::kFp8Block>(stream, a, r0, rows, vec);
+      launch_gemv<MatrixFormat::kFp8Block>(stream, p, plan);
     }
+    if (plan.slices > 1 && p.counters == nullptr)
+      quant_gemv_sum_slices<<<grid_1d(p.m * a.n), 256, 0, stream>>>(p.out, a.ldo, a.workspace, p.m, a.n, plan.slices,
+                                                                     a.accumulate);
   }
   check_launch("quant_gemv");
 }
@@ -304,10 +530,20 @@ void quant_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& 
     a.n = n;
     a.k = k;
     a.accumulate = accumulate;
+    a.sm_count = current_sm_count();
+    const int64_t ws_bytes = quant_gemv_workspace_bytes(m, n, k, a.sm_count);
+    Tensor ws;
+    if (ws_bytes > 0) {
+      ws = ctx.scratch(ws_bytes);
+      a.workspace = ws.data<float>();
+    }
     quant_gemv(ctx.stream, a);
     return;
   }
-  // Prefill: W -> bf16 scratch, x -> bf16, cuBLAS with fp32 accumulation.
+  // Prefill, fp8: FP8 tensor cores with the block scales (cuBLASLt) when opted in (fp8_gemm.h).
+  if (w.format() == MatrixFormat::kFp8Block && fp8_block_gemm(ctx, out, x, w, accumulate)) return;
+  // Else W -> bf16 scratch (the allocator's cached block, reused call to call), x -> bf16,
+  // cuBLAS with fp32 accumulation.
   Tensor wb = ctx.scratch(n * k * 2);
   quant_dequantize_bf16(ctx.stream, w, wb.raw());
   Tensor xb = ctx.scratch(m * k * 2);

@@ -1,14 +1,24 @@
 // Matmul against quantized matrices (fp8 block-scaled, q4; kernels/api/matrix.h)
 // on the GPU, host side.
 //
-// Decode (rows <= ctx.exact_rows): quant_gemv, one warp per 2-4 output channels, each
-// lane streaming 32 weights of each per step (q4: one 16-byte load, fp8: two) and
-// dequantizing them in registers; f32 activations, f32 accumulation, a fixed
-// butterfly over the warp. A row's result therefore depends only on that row of x
-// (the contract of kernels/cuda/small_gemm.h), and the weights are read once per
-// call for up to kQuantGemvRows rows (more rows: one pass per 8).
-// Prefill (more rows): the matrix is dequantized to BF16 in device scratch and
-// multiplied by cuBLAS (x rounded to bf16, fp32 accumulation), as for BF16 weights.
+// Decode (rows <= ctx.exact_rows): quant_gemv, one templated tensor-core kernel for
+// both formats. Weights are exact in bf16 (q4: integers -8..7; e4m3: 4 significant
+// bits), so they are dequantized in registers straight into mma.m16n8k16 A fragments;
+// x (f32) is split into three bf16 terms hi + mid + lo (24 significant bits, i.e. f32)
+// in shared memory, once per block, and the 8 rows of x are the MMA's n. Each 64-wide
+// chunk of K is summed by the tensor cores (3 MMAs per 16 K) and then multiplied by
+// its scale in f32 (one FMA per chunk and output). Up to 8 rows of x share one read of
+// the weights (more rows: one pass per 8).
+//
+// Row independence (the contract of kernels/cuda/small_gemm.h): an MMA's column n
+// depends only on column n of B, and the launch plan (slices of K, their fixed-order
+// sum) is a function of (n, k, SM count) only, never of m, so a row's bits do not
+// depend on the other rows of the call.
+//
+// Prefill (more rows): the matrix is dequantized to BF16 in device scratch (the caching
+// allocator's block, reused call to call) and multiplied by cuBLAS (x rounded to bf16,
+// fp32 accumulation). fp8 matrices can go through cuBLASLt's FP8 GEMM with 128x128
+// block scales instead (fp8_gemm.h; opt-in until its results match).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,7 +29,30 @@
 
 namespace tf::cuda {
 
-inline constexpr int kQuantGemvRows = 8;  // rows per weight pass
+inline constexpr int kQuantGemvRows = 8;        // rows of x per weight pass (the MMA's n)
+inline constexpr int64_t kQuantChunk = 64;      // K per scaled partial sum (a q4 group, half an fp8 block)
+inline constexpr int64_t kQuantBlockRows = 128; // output rows per thread block (one fp8 scale row)
+inline constexpr int64_t kQuantMaxSliceChunks = 15;  // K chunks per block (bounds the x tile in smem)
+
+// How a call is spread: blocks of 128 output rows times `slices` slices of K of
+// `chunks_per_slice` chunks each. With slices > 1 each block writes its partial sums
+// to a workspace [slices, m, n] and a second kernel adds them in slice order (or the
+// last block of the row block to finish does, QuantGemvArgs::fused_sum).
+struct QuantGemvPlan {
+  int64_t chunks = 0;
+  int64_t chunks_per_slice = 0;
+  int64_t slices = 1;
+  int64_t row_blocks = 0;
+};
+// blocks_per_sm: how many blocks (4 warps each) the plan aims at per SM (0: the default, 4);
+// benchmarks sweep it.
+QuantGemvPlan quant_gemv_plan(int64_t n, int64_t k, int sm_count, int blocks_per_sm = 0);
+
+// Workspace quant_gemv needs for these sizes (0 when the plan has one slice).
+int64_t quant_gemv_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int blocks_per_sm = 0);
+
+// SM count of the current device (cached per device).
+int current_sm_count();
 
 struct QuantGemvArgs {
   float* out = nullptr;  // [m, ldo]
@@ -31,6 +64,14 @@ struct QuantGemvArgs {
   const void* scales = nullptr;  // device
   int64_t m = 0, n = 0, k = 0;
   bool accumulate = false;
+  int sm_count = 0;              // 0: the current device's
+  float* workspace = nullptr;    // device, quant_gemv_workspace_bytes(); may be null when that is 0
+  int blocks_per_sm = 0;         // quant_gemv_plan's knob (0: the default)
+  // K slices summed by the last block of each row block (one launch, a counter per row
+  // block) instead of by a second kernel: the same bits (both add the slices in slice
+  // order). Off by default: on the H200 it measured 10-25% slower (run3: every block's
+  // __threadfence before the counter) than the second kernel.
+  bool fused_sum = false;
 };
 
 // Enqueues out = x · W^T (or +=) on `stream`; throws StatusError on bad arguments.

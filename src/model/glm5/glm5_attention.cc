@@ -172,13 +172,25 @@ void Glm5Model::ensure_pool_capacity(Glm5Sequence::IndexerState& st, int64_t poo
   st.pool_keys = grown;
 }
 
-void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans) {
+void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans, int64_t pad_to) {
   decode_runs_.clear();
   decode_run_at_.assign(spans.size(), -1);
-  if (num_mla_ == 0) return;
+  graph_spans_.clear();
   const int64_t kp = cfg_.index_kpool;
+  if (pad_to > static_cast<int64_t>(spans.size()) && num_mla_ > 0 && !pad_seq_) {
+    // The scratch sequence of padded rows: position 0 on the pool's scratch page.
+    pad_seq_.reset(new Glm5Sequence());
+    pad_seq_->pages_dev_ = upload_i32({pool_->scratch_page()});
+    pad_seq_->indexer_.resize(static_cast<size_t>(num_mla_));
+    for (Glm5Sequence::IndexerState& st : pad_seq_->indexer_) {
+      ensure_indexer_ring(st);
+      ensure_pool_capacity(st, 1);
+    }
+  }
   // Host image of the metadata: per run, positions (int32, packed two per int64), page
-  // table addresses, then per indexer layer ring and pool-key addresses.
+  // table addresses, then per indexer layer ring and pool-key addresses, then per KDA
+  // layer the conv and recurrent state addresses (0 for padded rows). A graph run's
+  // layout depends only on its width, so a captured bucket reads the same offsets.
   std::vector<int64_t> meta;
   auto address = [](const Tensor& t) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.raw())); };
   int64_t max_pools = 0;
@@ -193,19 +205,27 @@ void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans) {
     run.first_span = s;
     run.spans = e - s;
     run.row0 = spans[s].row0;
-    const int64_t b = static_cast<int64_t>(run.spans);
+    run.graph = pad_to > 0;
+    if (run.graph && (s != 0 || e != spans.size() || run.row0 != 0 || pad_to < static_cast<int64_t>(run.spans)))
+      throw StatusError(internal_error("graph step: the batch is not one run of decode rows"));
+    const int64_t b = static_cast<int64_t>(run.spans), width = run.graph ? pad_to : b;
+    run.width = width;
+    // The sequence of row i (the scratch one for a padded row) and its position.
+    auto seq_of = [&](int64_t i) { return i < b ? spans[s + static_cast<size_t>(i)].seq : pad_seq_.get(); };
+    auto pos_of = [&](int64_t i) { return i < b ? spans[s + static_cast<size_t>(i)].pos0 : int64_t{0}; };
     run.positions_at = static_cast<int64_t>(meta.size());
-    meta.resize(meta.size() + static_cast<size_t>((b + 1) / 2), 0);
-    for (int64_t i = 0; i < b; ++i) {
-      const int64_t pos = spans[s + static_cast<size_t>(i)].pos0;
+    meta.resize(meta.size() + static_cast<size_t>((width + 1) / 2), 0);
+    for (int64_t i = 0; i < width; ++i) {
+      const int64_t pos = pos_of(i);
       if (pos > INT32_MAX - 1) throw StatusError(out_of_range("decode position " + std::to_string(pos)));
       const int32_t p32 = static_cast<int32_t>(pos);
       std::memcpy(reinterpret_cast<char*>(meta.data() + run.positions_at) + i * 4, &p32, 4);
-      max_pools = std::max(max_pools, (pos + 1) / kp);
+      if (kp > 0) max_pools = std::max(max_pools, (pos + 1) / kp);
     }
     for (size_t i = s; i < e; ++i) run.rows.emplace_back(spans[i].seq, spans[i].pos0);
     run.tables_at = static_cast<int64_t>(meta.size());
-    for (size_t i = s; i < e; ++i) meta.push_back(address(spans[i].seq->pages_dev_));
+    if (num_mla_ > 0)
+      for (int64_t i = 0; i < width; ++i) meta.push_back(address(seq_of(i)->pages_dev_));
     run.rings_at.assign(static_cast<size_t>(num_mla_), -1);
     run.pool_keys_at.assign(static_cast<size_t>(num_mla_), -1);
     for (size_t l = 0; l < weights_.layers.size(); ++l) {
@@ -219,22 +239,54 @@ void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans) {
         ensure_pool_capacity(st, (spans[i].pos0 + 1) / kp);
       }
       run.rings_at[static_cast<size_t>(m)] = static_cast<int64_t>(meta.size());
-      for (size_t i = s; i < e; ++i) meta.push_back(address(spans[i].seq->indexer_[static_cast<size_t>(m)].ring));
+      for (int64_t i = 0; i < width; ++i) meta.push_back(address(seq_of(i)->indexer_[static_cast<size_t>(m)].ring));
       run.pool_keys_at[static_cast<size_t>(m)] = static_cast<int64_t>(meta.size());
-      for (size_t i = s; i < e; ++i)
-        meta.push_back(address(spans[i].seq->indexer_[static_cast<size_t>(m)].pool_keys));
+      for (int64_t i = 0; i < width; ++i)
+        meta.push_back(address(seq_of(i)->indexer_[static_cast<size_t>(m)].pool_keys));
+      // The host counters follow the positions (the device does the work).
+      for (size_t i = s; i < e; ++i) {
+        Glm5Sequence::IndexerState& st = spans[i].seq->indexer_[static_cast<size_t>(m)];
+        st.pools = (spans[i].pos0 + 1) / kp;
+        st.ring_rows = (spans[i].pos0 + 1) % kp;
+      }
     }
+    if (run.graph && num_mla_ > 0 && decode_topk_.is_null()) {
+      // Allocated outside any capture (once; its address is baked into the graphs).
+      const bool tail = cfg_.index_kpool_always_select_tail && kp > 1;
+      decode_topk_ = ops_.zeros({StepGraphs::kMaxBucket, cfg_.index_topk + (tail ? kp - 1 : 0)}, DType::kI32);
+    }
+    {
+      run.kda_conv_at.assign(static_cast<size_t>(num_kda_), -1);
+      run.kda_rec_at.assign(static_cast<size_t>(num_kda_), -1);
+      for (int k = 0; k < num_kda_; ++k) {
+        run.kda_conv_at[static_cast<size_t>(k)] = static_cast<int64_t>(meta.size());
+        for (int64_t i = 0; i < width; ++i) meta.push_back(i < b ? address(seq_of(i)->kda_[static_cast<size_t>(k)].conv) : 0);
+        run.kda_rec_at[static_cast<size_t>(k)] = static_cast<int64_t>(meta.size());
+        for (int64_t i = 0; i < width; ++i)
+          meta.push_back(i < b ? address(seq_of(i)->kda_[static_cast<size_t>(k)].recurrent) : 0);
+      }
+    }
+    if (run.graph) graph_spans_ = spans;
     decode_run_at_[s] = static_cast<int>(decode_runs_.size());
     decode_runs_.push_back(std::move(run));
     s = e;
   }
   if (decode_runs_.empty()) return;
-  // Score columns: a power of two, only growing (a captured graph keeps its buffers).
+  // Score columns: a power of two, only growing. A captured graph has the old width
+  // baked in: growing it (rare: doubling) drops the graphs.
+  const int64_t old_width = decode_scores_width_;
   while (decode_scores_width_ < std::max<int64_t>(max_pools, 1))
     decode_scores_width_ = std::max<int64_t>(64, 2 * decode_scores_width_);
   const int64_t words = static_cast<int64_t>(meta.size());
-  if (decode_meta_.is_null() || decode_meta_.numel() < words)
-    decode_meta_ = ops_.empty({std::max<int64_t>(words, 1024)}, DType::kI64);
+  bool moved = false;
+  if (decode_meta_.is_null() || decode_meta_.numel() < words) {
+    // Room for the largest bucket's layout at once, so that the buffer (whose address
+    // the graphs hold) rarely moves.
+    const int64_t per_row = (words + static_cast<int64_t>(spans.size())) / std::max<int64_t>(decode_runs_[0].width, 1);
+    decode_meta_ = ops_.empty({std::max<int64_t>({words, 1024, (per_row + 1) * StepGraphs::kMaxBucket})}, DType::kI64);
+    moved = true;
+  }
+  if (graphs_ && (moved || (old_width != 0 && old_width != decode_scores_width_))) graphs_->clear();
   Tensor dst = decode_meta_.slice(0, 0, words);
   ops_.copy(dst, Tensor::view_of(meta.data(), {words}, DType::kI64));
 }
@@ -242,7 +294,7 @@ void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans) {
 void Glm5Model::mla_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run, const IndexerRows& irows,
                                 const Tensor& latent, const Tensor& q_abs, Tensor& ctx,
                                 std::vector<Tensor>& shared_topk) {
-  const int64_t b = static_cast<int64_t>(run.spans), r0 = run.row0, r1 = run.row0 + b;
+  const int64_t b = run.width, r0 = run.row0, r1 = run.row0 + b;
   const int64_t kp = cfg_.index_kpool, di = cfg_.index_head_dim;
   const int64_t* meta = decode_meta_.data<int64_t>();
   DecodeRowsView v = pool_->rows_view(mla_index);
@@ -265,17 +317,19 @@ void Glm5Model::mla_decode_rows(const MlaWeights& w, int mla_index, const Decode
                              1.0f / std::sqrt(static_cast<float>(di)));
     Tensor sel = ops_.empty({b, ksel}, DType::kI32);
     ops_.indexer_topk_rows(sel, scores, v, indexer_ties_);
-    indices = ops_.empty({b, width}, DType::kI32);
+    if (run.graph) {
+      // A fixed buffer: the next (shared) layer is in another segment.
+      if (decode_topk_.is_null() || decode_topk_.size(1) != width || decode_topk_.size(0) < b)
+        throw StatusError(internal_error("graph step: no top-k buffer for the decode rows"));
+      indices = decode_topk_.slice(0, 0, b);
+    } else {
+      indices = ops_.empty({b, width}, DType::kI32);
+    }
     ops_.indexer_token_indices_rows(indices, sel, v, tail);
     shared_topk[run.first_span] = indices;
-    // The host counters follow the positions (the device did the work).
-    for (const auto& [seq, pos] : run.rows) {
-      Glm5Sequence::IndexerState& st = seq->indexer_[static_cast<size_t>(mla_index)];
-      st.pools = (pos + 1) / kp;
-      st.ring_rows = (pos + 1) % kp;
-    }
   } else {
     indices = shared_topk[run.first_span];
+    if (indices.is_null() && run.graph && !decode_topk_.is_null()) indices = decode_topk_.slice(0, 0, b);
     if (indices.is_null()) throw StatusError(internal_error("shared DSA layer without a previous top-k"));
   }
   Tensor out = ctx.slice(0, r0, r1);

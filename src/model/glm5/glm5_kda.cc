@@ -1,10 +1,13 @@
 // The KDA sublayer of Glm5Model: Kimi Delta Attention (linear attention with a
 // short causal conv and a per-head [Dk, Dv] recurrent state per sequence).
-// Projections run over all rows of the step; the stateful part runs per
-// sequence, or over a run of adjacent decode rows at once (*_rows ops). The three
-// parts are separate so that the step can capture the row-only ones in its
-// decode graphs (step_graphs.h): kda_project and kda_output are pure functions of
-// their input rows, kda_core updates the sequences' states.
+// Projections run over all rows of the step (kda_project, kda_output: pure functions
+// of their input rows); the stateful core (kda_core) runs prefill spans per sequence
+// and each run of adjacent decode rows at once through kda_core_rows: the fused q/k/v
+// conv and the recurrence over the states' addresses that prepare_decode_rows uploads
+// with the step's metadata (KdaRowsView). Those launches do not depend on the
+// sequences, so a graph step captures the core inside its layer segment
+// (step_graphs.h); the kernels are the one-sequence arithmetic, so eager and replayed
+// steps give the same bits.
 #include <vector>
 
 #include "model/glm5/glm5_model.h"
@@ -40,26 +43,16 @@ Tensor Glm5Model::kda_core(int layer, int kda_index, const std::vector<Tensor>& 
   Tensor core = ops_.empty({n, c});
   for (size_t s = 0; s < spans.size();) {
     // A run of decode rows (one token each, adjacent in the batch) goes through the
-    // *_rows ops: one launch for all its sequences, the same result as one by one.
-    size_t e = s;
-    while (e < spans.size() && spans[e].rows == 1 && spans[e].row0 == spans[s].row0 + static_cast<int64_t>(e - s)) ++e;
-    if (e - s >= 2) {
-      const int64_t r0 = spans[s].row0, r1 = r0 + static_cast<int64_t>(e - s), b = r1 - r0;
-      std::vector<Tensor*> sq, sk, sv, sr;
-      for (size_t i = s; i < e; ++i) {
-        Glm5Sequence::KdaState& st = spans[i].seq->kda_[kda_index];
-        sq.push_back(&st.conv_q);
-        sk.push_back(&st.conv_k);
-        sv.push_back(&st.conv_v);
-        sr.push_back(&st.recurrent);
-      }
-      Tensor cq = ops_.empty({b, c}), ck = ops_.empty({b, c}), cv = ops_.empty({b, c});
-      ops_.causal_conv1d_silu_rows(cq, q.slice(0, r0, r1), sq, w.q_conv);
-      ops_.causal_conv1d_silu_rows(ck, k.slice(0, r0, r1), sk, w.k_conv);
-      ops_.causal_conv1d_silu_rows(cv, v.slice(0, r0, r1), sv, w.v_conv);
+    // decode-row ops: one launch each for all its sequences (the states' addresses were
+    // uploaded with the step's metadata), the same result as one by one.
+    if (s < decode_run_at_.size() && decode_run_at_[s] >= 0) {
+      const DecodeRun& run = decode_runs_[static_cast<size_t>(decode_run_at_[s])];
+      const int64_t r0 = run.row0, r1 = r0 + run.width;
+      std::vector<Tensor> rows;
+      for (const Tensor& t : proj) rows.push_back(t.slice(0, r0, r1));
       Tensor out = core.slice(0, r0, r1);
-      ops_.kda_recurrent_rows(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), sr);
-      s = e;
+      kda_core_rows(layer, kda_index, rows, run, out);
+      s += run.spans;
       continue;
     }
     const Span& sp = spans[s++];
@@ -70,13 +63,27 @@ Tensor Glm5Model::kda_core(int layer, int kda_index, const std::vector<Tensor>& 
     ops_.causal_conv1d_silu(ck, k.slice(0, r0, r1), st.conv_k, w.k_conv);
     ops_.causal_conv1d_silu(cv, v.slice(0, r0, r1), st.conv_v, w.v_conv);
     Tensor out = core.slice(0, r0, r1);
-    // Decode uses the recurrent form, prefill chunks the chunked form (as the reference).
-    if (sp.rows == 1)
-      ops_.kda_recurrent(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), st.recurrent);
-    else
-      ops_.kda_chunked(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), st.recurrent, 64);
+    // Prefill chunks use the chunked form (decode rows, the recurrent form, went above).
+    ops_.kda_chunked(out, cq, ck, cv, g.slice(0, r0, r1), beta.slice(0, r0, r1), st.recurrent, 64);
   }
   return core;
+}
+
+void Glm5Model::kda_core_rows(int layer, int kda_index, const std::vector<Tensor>& proj, const DecodeRun& run,
+                              Tensor& core) {
+  const KdaWeights& w = weights_.layers[layer].kda;
+  const int64_t b = run.width, c = w.heads * cfg_.linear_head_dim;
+  const int64_t* meta = decode_meta_.data<int64_t>();
+  KdaRowsView v;
+  v.rows = b;
+  v.conv_states = meta + run.kda_conv_at[static_cast<size_t>(kda_index)];
+  v.recurrent_states = meta + run.kda_rec_at[static_cast<size_t>(kda_index)];
+  v.heads = w.heads;
+  v.key_dim = cfg_.linear_head_dim;
+  v.value_dim = cfg_.linear_head_dim;
+  Tensor cq = ops_.empty({b, c}), ck = ops_.empty({b, c}), cv = ops_.empty({b, c});
+  ops_.kda_conv_qkv_rows(cq, ck, cv, proj[0], proj[1], proj[2], v, w.qkv_conv);
+  ops_.kda_recurrent_state_rows(core, cq, ck, cv, proj[3], proj[4], v);
 }
 
 Tensor Glm5Model::kda_output(int layer, const Tensor& core, const Tensor& gate) {

@@ -46,6 +46,17 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
   // Weights go to the backend's device once (a no-op on the CPU backend).
   TF_RETURN_IF_ERROR(upload_glm5_weights(m->weights_, ops));
   m->device_ = ops_device(ops);
+  // The q/k/v conv taps stacked for kda_conv_qkv_rows (one launch for the three).
+  for (LayerWeights& lw : m->weights_.layers) {
+    if (lw.attention != AttentionKind::kLinear) continue;
+    KdaWeights& w = lw.kda;
+    w.qkv_conv = ops.empty({3, w.q_conv.size(0), w.q_conv.size(1)});
+    int j = 0;
+    for (const Tensor* t : {&w.q_conv, &w.k_conv, &w.v_conv}) {
+      Tensor dst = w.qkv_conv.select(0, j++);
+      ops.copy(dst, *t);
+    }
+  }
   {
     bool on = cache.graphs == Glm5Options::Graphs::kOn;
     if (cache.graphs == Glm5Options::Graphs::kAuto) {
@@ -86,9 +97,10 @@ std::unique_ptr<Glm5Sequence> Glm5Model::new_sequence() {
     if (lw.attention == AttentionKind::kLinear) {
       const int64_t c = lw.kda.heads * dk;
       Glm5Sequence::KdaState st;
-      st.conv_q = ops_.zeros({kw - 1, c});
-      st.conv_k = ops_.zeros({kw - 1, c});
-      st.conv_v = ops_.zeros({kw - 1, c});
+      st.conv = ops_.zeros({3, kw - 1, c});
+      st.conv_q = st.conv.select(0, 0);
+      st.conv_k = st.conv.select(0, 1);
+      st.conv_v = st.conv.select(0, 2);
       st.recurrent = ops_.zeros({lw.kda.heads, dk, dk});
       s->kda_.push_back(std::move(st));
     } else {
@@ -326,6 +338,27 @@ std::vector<Tensor> Glm5Model::seg_layer(int i, const std::vector<Tensor>& in) {
   return layer_tail(i, y, site[1], site[2], site[0]);
 }
 
+// A graph step's layer: {streams, post, comb, a[, q, k, v, g, beta, gate]} -> the
+// attention core over the bucket's rows (padded rows: harmless scratch), then as
+// seg_layer (or seg_layer_to_router).
+std::vector<Tensor> Glm5Model::seg_layer_graph(int i, const std::vector<Tensor>& in, bool to_router) {
+  const LayerWeights& lw = weights_.layers[i];
+  std::vector<Tensor> site;
+  if (lw.attention == AttentionKind::kLinear) {
+    const std::vector<Tensor> proj{in[4], in[5], in[6], in[7], in[8]};
+    if (decode_runs_.size() != 1 || !decode_runs_[0].graph)
+      throw StatusError(internal_error("graph step without its one padded decode run"));
+    Tensor core = ops_.empty({decode_runs_[0].width, weights_.layers[i].kda.heads * cfg_.linear_head_dim});
+    kda_core_rows(i, kda_index_[i], proj, decode_runs_[0], core);
+    site = {core, in[1], in[2], in[0], in[9]};
+  } else {
+    // A shared DSA layer finds the previous layer's top-k in decode_topk_.
+    std::vector<Tensor> topk(graph_spans_.size());
+    site = {mla_forward(lw, mla_index_[i], in[3], graph_spans_, topk, false), in[1], in[2], in[0]};
+  }
+  return to_router ? seg_layer_to_router(i, site) : seg_layer(i, site);
+}
+
 // The attention output into the streams, then the FFN site's mHC and norm:
 // {streams, post, comb, a}.
 std::vector<Tensor> Glm5Model::ffn_site(int i, const std::vector<Tensor>& in) {
@@ -414,14 +447,14 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
         TF_RETURN_IF_ERROR(pool_->reserve(sp.seq->pages_, sp.pos0 + sp.rows));
         sync_page_table(sp.seq->pages_, sp.seq->pages_dev_);
       }
-    prepare_decode_rows(spans);  // decode rows' MLA/indexer metadata: one upload (glm5_attention.cc)
     const int64_t n = static_cast<int64_t>(ids.size());
-    if (n == 0) return std::vector<StepResult>{};
-
-    // A decode step (one token per sequence) runs its row-only segments padded to
-    // a bucket of rows, as captured graphs; anything else runs them eagerly.
+    // A decode step (one token per sequence) runs padded to a bucket of rows, as
+    // captured graphs (the attention cores included); anything else runs eagerly.
     const bool decode = n == static_cast<int64_t>(spans.size());
     const int64_t bucket = graphs_ && graphs_->enabled() && decode ? StepGraphs::bucket_for(n) : 0;
+    // Decode rows' MLA/indexer (graph step: also KDA) metadata: one upload (glm5_attention.cc).
+    prepare_decode_rows(spans, bucket);
+    if (n == 0) return std::vector<StepResult>{};
     const int64_t rows = bucket > 0 ? bucket : n;
     StepGraphs eager(ops_, false);
     StepGraphs& g = bucket > 0 ? *graphs_ : eager;
@@ -436,31 +469,42 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
     std::vector<Tensor> shared_topk(spans.size());
     for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
       const LayerWeights& lw = weights_.layers[i];
-      // The stateful core runs eagerly on the real rows; the rest of the layer is a segment.
+      if (bucket > 0) {
+        // Graph step: the whole layer, its attention core included, is one segment on
+        // the previous segment's outputs (the cores read their per-row state addresses
+        // from the step's metadata upload).
+        std::vector<StepGraphs::Input> in;
+        for (const Tensor& t : cur) in.push_back({t, true});
+        if (lw.mlp == MlpKind::kSparse && g.fell_back(seg_key_layer(i), bucket)) {
+          // The layer could not be captured whole at this bucket (the routed experts
+          // sync with the host): captured up to the router and after the experts.
+          const int base = seg_key_final(cfg_.num_hidden_layers) + 1 + 2 * i;
+          const std::vector<Tensor> mid = g.run(
+              base, bucket, n, in, [this, i](const std::vector<Tensor>& x) { return seg_layer_graph(i, x, true); });
+          Tensor routed = moe_routed(lw.moe, real(mid[3]), real(mid[5]), real(mid[4]));
+          cur = g.run(base + 1, bucket, n,
+                      {{routed, false}, {mid[0], true}, {mid[1], true}, {mid[2], true}, {mid[3], true}},
+                      [this, i](const std::vector<Tensor>& x) { return seg_layer_from_experts(i, x); });
+        } else {
+          cur = g.run(seg_key_layer(i), bucket, n, in,
+                      [this, i](const std::vector<Tensor>& x) { return seg_layer_graph(i, x, false); });
+        }
+        continue;
+      }
+      // Eager step: the stateful core on the rows, then the rest of the layer.
       std::vector<StepGraphs::Input> in;
       if (lw.attention == AttentionKind::kLinear) {
         std::vector<Tensor> proj;
-        for (size_t j = 4; j < 9; ++j) proj.push_back(real(cur[j]));
+        for (size_t j = 4; j < 9; ++j) proj.push_back(cur[j]);
         in = {{kda_core(i, kda_index_[i], proj, spans), false}, {cur[1], true}, {cur[2], true}, {cur[0], true},
               {cur[9], true}};
       } else {
-        in = {{mla_forward(lw, mla_index_[i], real(cur[3]), spans, shared_topk, false), false},
+        in = {{mla_forward(lw, mla_index_[i], cur[3], spans, shared_topk, false), false},
               {cur[1], true},
               {cur[2], true},
               {cur[0], true}};
       }
-      if (bucket > 0 && lw.mlp == MlpKind::kSparse && g.fell_back(seg_key_layer(i), bucket)) {
-        // The whole layer could not be captured at this bucket (the routed experts
-        // sync with the host): capture around them, run them eagerly.
-        const int base = seg_key_final(cfg_.num_hidden_layers) + 1 + 2 * i;
-        const std::vector<Tensor> mid = g.run(
-            base, bucket, n, in, [this, i](const std::vector<Tensor>& x) { return seg_layer_to_router(i, x); });
-        Tensor routed = moe_routed(lw.moe, real(mid[3]), real(mid[5]), real(mid[4]));
-        cur = g.run(base + 1, bucket, n, {{routed, false}, {mid[0], true}, {mid[1], true}, {mid[2], true}, {mid[3], true}},
-                    [this, i](const std::vector<Tensor>& x) { return seg_layer_from_experts(i, x); });
-      } else {
-        cur = g.run(seg_key_layer(i), bucket, n, in, [this, i](const std::vector<Tensor>& x) { return seg_layer(i, x); });
-      }
+      cur = g.run(seg_key_layer(i), bucket, n, in, [this, i](const std::vector<Tensor>& x) { return seg_layer(i, x); });
     }
     // Final head: plain mean over the streams, then the final norm.
     // The 1/M weights live on the device, uploaded again only when a step has more rows.

@@ -10,10 +10,11 @@
 // glm5_attention.cc, a fixed number of launches per layer). Every op is
 // row-independent, so a sequence's results do not depend on its batch-mates.
 //
-// Decode steps (one token per sequence, at most 64) run their row-only work as
-// segments captured per batch bucket and replayed (step_graphs.h, CUDA graphs);
-// the stateful parts between them stay eager. All rows' logits come from one
-// lm_head call and one download.
+// Decode steps (one token per sequence, at most 64) run as segments captured per
+// batch bucket and replayed (step_graphs.h, CUDA graphs), one per layer with its
+// attention core inside (the KDA and MLA decode-row ops read their per-row state
+// addresses from one upload per step). All rows' logits come from one lm_head call
+// and one download.
 //
 // Tensor parallelism: each rank holds its shard (glm5_weights.h) and runs the
 // same step with the same inputs; one all-reduce per sublayer (after the
@@ -87,7 +88,8 @@ class Glm5Sequence {
   Glm5Sequence() = default;
 
   struct KdaState {
-    Tensor conv_q, conv_k, conv_v;  // [K-1, C_local]
+    Tensor conv;                    // [3, K-1, C_local]: q, k, v (one address for the decode rows)
+    Tensor conv_q, conv_k, conv_v;  // [K-1, C_local]: views of conv
     Tensor recurrent;               // [H_l, Dk, Dv]
   };
   // The counters always equal what the length gives (ring_rows = length % kp, pools =
@@ -184,12 +186,25 @@ class Glm5Model {
   // left for the launches) and uploads the runs' per-row metadata in one copy.
   struct DecodeRun {
     size_t first_span = 0, spans = 0;
+    // Rows of the *_rows calls: spans, or a graph bucket (the spare rows are padded:
+    // MLA on the scratch page at position 0, KDA with address 0).
+    int64_t width = 0;
+    bool graph = false;  // the one run of a graph step (indices go to decode_topk_)
     int64_t row0 = 0;
     int64_t positions_at = 0, tables_at = 0;  // int64 offsets into decode_meta_
     std::vector<int64_t> rings_at, pool_keys_at;  // by MLA layer; -1 without an indexer
+    std::vector<int64_t> kda_conv_at, kda_rec_at;  // by KDA layer
     std::vector<std::pair<Glm5Sequence*, int64_t>> rows;  // sequence and position of each row
   };
-  void prepare_decode_rows(const std::vector<Span>& spans);
+  // pad_to > 0 (a graph step): the spans are one run of decode rows, padded to pad_to rows.
+  void prepare_decode_rows(const std::vector<Span>& spans, int64_t pad_to);
+  // The KDA conv + recurrence of a decode run's rows (a graph step: the bucket's), over
+  // the state addresses prepare_decode_rows uploaded: proj {q, k, v, g, beta} [width, ...]
+  // -> core [width, C] (packed rows).
+  void kda_core_rows(int layer, int kda_index, const std::vector<Tensor>& proj, const DecodeRun& run, Tensor& core);
+  // A graph step's layer segment: the attention core, then seg_layer (or its part up
+  // to the router when `to_router`). in: the previous segment's outputs.
+  std::vector<Tensor> seg_layer_graph(int layer, const std::vector<Tensor>& in, bool to_router);
   void mla_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run, const IndexerRows& irows,
                        const Tensor& latent, const Tensor& q_abs, Tensor& ctx, std::vector<Tensor>& shared_topk);
   void ensure_indexer_ring(Glm5Sequence::IndexerState& st);
@@ -240,6 +255,13 @@ class Glm5Model {
   std::vector<DecodeRun> decode_runs_;
   std::vector<int> decode_run_at_;
   Tensor decode_meta_;
+  // Graph steps: the spans (bodies read them; one decode run), the scratch sequence of
+  // padded rows (indexer state, a page table onto the pool's scratch page; no KDA state),
+  // and the run's top-k indices [kMaxBucket, width] for the shared DSA layers (a fixed
+  // buffer: it crosses segments).
+  std::vector<Span> graph_spans_;
+  std::unique_ptr<Glm5Sequence> pad_seq_;
+  Tensor decode_topk_;
   int64_t decode_scores_width_ = 0;  // pool-score columns of the decode rows; only grows
   std::unique_ptr<StepGraphs> graphs_;
 };

@@ -66,6 +66,7 @@ struct KdaWeights {
   int64_t heads = 0;  // local
   Matrix q_proj, k_proj, v_proj;        // [H_l*Dk, H]
   Tensor q_conv, k_conv, v_conv;        // [H_l*Dk, K]
+  Tensor qkv_conv;                      // [3, H_l*Dk, K]: the three stacked (decode rows; made at load)
   Tensor f_a, f_b;                      // [Dk, H], [H_l*Dk, Dk]
   Tensor dt_bias, a_log;                // [H_l*Dk], [H_l]
   Tensor b_proj;                        // [H_l, H]

@@ -9,8 +9,9 @@ LatentCachePool::LatentCachePool(Ops& ops, int mla_layers, int64_t width, int64_
                                  DType dtype)
     : dtype_(dtype), mla_layers_(mla_layers), width_(width), page_size_(page_size), num_pages_(num_pages) {
   const int64_t layers = std::max(1, mla_layers);
-  storage_ = ops.zeros({layers, num_pages, page_size, width}, dtype);
-  scales_ = ops.zeros({layers, num_pages, page_size}, DType::kF32);
+  // One page more than the free list hands out: the scratch page of padded decode rows.
+  storage_ = ops.zeros({layers, num_pages + 1, page_size, width}, dtype);
+  scales_ = ops.zeros({layers, num_pages + 1, page_size}, DType::kF32);
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
 
@@ -33,12 +34,12 @@ void LatentCachePool::release(std::vector<int32_t>& table) {
 }
 
 void* LatentCachePool::layer_pages(int layer) const {
-  return static_cast<char*>(storage_.raw()) + static_cast<size_t>(layer) * num_pages_ * page_size_ * width_ *
+  return static_cast<char*>(storage_.raw()) + static_cast<size_t>(layer) * (num_pages_ + 1) * page_size_ * width_ *
                                                   dtype_size(dtype_);
 }
 
 float* LatentCachePool::layer_scales(int layer) const {
-  return scales_.data<float>() + static_cast<int64_t>(layer) * num_pages_ * page_size_;
+  return scales_.data<float>() + static_cast<int64_t>(layer) * (num_pages_ + 1) * page_size_;
 }
 
 LatentPagesView LatentCachePool::view(int layer, const Tensor& table, int64_t tokens) const {

@@ -1,6 +1,6 @@
 // LatentCachePool: the shared, paged store of MLA latents for every sequence.
 //
-// Storage is [mla_layers, num_pages, page_size, width] on the ops device, in the chosen dtype (f32
+// Storage is [mla_layers, num_pages + 1, page_size, width] (the last: scratch_page()) on the ops device, in the chosen dtype (f32
 // for exact reference checks, bf16, or fp8 e4m3 with one f32 scale per token
 // and layer). A sequence owns a page table (physical page ids); page i holds its
 // tokens [i*page_size, (i+1)*page_size) for all MLA layers at once. Pages come
@@ -26,6 +26,9 @@ class LatentCachePool {
   int64_t page_size() const { return page_size_; }
   int64_t num_pages() const { return num_pages_; }
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
+  // A physical page outside the free list (never any sequence's): padded decode rows of
+  // a graph bucket write their latents there.
+  int32_t scratch_page() const { return static_cast<int32_t>(num_pages_); }
 
   // Grows `table` so that it covers `tokens` tokens; resource_exhausted when the pool is empty
   // (the table is left unchanged then).

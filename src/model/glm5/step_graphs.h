@@ -1,22 +1,37 @@
-// StepGraphs: the row-only segments of a decode step, captured once per
-// (segment, batch-size bucket) and replayed (Ops::capture / Ops::replay).
+// StepGraphs: the segments of a decode step, captured once per (segment, batch-size
+// bucket) and replayed (Ops::capture / Ops::replay).
 //
-// A decode step alternates row-only work (mHC, norms, projections, FFN/MoE,
-// lm_head: a pure function of its input rows and the weights) with stateful
-// per-sequence parts (KDA recurrence, latent cache, indexer, attention) that stay
-// eager. Each row-only segment becomes one graph per bucket of rows (1, 2, 4, ...,
-// 64): the step's n rows are padded to the bucket. A graph replays on fixed
-// addresses, so every entry owns its input and output buffers ([bucket, ...]):
+// A decode step (every entry one token, at most kMaxBucket rows) runs padded to a
+// bucket of rows (1, 2, 4, ..., 64) as one segment per layer plus a first and a final
+// one (Glm5Model::step). A layer's segment holds the whole layer, its stateful
+// attention core included: the KDA conv/recurrence and the MLA/indexer decode rows
+// read every per-row quantity (positions, page tables, state addresses) from one
+// metadata buffer that the host fills with one upload before the replays, so the
+// step's host work is "upload, then replay". Padded rows are harmless: their KDA state
+// address is 0 (the kernels write zeros and touch no state) and their MLA rows write
+// and read position 0 of the latent pool's scratch page with a scratch indexer state.
+// When an address a graph holds moves (the metadata buffer grows, the indexer's score
+// width doubles) the model drops every entry (clear()) and the segments capture again.
+//
+// A segment whose capture fails (a host sync: the routed experts grouped on the host
+// above EXACT_ROWS, the kTorchCpu indexer top-k) stays eager on its buffers (one log
+// line); a MoE layer that failed whole then runs as two segments around its routed
+// experts (which run eagerly). Prefill and mixed steps (any entry with more than one
+// token) run everything eagerly: the decode rows of a mixed step go through the same
+// *_rows ops as a graph step's, but chunked prefill is not captured (its launches
+// depend on the lengths). With graphs off (GRAPHS=0, TP) run() is simply the body.
+//
+// A graph replays on fixed addresses, so every entry owns its input and output buffers
+// ([bucket, ...]):
 //  - a "stable" input is a tensor that is the same storage every step (the output
 //    of the previous segment of the same bucket, a constant): it is used in place;
 //  - any other input (an eager part's result, n rows) is copied into the entry's
 //    zero-initialised buffer before the replay (padded rows keep old, finite data);
 //  - the outputs are the buffers of the entry's first, eager run; the graph copies
 //    its results into them, so they stay valid until the segment runs again.
-// The first run of an entry is eager (it also gives the output shapes); then the
-// body is captured. A body that cannot be captured (a host sync, an upload) stays
-// eager on the entry's buffers, with one log line. Disabled, run() is simply the
-// body on the given inputs.
+// The first run of an entry is eager (it also gives the output shapes and advances the
+// sequences' states once); then the body is captured (recorded, not run). Disabled,
+// run() is simply the body on the given inputs.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +74,9 @@ class StepGraphs {
   // Tests: make every later capture "fail" (the CPU backend's captures never do).
   void refuse_captures(bool refuse) { refuse_ = refuse; }
   const Stats& stats() const { return stats_; }
+  // Drops every entry (graphs and buffers): the next run of each segment captures
+  // again. For when an address a graph baked in moves (the step's metadata buffer).
+  void clear() { entries_.clear(); }
   size_t entries() const { return entries_.size(); }
 
  private:

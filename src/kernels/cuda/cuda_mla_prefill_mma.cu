@@ -1,0 +1,345 @@
+// MLA sparse attention for prefill rows on BF16 tensor cores, for bf16 and fp8 latent
+// caches (Ops::mla_sparse_attention; the TF32 kernel of cuda_mla_prefill.cu keeps the
+// f32 cache and the shapes this one does not cover).
+//
+// One block (16 warps) per query row; the heads are the M dimension of every product,
+// since all heads of a row attend to the same latents:
+//  0. the row's indices are sorted and deduplicated (latent_index_sort.cuh) into a
+//     compact token list; q [H, R] is split into bf16 hi/lo parts in shared memory;
+//  1. per tile of 32 tokens (the next tile's latents are gathered from the paged cache
+//     into registers while the current one is multiplied; fp8 is widened to bf16,
+//     exactly):
+//       S [H, 32] = q L^T          warps: (H/16 head tiles) x (16 / (H/16) K slices),
+//                                  partial sums added in a fixed order;
+//       online softmax per head    running max m, sum l; P = exp(S - m) (x fp8 scale),
+//                                  split into bf16 hi/lo; alpha = exp(m_old - m_new);
+//       O [H, R] = alpha O + P L   warps: (H/16 head tiles) x (column groups), O in
+//                                  registers for the whole row;
+//  2. O / l is written out (a row with no valid token gets zeros, as on the CPU).
+// Accuracy: the latents are exact in bf16; q and P are split (two mma per product), so
+// the products keep ~2^-16 relative accuracy and the op's 1e-5 parity tolerance holds
+// (H200, 2026-11-30: <= 4.7e-6 over the parity shapes, 1.7e-6 at the model's shape).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/status.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_mla_prefill.h"
+#include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/latent_index_sort.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 32;          // tokens per tile
+constexpr int kLdS = kTile + 4;    // f32 partial-score row stride
+constexpr int kLdP = kTile + 8;    // bf16 probability row stride (16-byte rows, odd multiple)
+constexpr int kMaxWidth = 512;     // latent width: at most 4 gathered chunks per thread per tile
+constexpr int kMaxColTiles = 16;   // n8 output tiles per warp (128 columns)
+constexpr size_t kMaxSmem = 227 * 1024;
+
+struct Layout {
+  size_t q_hi, q_lo, lat, sp, p_hi, p_lo, ids, stats, ls, counts, total;
+};
+
+__host__ __device__ inline size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+// Shared memory (bytes) for `heads` heads of width r and w indices per row. The sort's
+// slots alias the region before p_hi (used only after the sort).
+__host__ __device__ inline Layout layout(int heads, int r, int64_t w) {
+  Layout m{};
+  const size_t ldq = static_cast<size_t>(r) + 8, ks = 16 / (heads / 16);
+  m.q_hi = 0;
+  m.q_lo = m.q_hi + heads * ldq * 2;
+  m.lat = m.q_lo + heads * ldq * 2;
+  m.sp = m.lat + kTile * ldq * 2;
+  m.p_hi = m.sp + ks * heads * kLdS * 4;
+  m.p_lo = m.p_hi + static_cast<size_t>(heads) * kLdP * 2;
+  m.ids = m.p_lo + static_cast<size_t>(heads) * kLdP * 2;
+  m.stats = align16(m.ids + static_cast<size_t>(w) * 4);
+  m.ls = m.stats + static_cast<size_t>(heads) * 3 * 4;
+  m.counts = m.ls + kTile * 4;
+  m.total = align16(m.counts + 33 * 4);
+  return m;
+}
+
+struct Pages {
+  const void* pages;
+  const float* scales;
+  const int32_t* page_table;
+  int64_t page_size, page_stride, num_tokens;
+};
+
+template <typename T>
+struct Chunk;  // 8 latent values as loaded from the cache
+template <>
+struct Chunk<__nv_bfloat16> {
+  using Raw = uint4;
+};
+template <>
+struct Chunk<__nv_fp8_e4m3> {
+  using Raw = uint2;
+};
+
+// 8 fp8 values (bytes of a uint2) widened to 8 bf16 (exact) as a uint4.
+__device__ __forceinline__ uint4 widen_fp8(uint2 v) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t src = i < 2 ? v.x : v.y, sh = (i & 1) * 16;
+    __nv_fp8_e4m3 a, b;
+    a.__x = static_cast<__nv_fp8_storage_t>((src >> sh) & 0xff);
+    b.__x = static_cast<__nv_fp8_storage_t>((src >> (sh + 8)) & 0xff);
+    w[i] = pack_bf16(__float2bfloat16_rn(static_cast<float>(a)), __float2bfloat16_rn(static_cast<float>(b)));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_mma_kernel(float* __restrict__ out, const float* __restrict__ q, Pages c, const int32_t* __restrict__ indices,
+                   int w, int heads, int r, int padded, float scale) {
+  using Raw = typename Chunk<T>::Raw;
+  constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Layout L = layout(heads, r, w);
+  const int ldq = r + 8;
+  __nv_bfloat16* qh = reinterpret_cast<__nv_bfloat16*>(smem + L.q_hi);
+  __nv_bfloat16* ql = reinterpret_cast<__nv_bfloat16*>(smem + L.q_lo);
+  __nv_bfloat16* lat = reinterpret_cast<__nv_bfloat16*>(smem + L.lat);  // [kTile][ldq]
+  float* sp = reinterpret_cast<float*>(smem + L.sp);                     // [ks][heads][kLdS]
+  __nv_bfloat16* ph = reinterpret_cast<__nv_bfloat16*>(smem + L.p_hi);   // [heads][kLdP]
+  __nv_bfloat16* pl = reinterpret_cast<__nv_bfloat16*>(smem + L.p_lo);
+  int* ids = reinterpret_cast<int*>(smem + L.ids);
+  float* mrow = reinterpret_cast<float*>(smem + L.stats);
+  float* lrow = mrow + heads;
+  float* alpha = lrow + heads;
+  float* ls = reinterpret_cast<float*>(smem + L.ls);
+  int* counts = reinterpret_cast<int*>(smem + L.counts);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+  const int64_t row = blockIdx.x;
+  const int mt = heads >> 4, ks = kWarps / mt, kw = r / ks;  // kw: K slice of S = columns of O per warp
+  const int sm = warp % mt, sk = warp / mt;                  // S: head tile, K slice
+  const int pm = warp / ks, pc = warp % ks;                  // PV: head tile, column group
+
+  sort_row_tokens(reinterpret_cast<int*>(smem), indices + row * w, w, c.num_tokens, padded);
+  const int nv = compact_row_tokens(ids, reinterpret_cast<int*>(smem), padded, counts);
+
+  const float* qrow = q + row * heads * r;
+  for (int e = tid; e < heads * r / 4; e += kThreads) {
+    const int hh = (e * 4) / r, x = (e * 4) % r;
+    const float4 v = __ldg(reinterpret_cast<const float4*>(qrow) + e);
+    const Bf16Split a = split_bf16(v.x), b = split_bf16(v.y), cc = split_bf16(v.z), d = split_bf16(v.w);
+    *reinterpret_cast<uint2*>(qh + hh * ldq + x) = make_uint2(pack_bf16(a.hi, b.hi), pack_bf16(cc.hi, d.hi));
+    *reinterpret_cast<uint2*>(ql + hh * ldq + x) = make_uint2(pack_bf16(a.lo, b.lo), pack_bf16(cc.lo, d.lo));
+  }
+  if (tid < heads) {
+    mrow[tid] = -INFINITY;
+    lrow[tid] = 0.0f;
+  }
+
+  float o[kMaxColTiles][4];
+#pragma unroll
+  for (int i = 0; i < kMaxColTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  const int col_tiles = kw / 8;
+
+  // Gather a tile's latents (8-value chunks) into registers; rows past nv are zeros.
+  const int chunks_per_tok = r / 8, chunks = kTile * chunks_per_tok;
+  Raw pre[4];
+  auto fetch = [&](int t0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = tid + i * kThreads, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
+      Raw v{};
+      if (e < chunks && t0 + j < nv) {
+        const int tok = ids[t0 + j];
+        const int64_t page = c.page_table[tok / c.page_size], slot = tok % c.page_size;
+        v = __ldg(reinterpret_cast<const Raw*>(static_cast<const T*>(c.pages) + page * c.page_stride + slot * r + x));
+      }
+      pre[i] = v;
+    }
+  };
+  auto commit = [&](int t0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = tid + i * kThreads, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
+      if (e < chunks) {
+        if constexpr (kFp8)
+          *reinterpret_cast<uint4*>(lat + j * ldq + x) = widen_fp8(pre[i]);
+        else
+          *reinterpret_cast<uint4*>(lat + j * ldq + x) = pre[i];
+      }
+    }
+    if (tid < kTile) {
+      float s = 1.0f;
+      if (kFp8 && t0 + tid < nv) {
+        const int tok = ids[t0 + tid];
+        const int64_t page = c.page_table[tok / c.page_size], slot = tok % c.page_size;
+        s = c.scales[page * c.page_size + slot];
+      }
+      ls[tid] = s;
+    }
+  };
+
+  if (nv > 0) fetch(0);
+  for (int t0 = 0; t0 < nv; t0 += kTile) {
+    __syncthreads();  // the previous tile's latents and probabilities are consumed (and q is stored)
+    commit(t0);
+    __syncthreads();
+    if (t0 + kTile < nv) fetch(t0 + kTile);
+
+    // S partial over this warp's K slice: 16 heads x 32 tokens.
+    {
+      float s[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+      for (int k = sk * kw; k < (sk + 1) * kw; k += 16) {
+        uint32_t ah[4], al[4];
+        load_a_frag(ah, qh + sm * 16 * ldq + k, ldq, lane);
+        load_a_frag(al, ql + sm * 16 * ldq + k, ldq, lane);
+#pragma unroll
+        for (int nj = 0; nj < 2; ++nj) {
+          uint32_t b[4];
+          load_b_frags_nk(b, lat + nj * 16 * ldq + k, ldq, lane);
+          mma_bf16_16816(s[nj * 2], al, b[0], b[1]);
+          mma_bf16_16816(s[nj * 2], ah, b[0], b[1]);
+          mma_bf16_16816(s[nj * 2 + 1], al, b[2], b[3]);
+          mma_bf16_16816(s[nj * 2 + 1], ah, b[2], b[3]);
+        }
+      }
+      float* spk = sp + (sk * heads + sm * 16 + g) * kLdS;
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int col = ni * 8 + 2 * tq;
+        spk[col] = s[ni][0];
+        spk[col + 1] = s[ni][1];
+        spk[8 * kLdS + col] = s[ni][2];
+        spk[8 * kLdS + col + 1] = s[ni][3];
+      }
+    }
+    __syncthreads();
+
+    // Online softmax: a warp per head, a lane per token.
+    for (int h = warp; h < heads; h += kWarps) {
+      const bool ok = t0 + lane < nv;
+      float sv = 0.0f;
+      for (int kk = 0; kk < ks; ++kk) sv += sp[(kk * heads + h) * kLdS + lane];
+      sv = ok ? sv * scale * ls[lane] : -INFINITY;
+      const float m_old = mrow[h], m_new = fmaxf(m_old, warp_reduce(sv, MaxOp{}));
+      const float e = ok ? expf(sv - m_new) : 0.0f;
+      const float sum = warp_reduce(e, SumOp{});
+      const Bf16Split p = split_bf16(e * ls[lane]);
+      ph[h * kLdP + lane] = p.hi;
+      pl[h * kLdP + lane] = p.lo;
+      if (lane == 0) {
+        const float a = expf(m_old - m_new);
+        alpha[h] = a;
+        lrow[h] = lrow[h] * a + sum;
+        mrow[h] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // O = alpha O + P L over this warp's 16 heads x kw columns.
+    {
+      const float a0 = alpha[pm * 16 + g], a1 = alpha[pm * 16 + g + 8];
+#pragma unroll
+      for (int i = 0; i < kMaxColTiles; ++i) {
+        o[i][0] *= a0;
+        o[i][1] *= a0;
+        o[i][2] *= a1;
+        o[i][3] *= a1;
+      }
+#pragma unroll
+      for (int k = 0; k < kTile; k += 16) {
+        uint32_t ah[4], al[4];
+        load_a_frag(ah, ph + pm * 16 * kLdP + k, kLdP, lane);
+        load_a_frag(al, pl + pm * 16 * kLdP + k, kLdP, lane);
+#pragma unroll
+        for (int pr = 0; pr < kMaxColTiles / 2; ++pr) {
+          if (2 * pr < col_tiles) {
+            uint32_t b[4];
+            load_b_frags_kn(b, lat + k * ldq + pc * kw + pr * 16, ldq, lane);
+            mma_bf16_16816(o[2 * pr], al, b[0], b[1]);
+            mma_bf16_16816(o[2 * pr], ah, b[0], b[1]);
+            mma_bf16_16816(o[2 * pr + 1], al, b[2], b[3]);
+            mma_bf16_16816(o[2 * pr + 1], ah, b[2], b[3]);
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  const int h0 = pm * 16 + g;
+  const float l0 = lrow[h0], l1 = lrow[h0 + 8];
+  const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  float* o0 = out + (row * heads + h0) * r + pc * kw + 2 * tq;
+  float* o1 = o0 + 8 * r;
+#pragma unroll
+  for (int i = 0; i < kMaxColTiles; ++i) {
+    if (i < col_tiles) {
+      *reinterpret_cast<float2*>(o0 + i * 8) = make_float2(o[i][0] * i0, o[i][1] * i0);
+      *reinterpret_cast<float2*>(o1 + i * 8) = make_float2(o[i][2] * i1, o[i][3] * i1);
+    }
+  }
+}
+
+}  // namespace
+
+bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
+  if (cache_dtype != DType::kBF16 && cache_dtype != DType::kF8E4M3) return false;
+  if (heads != 16 && heads != 32 && heads != 64) return false;
+  if (width <= 0 || width % 16 != 0 || width > kMaxWidth) return false;
+  const int64_t kw = width * (heads / 16) / 16;  // K slice of S = O columns per warp
+  if (kw % 16 != 0 || kw > 8 * kMaxColTiles) return false;
+  if (indices_per_row <= 0 || indices_per_row > (int64_t{1} << 14)) return false;
+  const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row);
+  return m.total <= kMaxSmem && static_cast<size_t>(latent_sort_slots(indices_per_row)) * 4 <= m.p_hi;
+}
+
+bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
+                              const Tensor& indices, float scale) {
+  const char* op = "mla_sparse_attention (prefill, bf16 tensor cores)";
+  const int64_t r = cache.width, w = indices.dim() == 0 ? 0 : indices.size(-1);
+  const int64_t t = w == 0 ? 0 : indices.numel() / w;
+  if (t == 0 || r == 0 || q.dtype() != DType::kF32) return false;
+  const int64_t h = q.numel() / (t * r);
+  if (h * t * r != q.numel() || !mla_prefill_mma_supported(h, r, w, cache.dtype)) return false;
+  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  if (!aligned(q.raw(), 16) || !aligned(out.raw(), 8) || !aligned(cache.pages, 16) || cache.page_stride % 8 != 0)
+    return false;
+  check_dev(ctx, op, q, DType::kF32, t * h * r);
+  check_dev(ctx, op, out, DType::kF32, t * h * r);
+  check_dev(ctx, op, indices, DType::kI32);
+  if (cache.dtype == DType::kF8E4M3 && cache.scales == nullptr)
+    throw StatusError(invalid_argument(std::string(op) + ": an fp8 cache needs its scales"));
+  const int padded = latent_sort_slots(w);
+  const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w).total;
+  const Pages pg{cache.pages, cache.scales, cache.page_table, cache.page_size, cache.page_stride, cache.num_tokens};
+  auto launch = [&](auto kernel) {
+    const Status s = cuda_status(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
+    if (!s.is_ok()) throw StatusError(s);
+    kernel<<<static_cast<unsigned>(t), kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), pg,
+                                                                    indices.data<int32_t>(), static_cast<int>(w),
+                                                                    static_cast<int>(h), static_cast<int>(r), padded,
+                                                                    scale);
+  };
+  if (cache.dtype == DType::kBF16)
+    launch(mla_mma_kernel<__nv_bfloat16>);
+  else
+    launch(mla_mma_kernel<__nv_fp8_e4m3>);
+  check_launch(op);
+  return true;
+}
+
+}  // namespace tf::cuda
