@@ -26,6 +26,7 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/latent_index_sort.cuh"
 #include "kernels/cuda/cuda_mla_decode.h"
 #include "kernels/cuda/cuda_util.cuh"
 
@@ -94,21 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   // Bitonic sort, ascending (INT_MAX marks "none" and sorts last).
-  for (int size = 2; size <= padded; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < padded; i += blockDim.x) {
-        const int partner = i ^ stride;
-        if (partner > i) {
-          const bool up = (i & size) == 0;
-          const int a = toks[i], b = toks[partner];
-          if ((a > b) == up) {
-            toks[i] = b;
-            toks[partner] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
+  bitonic_sort_slots(toks, padded);
   // Where each listed token's row lives (poff) and its fp8 scale; empty slots and
   // repeats of a token get poff = -1.
   for (int j = threadIdx.x; j < padded; j += blockDim.x) {

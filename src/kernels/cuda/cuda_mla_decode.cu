@@ -42,6 +42,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/latent_index_sort.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -103,21 +104,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     while (padded < n) padded <<= 1;
     for (int j = n + threadIdx.x; j < padded; j += blockDim.x) toks[j] = INT_MAX;
     __syncthreads();
-    for (int size = 2; size <= padded; size <<= 1)
-      for (int stride = size >> 1; stride > 0; stride >>= 1) {
-        for (int i = threadIdx.x; i < padded; i += blockDim.x) {
-          const int partner = i ^ stride;
-          if (partner > i) {
-            const bool up = (i & size) == 0;
-            const int x = toks[i], y = toks[partner];
-            if ((x > y) == up) {
-              toks[i] = y;
-              toks[partner] = x;
-            }
-          }
-        }
-        __syncthreads();
-      }
+    bitonic_sort_slots(toks, padded);
   }
   // Drop repeats (sorted now), then each kept token's page offset and scale.
   const int per2 = (n + kPrepThreads - 1) / kPrepThreads;

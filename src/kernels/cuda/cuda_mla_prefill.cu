@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/latent_index_sort.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -146,30 +147,7 @@ __global__ void __launch_bounds__(kThreads)
   const int rl = r + 8;
 
   // 0. Sort the indices (INT_MAX = none, last), drop repeats, compact.
-  for (int j = tid; j < padded; j += kThreads) {
-    int v = INT_MAX;
-    if (j < w) {
-      const int32_t id = indices[row * w + j];
-      if (id >= 0 && id < c.num_tokens) v = id;
-    }
-    toks[j] = v;
-  }
-  __syncthreads();
-  for (int size = 2; size <= padded; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = tid; i < padded; i += kThreads) {
-        const int partner = i ^ stride;
-        if (partner > i) {
-          const bool up = (i & size) == 0;
-          const int a = toks[i], b = toks[partner];
-          if ((a > b) == up) {
-            toks[i] = b;
-            toks[partner] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
+  sort_row_tokens(toks, indices + row * w, w, c.num_tokens, padded);  // blockDim.x == kThreads
   // Each thread owns a contiguous run of `per` slots; block scan of the valid counts.
   const int per = (padded + kThreads - 1) / kThreads, j0 = tid * per;
   int mine = 0;

@@ -17,20 +17,9 @@ inline int latent_sort_slots(int64_t w, int min_pad = 32) {
   return padded;
 }
 
-// toks[0, padded) = the row's valid indices (0 <= id < num_tokens) sorted ascending,
-// INT_MAX ("none") in the remaining slots. Every thread of the block must call it;
-// it ends with a barrier.
-__device__ inline void sort_row_tokens(int* toks, const int32_t* __restrict__ row_indices, int64_t w,
-                                       int64_t num_tokens, int padded) {
-  for (int j = threadIdx.x; j < padded; j += blockDim.x) {
-    int v = INT_MAX;
-    if (j < w) {
-      const int32_t id = row_indices[j];
-      if (id >= 0 && id < num_tokens) v = id;
-    }
-    toks[j] = v;
-  }
-  __syncthreads();
+// Bitonic sort of toks[0, padded) ascending in shared memory (padded a power of two);
+// every thread of the block must call it; it ends with a barrier.
+__device__ inline void bitonic_sort_slots(int* toks, int padded) {
   for (int size = 2; size <= padded; size <<= 1)
     for (int stride = size >> 1; stride > 0; stride >>= 1) {
       for (int i = threadIdx.x; i < padded; i += blockDim.x) {
@@ -46,6 +35,23 @@ __device__ inline void sort_row_tokens(int* toks, const int32_t* __restrict__ ro
       }
       __syncthreads();
     }
+}
+
+// toks[0, padded) = the row's valid indices (0 <= id < num_tokens) sorted ascending,
+// INT_MAX ("none") in the remaining slots. Every thread of the block must call it;
+// it ends with a barrier.
+__device__ inline void sort_row_tokens(int* toks, const int32_t* __restrict__ row_indices, int64_t w,
+                                       int64_t num_tokens, int padded) {
+  for (int j = threadIdx.x; j < padded; j += blockDim.x) {
+    int v = INT_MAX;
+    if (j < w) {
+      const int32_t id = row_indices[j];
+      if (id >= 0 && id < num_tokens) v = id;
+    }
+    toks[j] = v;
+  }
+  __syncthreads();
+  bitonic_sort_slots(toks, padded);
 }
 
 // Whether sorted slot j holds a token listed for the first time.
