@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -167,7 +168,16 @@ Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engin
     std::lock_guard<std::mutex> lock(raw->mu_);
     raw->model_comm_ = engine.model_comm;
   }
-  engine.on_tp_failure = [raw](const Status& s) { raw->fail(s.to_string()); };
+  engine.on_tp_failure = [raw](const Status& s) {
+    // A follower's death breaks the step channel at once, usually before the launcher's
+    // watcher (polling every 20 ms) has reaped it: give the watcher a moment, so that the
+    // message names the rank that died, not only the socket that broke.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (!raw->failed() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    raw->fail(s.to_string());
+  };
   TF_LOG_INFO("tensor parallelism: {} ranks joined", tp.world);
   return leader;
 }
