@@ -8,9 +8,12 @@
 //      from a CUDA graph of many calls (its three launches included), weights rotated
 //      over copies of >= 512 MB so L2 (60 MB) cannot serve them. GB/s counts trellis bytes,
 //      as exllamav3's figures (tests/../shared/data/exl3/exllamav3_gemv_h200.json) do.
-//   2. moe_experts_exl3 at 1, 4, 8, 16, 64 tokens: 128 experts of 4096 <-> 2048 at K=4 mcg,
-//      top-8, rotating over 4 layers' experts (6.4 GB); GB/s counts the active experts' bytes.
-// Lines: "exl3-gemv ..." and "exl3-moe ..." (one per case), "measured_copy_gbps".
+//   2. moe_experts_exl3 at 1, 2, 4, 8, 16, 64 tokens: 128 experts of 4096 <-> 2048 at K=4 mcg,
+//      top-8, rotating over 4 layers' experts (6.4 GB); GB/s counts the active experts' bytes;
+//      up to 8 tokens both bodies (auto = flat, grouped), at 1 token also the flat body's
+//      load-only and decode-only variants and the bound they give.
+// Lines: "exl3-gemv ..." (one per case), "[exl3-bench] moe ...", "[exl3-bench] moe-bound ...",
+// "measured_copy_gbps".
 //   exl3_cuda_bench [--quick | --sbs]   (--sbs: K = 4 mcg GEMV at m = 1 only, for
 //   scripts/device/exl3_side_by_side.py)
 #include <cuda_runtime.h>
@@ -204,9 +207,21 @@ void bench_moe(double copy_gbps, bool quick) {
       std::exit(1);
     }
   }
-  std::printf("%-8s %6s %8s %10s %10s %8s %12s\n", "exl3-moe", "tokens", "experts", "us/call", "GB/s", "%copy",
-              "roofline us");
-  for (int64_t tokens : {1, 4, 8, 16, 64}) {
+  struct MoeVariant {
+    const char* name;
+    int id;
+  };
+  // auto = what the model runs (flat up to 8 tokens, grouped beyond); grouped = the
+  // six-launch body at every token count; flat load-only / decode-only (1 token): the
+  // flat body's trellis streaming alone and its decode + MMAs alone, i.e. its memory
+  // and its ALU bound.
+  const MoeVariant all_variants[] = {{"auto", tf::cuda::kExl3MoeAuto},
+                                     {"grouped", tf::cuda::kExl3MoeGrouped},
+                                     {"flat-load-only", tf::cuda::kExl3MoeFlatLoadOnly},
+                                     {"flat-decode-only", tf::cuda::kExl3MoeFlatDecodeOnly}};
+  std::vector<int64_t> token_counts = {1, 2, 4, 8, 16, 64};
+  if (quick) token_counts = {1, 8};
+  for (int64_t tokens : token_counts) {
     std::mt19937 rng(static_cast<uint32_t>(tokens));
     std::vector<int32_t> ids(static_cast<size_t>(tokens * topk));
     std::vector<float> w(ids.size(), 0.125f);
@@ -227,13 +242,34 @@ void bench_moe(double copy_gbps, bool quick) {
     const Tensor w_d = dev_copy(Tensor::from_floats({tokens, topk}, w));
     const Tensor x = dev_randn(tokens, hidden, 5);
     Tensor out = dev_empty(tokens, hidden);
-    const double t = graph_time_per_call(4 * layers, [&](int i) {
-      tf::cuda::exl3_moe_experts(g_ctx, out, x, ids_d, w_d, tables[i % layers], 7.0f);
-    });
     const double bytes = static_cast<double>(active.size()) * expert_bytes;
-    const double gbs = bytes / t / 1e9;
-    std::printf("exl3-moe %6lld %8zu %10.1f %10.1f %7.1f%% %12.1f\n", static_cast<long long>(tokens), active.size(),
-                t * 1e6, gbs, 100.0 * gbs / copy_gbps, bytes / (copy_gbps * 1e9) * 1e6);
+    const double roofline_us = bytes / (copy_gbps * 1e9) * 1e6;
+    double load_us = 0, decode_us = 0;
+    for (const MoeVariant& v : all_variants) {
+      if (tokens > 8 && v.id != tf::cuda::kExl3MoeAuto) continue;
+      if (tokens > 1 && (v.id == tf::cuda::kExl3MoeFlatLoadOnly || v.id == tf::cuda::kExl3MoeFlatDecodeOnly)) continue;
+      tf::cuda::exl3_set_moe_variant(v.id);
+      const double t = graph_time_per_call(4 * layers, [&](int i) {
+        tf::cuda::exl3_moe_experts(g_ctx, out, x, ids_d, w_d, tables[i % layers], 7.0f);
+      });
+      const double gbs = bytes / t / 1e9;
+      std::printf("[exl3-bench] moe tokens=%lld variant=%-16s experts=%zu us=%.1f GB/s=%.1f hbm=%.1f%% roofline_us=%.1f\n",
+                  static_cast<long long>(tokens), v.name, active.size(), t * 1e6, gbs, 100.0 * gbs / copy_gbps,
+                  roofline_us);
+      if (v.id == tf::cuda::kExl3MoeFlatLoadOnly) load_us = t * 1e6;
+      if (v.id == tf::cuda::kExl3MoeFlatDecodeOnly) decode_us = t * 1e6;
+    }
+    tf::cuda::exl3_set_moe_variant(tf::cuda::kExl3MoeAuto);
+    if (tokens == 1) {
+      // The layer cannot beat its slower part: trellis streaming alone (memory + launch
+      // and fixed costs) or decode + MMAs alone (ALU issue, no loads).
+      const double bound = std::max(load_us, decode_us);
+      std::printf("[exl3-bench] moe-bound tokens=1: load-only %.1f us (%.1f%% of HBM), decode-only %.1f us "
+                  "(ALU: %.2e weights/s) -> bound %.1f us = %.1f%% of HBM (%s-bound)\n",
+                  load_us, 100.0 * roofline_us / load_us, decode_us,
+                  static_cast<double>(active.size()) * 3 * hidden * inter / (decode_us * 1e-6), bound,
+                  100.0 * roofline_us / bound, decode_us > load_us ? "ALU" : "memory");
+    }
   }
 }
 

@@ -76,6 +76,13 @@ if want quant && [[ -x .gpurun/cuda_quant_tests ]]; then
   [[ $? -eq 0 ]] || rc=1
   grep -E '^\[quant|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Which is' "$OUT/cuda_quant_tests.log" | tail -n 130
 fi
+# Our FP8 block-scaled tensor-core GEMM for prefill (fp8_block_gemm.h): exact-operand and CPU /
+# dequant-path parity, and "[fp8gemm-bench]" TFLOP/s next to the bf16 dequant + cuBLAS path (< 60 s).
+if want fp8gemm && [[ -x .gpurun/cuda_fp8_gemm_tests ]]; then
+  timeout 90 .gpurun/cuda_fp8_gemm_tests > "$OUT/cuda_fp8_gemm_tests.log" 2>&1
+  [[ $? -eq 0 ]] || rc=1
+  grep -E '^\[fp8gemm|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Which is|Expected' "$OUT/cuda_fp8_gemm_tests.log" | tail -n 60
+fi
 # DENSE=q4 / fp8 vs bf16 on a synthetic checkpoint (full widths, 4 layers, 8 experts; ~2 min):
 # KL divergence and top-1 agreement over a 256-token prefill. Only when named (TF_GPU_ONLY="quantreport").
 if [[ " ${TF_GPU_ONLY:-} " == *" quantreport "* && -x .gpurun/tensorfold ]]; then
@@ -94,7 +101,9 @@ if want exl3 && [[ -x .gpurun/exl3_cuda_tests ]]; then
   grep -E '^\[exl3\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|error' "$OUT/exl3_cuda_tests.log" | head -n 40
   if [[ -x .gpurun/exl3_cuda_bench ]]; then
     timeout 90 .gpurun/exl3_cuda_bench > "$OUT/exl3_cuda_bench.log" 2>&1 || rc=1
-    grep -E '^(measured|exl3|device)' "$OUT/exl3_cuda_bench.log" | head -n 90
+    grep -E '^(measured|exl3|device|\[exl3-bench\])' "$OUT/exl3_cuda_bench.log" | head -n 130
+    # Instruction budget of the streaming loop per tile and the ALU bound it gives (cuobjdump).
+    timeout 60 python3 scripts/device/exl3_sass_count.py .gpurun/exl3_cuda_bench 2>&1 | head -n 20
   fi
 fi
 # exllamav3's own K=4 GEMV beside ours on the same shapes (issue #8); needs carry [".gpurun", ".exl3ref"]
@@ -111,6 +120,29 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
       --scenario decode-1 --output-tokens 32 --timeout 200; } > "$OUT/exl3_model_bench.log" 2>&1 || rc=1
   grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
   tail -n 5 "$OUT/exl3_model_bench.log"
+  rm -rf "$ck"
+fi
+# Weight load speed (s6_load): full-geometry synthetic checkpoints (8 experts) in /dev/shm, loaded by
+# `bench --offline --device cuda` (decode-1, 8 tokens): BF16 with --dense bf16 and the default (q4,
+# re-quantized at load), then EXL3 experts (K4 mcg); the "loaded ... GB/s" lines are the figures (3+ GB/s
+# wanted). A failed bench does not stop the next load. Only when named: TF_GPU_ONLY="load".
+if [[ " ${TF_GPU_ONLY:-} " == *" load "* && -x .gpurun/tensorfold ]]; then
+  ck=/dev/shm/tf-load-full; rm -rf "$ck"
+  ( fail=0
+    load_bench() {
+      echo "== load $*"
+      TF_CACHE_DIR="$(mktemp -d)" timeout 150 .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" \
+        --scenario decode-1 --output-tokens 8 --timeout 100 "$@" || fail=1
+    }
+    timeout 150 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --experts 8 || exit 1
+    load_bench --dense bf16
+    load_bench --dense q4
+    rm -rf "$ck"
+    timeout 150 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --experts 8 --exl3 --bits 4 \
+      --codebook mcg || exit 1
+    load_bench
+    exit $fail ) > "$OUT/load.log" 2>&1 || rc=1
+  grep -E '^(wrote|== |error)|loaded .* tensors|decode tok/s per request|FAILED' "$OUT/load.log" | head -n 30
   rm -rf "$ck"
 fi
 # moe_experts (issue #6): both device paths vs the CPU, capture-safety, row independence ("[moe]" lines; the
@@ -140,6 +172,12 @@ fi
 if want bench && [[ -x .gpurun/cuda_ops_bench ]]; then
   timeout 300 .gpurun/cuda_ops_bench > "$OUT/cuda_ops_bench.log" 2>&1
   grep -E '^measured' "$OUT/cuda_ops_bench.log"
+fi
+# The small decode ops (narrow matmuls, norms, mHC, router, elementwise) at 1 and 8 rows, graph-timed,
+# before/after the lean kernels, self-checking (issue #8; bench/cuda_smallops_bench.cc).
+if want smallops && [[ -x .gpurun/cuda_smallops_bench ]]; then
+  timeout 120 .gpurun/cuda_smallops_bench > "$OUT/cuda_smallops_bench.log" 2>&1 || rc=1
+  grep -E '^\[smallops\]' "$OUT/cuda_smallops_bench.log"
 fi
 # Prefill-side ops at T = 2048/8192 rows beside their FLOP roofline (KDA chunked vs the
 # recurrence, MoE, MLA sparse attention, indexer, GEMMs); fails when the KDA check fails.

@@ -2,7 +2,10 @@
 # Run ON a multi-GPU machine (from gpu_tests.sh, part "tp"; after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]): tensor parallelism on CUDA ranks with NCCL (issue #7).
 #   1. comm_nccl_check: the rank-order sum kernel; the exact-result suite at --world 2 (and 4 when
-#      there are 4 GPUs); a rank SIGKILLed mid all-reduce (the others exit within 10 s).
+#      there are 4 GPUs); a rank SIGKILLed mid all-reduce (the others exit within 10 s); --graph:
+#      all-reduces captured into CUDA graphs equal the rank-order sum bit for bit, their time per
+#      call in a graph vs eager (two ranks: ncclAllReduce, and TF_NCCL_ALL_REDUCE=gather for the
+#      all-gather + sum kernel), and a rank SIGKILLed while the others replay graphs.
 #   2. greedy equality: `tensorfold serve --device cuda --tp N` for N = 1, 2 (, 4) on the demo
 #      checkpoint, a tiny synthetic one and a full-width synthetic one with $TP_EQ_LAYERS layers;
 #      the same chat requests at temperature 0 with logprobs; the replies must be equal to TP=1's
@@ -11,7 +14,10 @@
 #      the port must be free again.
 #   4. benchmark: `tensorfold bench --offline --device cuda --tp N` (decode-1, decode-4, decode-64)
 #      on a synthetic full-geometry checkpoint ($TP_BENCH_LAYERS layers, $TP_BENCH_EXPERTS experts),
-#      tok/s, all-reduce ms per step, speedup and scaling efficiency vs TP=1.
+#      tok/s, speedup and scaling efficiency vs TP=1. Decode steps run as CUDA graphs at every TP
+#      (the collectives captured); the all-reduce time per step is that of the eager (timed) calls,
+#      plus, for graph steps, 2 x layers x the per-call time in a graph that part 1 measured.
+#      TP_BENCH_EAGER=1 also runs TP=2 with TF_GRAPHS=0 (the eager steps, for comparison).
 # Everything goes to $OUT/tp_gpu.log (rank logs included: followers share rank 0's stderr), the
 # figures to $OUT/tp_gpu.json; key lines (prefixed "tp:") to stdout. Exit 1 when a check fails.
 # TP_SERVE_FLAGS adds flags to every `serve` (e.g. "--exact-rows 64": every step on the f32 row kernels).
@@ -118,6 +124,18 @@ if [[ "$parts" == *" nccl "* ]]; then
   if ((ngpu >= 2)); then
     bounded 120 "$check" --world 2 --kill 1 && echo "tp: comm_nccl_check --world 2 --kill 1 PASSED" ||
       fail "comm_nccl_check --world 2 --kill 1"
+    # Captured collectives: bits, time per call (graph vs eager), a rank killed mid-replay.
+    # The "tp: all-reduce f32 [R x H] ..." lines are kept for the bench's per-step figure.
+    for n in "${tps[@]}"; do
+      ((n > 1)) || continue
+      bounded 120 "$check" --world "$n" --graph 1 --hidden "${TP_HIDDEN:-4096}" 2>&1 | tee -a "$work/nccl-graph.log"
+      [[ ${PIPESTATUS[0]} == 0 ]] && echo "tp: comm_nccl_check --world $n --graph 1 PASSED" ||
+        fail "comm_nccl_check --world $n --graph 1"
+    done
+    TF_NCCL_ALL_REDUCE=gather bounded 120 "$check" --world 2 --graph 1 --hidden "${TP_HIDDEN:-4096}" ||
+      fail "comm_nccl_check --world 2 --graph 1 (TF_NCCL_ALL_REDUCE=gather)"
+    bounded 120 "$check" --world 2 --graph 1 --kill 1 && echo "tp: comm_nccl_check --world 2 --graph 1 --kill 1 PASSED" ||
+      fail "comm_nccl_check --world 2 --graph 1 --kill 1"
   fi
 fi
 
@@ -248,35 +266,60 @@ if [[ "$parts" == *" bench "* ]]; then
         --output-tokens "$out_tokens" --dense "$dense" --timeout 200 --json "$work/bench-tp$tp.json" ||
         fail "bench --tp $tp (exit $?)"
     done
+    if [[ "${TP_BENCH_EAGER:-0}" == 1 ]] && ((nranks >= 2)) && (($(left) >= 90)); then
+      echo "== bench --offline --device cuda --tp 2 --scenario $scen with TF_GRAPHS=0 (eager steps)"
+      TF_GRAPHS=0 bounded 300 "$bin" bench --offline --device "$device" --tp 2 --model-dir "$ck" --scenario "$scen" \
+        --output-tokens "$out_tokens" --dense "$dense" --timeout 200 --json "$work/bench-tp2eager.json" ||
+        fail "bench --tp 2 TF_GRAPHS=0 (exit $?)"
+    fi
     python3 - "$work" "$layers" "$experts" "${tps[@]}" >>"$results" <<'PY'
-import json, os, sys
-work, layers, experts, tps = sys.argv[1], sys.argv[2], sys.argv[3], [int(t) for t in sys.argv[4:]]
+import json, os, re, sys
+work, layers, experts, tps = sys.argv[1], int(sys.argv[2]), sys.argv[3], [int(t) for t in sys.argv[4:]]
+# Part 1's time per captured all-reduce: {(world, rows): us}.
+graph_us = {}
+if os.path.exists(f"{work}/nccl-graph.log"):
+    for m in re.finditer(r"all-reduce f32 \[(\d+) x \d+\] at world (\d+) \(([^)]*)\): ([\d.]+) us per call in a graph",
+                         open(f"{work}/nccl-graph.log").read()):
+        graph_us[(int(m.group(2)), int(m.group(1)))] = float(m.group(4))
 rows = {}
-for tp in tps:
-    p = f"{work}/bench-tp{tp}.json"
+keys = [(tp, str(tp)) for tp in tps] + [(2, "2eager")]
+for tp, key in keys:
+    p = f"{work}/bench-tp{key}.json"
     if not os.path.exists(p):
         continue
     for r in json.load(open(p)).get("runs", []):
         s = r.get("summary")
         if not s:
             continue
-        rows.setdefault(r["scenario"], {})[tp] = {
+        rows.setdefault(r["scenario"], {})[key] = {
+            "tp_size": tp, "graphs": key != "2eager",
             "decode_tok_s": s["decode_tok_s"]["median"], "aggregate_tok_s": s["aggregate_tok_s"],
             "ttft_s": s["ttft_s"]["median"], "tp": r.get("tp", {})}
-out = {"check": "bench", "layers": layers, "experts": experts, "scenarios": rows}
+out = {"check": "bench", "layers": layers, "experts": experts, "scenarios": rows,
+       "graph_all_reduce_us": {f"{w}x{r}": v for (w, r), v in graph_us.items()}}
 for sc, by in rows.items():
-    base = by.get(1)
-    for tp, v in sorted(by.items()):
-        line = (f"tp: bench {sc} TP={tp}: decode {v['decode_tok_s']:.1f} tok/s per stream, aggregate "
-                f"{v['aggregate_tok_s']:.1f} tok/s")
+    base = by.get("1")
+    streams = int(sc.split("-")[1]) if sc.startswith("decode-") else 0
+    bucket = 1
+    while bucket < streams:
+        bucket *= 2
+    for key, v in sorted(by.items()):
+        tp = v["tp_size"]
+        line = (f"tp: bench {sc} TP={tp}{'' if v['graphs'] else ' (eager, TF_GRAPHS=0)'}: decode "
+                f"{v['decode_tok_s']:.1f} tok/s per stream, aggregate {v['aggregate_tok_s']:.1f} tok/s")
         t = v["tp"]
         if t.get("all_reduce_ms_per_step") is not None and tp > 1:
-            line += f", all-reduce {t['all_reduce_ms_per_step']:.3f} ms/step ({t.get('all_reduce_calls', 0)} calls, {t.get('model_steps', 0)} steps)"
+            line += (f", timed (eager) all-reduces {t['all_reduce_ms_per_step']:.3f} ms/step "
+                     f"({t.get('all_reduce_calls', 0)} calls, {t.get('model_steps', 0)} steps)")
+        us = graph_us.get((tp, bucket))
+        if tp > 1 and v["graphs"] and us is not None:
+            v["graph_all_reduce_ms_per_step"] = 2 * layers * us / 1e3
+            line += f", in graphs ~{2 * layers * us / 1e3:.3f} ms/step ({2 * layers} x {us:.1f} us)"
         if base and tp > 1:
             sp = v["aggregate_tok_s"] / base["aggregate_tok_s"] if base["aggregate_tok_s"] else 0
             v["speedup"] = sp
             v["scaling_efficiency"] = sp / tp
-            line += f", speedup {sp:.2f}x, scaling efficiency {100 * sp / tp:.0f}%"
+            line += f", TP{tp}/TP1 {100 * sp:.0f}% (speedup {sp:.2f}x), scaling efficiency {100 * sp / tp:.0f}%"
         print(line, file=sys.stderr)
 print(json.dumps(out))
 PY

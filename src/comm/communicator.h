@@ -25,12 +25,16 @@ namespace tf {
 // NCCL times each call on the device (CUDA events around the enqueued work, read
 // once the call completed, so timing adds no synchronisation); Gloo times on the
 // host. A collective's time includes waiting for the slowest rank to arrive.
+// Collectives captured into CUDA graphs (NCCL) run at every replay, unseen: they
+// are counted once, when captured, in the *_captured fields, not in the others.
 struct CommStats {
   int64_t all_reduce_calls = 0;
   int64_t all_reduce_bytes = 0;  // per rank, the tensor's bytes
   double all_reduce_seconds = 0.0;
   int64_t all_gather_calls = 0;
   double all_gather_seconds = 0.0;
+  int64_t all_reduce_captured = 0;
+  int64_t all_gather_captured = 0;
 };
 
 class Communicator {
@@ -48,7 +52,11 @@ class Communicator {
   virtual Status broadcast(Tensor& tensor, int root) = 0;
   virtual Status barrier() = 0;
   // Waits until every collective issued so far has completed (a backend whose
-  // all_reduce_sum is deferred, NCCL, otherwise returns before the device is done).
+  // all_reduce_sum is deferred, NCCL, otherwise returns before the device is done),
+  // within the op timeout: also how the replay of a CUDA graph holding collectives
+  // is watched (a dead peer fails it with kUnavailable instead of hanging).
+  // all_reduce_sum and all_gather may be captured into a CUDA graph on the NCCL
+  // backend (they only enqueue then); broadcast, barrier and flush may not.
   virtual Status flush() { return Status::ok(); }
   // Cumulative cost of the calls so far (zeros where a backend does not measure).
   virtual CommStats stats() const { return {}; }

@@ -11,6 +11,21 @@
 //
 // all_reduce_sum is an all-gather plus a rank-order sum kernel, like the Gloo
 // backend (see rank_order_sum.h): identical bits on every rank and backend.
+// Except for two ranks and f32: there every element of an NCCL sum is one IEEE
+// addition of the two ranks' values, whatever NCCL's algorithm (ring, tree; NVLS is
+// off), and a + b == b + a bit for bit, so ncclAllReduce already gives x0 + x1, the
+// rank-order sum, on both ranks, in one call without the scratch round trip
+// (comm_nccl_check --graph checks the bits). bf16 keeps the gather: NCCL's bf16
+// addition rounds once, the rank-order sum twice (f32, then bf16).
+// TF_NCCL_ALL_REDUCE=gather forces the gather path everywhere (to compare).
+//
+// Capture-aware: while the stream is being captured into a CUDA graph (the
+// decode-step graphs, step_graphs.h), all_reduce_sum and all_gather only enqueue
+// (no events, no ring slot, no host wait: they run at every replay, out of the
+// watchdog's sight), and the calls that must wait for the device (broadcast,
+// barrier, flush) fail so that the capture fails. Whoever replays such a graph
+// watches the replay as a whole with flush(): its deadline (op_timeout) and
+// abort() cover the captured collectives as they cover a deferred all-reduce.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -22,6 +37,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "comm/nccl_rank_order_sum.h"
@@ -39,13 +55,17 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
   return text;
 }
 
-// Polls `done` with a short spin then sleeps, until it says stop or the deadline passes.
+// Polls `done`, yielding for the first `spin` (a replayed decode step ends within a
+// few ms, and a 100 us sleep would add up to that much to every step), then with
+// short sleeps, until it says stop or the deadline passes.
 template <typename Done>
-bool poll_until(Clock::time_point deadline, Done done) {
+bool poll_until(Clock::time_point deadline, Done done, milliseconds spin = milliseconds(0)) {
+  const Clock::time_point spin_until = Clock::now() + spin;
   for (int i = 0;; ++i) {
     if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    if (i < 200) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    if (i < 200 || now < spin_until) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -91,6 +111,16 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     }
     cv_.notify_all();
     watchdog_.join();
+    if (aborter_.joinable()) {
+      // The abort finishes once the graphs that captured the communicator are gone
+      // (normally destroyed before it); a graph still alive must not hang the exit.
+      poll_until(Clock::now() + milliseconds(1000), [&] { return abort_done_->load(); });
+      if (abort_done_->load()) {
+        aborter_.join();
+      } else {
+        aborter_.detach();
+      }
+    }
     cudaSetDevice(device_);
     if (comm_ != nullptr) {
       // Flush pending work; a peer that is gone cannot hang us here either.
@@ -122,6 +152,14 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return stats_;
   }
 
+  // The scratch of all_reduce_sum, allocated before any capture (a cudaMalloc inside
+  // one would invalidate it).
+  Status prepare() {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(usable_locked("prepare"));
+    return reserve_scratch_locked();
+  }
+
   void abort(const std::string& why) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -141,7 +179,16 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     }
     const size_t n = static_cast<size_t>(tensor.numel());
     if (n == 0) return Status::ok();
-    const bool bf16 = tensor.dtype() == DType::kBF16;
+    if (capturing()) {
+      // Recorded into the graph being captured: it runs at every replay, watched
+      // through the replay's flush() instead of the ring.
+      std::lock_guard<std::mutex> lock(mu_);
+      TF_RETURN_IF_ERROR(usable_locked("all_reduce_sum"));
+      if (scratch_ == nullptr) return internal_error(where("all_reduce_sum") + ": captured before prepare()");
+      TF_RETURN_IF_ERROR(enqueue_sum_locked(tensor));
+      ++stats_.all_reduce_captured;
+      return Status::ok();
+    }
     const size_t elem = tensor.element_size();
     TF_RETURN_IF_ERROR(wait_for_ring_slot("all_reduce_sum"));
     std::unique_lock<std::mutex> lock(mu_);
@@ -149,16 +196,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     TF_RETURN_IF_ERROR(reserve_scratch_locked());
     InFlight& slot = ring_[static_cast<size_t>(enqueued_ % kRing)];
     if (timing_) record(slot.t0);
-    auto* data = static_cast<uint8_t*>(tensor.raw());
-    for (size_t start = 0; start < n; start += kChunkElements) {
-      size_t len = std::min(kChunkElements, n - start);
-      void* part = data + start * elem;
-      TF_RETURN_IF_ERROR(enqueued_locked("all_reduce_sum", ncclAllGather(part, scratch_, len,
-                                                                         bf16 ? ncclBfloat16 : ncclFloat32, comm_,
-                                                                         stream_)));
-      cudaError_t e = launch_rank_order_sum(scratch_, world_, len, part, bf16, stream_);
-      if (e != cudaSuccess) return internal_error(std::string("nccl all_reduce_sum: sum kernel: ") + cudaGetErrorString(e));
-    }
+    TF_RETURN_IF_ERROR(enqueue_sum_locked(tensor));
     if (cudaEventRecord(slot.done, stream_) != cudaSuccess) {
       cudaGetLastError();
       return fail_locked("all_reduce_sum", "cannot record the completion event");
@@ -179,6 +217,15 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                               std::to_string(world_) + " x input " + input.describe());
     }
     if (input.numel() == 0) return Status::ok();
+    if (capturing()) {
+      // Into the graph being captured: no timing events, no wait (see all_reduce_sum).
+      std::lock_guard<std::mutex> lock(mu_);
+      TF_RETURN_IF_ERROR(usable_locked("all_gather"));
+      TF_RETURN_IF_ERROR(enqueued_locked(
+          "all_gather", ncclAllGather(input.raw(), output.raw(), input.nbytes(), ncclUint8, comm_, stream_)));
+      ++stats_.all_gather_captured;
+      return Status::ok();
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       TF_RETURN_IF_ERROR(usable_locked("all_gather"));
@@ -200,6 +247,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       return invalid_argument("nccl broadcast: root " + std::to_string(root) + " outside 0.." + std::to_string(world_ - 1));
     }
     if (tensor.numel() == 0) return Status::ok();
+    TF_RETURN_IF_ERROR(refuse_in_capture("broadcast"));
     {
       std::lock_guard<std::mutex> lock(mu_);
       TF_RETURN_IF_ERROR(usable_locked("broadcast"));
@@ -209,7 +257,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return wait("broadcast");
   }
 
+  // Also the watch of a replayed graph's collectives: waits for everything on the
+  // stream, bounded by op_timeout; a dead or hung peer aborts the communicator.
   Status flush() override {
+    TF_RETURN_IF_ERROR(refuse_in_capture("flush"));
     {
       std::lock_guard<std::mutex> lock(mu_);
       TF_RETURN_IF_ERROR(usable_locked("flush"));
@@ -219,6 +270,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   Status barrier() override {
     // NCCL has no barrier: a one-element all-reduce that everyone must join.
+    TF_RETURN_IF_ERROR(refuse_in_capture("barrier"));
     {
       std::lock_guard<std::mutex> lock(mu_);
       TF_RETURN_IF_ERROR(usable_locked("barrier"));
@@ -234,6 +286,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   static constexpr size_t kChunkElements = size_t{1} << 22;
   // Deferred all-reduces the host may run ahead of the device.
   static constexpr int64_t kRing = 256;
+  // How long wait() yields before it sleeps between looks (see poll_until).
+  static constexpr milliseconds kSpin{20};
 
   struct InFlight {
     cudaEvent_t t0 = nullptr, done = nullptr;
@@ -251,6 +305,45 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       return invalid_argument(where(op) + ": " + t.describe() + " is not on this rank's device");
     }
     if (!t.is_contiguous()) return invalid_argument(where(op) + ": " + t.describe() + " is not contiguous");
+    return Status::ok();
+  }
+
+  // Whether stream_ is being captured into a CUDA graph (by this thread: the
+  // backend captures in cudaStreamCaptureModeThreadLocal). An invalidated capture
+  // counts too: no host wait may be added to it either.
+  bool capturing() const {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &st) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return st != cudaStreamCaptureStatusNone;
+  }
+  Status refuse_in_capture(const char* op) const {
+    if (!capturing()) return Status::ok();
+    return unimplemented(where(op) + ": cannot be captured into a CUDA graph (it waits for the device)");
+  }
+
+  // The all-gather + rank-order sum rounds of all_reduce_sum (chunked by the scratch).
+  Status enqueue_sum_locked(Tensor& tensor) {
+    const size_t n = static_cast<size_t>(tensor.numel());
+    const bool bf16 = tensor.dtype() == DType::kBF16;
+    const size_t elem = tensor.element_size();
+    auto* data = static_cast<uint8_t*>(tensor.raw());
+    if (world_ == 2 && !bf16 && !force_gather_) {
+      // x0 + x1 == x1 + x0: NCCL's own sum is the rank-order sum (see the top).
+      return enqueued_locked("all_reduce_sum",
+                             ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_));
+    }
+    for (size_t start = 0; start < n; start += kChunkElements) {
+      size_t len = std::min(kChunkElements, n - start);
+      void* part = data + start * elem;
+      TF_RETURN_IF_ERROR(enqueued_locked("all_reduce_sum", ncclAllGather(part, scratch_, len,
+                                                                         bf16 ? ncclBfloat16 : ncclFloat32, comm_,
+                                                                         stream_)));
+      cudaError_t e = launch_rank_order_sum(scratch_, world_, len, part, bf16, stream_);
+      if (e != cudaSuccess) return internal_error(where("all_reduce_sum") + ": sum kernel: " + cudaGetErrorString(e));
+    }
     return Status::ok();
   }
 
@@ -290,12 +383,24 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   // Tears the communicator down (kernels spinning on a dead peer included); every
-  // later call fails naming `why`.
+  // later call fails naming `why`. On a thread of its own: ncclCommAbort raises the
+  // abort flags first (kernels spinning on a dead peer stop at once), but then waits
+  // until every CUDA graph that captured the communicator is destroyed (NCCL's
+  // persistent plans), and those graphs belong to the model, destroyed only later.
   void abort_comm_locked(const std::string& why) {
     if (comm_ == nullptr) return;
     broken_ = why;
-    ncclCommAbort(comm_);
+    ncclComm_t comm = comm_;
     comm_ = nullptr;
+    if (aborter_.joinable()) return;  // (one communicator, one abort)
+    // No CUDA call before ncclCommAbort on that thread: raising the flags takes no
+    // CUDA lock, so a kernel spinning on a dead peer stops even while another thread
+    // sits in a CUDA call that waits for it (NCCL sets the device itself afterwards).
+    std::shared_ptr<std::atomic<bool>> done = abort_done_;
+    aborter_ = std::thread([comm, done] {
+      ncclCommAbort(comm);
+      done->store(true);
+    });
   }
   Status fail_locked(const char* op, const std::string& why) {
     abort_comm_locked(why);
@@ -330,14 +435,17 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     cudaError_t stream_state = cudaErrorNotReady;
     ncclResult_t nccl_state = ncclSuccess;
     std::string stopped;
-    bool finished = poll_until(Clock::now() + timeout, [&] {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (abort_requested_ || comm_ == nullptr) return true;
-      stream_state = cudaStreamQuery(stream_);
-      if (stream_state != cudaErrorNotReady) return true;
-      if (ncclCommGetAsyncError(comm_, &nccl_state) != ncclSuccess) nccl_state = ncclInternalError;
-      return nccl_state != ncclSuccess && nccl_state != ncclInProgress;
-    });
+    bool finished = poll_until(
+        Clock::now() + timeout,
+        [&] {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (abort_requested_ || comm_ == nullptr) return true;
+          stream_state = cudaStreamQuery(stream_);
+          if (stream_state != cudaErrorNotReady) return true;
+          if (ncclCommGetAsyncError(comm_, &nccl_state) != ncclSuccess) nccl_state = ncclInternalError;
+          return nccl_state != ncclSuccess && nccl_state != ncclInProgress;
+        },
+        kSpin);
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(usable_locked(op));
     if (!finished) return fail_locked(op, "not finished within " + format_duration(timeout) + " (a peer died or hangs)");
@@ -416,12 +524,19 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   cudaEvent_t t1_ = nullptr;
   InFlight ring_[kRing];
   bool timing_ = true;
+  // TF_NCCL_ALL_REDUCE=gather: the all-gather + rank-order sum kernel at two ranks too.
+  const bool force_gather_ = [] {
+    const char* v = std::getenv("TF_NCCL_ALL_REDUCE");
+    return v != nullptr && std::string(v) == "gather";
+  }();
   int64_t enqueued_ = 0, completed_ = 0;
   CommStats stats_;
   bool abort_requested_ = false;
   std::string abort_why_;
   bool stop_ = false;
   std::thread watchdog_;
+  std::thread aborter_;  // runs ncclCommAbort (abort_comm_locked)
+  std::shared_ptr<std::atomic<bool>> abort_done_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace
@@ -490,6 +605,7 @@ Expected<std::unique_ptr<Communicator>> make_nccl_communicator(TcpRendezvous& re
   }
   auto result = std::make_unique<NcclCommunicatorImpl>(comm, stream, rank, world, device, options.op_timeout,
                                                        std::max(options.op_timeout, options.timeout));
+  if (Status s = result->prepare(); !s.is_ok()) return s.with_context(who);
   TF_RETURN_IF_ERROR(rendezvous.barrier("nccl connected" + std::string(tag)));
   return std::unique_ptr<Communicator>(std::move(result));
 }

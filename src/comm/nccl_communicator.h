@@ -17,6 +17,14 @@
 // the timeout aborts the communicator.
 // The stream is not synchronised with whoever produced the inputs: run the
 // collectives on the producer's stream (set_stream) or synchronise first.
+// CUDA graphs: while the stream is being captured, all_reduce_sum and all_gather
+// are recorded into the graph (nothing else happens: no event, no watchdog entry),
+// broadcast, barrier and flush fail (kUnimplemented); every rank must capture and
+// replay the same sequence. A replay's collectives are watched by the flush() that
+// follows it. The communicator must outlive the graphs that captured it (NCCL's
+// teardown waits for them).
+// At two ranks an f32 all_reduce_sum is one ncclAllReduce (x0 + x1 is the rank-order
+// sum bit for bit); TF_NCCL_ALL_REDUCE=gather keeps the all-gather + sum kernel.
 // abort() may be called from any thread (e.g. a launcher that saw a peer exit):
 // the call in progress, if any, fails within milliseconds instead of waiting out
 // its timeout, and so does every later call.

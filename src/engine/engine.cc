@@ -238,8 +238,15 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (!model) return model.status();
   m.model = std::move(*model);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  TF_LOG_INFO("loaded {} tensors ({:.2f} GiB) in {:.1f} s", progress.tensors(), progress.loaded_bytes() / 1073741824.0,
-              secs);
+  int64_t file_bytes = 0;  // the checkpoint's safetensors files: what the load rate is of
+  {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".safetensors") file_bytes += static_cast<int64_t>(e.file_size(ec));
+  }
+  TF_LOG_INFO("loaded {} tensors ({:.2f} GiB) in {:.1f} s: {:.2f} GB/s ({:.2f} GB of checkpoint files)",
+              progress.tensors(), progress.loaded_bytes() / 1073741824.0, secs,
+              file_bytes / 1e9 / std::max(secs, 1e-9), file_bytes / 1e9);
 
   m.budget = std::make_unique<PagedCacheBudget>(m.plan.num_pages, m.plan.page_size);
   SchedulerConfig sc;

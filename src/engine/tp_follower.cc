@@ -73,6 +73,9 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
       entry.sequence = it->second.get();
       entry.tokens = e.tokens;
       entry.all_logits = e.all_logits;
+      // A follower throws the logits away: no download ([rows, vocab] f32 per step, which
+      // grows with the rows and delayed this rank's next step, so rank 0's collectives).
+      entry.host_logits = false;
       batch.push_back(entry);
     }
     ++steps;
@@ -169,6 +172,11 @@ Status serve_follower(const EngineOptions& options, Communicator& comm) {
   if (st.all_reduce_calls > 0) {
     TF_LOG_INFO("{}: {} all-reduces ({:.1f} MB) took {:.3f} s in all", rank_name(comm), st.all_reduce_calls,
                 st.all_reduce_bytes / 1e6, st.all_reduce_seconds);
+  }
+  if (st.all_reduce_captured + st.all_gather_captured > 0) {
+    // Captured into the decode-step graphs: they ran at every replay, untimed.
+    TF_LOG_INFO("{}: {} all-reduces and {} all-gathers captured into decode-step graphs", rank_name(comm),
+                st.all_reduce_captured, st.all_gather_captured);
   }
   return s;
 }

@@ -23,6 +23,13 @@ Expected<Tensor> packed_f32(const Tensor& w, const std::string& what) {
   return w.dtype() == DType::kF32 && w.is_contiguous() ? w : w.to_f32();
 }
 
+// A q4 code: clamp(round-half-even(x), -8, 7). The add/subtract of 1.5 * 2^23 rounds to
+// the nearest even integer for |x| < 2^22 (SSE float arithmetic, no fast-math) and stays
+// beyond the clamp range above it, so the codes are std::nearbyint's (up to the sign of a
+// zero, which no sum or code sees); unlike the libm call it inlines and vectorizes, which
+// made the group search ~2x faster (the q4 load is bound by it).
+inline float q4_code(float x) { return std::clamp((x + 12582912.0f) - 12582912.0f, -8.0f, 7.0f); }
+
 // Squared error of quantizing v[0..n) with scale s (q = clamp(round(v / s), -8, 7)).
 float q4_error(const float* v, int64_t n, float s) {
   if (s == 0.0f) {
@@ -33,7 +40,7 @@ float q4_error(const float* v, int64_t n, float s) {
   const float inv = 1.0f / s;
   float e = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const float q = std::clamp(std::nearbyint(v[i] * inv), -8.0f, 7.0f);
+    const float q = q4_code(v[i] * inv);
     const float d = v[i] - q * s;
     e += d * d;
   }
@@ -59,7 +66,7 @@ void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* 
       const float inv = 1.0f / best_s;
       double num = 0, den = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const float q = std::clamp(std::nearbyint(v[i] * inv), -8.0f, 7.0f);
+        const float q = q4_code(v[i] * inv);
         num += static_cast<double>(v[i]) * q;
         den += static_cast<double>(q) * q;
       }
@@ -76,7 +83,7 @@ void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* 
   const float inv = best_s > 0 ? 1.0f / best_s : 0.0f;
   std::fill_n(bytes, kQ4GroupBytes, uint8_t{0x88});  // q = 0 in both nibbles (padding too)
   for (int64_t i = 0; i < n; ++i) {
-    const int q = static_cast<int>(std::clamp(std::nearbyint(v[i] * inv), -8.0f, 7.0f)) + 8;
+    const int q = static_cast<int>(q4_code(v[i] * inv)) + 8;
     uint8_t& b = bytes[i >> 1];
     b = (i & 1) ? static_cast<uint8_t>((b & 0x0f) | (q << 4)) : static_cast<uint8_t>((b & 0xf0) | q);
   }

@@ -130,8 +130,7 @@ Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
 
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  f->map_ = map;
-  f->map_size_ = size;
+  f->map_ = std::make_shared<Storage>(map, size, Device::cpu(), [size](void* p) { munmap(p, size); });
   const auto* bytes = static_cast<const unsigned char*>(map);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
@@ -152,10 +151,6 @@ Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   return f;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) munmap(map_, map_size_);
-}
-
 const TensorEntry* SafetensorsFile::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &entries_[it->second];
@@ -173,7 +168,8 @@ Expected<Tensor> SafetensorsFile::tensor(const std::string& name) const {
     if (e->data_end > e->data_begin) std::memcpy(copy.raw(), p, e->data_end - e->data_begin);
     return copy;
   }
-  return Tensor::view_of(const_cast<char*>(p), e->shape, e->dtype);
+  // A view that shares the mapping (read-only: PROT_READ).
+  return Tensor::on_storage(map_, static_cast<size_t>(p - static_cast<const char*>(map_->data())), e->shape, e->dtype);
 }
 
 Expected<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) {

@@ -34,12 +34,13 @@ Expected<std::vector<TensorEntry>> parse_safetensors_header(std::string_view jso
                                                             const std::string& source,
                                                             std::map<std::string, std::string>* metadata = nullptr);
 
-// One memory-mapped .safetensors file. Tensors are zero-copy views into the
-// mapping and stay valid while the file object lives.
+// One memory-mapped .safetensors file. Tensors are zero-copy, read-only views
+// into the mapping; each holds a reference to it, so they stay valid after the
+// file object is gone (the weight loader hands them straight to the upload).
 class SafetensorsFile {
  public:
   static Expected<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
-  ~SafetensorsFile();
+  ~SafetensorsFile() = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -53,9 +54,8 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
-  const char* data_ = nullptr;  // start of the data section
+  std::shared_ptr<Storage> map_;  // the whole file; munmap when the last view goes
+  const char* data_ = nullptr;    // start of the data section
   std::vector<TensorEntry> entries_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;

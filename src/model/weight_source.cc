@@ -8,8 +8,10 @@
 // so one expert of the real 288-expert layer costs one expert's work. At open,
 // every name of glm5_weight_spec() is resolved once to find the checkpoint
 // tensors that nothing accounts for (unknown_tensors(), reported not fatal).
-// After open, lookups keep no state: get_f32 / shape / has may run on several
-// threads at once. Every tensor handed out is an owning, packed f32 host copy.
+// After open, lookups keep no state: get_f32 / get_native / shape / has may run on
+// several threads at once. get_f32 hands out owning, packed f32 host copies;
+// get_native hands out packed read-only views of the mapping for f32/bf16/f16
+// tensors (a slice of a fused tensor is a contiguous row range, still a view).
 // EXL3 checkpoints (quantization_config.quant_method "exl3", exl3_weights.h): a
 // canonical ".weight" with no tensor of its own but a "<prefix>.trellis" is stored
 // EXL3; has() and shape() see it (shape = the spec's when the stored dims are the
@@ -89,6 +91,15 @@ class CheckpointWeightSource : public WeightSource {
       return missing(canonical_name, aliases);
     }
     TF_ASSIGN_OR_RETURN(Tensor t, load(canonical_name, *a));
+    if (!expected_shape.empty() && t.shape() != expected_shape) return mis_shaped(canonical_name, *a, t.shape(), expected_shape);
+    return t;
+  }
+
+  Expected<Tensor> get_native(const std::string& canonical_name, const Shape& expected_shape) const override {
+    std::vector<WeightAlias> aliases;
+    const WeightAlias* a = resolve(canonical_name, &aliases);
+    if (a == nullptr) return get_f32(canonical_name, expected_shape);  // its error
+    TF_ASSIGN_OR_RETURN(Tensor t, load(canonical_name, *a, /*native=*/true));
     if (!expected_shape.empty() && t.shape() != expected_shape) return mis_shaped(canonical_name, *a, t.shape(), expected_shape);
     return t;
   }
@@ -202,7 +213,8 @@ class CheckpointWeightSource : public WeightSource {
     return Status::ok();
   }
 
-  Expected<Tensor> load(const std::string& canonical, const WeightAlias& a) const {
+  // `native`: f32/bf16/f16 tensors as stored (a view when packed), else converted to f32.
+  Expected<Tensor> load(const std::string& canonical, const WeightAlias& a, bool native = false) const {
     TF_ASSIGN_OR_RETURN(Tensor raw, ckpt_->tensor(a.name));
     Shape cut;
     TF_RETURN_IF_ERROR(slice_shape(canonical, a, raw.shape(), &cut));
@@ -215,6 +227,8 @@ class CheckpointWeightSource : public WeightSource {
         return invalid_argument(ckpt_->file_of(a.name) + ": tensor '" + a.name + "' has dtype " +
                                 dtype_name(t.dtype()) + ", expected a floating-point weight");
       }
+      const bool keep = t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
+      if (native && keep) return t.is_contiguous() ? t : t.contiguous();
       return t.to_f32();
     }
     // FP8: find the block scales of the stored tensor.

@@ -36,6 +36,15 @@ class WeightSource {
   // not_found names the canonical name and the checkpoint folder;
   // a shape other than `expected_shape` (when given) is an error naming both shapes.
   virtual Expected<Tensor> get_f32(const std::string& canonical_name, const Shape& expected_shape = {}) const = 0;
+  // The tensor as stored when that is f32, bf16 or f16 (FP8 comes out dequantized
+  // f32): the same values as get_f32 without the f32 copy. It may be a read-only
+  // view of the checkpoint's mapped bytes (keeping the mapping alive), so callers
+  // copy before writing. The weight loader uses it for the projection matrices,
+  // whose bytes then go from the mapped file straight to the device. The default
+  // returns get_f32.
+  virtual Expected<Tensor> get_native(const std::string& canonical_name, const Shape& expected_shape = {}) const {
+    return get_f32(canonical_name, expected_shape);
+  }
   virtual bool has(const std::string& canonical_name) const = 0;
   // The shape get_f32 would return, without reading or converting the data
   // (validate_checkpoint uses it). The default loads the tensor.

@@ -17,23 +17,6 @@
 namespace tf {
 namespace {
 
-// Per row, k distinct experts of [0, e) in ascending order (as moe_route gives them);
-// `all_take` (when >= 0) is in every row.
-Tensor routing(int64_t t, int64_t k, int64_t e, uint32_t seed, int32_t all_take = -1) {
-  std::mt19937 rng(seed);
-  Tensor ids = Tensor::empty({t, k}, DType::kI32);
-  for (int64_t r = 0; r < t; ++r) {
-    std::vector<int32_t> pool(static_cast<size_t>(e));
-    for (int64_t i = 0; i < e; ++i) pool[i] = static_cast<int32_t>(i);
-    std::shuffle(pool.begin(), pool.end(), rng);
-    std::vector<int32_t> pick(pool.begin(), pool.begin() + k);
-    if (all_take >= 0 && std::find(pick.begin(), pick.end(), all_take) == pick.end()) pick[0] = all_take;
-    std::sort(pick.begin(), pick.end());
-    std::copy(pick.begin(), pick.end(), ids.data<int32_t>() + r * k);
-  }
-  return ids;
-}
-
 struct Case {
   int64_t t, k, e, h, i;
 };
@@ -112,7 +95,7 @@ TEST_P(CpuMoeExperts, MatchesNaiveReferenceAndThePerExpertComposition) {
   const float limit = 1.5f;  // small enough that the clamps matter
   const Tensor x = randn({c.t, c.h}, 1), w = randn({c.t, c.k}, 2, 0.5f);
   const Tensor gu = randn({c.e, 2 * c.i, c.h}, 3, 0.3f), dn = randn({c.e, c.h, c.i}, 4, 0.3f);
-  const Tensor ids = routing(c.t, c.k, c.e, 5, c.e > c.k ? 1 : -1);
+  const Tensor ids = moe_route_ids(c.t, c.k, c.e, 5, c.e > c.k ? 1 : -1);
   Tensor out = Tensor::empty({c.t, c.h}, DType::kF32);
   ops->moe_experts(out, x, ids, w, gu, dn, limit);
 
@@ -141,7 +124,7 @@ TEST(CpuMoeExpertsSingle, RowsDoNotDependOnTheBatch) {
   const int64_t t = 13, k = 3, e = 7, h = 36, i = 10;
   const Tensor x = randn({t, h}, 11), w = randn({t, k}, 12);
   const Tensor gu = randn({e, 2 * i, h}, 13, 0.3f), dn = randn({e, h, i}, 14, 0.3f);
-  const Tensor ids = routing(t, k, e, 15, 2);
+  const Tensor ids = moe_route_ids(t, k, e, 15, 2);
   Tensor all = Tensor::empty({t, h}, DType::kF32);
   ops->moe_experts(all, x, ids, w, gu, dn, 10.0f);
   for (int64_t r : {0, 6, 12}) {

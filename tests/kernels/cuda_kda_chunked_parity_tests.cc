@@ -29,17 +29,6 @@ namespace {
 
 constexpr double kTol = 1e-4;
 
-double rel_err(const Tensor& ref, const Tensor& got) {
-  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
-  double worst = 0, scale = 1;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(b[i]) || std::isinf(b[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return worst / scale;
-}
-
 struct KdaCase {
   int64_t h, dk, dv;
   float g_mean, g_sd, g_min;  // gates: N(mean, sd) clamped to [g_min, 0]
@@ -67,8 +56,8 @@ class CudaKdaChunked : public CpuCudaTest {
                         gpu_->to_device(beta), gst, 64);
       const std::string tag = name + " H=" + std::to_string(c.h) + " Dk=" + std::to_string(c.dk) +
                               " Dv=" + std::to_string(c.dv) + " T=" + std::to_string(t);
-      const double e = rel_err(ref, gpu_->to_host(out));
-      const double es = rel_err(st, gpu_->to_host(gst));
+      const double e = parity_rel_err(ref, gpu_->to_host(out));
+      const double es = parity_rel_err(st, gpu_->to_host(gst));
       std::printf("[parity] kda_chunked %-40s out %.3g state %.3g (tol %.0e)\n", tag.c_str(), e, es, kTol);
       EXPECT_LE(e, kTol) << tag;
       EXPECT_LE(es, kTol) << tag << " state";

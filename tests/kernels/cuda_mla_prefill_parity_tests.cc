@@ -33,24 +33,37 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-double rel_err(const Tensor& ref, const Tensor& got) {
-  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
-  double worst = 0, scale = 1;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(b[i]) || std::isinf(b[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+// A latent cache of `tokens` random rows (normal, `sd`) on both backends, its pages in
+// a scrambled order (the same table on each).
+struct PagedCache {
+  Tensor hpages, hscales, dpages, dscales, htable, dtable;
+  LatentPagesView hv, dv;
+};
+
+class CudaMlaPrefill : public CpuCudaTest {
+ protected:
+  PagedCache paged_cache(DType dt, int64_t page_size, int64_t num_pages, int64_t r, int64_t tokens,
+                         uint32_t table_seed, uint32_t lat_seed, float sd) {
+    PagedCache c;
+    const int64_t es = static_cast<int64_t>(dtype_size(dt));
+    std::vector<int32_t> table(num_pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(table_seed));
+    c.hpages = Tensor::zeros({num_pages * page_size * r * es}, DType::kU8);
+    c.hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
+    c.dpages = gpu_->zeros({num_pages * page_size * r * es}, DType::kU8);
+    c.dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
+    c.htable = i32_tensor(table);
+    c.dtable = gpu_->to_device(c.htable);
+    c.hv = {c.hpages.raw(), c.hscales.data<float>(), dt, page_size, r, page_size * r, c.htable.data<int32_t>(), 0};
+    c.dv = {c.dpages.raw(), c.dscales.data<float>(), dt, page_size, r, page_size * r, c.dtable.data<int32_t>(), 0};
+    const Tensor lat = randn({tokens, r}, lat_seed, sd);
+    cpu_->latent_store(c.hv, c.hpages.raw(), c.hscales.data<float>(), lat, 0);
+    gpu_->latent_store(c.dv, c.dpages.raw(), c.dscales.data<float>(), gpu_->to_device(lat), 0);
+    c.hv.num_tokens = c.dv.num_tokens = tokens;
+    return c;
   }
-  return worst / scale;
-}
-
-Tensor ints(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
-
-class CudaMlaPrefill : public CpuCudaTest {};
+};
 
 TEST_F(CudaMlaPrefill, ShapesItCovers) {
   EXPECT_TRUE(cuda::mla_prefill_supported(64, 512, 2051, DType::kF8E4M3));
@@ -74,21 +87,8 @@ TEST_F(CudaMlaPrefill, ShapesItCovers) {
 TEST_F(CudaMlaPrefill, ManyTilesMatchTheCpuOp) {
   const int64_t page_size = 64, num_pages = 41, tokens = 2600, r = 512, heads = 64, t = 16, w = 2051;
   for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
-    const int64_t es = static_cast<int64_t>(dtype_size(dt));
-    std::vector<int32_t> table(num_pages);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(221));
-    Tensor hpages = Tensor::zeros({num_pages * page_size * r * es}, DType::kU8);
-    Tensor hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
-    Tensor dpages = gpu_->zeros({num_pages * page_size * r * es}, DType::kU8);
-    Tensor dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
-    const Tensor htable = ints(table), dtable = gpu_->to_device(htable);
-    LatentPagesView hv{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r, htable.data<int32_t>(), 0};
-    LatentPagesView dv{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r, dtable.data<int32_t>(), 0};
-    const Tensor lat = randn({tokens, r}, 222, 1.5f);
-    cpu_->latent_store(hv, hpages.raw(), hscales.data<float>(), lat, 0);
-    gpu_->latent_store(dv, dpages.raw(), dscales.data<float>(), gpu_->to_device(lat), 0);
-    hv.num_tokens = dv.num_tokens = tokens;
+    const PagedCache c = paged_cache(dt, page_size, num_pages, r, tokens, 221, 222, 1.5f);
+    const LatentPagesView &hv = c.hv, &dv = c.dv;
     std::vector<int32_t> idx(static_cast<size_t>(t * w)), perm(static_cast<size_t>(tokens));
     std::mt19937 rng(223);
     for (int64_t i = 0; i < t; ++i) {
@@ -96,14 +96,14 @@ TEST_F(CudaMlaPrefill, ManyTilesMatchTheCpuOp) {
       std::shuffle(perm.begin(), perm.end(), rng);
       std::copy(perm.begin(), perm.begin() + w, idx.begin() + i * w);
     }
-    const Tensor hidx = ints(idx).reshape({t, w});
+    const Tensor hidx = i32_tensor(idx).reshape({t, w});
     const Tensor q = randn({t, heads, r}, 224, 0.3f);
     const float scale = 1.0f / std::sqrt(static_cast<float>(r));
     Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
     cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
     Tensor out = gpu_->empty({t, heads, r});
     gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
-    const double e = rel_err(ref, gpu_->to_host(out));
+    const double e = parity_rel_err(ref, gpu_->to_host(out));
     std::printf("[parity] mla_sparse_attention (prefill) %s 2051 distinct of 2600 tokens max rel err %.3g (tol %.0e)\n",
                 dtype_name(dt), e, kTol);
     EXPECT_LE(e, kTol) << dtype_name(dt);
@@ -114,22 +114,8 @@ TEST_F(CudaMlaPrefill, MatchesTheCpuOp) {
   const int64_t page_size = 16, num_pages = 20, tokens = 300;
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
     for (int64_t r : {64, 512}) {
-      const int64_t es = static_cast<int64_t>(dtype_size(dt));
-      std::vector<int32_t> table(num_pages);
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), std::mt19937(201));
-      Tensor hpages = Tensor::zeros({num_pages * page_size * r * es}, DType::kU8);
-      Tensor hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
-      Tensor dpages = gpu_->zeros({num_pages * page_size * r * es}, DType::kU8);
-      Tensor dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
-      const Tensor htable = ints(table), dtable = gpu_->to_device(htable);
-      LatentPagesView hv{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r, htable.data<int32_t>(), 0};
-      LatentPagesView dv{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r, dtable.data<int32_t>(),
-                         0};
-      const Tensor lat = randn({tokens, r}, 202, 2.0f);
-      cpu_->latent_store(hv, hpages.raw(), hscales.data<float>(), lat, 0);
-      gpu_->latent_store(dv, dpages.raw(), dscales.data<float>(), gpu_->to_device(lat), 0);
-      hv.num_tokens = dv.num_tokens = tokens;
+      const PagedCache c = paged_cache(dt, page_size, num_pages, r, tokens, 201, 202, 2.0f);
+      const LatentPagesView &hv = c.hv, &dv = c.dv;
       for (int64_t heads : {16, 64}) {
         for (int64_t t : {16, 17, 129}) {
           for (int64_t w : {37, 2051}) {
@@ -138,7 +124,7 @@ TEST_F(CudaMlaPrefill, MatchesTheCpuOp) {
             std::vector<int32_t> idx(static_cast<size_t>(t * w));
             for (auto& i : idx) i = pick(rng);
             for (int64_t j = 0; j < w; ++j) idx[w + j] = -1;  // row 1: no token (zeros)
-            const Tensor hidx = ints(idx).reshape({t, w});
+            const Tensor hidx = i32_tensor(idx).reshape({t, w});
             const Tensor q = randn({t, heads, r}, 211, 0.3f);
             const float scale = 1.0f / std::sqrt(static_cast<float>(r));
             Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
@@ -147,7 +133,7 @@ TEST_F(CudaMlaPrefill, MatchesTheCpuOp) {
             gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
             const std::string tag = std::string(dtype_name(dt)) + " R=" + std::to_string(r) + " H=" +
                                     std::to_string(heads) + " T=" + std::to_string(t) + " W=" + std::to_string(w);
-            const double e = rel_err(ref, gpu_->to_host(out));
+            const double e = parity_rel_err(ref, gpu_->to_host(out));
             std::printf("[parity] mla_sparse_attention (prefill) %-36s max rel err %.3g (tol %.0e)\n", tag.c_str(), e,
                         kTol);
             EXPECT_LE(e, kTol) << tag;

@@ -29,23 +29,6 @@
 namespace tf {
 namespace {
 
-// Per row, k distinct experts of [0, e), ascending (as moe_route gives them); `all_take`
-// (>= 0) is in every row, so one expert serves every token.
-Tensor route_ids(int64_t t, int64_t k, int64_t e, uint32_t seed, int32_t all_take) {
-  std::mt19937 rng(seed);
-  Tensor ids = Tensor::empty({t, k}, DType::kI32);
-  std::vector<int32_t> pool(static_cast<size_t>(e));
-  for (int64_t r = 0; r < t; ++r) {
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), rng);
-    std::vector<int32_t> pick(pool.begin(), pool.begin() + k);
-    if (all_take >= 0 && std::find(pick.begin(), pick.end(), all_take) == pick.end()) pick[0] = all_take;
-    std::sort(pick.begin(), pick.end());
-    std::copy(pick.begin(), pick.end(), ids.data<int32_t>() + r * k);
-  }
-  return ids;
-}
-
 double max_rel_err(const Tensor& ref, const Tensor& got) {
   const std::vector<float> a = ref.to_vector(), b = got.to_vector();
   double scale = 1e-30, worst = 0;
@@ -95,7 +78,7 @@ TEST_F(CudaMoe, MatchesTheCpuOnBothPaths) {
   for (const Case& c : cases) {
     const Tensor gu = randn({c.e, 2 * c.i, c.h}, 171, 0.2f), dn = randn({c.e, c.h, c.i}, 172, 0.2f);
     const Tensor x = randn({c.t, c.h}, 173), w = randn({c.t, c.k}, 174, 0.5f);
-    const Tensor ids = route_ids(c.t, c.k, c.e, 175, c.all_take);
+    const Tensor ids = moe_route_ids(c.t, c.k, c.e, 175, c.all_take);
     for (bool bf16 : {false, true}) {
       const Tensor gw = bf16 ? gu.to_dtype(DType::kBF16) : gu, dw = bf16 ? dn.to_dtype(DType::kBF16) : dn;
       Tensor ref = Tensor::empty({c.t, c.h}, DType::kF32);
@@ -121,7 +104,7 @@ TEST_F(CudaMoe, PrefillChunkOf1024Rows) {
   const int64_t t = 1024, k = 8, e = 288, h = 256, i = 128;
   const Tensor gu = randn({e, 2 * i, h}, 201, 0.1f).to_dtype(DType::kBF16);
   const Tensor dn = randn({e, h, i}, 202, 0.1f).to_dtype(DType::kBF16);
-  const Tensor x = randn({t, h}, 203), w = randn({t, k}, 204, 0.5f), ids = route_ids(t, k, e, 205, 17);
+  const Tensor x = randn({t, h}, 203), w = randn({t, k}, 204, 0.5f), ids = moe_route_ids(t, k, e, 205, 17);
   Tensor ref = Tensor::empty({t, h}, DType::kF32);
   cpu_->moe_experts(ref, x, ids, w, gu, dn, 10.0f);
   Ops& g = gpu(8);
@@ -135,7 +118,7 @@ TEST_F(CudaMoe, PrefillChunkOf1024Rows) {
 TEST_F(CudaMoe, RowsDoNotDependOnTheBatchOnTensorCoresEither) {
   // exact_rows 0: every call takes the tensor cores, whatever its size (tile of 16, 32 or 64 rows).
   const int64_t t = 64, k = 8, e = 24, h = 256, i = 72;
-  const Tensor x = randn({t, h}, 181), w = randn({t, k}, 182, 0.5f), ids = route_ids(t, k, e, 183, 5);
+  const Tensor x = randn({t, h}, 181), w = randn({t, k}, 182, 0.5f), ids = moe_route_ids(t, k, e, 183, 5);
   const Tensor gu = randn({e, 2 * i, h}, 184, 0.1f).to_dtype(DType::kBF16);
   const Tensor dn = randn({e, h, i}, 185, 0.1f).to_dtype(DType::kBF16);
   Ops& g = gpu(0);
@@ -170,7 +153,7 @@ TEST_F(CudaMoe, CapturedCallsEqualEagerOnes) {
   const Tensor dgu = g.to_device(gu), ddn = g.to_device(dn);
   for (int64_t t : {4, 16, 64, 100}) {
     const Tensor x = g.to_device(randn({t, h}, 213)), w = g.to_device(randn({t, k}, 214, 0.5f));
-    const Tensor ids = g.to_device(route_ids(t, k, e, 215, -1));
+    const Tensor ids = g.to_device(moe_route_ids(t, k, e, 215, -1));
     Tensor eager = g.empty({t, h}), replayed = g.zeros({t, h});
     g.moe_experts(eager, x, ids, w, dgu, ddn, 10.0f);
     auto graph = g.capture([&] { g.moe_experts(replayed, x, ids, w, dgu, ddn, 10.0f); });
@@ -186,7 +169,7 @@ TEST_F(CudaMoe, DuplicateIdsKZeroAndBadIdsOnTensorCores) {
   const Tensor gu = randn({e, 2 * i, h}, 191, 0.3f).to_dtype(DType::kBF16);
   const Tensor dn = randn({e, h, i}, 192, 0.3f).to_dtype(DType::kBF16);
   const Tensor x = randn({t, h}, 193), w = randn({t, k}, 194);
-  Tensor ids = route_ids(t, k, e, 195, -1);
+  Tensor ids = moe_route_ids(t, k, e, 195, -1);
   ids.data<int32_t>()[0] = ids.data<int32_t>()[1];  // row 0 names one expert twice: counted twice
   ids.data<int32_t>()[k * 5 + 2] = ids.data<int32_t>()[k * 5 + 1];
   Tensor ref = Tensor::empty({t, h}, DType::kF32);

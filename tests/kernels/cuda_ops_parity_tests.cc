@@ -499,23 +499,6 @@ TEST_F(CudaParity, MoeRoute) {
 
 // ---- MoE experts ---------------------------------------------------------------------------
 
-// Per row, k distinct experts of [0, e), ascending (as moe_route gives them); `all_take`
-// (>= 0) is in every row, so one expert serves every token.
-Tensor moe_ids(int64_t t, int64_t k, int64_t e, uint32_t seed, int32_t all_take) {
-  std::mt19937 rng(seed);
-  Tensor ids = Tensor::empty({t, k}, DType::kI32);
-  std::vector<int32_t> pool(static_cast<size_t>(e));
-  for (int64_t r = 0; r < t; ++r) {
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), rng);
-    std::vector<int32_t> pick(pool.begin(), pool.begin() + k);
-    if (all_take >= 0 && std::find(pick.begin(), pick.end(), all_take) == pick.end()) pick[0] = all_take;
-    std::sort(pick.begin(), pick.end());
-    std::copy(pick.begin(), pick.end(), ids.data<int32_t>() + r * k);
-  }
-  return ids;
-}
-
 struct MoeCase {
   int64_t t, k, e, h, i;
 };
@@ -529,7 +512,7 @@ TEST_F(CudaParity, MoeExperts) {
                            MoeCase{65, 4, 7, 64, 16}, MoeCase{129, 8, 12, 40, 8}}) {
     const Tensor gu = randn({c.e, 2 * c.i, c.h}, 171, 0.2f), dn = randn({c.e, c.h, c.i}, 172, 0.2f);
     const Tensor x = randn({c.t, c.h}, 173), w = randn({c.t, c.k}, 174, 0.5f);
-    const Tensor ids = moe_ids(c.t, c.k, c.e, 175, c.e > c.k ? static_cast<int32_t>(c.e / 2) : -1);
+    const Tensor ids = moe_route_ids(c.t, c.k, c.e, 175, c.e > c.k ? static_cast<int32_t>(c.e / 2) : -1);
     for (bool bf16 : {false, true}) {
       const Tensor gw = bf16 ? gu.to_dtype(DType::kBF16) : gu, dw = bf16 ? dn.to_dtype(DType::kBF16) : dn;
       Tensor ref = Tensor::empty({c.t, c.h}, DType::kF32);
@@ -547,7 +530,7 @@ TEST_F(CudaParity, MoeExperts) {
 TEST_F(CudaParity, MoeExpertsRowsDoNotDependOnTheBatch) {
   const int64_t t = 64, k = 8, e = 24, h = 256, i = 72;
   const Tensor x = randn({t, h}, 181), w = randn({t, k}, 182, 0.5f);
-  const Tensor ids = moe_ids(t, k, e, 183, 5);
+  const Tensor ids = moe_route_ids(t, k, e, 183, 5);
   for (bool bf16 : {false, true}) {
     Tensor gu = randn({e, 2 * i, h}, 184, 0.1f), dn = randn({e, h, i}, 185, 0.1f);
     if (bf16) {

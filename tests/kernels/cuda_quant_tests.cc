@@ -3,19 +3,24 @@
 // scripts/device/gpu_tests.sh; label gpu (CI compiles it only).
 //
 // Parity: fp8 and q4 matrices over awkward shapes (K not a multiple of 64/128 or
-// of 4, N not of 8, 1 output row, K = 1) and model-sized K (several K slices summed
-// by the second kernel), every GEMV row count 1..8 (EXACT_ROWS 8), the prefill path
+// of 4, N not of 8, 1 output row, K = 1) and model-sized K (K split over a cluster of
+// blocks, or over the warps of one block when N is large), every GEMV row count 1..8 (EXACT_ROWS 8), the prefill path
 // (bf16 dequantize + cuBLAS) at 9 and 70 rows, accumulate; the GEMV's multi-pass case
 // (9..64 rows with EXACT_ROWS 64) against the CPU too. GEMV tolerance vs the CPU: 2e-5
-// of the largest reference magnitude (x split into three bf16 terms is f32; sums in a
-// different order); prefill 2e-2 (x rounded to bf16, as for BF16 weights).
-// FP8 prefill on FP8 tensor cores (fp8_gemm.h, x quantized per 1x128 block to e4m3):
-// every scale layout is tried against the CPU (the right one is near 2e-2, a wrong one
-// far off) and the default one must be within 5e-2.
-// Row independence: a row alone and inside 2..8-row calls gives the same bits.
+// of the largest reference magnitude (x split into two bf16 terms carries 16 significant
+// bits, <= 2^-17 relative per element, and the errors of a K-long sum partly cancel:
+// a few 1e-6 of the largest output; sums in a different order); prefill 2e-2 (x rounded to bf16, as for BF16 weights).
+// FP8 prefill on FP8 tensor cores (x quantized per 1x128 block to e4m3): ours
+// (fp8_block_gemm.h) must be within 5e-2 of the CPU; cuBLASLt's (fp8_gemm.h, opt-in, known
+// wrong) is printed per scale layout for the investigation.
+// Row independence: a row alone and inside 2..8-row calls gives the same bits (with and
+// without a cluster splitting K). The legacy kernel (QuantGemvArgs::legacy): its fused
+// and second-kernel slice sums agree and match the CPU.
 // Bench ("[quant-bench]" lines): GEMV us/call and % of the measured HBM copy bandwidth
-// on the model's shapes at m = 1, 2, 4, 8 (and 64), matrices rotated through > 4x the
-// L2 so every call streams from HBM; prefill TFLOP/s at m = 1024 / 8192.
+// on the model's shapes at m = 1, 2, 4, 8 (and 64), the legacy kernel (before) and the
+// streaming one (after, eager and replayed from a CUDA graph) side by side, matrices
+// rotated through > 4x the L2 so every call streams from HBM; probes of the streaming
+// kernel (loads only, compute only); prefill TFLOP/s at m = 1024 / 8192.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -32,6 +37,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_probe.h"
+#include "kernels/cuda/fp8_block_gemm.h"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "model/dense_quant.h"
@@ -75,7 +81,7 @@ class CudaQuant : public ::testing::Test {
 TEST_F(CudaQuant, MatchesTheCpuOverAwkwardShapes) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},     {7, 63},    {33, 65},    {129, 130},
                                                            {64, 256},  {45, 300},  {13, 1030},  {200, 2050},
-                                                           {300, 4096}, {136, 12288}};
+                                                           {300, 4096}, {136, 12288}, {5000, 1100}, {12300, 300}};
   for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
     double worst_gemv = 0, worst_prefill = 0;
     for (auto [n, k] : shapes) {
@@ -102,8 +108,10 @@ TEST_F(CudaQuant, MatchesTheCpuOverAwkwardShapes) {
 }
 
 TEST_F(CudaQuant, RowBitsDoNotDependOnTheBatch) {
-  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
-    const int64_t n = 97, k = 390;
+  // K = 390: one block per 32 rows; K = 2050: a cluster of blocks splits K.
+  for (auto [f, k] : std::vector<std::pair<MatrixFormat, int64_t>>{
+           {MatrixFormat::kQ4, 390}, {MatrixFormat::kFp8Block, 390}, {MatrixFormat::kQ4, 2050}, {MatrixFormat::kFp8Block, 2050}}) {
+    const int64_t n = 97;
     const Matrix dq = up(quantize(randn({n, k}, 9, 0.05f), f));
     const Tensor row = randn({1, k}, 10);
     Tensor alone = gpu_->empty({1, n});
@@ -116,7 +124,7 @@ TEST_F(CudaQuant, RowBitsDoNotDependOnTheBatch) {
       Tensor out = gpu_->empty({m, n});
       gpu_->matmul(out, gpu_->to_device(x), dq);
       const Tensor got = gpu_->to_host(out).slice(0, at, at + 1).contiguous();
-      EXPECT_TRUE(same_bits(got, want)) << matrix_format_name(f) << " row at " << at << " of " << m;
+      EXPECT_TRUE(same_bits(got, want)) << matrix_format_name(f) << " K=" << k << " row at " << at << " of " << m;
     }
   }
 }
@@ -172,6 +180,7 @@ TEST_F(CudaQuant, FusedSliceSumEqualsTheSecondKernel) {
           a.sm_count = sms;
           a.workspace = ws.data<float>();
           a.fused_sum = run >= 2;
+          a.legacy = true;
           cuda::quant_gemv(stream, a);
           got.push_back(gpu_->to_host(out));
         }
@@ -214,21 +223,9 @@ TEST_F(CudaQuant, Fp8PrefillOnFp8TensorCores) {
   Tensor ref = Tensor::empty({m, n}, DType::kF32);
   cpu_->matmul(ref, x, q);
   const Tensor xd = gpu_->to_device(x);
-  // Opt-in until it matches (fp8_gemm.h); without it fp8 prefill is dequantize + cuBLAS.
-  ::setenv("TF_FP8_PREFILL", "lt", 1);
-  const int64_t calls0 = cuda::fp8_block_gemm_count();
-  for (int layout = 0; layout < 4; ++layout) {
-    ::setenv("TF_FP8_SCALE_LAYOUT", std::to_string(layout).c_str(), 1);
-    Tensor out = gpu_->empty({m, n});
-    gpu_->matmul(out, xd, dq);
-    std::printf("[quant] fp8 prefill scale layout %d (weight k fastest %d, act k fastest %d): max rel err %.3g\n",
-                layout, layout & 1, (layout >> 1) & 1, max_rel_err(ref, gpu_->to_host(out)));
-  }
-  ::unsetenv("TF_FP8_SCALE_LAYOUT");
-  const bool lt = cuda::fp8_block_gemm_count() > calls0;
-  std::printf("[quant] fp8 prefill through cuBLASLt FP8: %s\n",
-              lt ? (cuda::fp8_block_gemm_f32_output() ? "yes, f32 output" : "yes, bf16 output") : "no (bf16 fallback)");
-  EXPECT_TRUE(lt) << "cuBLASLt took no FP8 block-scaled call";
+  // Our FP8 tensor-core GEMM (fp8_block_gemm.h; its own tests are cuda_fp8_gemm_tests).
+  ::setenv("TF_FP8_PREFILL", "mma", 1);
+  const int64_t mma0 = cuda::fp8_block_gemm_mma_count();
   for (bool acc : {false, true}) {
     const Tensor init = randn({m, n}, 43);
     Tensor want = init.contiguous();
@@ -236,8 +233,43 @@ TEST_F(CudaQuant, Fp8PrefillOnFp8TensorCores) {
     Tensor out = gpu_->to_device(init);
     gpu_->matmul(out, xd, dq, acc);
     const double e = max_rel_err(want, gpu_->to_host(out));
-    std::printf("[quant] fp8 prefill default layout%s: max rel err %.3g (tol 5e-2)\n", acc ? " acc" : "", e);
+    std::printf("[quant] fp8 prefill on FP8 tensor cores (ours)%s: max rel err %.3g (tol 5e-2)\n", acc ? " acc" : "", e);
     EXPECT_LE(e, 5e-2) << (acc ? "accumulate" : "");
+  }
+  EXPECT_EQ(cuda::fp8_block_gemm_mma_count(), mma0 + 2) << "TF_FP8_PREFILL=mma did not take the FP8 GEMM";
+  // cuBLASLt's block-scaled FP8 (fp8_gemm.h): opt-in and known wrong on CUDA 13.0 (max rel
+  // err 0.8-1.1 under every scale order); each order is printed for the investigation.
+  ::setenv("TF_FP8_PREFILL", "lt", 1);
+  const int64_t calls0 = cuda::fp8_block_gemm_count();
+  for (int layout = 0; layout < 4; ++layout) {
+    ::setenv("TF_FP8_SCALE_LAYOUT", std::to_string(layout).c_str(), 1);
+    Tensor out = gpu_->empty({m, n});
+    gpu_->matmul(out, xd, dq);
+    std::printf("[quant] fp8 prefill cuBLASLt scale layout %d (weight k fastest %d, act k fastest %d): max rel err %.3g\n",
+                layout, layout & 1, (layout >> 1) & 1, max_rel_err(ref, gpu_->to_host(out)));
+  }
+  ::unsetenv("TF_FP8_SCALE_LAYOUT");
+  const bool lt = cuda::fp8_block_gemm_count() > calls0;
+  std::printf("[quant] fp8 prefill through cuBLASLt FP8: %s\n",
+              lt ? (cuda::fp8_block_gemm_f32_output() ? "yes, f32 output" : "yes, bf16 output") : "no (bf16 fallback)");
+  EXPECT_TRUE(lt) << "cuBLASLt took no FP8 block-scaled call";
+  // The same with every scale dimension a multiple of 4 (m 64, 4 x 4 weight blocks), in
+  // case cuBLASLt wants 16-byte aligned scale rows.
+  {
+    const Matrix q4 = quantize(randn({512, 512}, 44, 0.05f), MatrixFormat::kFp8Block);
+    const Matrix dq4 = up(q4);
+    const Tensor x4 = randn({64, 512}, 45);
+    Tensor ref4 = Tensor::empty({64, 512}, DType::kF32);
+    cpu_->matmul(ref4, x4, q4);
+    const Tensor xd4 = gpu_->to_device(x4);
+    for (int layout = 0; layout < 4; ++layout) {
+      ::setenv("TF_FP8_SCALE_LAYOUT", std::to_string(layout).c_str(), 1);
+      Tensor out = gpu_->empty({64, 512});
+      gpu_->matmul(out, xd4, dq4);
+      std::printf("[quant] fp8 prefill cuBLASLt M=64 N=512 K=512 scale layout %d: max rel err %.3g\n", layout,
+                  max_rel_err(ref4, gpu_->to_host(out)));
+    }
+    ::unsetenv("TF_FP8_SCALE_LAYOUT");
   }
   ::unsetenv("TF_FP8_PREFILL");
 }
@@ -282,6 +314,24 @@ Matrix random_matrix(MatrixFormat f, int64_t n, int64_t k, uint64_t seed) {
   return Matrix::fp8_block(codes, scales);
 }
 
+// Seconds per call of `fn` captured `per_graph` times into one CUDA graph on `stream`
+// and replayed (the model runs decode as graphs: no host launch gaps).
+template <typename F>
+double graph_seconds_per_call(cudaStream_t stream, int per_graph, F&& fn) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return NAN;
+  for (int i = 0; i < per_graph; ++i) fn(i);
+  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NAN;
+  }
+  const double t = seconds_per_call(5, [&](int) { cudaGraphLaunch(exec, stream); }) / per_graph;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return t;
+}
+
 TEST_F(CudaQuant, Bench) {
   auto g64 = make_cuda_ops(0, 64);  // m = 64 through the GEMV (8 passes of 8 rows)
   ASSERT_TRUE(g64) << g64.status().to_string();
@@ -291,10 +341,15 @@ TEST_F(CudaQuant, Bench) {
   const double hbm = probe->hbm_gbps;
   std::printf("[quant-bench] %s: measured HBM copy %.0f GB/s, cuBLAS BF16 %.0f TFLOP/s\n", probe->name.c_str(), hbm,
               probe->bf16_tflops);
+  std::printf("[quant-bench] columns: legacy kernel (before) eager us / %% of HBM -> streaming kernel eager us, "
+              "GB/s, %% of HBM; graph: the streaming kernel replayed from a CUDA graph (with and without "
+              "programmatic dependent launch)\n");
+  cudaStream_t stream = cuda_ops_stream(*gpu_);
+  const int sms = cuda::current_sm_count();
   struct Shape2 { int64_t n, k; const char* what; };
-  const Shape2 shapes[] = {{8192, 4096, "4096->8192"},   {12288, 4096, "4096->12288"},  {24576, 4096, "4096->24576"},
-                           {1536, 4096, "4096->1536"},   {4096, 8192, "8192->4096"},    {4096, 12288, "12288->4096"},
-                           {154880, 4096, "lm_head 4096->154880"}};
+  const Shape2 shapes[] = {{8192, 4096, "4096->8192"},   {4096, 8192, "8192->4096"},   {4096, 4096, "4096->4096"},
+                           {12288, 4096, "4096->12288"}, {4096, 12288, "12288->4096"}, {1536, 4096, "4096->1536"},
+                           {24576, 4096, "4096->24576"}, {154880, 4096, "lm_head 4096->154880"}};
   for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
     for (const Shape2& s : shapes) {
       const Matrix q = random_matrix(f, s.n, s.k, static_cast<uint64_t>(s.n + s.k));
@@ -302,56 +357,107 @@ TEST_F(CudaQuant, Bench) {
       const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{400} << 20) / bytes + 1));
       std::vector<Matrix> dev;
       for (int i = 0; i < copies; ++i) dev.push_back(up(q));
+      const bool big = s.n > 100000;
       for (int64_t m : {1, 2, 4, 8, 64}) {
         const Tensor x = gpu_->to_device(randn({m, s.k}, 4));
         Tensor out = gpu_->empty({m, s.n});
-        const double t = seconds_per_call(s.n > 100000 ? 10 : 40, [&](int i) { gemv_ops.matmul(out, x, dev[i % copies]); });
+        const double t = seconds_per_call(big ? 10 : 40, [&](int i) { gemv_ops.matmul(out, x, dev[i % copies]); });
         const double gbps = bytes / t / 1e9;
-        std::printf("[quant-bench] gemv %-3s %-22s m=%-3lld %8.1f us  %7.0f GB/s  %5.1f%% of HBM\n",
-                    matrix_format_name(f), s.what, static_cast<long long>(m), t * 1e6, gbps, 100 * gbps / hbm);
+        if (m > 8) {
+          std::printf("[quant-bench] gemv %-3s %-22s m=%-3lld %8.1f us  %7.0f GB/s  %5.1f%% of HBM\n",
+                      matrix_format_name(f), s.what, static_cast<long long>(m), t * 1e6, gbps, 100 * gbps / hbm);
+          continue;
+        }
+        cuda::QuantGemvArgs a;
+        a.out = out.data<float>();
+        a.ldo = s.n;
+        a.x = x.data<float>();
+        a.ldx = s.k;
+        a.format = f;
+        a.m = m;
+        a.n = s.n;
+        a.k = s.k;
+        auto call = [&](int i) {
+          a.codes = dev[i % copies].codes().raw();
+          a.scales = dev[i % copies].scales().raw();
+          cuda::quant_gemv(stream, a);
+        };
+        const double tg = graph_seconds_per_call(stream, big ? 8 : 40, call);
+        a.pdl = 0;
+        const double tn = graph_seconds_per_call(stream, big ? 8 : 40, call);
+        a.legacy = true;
+        a.sm_count = sms;
+        Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, s.n, s.k, sms) / 4)});
+        a.workspace = ws.data<float>();
+        const double tl = seconds_per_call(big ? 10 : 40, call);
+        std::printf("[quant-bench] gemv %-3s %-22s m=%-3lld legacy %7.1f us %5.1f%% -> %7.1f us  %7.0f GB/s  %5.1f%% of "
+                    "HBM; graph %7.1f us %5.1f%% (no PDL %7.1f us %5.1f%%)\n",
+                    matrix_format_name(f), s.what, static_cast<long long>(m), tl * 1e6, 100 * bytes / tl / 1e9 / hbm,
+                    t * 1e6, gbps, 100 * gbps / hbm, tg * 1e6, 100 * bytes / tg / 1e9 / hbm, tn * 1e6,
+                    100 * bytes / tn / 1e9 / hbm);
       }
-    }
-  }
-  // The plan's knob swept by direct kernel calls: blocks per SM (so K slices) on two shapes.
-  cudaStream_t stream = cuda_ops_stream(*gpu_);
-  const int sms = cuda::current_sm_count();
-  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
-    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{4096, 12288}, {12288, 4096}}) {
-      const Matrix q = random_matrix(f, n, k, 9);
-      const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{400} << 20) / q.nbytes() + 1));
-      std::vector<Matrix> dev;
-      for (int i = 0; i < copies; ++i) dev.push_back(up(q));
-      for (int bps : {1, 2, 4, 8, 16}) {
-        const cuda::QuantGemvPlan plan = cuda::quant_gemv_plan(n, k, sms, bps);
+      // What bounds the streaming kernel: the same launch streaming only (no x, no MMA)
+      // and computing only (no HBM traffic), graph-replayed.
+      if (s.n == 8192 || s.n == 24576 || (s.n == 4096 && s.k == 12288)) {
         for (int64_t m : {1, 8}) {
-          const Tensor x = gpu_->to_device(randn({m, k}, 4));
-          Tensor out = gpu_->empty({m, n});
-          Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms, bps) / 4)});
-          cuda::QuantGemvArgs a;
-          a.out = out.data<float>();
-          a.ldo = n;
-          a.x = x.data<float>();
-          a.ldx = k;
-          a.format = f;
-          a.scales = nullptr;
-          a.m = m;
-          a.n = n;
-          a.k = k;
-          a.sm_count = sms;
-          a.blocks_per_sm = bps;
-          a.workspace = ws.data<float>();
-          const double t = seconds_per_call(40, [&](int i) {
-            a.codes = dev[i % copies].codes().raw();
-            a.scales = dev[i % copies].scales().raw();
-            cuda::quant_gemv(stream, a);
-          });
-          const double gbps = q.nbytes() / t / 1e9;
-          std::printf("[quant-bench] sweep %-3s N=%-5lld K=%-5lld blocks/SM %-2d (%3lld K slices) m=%lld %7.1f us %5.1f%% of HBM\n",
-                      matrix_format_name(f), static_cast<long long>(n), static_cast<long long>(k), bps,
-                      static_cast<long long>(plan.slices), static_cast<long long>(m), t * 1e6, 100 * gbps / hbm);
+          const Tensor x = gpu_->to_device(randn({m, s.k}, 4));
+          Tensor out = gpu_->empty({m, s.n});
+          double tp[3];
+          for (int pr = 0; pr < 3; ++pr) {
+            cuda::QuantGemvArgs a;
+            a.out = out.data<float>();
+            a.ldo = s.n;
+            a.x = x.data<float>();
+            a.ldx = s.k;
+            a.format = f;
+            a.m = m;
+            a.n = s.n;
+            a.k = s.k;
+            a.probe = pr;
+            tp[pr] = graph_seconds_per_call(stream, 40, [&](int i) {
+              a.codes = dev[i % copies].codes().raw();
+              a.scales = dev[i % copies].scales().raw();
+              cuda::quant_gemv(stream, a);
+            });
+          }
+          std::printf("[quant-bench] probe %-3s %-12s m=%lld graph: full %6.1f us (%4.1f%%), loads only %6.1f us "
+                      "(%4.1f%%), compute only %6.1f us\n",
+                      matrix_format_name(f), s.what, static_cast<long long>(m), tp[0] * 1e6,
+                      100 * bytes / tp[0] / 1e9 / hbm, tp[1] * 1e6, 100 * bytes / tp[1] / 1e9 / hbm, tp[2] * 1e6);
         }
       }
     }
+  }
+  // Blocks per cluster splitting K swept on the streaming kernel (graph-replayed, m = 1).
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{8192, 4096}, {4096, 8192}, {1536, 4096}, {24576, 4096}}) {
+    const Matrix q = random_matrix(MatrixFormat::kQ4, n, k, 9);
+    const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{400} << 20) / q.nbytes() + 1));
+    std::vector<Matrix> dev;
+    for (int i = 0; i < copies; ++i) dev.push_back(up(q));
+    const Tensor x = gpu_->to_device(randn({1, k}, 4));
+    Tensor out = gpu_->empty({1, n});
+    std::string line;
+    for (int splits : {1, 2, 3, 4, 6, 8}) {
+      cuda::QuantGemvArgs a;
+      a.out = out.data<float>();
+      a.ldo = n;
+      a.x = x.data<float>();
+      a.ldx = k;
+      a.m = 1;
+      a.n = n;
+      a.k = k;
+      a.splits = splits;
+      const double t = graph_seconds_per_call(stream, 40, [&](int i) {
+        a.codes = dev[i % copies].codes().raw();
+        a.scales = dev[i % copies].scales().raw();
+        cuda::quant_gemv(stream, a);
+      });
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "  %d: %.1f us %.1f%%", splits, t * 1e6, 100 * q.nbytes() / t / 1e9 / hbm);
+      line += buf;
+    }
+    std::printf("[quant-bench] splits q4 N=%-6lld K=%-5lld m=1 graph:%s\n", static_cast<long long>(n),
+                static_cast<long long>(k), line.c_str());
   }
   // Prefill: fp8 on FP8 tensor cores (cuBLASLt block scales), q4 dequantized to bf16 + cuBLAS.
   for (int variant = 0; variant < 3; ++variant) {

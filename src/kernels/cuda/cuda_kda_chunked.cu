@@ -220,6 +220,21 @@ __device__ __forceinline__ void mma3(FragC& acc, FA& a, FragB& b) {
   wmma::mma_sync(acc, a, b, acc);
 }
 
+// acc += A B over K = `k` (a multiple of 8) in 16x16x8 steps: A's k-th 8-wide slab at
+// a + kk * a_step (row-major FragA: 8; column-major FragAc: 8 * lda), B's at rows kk * 8
+// of a [k][kSLd] shared-memory tile. The state kernel's four products all take this form.
+template <typename FA, int K>
+__device__ __forceinline__ void mma_k(FragC& acc, const float* a, int lda, int a_step, const float* b) {
+#pragma unroll 8
+  for (int kk = 0; kk < K / 8; ++kk) {
+    FA fa;
+    FragB fb;
+    wmma::load_matrix_sync(fa, a + kk * a_step, lda);
+    wmma::load_matrix_sync(fb, b + kk * 8 * kSLd, kSLd);
+    mma3(acc, fa, fb);
+  }
+}
+
 constexpr int kStateThreads = 256;  // 8 warps
 constexpr size_t kStateSmem = (kD * kSLd + 2 * kC * kSLd + kD) * sizeof(float);
 
@@ -249,14 +264,7 @@ __global__ void __launch_bounds__(kStateThreads)
     {
       FragC acc;
       wmma::load_matrix_sync(acc, sc + kOffU + mi * 16 * kD + col0 + ni * 16, kD, wmma::mem_row_major);
-#pragma unroll 8
-      for (int kk = 0; kk < kD / 8; ++kk) {
-        FragA fa;
-        FragB fb;
-        wmma::load_matrix_sync(fa, sc + kOffW + mi * 16 * kD + kk * 8, kD);
-        wmma::load_matrix_sync(fb, s + kk * 8 * kSLd + ni * 16, kSLd);
-        mma3(acc, fa, fb);
-      }
+      mma_k<FragA, kD>(acc, sc + kOffW + mi * 16 * kD, kD, 8, s + ni * 16);
       wmma::store_matrix_sync(vn + mi * 16 * kSLd + ni * 16, acc, kSLd, wmma::mem_row_major);
     }
     __syncthreads();
@@ -264,22 +272,8 @@ __global__ void __launch_bounds__(kStateThreads)
     {
       FragC acc;
       wmma::fill_fragment(acc, 0.0f);
-#pragma unroll 8
-      for (int kk = 0; kk < kD / 8; ++kk) {
-        FragA fa;
-        FragB fb;
-        wmma::load_matrix_sync(fa, sc + kOffQg + mi * 16 * kD + kk * 8, kD);
-        wmma::load_matrix_sync(fb, s + kk * 8 * kSLd + ni * 16, kSLd);
-        mma3(acc, fa, fb);
-      }
-#pragma unroll 8
-      for (int kk = 0; kk < kC / 8; ++kk) {
-        FragA fa;
-        FragB fb;
-        wmma::load_matrix_sync(fa, sc + kOffP + mi * 16 * kC + kk * 8, kC);
-        wmma::load_matrix_sync(fb, vn + kk * 8 * kSLd + ni * 16, kSLd);
-        mma3(acc, fa, fb);
-      }
+      mma_k<FragA, kD>(acc, sc + kOffQg + mi * 16 * kD, kD, 8, s + ni * 16);
+      mma_k<FragA, kC>(acc, sc + kOffP + mi * 16 * kC, kC, 8, vn + ni * 16);
       wmma::store_matrix_sync(ob + mi * 16 * kSLd + ni * 16, acc, kSLd, wmma::mem_row_major);
     }
     __syncthreads();
@@ -298,14 +292,8 @@ __global__ void __launch_bounds__(kStateThreads)
       const int ki = warp, nj = t;
       FragC acc;
       wmma::load_matrix_sync(acc, s + ki * 16 * kSLd + nj * 16, kSLd, wmma::mem_row_major);
-#pragma unroll 8
-      for (int kk = 0; kk < kC / 8; ++kk) {
-        FragAc fa;  // kd^T: element (r, c) = kd[c][r], i.e. column-major with ld D
-        FragB fb;
-        wmma::load_matrix_sync(fa, sc + kOffKd + kk * 8 * kD + ki * 16, kD);
-        wmma::load_matrix_sync(fb, vn + kk * 8 * kSLd + nj * 16, kSLd);
-        mma3(acc, fa, fb);
-      }
+      // kd^T: element (r, c) = kd[c][r], i.e. column-major with ld D.
+      mma_k<FragAc, kC>(acc, sc + kOffKd + ki * 16, kD, 8 * kD, vn + nj * 16);
       wmma::store_matrix_sync(s + ki * 16 * kSLd + nj * 16, acc, kSLd, wmma::mem_row_major);
     }
   }

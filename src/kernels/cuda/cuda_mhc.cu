@@ -5,13 +5,19 @@
 // order, so the results are the reference's bit for bit; a single thread per
 // row did the same serially with the matrix in local memory and took ~56 us per
 // call at decode (90 calls per token). Larger M falls back to one thread per row.
+// M = 4 (GLM-5.3) has its own instantiation of the group kernel: with M known the
+// M gathers of a row or column sum are issued together, then added in order (a
+// loop over a run-time M waited for each shuffle before the next).
 // Collapse and expand use one thread per output element with the reference's
 // summation order.
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/legacy_small_ops.h"
 
 namespace tf::cuda {
 namespace {
@@ -98,6 +104,59 @@ __global__ void mhc_coeff_group_kernel(float* __restrict__ pre, float* __restric
   if (own) comb[r * mm + lane] = c;
 }
 
+// mhc_coeff_group_kernel for a compile-time M (group = the power of two >= M*M),
+// the same operations in the same order.
+template <int M>
+__global__ void mhc_coeff_group_kernel_m(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
+                                         const float* __restrict__ mix, const float* __restrict__ b,
+                                         const float* __restrict__ s, int64_t rows, float hc_eps, int iters) {
+  constexpr int kMm = M * M, kWidth = (2 + M) * M;
+  constexpr int kGroup = kMm <= 1 ? 1 : kMm <= 2 ? 2 : kMm <= 4 ? 4 : kMm <= 8 ? 8 : kMm <= 16 ? 16 : 32;
+  const int lane = threadIdx.x % kGroup;
+  const int64_t r = blockIdx.x * int64_t(blockDim.x / kGroup) + threadIdx.x / kGroup;
+  const bool row_ok = r < rows;
+  const bool own = row_ok && lane < kMm;
+  const int i = lane / M, j = lane % M;
+  const float* l = mix + (row_ok ? r : 0) * kWidth;
+  const float s0 = s[0], s1 = s[1], s2 = s[2];
+  if (row_ok && lane < M) {
+    pre[r * M + lane] = sigmoidf_(l[lane] * s0 + b[lane]) + hc_eps;
+    post[r * M + lane] = 2.0f * sigmoidf_(l[M + lane] * s1 + b[M + lane]);
+  }
+  float c = own ? l[2 * M + lane] * s2 + b[2 * M + lane] : 0.0f;
+  // Row i's (column j's) entries, gathered together, summed in index order.
+  auto row_sum = [&](float v) {
+    float g[M];
+#pragma unroll
+    for (int jj = 0; jj < M; ++jj) g[jj] = __shfl_sync(0xffffffffu, v, i * M + jj, kGroup);
+    float sum = 0;
+#pragma unroll
+    for (int jj = 0; jj < M; ++jj) sum += g[jj];
+    return sum;
+  };
+  {
+    float g[M];
+#pragma unroll
+    for (int jj = 0; jj < M; ++jj) g[jj] = __shfl_sync(0xffffffffu, c, i * M + jj, kGroup);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < M; ++jj) mx = fmaxf(mx, g[jj]);
+    const float e = own ? expf(c - mx) : 0.0f;
+    c = e / row_sum(e) + hc_eps;
+  }
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) c /= (row_sum(c) + hc_eps);  // rows, then columns (the first pass is columns only)
+    float g[M];
+#pragma unroll
+    for (int ii = 0; ii < M; ++ii) g[ii] = __shfl_sync(0xffffffffu, c, ii * M + j, kGroup);
+    float sum = 0;
+#pragma unroll
+    for (int ii = 0; ii < M; ++ii) sum += g[ii];
+    c /= (sum + hc_eps);
+  }
+  if (own) comb[r * kMm + lane] = c;
+}
+
 __global__ void mhc_collapse_kernel(float* __restrict__ out, const float* __restrict__ streams,
                                     const float* __restrict__ pre, int64_t rows, int64_t m, int64_t d) {
   const int64_t total = rows * d;
@@ -125,6 +184,41 @@ __global__ void mhc_expand_kernel(float* __restrict__ out, const float* __restri
   }
 }
 
+// expand over float4 chunks of d (d % 4 == 0, 16-byte aligned) with 32-bit
+// indices: each element the same sum in the same order as the kernel above; a
+// thread owns 4 adjacent elements, so the index arithmetic (64-bit divisions
+// there) is paid once per 4. (A float4 collapse measured slower at 1-8 rows: 4x
+// fewer threads for a kernel that is one latency deep.)
+__global__ void mhc_expand_vec4_kernel(float4* __restrict__ out, const float4* __restrict__ y,
+                                       const float* __restrict__ post, const float* __restrict__ comb,
+                                       const float4* __restrict__ residual, int rows, int m, int d4) {
+  const int total = rows * m * d4;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    const int r = e / (m * d4), rest = e - r * m * d4, i = rest / d4, k = rest - i * d4;
+    const float* c = comb + r * m * m;
+    const float4* res = residual + static_cast<int64_t>(r) * m * d4 + k;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < m; ++j) {
+      const float cj = c[j * m + i];
+      const float4 v = res[static_cast<int64_t>(j) * d4];
+      acc.x += cj * v.x;
+      acc.y += cj * v.y;
+      acc.z += cj * v.z;
+      acc.w += cj * v.w;
+    }
+    const float pi = post[r * m + i];
+    const float4 yv = y[static_cast<int64_t>(r) * d4 + k];
+    out[e] = make_float4(pi * yv.x + acc.x, pi * yv.y + acc.y, pi * yv.z + acc.z, pi * yv.w + acc.w);
+  }
+}
+
+bool vec4_ok(int64_t d, int64_t elements, std::initializer_list<const void*> ptrs) {
+  if (d % 4 != 0 || elements >= (int64_t{1} << 31) || legacy_small_ops()) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 void mhc_coefficients(CudaContext& ctx, Tensor& pre, Tensor& post, Tensor& comb, const Tensor& mix,
@@ -143,6 +237,15 @@ void mhc_coefficients(CudaContext& ctx, Tensor& pre, Tensor& post, Tensor& comb,
   check_dev(ctx, "mhc post", post, DType::kF32, rows * m);
   check_dev(ctx, "mhc comb", comb, DType::kF32, rows * m * m);
   if (rows == 0) return;
+  if (m == 4 && !legacy_small_ops()) {
+    constexpr int kThreads = 128, kPerBlock = kThreads / 16;
+    const auto blocks = static_cast<unsigned>((rows + kPerBlock - 1) / kPerBlock);
+    mhc_coeff_group_kernel_m<4><<<blocks, kThreads, 0, ctx.stream>>>(
+        pre.data<float>(), post.data<float>(), comb.data<float>(), mix.data<float>(), base.data<float>(),
+        scale.data<float>(), rows, hc_eps, sinkhorn_iters);
+    check_launch("mhc_coefficients");
+    return;
+  }
   if (m * m <= 32) {
     int group = 1;
     while (group < m * m) group *= 2;
@@ -188,6 +291,15 @@ void mhc_expand(CudaContext& ctx, Tensor& out, const Tensor& y, const Tensor& po
   check_dev(ctx, "mhc_expand residual", residual, DType::kF32, rows * m * d);
   check_dev(ctx, "mhc_expand out", out, DType::kF32, rows * m * d);
   if (out.raw() == residual.raw()) throw StatusError(invalid_argument("mhc_expand: out must not alias residual"));
+  if (vec4_ok(d, rows * m * d, {out.raw(), y.raw(), residual.raw()})) {
+    const int d4 = static_cast<int>(d / 4);
+    mhc_expand_vec4_kernel<<<grid_1d(rows * m * d4, 128), 128, 0, ctx.stream>>>(
+        reinterpret_cast<float4*>(out.data<float>()), reinterpret_cast<const float4*>(y.data<float>()),
+        post.data<float>(), comb.data<float>(), reinterpret_cast<const float4*>(residual.data<float>()),
+        static_cast<int>(rows), static_cast<int>(m), d4);
+    check_launch("mhc_expand");
+    return;
+  }
   mhc_expand_kernel<<<grid_1d(rows * m * d), 256, 0, ctx.stream>>>(out.data<float>(), y.data<float>(),
                                                                     post.data<float>(), comb.data<float>(),
                                                                     residual.data<float>(), rows, m, d);

@@ -152,6 +152,60 @@ __host__ __device__ constexpr int quads_pow2(int r) {
   return q;
 }
 
+// Tile latents [kTile][rs] of the tokens [base, base + kTile) of a row of n: dequantized
+// (the fp8 token scale is applied later), zeros past n. Shared by the split and TF32 kernels.
+template <typename T>
+__device__ __forceinline__ void gather_tile_latents(float* lat, const void* __restrict__ pages,
+                                                    const int64_t* __restrict__ offs, int base, int n, int nq, int rs) {
+  for (int e = threadIdx.x; e < kTile * nq; e += kThreads) {
+    const int t = e / nq, x = (e % nq) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (base + t < n) v = load4<T>(pages, offs[base + t] + x);
+    *reinterpret_cast<float4*>(lat + t * rs + x) = v;
+  }
+}
+
+// The online-softmax step of one tile (warp = head, lane = token): sums the warps' partial
+// scores sp [kWarps][kGroup][kTile], scales them (softmax scale x fp8 token scale), updates
+// the head's running max and sum, writes probability x token scale to pr [kTile][kGroup]
+// and the accumulators' rescale to alpha[head]. Shared by the split and TF32 kernels.
+__device__ __forceinline__ void online_softmax_tile(const float* sp, float* pr, float* alpha,
+                                                    const float* __restrict__ tsc, int base, int n, float scale,
+                                                    float& m_run, float& l_run) {
+  const int h = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool valid = base + lane < n;
+  float s = 0.0f;
+#pragma unroll
+  for (int ww = 0; ww < kWarps; ++ww) s += sp[(ww * kGroup + h) * kTile + lane];
+  const float ts = valid ? tsc[base + lane] : 0.0f;
+  s = valid ? s * scale * ts : -INFINITY;
+  const float m_new = fmaxf(m_run, warp_reduce(s, MaxOp{}));  // finite: a tile has a token
+  const float a = expf(m_run - m_new);
+  const float e = valid ? expf(s - m_new) : 0.0f;
+  l_run = l_run * a + warp_reduce(e, SumOp{});
+  m_run = m_new;
+  pr[lane * kGroup + h] = e * ts;
+  if (lane == 0) alpha[h] = a;
+}
+
+// A split block's share: row blockIdx.z with n tokens, the whole tiles [t0, t1) of chunk
+// blockIdx.y of gridDim.y (empty when the row has fewer tiles), heads [h0, h0 + nh) of group
+// blockIdx.x. Shared by the split and TF32 kernels (the combine recomputes the split).
+struct SplitBlock {
+  int n, t0, t1, h0, nh;
+};
+__device__ __forceinline__ SplitBlock split_block(const Workspace& ws, int heads) {
+  const int chunks = gridDim.y;
+  SplitBlock s;
+  s.n = ws.count[blockIdx.z];
+  const int tiles = (s.n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks;
+  s.t0 = int(blockIdx.y) * per;
+  s.t1 = min(tiles, s.t0 + per);
+  s.h0 = int(blockIdx.x) * kGroup;
+  s.nh = min(kGroup, heads - s.h0);
+  return s;
+}
+
 struct SplitSmem {
   int q, lat, sp, pr, alpha, total;  // offsets in floats
 };
@@ -179,13 +233,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* sp = sm + L.sp;
   float* pr = sm + L.pr;
   float* alpha = sm + L.alpha;
-  const int hg = blockIdx.x, chunk = blockIdx.y, chunks = gridDim.y;
+  const int chunk = blockIdx.y, chunks = gridDim.y;
   const int64_t b = blockIdx.z;
-  const int n = ws.count[b];
-  const int tiles = (n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks;
-  const int t0 = chunk * per, t1 = min(tiles, t0 + per);
-  if (t0 >= t1) return;  // an empty chunk (the combine skips it)
-  const int h0 = hg * kGroup, nh = min(kGroup, heads - h0);
+  const SplitBlock blk = split_block(ws, heads);
+  if (blk.t0 >= blk.t1) return;  // an empty chunk (the combine skips it)
+  const int n = blk.n, t0 = blk.t0, t1 = blk.t1, h0 = blk.h0, nh = blk.nh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rs = r + 4, nq = r / 4;
   for (int i = threadIdx.x; i < kGroup * r; i += kThreads) {
@@ -205,13 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float m_run = -INFINITY, l_run = 0.0f;  // warp h: head h's running max and sum
   for (int tile = t0; tile < t1; ++tile) {
     const int base = tile * kTile;
-    // Tile latents, dequantized (fp8 scale applied later): zeros past the row's n.
-    for (int e = threadIdx.x; e < kTile * nq; e += kThreads) {
-      const int t = e / nq, x = (e % nq) * 4;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (base + t < n) v = load4<T>(pages, offs[base + t] + x);
-      *reinterpret_cast<float4*>(lat + t * rs + x) = v;
-    }
+    gather_tile_latents<T>(lat, pages, offs, base, n, nq, rs);
     __syncthreads();
     {
       float s[kGroup];
@@ -233,22 +279,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int h = 0; h < kGroup; ++h) sp[(warp * kGroup + h) * kTile + lane] = s[h];
     }
     __syncthreads();
-    {  // Online softmax: warp = head, lane = token.
-      const int h = warp;
-      const bool valid = base + lane < n;
-      float s = 0.0f;
-#pragma unroll
-      for (int ww = 0; ww < kWarps; ++ww) s += sp[(ww * kGroup + h) * kTile + lane];
-      const float ts = valid ? tsc[base + lane] : 0.0f;
-      s = valid ? s * scale * ts : -INFINITY;
-      const float m_new = fmaxf(m_run, warp_reduce(s, MaxOp{}));  // finite: a tile has a token
-      const float a = expf(m_run - m_new);
-      const float e = valid ? expf(s - m_new) : 0.0f;
-      l_run = l_run * a + warp_reduce(e, SumOp{});
-      m_run = m_new;
-      pr[lane * kGroup + h] = e * ts;
-      if (lane == 0) alpha[h] = a;
-    }
+    online_softmax_tile(sp, pr, alpha, tsc, base, n, scale, m_run, l_run);
     __syncthreads();
     if (quad < nq) {
 #pragma unroll
@@ -348,13 +379,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* sp = sm + L.sp;
   float* pr = sm + L.pr;
   float* alpha = sm + L.alpha;
-  const int hg = blockIdx.x, chunk = blockIdx.y, chunks = gridDim.y;
+  const int chunk = blockIdx.y, chunks = gridDim.y;
   const int64_t b = blockIdx.z;
-  const int n = ws.count[b];
-  const int tiles = (n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks;
-  const int t0 = chunk * per, t1 = min(tiles, t0 + per);
-  if (t0 >= t1) return;
-  const int h0 = hg * kGroup, nh = min(kGroup, heads - h0);
+  const SplitBlock blk = split_block(ws, heads);
+  if (blk.t0 >= blk.t1) return;  // an empty chunk (the combine skips it)
+  const int n = blk.n, t0 = blk.t0, t1 = blk.t1, h0 = blk.h0, nh = blk.nh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
   const int rs = r + 4, nq = r / 4;
   for (int i = threadIdx.x; i < kGroup * r; i += kThreads) {
@@ -373,12 +402,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float m_run = -INFINITY, l_run = 0.0f;
   for (int tile = t0; tile < t1; ++tile) {
     const int base = tile * kTile;
-    for (int e = threadIdx.x; e < kTile * nq; e += kThreads) {
-      const int t = e / nq, x = (e % nq) * 4;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (base + t < n) v = load4<T>(pages, offs[base + t] + x);
-      *reinterpret_cast<float4*>(lat + t * rs + x) = v;
-    }
+    gather_tile_latents<T>(lat, pages, offs, base, n, nq, rs);
     __syncthreads();
     {  // Scores: two 16-token tiles x 8 heads over this warp's channels.
       float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -412,22 +436,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     __syncthreads();
-    {  // Online softmax: warp = head, lane = token (as split_kernel).
-      const int h = warp;
-      const bool valid = base + lane < n;
-      float sc = 0.0f;
-#pragma unroll
-      for (int ww = 0; ww < kWarps; ++ww) sc += sp[(ww * kGroup + h) * kTile + lane];
-      const float ts = valid ? tsc[base + lane] : 0.0f;
-      sc = valid ? sc * scale * ts : -INFINITY;
-      const float m_new = fmaxf(m_run, warp_reduce(sc, MaxOp{}));
-      const float a = expf(m_run - m_new);
-      const float e = valid ? expf(sc - m_new) : 0.0f;
-      l_run = l_run * a + warp_reduce(e, SumOp{});
-      m_run = m_new;
-      pr[lane * kGroup + h] = e * ts;
-      if (lane == 0) alpha[h] = a;
-    }
+    online_softmax_tile(sp, pr, alpha, tsc, base, n, scale, m_run, l_run);
     __syncthreads();
     {  // O^T [channels x heads] += L^T [channels x 32 tokens] P^T [32 x 8].
       const float a0 = alpha[2 * tq], a1 = alpha[2 * tq + 1];

@@ -4,13 +4,18 @@
 // not depend on the other rows. Rows of a multiple of 4 floats at 16-byte
 // alignment (all the model's) take the float4 kernel with up to 1024 threads:
 // at decode a step has 1-64 rows, so one block per row must read its row with
-// many independent loads to keep the latency near the ~3 us of a launch.
+// many independent loads to keep the latency near the ~3 us of a launch. Rows of
+// up to 16384 floats (every norm of the model) take rms_kernel_regs: each thread
+// loads its <= 4 float4 of x, weight and gate before the reduction, so the
+// weight's and gate's memory latency overlaps x's instead of following the
+// reduction; same threads, same partition, same sums: the same bits.
 #include <algorithm>
 #include <cstdint>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/legacy_small_ops.h"
 
 namespace tf::cuda {
 namespace {
@@ -68,6 +73,57 @@ __global__ void rms_kernel_vec4(float4* __restrict__ out, const float4* __restri
   }
 }
 
+// rms_kernel_vec4 with V float4 chunks per thread held in registers (d4 <= V * blockDim.x).
+template <int V>
+__global__ void __launch_bounds__(1024) rms_kernel_regs(float4* __restrict__ out, const float4* __restrict__ x, const float4* __restrict__ w,
+                                const float4* __restrict__ gate, int64_t d4, float eps) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float4* xr = x + r * d4;
+  constexpr bool kPreGate = V <= 2;
+  float4 xv[V], wv[V], gv[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * blockDim.x;
+    const bool in = i < d4;
+    xv[j] = in ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    wv[j] = in && w ? w[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    // (V = 4 loads the gate after the reduction: 64 registers at 1024 threads.)
+    gv[j] = kPreGate && in && gate ? gate[r * d4 + i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  double ss = 0;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (threadIdx.x + int64_t{j} * blockDim.x < d4) {
+      const float4 v = xv[j];
+      ss += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y + static_cast<double>(v.z) * v.z +
+            static_cast<double>(v.w) * v.w;
+    }
+  }
+  ss = block_reduce(ss, SumOp{}, scratch);
+  const float inv = 1.0f / sqrtf(static_cast<float>(ss / (4 * d4)) + eps);
+  float4* o = out + r * d4;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * blockDim.x;
+    if (i >= d4) continue;
+    const float4 v = xv[j];
+    float4 y = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+    if (w) {
+      const float4 g = wv[j];
+      y = make_float4(g.x * y.x, g.y * y.y, g.z * y.z, g.w * y.w);
+    }
+    if (gate) {
+      const float4 g = kPreGate ? gv[j] : gate[r * d4 + i];
+      y.x *= 1.0f / (1.0f + expf(-g.x));
+      y.y *= 1.0f / (1.0f + expf(-g.y));
+      y.z *= 1.0f / (1.0f + expf(-g.z));
+      y.w *= 1.0f / (1.0f + expf(-g.w));
+    }
+    o[i] = y;
+  }
+}
+
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 void launch_rms(CudaContext& ctx, float* out, const float* x, const float* w, const float* gate, int64_t rows,
@@ -75,6 +131,21 @@ void launch_rms(CudaContext& ctx, float* out, const float* x, const float* w, co
   if (d % 4 == 0 && aligned16(out) && aligned16(x) && aligned16(w) && aligned16(gate)) {
     const int64_t d4 = d / 4;
     const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(32, (d4 + 31) / 32 * 32)));
+    const auto o4 = reinterpret_cast<float4*>(out);
+    const auto x4 = reinterpret_cast<const float4*>(x);
+    const auto w4 = reinterpret_cast<const float4*>(w);
+    const auto g4 = reinterpret_cast<const float4*>(gate);
+    const auto blocks = static_cast<unsigned>(rows);
+    if (!legacy_small_ops() && d4 <= 4 * threads) {
+      if (d4 <= threads) {
+        rms_kernel_regs<1><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps);
+      } else if (d4 <= 2 * threads) {
+        rms_kernel_regs<2><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps);
+      } else {
+        rms_kernel_regs<4><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps);
+      }
+      return;
+    }
     rms_kernel_vec4<<<static_cast<unsigned>(rows), threads, 0, ctx.stream>>>(
         reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(x), reinterpret_cast<const float4*>(w),
         reinterpret_cast<const float4*>(gate), d4, eps);

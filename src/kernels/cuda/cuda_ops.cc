@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_sampling.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/op_profiler.h"
+#include "kernels/cuda/pinned_upload.h"
 #include "kernels/cuda/exl3_cuda.h"
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/staging_ring.h"
@@ -203,6 +204,12 @@ class CudaOps final : public Ops {
         upload_staged(dst.raw(), dpitch * es, src, spitch * es, width * es, rows);
         return;
       }
+      if (src.device().is_cpu() && dpitch == width && spitch == width &&
+          static_cast<size_t>(rows * width) * es >= kPinnedUploadMin) {
+        upload_pinned(dst.raw(), src.raw(), static_cast<size_t>(rows * width) * es);
+        sync_and_check("copy to device");
+        return;
+      }
       throw_if(cuda::cuda_status(cudaMemcpy2DAsync(dst.raw(), dpitch * es, src.raw(), spitch * es, width * es, rows,
                                                    cudaMemcpyDefault, ctx_.stream),
                                  "copy"));
@@ -377,6 +384,17 @@ class CudaOps final : public Ops {
   // and not waited for (staging_ring.h); bigger ones (weights) are synchronous.
   static constexpr size_t kStagingBytes = size_t{16} << 20;
   static constexpr size_t kStagedUploadMax = size_t{1} << 20;
+  // Large packed uploads (weights at load) go through several pinned buffers kept in
+  // flight by copy threads (pinned_upload.h), made at the first one.
+  static constexpr size_t kPinnedUploadMin = size_t{4} << 20;
+  void upload_pinned(void* dst, const void* src, size_t bytes) {
+    if (!pinned_) {
+      auto up = cuda::PinnedUploader::create(ctx_.device);
+      if (!up) throw StatusError(up.status().with_context("pinned upload buffers on cuda:" + std::to_string(ctx_.device)));
+      pinned_ = std::move(*up);
+    }
+    throw_if(pinned_->copy(dst, src, bytes, ctx_.stream));
+  }
   void upload_staged(void* dst, size_t dpitch, const Tensor& src, size_t spitch, size_t row_bytes, int64_t rows) {
     auto slot = ctx_.staging->reserve(row_bytes * static_cast<size_t>(rows));
     if (!slot) throw StatusError(slot.status());
@@ -404,6 +422,7 @@ class CudaOps final : public Ops {
 
   cuda::CudaContext ctx_;
   std::unique_ptr<cuda::StagingRing> staging_;
+  std::unique_ptr<cuda::PinnedUploader> pinned_;
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
   void* cublas_ws_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> prof_;  // TF_PROFILE_OPS=1 (op_profiler.h)

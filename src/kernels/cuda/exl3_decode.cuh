@@ -16,7 +16,7 @@
 //   MUL1:      x = state * mult; v = fma(h(0x6400 + bytesum(x)), h(0x1EEE), h(0xC931)) in fp16.
 // Two values are made at once (decode_pair); K = 4 takes its states from two words with
 // a trimmed extraction (lane_states_k4). Integer-ALU ops per tile and lane at K = 4:
-// ~13 (states) + 12 (pairs), plus 8 IMAD on the FMA pipe.
+// ~11 (states) + 12 (pairs), plus 8 IMAD on the FMA pipe.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -36,6 +36,14 @@ __device__ __forceinline__ uint32_t codebook_hash(uint32_t s) {
   else return s * 0x83DCD12Du;
 }
 
+// (x & 0x8FFF8FFF) ^ 0x3B603B60 as one LOP3 (lut 0x6A = (a & b) ^ c): left to itself the
+// compiler emitted an AND and an XOR per hash (H200 SASS count, run2s6), 8 ALU ops per tile.
+__device__ __forceinline__ uint32_t mask_xor_3inst(uint32_t x) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(r) : "r"(x), "r"(0x8FFF8FFFu), "r"(0x3B603B60u));
+  return r;
+}
+
 // fp16 values of states sa, sb as half2 bits (sa's value in the low half).
 template <int CB>
 __device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
@@ -52,7 +60,7 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
     // picked by operand swizzles (one correctly rounded fp16 add, as the CPU's exact f32 sum
     // rounded once), and one permute packs the pair: 3 integer-ALU ops per pair instead of
     // 4 with permute-first (the ALU pipe is what bounds decoding on Hopper).
-    const uint32_t ma = (xa & 0x8FFF8FFFu) ^ 0x3B603B60u, mb = (xb & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    const uint32_t ma = mask_xor_3inst(xa), mb = mask_xor_3inst(xb);
     const __half2 ha = *reinterpret_cast<const __half2*>(&ma), hb = *reinterpret_cast<const __half2*>(&mb);
     const __half2 va = __hadd2(__low2half2(ha), __high2half2(ha));
     const __half2 vb = __hadd2(__low2half2(hb), __high2half2(hb));
@@ -85,16 +93,19 @@ __device__ __forceinline__ void lane_states(uint32_t w0, uint32_t w1, uint32_t w
 }
 
 // K = 4: the eight states straight from p = word l-1 and o = word l (the lane's window
-// starts at bit 20 of p): three funnel shifts across the pair, the rest inside o, byte-
-// aligned ones by one permute (13 ALU ops instead of 17 via lane_states).
+// starts at bit 20 of p). In the 64-bit stream p:o the states are the 16-bit fields at bits
+// 28, 24, .., 0; two funnel shifts (r = bits 20.., q = bits 4..) make the odd-nibble fields
+// byte-aligned, so every field but one costs a single shift, mask or zero-filling permute:
+// 11 ALU ops (17 via lane_states). The ALU pipe is what bounds decoding on Hopper.
 __device__ __forceinline__ void lane_states_k4(uint32_t p, uint32_t o, uint32_t (&st)[8]) {
-  st[0] = __funnelshift_r(o, p, 28) & 0xFFFFu;
+  const uint32_t r = __funnelshift_r(o, p, 20), q = __funnelshift_r(o, p, 4);
+  st[0] = __byte_perm(r, 0u, 0x4421);  // bits 28..43 = r bits 8..23
   st[1] = __funnelshift_r(o, p, 24) & 0xFFFFu;
-  st[2] = __funnelshift_r(o, p, 20) & 0xFFFFu;
+  st[2] = r & 0xFFFFu;
   st[3] = o >> 16;
-  st[4] = (o >> 12) & 0xFFFFu;
+  st[4] = __byte_perm(q, 0u, 0x4421);  // bits 12..27 = q bits 8..23
   st[5] = __byte_perm(o, 0u, 0x4421);
-  st[6] = (o >> 4) & 0xFFFFu;
+  st[6] = q & 0xFFFFu;
   st[7] = o & 0xFFFFu;
 }
 

@@ -37,6 +37,21 @@ void exl3_set_pdl(int mode);
 // Fused GEMV launches the device refused so far (each fell back to the three-launch path).
 int64_t exl3_fused_gemv_refusals();
 
+// Body of moe_experts_exl3 (benchmarks and A/B checks; default kExl3MoeAuto, or grouped
+// when TF_EXL3_MOE=grouped): auto = the flat three-launch body up to 8 tokens
+// (exl3_moe_flat.cuh), the grouped six-launch body beyond; grouped = always grouped;
+// flat = flat up to 64 pairs (tokens * k); flat load-only / decode-only = the flat body
+// with only its trellis streaming / only its decode + MMAs (K = 4 mcg only; results are
+// garbage: for timing the parts alone). All but the last two give the same bits.
+enum Exl3MoeVariant : int {
+  kExl3MoeAuto = 0,
+  kExl3MoeGrouped = 1,
+  kExl3MoeFlat = 2,
+  kExl3MoeFlatLoadOnly = 3,
+  kExl3MoeFlatDecodeOnly = 4
+};
+void exl3_set_moe_variant(int variant);
+
 // The routed EXL3 experts of a MoE layer (Ops::moe_experts_exl3's contract), grouped
 // on the device without a host sync; false (nothing done) for more than 64 tokens,
 // which the caller runs per expert instead.

@@ -2,6 +2,11 @@
 // (CudaOps::moe_experts_exl3, up to 64 tokens; no host sync, so a
 // decode step can be captured in a CUDA graph).
 //
+// Up to 8 tokens (decode) the flat body of exl3_moe_flat.cuh runs instead: three
+// launches (gate+up of every active expert in one grid, down with the SwiGLU and its
+// input rotation in its prologue, combine), the same arithmetic, so the same bits.
+// Beyond 8 tokens (or TF_EXL3_MOE=grouped), the grouped body below.
+//
 // The layer's experts are uploaded once (exl3_upload_experts): their tensors move to
 // the GPU and a device table holds every expert's trellis / suh / svh / bias pointers
 // per projection. Per call, six launches:
@@ -26,6 +31,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,24 +44,20 @@
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/exl3_launch.cuh"
+#include "kernels/cuda/exl3_moe_flat.cuh"
 #include "kernels/cuda/exl3_stream.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
 
 namespace tf::cuda {
 namespace {
 
+using exl3::ExpertPtrs;
 using exl3::kGemvWarps;
+using exl3::kMoeSplits;
 
 constexpr int64_t kMoeMaxTokens = 64;  // the scratch and passes are sized for decode batches
-constexpr int kMoeSplits = 4;          // k-splits of every grouped GEMV (fixed: row independence)
-constexpr int kGate = 0, kUp = 1, kDown = 2;
-
-struct ExpertPtrs {
-  const uint32_t* trellis[3];
-  const __half* suh[3];
-  const __half* svh[3];
-  const __half* bias[3];  // null when absent
-};
+constexpr int64_t kFlatMaxTokens = 8;  // up to here the flat three-launch body (exl3_moe_flat.cuh)
+constexpr int kGate = exl3::kProjGate, kUp = exl3::kProjUp, kDown = exl3::kProjDown;
 
 // What exl3_upload_experts keeps in Exl3ExpertTable::backend_state.
 struct DeviceTable {
@@ -218,6 +222,90 @@ __global__ void __launch_bounds__(128)
   if (c < h) out[static_cast<int64_t>(t) * h + c] = acc;
 }
 
+// grid (h_pad/128, T): the flat body's combine (combine_kernel's arithmetic, partials
+// indexed by pair; an id outside [0, E) contributes nothing and sets the error word).
+__global__ void __launch_bounds__(128)
+    flat_combine_kernel(float* __restrict__ out, const float* __restrict__ pd, int pairs, int64_t h_pad, int64_t h,
+                        const float* __restrict__ w, const int* __restrict__ ids, int k, int experts,
+                        const ExpertPtrs* __restrict__ table, unsigned* err) {
+  __shared__ float smem[128];
+  exl3::pdl_wait();
+  const int t = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const int pair = t * k + j, e = ids[pair];
+    if (e < 0 || e >= experts) {  // block-uniform
+      if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, kErrMoeExpertId);
+      continue;
+    }
+    const ExpertPtrs& p = table[e];
+    const float y = finish(pd, pairs, h_pad, pair, c, p.svh[kDown], p.bias[kDown], smem);
+    acc = __fadd_rn(acc, __fmul_rn(w[pair], y));
+  }
+  if (c < h) out[static_cast<int64_t>(t) * h + c] = acc;
+}
+
+// Launches `kernel` with `smem` dynamic shared memory, as a programmatic dependent of
+// the preceding kernel when `pdl` (and PDL is enabled).
+template <typename Kernel, typename... Args>
+void launch_ex(const char* what, Kernel kernel, dim3 grid, int threads, size_t smem, bool pdl, cudaStream_t stream,
+               Args... args) {
+  cudaError_t e = cudaSuccess;
+  if (smem > 48 * 1024)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = pdl && exl3::pdl_enabled() ? 1 : 0;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, args...);
+  }
+  const Status s = cuda_status(e, what);
+  if (!s.is_ok()) throw StatusError(s);
+}
+
+// The flat body's GEMV kernels for one (K, codebook); Mode: exl3_stream.cuh StreamMode.
+template <int K, int CB>
+struct FlatKernels {
+  template <int Mode>
+  static void run(bool down, dim3 grid, cudaStream_t s, const exl3::FlatArgs& a) {
+    const int per = down ? a.per[kDown] : a.per[a.proj0];
+    const size_t smem = exl3::flat_ring_bytes<K>() + static_cast<size_t>(a.pass_rows) * per * 64;
+    if (down) launch_ex("moe_experts_exl3 (flat down)", exl3::flat_down_kernel<K, CB, Mode>, grid, kGemvWarps * 32,
+                        smem, true, s, a);
+    else launch_ex("moe_experts_exl3 (flat gate/up)", exl3::flat_gate_up_kernel<K, CB, Mode>, grid,
+                   kGemvWarps * 32, smem, false, s, a);
+  }
+  static void launch(int mode, bool down, dim3 grid, cudaStream_t s, const exl3::FlatArgs& a) {
+    // The timing-only variants exist for K = 4 mcg, the format of GLM-5.3-Flash's experts.
+    if constexpr (K == 4 && CB == exl3::kCbMcg) {
+      if (mode == exl3::kLoadOnly) return run<exl3::kLoadOnly>(down, grid, s, a);
+      if (mode == exl3::kDecodeOnly) return run<exl3::kDecodeOnly>(down, grid, s, a);
+    }
+    run<exl3::kNormal>(down, grid, s, a);
+  }
+};
+
+// MoE body knob (exl3_set_moe_variant; TF_EXL3_MOE=grouped at start).
+std::atomic<int> g_moe_variant{-1};
+
+int moe_variant() {
+  int v = g_moe_variant.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("TF_EXL3_MOE");
+    v = e && std::strcmp(e, "grouped") == 0 ? kExl3MoeGrouped : kExl3MoeAuto;
+    g_moe_variant.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 const DeviceTable& device_table(const CudaContext& ctx, const Exl3ExpertTable& ex) {
@@ -226,6 +314,59 @@ const DeviceTable& device_table(const CudaContext& ctx, const Exl3ExpertTable& e
     throw StatusError(invalid_argument("moe_experts_exl3: the experts were not uploaded to cuda:" +
                                        std::to_string(ctx.device) + " (Ops::upload_exl3_experts)"));
   return *dt;
+}
+
+// The flat body (exl3_moe_flat.cuh): tokens * k <= kFlatMaxPairs.
+void flat_moe(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+              const Exl3ExpertTable& ex, const ExpertPtrs* table, float limit, int mode) {
+  const int64_t tokens = x.size(0), k = ids.size(1), pairs = tokens * k;
+  const Exl3Weight &g0 = ex.gate[0], &u0 = ex.up[0], &d0 = ex.down[0];
+  const int64_t h_pad = g0.in_features(), i_pad = g0.out_features();
+  // Partials [S][pairs][n] of gate, up (i_pad) and down (h_pad), f32.
+  const int64_t gu_bytes = round_up(kMoeSplits * pairs * i_pad * 4, 256);
+  Tensor scratch = ctx.scratch(2 * gu_bytes + kMoeSplits * pairs * h_pad * 4);
+  char* base = static_cast<char*>(scratch.raw());
+  exl3::FlatArgs a;
+  a.table = table;
+  a.ids = ids.data<int32_t>();
+  a.pairs = static_cast<int>(pairs);
+  a.k = static_cast<int>(k);
+  a.experts = static_cast<int>(ex.num_experts());
+  a.x = x.data<float>();
+  a.h = ex.hidden;
+  a.inter = ex.intermediate;
+  a.part[kGate] = reinterpret_cast<float*>(base);
+  a.part[kUp] = reinterpret_cast<float*>(base + gu_bytes);
+  a.part[kDown] = reinterpret_cast<float*>(base + 2 * gu_bytes);
+  const Exl3Weight* ws[3] = {&g0, &u0, &d0};
+  for (int p = 0; p < 3; ++p) {
+    a.tiles_k[p] = ws[p]->trellis.size(0);
+    a.tiles_n[p] = ws[p]->trellis.size(1);
+    a.per[p] = static_cast<int>((a.tiles_k[p] + kMoeSplits - 1) / kMoeSplits);
+  }
+  a.proj0 = kGate;
+  a.pass_rows = static_cast<int>(std::min<int64_t>(exl3::kFlatPassRows, tokens));
+  a.limit = limit;
+  const unsigned np = static_cast<unsigned>(pairs);
+  auto gate_up = [&](const Exl3Weight& w, int proj0, unsigned nproj) {
+    a.proj0 = proj0;
+    const dim3 grid(static_cast<unsigned>(w.trellis.size(1) / kGemvWarps * kMoeSplits), np, nproj);
+    exl3_dispatch<FlatKernels>(w.bits, w.codebook,
+                               [&](auto kernels) { decltype(kernels)::launch(mode, false, grid, ctx.stream, a); });
+  };
+  if (g0.bits == u0.bits && g0.codebook == u0.codebook) {
+    gate_up(g0, kGate, 2);
+  } else {
+    gate_up(g0, kGate, 1);
+    gate_up(u0, kUp, 1);
+  }
+  const dim3 dgrid(static_cast<unsigned>(d0.trellis.size(1) / kGemvWarps * kMoeSplits), np, 1);
+  exl3_dispatch<FlatKernels>(d0.bits, d0.codebook,
+                             [&](auto kernels) { decltype(kernels)::launch(mode, true, dgrid, ctx.stream, a); });
+  launch_ex("moe_experts_exl3 (flat combine)", flat_combine_kernel,
+            dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, true, ctx.stream,
+            static_cast<float*>(out.raw()), static_cast<const float*>(a.part[kDown]), a.pairs, h_pad, ex.hidden,
+            weights.data<float>(), a.ids, a.k, a.experts, table, ctx.error_word);
 }
 
 }  // namespace
@@ -299,6 +440,16 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     throw StatusError(invalid_argument("moe_experts_exl3: " + std::to_string(experts) + " experts (at most " +
                                        std::to_string(kMoeGroupingMaxExperts) + ")"));
 
+  const int variant = moe_variant();
+  const bool flat_variant = variant == kExl3MoeFlat || variant == kExl3MoeFlatLoadOnly ||
+                            variant == kExl3MoeFlatDecodeOnly;
+  if (pairs <= exl3::kFlatMaxPairs && (flat_variant || (variant == kExl3MoeAuto && tokens <= kFlatMaxTokens))) {
+    flat_moe(ctx, out, x, ids, weights, ex, table, swiglu_limit,
+             variant == kExl3MoeFlatLoadOnly ? exl3::kLoadOnly
+                                             : (variant == kExl3MoeFlatDecodeOnly ? exl3::kDecodeOnly : exl3::kNormal));
+    return true;
+  }
+
   // Scratch: layout ints, then xr gate/up [P, h_pad*4 B], xr down [P, i_pad*4 B],
   // partials gate/up [S, P, i_pad], down [S, P, h_pad] (f32).
   const int64_t slots = moe_max_slots(experts, pairs);
@@ -368,5 +519,7 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   check_launch("moe_experts_exl3 (combine)");
   return true;
 }
+
+void exl3_set_moe_variant(int variant) { g_moe_variant.store(variant, std::memory_order_relaxed); }
 
 }  // namespace tf::cuda

@@ -135,7 +135,7 @@ struct WarpStream {
 
   // acc[rt] (the lane's C fragment of row tile rt: output columns g, g+8 of the n-tile,
   // rows 8rt + 2t, +1) += tiles^T · x. Row r's fragments: xf + r * xs (uint4s), k-chunk
-  // i at i * 4 + t; rows >= `rows` count as zero.
+  // i at i * 4 + t; rows >= `rows` (1 <= rows) hold junk: callers must not store them.
   template <int CB, int RT, int Mode = kNormal>
   __device__ __forceinline__ void run(const uint4* xf, int64_t xs, int rows, float (&acc)[RT][4]) const {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -159,8 +159,11 @@ struct WarpStream {
 #pragma unroll
           for (int rt = 0; rt < RT; ++rt) {
             if (rt * 8 >= rows) break;  // warp-uniform
-            const int r = rt * 8 + g;
-            const uint4 xv = r < rows ? xf[r * xs + i * 4 + t] : make_uint4(0u, 0u, 0u, 0u);
+            // Rows past `rows` read a valid row instead of zeros: an MMA's B column only
+            // reaches its own output column, which is never stored; this keeps the select,
+            // its zeroing and a divergent branch out of the loop (H200 SASS count, run2s6).
+            const int r = min(rt * 8 + g, rows - 1);
+            const uint4 xv = xf[r * xs + i * 4 + t];
             mma_16816(acc[rt], a, xv.x, xv.y);
             mma_16816(acc[rt], a, xv.z, xv.w);
           }

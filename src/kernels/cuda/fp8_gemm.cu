@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/fp8_gemm.h"
@@ -30,7 +31,7 @@ namespace {
 // x [m, k] f32 -> q e4m3 [m, k] and scales: per row r and block b of 128, scale = amax / 448
 // (1 for an all-zero block), q = x / scale. One warp per (row, block).
 __global__ void quantize_rows_fp8(uint8_t* __restrict__ q, float* __restrict__ scales, const float* __restrict__ x,
-                                  int64_t m, int64_t k, bool k_fastest) {
+                                  int64_t m, int64_t k, bool k_fastest, int64_t ld_scales) {
   const int64_t kb = (k + 127) / 128;
   const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -52,7 +53,7 @@ __global__ void quantize_rows_fp8(uint8_t* __restrict__ q, float* __restrict__ s
     const int64_t c = b * 128 + lane * 4 + i;
     if (c < k) q[r * k + c] = __nv_cvt_float_to_fp8(v[i] * inv, __NV_SATFINITE, __NV_E4M3);
   }
-  if (lane == 0) scales[k_fastest ? r * kb + b : b * m + r] = s;
+  if (lane == 0) scales[k_fastest ? r * ld_scales + b : b * ld_scales + r] = s;
 }
 
 // out [m, n] row-major (+)= d [m, n] column-major (d[i + j m]); 32x32 tiles through
@@ -76,11 +77,18 @@ __global__ void add_transposed(float* __restrict__ out, const T* __restrict__ d,
   }
 }
 
-// The matrix's scales [nb, kb] (kb fastest) transposed to [kb, nb].
-__global__ void transpose_scales(float* __restrict__ dst, const float* __restrict__ src, int64_t nb, int64_t kb) {
+// The matrix's scales [nb, kb] (kb fastest) copied to rows of `ld` floats: [nb, ld] with
+// kb fastest, or transposed to [kb, ld] (nb fastest). The padding is zeroed beforehand.
+__global__ void copy_scales(float* __restrict__ dst, const float* __restrict__ src, int64_t nb, int64_t kb,
+                            bool k_fastest, int64_t ld) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nb * kb; i += int64_t(gridDim.x) * blockDim.x)
-    dst[(i % kb) * nb + i / kb] = src[i];
+    dst[k_fastest ? (i / kb) * ld + i % kb : (i % kb) * ld + i / kb] = src[i];
 }
+
+// cuBLASLt seems to read each scale tensor in rows of a multiple of 4 floats (run2s6: 3 x 5
+// weight scales gave errors of order 1 under every order, while 4 x 4 ones matched with
+// the checkpoint's order and the activations' [kb, m]), so the rows are padded to 4.
+int64_t round4(int64_t v) { return (v + 3) / 4 * 4; }
 
 cublasLtHandle_t lt_handle() {
   static std::mutex mu;
@@ -159,11 +167,16 @@ bool fp8_block_gemm_with(CudaContext& ctx, Tensor& out, const Tensor& x, const M
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   const int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
   Tensor xq = ctx.scratch(m * k);
-  Tensor xs = ctx.scratch(m * kb * 4);
+  // Scale tensors with rows of a multiple of 4 floats: activations [m, ld] or [kb, m]
+  // (m % 16 == 0); the weight's [nb, ld] or [kb, ld], copied unless already so.
+  const int64_t ld_act = layout.act_k_fastest ? round4(kb) : m;
+  Tensor xs = ctx.scratch((layout.act_k_fastest ? m : kb) * ld_act * 4);
+  const int64_t ld_w = layout.weight_k_fastest ? round4(kb) : round4(nb);
+  const bool copy_w = !layout.weight_k_fastest || ld_w != kb;
   Tensor ws_scales;
   const void* b_scales = w.scales().raw();
-  if (!layout.weight_k_fastest) {
-    ws_scales = ctx.scratch(nb * kb * 4);
+  if (copy_w) {
+    ws_scales = ctx.scratch((layout.weight_k_fastest ? nb : kb) * ld_w * 4);
     b_scales = ws_scales.raw();
   }
   const void* a_scales = xs.raw();
@@ -201,11 +214,21 @@ bool fp8_block_gemm_with(CudaContext& ctx, Tensor& out, const Tensor& x, const M
   // Accepted: enqueue the activation quantization, the scale transpose, the GEMM, the
   // transposed add.
   const int64_t warps = m * kb;
+  auto zero = [&](void* p, int64_t bytes) {
+    if (const Status st = cuda_status(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), ctx.stream),
+                                      "fp8_block_gemm: scale padding");
+        !st.is_ok())
+      throw StatusError(st);
+  };
+  if (layout.act_k_fastest && ld_act != kb)
+    zero(xs.raw(), m * ld_act * 4);
   quantize_rows_fp8<<<grid_1d(warps * 32), 256, 0, ctx.stream>>>(xq.data<uint8_t>(), xs.data<float>(),
-                                                                  x.data<float>(), m, k, layout.act_k_fastest);
-  if (!layout.weight_k_fastest)
-    transpose_scales<<<grid_1d(nb * kb), 256, 0, ctx.stream>>>(ws_scales.data<float>(), w.scales().data<float>(), nb,
-                                                                kb);
+                                                                  x.data<float>(), m, k, layout.act_k_fastest, ld_act);
+  if (copy_w) {
+    zero(ws_scales.raw(), (layout.weight_k_fastest ? nb : kb) * ld_w * 4);
+    copy_scales<<<grid_1d(nb * kb), 256, 0, ctx.stream>>>(ws_scales.data<float>(), w.scales().data<float>(), nb, kb,
+                                                           layout.weight_k_fastest, ld_w);
+  }
   check_launch("fp8_block_gemm: activation quantization");
   Tensor lt_ws = ctx.scratch(kLtWorkspace);
   Tensor dt = ctx.scratch(m * n * (f32_out ? 4 : 2));

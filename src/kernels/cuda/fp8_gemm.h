@@ -18,10 +18,13 @@ namespace tf::cuda {
 // nothing) when cuBLASLt cannot take the call (no heuristic for the shape, k or n not
 // a multiple of 128 or 16, an older library): the caller then uses its BF16 path.
 // Throws StatusError when cuBLASLt fails after accepting the call.
-// NOT YET RIGHT: on the H200 (CUDA 13.0) cuBLASLt accepts the call and runs at ~1,000
-// TFLOP/s, but its results did not match the CPU under any of the four scale orders
-// tried (run2/run3: max rel err 0.84-1.1). So it is opt-in (TF_FP8_PREFILL=lt, for the
-// GPU tests that keep checking it); by default fp8 prefill stays on dequantize + cuBLAS.
+// NOT YET CONFIRMED: on the H200 (CUDA 13.0) cuBLASLt accepts the call and runs at
+// 700-900 TFLOP/s, but with 384 x 640 weights (3 x 5 scale blocks) its results did not
+// match the CPU under any of the four scale orders (max rel err 0.84-1.1), while with
+// 512 x 512 (4 x 4 blocks) layout 1 (the checkpoint's order, activations [kb, m]) matched
+// (2.5e-2, the e4m3 activations' error). The scale rows are now padded to multiples of
+// 4 floats; until a GPU run confirms that, it stays opt-in (TF_FP8_PREFILL=lt); fp8
+// prefill otherwise takes fp8_block_gemm.h's kernel or dequantize + cuBLAS.
 bool fp8_block_gemm(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& w, bool accumulate);
 bool fp8_block_gemm_enabled();  // TF_FP8_PREFILL=lt
 

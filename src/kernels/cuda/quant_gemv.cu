@@ -1,26 +1,42 @@
-// Quantized-matrix GEMV on tensor cores and the dequantization kernels (see
-// quant_gemv.h), and cuda::quant_matmul, the backend's Ops::quant_matmul.
+// Quantized-matrix GEMV on tensor cores (decode, 1..8 rows of x per weight pass), the
+// dequantization kernels (prefill) and cuda::quant_matmul, the backend's
+// Ops::quant_matmul. Fragment layout and the nibble / e4m3 -> bf16 pairs:
+// quant_gemv_frag.cuh.
 //
-// Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4; PTX ISA): A registers
-// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B registers (k 2t..2t+1, n g),
-// (k 2t+8.., n g); C (g, 2t..2t+1), (g+8, 2t..2t+1).
-// A sum over k does not care which of the chunk's 64 weights sits in which k slot, as
-// long as A and B agree. So a lane loads the 16 consecutive weights 16t .. 16t+15 of
-// each of its two rows (g, g+8) per chunk (q4: 8 bytes, fp8: 16 bytes: the four lanes
-// of a quad read one 32/64-byte run), and K step s of the chunk uses its pairs 2s and
-// 2s+1: pair j is the two weights pair_elem(j, 0/1), picked so that a pair is cheap to
-// build (q4: nibbles j and j+4 of a word, one mask; fp8: adjacent bytes, one cvt).
-// The x tile in shared memory holds, per (x row, chunk, t), the same pairs of x split
-// into bf16 hi / mid / lo (8 words each), so B registers are two 16-byte loads per term.
-//
-// q4 nibble -> bf16: (w & 0x000F000F) | 0x43004300 is the pair 128 + q; minus 136 gives
-// q - 8 exactly.
+// The streaming GEMV (quant_gemv_stream): a block of 4 warps owns 32 output rows (two
+// 16-row MMA tiles) and its warps split the block's K range between them; when the
+// matrix has few 32-row blocks, a cluster of up to 8 blocks (grid y) splits K further
+// (stream_splits). One launch, no second summing kernel, no workspace: the warps'
+// partial sums meet in shared memory and are added in warp order, the blocks' sums by
+// cluster rank 0 through distributed shared memory in rank order. A decode GEMV moves
+// little data per SM (17.8 MB over 132 SMs is 135 KB each), so its time is mostly
+// latency: each lane keeps a ring of chunks of weights in flight (q4: 4 chunks of 4 rows
+// x 8 bytes, fp8: 2 of 4 x 16), issued before the first MMA, and refills a slot as
+// soon as it has used it. The kernel is launched with programmatic dependent launch:
+// the first weight loads are issued before griddepcontrol.wait, so they overlap the
+// tail of the kernel before (weights are never written by a kernel; x and out are
+// read only after the wait).
+// x (f32, the same few KB for every block) is copied by cp.async into a per-warp ring in
+// shared memory 4 chunks ahead, then split in registers into two bf16 terms hi + lo (16
+// significant bits, relative error <= 2^-17 per element, far below the q4/fp8 weight
+// error): two MMAs per 16 K and tile instead of the three of a full f32 split.
+// Instruction count (source estimate, q4, per lane and 64-wide chunk of a warp's 32 rows):
+// dequantize 4 rows x 8 pairs x ~3 (shift, lop3, hsub2) ~ 90, x split 8 pairs x 6 ~ 50,
+// 16 MMAs, loads and scales ~ 30: ~190 warp instructions per 2048 weights, i.e. ~3 thread
+// instructions per weight, under the ~4 at which the H200's ALUs would fall behind its
+// HBM, but not by much: the kernel must keep enough warps busy to issue them.
+// The earlier kernel (K slices over blocks and a second summing kernel, x staged in
+// shared memory, quant_gemv_legacy.cuh) is what quant_matmul uses by default: the
+// streaming kernel is still compute-bound (its probes: loads alone 54%, compute alone
+// slower than the whole earlier kernel at 4-8 rows); TF_QUANT_GEMV=stream selects it.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -28,159 +44,108 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/fp8_block_gemm.h"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/quant_gemv.h"
+
+#include "kernels/cuda/quant_gemv_frag.cuh"
+#include "kernels/cuda/quant_gemv_legacy.cuh"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kWarps = 4;                 // warps per block, each a different 32 rows
-constexpr int kTiles = 2;                 // 16-row MMA tiles per warp
-constexpr int kUnitWords = 24;            // x tile words per (x row, chunk, t): 3 terms x 8 pairs
-constexpr int kRowPadWords = 4;           // keeps x rows g and g+1 in different banks
-static_assert(kWarps * kTiles * 16 == kQuantBlockRows, "a block covers one fp8 scale row");
+using qfrag::bf16x2_bits;
+using qfrag::fp8_pair;
+using qfrag::mma_16816;
+using qfrag::pair_elem;
+using qfrag::q4_pair;
+
+constexpr int kStreamWarps = 4;                   // warps per block, each a slice of K
+constexpr int kStreamBlocksPerSm = 3;             // register budget: 170 per thread
+constexpr int kStreamTiles = 2;                   // 16-row MMA tiles per warp (all warps: the same rows)
+constexpr int kStreamRows = 16 * kStreamTiles;    // output rows per block
+// Chunks of weights in flight per lane: 128 bytes either way (q4 4 x 32, fp8 2 x 64).
+template <MatrixFormat F>
+constexpr int ring_depth() { return F == MatrixFormat::kQ4 ? 4 : 2; }
+constexpr int kStreamMaxSplits = 8;               // blocks of a cluster splitting K (portable cluster size)
+static_assert(kFp8BlockSize % kStreamRows == 0, "a block's rows share one fp8 scale row");
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Lane-local weight index (0..15 within the lane's 16 of a chunk) of half h of pair j.
-template <MatrixFormat F>
-__host__ __device__ constexpr int pair_elem(int j, int h) {
-  if constexpr (F == MatrixFormat::kQ4) {
-    return j < 4 ? j + 4 * h : j + 4 + 4 * h;  // nibbles (j, j+4) of word 0, (j, j+4) of word 1
-  } else {
-    return 2 * j + h;  // adjacent bytes
-  }
-}
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  // Not volatile: a pure function of its operands, so the compiler may interleave
-  // the independent accumulator chains below.
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
-
-// Pair j of a q4 lane's two words (16 nibbles) as bf16 q - 8.
-__device__ __forceinline__ uint32_t q4_pair(uint32_t w0, uint32_t w1, int j) {
-  const uint32_t w = j < 4 ? w0 >> (4 * j) : w1 >> (4 * (j - 4));
-  uint32_t v = (w & 0x000F000Fu) | 0x43004300u;
-  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), __float2bfloat162_rn(136.0f));
-  return bf16x2_bits(r);
-}
-
-// Pair j of an fp8 lane's four words (16 bytes) as bf16 (e4m3 is exact in bf16).
-__device__ __forceinline__ uint32_t fp8_pair(const uint32_t (&w)[4], int j) {
-  const auto two = static_cast<__nv_fp8x2_storage_t>(w[j >> 1] >> (16 * (j & 1)));
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  return bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));
-}
-
-struct Params {
+struct StreamParams {
   float* out;
   int64_t ldo;
   const float* x;
   int64_t ldx;
   const uint8_t* codes;
   const void* scales;
-  float* ws;
-  unsigned* counters;  // per row block (fused slice sum), null: a second kernel sums
-  int64_t m, n, k, chunks, cps, slices;
+  int64_t m, n, k, chunks, chunks_per_block, chunks_per_warp;
+  int splits;  // blocks of a cluster (grid y) splitting K
   bool accumulate, xvec, wvec;
 };
 
-// x rows 0..7 (zeros from m on) of chunks [c0, c0 + nck) into the tile: per (row, chunk,
-// t) 8 hi pairs, 8 mid pairs, 8 lo pairs of x[16t + pair_elem(j, h)].
+// One chunk of one lane's weights: rows g and g+8 of each tile (q4 2 words each, fp8 4),
+// and their scales as loaded (q4: f16 bits per row; fp8: the f32 bits of the block's).
 template <MatrixFormat F>
-__device__ void stage_x(uint32_t* xs, int row_words, const Params& p, int64_t c0, int nck) {
-  const int units = kQuantGemvRows * nck * 4;
-  for (int u = threadIdx.x; u < units; u += blockDim.x) {
-    const int r = u / (nck * 4), rem = u % (nck * 4), c = rem >> 2, t = rem & 3;
-    const int64_t k0 = (c0 + c) * kQuantChunk + 16 * t;
-    float v[16];
-    if (r < p.m) {
-      const float* src = p.x + r * p.ldx + k0;
-      if (p.xvec && k0 + 16 <= p.k) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float4 f = __ldg(reinterpret_cast<const float4*>(src) + q);
-          v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) v[i] = k0 + i < p.k ? __ldg(src + i) : 0.0f;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = 0.0f;
-    }
-    uint32_t words[kUnitWords];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float a = v[pair_elem<F>(j, 0)], b = v[pair_elem<F>(j, 1)];
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(a, b);
-      const float ra = a - __low2float(hi), rb = b - __high2float(hi);  // exact
-      const __nv_bfloat162 mid = __floats2bfloat162_rn(ra, rb);
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(ra - __low2float(mid), rb - __high2float(mid));
-      words[j] = bf16x2_bits(hi);
-      words[8 + j] = bf16x2_bits(mid);
-      words[16 + j] = bf16x2_bits(lo);
-    }
-    uint4* dst = reinterpret_cast<uint4*>(xs + r * row_words + (c * 4 + t) * kUnitWords);
-#pragma unroll
-    for (int q = 0; q < kUnitWords / 4; ++q)
-      dst[q] = make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
-  }
-}
-
-// One lane's raw weights of one chunk: rows g and g+8 of each tile (q4 2 words each, fp8 4).
-template <MatrixFormat F>
-struct Raw {
+struct Slot {
   static constexpr int kWords = F == MatrixFormat::kQ4 ? 2 : 4;
-  static constexpr int kScales = F == MatrixFormat::kQ4 ? kTiles * 2 : 1;
-  uint32_t w[kTiles][2][kWords];
-  float s[kScales];  // q4: scale of row (tile r, half h) at 2r + h; fp8: the block's, one for all
-  __device__ float scale(int r, int h) const { return kScales == 1 ? s[0] : s[(2 * r + h) % kScales]; }
+  static constexpr int kScales = F == MatrixFormat::kQ4 ? kStreamTiles * 2 : 1;
+  uint32_t w[kStreamTiles][2][kWords];
+  uint32_t s[kScales];
+  __device__ float scale(int r, int h) const {
+    if constexpr (F == MatrixFormat::kQ4) {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(s[2 * r + h])));
+    } else {
+      return __uint_as_float(s[0]);
+    }
+  }
+  __device__ uint32_t pair(int r, int h, int j) const {
+    if constexpr (F == MatrixFormat::kQ4) {
+      return q4_pair(w[r][h][0], w[r][h][1], j);
+    } else {
+      return fp8_pair(w[r][h], j);
+    }
+  }
 };
 
 template <MatrixFormat F>
-__device__ __forceinline__ void load_raw(Raw<F>& raw, const Params& p, int64_t row0, int64_t chunk, int t) {
-  const int g = (threadIdx.x & 31) >> 2;
+__device__ __forceinline__ void load_slot(Slot<F>& sl, const StreamParams& p, int64_t row0, int64_t chunk, int g,
+                                          int t) {
   if constexpr (F == MatrixFormat::kQ4) {
     const int64_t row_bytes = p.chunks * 32;
-    const __half* sc = static_cast<const __half*>(p.scales);
+    const auto* sc = static_cast<const unsigned short*>(p.scales);
 #pragma unroll
-    for (int r = 0; r < kTiles; ++r)
+    for (int r = 0; r < kStreamTiles; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = row0 + 16 * r + 8 * h + g;
         if (row < p.n) {
           const uint2 v = __ldg(reinterpret_cast<const uint2*>(p.codes + row * row_bytes + chunk * 32 + 8 * t));
-          raw.w[r][h][0] = v.x;
-          raw.w[r][h][1] = v.y;
-          raw.s[2 * r + h] = __half2float(__ldg(sc + row * p.chunks + chunk));
+          sl.w[r][h][0] = v.x;
+          sl.w[r][h][1] = v.y;
+          sl.s[2 * r + h] = __ldg(sc + row * p.chunks + chunk);
         } else {
-          raw.w[r][h][0] = raw.w[r][h][1] = 0x88888888u;  // q = 0
-          raw.s[2 * r + h] = 0.0f;
+          sl.w[r][h][0] = sl.w[r][h][1] = 0x88888888u;  // q = 0
+          sl.s[2 * r + h] = 0;
         }
       }
   } else {
     const int64_t gc = (p.k + 127) / 128;
-    raw.s[0] = __ldg(static_cast<const float*>(p.scales) + (row0 / 128) * gc + chunk / 2);
+    sl.s[0] = __float_as_uint(__ldg(static_cast<const float*>(p.scales) + (row0 / 128) * gc + chunk / 2));
     const int64_t c0 = chunk * kQuantChunk + 16 * t;
 #pragma unroll
-    for (int r = 0; r < kTiles; ++r)
+    for (int r = 0; r < kStreamTiles; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = row0 + 16 * r + 8 * h + g;
-        uint32_t* w = raw.w[r][h];
+        uint32_t* w = sl.w[r][h];
         const uint8_t* src = p.codes + row * p.k + c0;
         if (row < p.n && p.wvec && c0 + 16 <= p.k) {
           const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-          w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+          w[0] = v.x;
+          w[1] = v.y;
+          w[2] = v.z;
+          w[3] = v.w;
         } else {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
@@ -195,155 +160,258 @@ __device__ __forceinline__ void load_raw(Raw<F>& raw, const Params& p, int64_t r
   }
 }
 
-template <MatrixFormat F>
-__device__ __forceinline__ uint32_t weight_pair(const Raw<F>& raw, int r, int h, int j) {
-  if constexpr (F == MatrixFormat::kQ4) {
-    return q4_pair(raw.w[r][h][0], raw.w[r][h][1], j);
+// x goes through a per-warp ring in shared memory, kXRing chunks ahead, by cp.async: an
+// x read from L2 takes about as long as a chunk's MMAs, and a register prefetch one
+// chunk ahead left it on the critical path (run2s6: compute-only probe 15 us for
+// 4096->8192). A lane copies and reads back only its own 64 bytes per chunk, so its
+// own cp.async.wait_group is the only synchronization.
+constexpr int kXRing = 4;
+struct XSlot {
+  float4 q[4][32];  // [quarter][lane]: 16-byte accesses by consecutive lanes
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Starts the copy of x[k0 .. k0+16) of this lane's x row into its place in `slot`
+// (zeros past K; plain stores where the 16-byte path does not apply).
+__device__ __forceinline__ void stage_x(XSlot& slot, int lane, const StreamParams& p, const float* xrow, int64_t k0) {
+  if (p.xvec && k0 + 16 <= p.k) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) cp_async16(&slot.q[q][lane], xrow + k0 + 4 * q);
   } else {
-    return fp8_pair(raw.w[r][h], j);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = k0 + 4 * q + i < p.k ? __ldg(xrow + k0 + 4 * q + i) : 0.0f;
+      slot.q[q][lane] = make_float4(v[0], v[1], v[2], v[3]);
+    }
   }
 }
 
-// Chunks loaded ahead (raw registers in flight per lane: q4 2 x 16 bytes, fp8 2 x 32).
-template <MatrixFormat F>
-constexpr int chunks_per_step() { return 2; }
-
-template <MatrixFormat F>
-__global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const Params p) {
-  extern __shared__ uint4 smem_x[];
-  uint32_t* xs = reinterpret_cast<uint32_t*>(smem_x);
-  constexpr int U = chunks_per_step<F>();
-  const int64_t c0 = int64_t(blockIdx.y) * p.cps;
-  const int nck = static_cast<int>(std::min<int64_t>(p.cps, p.chunks - c0));
-  const int row_words = nck * 4 * kUnitWords + kRowPadWords;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t row0 = int64_t(blockIdx.x) * kQuantBlockRows + (threadIdx.x >> 5) * (16 * kTiles);
-
-  // The first weights are in flight while the block stages x.
-  Raw<F> raw[U];
+__device__ __forceinline__ void read_x(float (&v)[16], const XSlot& slot, int lane, bool has) {
 #pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (u < nck) load_raw<F>(raw[u], p, row0, c0 + u, t);
-  stage_x<F>(xs, row_words, p, c0, nck);
-  __syncthreads();
+  for (int q = 0; q < 4; ++q) {
+    const float4 f = has ? slot.q[q][lane] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v[4 * q] = f.x;
+    v[4 * q + 1] = f.y;
+    v[4 * q + 2] = f.z;
+    v[4 * q + 3] = f.w;
+  }
+}
 
-  float acc[kTiles][4];
+// The lane's 8 pairs of x as bf16 hi and lo terms (hi + lo carries 16 significant bits;
+// x - hi is exact in f32).
+template <MatrixFormat F>
+__device__ __forceinline__ void split_x(const float (&v)[16], uint32_t (&hi)[8], uint32_t (&lo)[8]) {
 #pragma unroll
-  for (int r = 0; r < kTiles; ++r)
+  for (int j = 0; j < 8; ++j) {
+    const float a = v[pair_elem<F>(j, 0)], b = v[pair_elem<F>(j, 1)];
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    hi[j] = bf16x2_bits(h);
+    lo[j] = bf16x2_bits(__floats2bfloat162_rn(a - __low2float(h), b - __high2float(h)));
+  }
+}
+
+// Probe (benchmarks only, QuantGemvArgs::probe): 0 the GEMV; 1 loads only (the weights
+// are streamed and folded into the sums by one XOR per word, no x, no MMA); 2 compute
+// only (the ring is loaded once and reused for every chunk: no HBM traffic).
+template <MatrixFormat F, int kProbe>
+__global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) quant_gemv_stream(const StreamParams p) {
+  __shared__ float red[kStreamWarps][kQuantGemvRows][kStreamRows + 1];
+  __shared__ float block_sum[kQuantGemvRows * kStreamRows];  // read by cluster rank 0
+  __shared__ XSlot xring[kStreamWarps][kXRing];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * kStreamRows;
+  const int64_t kend = std::min<int64_t>(p.chunks, (int64_t(blockIdx.y) + 1) * p.chunks_per_block);
+  const int64_t cb = std::min<int64_t>(int64_t(blockIdx.y) * p.chunks_per_block + warp * p.chunks_per_warp, kend);
+  const int nck = static_cast<int>(std::min<int64_t>(p.chunks_per_warp, kend - cb));
+
+  constexpr int kStreamRing = ring_depth<F>();
+  // The whole ring is in flight before the first MMA.
+  Slot<F> ring[kStreamRing];
+#pragma unroll
+  for (int u = 0; u < kStreamRing; ++u)
+    if (u < nck) load_slot<F>(ring[u], p, row0, cb + u, g, t);
+  // Up to here only the weights were read: with programmatic dependent launch this runs
+  // while the kernel before still finishes; x and out are read after it has.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  const bool has_x = g < p.m;
+  const float* xrow = p.x + (has_x ? g : 0) * p.ldx;
+  XSlot* xr_ring = xring[warp];
+  // One commit group per chunk (empty ones too), so wait_group<kXRing - 1> means "this
+  // chunk's x has landed".
+#pragma unroll
+  for (int u = 0; u < kXRing; ++u) {
+    if (kProbe != 1 && has_x && u < nck) stage_x(xr_ring[u], lane, p, xrow, (cb + u) * kQuantChunk + 16 * t);
+    cp_async_commit();
+  }
+
+  float acc[kStreamTiles][4];
+#pragma unroll
+  for (int r = 0; r < kStreamTiles; ++r)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
 
-  for (int c = 0; c < nck; c += U) {
+  for (int c = 0; c < nck; c += kStreamRing) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < kStreamRing; ++u) {
       if (c + u >= nck) break;
-      const uint4* bp = reinterpret_cast<const uint4*>(xs + g * row_words + ((c + u) * 4 + t) * kUnitWords);
-      uint32_t b[kUnitWords];
+      if constexpr (kProbe == 1) {
+        uint32_t x = 0;
 #pragma unroll
-      for (int q = 0; q < kUnitWords / 4; ++q) {
-        const uint4 v = bp[q];
-        b[4 * q] = v.x; b[4 * q + 1] = v.y; b[4 * q + 2] = v.z; b[4 * q + 3] = v.w;
-      }
-      // One accumulator chain per (tile, x term): 6 independent chains of 4 MMAs, so the
-      // tensor-core latency overlaps; the chunk's sum is (hi + mid) + lo, then scaled.
-      float part[kTiles][3][4];
+        for (int r = 0; r < kStreamTiles; ++r)
 #pragma unroll
-      for (int r = 0; r < kTiles; ++r)
+          for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int term = 0; term < 3; ++term)
+            for (int q = 0; q < Slot<F>::kWords; ++q) x ^= ring[u].w[r][h][q];
+        acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ x ^ ring[u].s[0]);
+      } else {
+        uint32_t bh[8], bl[8];
+        {
+          cp_async_wait<kXRing - 1>();
+          const int xs = (c + u) % kXRing;
+          float xv[16];
+          read_x(xv, xr_ring[xs], lane, has_x);
+          split_x<F>(xv, bh, bl);
+          if (has_x && c + u + kXRing < nck)
+            stage_x(xr_ring[xs], lane, p, xrow, (cb + c + u + kXRing) * kQuantChunk + 16 * t);
+          cp_async_commit();
+        }
+        // Separate chains for hi and lo (4 independent accumulators per warp).
+        float ph[kStreamTiles][4], pl[kStreamTiles][4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) part[r][term][i] = 0.0f;
+        for (int r = 0; r < kStreamTiles; ++r)
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        uint32_t a[kTiles][4];
+          for (int i = 0; i < 4; ++i) ph[r][i] = pl[r][i] = 0.0f;
 #pragma unroll
-        for (int r = 0; r < kTiles; ++r) {
-          a[r][0] = weight_pair<F>(raw[u], r, 0, 2 * s);
-          a[r][1] = weight_pair<F>(raw[u], r, 1, 2 * s);
-          a[r][2] = weight_pair<F>(raw[u], r, 0, 2 * s + 1);
-          a[r][3] = weight_pair<F>(raw[u], r, 1, 2 * s + 1);
+        for (int s = 0; s < 4; ++s) {
+#pragma unroll
+          for (int r = 0; r < kStreamTiles; ++r) {
+            const uint32_t a[4] = {ring[u].pair(r, 0, 2 * s), ring[u].pair(r, 1, 2 * s), ring[u].pair(r, 0, 2 * s + 1),
+                                   ring[u].pair(r, 1, 2 * s + 1)};
+            mma_16816(ph[r], a, bh[2 * s], bh[2 * s + 1]);
+            mma_16816(pl[r], a, bl[2 * s], bl[2 * s + 1]);
+          }
         }
 #pragma unroll
-        for (int term = 0; term < 3; ++term)
+        for (int r = 0; r < kStreamTiles; ++r)
 #pragma unroll
-          for (int r = 0; r < kTiles; ++r)
-            mma_16816(part[r][term], a[r], b[8 * term + 2 * s], b[8 * term + 2 * s + 1]);
+          for (int i = 0; i < 4; ++i) acc[r][i] = fmaf(ring[u].scale(r, i >> 1), ph[r][i] + pl[r][i], acc[r][i]);
       }
-#pragma unroll
-      for (int r = 0; r < kTiles; ++r)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          acc[r][i] = fmaf(raw[u].scale(r, i >> 1), (part[r][0][i] + part[r][1][i]) + part[r][2][i], acc[r][i]);
-      // This slot's registers are free: load the chunk U ahead into it.
-      if (c + u + U < nck) load_raw<F>(raw[u], p, row0, c0 + c + u + U, t);
+      // This slot is used: load the chunk kStreamRing ahead into it.
+      if (kProbe != 2 && c + u + kStreamRing < nck) load_slot<F>(ring[u], p, row0, cb + c + u + kStreamRing, g, t);
     }
   }
 
+  // C fragment: (row 16r + g (+8 for i >= 2), x row 2t + (i & 1)).
 #pragma unroll
-  for (int r = 0; r < kTiles; ++r)
+  for (int r = 0; r < kStreamTiles; ++r)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t row = row0 + 16 * r + 8 * (i >> 1) + g;
-      const int64_t xr = 2 * t + (i & 1);
-      if (row >= p.n || xr >= p.m) continue;
-      if (p.slices == 1) {
+    for (int i = 0; i < 4; ++i) red[warp][2 * t + (i & 1)][16 * r + 8 * (i >> 1) + g] = acc[r][i];
+  __syncthreads();
+  // The block's sum over its warps, in warp order; then (splits > 1) cluster rank 0 adds
+  // the blocks' sums in rank order: the same bits whatever m is.
+  for (int i = threadIdx.x; i < kQuantGemvRows * kStreamRows; i += kStreamWarps * 32) {
+    const int xr = i / kStreamRows, rr = i % kStreamRows;
+    float v = red[0][xr][rr];
+#pragma unroll
+    for (int w = 1; w < kStreamWarps; ++w) v += red[w][xr][rr];
+    block_sum[i] = v;
+  }
+  if (p.splits > 1) {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    cluster.sync();  // a block barrier too
+    if (cluster.block_rank() == 0) {
+      for (int i = threadIdx.x; i < kQuantGemvRows * kStreamRows; i += kStreamWarps * 32) {
+        const int xr = i / kStreamRows, rr = i % kStreamRows;
+        const int64_t row = row0 + rr;
+        if (row >= p.n || xr >= p.m) continue;
+        float v = block_sum[i];
+        for (int s = 1; s < p.splits; ++s) v += cluster.map_shared_rank(block_sum, s)[i];
         float* o = p.out + xr * p.ldo + row;
-        *o = p.accumulate ? *o + acc[r][i] : acc[r][i];
-      } else {
-        p.ws[(int64_t(blockIdx.y) * p.m + xr) * p.n + row] = acc[r][i];
+        *o = p.accumulate ? *o + v : v;
       }
     }
-  if (p.slices == 1 || p.counters == nullptr) return;
-  // The last block of this row block to finish adds the slices in slice order (the
-  // counter says who is last; it resets it for the next call).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* ctr = p.counters + blockIdx.x;
-    last = atomicAdd(ctr, 1u) == static_cast<unsigned>(p.slices - 1);
-    if (last) atomicExch(ctr, 0u);
+    cluster.sync();  // the other blocks' shared memory must outlive rank 0's reads
+    return;
   }
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int64_t rb0 = int64_t(blockIdx.x) * kQuantBlockRows;
-  for (int i = threadIdx.x; i < kQuantBlockRows * p.m; i += blockDim.x) {
-    const int64_t row = rb0 + i % kQuantBlockRows, xr = i / kQuantBlockRows;
-    if (row >= p.n) continue;
-    float v = __ldcg(p.ws + xr * p.n + row);
-    for (int64_t s = 1; s < p.slices; ++s) v += __ldcg(p.ws + (s * p.m + xr) * p.n + row);
+  for (int i = threadIdx.x; i < kQuantGemvRows * kStreamRows; i += kStreamWarps * 32) {
+    const int xr = i / kStreamRows, rr = i % kStreamRows;
+    const int64_t row = row0 + rr;
+    if (row >= p.n || xr >= p.m) continue;
     float* o = p.out + xr * p.ldo + row;
-    *o = p.accumulate ? *o + v : v;
+    *o = p.accumulate ? *o + block_sum[i] : block_sum[i];
   }
 }
 
-// out[xr, row] (+)= sum over slices in order of ws[slice, xr, row].
-__global__ void quant_gemv_sum_slices(float* __restrict__ out, int64_t ldo, const float* __restrict__ ws, int64_t m,
-                                      int64_t n, int64_t slices, bool accumulate) {
-  const int64_t total = m * n;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    float v = ws[i];
-    for (int64_t s = 1; s < slices; ++s) v += ws[s * total + i];
-    float* o = out + (i / n) * ldo + i % n;
-    *o = accumulate ? *o + v : v;
+// Blocks splitting K (a cluster along grid y): about kStreamBlocksPerSm blocks per SM
+// when the matrix has few 32-row blocks, at least 8 chunks (two per warp) per block. A
+// function of (n, k, SM count) only. (run2s6, first version of the kernel: 12288->4096
+// in clusters of 3 took 37 us where 4096->12288, the same bytes and block count without
+// clusters, took 24: the bench's "splits" sweep is there to retune this.)
+int stream_splits(int64_t n, int64_t k, int sm_count) {
+  const int64_t row_blocks = ceil_div(n, kStreamRows), chunks = ceil_div(k, kQuantChunk);
+  const int64_t want = int64_t{kStreamBlocksPerSm} * std::max(sm_count, 1) / row_blocks;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({kStreamMaxSplits, want, chunks / 8})));
+}
+
+template <MatrixFormat F, int kProbe>
+cudaError_t launch_stream_k(cudaStream_t stream, bool pdl, const StreamParams& p) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.n, kStreamRows)), static_cast<unsigned>(p.splits));
+  cfg.blockDim = dim3(kStreamWarps * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute at[2];
+  int n = 0;
+  if (p.splits > 1) {
+    at[n].id = cudaLaunchAttributeClusterDimension;
+    at[n].val.clusterDim.x = 1;
+    at[n].val.clusterDim.y = static_cast<unsigned>(p.splits);
+    at[n].val.clusterDim.z = 1;
+    ++n;
   }
+  if (pdl) {
+    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = at;
+  cfg.numAttrs = static_cast<unsigned>(n);
+  return cudaLaunchKernelEx(&cfg, quant_gemv_stream<F, kProbe>, p);
 }
 
 template <MatrixFormat F>
-void launch_gemv(cudaStream_t stream, const Params& p, const QuantGemvPlan& plan) {
-  const int row_words = static_cast<int>(plan.chunks_per_slice) * 4 * kUnitWords + kRowPadWords;
-  const size_t smem = size_t{kQuantGemvRows} * row_words * 4;
-  const dim3 grid(static_cast<unsigned>(plan.row_blocks), static_cast<unsigned>(plan.slices));
-  // Four blocks of up to 46 KB of x tile per SM: ask for the largest shared-memory carveout.
-  static const bool carveout = [] {
-    (void)cudaFuncSetAttribute(quant_gemv_kernel<F>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               int{cudaSharedmemCarveoutMaxShared});
-    (void)cudaGetLastError();
-    return true;
+cudaError_t launch_stream_f(cudaStream_t stream, int probe, bool pdl, const StreamParams& p) {
+  if (probe == 1) return launch_stream_k<F, 1>(stream, pdl, p);
+  if (probe == 2) return launch_stream_k<F, 2>(stream, pdl, p);
+  return launch_stream_k<F, 0>(stream, pdl, p);
+}
+
+// TF_QUANT_PDL=0 turns programmatic dependent launch off (read once).
+bool pdl_default() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_QUANT_PDL");
+    return e == nullptr || std::string(e) != "0";
   }();
-  (void)carveout;
-  quant_gemv_kernel<F><<<grid, kWarps * 32, smem, stream>>>(p);
+  return on;
+}
+
+// Enqueues one pass of up to 8 rows of x.
+void launch_stream(cudaStream_t stream, MatrixFormat f, int probe, bool pdl, const StreamParams& p) {
+  const cudaError_t e = f == MatrixFormat::kQ4 ? launch_stream_f<MatrixFormat::kQ4>(stream, probe, pdl, p)
+                                               : launch_stream_f<MatrixFormat::kFp8Block>(stream, probe, pdl, p);
+  if (e != cudaSuccess)
+    throw StatusError(internal_error(std::string("quant_gemv: launch failed: ") + cudaGetErrorString(e)));
 }
 
 __device__ __forceinline__ float nib(uint32_t word, int j) {
@@ -377,35 +445,8 @@ __global__ void f32_to_bf16(const float* __restrict__ src, __nv_bfloat16* __rest
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+
 bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
-// Slice counters of the fused sum: zero when the module loads, and the last block of
-// each row block puts its counter back to zero. A call takes the next `row_blocks`
-// counters of the pool (a ring), so calls running at the same time on different
-// streams of one process do not share counters unless 2^20 counters go round while
-// one of them runs; calls on one stream (CudaOps, its graphs) never overlap.
-constexpr int64_t kCounterPool = int64_t{1} << 20;
-__device__ unsigned g_slice_counters[kCounterPool];
-
-unsigned* slice_counters(int64_t row_blocks) {
-  static std::mutex mu;
-  static int64_t next = 0;
-  static std::vector<unsigned*> bases;  // per device
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (static_cast<size_t>(device) >= bases.size()) bases.resize(static_cast<size_t>(device) + 1, nullptr);
-  unsigned*& base = bases[static_cast<size_t>(device)];
-  if (base == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&base), g_slice_counters) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear it: the caller falls back to the second kernel
-    base = nullptr;
-    return nullptr;
-  }
-  if (next + row_blocks > kCounterPool) next = 0;
-  unsigned* p = base + next;
-  next += row_blocks;
-  return p;
-}
 
 }  // namespace
 
@@ -449,26 +490,25 @@ void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a) {
     throw StatusError(invalid_argument("quant_gemv: bad sizes m=" + std::to_string(a.m) + " n=" + std::to_string(a.n) +
                                        " k=" + std::to_string(a.k)));
   if (a.m == 0 || a.n == 0) return;
-  const int sms = a.sm_count > 0 ? a.sm_count : current_sm_count();
-  const QuantGemvPlan plan = quant_gemv_plan(a.n, a.k, sms, a.blocks_per_sm);
-  if (plan.slices > 65535 || plan.row_blocks > 0x7fffffff)
-    throw StatusError(invalid_argument("quant_gemv: n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) +
-                                       " needs too many blocks"));
-  if (plan.slices > 1 && a.workspace == nullptr)
-    throw StatusError(invalid_argument("quant_gemv: this shape needs a workspace (quant_gemv_workspace_bytes)"));
   if (a.format == MatrixFormat::kQ4 && !aligned(a.codes, 8))
     throw StatusError(invalid_argument("quant_gemv: q4 codes must be 8-byte aligned"));
-  Params p{};
+  if (a.legacy) {
+    legacy_gemv::run(stream, a);
+    return;
+  }
+  if (ceil_div(a.n, kStreamRows) > 0x7fffffff)
+    throw StatusError(invalid_argument("quant_gemv: n=" + std::to_string(a.n) + " needs too many blocks"));
+  StreamParams p{};
   p.codes = static_cast<const uint8_t*>(a.codes);
   p.scales = a.scales;
-  p.ws = a.workspace;
-  p.counters = plan.slices > 1 && a.fused_sum && plan.row_blocks <= kCounterPool ? slice_counters(plan.row_blocks)
-                                                                                 : nullptr;
   p.n = a.n;
   p.k = a.k;
-  p.chunks = plan.chunks;
-  p.cps = plan.chunks_per_slice;
-  p.slices = plan.slices;
+  p.chunks = ceil_div(a.k, kQuantChunk);
+  p.splits = a.splits > 0 ? std::min(a.splits, kStreamMaxSplits)
+                           : stream_splits(a.n, a.k, a.sm_count > 0 ? a.sm_count : current_sm_count());
+  p.chunks_per_block = ceil_div(p.chunks, p.splits);
+  p.chunks_per_warp = ceil_div(p.chunks_per_block, kStreamWarps);
+  const bool pdl = a.pdl < 0 ? pdl_default() : a.pdl > 0;
   p.accumulate = a.accumulate;
   p.xvec = aligned(a.x, 16) && a.ldx % 4 == 0;
   p.wvec = aligned(a.codes, 16) && a.k % 16 == 0;
@@ -478,14 +518,7 @@ void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a) {
     p.ldo = a.ldo;
     p.x = a.x + r0 * a.ldx;
     p.ldx = a.ldx;
-    if (a.format == MatrixFormat::kQ4) {
-      launch_gemv<MatrixFormat::kQ4>(stream, p, plan);
-    } else {
-      launch_gemv<MatrixFormat::kFp8Block>(stream, p, plan);
-    }
-    if (plan.slices > 1 && p.counters == nullptr)
-      quant_gemv_sum_slices<<<grid_1d(p.m * a.n), 256, 0, stream>>>(p.out, a.ldo, a.workspace, p.m, a.n, plan.slices,
-                                                                     a.accumulate);
+    launch_stream(stream, a.format, a.probe, pdl, p);
   }
   check_launch("quant_gemv");
 }
@@ -505,6 +538,17 @@ void quant_dequantize_bf16(cudaStream_t stream, const Matrix& w, void* dst) {
   }
   check_launch("quant_dequantize_bf16");
 }
+
+namespace {
+// TF_QUANT_GEMV=stream: the streaming decode kernel instead of the earlier one (read once).
+bool stream_gemv_selected() {
+  static const bool on = [] {
+    const char* v = std::getenv("TF_QUANT_GEMV");
+    return v != nullptr && std::string(v) == "stream";
+  }();
+  return on;
+}
+}  // namespace
 
 void quant_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& w, bool accumulate) {
   if (Status s = check_matrix(w, "quant_matmul w"); !s.is_ok()) throw StatusError(s);
@@ -530,18 +574,33 @@ void quant_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& 
     a.n = n;
     a.k = k;
     a.accumulate = accumulate;
-    a.sm_count = current_sm_count();
-    const int64_t ws_bytes = quant_gemv_workspace_bytes(m, n, k, a.sm_count);
+    // One kernel for every row count (a row's bits must not depend on m). The earlier
+    // kernel is the default: on the H200 (final run of 2026-11-30) the streaming one was
+    // 5-10% faster at 1-2 rows of the large shapes but 1.3-2x slower at 4-8 rows, and
+    // PARALLEL defaults to 4. TF_QUANT_GEMV=stream selects the streaming kernel.
+    a.legacy = !stream_gemv_selected();
     Tensor ws;
-    if (ws_bytes > 0) {
-      ws = ctx.scratch(ws_bytes);
-      a.workspace = ws.data<float>();
+    if (a.legacy) {
+      a.sm_count = current_sm_count();
+      const int64_t ws_bytes = quant_gemv_workspace_bytes(m, n, k, a.sm_count);
+      if (ws_bytes > 0) {
+        ws = ctx.scratch(ws_bytes);
+        a.workspace = ws.data<float>();
+      }
     }
     quant_gemv(ctx.stream, a);
     return;
   }
-  // Prefill, fp8: FP8 tensor cores with the block scales (cuBLASLt) when opted in (fp8_gemm.h).
-  if (w.format() == MatrixFormat::kFp8Block && fp8_block_gemm(ctx, out, x, w, accumulate)) return;
+  // Prefill, fp8: FP8 tensor cores with the block scales (fp8_block_gemm.h; TF_FP8_PREFILL picks
+  // ours, cuBLASLt's (fp8_gemm.h) or the dequantize path below).
+  if (w.format() == MatrixFormat::kFp8Block) {
+    const Fp8PrefillPath path = fp8_prefill_path();
+    if (path == Fp8PrefillPath::kMma) {
+      fp8_block_gemm_mma(ctx, out, x, w, accumulate);
+      return;
+    }
+    if (path == Fp8PrefillPath::kLt && fp8_block_gemm(ctx, out, x, w, accumulate)) return;
+  }
   // Else W -> bf16 scratch (the allocator's cached block, reused call to call), x -> bf16,
   // cuBLAS with fp32 accumulation.
   Tensor wb = ctx.scratch(n * k * 2);

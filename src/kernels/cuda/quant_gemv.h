@@ -1,24 +1,36 @@
 // Matmul against quantized matrices (fp8 block-scaled, q4; kernels/api/matrix.h)
 // on the GPU, host side.
 //
-// Decode (rows <= ctx.exact_rows): quant_gemv, one templated tensor-core kernel for
-// both formats. Weights are exact in bf16 (q4: integers -8..7; e4m3: 4 significant
-// bits), so they are dequantized in registers straight into mma.m16n8k16 A fragments;
-// x (f32) is split into three bf16 terms hi + mid + lo (24 significant bits, i.e. f32)
-// in shared memory, once per block, and the 8 rows of x are the MMA's n. Each 64-wide
-// chunk of K is summed by the tensor cores (3 MMAs per 16 K) and then multiplied by
-// its scale in f32 (one FMA per chunk and output). Up to 8 rows of x share one read of
-// the weights (more rows: one pass per 8).
+// Decode (rows <= ctx.exact_rows): quant_gemv, a streaming tensor-core GEMV for both
+// formats (quant_gemv.cu). Weights are exact in bf16 (q4: integers -8..7; e4m3: 4
+// significant bits), so they are dequantized in registers straight into
+// mma.m16n8k16 A fragments; x (f32) is split into two bf16 terms hi + lo (16
+// significant bits: relative error <= 2^-17 per element, far below the weights' own
+// quantization error) and the 8 rows of x are the MMA's n. Each 64-wide chunk of K
+// is summed by the tensor cores and then multiplied by its scale in f32. A block owns
+// 32 output rows; its 4 warps split K and add their partial sums in shared memory in
+// warp order; when there are few 32-row blocks, a cluster of up to 8 blocks splits K
+// further and its rank 0 adds the blocks' sums through distributed shared memory:
+// one launch, no workspace. Up to 8 rows of x share one read of the
+// weights (more rows: one pass per 8).
 //
 // Row independence (the contract of kernels/cuda/small_gemm.h): an MMA's column n
-// depends only on column n of B, and the launch plan (slices of K, their fixed-order
-// sum) is a function of (n, k, SM count) only, never of m, so a row's bits do not
-// depend on the other rows of the call.
+// depends only on column n of B, and the launch plan (32-row blocks, K split over
+// clusters and warps, their fixed-order sums) is a function of (n, k, SM count) only, never of m, so a row's
+// bits do not depend on the other rows of the call.
+//
+// The earlier kernel (K slices over blocks + a second summing kernel, x split in three
+// bf16 terms; QuantGemvPlan, the workspace and fused_sum below describe it) is the one
+// quant_matmul uses by default (QuantGemvArgs::legacy): the streaming kernel is still
+// compute-bound and measured 1.3-2x slower at 4-8 rows (5-10% faster at 1-2) on the
+// H200. TF_QUANT_GEMV=stream makes quant_matmul use the streaming kernel.
+//
+// Prefill, fp8: our FP8 block-scaled tensor-core GEMM (fp8_block_gemm.h) with
+// TF_FP8_PREFILL=mma, cuBLASLt's with =lt; by default the dequantize path below.
 //
 // Prefill (more rows): the matrix is dequantized to BF16 in device scratch (the caching
 // allocator's block, reused call to call) and multiplied by cuBLAS (x rounded to bf16,
-// fp32 accumulation). fp8 matrices can go through cuBLASLt's FP8 GEMM with 128x128
-// block scales instead (fp8_gemm.h; opt-in until its results match).
+// fp32 accumulation).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,7 +46,7 @@ inline constexpr int64_t kQuantChunk = 64;      // K per scaled partial sum (a q
 inline constexpr int64_t kQuantBlockRows = 128; // output rows per thread block (one fp8 scale row)
 inline constexpr int64_t kQuantMaxSliceChunks = 15;  // K chunks per block (bounds the x tile in smem)
 
-// How a call is spread: blocks of 128 output rows times `slices` slices of K of
+// The legacy kernel's plan. How a call is spread: blocks of 128 output rows times `slices` slices of K of
 // `chunks_per_slice` chunks each. With slices > 1 each block writes its partial sums
 // to a workspace [slices, m, n] and a second kernel adds them in slice order (or the
 // last block of the row block to finish does, QuantGemvArgs::fused_sum).
@@ -48,7 +60,7 @@ struct QuantGemvPlan {
 // benchmarks sweep it.
 QuantGemvPlan quant_gemv_plan(int64_t n, int64_t k, int sm_count, int blocks_per_sm = 0);
 
-// Workspace quant_gemv needs for these sizes (0 when the plan has one slice).
+// Workspace the legacy kernel needs for these sizes (0 when the plan has one slice).
 int64_t quant_gemv_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int blocks_per_sm = 0);
 
 // SM count of the current device (cached per device).
@@ -72,6 +84,21 @@ struct QuantGemvArgs {
   // order). Off by default: on the H200 it measured 10-25% slower (run3: every block's
   // __threadfence before the counter) than the second kernel.
   bool fused_sum = false;
+  // The earlier kernel (quant_gemv_legacy.cuh) instead of the streaming one: benchmarks
+  // and tests compare them. sm_count, workspace, blocks_per_sm and fused_sum apply to it
+  // only; the streaming kernel needs no workspace.
+  bool legacy = false;
+  // Benchmarks only (the output is meaningless): 1 streams the weights without x or
+  // MMAs, 2 computes without streaming (each warp reuses its first chunks). Streaming
+  // kernel only.
+  int probe = 0;
+  // Programmatic dependent launch (streaming kernel): the weight loads start while the
+  // kernel before finishes; x and out are read after it has. -1: on unless
+  // TF_QUANT_PDL=0; 0 off; 1 on.
+  int pdl = -1;
+  // Blocks of a cluster splitting K (streaming kernel; benchmarks sweep it): 0 the
+  // plan's choice (a function of n, k and the SM count), else 1..8.
+  int splits = 0;
 };
 
 // Enqueues out = x · W^T (or +=) on `stream`; throws StatusError on bad arguments.

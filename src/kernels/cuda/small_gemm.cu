@@ -79,7 +79,16 @@ SmallGemmPlan small_gemm_plan(int64_t m, int64_t n, int64_t heads, int sm_count,
   return p;
 }
 
-void small_gemm(cudaStream_t stream, const SmallGemmArgs& a, int cols_per_warp) {
+int small_gemm_k_splits(int64_t n, int64_t k, int64_t heads) {
+  // 2048 warps of one column each: ~16 per SM, enough loads in flight to cover
+  // DRAM latency at decode (f_a/g_a 128 x 4096, b_proj 64 x 4096, the router, mHC's
+  // 24 x 16384 fn); wide matrices (n >= 2048) keep one slice.
+  int s = 1;
+  while (s < 8 && int64_t{2} * s * 256 <= k && n * heads * s < 2048) s *= 2;
+  return s;
+}
+
+void small_gemm(cudaStream_t stream, const SmallGemmArgs& a, int cols_per_warp, int k_splits) {
   const bool bf16 = a.w_dtype == DType::kBF16;
   if (!bf16 && a.w_dtype != DType::kF32)
     throw StatusError(invalid_argument(std::string("small_gemm: weights must be f32 or bf16, got ") +
@@ -88,6 +97,9 @@ void small_gemm(cudaStream_t stream, const SmallGemmArgs& a, int cols_per_warp) 
       cols_per_warp != 8)
     throw StatusError(invalid_argument("small_gemm: cols_per_warp must be 1, 2, 4 or 8, got " +
                                        std::to_string(cols_per_warp)));
+  if (k_splits != 0 && k_splits != 1 && k_splits != 2 && k_splits != 4 && k_splits != 8)
+    throw StatusError(invalid_argument("small_gemm: k_splits must be 1, 2, 4 or 8, got " +
+                                       std::to_string(k_splits)));
   if (a.m < 0 || a.n < 0 || a.k < 0 || a.heads < 0 || a.heads > 65535)
     throw StatusError(invalid_argument("small_gemm: bad sizes m=" + std::to_string(a.m) +
                                        " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) +
@@ -101,20 +113,31 @@ void small_gemm(cudaStream_t stream, const SmallGemmArgs& a, int cols_per_warp) 
   const bool w_vec = a.k % 4 == 0 && a.w_hs % 4 == 0 && aligned(a.w, bf16 ? 8 : 16);
   const bool x_vec = a.ldx % 4 == 0 && a.x_hs % 4 == 0 && aligned(a.x, 16);
   const bool vec = w_vec && x_vec;
+  const int splits = k_splits > 0 ? k_splits : small_gemm_k_splits(a.n, a.k, a.heads);
+  const int64_t nq = (a.k + 3) / 4, slice_quads = std::max<int64_t>(1, (nq + splits - 1) / splits);
   for (int64_t r0 = 0; r0 < a.m; r0 += kSmallGemmMaxRows) {
     const int64_t m = std::min<int64_t>(kSmallGemmMaxRows, a.m - r0);
-    const SmallGemmPlan plan = small_gemm_plan(m, a.n, a.heads, sms, cols_per_warp);
+    // The slices multiply the warps in flight as heads do (the plan's column choice).
+    SmallGemmPlan plan = small_gemm_plan(m, a.n, a.heads * splits, sms, cols_per_warp);
+    // Short K (one quad per lane per column: KDA f_b/g_b 8192 x 128): a warp of 1-2
+    // columns is one load per lane and the blocks run in waves; 8 (4 with 2-4 rows,
+    // whose 8-column variants spill) columns per warp put every load in one wave.
+    if (cols_per_warp == 0 && m <= 8 && nq <= 32)
+      plan.cols_per_warp = plan.rows_per_warp == 2 || plan.rows_per_warp == 4 ? 4 : 8;
     const int row_warps = static_cast<int>((m + plan.rows_per_warp - 1) / plan.rows_per_warp);
-    const int col_warps = std::max(1, kWarpsPerBlock / row_warps);
+    // Up to 8 rows the slices of a column group run on warps of one block; above,
+    // each warp walks them (its x rows fill the block already).
+    const int slice_warps = row_warps == 1 ? splits : 1;
+    const int col_warps = std::max(1, kWarpsPerBlock / (row_warps * slice_warps));
     const int64_t cols_per_block = int64_t{col_warps} * plan.cols_per_warp;
     const int64_t blocks = (a.n + cols_per_block - 1) / cols_per_block;
     if (blocks > 0x7fffffff)
       throw StatusError(invalid_argument("small_gemm: n=" + std::to_string(a.n) + " needs too many blocks"));
-    const KernelArgs ka{
-        a.out + r0 * a.ldo, a.ldo,     a.o_hs,      a.x + r0 * a.ldx, a.ldx, a.x_hs, a.w, a.w_hs, m, a.n, a.k,
-        row_warps,          col_warps, a.accumulate};
+    const KernelArgs ka{a.out + r0 * a.ldo, a.ldo,  a.o_hs,     a.x + r0 * a.ldx, a.ldx,      a.x_hs,
+                        a.w,                a.w_hs, m,          a.n,              a.k,        row_warps,
+                        col_warps,          splits, slice_warps, slice_quads,     a.accumulate};
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.heads));
-    const dim3 block(static_cast<unsigned>(32 * row_warps * col_warps));
+    const dim3 block(static_cast<unsigned>(32 * row_warps * slice_warps * col_warps));
     if (bf16) {
       launch_dtype<__nv_bfloat16>(plan, vec, grid, block, stream, ka);
     } else {

@@ -7,7 +7,10 @@
 // their number (decode with 1 or 40 sequences gives each the same logits). Each
 // output is a fixed sequence of FMAs per lane plus a fixed warp butterfly; the
 // launch plan (rows and columns per warp, loads in flight) only changes which
-// warp runs that sequence, so any plan gives the same bits (tested).
+// warp runs that sequence, so any plan gives the same bits (tested). K may be cut
+// into slices summed in a fixed order (small_gemm_k_splits: a function of the
+// shape only, never of m), which gives narrow-N, long-K decode projections
+// enough warps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,8 +49,15 @@ struct SmallGemmPlan {
 // cols_per_warp > 0 forces that column count (tests and benchmarks sweep it).
 SmallGemmPlan small_gemm_plan(int64_t m, int64_t n, int64_t heads, int sm_count, int cols_per_warp = 0);
 
+// Slices of K (1, 2, 4 or 8) for these sizes: enough that n * heads * slices
+// warps cover the GPU while every slice keeps >= 256 elements of K. Depends on the
+// shape only, so a row's bits never depend on the batch.
+int small_gemm_k_splits(int64_t n, int64_t k, int64_t heads);
+
 // Enqueues the product on `stream`. m may exceed kSmallGemmMaxRows (the rows run
-// in slices of 64). Throws StatusError on a bad dtype or plan, or a failed launch.
-void small_gemm(cudaStream_t stream, const SmallGemmArgs& args, int cols_per_warp = 0);
+// in slices of 64). k_splits > 0 forces that many K slices (1, 2, 4 or 8; other
+// bits than the default: benchmarks compare). Throws StatusError on a bad dtype or
+// plan, or a failed launch.
+void small_gemm(cudaStream_t stream, const SmallGemmArgs& args, int cols_per_warp = 0, int k_splits = 0);
 
 }  // namespace tf::cuda

@@ -64,8 +64,9 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
       const std::string v = env ? env : "";
       on = ops.supports_graphs() && (v.empty() ? kGraphsByDefault : v != "0" && v != "off" && v != "false");
     }
-    // Collectives (tensor parallelism) are not captured: TP steps stay eager.
-    m->graphs_ = std::make_unique<StepGraphs>(ops, on && comm.world_size() == 1);
+    // Tensor parallelism: the collectives are captured too (NCCL; every rank captures
+    // and replays the same segments, as every rank runs the same steps).
+    m->graphs_ = std::make_unique<StepGraphs>(ops, on);
   }
   for (const std::string& name : weights.unknown_tensors()) TF_LOG_WARN("checkpoint tensor not used: {}", name);
   for (int i = 0; i < cfg.num_hidden_layers; ++i) {
@@ -129,6 +130,15 @@ void Glm5Model::all_reduce(Tensor& t) {
   if (comm_.world_size() == 1) return;
   Status st = comm_.all_reduce_sum(t);
   if (!st.is_ok()) throw StatusError(st.with_context("tensor-parallel all-reduce"));
+}
+
+// A graph step's collectives ran inside the replays, where the communicator does not
+// follow each call: the step is watched as a whole (flush: bounded by the op timeout;
+// a dead or hung peer aborts the communicator and fails the step kUnavailable).
+void Glm5Model::watch_graph_step() {
+  if (comm_.world_size() == 1) return;
+  Status st = comm_.flush();
+  if (!st.is_ok()) throw StatusError(st.with_context("tensor-parallel graph step"));
 }
 
 Tensor Glm5Model::logits_for(const Tensor& hidden_rows) {
@@ -526,6 +536,7 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
     const std::vector<Tensor> head =
         g.run(seg_key_final(cfg_.num_hidden_layers), bucket, n, {{cur[0], true}, {mean_w_.slice(0, 0, rows), true}},
               [this, all_rows](const std::vector<Tensor>& in) { return seg_final(in, all_rows); });
+    if (bucket > 0) watch_graph_step();
     // One lm_head call for every wanted row of every sequence.
     Tensor hidden, logits;
     if (all_rows) {

@@ -218,6 +218,8 @@ class Glm5Model {
   Tensor moe_finish(const MoeWeights& w, const Tensor& x, Tensor& routed);
   Tensor routed_experts_by_host_grouping(const MoeWeights& w, const Tensor& x, const Tensor& ids, const Tensor& wts);
   void all_reduce(Tensor& t);
+  // Ends a graph step at TP > 1: waits for its replays' collectives, bounded (glm5_model.cc).
+  void watch_graph_step();
   Tensor logits_for(const Tensor& hidden_rows);
   // The step's row-only segments (bodies of StepGraphs segments, also run eagerly).
   std::vector<Tensor> seg_first(int64_t m, const Tensor& x);

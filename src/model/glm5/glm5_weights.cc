@@ -1,8 +1,23 @@
 // Loading GLM-5.3-Flash weights through a WeightSource and cutting this rank's
 // tensor-parallel shard (see glm5_weights.h for the split of every tensor).
+//
+// Speed (a 66 GiB checkpoint must not take minutes): the projection matrices are
+// read with WeightSource::get_native, so a BF16 matrix kept in bf16 is a view of
+// the mapped file (no f32 round trip, no copy when this rank takes it whole) and
+// a fused or cut one is assembled once, straight in its final dtype (the routed
+// experts directly in their stacked slot). Conversions go through f32 exactly as
+// before (bf16 <-> f32 is exact), so every value is what the f32 route produced.
+// The layers load on several threads (each layer is independent; the result does
+// not depend on the thread count); DENSE=q4/fp8 re-quantization splits each
+// matrix over ThreadPool::global() (dense_quant.h).
 #include "model/glm5/glm5_weights.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "model/dense_quant.h"
@@ -19,23 +34,79 @@ ShardRange shard_range(int64_t n, int rank, int world) {
 
 namespace {
 
-// Rows [b, e) of a 2-D (or more) tensor, packed.
-Tensor rows(const Tensor& t, int64_t b, int64_t e) { return t.slice(0, b, e).contiguous(); }
-// Columns [b, e) of a 2-D tensor, packed.
-Tensor cols(const Tensor& t, int64_t b, int64_t e) { return t.slice(1, b, e).contiguous(); }
+// Rows [b, e) of a 2-D (or more) tensor, packed: `t` itself when that is all of it.
+Tensor rows(const Tensor& t, int64_t b, int64_t e) {
+  if (b == 0 && e == t.size(0) && t.is_contiguous()) return t;
+  return t.slice(0, b, e).contiguous();
+}
 
-Tensor concat_rows(const Tensor& a, const Tensor& b) {
-  Tensor out = Tensor::empty({a.size(0) + b.size(0), a.size(1)}, DType::kF32);
-  std::copy_n(a.data<float>(), a.numel(), out.data<float>());
-  std::copy_n(b.data<float>(), b.numel(), out.data<float>() + a.numel());
+// Writes `src` (packed, any float dtype) into `dst` (packed, same element count)
+// converted to dst's dtype; through f32 as Tensor::to_dtype does, so the values are
+// those of the f32 route. Large f16 <-> bf16 conversions go in f32 pieces.
+void convert_into(void* dst, DType to, const void* src, DType from, size_t n) {
+  if (to == from) {
+    std::memcpy(dst, src, n * dtype_size(to));
+  } else if (to == DType::kF32) {
+    convert_to_f32(src, from, static_cast<float*>(dst), n);
+  } else if (from == DType::kF32) {
+    convert_from_f32(static_cast<const float*>(src), dst, to, n);
+  } else {
+    constexpr size_t kPiece = size_t{1} << 16;
+    std::vector<float> tmp(std::min(n, kPiece));
+    for (size_t i = 0; i < n; i += kPiece) {
+      const size_t m = std::min(kPiece, n - i);
+      convert_to_f32(static_cast<const char*>(src) + i * dtype_size(from), from, tmp.data(), m);
+      convert_from_f32(tmp.data(), static_cast<char*>(dst) + i * dtype_size(to), to, m);
+    }
+  }
+}
+
+// Columns [b, e) of 2-D `src` written (converted) into packed `dst` [rows, e - b]
+// row by row (Tensor::copy_from would walk a strided view element by element).
+void put_cols(Tensor& dst, const Tensor& src, int64_t b, int64_t e) {
+  const Tensor p = src.is_contiguous() ? src : src.contiguous();
+  const int64_t n = p.size(0), k = p.size(1), w = e - b;
+  if (b == 0 && e == k) {
+    convert_into(dst.raw(), dst.dtype(), p.raw(), p.dtype(), static_cast<size_t>(n * k));
+    return;
+  }
+  const size_t si = p.element_size(), so = dst.element_size();
+  for (int64_t r = 0; r < n; ++r)
+    convert_into(static_cast<char*>(dst.raw()) + r * w * so, dst.dtype(),
+                 static_cast<const char*>(p.raw()) + (r * k + b) * si, p.dtype(), static_cast<size_t>(w));
+}
+
+// `t` in `dtype`: itself when it is already that (packed), else a converted copy.
+Tensor to_dtype(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  const Tensor p = t.is_contiguous() ? t : t.contiguous();
+  Tensor out = Tensor::empty(p.shape(), dtype);
+  convert_into(out.raw(), dtype, p.raw(), p.dtype(), static_cast<size_t>(p.numel()));
   return out;
 }
 
-// A packed copy of f32 `t` in `dtype`.
-Tensor to_dtype(const Tensor& t, DType dtype) {
-  Tensor out = Tensor::empty(t.shape(), dtype);
-  convert_from_f32(t.contiguous().data<float>(), out.raw(), dtype, static_cast<size_t>(t.numel()));
+// Columns [b, e) of 2-D `t`, packed in `dtype` (`t` itself when that is all of it already).
+Tensor cut_cols(const Tensor& t, int64_t b, int64_t e, DType dtype) {
+  if (b == 0 && e == t.size(1)) return to_dtype(t, dtype);
+  Tensor out = Tensor::empty({t.size(0), e - b}, dtype);
+  put_cols(out, t, b, e);
   return out;
+}
+
+// Rows [b, e) of `src` written (converted) into the packed rows of `dst` starting at row `at`.
+void put_rows(Tensor& dst, int64_t at, const Tensor& src, int64_t b, int64_t e) {
+  const Tensor s = src.is_contiguous() ? src : src.contiguous();
+  const int64_t row = s.numel() / std::max<int64_t>(s.size(0), 1);
+  convert_into(static_cast<char*>(dst.raw()) + at * row * dst.element_size(), dst.dtype(),
+               static_cast<const char*>(s.raw()) + b * row * s.element_size(), s.dtype(),
+               static_cast<size_t>((e - b) * row));
+}
+
+// How many threads load layers: TF_LOAD_THREADS, else the hardware's (at most 16).
+int load_threads(int layers) {
+  int n = static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
+  if (const char* env = std::getenv("TF_LOAD_THREADS"); env && std::atoi(env) > 0) n = std::atoi(env);
+  return std::max(1, std::min(n, layers));
 }
 
 class Loader {
@@ -44,44 +115,73 @@ class Loader {
          MatrixFormat quant)
       : src_(src), cfg_(cfg), rank_(rank), world_(world), matrix_dtype_(matrix_dtype), quant_(quant) {}
 
-  Expected<Tensor> get(const std::string& name, const Shape& shape) { return src_.get_f32(name, shape); }
+  Expected<Tensor> get(const std::string& name, const Shape& shape) const { return src_.get_f32(name, shape); }
+  // A matrix's stored values (a view of the checkpoint when f32/bf16/f16; see get_native).
+  Expected<Tensor> native(const std::string& name, const Shape& shape) const { return src_.get_native(name, shape); }
   // A projection matrix (an operand of Ops::matmul / head_matmul / embedding) in the
   // dtype asked for. BF16 checkpoints convert to BF16 exactly, so keeping them BF16
   // halves memory and the bytes a decode step streams without changing a weight.
-  Tensor mat(Tensor t) const { return t.dtype() == matrix_dtype_ ? t : to_dtype(t, matrix_dtype_); }
+  Tensor mat(const Tensor& t) const { return to_dtype(t, matrix_dtype_); }
   // A large dense matrix: re-quantized when DENSE asks for it (load_glm5_weights' comment
-  // lists which), else as mat(). A BF16 checkpoint's weights are rounded to bf16 first,
-  // which they already are, so q4/fp8 see the checkpoint's own values.
+  // lists which), else as mat(). q4/fp8 see the checkpoint's own values (bf16 and f32
+  // are read exactly; other dtypes go through f32).
   Expected<Matrix> qmat(const Tensor& t, const std::string& name) const {
     if (quant_ == MatrixFormat::kDense) return Matrix(mat(t));
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16) return quantize_matrix(to_dtype(t, DType::kF32), quant_, name);
     return quantize_matrix(t, quant_, name);
-  }  bool has(const std::string& name) const { return src_.has(name); }
+  }
+  // The dtype a matrix built from `parts` is assembled in: its final one when it stays
+  // dense, else one that holds every part's values exactly (for quantize_matrix).
+  DType build_dtype(bool quantize, std::initializer_list<const Tensor*> parts) const {
+    if (!quantize || quant_ == MatrixFormat::kDense) return matrix_dtype_;
+    for (const Tensor* t : parts)
+      if (t->dtype() != DType::kBF16) return DType::kF32;
+    return DType::kBF16;
+  }
+  bool has(const std::string& name) const { return src_.has(name); }
+
+  // An MLP's three matrices as stored (views when they can be).
+  struct MlpParts {
+    Tensor gate, up, down;
+  };
+  Expected<MlpParts> mlp_parts(const std::string& p, int64_t inter) const {
+    const int64_t h = cfg_.hidden_size;
+    MlpParts m;
+    TF_ASSIGN_OR_RETURN(m.gate, native(p + "gate_proj.weight", {inter, h}));
+    TF_ASSIGN_OR_RETURN(m.up, native(p + "up_proj.weight", {inter, h}));
+    TF_ASSIGN_OR_RETURN(m.down, native(p + "down_proj.weight", {h, inter}));
+    return m;
+  }
+  // This rank's gate rows, then its up rows, written into packed `gate_up` [2*I_l, H].
+  static void put_gate_up(Tensor& gate_up, const MlpParts& m, const ShardRange& s) {
+    put_rows(gate_up, 0, m.gate, s.begin, s.end);
+    put_rows(gate_up, s.size(), m.up, s.begin, s.end);
+  }
 
   // A dense MLP or shared expert (`quantize`), or a routed expert (never re-quantized:
   // the experts are stacked dense for Ops::moe_experts).
-  Expected<MlpWeights> mlp(const std::string& p, int64_t inter, bool quantize = true) {
-    const int64_t h = cfg_.hidden_size;
+  Expected<MlpWeights> mlp(const std::string& p, int64_t inter, bool quantize = true) const {
     const ShardRange s = shard_range(inter, rank_, world_);
-    TF_ASSIGN_OR_RETURN(Tensor g, get(p + "gate_proj.weight", {inter, h}));
-    TF_ASSIGN_OR_RETURN(Tensor u, get(p + "up_proj.weight", {inter, h}));
-    TF_ASSIGN_OR_RETURN(Tensor d, get(p + "down_proj.weight", {h, inter}));
+    TF_ASSIGN_OR_RETURN(MlpParts m, mlp_parts(p, inter));
+    Tensor gate_up = Tensor::empty({2 * s.size(), cfg_.hidden_size}, build_dtype(quantize, {&m.gate, &m.up}));
+    put_gate_up(gate_up, m, s);
+    Tensor down = cut_cols(m.down, s.begin, s.end, build_dtype(quantize, {&m.down}));
     MlpWeights w;
-    Tensor gate_up = concat_rows(rows(g, s.begin, s.end), rows(u, s.begin, s.end));
     if (!quantize) {
-      w.gate_up = mat(gate_up);
-      w.down = mat(cols(d, s.begin, s.end));
+      w.gate_up = std::move(gate_up);
+      w.down = std::move(down);
       return w;
     }
     TF_ASSIGN_OR_RETURN(w.gate_up, qmat(gate_up, p + "gate_proj/up_proj"));
-    TF_ASSIGN_OR_RETURN(w.down, qmat(cols(d, s.begin, s.end), p + "down_proj.weight"));
+    TF_ASSIGN_OR_RETURN(w.down, qmat(down, p + "down_proj.weight"));
     return w;
   }
 
-  // A routed expert: EXL3 when the checkpoint stores it so, else like any MLP.
-  Expected<MlpWeights> expert(const std::string& p) {
+  // A routed expert stored EXL3, or nullopt when the checkpoint stores it unquantized.
+  Expected<std::optional<MlpWeights>> exl3_expert(const std::string& p) const {
     const int64_t h = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> gate, src_.get_exl3(p + "gate_proj.weight", h, inter));
-    if (!gate) return mlp(p, inter, /*quantize=*/false);
+    if (!gate) return std::optional<MlpWeights>();
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> up, src_.get_exl3(p + "up_proj.weight", h, inter));
     TF_ASSIGN_OR_RETURN(std::optional<Exl3Weight> down, src_.get_exl3(p + "down_proj.weight", inter, h));
     if (!up || !down) return invalid_argument(p + "gate_proj is stored EXL3 but up_proj / down_proj are not");
@@ -107,10 +207,10 @@ class Loader {
     MlpWeights w;
     w.exl3 = std::move(e);
     w.exl3_intermediate = s.size();
-    return w;
+    return std::optional<MlpWeights>(std::move(w));
   }
 
-  Expected<HyperConnectionWeights> hc(const std::string& p) {
+  Expected<HyperConnectionWeights> hc(const std::string& p) const {
     const int64_t m = cfg_.hc_mult, mix = (2 + m) * m;
     HyperConnectionWeights w;
     TF_ASSIGN_OR_RETURN(w.fn, get(p + "_fn", {mix, m * cfg_.hidden_size}));
@@ -119,16 +219,16 @@ class Loader {
     return w;
   }
 
-  Expected<KdaWeights> kda(const std::string& p) {
+  Expected<KdaWeights> kda(const std::string& p) const {
     const int64_t h = cfg_.hidden_size, nh = cfg_.linear_num_heads, dk = cfg_.linear_head_dim;
     const int64_t kw = cfg_.linear_conv_kernel_dim, c = nh * dk;
     const ShardRange hs = shard_range(nh, rank_, world_);
     const int64_t c0 = hs.begin * dk, c1 = hs.end * dk;
     KdaWeights w;
     w.heads = hs.size();
-    TF_ASSIGN_OR_RETURN(Tensor q, get(p + "q_proj.weight", {c, h}));
-    TF_ASSIGN_OR_RETURN(Tensor k, get(p + "k_proj.weight", {c, h}));
-    TF_ASSIGN_OR_RETURN(Tensor v, get(p + "v_proj.weight", {c, h}));
+    TF_ASSIGN_OR_RETURN(Tensor q, native(p + "q_proj.weight", {c, h}));
+    TF_ASSIGN_OR_RETURN(Tensor k, native(p + "k_proj.weight", {c, h}));
+    TF_ASSIGN_OR_RETURN(Tensor v, native(p + "v_proj.weight", {c, h}));
     TF_ASSIGN_OR_RETURN(w.q_proj, qmat(rows(q, c0, c1), p + "q_proj.weight"));
     TF_ASSIGN_OR_RETURN(w.k_proj, qmat(rows(k, c0, c1), p + "k_proj.weight"));
     TF_ASSIGN_OR_RETURN(w.v_proj, qmat(rows(v, c0, c1), p + "v_proj.weight"));
@@ -138,44 +238,44 @@ class Loader {
     w.q_conv = rows(qc.reshape({c, kw}), c0, c1);
     w.k_conv = rows(kc.reshape({c, kw}), c0, c1);
     w.v_conv = rows(vc.reshape({c, kw}), c0, c1);
-    TF_ASSIGN_OR_RETURN(Tensor fa, get(p + "f_a_proj.weight", {dk, h}));
+    TF_ASSIGN_OR_RETURN(Tensor fa, native(p + "f_a_proj.weight", {dk, h}));
     w.f_a = mat(fa);
-    TF_ASSIGN_OR_RETURN(Tensor fb, get(p + "f_b_proj.weight", {c, dk}));
+    TF_ASSIGN_OR_RETURN(Tensor fb, native(p + "f_b_proj.weight", {c, dk}));
     w.f_b = mat(rows(fb, c0, c1));
     TF_ASSIGN_OR_RETURN(Tensor dt, get(p + "dt_bias", {c}));
     w.dt_bias = rows(dt, c0, c1);
     TF_ASSIGN_OR_RETURN(Tensor al, get(p + "A_log", {nh}));
     w.a_log = rows(al, hs.begin, hs.end);
-    TF_ASSIGN_OR_RETURN(Tensor bp, get(p + "b_proj.weight", {nh, h}));
+    TF_ASSIGN_OR_RETURN(Tensor bp, native(p + "b_proj.weight", {nh, h}));
     w.b_proj = mat(rows(bp, hs.begin, hs.end));
-    TF_ASSIGN_OR_RETURN(Tensor ga, get(p + "g_a_proj.weight", {dk, h}));
+    TF_ASSIGN_OR_RETURN(Tensor ga, native(p + "g_a_proj.weight", {dk, h}));
     w.g_a = mat(ga);
-    TF_ASSIGN_OR_RETURN(Tensor gb, get(p + "g_b_proj.weight", {c, dk}));
+    TF_ASSIGN_OR_RETURN(Tensor gb, native(p + "g_b_proj.weight", {c, dk}));
     w.g_b = mat(rows(gb, c0, c1));
     TF_ASSIGN_OR_RETURN(w.o_norm, get(p + "o_norm.weight", {dk}));
-    TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, c}));
-    TF_ASSIGN_OR_RETURN(w.o_proj, qmat(cols(op, c0, c1), p + "o_proj.weight"));
+    TF_ASSIGN_OR_RETURN(Tensor op, native(p + "o_proj.weight", {h, c}));
+    TF_ASSIGN_OR_RETURN(w.o_proj, qmat(cut_cols(op, c0, c1, build_dtype(true, {&op})), p + "o_proj.weight"));
     return w;
   }
 
-  Expected<IndexerWeights> indexer(const std::string& p) {
+  Expected<IndexerWeights> indexer(const std::string& p) const {
     const int64_t h = cfg_.hidden_size, hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
     IndexerWeights w;
-    TF_ASSIGN_OR_RETURN(Tensor wq_b, get(p + "wq_b.weight", {hi * di, cfg_.q_lora_rank}));
+    TF_ASSIGN_OR_RETURN(Tensor wq_b, native(p + "wq_b.weight", {hi * di, cfg_.q_lora_rank}));
     w.wq_b = mat(wq_b);
-    TF_ASSIGN_OR_RETURN(Tensor wk, get(p + "wk.weight", {di, h}));
+    TF_ASSIGN_OR_RETURN(Tensor wk, native(p + "wk.weight", {di, h}));
     w.wk = mat(wk);
     TF_ASSIGN_OR_RETURN(w.k_norm_w, get(p + "k_norm.weight", {di}));
     TF_ASSIGN_OR_RETURN(w.k_norm_b, get(p + "k_norm.bias", {di}));
-    TF_ASSIGN_OR_RETURN(Tensor wp, get(p + "weights_proj.weight", {hi, h}));
+    TF_ASSIGN_OR_RETURN(Tensor wp, native(p + "weights_proj.weight", {hi, h}));
     w.weights_proj = mat(wp);
     TF_ASSIGN_OR_RETURN(w.ape, get(p + "index_kpool_compress_ape", {cfg_.index_kpool, di}));
-    TF_ASSIGN_OR_RETURN(Tensor cg, get(p + "index_kpool_compress_gate", {di, h}));
+    TF_ASSIGN_OR_RETURN(Tensor cg, native(p + "index_kpool_compress_gate", {di, h}));
     w.compress_gate = mat(cg);
     return w;
   }
 
-  Expected<MlaWeights> mla(const std::string& p, bool with_indexer) {
+  Expected<MlaWeights> mla(const std::string& p, bool with_indexer) const {
     const int64_t h = cfg_.hidden_size, nh = cfg_.num_attention_heads, r = cfg_.kv_lora_rank;
     const int64_t dqk = cfg_.qk_head_dim, dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim;
     const int64_t ql = cfg_.q_lora_rank, rope = cfg_.qk_rope_head_dim;
@@ -183,12 +283,12 @@ class Loader {
     const ShardRange hs = shard_range(nh, rank_, world_);
     MlaWeights w;
     w.heads = hs.size();
-    TF_ASSIGN_OR_RETURN(Tensor qa, get(p + "q_a_proj.weight", {ql, h}));
+    TF_ASSIGN_OR_RETURN(Tensor qa, native(p + "q_a_proj.weight", {ql, h}));
     TF_ASSIGN_OR_RETURN(w.q_a, qmat(qa, p + "q_a_proj.weight"));
     TF_ASSIGN_OR_RETURN(w.q_a_norm, get(p + "q_a_layernorm.weight", {ql}));
-    TF_ASSIGN_OR_RETURN(Tensor qb, get(p + "q_b_proj.weight", {nh * dqk, ql}));
+    TF_ASSIGN_OR_RETURN(Tensor qb, native(p + "q_b_proj.weight", {nh * dqk, ql}));
     TF_ASSIGN_OR_RETURN(w.q_b, qmat(rows(qb, hs.begin * dqk, hs.end * dqk), p + "q_b_proj.weight"));
-    TF_ASSIGN_OR_RETURN(Tensor kva, get(p + "kv_a_proj_with_mqa.weight", {r + rope, h}));
+    TF_ASSIGN_OR_RETURN(Tensor kva, native(p + "kv_a_proj_with_mqa.weight", {r + rope, h}));
     TF_ASSIGN_OR_RETURN(w.kv_a, qmat(kva, p + "kv_a_proj_with_mqa.weight"));
     TF_ASSIGN_OR_RETURN(w.kv_a_norm, get(p + "kv_a_layernorm.weight", {r}));
     TF_ASSIGN_OR_RETURN(Tensor kvb, get(p + "kv_b_proj.weight", {nh * (dn + dv), r}));
@@ -202,8 +302,8 @@ class Loader {
     }
     w.w_uk_t = mat(w.w_uk_t);
     w.w_uv = mat(w.w_uv);
-    TF_ASSIGN_OR_RETURN(Tensor op, get(p + "o_proj.weight", {h, nh * dv}));
-    TF_ASSIGN_OR_RETURN(w.o_proj, qmat(cols(op, hs.begin * dv, hs.end * dv), p + "o_proj.weight"));
+    TF_ASSIGN_OR_RETURN(Tensor op, native(p + "o_proj.weight", {h, nh * dv}));
+    TF_ASSIGN_OR_RETURN(w.o_proj, qmat(cut_cols(op, hs.begin * dv, hs.end * dv, build_dtype(true, {&op})), p + "o_proj.weight"));
     if (with_indexer) {
       TF_ASSIGN_OR_RETURN(IndexerWeights iw, indexer(p + "indexer."));
       w.indexer = std::move(iw);
@@ -211,7 +311,7 @@ class Loader {
     return w;
   }
 
-  Expected<MoeWeights> moe(const std::string& p) {
+  Expected<MoeWeights> moe(const std::string& p) const {
     const int64_t h = cfg_.hidden_size, e = cfg_.n_routed_experts;
     MoeWeights w;
     TF_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight", {e, h}));
@@ -223,28 +323,27 @@ class Loader {
   }
 
   // The routed experts, stacked into w.experts_gate_up [E, 2I_l, H] / w.experts_down
-  // [E, H, I_l] as they load (so a layer's experts are never held twice). When an
-  // EXL3 expert shows up they go to w.experts one by one instead (the experts stacked
-  // so far become views of the stack).
-  Status experts(const std::string& p, int64_t e, MoeWeights& w) {
+  // [E, H, I_l] as they load, each written straight into its slot (so a layer's
+  // experts are never held twice). When an EXL3 expert shows up they go to w.experts
+  // one by one instead (the experts stacked so far become views of the stack).
+  Status experts(const std::string& p, int64_t e, MoeWeights& w) const {
+    const int64_t h = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
+    const int64_t il = shard_range(inter, rank_, world_).size();
     Tensor gu, dn;
     bool stacked = true;
     for (int64_t i = 0; i < e; ++i) {
       const std::string name = p + std::to_string(i) + ".";
-      TF_ASSIGN_OR_RETURN(MlpWeights ex, expert(name));
-      if (stacked && !ex.exl3) {
+      TF_ASSIGN_OR_RETURN(std::optional<MlpWeights> ex, exl3_expert(name));
+      if (stacked && !ex) {
         if (i == 0) {
-          gu = Tensor::empty({e, ex.gate_up.size(0), ex.gate_up.size(1)}, ex.gate_up.dtype());
-          dn = Tensor::empty({e, ex.down.size(0), ex.down.size(1)}, ex.down.dtype());
+          gu = Tensor::empty({e, 2 * il, h}, matrix_dtype_);
+          dn = Tensor::empty({e, h, il}, matrix_dtype_);
         }
-        for (auto [dst, src, what] :
-             {std::tuple{&gu, &ex.gate_up.dense(), "gate_up"}, {&dn, &ex.down.dense(), "down_proj"}}) {
-          Tensor slot = dst->select(0, i);
-          if (slot.shape() != src->shape() || slot.dtype() != src->dtype())
-            return invalid_argument(name + what + ": " + src->describe() + " differs from the layer's first expert (" +
-                                    slot.describe() + ")");
-          slot.copy_from(*src);
-        }
+        TF_ASSIGN_OR_RETURN(MlpParts m, mlp_parts(name, inter));
+        const ShardRange s = shard_range(inter, rank_, world_);
+        Tensor gu_slot = gu.select(0, i), dn_slot = dn.select(0, i);
+        put_gate_up(gu_slot, m, s);
+        put_cols(dn_slot, m.down, s.begin, s.end);
         continue;
       }
       if (stacked) {
@@ -256,7 +355,12 @@ class Loader {
         }
         stacked = false;
       }
-      w.experts.push_back(std::move(ex));
+      if (!ex) {
+        TF_ASSIGN_OR_RETURN(MlpWeights dense, mlp(name, inter, /*quantize=*/false));
+        w.experts.push_back(std::move(dense));
+      } else {
+        w.experts.push_back(std::move(*ex));
+      }
     }
     if (stacked) {
       w.experts_gate_up = std::move(gu);
@@ -268,7 +372,7 @@ class Loader {
 
   // The EXL3 expert table when every expert is EXL3 with one layout (views of the same
   // tensors, nothing copied); mixed layers keep the per-expert path.
-  void exl3_table(const std::string& p, MoeWeights& w) {
+  void exl3_table(const std::string& p, MoeWeights& w) const {
     if (w.experts.empty()) return;
     auto t = std::make_shared<Exl3ExpertTable>();
     t->hidden = cfg_.hidden_size;
@@ -283,7 +387,7 @@ class Loader {
   }
 
   // One decoder layer (or the MTP block when `mtp`: MLA with indexer + MoE, no mHC).
-  Expected<LayerWeights> layer(int i, bool mtp) {
+  Expected<LayerWeights> layer(int i, bool mtp) const {
     const std::string p = "model.language_model.layers." + std::to_string(i) + ".";
     const int64_t h = cfg_.hidden_size;
     LayerWeights w;
@@ -327,35 +431,69 @@ Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5Te
     return invalid_argument("load_glm5_weights: rank " + std::to_string(rank) + " of " + std::to_string(world));
   if (cfg.linear_num_heads < world || cfg.num_attention_heads < world)
     return invalid_argument("tensor parallelism: more ranks than attention heads");
-  Loader ld(source, cfg, rank, world, matrix_dtype, dense_quant);
+  const Loader ld(source, cfg, rank, world, matrix_dtype, dense_quant);
   const int64_t h = cfg.hidden_size, v = cfg.vocab_size;
+  const bool with_mtp = cfg.num_nextn_predict_layers > 0;
+  const int n = cfg.num_hidden_layers + (with_mtp ? 1 : 0);
+  // Layers (the MTP block last) on worker threads and this one; each result goes to its
+  // slot, so the weights do not depend on which thread built what. An error stops the
+  // handing out of layers; every lower layer was handed out before, so the first error
+  // in layer order is the one the sequential load would report.
+  std::vector<std::optional<LayerWeights>> built(static_cast<size_t>(n));
+  std::vector<Status> errors(static_cast<size_t>(n));
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  auto guarded = [](const auto& fn) -> Status {
+    try {
+      return fn();
+    } catch (const StatusError& e) {
+      return e.status();
+    } catch (const std::exception& e) {
+      return internal_error(std::string("loading weights: ") + e.what());
+    }
+  };
+  auto work = [&] {
+    for (int i = 0; !failed.load() && (i = next.fetch_add(1)) < n;) {
+      errors[i] = guarded([&]() -> Status {
+        TF_ASSIGN_OR_RETURN(LayerWeights lw, ld.layer(i, i == cfg.num_hidden_layers));
+        built[i] = std::move(lw);
+        return Status::ok();
+      });
+      if (!errors[i].is_ok()) failed = true;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < load_threads(n); ++t) threads.emplace_back(work);
   Glm5Weights w;
-  TF_ASSIGN_OR_RETURN(w.embed, ld.get("model.language_model.embed_tokens.weight", {v, h}));
-  TF_ASSIGN_OR_RETURN(w.norm, ld.get("model.language_model.norm.weight", {h}));
-  w.vocab = shard_range(v, rank, world);
-  if (ld.has("lm_head.weight") || !cfg.tie_word_embeddings) {
-    TF_ASSIGN_OR_RETURN(Tensor head, ld.get("lm_head.weight", {v, h}));
-    w.lm_head = ld.mat(rows(head, w.vocab.begin, w.vocab.end));
-  } else {
-    w.lm_head = ld.mat(rows(w.embed, w.vocab.begin, w.vocab.end));
-  }
-  w.embed = ld.mat(w.embed);
-  for (int i = 0; i < cfg.num_hidden_layers; ++i) {
-    TF_ASSIGN_OR_RETURN(LayerWeights lw, ld.layer(i, false));
-    w.layers.push_back(std::move(lw));
-  }
-  if (cfg.num_nextn_predict_layers > 0) {
-    const int i = cfg.num_hidden_layers;
-    const std::string p = "model.language_model.layers." + std::to_string(i) + ".";
+  const Status top = guarded([&]() -> Status {
+    TF_ASSIGN_OR_RETURN(Tensor embed, ld.native("model.language_model.embed_tokens.weight", {v, h}));
+    TF_ASSIGN_OR_RETURN(w.norm, ld.get("model.language_model.norm.weight", {h}));
+    w.vocab = shard_range(v, rank, world);
+    if (ld.has("lm_head.weight") || !cfg.tie_word_embeddings) {
+      TF_ASSIGN_OR_RETURN(Tensor head, ld.native("lm_head.weight", {v, h}));
+      w.lm_head = ld.mat(rows(head, w.vocab.begin, w.vocab.end));
+    } else {
+      w.lm_head = ld.mat(rows(embed, w.vocab.begin, w.vocab.end));
+    }
+    w.embed = ld.mat(embed);
+    if (!with_mtp) return Status::ok();
+    const std::string p = "model.language_model.layers." + std::to_string(cfg.num_hidden_layers) + ".";
     MtpWeights m;
     TF_ASSIGN_OR_RETURN(m.enorm, ld.get(p + "enorm.weight", {h}));
     TF_ASSIGN_OR_RETURN(m.hnorm, ld.get(p + "hnorm.weight", {h}));
     TF_ASSIGN_OR_RETURN(m.shared_head_norm, ld.get(p + "shared_head.norm.weight", {h}));
-    TF_ASSIGN_OR_RETURN(Tensor eh, ld.get(p + "eh_proj.weight", {h, 2 * h}));
+    TF_ASSIGN_OR_RETURN(Tensor eh, ld.native(p + "eh_proj.weight", {h, 2 * h}));
     TF_ASSIGN_OR_RETURN(m.eh_proj, ld.qmat(eh, p + "eh_proj.weight"));
-    TF_ASSIGN_OR_RETURN(m.block, ld.layer(i, true));
     w.mtp = std::move(m);
-  }
+    return Status::ok();
+  });
+  if (!top.is_ok()) failed = true;
+  work();
+  for (std::thread& t : threads) t.join();
+  TF_RETURN_IF_ERROR(top);
+  for (const Status& st : errors) TF_RETURN_IF_ERROR(st);
+  for (int i = 0; i < cfg.num_hidden_layers; ++i) w.layers.push_back(std::move(*built[i]));
+  if (with_mtp) w.mtp->block = std::move(*built[cfg.num_hidden_layers]);
   return w;
 }
 

@@ -19,7 +19,15 @@
 // experts (which run eagerly). Prefill and mixed steps (any entry with more than one
 // token) run everything eagerly: the decode rows of a mixed step go through the same
 // *_rows ops as a graph step's, but chunked prefill is not captured (its launches
-// depend on the lengths). With graphs off (GRAPHS=0, TP) run() is simply the body.
+// depend on the lengths). With graphs off (GRAPHS=0) run() is simply the body.
+//
+// Tensor parallelism: a segment's collectives (the all-reduces after the attention
+// and FFN outputs, the logits all-gather) are captured with it (NCCL calls enqueue
+// on the capturing stream, comm/nccl_communicator.h). Every rank runs the same steps
+// on the same rows, so every rank creates, captures and replays the same entries in
+// the same order, which NCCL requires of captured collectives. The model watches a
+// graph step's replays as a whole (Communicator::flush, bounded by the op timeout)
+// in place of the per-call watch of eager collectives.
 //
 // A graph replays on fixed addresses, so every entry owns its input and output buffers
 // ([bucket, ...]):

@@ -1,0 +1,324 @@
+// cuda_smallops_bench: the small decode ops of a GLM-5.3-Flash layer at 1 and 8
+// rows (issue #8's batch-1 target), each timed inside a CUDA graph of many calls
+// (kernel time as in a graphed decode step, launch cost excluded), "before" (the
+// kernels the lean ones replaced: small_gemm with one K slice, the ops under
+// legacy_small_ops()) beside "after" (the defaults), in one run.
+//
+// Matmuls stream distinct weight copies (>= 256 MB in all, more than L2) so every
+// call reads its weights from HBM as in decode: us per call, weight GB/s and % of
+// the measured HBM copy bandwidth. The other ops read activations that the
+// previous kernel just wrote (L2-resident), so their figure is latency.
+// Self-checking: "after" is compared with "before" (matmul within 1e-5 relative,
+// the rest bit for bit, router ids equal); a mismatch prints "[smallops] FAIL"
+// and the exit code is 1.
+//   cuda_smallops_bench
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/legacy_small_ops.h"
+#include "kernels/cuda/small_gemm.h"
+
+#define SB_CUDA(call)                                                                              \
+  do {                                                                                             \
+    const cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "cuda_smallops_bench: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+namespace {
+
+using tf::DType;
+using tf::Tensor;
+
+int g_failures = 0;
+
+Tensor host_randn(const tf::Shape& shape, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(static_cast<size_t>(tf::shape_numel(shape)));
+  for (float& x : v) x = nd(rng);
+  return Tensor::from_floats(shape, v);
+}
+
+// Seconds per call of `calls` enqueues captured into one graph on `stream` and
+// replayed (GPU time between events).
+double graph_time(cudaStream_t stream, int calls, const std::function<void(int)>& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  SB_CUDA(cudaDeviceSynchronize());
+  SB_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) enqueue(i);
+  SB_CUDA(cudaStreamEndCapture(stream, &graph));
+  SB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t t0, t1;
+  SB_CUDA(cudaEventCreate(&t0));
+  SB_CUDA(cudaEventCreate(&t1));
+  SB_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
+  SB_CUDA(cudaEventRecord(t0, stream));
+  SB_CUDA(cudaGraphLaunch(exec, stream));
+  SB_CUDA(cudaEventRecord(t1, stream));
+  SB_CUDA(cudaEventSynchronize(t1));
+  float ms = 0;
+  SB_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+  const int reps = static_cast<int>(std::clamp(30.0 / std::max(ms, 1e-3f), 1.0, 20.0));
+  SB_CUDA(cudaEventRecord(t0, stream));
+  for (int r = 0; r < reps; ++r) SB_CUDA(cudaGraphLaunch(exec, stream));
+  SB_CUDA(cudaEventRecord(t1, stream));
+  SB_CUDA(cudaEventSynchronize(t1));
+  SB_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms / 1e3 / (static_cast<double>(reps) * calls);
+}
+
+void report(const char* op, const std::string& shape, int64_t rows, double before, double after, double bytes,
+            double hbm, const std::string& extra) {
+  std::printf("[smallops] %-22s %-26s rows=%-2lld before %7.2f us  after %7.2f us  x%.2f", op, shape.c_str(),
+              static_cast<long long>(rows), before * 1e6, after * 1e6, before / after);
+  if (bytes > 0)
+    std::printf("  %6.0f GB/s %5.1f%% HBM (before %5.1f%%)", bytes / after / 1e9, 100.0 * bytes / after / hbm,
+                100.0 * bytes / before / hbm);
+  std::printf("%s\n", extra.c_str());
+  std::printf(
+      "{\"bench\": \"smallops\", \"op\": \"%s\", \"shape\": \"%s\", \"rows\": %lld, \"us_before\": %.3f, "
+      "\"us_after\": %.3f, \"pct_hbm\": %.2f}\n",
+      op, shape.c_str(), static_cast<long long>(rows), before * 1e6, after * 1e6,
+      bytes > 0 ? 100.0 * bytes / after / hbm : 0.0);
+}
+
+void check(bool ok, const char* op, const std::string& what) {
+  if (ok) return;
+  ++g_failures;
+  std::printf("[smallops] FAIL %s: %s\n", op, what.c_str());
+}
+
+// Largest |a - b| over the largest |a| (floor 1e-30).
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return a.size() != b.size() ? INFINITY : worst / scale;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct MatCase {
+  const char* name;
+  int64_t n, k;
+  DType dt;
+};
+
+void bench_matmul(tf::Ops& ops, cudaStream_t stream, double hbm, const MatCase& mc) {
+  const double wbytes = static_cast<double>(tf::dtype_size(mc.dt)) * mc.n * mc.k;
+  const int copies = static_cast<int>(std::clamp(std::ceil(256e6 / wbytes), 1.0, 256.0));
+  std::vector<Tensor> ws;
+  const Tensor host_w = host_randn({mc.n, mc.k}, 7, 0.02f).to_dtype(mc.dt);
+  for (int i = 0; i < copies; ++i) ws.push_back(ops.to_device(host_w));
+  const int splits = tf::cuda::small_gemm_k_splits(mc.n, mc.k, 1);
+  for (int64_t m : {1, 8}) {
+    const Tensor x = ops.to_device(host_randn({m, mc.k}, 11 + static_cast<uint32_t>(m)));
+    Tensor out_b = ops.empty({m, mc.n}), out_a = ops.empty({m, mc.n});
+    tf::cuda::SmallGemmArgs a;
+    a.ldo = mc.n;
+    a.x = x.data<float>();
+    a.ldx = mc.k;
+    a.w_dtype = mc.dt;
+    a.m = m;
+    a.n = mc.n;
+    a.k = mc.k;
+    auto run = [&](Tensor& out, int ks, int i) {
+      a.out = out.data<float>();
+      a.w = ws[i % copies].raw();
+      tf::cuda::small_gemm(stream, a, 0, ks);
+    };
+    const double before = graph_time(stream, copies, [&](int i) { run(out_b, 1, i); });
+    const double after = graph_time(stream, copies, [&](int i) { run(out_a, 0, i); });
+    SB_CUDA(cudaDeviceSynchronize());
+    const double d = rel_diff(ops.to_host(out_b).to_vector(), ops.to_host(out_a).to_vector());
+    check(d <= 1e-5, mc.name, "k-split result differs by " + std::to_string(d));
+    const std::string shape = std::to_string(mc.n) + "x" + std::to_string(mc.k) + " " + tf::dtype_name(mc.dt);
+    report(mc.name, shape, m, before, after, wbytes, hbm, "  k_splits " + std::to_string(splits));
+  }
+}
+
+// Times fn under the legacy switch (before) and without (after); `outs` are
+// compared bit for bit after one eager call each.
+void bench_op(tf::Ops& ops, cudaStream_t stream, const char* name, const std::string& shape, int64_t rows,
+              const std::function<void()>& fn, const std::vector<Tensor*>& outs, double bytes, double hbm,
+              bool bit_exact = true) {
+  const int calls = 200;
+  auto snapshot = [&]() {
+    std::vector<std::vector<float>> v;
+    for (Tensor* t : outs)
+      v.push_back(t->dtype() == DType::kF32 ? ops.to_host(*t).to_vector() : std::vector<float>());
+    return v;
+  };
+  tf::cuda::legacy_small_ops() = true;
+  fn();
+  SB_CUDA(cudaDeviceSynchronize());
+  const auto ref = snapshot();
+  std::vector<Tensor> ref_raw;
+  for (Tensor* t : outs) ref_raw.push_back(ops.to_host(*t));
+  const double before = graph_time(stream, calls, [&](int) { fn(); });
+  tf::cuda::legacy_small_ops() = false;
+  fn();
+  SB_CUDA(cudaDeviceSynchronize());
+  const auto got = snapshot();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor h = ops.to_host(*outs[i]);
+    if (outs[i]->dtype() != DType::kF32) {
+      const size_t nbytes = static_cast<size_t>(h.numel()) * tf::dtype_size(h.dtype());
+      check(std::memcmp(h.raw(), ref_raw[i].raw(), nbytes) == 0, name,
+            "output " + std::to_string(i) + " differs");
+    } else if (bit_exact) {
+      check(same_bits(ref[i], got[i]), name, "output " + std::to_string(i) + " bits differ");
+    } else {
+      const double d = rel_diff(ref[i], got[i]);
+      check(d <= 1e-6, name, "output " + std::to_string(i) + " differs by " + std::to_string(d));
+    }
+  }
+  const double after = graph_time(stream, calls, [&](int) { fn(); });
+  report(name, shape, rows, before, after, bytes, hbm, "");
+}
+
+}  // namespace
+
+int main() {
+  auto made = tf::make_cuda_ops(0);
+  if (!made) {
+    std::fprintf(stderr, "cuda_smallops_bench: %s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  tf::Ops& ops = **made;
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(tf::cuda_ops_stream(ops));
+  cudaDeviceProp prop{};
+  SB_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("cuda_smallops_bench: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  std::fflush(stdout);
+  const size_t copy_bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  SB_CUDA(cudaMalloc(&a, copy_bytes));
+  SB_CUDA(cudaMalloc(&b, copy_bytes));
+  SB_CUDA(cudaMemcpy(b, a, copy_bytes, cudaMemcpyDeviceToDevice));
+  cudaEvent_t e0, e1;
+  SB_CUDA(cudaEventCreate(&e0));
+  SB_CUDA(cudaEventCreate(&e1));
+  SB_CUDA(cudaEventRecord(e0));
+  for (int i = 0; i < 5; ++i) SB_CUDA(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice));
+  SB_CUDA(cudaEventRecord(e1));
+  SB_CUDA(cudaEventSynchronize(e1));
+  float ms = 0;
+  SB_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  const double hbm = 2.0 * 5 * copy_bytes / (ms / 1e3);
+  cudaFree(a);
+  cudaFree(b);
+  std::printf("[smallops] measured HBM bandwidth (D2D copy): %.0f GB/s\n", hbm / 1e9);
+
+  try {
+    // The decode-step matmuls of the synthetic GLM-5.3-Flash geometry (hidden 4096).
+    const MatCase mats[] = {
+        {"kda_f_a/g_a", 128, 4096, DType::kBF16},     {"kda_f_b/g_b", 8192, 128, DType::kBF16},
+        {"kda_b_proj", 64, 4096, DType::kBF16},       {"moe_router_288", 288, 4096, DType::kF32},
+        {"moe_router_8", 8, 4096, DType::kF32},       {"mhc_fn", 24, 16384, DType::kF32},
+        {"idx_wk/compress", 128, 4096, DType::kBF16}, {"idx_weights_proj", 32, 4096, DType::kBF16},
+        {"idx_wq_b", 4096, 1536, DType::kBF16},       {"mla_q_a(bf16)", 1536, 4096, DType::kBF16},
+        {"mla_kv_a(bf16)", 512, 4096, DType::kBF16},
+    };
+    for (const MatCase& mc : mats) {
+      bench_matmul(ops, stream, hbm, mc);
+      std::fflush(stdout);
+    }
+
+    for (int64_t rows : {1, 8}) {
+      const uint32_t s = static_cast<uint32_t>(rows);
+      for (auto [d, with_w] :
+           {std::pair<int64_t, bool>{4096, true}, {16384, false}, {1536, true}, {512, true}}) {
+        const Tensor x = ops.to_device(host_randn({rows, d}, 20 + s));
+        const Tensor w = with_w ? ops.to_device(host_randn({d}, 21)) : Tensor();
+        Tensor y = ops.empty({rows, d});
+        bench_op(
+            ops, stream, "rms_norm", "d=" + std::to_string(d) + (with_w ? "" : " no weight"), rows,
+            [&]() { ops.rms_norm(y, x, w, 1e-6f); }, {&y}, 0, hbm, false);
+      }
+      {
+        const Tensor x = ops.to_device(host_randn({rows, 8192}, 22 + s));
+        const Tensor g = ops.to_device(host_randn({rows, 8192}, 23 + s));
+        const Tensor w = ops.to_device(host_randn({128}, 24));
+        Tensor y = ops.empty({rows, 8192});
+        bench_op(
+            ops, stream, "gated_rms_norm", "64 heads x 128", rows,
+            [&]() { ops.gated_rms_norm(y, x, g, w, 1e-6f); }, {&y}, 0, hbm, false);
+      }
+      {
+        const int64_t m = 4, width = (2 + m) * m;
+        const Tensor mix = ops.to_device(host_randn({rows, width}, 25 + s));
+        const Tensor base = ops.to_device(host_randn({width}, 26, 0.1f));
+        const Tensor scale = ops.to_device(host_randn({3}, 27, 0.5f));
+        Tensor pre = ops.empty({rows, m}), post = ops.empty({rows, m}), comb = ops.empty({rows, m, m});
+        bench_op(
+            ops, stream, "mhc_coefficients", "hc 4, sinkhorn 20", rows,
+            [&]() { ops.mhc_coefficients(pre, post, comb, mix, base, scale, 1e-6f, 20); },
+            {&pre, &post, &comb}, 0, hbm);
+        const Tensor streams = ops.to_device(host_randn({rows, m, 4096}, 28 + s));
+        Tensor collapsed = ops.empty({rows, 4096});
+        bench_op(
+            ops, stream, "mhc_collapse", "hc 4 x 4096", rows,
+            [&]() { ops.mhc_collapse(collapsed, streams, pre); }, {&collapsed}, 0, hbm);
+        Tensor expanded = ops.empty({rows, m, 4096});
+        bench_op(
+            ops, stream, "mhc_expand", "hc 4 x 4096", rows,
+            [&]() { ops.mhc_expand(expanded, collapsed, post, comb, streams); }, {&expanded}, 0, hbm);
+      }
+      for (int64_t e : {288, 8}) {
+        const Tensor logits = ops.to_device(host_randn({rows, e}, 29 + s));
+        const Tensor bias = ops.to_device(host_randn({e}, 30, 0.01f));
+        Tensor wts = ops.empty({rows, 8}), ids = ops.empty({rows, 8}, DType::kI32);
+        bench_op(
+            ops, stream, "moe_route", "E=" + std::to_string(e) + " top-8", rows,
+            [&]() { ops.moe_route(wts, ids, logits, bias, 1, 1, 8, true, 2.5f); }, {&wts, &ids}, 0, hbm);
+      }
+      {
+        const Tensor x = ops.to_device(host_randn({rows, 4096}, 31 + s));
+        const Tensor y = ops.to_device(host_randn({rows, 4096}, 32 + s));
+        Tensor z = ops.empty({rows, 4096});
+        bench_op(
+            ops, stream, "add", "4096", rows, [&]() { ops.add(z, x, y); }, {&z}, 0, hbm);
+        const Tensor gu = ops.to_device(host_randn({rows, 4096}, 33 + s));
+        Tensor act = ops.empty({rows, 2048});
+        bench_op(
+            ops, stream, "swiglu", "2x2048", rows, [&]() { ops.swiglu(act, gu, 1e30f); }, {&act}, 0, hbm);
+        const Tensor bl = ops.to_device(host_randn({rows, 64}, 34 + s));
+        Tensor beta = ops.empty({rows, 64});
+        bench_op(
+            ops, stream, "sigmoid", "64", rows, [&]() { ops.sigmoid(beta, bl); }, {&beta}, 0, hbm);
+      }
+      std::fflush(stdout);
+    }
+  } catch (const tf::StatusError& e) {
+    std::fprintf(stderr, "cuda_smallops_bench: %s\n", e.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("[smallops] %s (%d check failures)\n", g_failures == 0 ? "ALL CHECKS PASSED" : "CHECKS FAILED",
+              g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,70 @@
+// Fragment helpers shared by the quantized GEMV kernels (quant_gemv.cu and the
+// earlier kernel kept for comparison, quant_gemv_legacy.cuh): the mma.m16n8k16 wrapper
+// and the conversion of a lane's raw weights into bf16 pairs.
+//
+// Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4; PTX ISA): A registers
+// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B registers (k 2t..2t+1, n g),
+// (k 2t+8.., n g); C (g, 2t..2t+1), (g+8, 2t..2t+1).
+// A sum over k does not care which of a chunk's 64 weights sits in which k slot, as
+// long as A and B agree. So a lane takes the 16 consecutive weights 16t .. 16t+15 of
+// each of its rows per 64-wide chunk (q4: 8 bytes, fp8: 16 bytes: the four lanes of a
+// quad read one 32/64-byte run), and K step s of the chunk uses its pairs 2s and 2s+1:
+// pair j is the two weights pair_elem(j, 0/1), picked so that a pair is cheap to build
+// (q4: nibbles j and j+4 of a word, one mask; fp8: adjacent bytes, one cvt).
+//
+// q4 nibble -> bf16: (w & 0x000F000F) | 0x43004300 is the pair 128 + q; minus 136 gives
+// q - 8 exactly.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "kernels/api/matrix.h"
+
+namespace tf::cuda::qfrag {
+
+// Lane-local weight index (0..15 within the lane's 16 of a chunk) of half h of pair j.
+template <MatrixFormat F>
+__host__ __device__ constexpr int pair_elem(int j, int h) {
+  if constexpr (F == MatrixFormat::kQ4) {
+    return j < 4 ? j + 4 * h : j + 4 + 4 * h;  // nibbles (j, j+4) of word 0, (j, j+4) of word 1
+  } else {
+    return 2 * j + h;  // adjacent bytes
+  }
+}
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  // Not volatile: a pure function of its operands, so the compiler may interleave
+  // the independent accumulator chains below.
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// Pair j of a q4 lane's two words (16 nibbles) as bf16 q - 8.
+__device__ __forceinline__ uint32_t q4_pair(uint32_t w0, uint32_t w1, int j) {
+  const uint32_t w = j < 4 ? w0 >> (4 * j) : w1 >> (4 * (j - 4));
+  uint32_t v = (w & 0x000F000Fu) | 0x43004300u;
+  // bf16x2 (136, 136) as a bit pattern: __float2bfloat162_rn(136.0f) is inline asm the
+  // compiler does not fold, one cvt per pair.
+  uint32_t k136 = 0x43084308u;
+  const __nv_bfloat162 r =
+      __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), *reinterpret_cast<__nv_bfloat162*>(&k136));
+  return bf16x2_bits(r);
+}
+
+// Pair j of an fp8 lane's four words (16 bytes) as bf16 (e4m3 is exact in bf16).
+__device__ __forceinline__ uint32_t fp8_pair(const uint32_t (&w)[4], int j) {
+  const auto two = static_cast<__nv_fp8x2_storage_t>(w[j >> 1] >> (16 * (j & 1)));
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));
+}
+
+}  // namespace tf::cuda::qfrag
