@@ -35,15 +35,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_moe.h"
 #include "kernels/cuda/device_probe.h"
-
-#define MOE_CUDA(call)                                                                               \
-  do {                                                                                               \
-    const cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "cuda_moe_experts_bench: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
-  } while (0)
+#include "cuda_graph_timing.h"
 
 namespace {
 
@@ -71,14 +63,14 @@ Tensor dev_alloc(const tf::Shape& shape, DType dtype) {
 
 Tensor dev_copy(const Tensor& host) {
   Tensor d = dev_alloc(host.shape(), host.dtype());
-  MOE_CUDA(cudaMemcpy(d.raw(), host.raw(), static_cast<size_t>(host.nbytes()), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(d.raw(), host.raw(), static_cast<size_t>(host.nbytes()), cudaMemcpyHostToDevice));
   return d;
 }
 
 Tensor host_of(const Tensor& d) {
   Tensor h = Tensor::empty(d.shape(), d.dtype());
-  MOE_CUDA(cudaStreamSynchronize(g_ctx.stream));
-  MOE_CUDA(cudaMemcpy(h.raw(), d.raw(), static_cast<size_t>(d.nbytes()), cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaStreamSynchronize(g_ctx.stream));
+  BENCH_CUDA(cudaMemcpy(h.raw(), d.raw(), static_cast<size_t>(d.nbytes()), cudaMemcpyDeviceToHost));
   return h;
 }
 
@@ -86,10 +78,10 @@ Tensor host_of(const Tensor& d) {
 Tensor weights(int64_t e, int64_t rows, int64_t cols) {
   Tensor t = dev_alloc({e, rows, cols}, DType::kBF16);
   Tensor src = dev_alloc({kBlock}, DType::kBF16);
-  MOE_CUDA(cudaMemcpy(src.raw(), g_block.data(), kBlock * 2, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(src.raw(), g_block.data(), kBlock * 2, cudaMemcpyHostToDevice));
   const int64_t total = t.numel();
   for (int64_t at = 0; at < total; at += kBlock)
-    MOE_CUDA(cudaMemcpy(static_cast<char*>(t.raw()) + at * 2, src.raw(),
+    BENCH_CUDA(cudaMemcpy(static_cast<char*>(t.raw()) + at * 2, src.raw(),
                         static_cast<size_t>(std::min(kBlock, total - at)) * 2, cudaMemcpyDeviceToDevice));
   return t;
 }
@@ -127,10 +119,9 @@ void call(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& w, cons
 // a negative result: the capture failed (fn synchronised with the host).
 double graph_seconds(int calls, const std::function<void()>& fn) {
   for (int i = 0; i < 3; ++i) fn();
-  MOE_CUDA(cudaStreamSynchronize(g_ctx.stream));
+  BENCH_CUDA(cudaStreamSynchronize(g_ctx.stream));
   cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  MOE_CUDA(cudaStreamBeginCapture(g_ctx.stream, cudaStreamCaptureModeThreadLocal));
+  BENCH_CUDA(cudaStreamBeginCapture(g_ctx.stream, cudaStreamCaptureModeThreadLocal));
   g_ctx.capturing = true;
   bool threw = false;
   try {
@@ -145,37 +136,21 @@ double graph_seconds(int calls, const std::function<void()>& fn) {
     if (graph) cudaGraphDestroy(graph);
     return -1.0;
   }
-  MOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t t0, t1;
-  MOE_CUDA(cudaEventCreate(&t0));
-  MOE_CUDA(cudaEventCreate(&t1));
-  MOE_CUDA(cudaGraphLaunch(exec, g_ctx.stream));
-  const int reps = 4;
-  MOE_CUDA(cudaEventRecord(t0, g_ctx.stream));
-  for (int r = 0; r < reps; ++r) MOE_CUDA(cudaGraphLaunch(exec, g_ctx.stream));
-  MOE_CUDA(cudaEventRecord(t1, g_ctx.stream));
-  MOE_CUDA(cudaEventSynchronize(t1));
-  float ms = 0;
-  MOE_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms / 1e3 / (static_cast<double>(reps) * calls);
+  return tf::bench::replay_seconds_per_call(g_ctx.stream, graph, calls, {0.0, 0, 4});
 }
 
 double eager_seconds(int iters, const std::function<void()>& fn) {
   fn();
-  MOE_CUDA(cudaStreamSynchronize(g_ctx.stream));
+  BENCH_CUDA(cudaStreamSynchronize(g_ctx.stream));
   cudaEvent_t t0, t1;
-  MOE_CUDA(cudaEventCreate(&t0));
-  MOE_CUDA(cudaEventCreate(&t1));
-  MOE_CUDA(cudaEventRecord(t0, g_ctx.stream));
+  BENCH_CUDA(cudaEventCreate(&t0));
+  BENCH_CUDA(cudaEventCreate(&t1));
+  BENCH_CUDA(cudaEventRecord(t0, g_ctx.stream));
   for (int i = 0; i < iters; ++i) fn();
-  MOE_CUDA(cudaEventRecord(t1, g_ctx.stream));
-  MOE_CUDA(cudaEventSynchronize(t1));
+  BENCH_CUDA(cudaEventRecord(t1, g_ctx.stream));
+  BENCH_CUDA(cudaEventSynchronize(t1));
   float ms = 0;
-  MOE_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);
   return ms / 1e3 / iters;
@@ -345,12 +320,12 @@ int main(int argc, char** argv) {
   }
   std::printf("[moe-bench] device %s, measured HBM copy %.0f GB/s, cuBLAS bf16 %.0f TFLOP/s\n", probe->name.c_str(),
               probe->hbm_gbps, probe->bf16_tflops);
-  MOE_CUDA(cudaSetDevice(0));
-  MOE_CUDA(cudaStreamCreate(&g_ctx.stream));
+  BENCH_CUDA(cudaSetDevice(0));
+  BENCH_CUDA(cudaStreamCreate(&g_ctx.stream));
   g_ctx.alloc = tf::cuda::DeviceAllocator::create(0);
   g_ctx.exact_rows = 8;
-  MOE_CUDA(cudaMalloc(&g_ctx.error_word, sizeof(unsigned)));
-  MOE_CUDA(cudaMemset(g_ctx.error_word, 0, sizeof(unsigned)));
+  BENCH_CUDA(cudaMalloc(&g_ctx.error_word, sizeof(unsigned)));
+  BENCH_CUDA(cudaMemset(g_ctx.error_word, 0, sizeof(unsigned)));
   {
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -366,7 +341,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   unsigned word = 0;
-  MOE_CUDA(cudaMemcpy(&word, g_ctx.error_word, sizeof word, cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaMemcpy(&word, g_ctx.error_word, sizeof word, cudaMemcpyDeviceToHost));
   std::printf("[moe-bench] done: %s (device error word %u)\n", g_ok && word == 0 ? "all checks ok" : "FAILED", word);
   return g_ok && word == 0 ? 0 : 1;
 }

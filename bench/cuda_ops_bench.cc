@@ -31,15 +31,7 @@
 #include "cuda_moe_bench.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/small_gemm.h"
-
-#define BENCH_CUDA(call)                                                                                  \
-  do {                                                                                                    \
-    const cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "cuda_ops_bench: %s failed: %s\n", #call, cudaGetErrorString(e_));             \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
+#include "cuda_graph_timing.h"
 
 namespace {
 
@@ -72,38 +64,7 @@ double time_adaptive(int max_iters, const std::function<void(int)>& fn) {
   return time_per_call(iters, fn);
 }
 
-// Seconds per call of `calls` enqueues on `stream` captured into one CUDA graph
-// and replayed (GPU time between events: no launch gaps).
-double graph_time_per_call(cudaStream_t stream, int calls, const std::function<void(int)>& enqueue) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaDeviceSynchronize());  // inputs uploaded on the ops' stream are ready
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) enqueue(i);
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t t0, t1;
-  BENCH_CUDA(cudaEventCreate(&t0));
-  BENCH_CUDA(cudaEventCreate(&t1));
-  BENCH_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
-  BENCH_CUDA(cudaEventRecord(t0, stream));
-  BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  BENCH_CUDA(cudaEventRecord(t1, stream));
-  BENCH_CUDA(cudaEventSynchronize(t1));
-  float ms = 0;
-  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  const int reps = static_cast<int>(std::clamp(100.0 / std::max(ms, 1e-3f), 1.0, 50.0));
-  BENCH_CUDA(cudaEventRecord(t0, stream));
-  for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  BENCH_CUDA(cudaEventRecord(t1, stream));
-  BENCH_CUDA(cudaEventSynchronize(t1));
-  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms / 1e3 / (static_cast<double>(reps) * calls);
-}
+using tf::bench::graph_time_per_call;
 
 // A device bf16 tensor filled with N(0, sd) values: a 4M-element random block
 // tiled over it (fast for the 1.3 GB lm_head; repeats do not matter for timing).

@@ -29,15 +29,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/legacy_small_ops.h"
 #include "kernels/cuda/small_gemm.h"
-
-#define SB_CUDA(call)                                                                              \
-  do {                                                                                             \
-    const cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "cuda_smallops_bench: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "cuda_graph_timing.h"
 
 namespace {
 
@@ -55,36 +47,9 @@ Tensor host_randn(const tf::Shape& shape, uint32_t seed, float sd = 1.0f) {
 }
 
 // Seconds per call of `calls` enqueues captured into one graph on `stream` and
-// replayed (GPU time between events).
+// replayed (about 30 ms of replays, at most 20).
 double graph_time(cudaStream_t stream, int calls, const std::function<void(int)>& enqueue) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  SB_CUDA(cudaDeviceSynchronize());
-  SB_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) enqueue(i);
-  SB_CUDA(cudaStreamEndCapture(stream, &graph));
-  SB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t t0, t1;
-  SB_CUDA(cudaEventCreate(&t0));
-  SB_CUDA(cudaEventCreate(&t1));
-  SB_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
-  SB_CUDA(cudaEventRecord(t0, stream));
-  SB_CUDA(cudaGraphLaunch(exec, stream));
-  SB_CUDA(cudaEventRecord(t1, stream));
-  SB_CUDA(cudaEventSynchronize(t1));
-  float ms = 0;
-  SB_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  const int reps = static_cast<int>(std::clamp(30.0 / std::max(ms, 1e-3f), 1.0, 20.0));
-  SB_CUDA(cudaEventRecord(t0, stream));
-  for (int r = 0; r < reps; ++r) SB_CUDA(cudaGraphLaunch(exec, stream));
-  SB_CUDA(cudaEventRecord(t1, stream));
-  SB_CUDA(cudaEventSynchronize(t1));
-  SB_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms / 1e3 / (static_cast<double>(reps) * calls);
+  return tf::bench::graph_time_per_call(stream, calls, enqueue, {30.0, 20, 0});
 }
 
 void report(const char* op, const std::string& shape, int64_t rows, double before, double after, double bytes,
@@ -153,7 +118,7 @@ void bench_matmul(tf::Ops& ops, cudaStream_t stream, double hbm, const MatCase& 
     };
     const double before = graph_time(stream, copies, [&](int i) { run(out_b, 1, i); });
     const double after = graph_time(stream, copies, [&](int i) { run(out_a, 0, i); });
-    SB_CUDA(cudaDeviceSynchronize());
+    BENCH_CUDA(cudaDeviceSynchronize());
     const double d = rel_diff(ops.to_host(out_b).to_vector(), ops.to_host(out_a).to_vector());
     check(d <= 1e-5, mc.name, "k-split result differs by " + std::to_string(d));
     const std::string shape = std::to_string(mc.n) + "x" + std::to_string(mc.k) + " " + tf::dtype_name(mc.dt);
@@ -175,14 +140,14 @@ void bench_op(tf::Ops& ops, cudaStream_t stream, const char* name, const std::st
   };
   tf::cuda::legacy_small_ops() = true;
   fn();
-  SB_CUDA(cudaDeviceSynchronize());
+  BENCH_CUDA(cudaDeviceSynchronize());
   const auto ref = snapshot();
   std::vector<Tensor> ref_raw;
   for (Tensor* t : outs) ref_raw.push_back(ops.to_host(*t));
   const double before = graph_time(stream, calls, [&](int) { fn(); });
   tf::cuda::legacy_small_ops() = false;
   fn();
-  SB_CUDA(cudaDeviceSynchronize());
+  BENCH_CUDA(cudaDeviceSynchronize());
   const auto got = snapshot();
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor h = ops.to_host(*outs[i]);
@@ -212,23 +177,23 @@ int main() {
   tf::Ops& ops = **made;
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(tf::cuda_ops_stream(ops));
   cudaDeviceProp prop{};
-  SB_CUDA(cudaGetDeviceProperties(&prop, 0));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("cuda_smallops_bench: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   std::fflush(stdout);
   const size_t copy_bytes = size_t{1} << 30;
   void *a = nullptr, *b = nullptr;
-  SB_CUDA(cudaMalloc(&a, copy_bytes));
-  SB_CUDA(cudaMalloc(&b, copy_bytes));
-  SB_CUDA(cudaMemcpy(b, a, copy_bytes, cudaMemcpyDeviceToDevice));
+  BENCH_CUDA(cudaMalloc(&a, copy_bytes));
+  BENCH_CUDA(cudaMalloc(&b, copy_bytes));
+  BENCH_CUDA(cudaMemcpy(b, a, copy_bytes, cudaMemcpyDeviceToDevice));
   cudaEvent_t e0, e1;
-  SB_CUDA(cudaEventCreate(&e0));
-  SB_CUDA(cudaEventCreate(&e1));
-  SB_CUDA(cudaEventRecord(e0));
-  for (int i = 0; i < 5; ++i) SB_CUDA(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice));
-  SB_CUDA(cudaEventRecord(e1));
-  SB_CUDA(cudaEventSynchronize(e1));
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA(cudaEventRecord(e0));
+  for (int i = 0; i < 5; ++i) BENCH_CUDA(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice));
+  BENCH_CUDA(cudaEventRecord(e1));
+  BENCH_CUDA(cudaEventSynchronize(e1));
   float ms = 0;
-  SB_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
   const double hbm = 2.0 * 5 * copy_bytes / (ms / 1e3);
   cudaFree(a);
   cudaFree(b);

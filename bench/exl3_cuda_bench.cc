@@ -35,15 +35,7 @@
 #include "kernels/cuda/device_probe.h"
 #include "kernels/cuda/exl3_kernels.h"
 #include "model/exl3_synthetic.h"
-
-#define BENCH_CUDA(call)                                                                      \
-  do {                                                                                        \
-    const cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "exl3_cuda_bench: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "cuda_graph_timing.h"
 
 namespace {
 
@@ -72,33 +64,10 @@ Exl3Weight dev_weight(const Exl3Weight& w) {
   return d;
 }
 
-// Seconds per call of `calls` enqueues captured into one CUDA graph and replayed.
+// Seconds per call of `calls` enqueues captured into one CUDA graph and replayed 5 times.
 double graph_time_per_call(int calls, const std::function<void(int)>& enqueue) {
-  cudaStream_t stream = g_ctx.stream;
   for (int i = 0; i < std::min(calls, 4); ++i) enqueue(i);  // warm the allocator's cache outside capture
-  BENCH_CUDA(cudaStreamSynchronize(stream));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) enqueue(i);
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t t0, t1;
-  BENCH_CUDA(cudaEventCreate(&t0));
-  BENCH_CUDA(cudaEventCreate(&t1));
-  BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  const int reps = 5;
-  BENCH_CUDA(cudaEventRecord(t0, stream));
-  for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  BENCH_CUDA(cudaEventRecord(t1, stream));
-  BENCH_CUDA(cudaEventSynchronize(t1));
-  float ms = 0;
-  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms / 1e3 / (static_cast<double>(reps) * calls);
+  return tf::bench::graph_time_per_call(g_ctx.stream, calls, enqueue, {0.0, 0, 5});
 }
 
 Tensor dev_randn(int64_t rows, int64_t cols, uint32_t seed) {
