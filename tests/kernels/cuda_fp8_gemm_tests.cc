@@ -43,18 +43,6 @@
 namespace tf {
 namespace {
 
-double max_rel_err(const Tensor& ref, const Tensor& got) {
-  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0, scale = 1e-30;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(b[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return worst / scale;
-}
-
 // Sets TF_FP8_PREFILL for a scope.
 struct PrefillPath {
   explicit PrefillPath(const char* v) { ::setenv("TF_FP8_PREFILL", v, 1); }
@@ -241,7 +229,7 @@ TEST_F(Fp8Gemm, MatchesTheCpuAndTheDequantPath) {
         }
         EXPECT_EQ(cuda::fp8_block_gemm_mma_count(), c0 + 1) << "TF_FP8_PREFILL=mma did not take our kernel";
         const Tensor got = gpu_->to_host(mine);
-        const double e_cpu = max_rel_err(want, got), e_deq = max_rel_err(deq_h, got);
+        const double e_cpu = rel_err_to_max_ref(want, got), e_deq = rel_err_to_max_ref(deq_h, got);
         worst_cpu = std::max(worst_cpu, e_cpu);
         worst_deq = std::max(worst_deq, e_deq);
         EXPECT_LE(e_cpu, 5e-2) << kernel << " vs cpu M=" << m << " N=" << n << " K=" << k
@@ -345,8 +333,8 @@ TEST_F(Fp8Gemm, Bench) {
         t_deq = seconds_per_call(iters, [&] { gpu_->matmul(deq, x, dq); });
       }
       const Tensor deq_h = gpu_->to_host(deq), mine_h = gpu_->to_host(mine);
-      const double flop = 2.0 * m * n * k, e = max_rel_err(deq_h, mine_h);
-      const double e_sync = max_rel_err(mine_h, gpu_->to_host(sync));
+      const double flop = 2.0 * m * n * k, e = rel_err_to_max_ref(deq_h, mine_h);
+      const double e_sync = rel_err_to_max_ref(mine_h, gpu_->to_host(sync));
       std::printf(
           "[fp8gemm-bench] M=%-5lld N=%-5lld K=%-5lld wgmma %7.3f ms %5.0f TFLOP/s | bf16 dequant+cuBLAS "
           "%7.3f ms %5.0f TFLOP/s | speedup %.2fx | mma.sync %5.0f TFLOP/s | max rel diff vs dequant %.3g, "

@@ -46,18 +46,6 @@
 namespace tf {
 namespace {
 
-double max_rel_err(const Tensor& ref, const Tensor& got) {
-  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0, scale = 1e-30;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(b[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return worst / scale;
-}
-
 class CudaQuant : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -95,7 +83,7 @@ TEST_F(CudaQuant, MatchesTheCpuOverAwkwardShapes) {
         cpu_->matmul(ref, x, q, acc);
         Tensor out = gpu_->to_device(init);
         gpu_->matmul(out, gpu_->to_device(x), dq, acc);
-        const double e = max_rel_err(ref, gpu_->to_host(out));
+        const double e = rel_err_to_max_ref(ref, gpu_->to_host(out));
         const double tol = m > 8 ? 2e-2 : 2e-5;  // EXACT_ROWS 8: 9 and 70 rows take the prefill path
         double& worst = m > 8 ? worst_prefill : worst_gemv;
         worst = std::max(worst, e);
@@ -142,7 +130,7 @@ TEST_F(CudaQuant, ManyRowsPassesMatchTheCpu) {
       cpu_->matmul(ref, x, q);
       Tensor out = (*g64)->empty({m, n});
       (*g64)->matmul(out, (*g64)->to_device(x), dq);
-      EXPECT_LE(max_rel_err(ref, (*g64)->to_host(out)), 2e-5) << matrix_format_name(f) << " M=" << m;
+      EXPECT_LE(rel_err_to_max_ref(ref, (*g64)->to_host(out)), 2e-5) << matrix_format_name(f) << " M=" << m;
     }
   }
 }
@@ -184,7 +172,7 @@ TEST_F(CudaQuant, FusedSliceSumEqualsTheSecondKernel) {
           cuda::quant_gemv(stream, a);
           got.push_back(gpu_->to_host(out));
         }
-        EXPECT_LE(max_rel_err(ref, got[0]), 2e-5) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m;
+        EXPECT_LE(rel_err_to_max_ref(ref, got[0]), 2e-5) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m;
         for (int run = 1; run < 4; ++run)
           EXPECT_TRUE(same_bits(got[run], got[0])) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m
                                                    << " run " << run;
@@ -232,7 +220,7 @@ TEST_F(CudaQuant, Fp8PrefillOnFp8TensorCores) {
     cpu_->matmul(want, x, q, acc);
     Tensor out = gpu_->to_device(init);
     gpu_->matmul(out, xd, dq, acc);
-    const double e = max_rel_err(want, gpu_->to_host(out));
+    const double e = rel_err_to_max_ref(want, gpu_->to_host(out));
     std::printf("[quant] fp8 prefill on FP8 tensor cores (ours)%s: max rel err %.3g (tol 5e-2)\n", acc ? " acc" : "", e);
     EXPECT_LE(e, 5e-2) << (acc ? "accumulate" : "");
   }
@@ -246,7 +234,7 @@ TEST_F(CudaQuant, Fp8PrefillOnFp8TensorCores) {
     Tensor out = gpu_->empty({m, n});
     gpu_->matmul(out, xd, dq);
     std::printf("[quant] fp8 prefill cuBLASLt scale layout %d (weight k fastest %d, act k fastest %d): max rel err %.3g\n",
-                layout, layout & 1, (layout >> 1) & 1, max_rel_err(ref, gpu_->to_host(out)));
+                layout, layout & 1, (layout >> 1) & 1, rel_err_to_max_ref(ref, gpu_->to_host(out)));
   }
   ::unsetenv("TF_FP8_SCALE_LAYOUT");
   const bool lt = cuda::fp8_block_gemm_count() > calls0;
@@ -267,7 +255,7 @@ TEST_F(CudaQuant, Fp8PrefillOnFp8TensorCores) {
       Tensor out = gpu_->empty({64, 512});
       gpu_->matmul(out, xd4, dq4);
       std::printf("[quant] fp8 prefill cuBLASLt M=64 N=512 K=512 scale layout %d: max rel err %.3g\n", layout,
-                  max_rel_err(ref4, gpu_->to_host(out)));
+                  rel_err_to_max_ref(ref4, gpu_->to_host(out)));
     }
     ::unsetenv("TF_FP8_SCALE_LAYOUT");
   }

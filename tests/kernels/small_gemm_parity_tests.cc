@@ -31,18 +31,6 @@ namespace tf {
 namespace {
 
 // Largest |ref - got| over the largest |ref| (floor 1).
-double max_rel_err(const Tensor& ref, const Tensor& got) {
-  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0, scale = 1;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return worst / scale;
-}
-
 // Number of elements whose bits differ (rows of `width` floats, `rows` of them,
 // at a[row * lda], b[row * ldb]).
 int64_t bit_diffs(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows, int64_t width) {
@@ -90,7 +78,7 @@ TEST_F(SmallGemm, EveryRowCountMatchesTheCpu) {
         cpu_->matmul(ref, x, rw, acc);
         Tensor out = up(init);
         gpu_->matmul(out, up(x), dw, acc);
-        const double e = max_rel_err(ref, down(out));
+        const double e = rel_err_nan_matched(ref, down(out));
         worst = std::max(worst, e);
         EXPECT_LE(e, 1e-5) << dtype_name(dt) << " " << sizes(m, n, k) << (acc ? " acc" : "");
       }
@@ -164,7 +152,7 @@ TEST_F(SmallGemm, EveryPlanGivesTheSameBits) {
         a.out = base.data<float>();
         run(a, 0);
         const Tensor h_base = down(base);
-        EXPECT_LE(max_rel_err(ref, h_base), 1e-5) << dtype_name(dt) << " " << sizes(m, n, k);
+        EXPECT_LE(rel_err_nan_matched(ref, h_base), 1e-5) << dtype_name(dt) << " " << sizes(m, n, k);
         for (int nc : {1, 2, 4, 8}) {
           Tensor out = gpu_->empty({m, n});
           a.out = out.data<float>();
@@ -215,7 +203,7 @@ TEST_F(SmallGemm, HeadsAccumulateAndLongCallsEveryPlan) {
         a.accumulate = true;
         run(a, nc);
         const Tensor got = down(out);
-        EXPECT_LE(max_rel_err(Tensor::from_floats({m, h, n}, ref), got), 1e-5)
+        EXPECT_LE(rel_err_nan_matched(Tensor::from_floats({m, h, n}, ref), got), 1e-5)
             << dtype_name(dt) << " heads " << sizes(m, n, k) << " cols_per_warp " << nc;
         if (nc == 0) {
           first = got;
@@ -292,7 +280,7 @@ TEST_F(SmallGemm, HeadMatmulEveryBucket) {
         Tensor out = gpu_->empty({t, h, n});
         gpu_->head_matmul(out, up(x), dw);
         const Tensor got = down(out);
-        EXPECT_LE(max_rel_err(ref, got), 1e-5)
+        EXPECT_LE(rel_err_nan_matched(ref, got), 1e-5)
             << "head_matmul " << dtype_name(dt) << " T=" << t << " K=" << k;
         const int64_t r = t / 2;
         Tensor one = gpu_->empty({1, h, n});
@@ -319,7 +307,7 @@ TEST_F(SmallGemm, ModelSizedShapes) {
       cpu_->matmul(ref, x, rw, false);
       Tensor out = gpu_->empty({m, n});
       gpu_->matmul(out, up(x), dw);
-      const double e = max_rel_err(ref, down(out));
+      const double e = rel_err_nan_matched(ref, down(out));
       std::printf("[parity] small_gemm %-5s %-22s max rel err %.3g (tol 1e-05)\n", dtype_name(dt),
                   sizes(m, n, k).c_str(), e);
       EXPECT_LE(e, 1e-5) << dtype_name(dt) << " " << sizes(m, n, k);

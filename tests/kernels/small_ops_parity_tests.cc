@@ -29,18 +29,6 @@
 namespace tf {
 namespace {
 
-double max_rel_err(const Tensor& ref, const Tensor& got) {
-  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0, scale = 1;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return worst / scale;
-}
-
 // Bytes that differ between two host tensors of the same size (all of them if not).
 int64_t byte_diffs(const Tensor& a, const Tensor& b) {
   const size_t na = static_cast<size_t>(a.numel()) * dtype_size(a.dtype());
@@ -101,7 +89,7 @@ TEST_F(SmallOps, SplitKMatmulKeepsTheRowContract) {
       Tensor out = gpu_->empty({m, c.n});
       gpu_->matmul(out, dx, dw);
       const Tensor h = down(out);
-      EXPECT_LE(max_rel_err(ref, h), 1e-5) << tag << " M=" << m;
+      EXPECT_LE(rel_err_nan_matched(ref, h), 1e-5) << tag << " M=" << m;
       EXPECT_EQ(std::memcmp(h_alone.data<float>(), h.data<float>() + at * c.n, c.n * sizeof(float)), 0)
           << tag << " M=" << m << ": row " << at << " differs from the row computed alone";
       cuda::SmallGemmArgs a;
@@ -126,7 +114,7 @@ TEST_F(SmallOps, SplitKMatmulKeepsTheRowContract) {
           a.out = o3.data<float>();
           cuda::small_gemm(nullptr, a, 0, ks);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          EXPECT_LE(max_rel_err(ref, down(o3)), 1e-5) << tag << " M=" << m << " forced k_splits " << ks;
+          EXPECT_LE(rel_err_nan_matched(ref, down(o3)), 1e-5) << tag << " M=" << m << " forced k_splits " << ks;
         }
       }
     }
@@ -168,7 +156,7 @@ TEST_F(SmallOps, RegisterRmsNormMatchesCpuAndLegacyBits) {
           run(*gpu_, old, dx, dw, dg);
         }
         const Tensor h = down(out);
-        EXPECT_LE(max_rel_err(ref, h), 1e-6) << "variant " << variant << tag;
+        EXPECT_LE(rel_err_nan_matched(ref, h), 1e-6) << "variant " << variant << tag;
         EXPECT_EQ(byte_diffs(down(old), h), 0) << "variant " << variant << tag;
       }
     }
@@ -207,8 +195,8 @@ TEST_F(SmallOps, MhcAndRouterKeepTheLegacyBits) {
       Tensor ref_col = Tensor::empty({t, d}, DType::kF32), ref_ex = Tensor::empty({t, mm, d}, DType::kF32);
       cpu_->mhc_collapse(ref_col, down(streams), down(p[0]));
       cpu_->mhc_expand(ref_ex, down(y), down(q[0]), down(c[0]), down(streams));
-      EXPECT_LE(max_rel_err(ref_col, down(col[0])), 1e-6) << "mhc_collapse vs CPU" << tag;
-      EXPECT_LE(max_rel_err(ref_ex, down(ex[0])), 1e-6) << "mhc_expand vs CPU" << tag;
+      EXPECT_LE(rel_err_nan_matched(ref_col, down(col[0])), 1e-6) << "mhc_collapse vs CPU" << tag;
+      EXPECT_LE(rel_err_nan_matched(ref_ex, down(ex[0])), 1e-6) << "mhc_expand vs CPU" << tag;
     }
   }
   struct Case {

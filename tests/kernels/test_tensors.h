@@ -47,6 +47,35 @@ inline double parity_rel_err(const Tensor& ref, const Tensor& got) {
   return worst / scale;
 }
 
+// Largest |ref - got| relative to the largest |ref| (no floor); a size mismatch or a
+// NaN or infinity in `got` is infinitely wrong. The quantized-matmul tests' measure.
+inline double rel_err_to_max_ref(const Tensor& ref, const Tensor& got) {
+  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0, scale = 1e-30;
+  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(b[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return worst / scale;
+}
+
+// Like parity_rel_err (floor 1), but a NaN in `got` is right where `ref` has one and
+// infinitely wrong elsewhere (an infinity is not flagged); a size mismatch is
+// infinitely wrong. The small-op parity tests' measure.
+inline double rel_err_nan_matched(const Tensor& ref, const Tensor& got) {
+  const std::vector<float> a = ref.to_vector(), b = got.to_vector();
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0, scale = 1;
+  for (float x : a) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return worst / scale;
+}
+
 // MoE routing ids [t, k]: per row, k distinct experts of [0, e), ascending (as moe_route
 // gives them); `all_take` (>= 0) is in every row, so one expert serves every token.
 inline Tensor moe_route_ids(int64_t t, int64_t k, int64_t e, uint32_t seed, int32_t all_take) {
