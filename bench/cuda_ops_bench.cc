@@ -11,7 +11,9 @@
 // wall clock of ops.matmul calls (launch overhead included). Weight matrices
 // rotate over copies totalling >= 512 MB so L2 (60 MB) cannot serve them.
 // A sweep over the kernel's columns-per-warp choice shows what its plan picks.
-//   cuda_ops_bench [--iters N]
+// matmul_many: a layer's projections of one x, separate calls vs one call
+// (cuda_matmul_many_bench.cc); --matmul-many runs only that section.
+//   cuda_ops_bench [--iters N] [--matmul-many]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -28,6 +30,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "cuda_matmul_many_bench.h"
 #include "cuda_moe_bench.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/small_gemm.h"
@@ -212,8 +215,11 @@ void sweep_small_gemm(tf::Ops& ops, cudaStream_t stream, int sms, double hbm, Ma
 
 int main(int argc, char** argv) {
   int iters = 200;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
+  bool only_many = false;  // --matmul-many: the HBM copy and the matmul_many section only
+  for (int i = 1; i < argc; ++i) {
+    if (i + 1 < argc && std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--matmul-many") == 0) only_many = true;
+  }
   auto made = tf::make_cuda_ops(0);
   if (!made) {
     std::fprintf(stderr, "cuda_ops_bench: %s\n", made.status().to_string().c_str());
@@ -238,6 +244,14 @@ int main(int argc, char** argv) {
   cudaFree(b);
   std::printf("measured HBM bandwidth (D2D copy): %.0f GB/s\n", hbm / 1e9);
   std::printf("{\"bench\": \"hbm_copy\", \"gbs\": %.1f}\n", hbm / 1e9);
+  // One layer's projections of a shared x: separate calls vs matmul_many (cuda_matmul_many_bench.cc).
+  try {
+    const bool many_ok = tf::bench::bench_matmul_many(ops, hbm);
+    if (only_many) return many_ok ? 0 : 1;
+  } catch (const tf::StatusError& e) {
+    std::fprintf(stderr, "cuda_ops_bench (matmul_many): %s\n", e.status().to_string().c_str());
+    return 1;
+  }
   const double bf16_tflops = measure_bf16_tflops(ops);
   std::printf("measured_bf16_tflops: %.1f (cuBLAS bf16 GEMM 8192^3, fp32 accumulate)\n", bf16_tflops);
   std::printf("{\"bench\": \"cublas_bf16_gemm\", \"size\": 8192, \"measured_bf16_tflops\": %.1f}\n\n", bf16_tflops);

@@ -8,9 +8,12 @@
 // call reads its weights from HBM as in decode: us per call, weight GB/s and % of
 // the measured HBM copy bandwidth. The other ops read activations that the
 // previous kernel just wrote (L2-resident), so their figure is latency.
+// The mHC pre-step is timed as the model ran it (five ops, or six with the expand
+// before it) beside the fused op (two launches).
 // Self-checking: "after" is compared with "before" (matmul within 1e-5 relative,
-// the rest bit for bit, router ids equal); a mismatch prints "[smallops] FAIL"
-// and the exit code is 1.
+// the fused mHC pre-step within 2e-5 (its folded expand bit for bit), the rest bit
+// for bit, router ids equal); a mismatch prints "[smallops] FAIL" and the exit code
+// is 1.
 //   cuda_smallops_bench
 #include <cuda_runtime.h>
 
@@ -26,6 +29,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cuda/cuda_mhc_pre.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/legacy_small_ops.h"
 #include "kernels/cuda/small_gemm.h"
@@ -166,6 +170,104 @@ void bench_op(tf::Ops& ops, cudaStream_t stream, const char* name, const std::st
   report(name, shape, rows, before, after, bytes, hbm, "");
 }
 
+// The mHC pre-step of one site (issue #8): the sequence the model ran (rms_norm, fn
+// matmul, mhc_coefficients, mhc_collapse, rms_norm: 5 launches, today's kernels) beside
+// the fused Ops::mhc_pre (2 launches), and the same with the mhc_expand before it
+// (6 launches) beside Ops::mhc_expand_pre (2), graph-replayed. Each call reads its own
+// copy of fn (> L2 in all: from HBM, as in decode, 90 sites per token); the streams
+// and y were just written in decode (L2), so one copy serves. Checked: the fused
+// results within 2e-5 relative of the sequence, the folded expand's streams bit-equal.
+void bench_mhc_pre(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows) {
+  const int64_t m = 4, d = 4096, mix = (2 + m) * m;
+  const double fn_bytes = 4.0 * mix * m * d;
+  const int copies = static_cast<int>(std::ceil(128e6 / fn_bytes));
+  std::vector<Tensor> fns;
+  for (int i = 0; i < copies; ++i) fns.push_back(ops.to_device(host_randn({mix, m * d}, 40 + i, 1.0f / 64)));
+  const uint32_t rs = static_cast<uint32_t>(rows);
+  const Tensor residual = ops.to_device(host_randn({rows, m, d}, 41 + rs, 1.5f));
+  const Tensor y = ops.to_device(host_randn({rows, d}, 45 + rs));
+  const Tensor prev_post = ops.to_device(host_randn({rows, m}, 46 + rs, 0.3f));
+  const Tensor prev_comb = ops.to_device(host_randn({rows, m, m}, 47 + rs, 0.2f));
+  const Tensor base = ops.to_device(host_randn({mix}, 42, 0.5f));
+  const Tensor scale = ops.to_device(host_randn({3}, 43, 0.5f));
+  const Tensor w = ops.to_device(host_randn({d}, 44, 0.2f));
+  Tensor streams[2] = {ops.empty({rows, m, d}), ops.empty({rows, m, d})};
+  Tensor post[2] = {ops.empty({rows, m}), ops.empty({rows, m})};
+  Tensor comb[2] = {ops.empty({rows, m, m}), ops.empty({rows, m, m})};
+  Tensor out[2] = {ops.empty({rows, d}), ops.empty({rows, d})};
+  // Slot 0: today's ops as glm5_model.cc ran them (the lean kernels); slot 1: fused.
+  // `expand`: the sublayer output first goes into the streams (else the residual
+  // streams are the input).
+  int iters = 20;
+  auto run = [&](bool fused, bool expand, int i) {
+    const Tensor& fn = fns[i % copies];
+    const int v = fused ? 1 : 0;  // slot
+    if (fused && expand) {
+      ops.mhc_expand_pre(streams[1], post[1], comb[1], out[1], y, prev_post, prev_comb, residual, fn, base,
+                         scale, w, 1e-5f, 1e-6f, iters);
+      return;
+    }
+    if (expand) ops.mhc_expand(streams[v], y, prev_post, prev_comb, residual);
+    const Tensor& x = expand ? streams[v] : residual;
+    if (fused) {
+      ops.mhc_pre(post[1], comb[1], out[1], x, fn, base, scale, w, 1e-5f, 1e-6f, iters);
+      return;
+    }
+    Tensor normed = ops.empty({rows, m * d}), logits = ops.empty({rows, mix}), pre = ops.empty({rows, m});
+    Tensor collapsed = ops.empty({rows, d});
+    ops.rms_norm(normed, x.reshape({rows, m * d}), Tensor(), 1e-5f);
+    ops.matmul(logits, normed, fn);
+    ops.mhc_coefficients(pre, post[0], comb[0], logits, base, scale, 1e-6f, 20);
+    ops.mhc_collapse(collapsed, x, pre);
+    ops.rms_norm(out[0], collapsed, w, 1e-5f);
+  };
+  for (bool expand : {false, true}) {
+    const char* name = expand ? "mhc_expand_pre" : "mhc_pre";
+    // An eager call first fills the allocator's cache with the call's temporaries (no
+    // cudaMalloc may happen inside the capture).
+    run(false, expand, 0);
+    const double before = graph_time(stream, copies, [&](int i) { run(false, expand, i); });
+    run(true, expand, 0);
+    const double after = graph_time(stream, copies, [&](int i) { run(true, expand, i); });
+    BENCH_CUDA(cudaDeviceSynchronize());
+    for (int v = 0; v < 3; ++v) {
+      const Tensor& a = v == 0 ? post[0] : v == 1 ? comb[0] : out[0];
+      const Tensor& b = v == 0 ? post[1] : v == 1 ? comb[1] : out[1];
+      const double diff = rel_diff(ops.to_host(a).to_vector(), ops.to_host(b).to_vector());
+      check(diff <= 2e-5, name,
+            std::string(v == 0 ? "post" : v == 1 ? "comb" : "out") + " differs from the sequence by " +
+                std::to_string(diff));
+    }
+    if (expand)
+      check(same_bits(ops.to_host(streams[0]).to_vector(), ops.to_host(streams[1]).to_vector()), name,
+            "the folded expand's streams differ from mhc_expand's");
+    // fn once, the streams once (plus y and the residual's read when expanding, and the
+    // new streams' write).
+    const double bytes = fn_bytes + 4.0 * rows * (expand ? 2 * m * d + d : m * d);
+    report(expand ? "mhc_expand_pre(6->2)" : "mhc_pre(5 ops->2)", "hc 4 x 4096, fn 24x16384 f32", rows,
+           before, after, bytes, hbm,
+           "  (x90 sites/token: " + std::to_string((before - after) * 90 * 1e6) + " us saved)");
+    // Where the fused op's time goes: without programmatic dependent launch (the finish
+    // kernel then starts only after the pass; the same bits), and with no Sinkhorn
+    // iterations (the coefficient block's serial chain).
+    const std::vector<float> pdl_on = ops.to_host(out[1]).to_vector();
+    tf::cuda::mhc_pre_pdl() = false;
+    run(true, expand, 0);
+    const double no_pdl = graph_time(stream, copies, [&](int i) { run(true, expand, i); });
+    BENCH_CUDA(cudaDeviceSynchronize());
+    check(same_bits(pdl_on, ops.to_host(out[1]).to_vector()), name, "PDL changes the bits");
+    tf::cuda::mhc_pre_pdl() = true;
+    report(expand ? "mhc_expand_pre PDL" : "mhc_pre PDL", "off -> on", rows, no_pdl, after, 0, hbm, "");
+    iters = 0;
+    run(true, expand, 0);
+    const double no_sinkhorn = graph_time(stream, copies, [&](int i) { run(true, expand, i); });
+    iters = 20;
+    report(expand ? "mhc_expand_pre iters" : "mhc_pre iters", "sinkhorn 20 -> 0 (timing only)", rows, after,
+           no_sinkhorn, 0, hbm, "");
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -254,6 +356,7 @@ int main() {
             ops, stream, "mhc_expand", "hc 4 x 4096", rows,
             [&]() { ops.mhc_expand(expanded, collapsed, post, comb, streams); }, {&expanded}, 0, hbm);
       }
+      bench_mhc_pre(ops, stream, hbm, rows);
       for (int64_t e : {288, 8}) {
         const Tensor logits = ops.to_device(host_randn({rows, e}, 29 + s));
         const Tensor bias = ops.to_device(host_randn({e}, 30, 0.01f));

@@ -10,9 +10,12 @@
 //      as exllamav3's figures (tests/../shared/data/exl3/exllamav3_gemv_h200.json) do.
 //   2. moe_experts_exl3 at 1, 2, 4, 8, 16, 64 tokens: 128 experts of 4096 <-> 2048 at K=4 mcg,
 //      top-8, rotating over 4 layers' experts (6.4 GB); GB/s counts the active experts' bytes;
-//      up to 8 tokens both bodies (auto = flat, grouped), at 1 token also the flat body's
-//      load-only and decode-only variants and the bound they give.
+//      up to 8 tokens both bodies (auto = flat, grouped) and the flat body on the previous
+//      streaming loop (flat-old-loop) and with 1/2/4 columns per warp (flat-cols1/2/4),
+//      at 1 token also the flat body's load-only,
+//      decode-only and fixed-only variants and the bound they give.
 // Lines: "exl3-gemv ..." (one per case), "[exl3-bench] moe ...", "[exl3-bench] moe-bound ...",
+// "[exl3-bench] moe-fixed ...",
 // "measured_copy_gbps".
 //   exl3_cuda_bench [--quick | --sbs]   (--sbs: K = 4 mcg GEMV at m = 1 only, for
 //   scripts/device/exl3_side_by_side.py)
@@ -184,10 +187,19 @@ void bench_moe(double copy_gbps, bool quick) {
   // six-launch body at every token count; flat load-only / decode-only (1 token): the
   // flat body's trellis streaming alone and its decode + MMAs alone, i.e. its memory
   // and its ALU bound.
+  // flat-old-loop: the flat body on the previous streaming loop (before/after in one run);
+  // flat-cols1/2/4: each warp streams 1/2/4 column tiles back to back (auto: 4);
+  // flat-fixed-only (1 token): everything but the trellis stream (launches, routing,
+  // rotations, epilogues).
   const MoeVariant all_variants[] = {{"auto", tf::cuda::kExl3MoeAuto},
                                      {"grouped", tf::cuda::kExl3MoeGrouped},
+                                     {"flat-old-loop", tf::cuda::kExl3MoeFlatOldLoop},
+                                     {"flat-cols1", tf::cuda::kExl3MoeFlatCols1},
+                                     {"flat-cols2", tf::cuda::kExl3MoeFlatCols2},
+                                     {"flat-cols4", tf::cuda::kExl3MoeFlatCols4},
                                      {"flat-load-only", tf::cuda::kExl3MoeFlatLoadOnly},
-                                     {"flat-decode-only", tf::cuda::kExl3MoeFlatDecodeOnly}};
+                                     {"flat-decode-only", tf::cuda::kExl3MoeFlatDecodeOnly},
+                                     {"flat-fixed-only", tf::cuda::kExl3MoeFlatFixedOnly}};
   std::vector<int64_t> token_counts = {1, 2, 4, 8, 16, 64};
   if (quick) token_counts = {1, 8};
   for (int64_t tokens : token_counts) {
@@ -213,10 +225,12 @@ void bench_moe(double copy_gbps, bool quick) {
     Tensor out = dev_empty(tokens, hidden);
     const double bytes = static_cast<double>(active.size()) * expert_bytes;
     const double roofline_us = bytes / (copy_gbps * 1e9) * 1e6;
-    double load_us = 0, decode_us = 0;
+    double load_us = 0, decode_us = 0, fixed_us = 0;
     for (const MoeVariant& v : all_variants) {
       if (tokens > 8 && v.id != tf::cuda::kExl3MoeAuto) continue;
-      if (tokens > 1 && (v.id == tf::cuda::kExl3MoeFlatLoadOnly || v.id == tf::cuda::kExl3MoeFlatDecodeOnly)) continue;
+      if (tokens > 1 && (v.id == tf::cuda::kExl3MoeFlatLoadOnly || v.id == tf::cuda::kExl3MoeFlatDecodeOnly ||
+                         v.id == tf::cuda::kExl3MoeFlatFixedOnly))
+        continue;
       tf::cuda::exl3_set_moe_variant(v.id);
       const double t = graph_time_per_call(4 * layers, [&](int i) {
         tf::cuda::exl3_moe_experts(g_ctx, out, x, ids_d, w_d, tables[i % layers], 7.0f);
@@ -227,6 +241,7 @@ void bench_moe(double copy_gbps, bool quick) {
                   roofline_us);
       if (v.id == tf::cuda::kExl3MoeFlatLoadOnly) load_us = t * 1e6;
       if (v.id == tf::cuda::kExl3MoeFlatDecodeOnly) decode_us = t * 1e6;
+      if (v.id == tf::cuda::kExl3MoeFlatFixedOnly) fixed_us = t * 1e6;
     }
     tf::cuda::exl3_set_moe_variant(tf::cuda::kExl3MoeAuto);
     if (tokens == 1) {
@@ -238,6 +253,11 @@ void bench_moe(double copy_gbps, bool quick) {
                   load_us, 100.0 * roofline_us / load_us, decode_us,
                   static_cast<double>(active.size()) * 3 * hidden * inter / (decode_us * 1e-6), bound,
                   100.0 * roofline_us / bound, decode_us > load_us ? "ALU" : "memory");
+      // The stream's share: each probe less the fixed costs it includes.
+      std::printf("[exl3-bench] moe-fixed tokens=1: fixed-only %.1f us; load-only - fixed %.1f us (%.1f%% of HBM), "
+                  "decode-only - fixed %.1f us\n",
+                  fixed_us, load_us - fixed_us, 100.0 * roofline_us / std::max(1e-3, load_us - fixed_us),
+                  decode_us - fixed_us);
     }
   }
 }

@@ -11,7 +11,8 @@ instructions by pipe and prints per 16x16 tile (two HMMAs per tile at 1-8 rows):
   alu     = integer ALU-pipe ops (16 lanes per scheduler on Hopper: 2 cycles each),
   imad    = IMAD (FMA-heavy pipe only: 2 cycles each), fp = other FMA-pipe ops (1 cycle),
 and the resulting ALU bound in weights/s and as a share of the HBM rate of 4-bit weights.
-Lines start with "[exl3-sass]".
+Lines start with "[exl3-sass]". flat_*ILi4ELi1ELi0E is the flat MoE's default loop (exl3_stream.cuh run_v2),
+flat_gate_up_kernelILi4ELi1ELi4E the same kernel on the previous loop (run_v1, kOldLoop) for before/after.
 """
 import argparse
 import re
@@ -19,7 +20,7 @@ import shutil
 import subprocess
 import sys
 
-PATTERNS = [r"flat_gate_up_kernelILi4ELi1ELi0E", r"flat_down_kernelILi4ELi1ELi0E",
+PATTERNS = [r"flat_gate_up_kernelILi4ELi1ELi0E", r"flat_down_kernelILi4ELi1ELi0E", r"flat_gate_up_kernelILi4ELi1ELi4E",
             r"grouped_gemv_kernelILi4ELi1ELi1E", r"fused_gemv_kernelILi4ELi1ELi0E"]
 ALU = {"IADD3", "LOP3", "SHF", "PRMT", "SEL", "ISETP", "LEA", "IMNMX", "FLO", "POPC", "BMSK", "SGXT", "IABS",
        "LEA.HI", "VIADD", "VIMNMX", "PLOP3", "MOV", "SHL", "SHR", "IADD", "ICMP", "BREV", "FSEL", "FSETP", "P2R", "R2P"}

@@ -74,7 +74,7 @@ fi
 if want quant && [[ -x .gpurun/cuda_quant_tests ]]; then
   timeout 150 .gpurun/cuda_quant_tests > "$OUT/cuda_quant_tests.log" 2>&1
   [[ $? -eq 0 ]] || rc=1
-  grep -E '^\[quant|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Which is' "$OUT/cuda_quant_tests.log" | tail -n 130
+  grep -E '^\[quant|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Which is' "$OUT/cuda_quant_tests.log" | tail -n 200
 fi
 # Our FP8 block-scaled tensor-core GEMM for prefill (fp8_block_gemm.h): exact-operand and CPU /
 # dequant-path parity, and "[fp8gemm-bench]" TFLOP/s next to the bf16 dequant + cuBLAS path (< 60 s).
@@ -120,6 +120,26 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
       --scenario decode-1 --output-tokens 32 --timeout 200; } > "$OUT/exl3_model_bench.log" 2>&1 || rc=1
   grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
   tail -n 5 "$OUT/exl3_model_bench.log"
+  rm -rf "$ck"
+fi
+# Where a graph-replayed batch-1 decode token goes: the exl3model run under Nsight Systems with CUDA
+# graph nodes traced one by one; per-kernel totals (cuda_gpu_kern_sum) into $OUT/nsys_kernels.txt.
+# Only when named: TF_GPU_ONLY="nsysmodel".
+if [[ " ${TF_GPU_ONLY:-} " == *" nsysmodel "* && -x .gpurun/tensorfold ]]; then
+  nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  ck=/dev/shm/tf-exl3-nsys; rm -rf "$ck"
+  if [[ -n "$nsys_bin" ]]; then
+    { timeout 240 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --experts "${EXL3_EXPERTS:-8}" --exl3 --bits 4 --codebook mcg &&
+      TF_CACHE_DIR="$(mktemp -d)" timeout 300 "$nsys_bin" profile --cuda-graph-trace=node --trace=cuda -o "$OUT/decode" \
+        .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" --scenario decode-1 --output-tokens 64 --timeout 200 &&
+      "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv --output "$OUT/nsys" "$OUT/decode.nsys-rep"; } \
+      > "$OUT/nsys_model.log" 2>&1 || rc=1
+    rm -f "$OUT"/decode.sqlite
+    ls "$OUT"/nsys* 2>/dev/null
+    head -n 40 "$OUT"/nsys_cuda_gpu_kern_sum.csv 2>/dev/null
+  else
+    echo "nsysmodel: no nsys on this machine"
+  fi
   rm -rf "$ck"
 fi
 # Weight load speed (s6_load): full-geometry synthetic checkpoints (8 experts) in /dev/shm, loaded by
@@ -178,6 +198,20 @@ fi
 if want smallops && [[ -x .gpurun/cuda_smallops_bench ]]; then
   timeout 120 .gpurun/cuda_smallops_bench > "$OUT/cuda_smallops_bench.log" 2>&1 || rc=1
   grep -E '^\[smallops\]' "$OUT/cuda_smallops_bench.log"
+fi
+# The fused mHC pre-step (Ops::mhc_pre, cuda_mhc_pre.cu) vs the five-op sequence and the CPU,
+# row independence, graph replay, fallbacks; with the lean small-op tests it builds on.
+if want mhcpre && [[ -x .gpurun/cuda_ops_parity_tests ]]; then
+  timeout 120 .gpurun/cuda_ops_parity_tests --gtest_filter='MhcPre.*:SmallOps.*' > "$OUT/mhc_pre_tests.log" 2>&1 || rc=1
+  grep -E '^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|rel|differ' "$OUT/mhc_pre_tests.log" | head -n 30
+fi
+# Ops::matmul_many (issue #8): one launch per format equals separate matmul calls bit for bit, then one
+# layer's projections (KDA, MLA, indexer) at m = 1/8 graph-replayed, separate vs matmul_many ("[matmul-many]").
+if want matmulmany && [[ -x .gpurun/cuda_matmul_many_tests ]]; then
+  timeout 90 .gpurun/cuda_matmul_many_tests > "$OUT/cuda_matmul_many_tests.log" 2>&1 || rc=1
+  grep -E '^\[matmul-many\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure' "$OUT/cuda_matmul_many_tests.log" | head -n 30
+  timeout 90 .gpurun/cuda_ops_bench --matmul-many > "$OUT/cuda_matmul_many_bench.log" 2>&1 || rc=1
+  grep -E '^\[matmul-many\]|^measured|cuda_ops_bench' "$OUT/cuda_matmul_many_bench.log" | head -n 20
 fi
 # Prefill-side ops at T = 2048/8192 rows beside their FLOP roofline (KDA chunked vs the
 # recurrence, MoE, MLA sparse attention, indexer, GEMMs); fails when the KDA check fails.

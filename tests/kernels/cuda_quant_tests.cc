@@ -14,11 +14,14 @@
 // (fp8_block_gemm.h) must be within 5e-2 of the CPU; cuBLASLt's (fp8_gemm.h, opt-in, known
 // wrong) is printed per scale layout for the investigation.
 // Row independence: a row alone and inside 2..8-row calls gives the same bits (with and
-// without a cluster splitting K). The legacy kernel (QuantGemvArgs::legacy): its fused
-// and second-kernel slice sums agree and match the CPU.
+// without a cluster splitting K). The slice kernel (QuantGemvArgs::legacy, the default):
+// its fused, cluster and second-kernel slice sums and every chunks-in-flight setting give
+// the same bits and match the CPU; quant_gemv_many (several matrices in one launch) gives
+// each matrix the bits of a call on it alone.
 // Bench ("[quant-bench]" lines): GEMV us/call and % of the measured HBM copy bandwidth
-// on the model's shapes at m = 1, 2, 4, 8 (and 64), the legacy kernel (before) and the
-// streaming one (after, eager and replayed from a CUDA graph) side by side, matrices
+// on the model's shapes at m = 1, 2, 4, 8 (and 64), the slice kernel ("legacy", the
+// default) and the streaming one (eager and replayed from a CUDA graph) side by side; the
+// slice kernel's knobs swept (graph); quant_gemv_many vs separate calls; matrices
 // rotated through > 4x the L2 so every call streams from HBM; probes of the streaming
 // kernel (loads only, compute only); prefill TFLOP/s at m = 1024 / 8192.
 #include <cuda_runtime.h>
@@ -176,6 +179,148 @@ TEST_F(CudaQuant, FusedSliceSumEqualsTheSecondKernel) {
         for (int run = 1; run < 4; ++run)
           EXPECT_TRUE(same_bits(got[run], got[0])) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m
                                                    << " run " << run;
+      }
+    }
+  }
+}
+
+// quant_gemv_many: random segment sets (1..8 matrices of one format and k, different n,
+// some with a row stride) give, per segment, the bits of a quant_gemv call on it alone,
+// for both kernels, m = 1..8, with and without accumulate.
+TEST_F(CudaQuant, ManySegmentsEqualSeparateCalls) {
+  cudaStream_t stream = cuda_ops_stream(*gpu_);
+  const int sms = cuda::current_sm_count();
+  uint32_t seed = 1234;
+  auto next = [&] { seed = seed * 1664525u + 1013904223u; return seed >> 8; };
+  int cases = 0;
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    for (int64_t k : {int64_t{300}, int64_t{2048}, int64_t{4100}}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        const int count = 1 + static_cast<int>(next() % cuda::kQuantGemvMaxSegments);
+        std::vector<Matrix> mats;
+        std::vector<int64_t> ns;
+        for (int i = 0; i < count; ++i) {
+          const int64_t n = 1 + static_cast<int64_t>(next() % 1500);
+          ns.push_back(n);
+          mats.push_back(up(quantize(randn({n, k}, next(), 0.05f), f)));
+        }
+        for (int64_t m = 1; m <= 8; ++m) {
+          const bool acc = (m + trial) % 2 == 1;
+          const Tensor xd = gpu_->to_device(randn({m, k}, next()));
+          for (int mode : {0, 1, 2}) {  // slice kernel, its shared-memory weight ring, streaming kernel
+            const bool legacy = mode < 2;
+            cuda::QuantGemvArgs common;
+            common.smem_weights = mode == 1 ? 1 : 0;
+            common.x = xd.data<float>();
+            common.ldx = k;
+            common.format = f;
+            common.m = m;
+            common.k = k;
+            common.accumulate = acc;
+            common.sm_count = sms;
+            common.legacy = legacy;
+            std::vector<cuda::QuantGemvSegment> segs(static_cast<size_t>(count));
+            int64_t ws_alone = 0;
+            for (int i = 0; i < count; ++i)
+              ws_alone = std::max(ws_alone, cuda::quant_gemv_workspace_bytes(m, ns[i], k, sms));
+            const int64_t ws_bytes = cuda::quant_gemv_many_workspace_bytes(m, segs.data(), 0, k, sms);
+            EXPECT_EQ(ws_bytes, 0);
+            std::vector<Tensor> together, alone;
+            for (int i = 0; i < count; ++i) {
+              const int64_t ldo = ns[i] + (i % 2) * 3;
+              const Tensor init = randn({m, ldo}, next());
+              together.push_back(gpu_->to_device(init));
+              alone.push_back(gpu_->to_device(init));
+              segs[i].out = together.back().data<float>();
+              segs[i].ldo = ldo;
+              segs[i].codes = mats[i].codes().raw();
+              segs[i].scales = mats[i].scales().raw();
+              segs[i].n = ns[i];
+            }
+            const int64_t many_ws = cuda::quant_gemv_many_workspace_bytes(m, segs.data(), count, k, sms);
+            EXPECT_GE(many_ws, ws_alone) << "the workspace also serves each segment alone";
+            Tensor ws = gpu_->empty({std::max<int64_t>(1, many_ws / 4)});
+            common.workspace = ws.data<float>();
+            cuda::quant_gemv_many(stream, common, segs.data(), count);
+            for (int i = 0; i < count; ++i) {
+              cuda::QuantGemvArgs a = common;
+              a.out = alone[i].data<float>();
+              a.ldo = segs[i].ldo;
+              a.codes = segs[i].codes;
+              a.scales = segs[i].scales;
+              a.n = ns[i];
+              cuda::quant_gemv(stream, a);
+            }
+            for (int i = 0; i < count; ++i)
+              EXPECT_TRUE(same_bits(gpu_->to_host(together[i]), gpu_->to_host(alone[i])))
+                  << matrix_format_name(f) << " K=" << k << " M=" << m << " segment " << i << " of " << count
+                  << " N=" << ns[i] << (mode == 0 ? " slice" : mode == 1 ? " slice smem" : " stream")
+                  << (acc ? " acc" : "");
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  std::printf("[quant] quant_gemv_many: %d segment sets equal separate calls bit for bit\n", cases);
+  // Bad counts are refused.
+  cuda::QuantGemvArgs common;
+  cuda::QuantGemvSegment seg;
+  EXPECT_THROW(cuda::quant_gemv_many(stream, common, &seg, cuda::kQuantGemvMaxSegments + 1), StatusError);
+  EXPECT_THROW(cuda::quant_gemv_many(stream, common, &seg, -1), StatusError);
+}
+
+// The slice kernel's knobs that must not change the bits: chunks in flight per lane
+// (QuantGemvArgs::inflight) and, with the same plan, the fused or cluster slice sum; x with a row
+// stride (ldx > k) and out with one (ldo > n).
+TEST_F(CudaQuant, InflightDoesNotChangeTheBits) {
+  cudaStream_t stream = cuda_ops_stream(*gpu_);
+  const int sms = cuda::current_sm_count();
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    // K = 1040: a last chunk of 16 (fp8: a 16-byte piece past K is zero-filled).
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{200, 2050}, {1000, 4096}, {77, 390}, {130, 1040}}) {
+      const Matrix q = quantize(randn({n, k}, static_cast<uint32_t>(n + 5 * k), 0.05f), f);
+      const Matrix dq = up(q);
+      for (int64_t m : {1, 3, 8}) {
+        const int64_t ldx = k + 4, ldo = n + 2;
+        Tensor xs = randn({m, ldx}, static_cast<uint32_t>(m + 17));
+        Tensor x = Tensor::empty({m, k}, DType::kF32);
+        for (int64_t r = 0; r < m; ++r) std::copy_n(xs.data<float>() + r * ldx, k, x.data<float>() + r * k);
+        Tensor ref = Tensor::empty({m, n}, DType::kF32);
+        cpu_->matmul(ref, x, q);
+        const Tensor xd = gpu_->to_device(xs);
+        Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms) / 4)});
+        std::vector<Tensor> got;
+        for (int inflight : {0, 2, 4, 8, -1}) {  // -1: the shared-memory weight ring
+          for (int sum_mode : {0, 1, 2}) {  // second kernel, fused, cluster
+            Tensor out = gpu_->empty({m, ldo});
+            cuda::QuantGemvArgs a;
+            a.out = out.data<float>();
+            a.ldo = ldo;
+            a.x = xd.data<float>();
+            a.ldx = ldx;
+            a.format = f;
+            a.codes = dq.codes().raw();
+            a.scales = dq.scales().raw();
+            a.m = m;
+            a.n = n;
+            a.k = k;
+            a.sm_count = sms;
+            a.workspace = ws.data<float>();
+            a.legacy = true;
+            a.inflight = std::max(inflight, 0);
+            a.smem_weights = inflight < 0 ? 1 : 0;
+            a.fused_sum = sum_mode == 1;
+            a.cluster_sum = sum_mode == 2 ? 1 : 0;
+            a.slice_pdl = inflight == 4 ? 1 : 0;
+            cuda::quant_gemv(stream, a);
+            got.push_back(gpu_->to_host(out).slice(1, 0, n).contiguous());
+          }
+        }
+        EXPECT_LE(rel_err_to_max_ref(ref, got[0]), 2e-5) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m;
+        for (size_t i = 1; i < got.size(); ++i)
+          EXPECT_TRUE(same_bits(got[i], got[0])) << matrix_format_name(f) << " N=" << n << " K=" << k << " M=" << m
+                                                 << " variant " << i;
       }
     }
   }
@@ -414,6 +559,124 @@ TEST_F(CudaQuant, Bench) {
                       100 * bytes / tp[0] / 1e9 / hbm, tp[1] * 1e6, 100 * bytes / tp[1] / 1e9 / hbm, tp[2] * 1e6);
         }
       }
+    }
+  }
+  // The slice kernel (the default) swept, graph-replayed: chunks in flight per lane
+  // (QuantGemvArgs::inflight), blocks per SM the plan aims at (its K slices), and the
+  // cluster sum ("c") instead of the second kernel, no programmatic dependent launch ("n"),
+  // the shared-memory weight ring ("s") or the register ring ("r"). "*" marks the defaults.
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{8192, 4096}, {4096, 8192}, {1536, 4096}, {24576, 4096}}) {
+      const Matrix q = random_matrix(f, n, k, 11);
+      const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{400} << 20) / q.nbytes() + 1));
+      std::vector<Matrix> dev;
+      for (int i = 0; i < copies; ++i) dev.push_back(up(q));
+      for (int64_t m : {1, 4, 8}) {
+        const Tensor x = gpu_->to_device(randn({m, k}, 4));
+        Tensor out = gpu_->empty({m, n});
+        std::string line;
+        auto time_it = [&](int inflight, int bpsm, bool fused, int cluster = 0, int pdl = -1, int smem = -1) {
+          cuda::QuantGemvArgs a;
+          a.out = out.data<float>();
+          a.ldo = n;
+          a.x = x.data<float>();
+          a.ldx = k;
+          a.format = f;
+          a.m = m;
+          a.n = n;
+          a.k = k;
+          a.legacy = true;
+          a.sm_count = sms;
+          a.inflight = inflight;
+          a.blocks_per_sm = bpsm;
+          a.fused_sum = fused;
+          a.cluster_sum = cluster;
+          a.slice_pdl = pdl;
+          a.smem_weights = smem;
+          Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms, bpsm) / 4)});
+          a.workspace = ws.data<float>();
+          const double t = graph_seconds_per_call(stream, 40, [&](int i) {
+            a.codes = dev[i % copies].codes().raw();
+            a.scales = dev[i % copies].scales().raw();
+            cuda::quant_gemv(stream, a);
+          });
+          char buf[96];
+          std::snprintf(buf, sizeof buf, " %s%d/%d%s%s%s %.1f us %.0f%%",
+                        inflight == 0 && bpsm == 0 && !fused && cluster == 0 && pdl < 0 && smem < 0 ? "*" : "",
+                        inflight, bpsm, fused ? "f" : cluster ? "c" : "", pdl == 0 ? "n" : "",
+                        smem > 0 ? "s" : smem == 0 ? "r" : "", t * 1e6,
+                        100 * q.nbytes() / t / 1e9 / hbm);
+          line += buf;
+        };
+        const std::vector<int> inflights = f == MatrixFormat::kQ4 ? std::vector<int>{0, 2} : std::vector<int>{0, 4};
+        for (int inflight : inflights)
+          for (int bpsm : {0, 3, 6}) time_it(inflight, bpsm, false, 0, -1, inflight == 0 ? -1 : 0);
+        time_it(0, 0, false, 0, -1, 0);  // the register ring
+        time_it(0, 0, false, 0, 0);      // no PDL
+        time_it(0, 0, false, 1);         // cluster sum
+        for (int bpsm : {0, 3, 6}) time_it(0, bpsm, false, 0, -1, 1);
+        time_it(0, 0, false, 1, -1, 1);
+        std::printf("[quant-bench] slice sweep %-3s N=%-6lld K=%-5lld m=%lld graph (inflight/blocks per SM):%s\n",
+                    matrix_format_name(f), static_cast<long long>(n), static_cast<long long>(k),
+                    static_cast<long long>(m), line.c_str());
+      }
+    }
+  }
+  // quant_gemv_many: three 4096->8192 matrices (the KDA q/k/v shape) in one launch vs
+  // three calls, graph-replayed.
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    const int64_t n = 8192, k = 4096;
+    const Matrix q = random_matrix(f, n, k, 12);
+    const int copies = static_cast<int>(std::max<int64_t>(3, 3 * ((int64_t{400} << 20) / (3 * q.nbytes()) + 1)));
+    std::vector<Matrix> dev;
+    for (int i = 0; i < copies; ++i) dev.push_back(up(q));
+    for (int64_t m : {1, 4, 8}) {
+      const Tensor x = gpu_->to_device(randn({m, k}, 4));
+      std::vector<Tensor> outs;
+      for (int i = 0; i < 3; ++i) outs.push_back(gpu_->empty({m, n}));
+      cuda::QuantGemvArgs common;
+      common.x = x.data<float>();
+      common.ldx = k;
+      common.format = f;
+      common.m = m;
+      common.k = k;
+      common.legacy = true;
+      common.sm_count = sms;
+      cuda::QuantGemvSegment segs[3];
+      for (int i = 0; i < 3; ++i) {
+        segs[i].out = outs[i].data<float>();
+        segs[i].ldo = n;
+        segs[i].n = n;
+      }
+      Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_many_workspace_bytes(m, segs, 3, k, sms) / 4)});
+      common.workspace = ws.data<float>();
+      auto set = [&](int i) {
+        for (int j = 0; j < 3; ++j) {
+          segs[j].codes = dev[(3 * i + j) % copies].codes().raw();
+          segs[j].scales = dev[(3 * i + j) % copies].scales().raw();
+        }
+      };
+      const double one = graph_seconds_per_call(stream, 20, [&](int i) {
+        set(i);
+        cuda::quant_gemv_many(stream, common, segs, 3);
+      });
+      const double three = graph_seconds_per_call(stream, 20, [&](int i) {
+        set(i);
+        for (int j = 0; j < 3; ++j) {
+          cuda::QuantGemvArgs a = common;
+          a.out = segs[j].out;
+          a.ldo = n;
+          a.codes = segs[j].codes;
+          a.scales = segs[j].scales;
+          a.n = n;
+          cuda::quant_gemv(stream, a);
+        }
+      });
+      const double bytes = 3.0 * q.nbytes();
+      std::printf("[quant-bench] many %-3s 3 x 4096->8192 m=%lld graph: one launch %6.1f us %5.1f%% of HBM, three calls "
+                  "%6.1f us %5.1f%%\n",
+                  matrix_format_name(f), static_cast<long long>(m), one * 1e6, 100 * bytes / one / 1e9 / hbm,
+                  three * 1e6, 100 * bytes / three / 1e9 / hbm);
     }
   }
   // Blocks per cluster splitting K swept on the streaming kernel (graph-replayed, m = 1).

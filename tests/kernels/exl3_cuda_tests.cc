@@ -362,15 +362,23 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
 // The flat body (up to 8 tokens, exl3_moe_flat.cuh) against the grouped one: the same
 // bits for every token count 1-8, with an expert named twice by one token and by several
 // tokens (the flat body's leader pair serves them all), biases, a padded intermediate and
-// gate/up in different formats (two gate/up launches).
+// gate/up in different formats (two gate/up launches). Every flat variant that claims the
+// same bits: the default, the previous streaming loop, 2 and 4 columns per warp (case 2 is
+// wide enough for 4; its k-splits of 2 stages make the ring's prologue cross columns) and
+// the kernels compiled without the register cap, 1 column.
 TEST(Exl3CudaMoe, FlatEqualsGroupedBitForBit) {
-  const int64_t experts = 12, hidden = 256, inter = 200, k = 8;  // intermediate padded to 256
-  for (int variant_case = 0; variant_case < 2; ++variant_case) {
+  const int64_t experts = 12, k = 8;
+  const int flat_variants[] = {cuda::kExl3MoeFlat, cuda::kExl3MoeFlatOldLoop, cuda::kExl3MoeFlatCols2,
+                               cuda::kExl3MoeFlatCols4, cuda::kExl3MoeFlatNoRegCap, cuda::kExl3MoeFlatCols1};
+  for (int variant_case = 0; variant_case < 3; ++variant_case) {
+    const int64_t hidden = variant_case == 2 ? 512 : 256, inter = variant_case == 2 ? 500 : 200;
+    const int64_t i_pad = variant_case == 2 ? 512 : 256;  // intermediate padded to 128s
     Exl3ExpertTable host = expert_table(experts, hidden, inter, 4, Exl3Codebook::kMcg);
     for (int64_t e = 0; e < experts; ++e) {
-      host.gate[e] = synthetic(hidden, 256, 4, Exl3Codebook::kMcg, 5000 + 3 * e, true);
-      host.down[e] = synthetic(256, hidden, 4, Exl3Codebook::kMcg, 5002 + 3 * e, true);
-      if (variant_case == 1) host.up[e] = synthetic(hidden, 256, 3, Exl3Codebook::kMul1, 5001 + 3 * e, true);
+      host.gate[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::kMcg, 5000 + 3 * e, true);
+      host.down[e] = synthetic(i_pad, hidden, 4, Exl3Codebook::kMcg, 5002 + 3 * e, true);
+      if (variant_case == 1) host.up[e] = synthetic(hidden, i_pad, 3, Exl3Codebook::kMul1, 5001 + 3 * e, true);
+      if (variant_case == 2) host.up[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::kMcg, 5001 + 3 * e, true);
     }
     Exl3ExpertTable dev = host;
     ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
@@ -381,21 +389,27 @@ TEST(Exl3CudaMoe, FlatEqualsGroupedBitForBit) {
       if (tokens > 1) ids.data<int32_t>()[k + 2] = ids.data<int32_t>()[0];  // and token 1 names it too
       const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 300));
       const Tensor xd = gpu().to_device(x), idd = gpu().to_device(ids), wd = gpu().to_device(wts);
-      Tensor flat = gpu().empty({tokens, hidden}), grouped = gpu().empty({tokens, hidden});
-      cuda::exl3_set_moe_variant(cuda::kExl3MoeFlat);
-      gpu().moe_experts_exl3(flat, xd, idd, wd, dev, 7.0f);
+      Tensor grouped = gpu().empty({tokens, hidden});
       cuda::exl3_set_moe_variant(cuda::kExl3MoeGrouped);
       gpu().moe_experts_exl3(grouped, xd, idd, wd, dev, 7.0f);
-      cuda::exl3_set_moe_variant(cuda::kExl3MoeAuto);
-      const Tensor a = gpu().to_host(flat), b = gpu().to_host(grouped);
-      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(tokens * hidden * 4)), 0)
-          << "case " << variant_case << " tokens=" << tokens << ": flat and grouped bodies differ";
+      const Tensor b = gpu().to_host(grouped);
       Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
       cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
-      EXPECT_LT(rel_err(want, a), 1e-4) << "case " << variant_case << " tokens=" << tokens;
+      EXPECT_LT(rel_err(want, b), 1e-4) << "case " << variant_case << " tokens=" << tokens;
+      for (int fv : flat_variants) {
+        Tensor flat = gpu().empty({tokens, hidden});
+        cuda::exl3_set_moe_variant(fv);
+        gpu().moe_experts_exl3(flat, xd, idd, wd, dev, 7.0f);
+        const Tensor a = gpu().to_host(flat);
+        EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(tokens * hidden * 4)), 0)
+            << "case " << variant_case << " tokens=" << tokens << " flat variant " << fv
+            << ": flat and grouped bodies differ";
+      }
+      cuda::exl3_set_moe_variant(cuda::kExl3MoeAuto);
     }
   }
-  std::printf("[exl3] moe_experts_exl3 flat body == grouped body bit for bit (1-8 tokens, repeated experts)\n");
+  std::printf("[exl3] moe_experts_exl3 flat body (6 variants) == grouped body bit for bit (1-8 tokens, repeated "
+              "experts)\n");
 }
 
 }  // namespace

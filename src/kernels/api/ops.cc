@@ -68,6 +68,45 @@ void Ops::quant_matmul(Tensor& /*out*/, const Tensor& /*x*/, const Matrix& w, bo
   throw StatusError(unimplemented(std::string(name()) + " backend: quantized weights (" + w.describe() + ")"));
 }
 
+void Ops::matmul_many(const std::vector<Tensor*>& outs, const Tensor& x, const std::vector<const Matrix*>& ws) {
+  if (outs.size() != ws.size())
+    throw StatusError(invalid_argument("matmul_many: " + std::to_string(outs.size()) + " outputs for " +
+                                       std::to_string(ws.size()) + " matrices"));
+  for (size_t i = 0; i < ws.size(); ++i)
+    if (outs[i] == nullptr || ws[i] == nullptr)
+      throw StatusError(invalid_argument("matmul_many: null output or matrix at " + std::to_string(i)));
+  for (size_t i = 0; i < ws.size(); ++i) matmul(*outs[i], x, *ws[i]);
+}
+
+void Ops::mhc_pre(Tensor& post, Tensor& comb, Tensor& out, const Tensor& streams, const Tensor& fn,
+                  const Tensor& base, const Tensor& scale, const Tensor& norm_weight, float norm_eps, float hc_eps,
+                  int sinkhorn_iters) {
+  if (streams.dim() != 3)
+    throw StatusError(invalid_argument("mhc_pre: streams " + streams.describe() + " must be [T, M, D]"));
+  const int64_t n = streams.size(0), m = streams.size(1), d = streams.size(2), mix = (2 + m) * m;
+  if (fn.dim() != 2 || fn.size(0) != mix || fn.size(1) != m * d)
+    throw StatusError(invalid_argument("mhc_pre: fn " + fn.describe() + " must be [" + std::to_string(mix) + ", " +
+                                       std::to_string(m * d) + "] for streams " + streams.describe()));
+  Tensor flat = streams.reshape({n, m * d});
+  Tensor normed = empty({n, m * d});
+  rms_norm(normed, flat, Tensor(), norm_eps);
+  Tensor logits = empty({n, mix});
+  matmul(logits, normed, fn);
+  Tensor pre = empty({n, m});
+  mhc_coefficients(pre, post, comb, logits, base, scale, hc_eps, sinkhorn_iters);
+  Tensor collapsed = empty({n, d});
+  mhc_collapse(collapsed, streams, pre);
+  rms_norm(out, collapsed, norm_weight, norm_eps);
+}
+
+void Ops::mhc_expand_pre(Tensor& streams_out, Tensor& post, Tensor& comb, Tensor& out, const Tensor& y,
+                         const Tensor& prev_post, const Tensor& prev_comb, const Tensor& residual, const Tensor& fn,
+                         const Tensor& base, const Tensor& scale, const Tensor& norm_weight, float norm_eps,
+                         float hc_eps, int sinkhorn_iters) {
+  mhc_expand(streams_out, y, prev_post, prev_comb, residual);
+  mhc_pre(post, comb, out, streams_out, fn, base, scale, norm_weight, norm_eps, hc_eps, sinkhorn_iters);
+}
+
 void Ops::sample_rows(std::span<SampleRowResult> /*out*/, std::span<const Tensor> /*rows*/,
                       std::span<const SampleRowParams> /*params*/) {
   throw StatusError(unimplemented(std::string(name()) + " backend: sampling on the device (sample_rows)"));

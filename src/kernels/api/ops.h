@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -111,6 +112,12 @@ class Ops {
   }
   // out[T, N] = x[T, K] · W^T for a quantized W (the default throws StatusError).
   virtual void quant_matmul(Tensor& out, const Tensor& x, const Matrix& w, bool accumulate);
+  // Several projections of one input: *outs[i] = x · ws[i]^T for each i, with the
+  // semantics, checks and bits of matmul(*outs[i], x, *ws[i]) (matrices of any formats,
+  // mixed). The default is that loop; a GPU backend runs the matrices of one format in
+  // one launch at decode rows (fewer launches per token). outs and ws have the same
+  // length and no null entries; the outputs must not overlap x or each other.
+  virtual void matmul_many(const std::vector<Tensor*>& outs, const Tensor& x, const std::vector<const Matrix*>& ws);
   // Per-head matmul: out[T, H, N] = x[T, H, K] · w[H, N, K]^T for every head.
   virtual void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) = 0;
   // out[n, D] = table[ids[n], D] (ids int32 [n]).
@@ -153,6 +160,24 @@ class Ops {
   // out [T, M, D]: out[m] = post[m] * y + sum_j comb[j, m] * residual[j]  (comb used transposed).
   virtual void mhc_expand(Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
                           const Tensor& residual) = 0;
+  // One mHC site before its sublayer: logits = fn · rms_norm(streams [T, M*D] flat, no
+  // weight, norm_eps), then pre/post/comb as mhc_coefficients, collapsed =
+  // mhc_collapse(streams, pre) and out [T, D] = rms_norm(collapsed, norm_weight, norm_eps).
+  // streams [T, M, D]; fn [(2+M)M, M*D]; base, scale as mhc_coefficients; post [T, M],
+  // comb [T, M, M]. The default runs those five ops; a GPU backend may fuse them at decode
+  // rows, with rounding differences only (the norm has no weight, so it factors out of
+  // the fn dot products), each row still independent of the others.
+  virtual void mhc_pre(Tensor& post, Tensor& comb, Tensor& out, const Tensor& streams, const Tensor& fn,
+                       const Tensor& base, const Tensor& scale, const Tensor& norm_weight, float norm_eps,
+                       float hc_eps, int sinkhorn_iters);
+  // mhc_expand(streams_out, y, prev_post, prev_comb, residual), then mhc_pre over
+  // streams_out: a sublayer's output into the streams and the next site's pre-step in one
+  // op. The default runs the two; a GPU backend may compute the streams inside the
+  // pre-step's pass (streams_out keeps mhc_expand's bits).
+  virtual void mhc_expand_pre(Tensor& streams_out, Tensor& post, Tensor& comb, Tensor& out, const Tensor& y,
+                              const Tensor& prev_post, const Tensor& prev_comb, const Tensor& residual,
+                              const Tensor& fn, const Tensor& base, const Tensor& scale, const Tensor& norm_weight,
+                              float norm_eps, float hc_eps, int sinkhorn_iters);
 
   // ---- Kimi Delta Attention (one sequence per call) -------------------------
   // Depthwise causal conv over time with SiLU: x [T, C] pre-conv projections,

@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_mhc_coeff.cuh"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/legacy_small_ops.h"
 
@@ -105,56 +106,18 @@ __global__ void mhc_coeff_group_kernel(float* __restrict__ pre, float* __restric
 }
 
 // mhc_coeff_group_kernel for a compile-time M (group = the power of two >= M*M),
-// the same operations in the same order.
+// the same operations in the same order (cuda_mhc_coeff.cuh).
 template <int M>
 __global__ void mhc_coeff_group_kernel_m(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
                                          const float* __restrict__ mix, const float* __restrict__ b,
                                          const float* __restrict__ s, int64_t rows, float hc_eps, int iters) {
-  constexpr int kMm = M * M, kWidth = (2 + M) * M;
-  constexpr int kGroup = kMm <= 1 ? 1 : kMm <= 2 ? 2 : kMm <= 4 ? 4 : kMm <= 8 ? 8 : kMm <= 16 ? 16 : 32;
+  constexpr int kMm = M * M, kWidth = (2 + M) * M, kGroup = mhc_coeff_group<M>();
   const int lane = threadIdx.x % kGroup;
   const int64_t r = blockIdx.x * int64_t(blockDim.x / kGroup) + threadIdx.x / kGroup;
   const bool row_ok = r < rows;
-  const bool own = row_ok && lane < kMm;
-  const int i = lane / M, j = lane % M;
-  const float* l = mix + (row_ok ? r : 0) * kWidth;
-  const float s0 = s[0], s1 = s[1], s2 = s[2];
-  if (row_ok && lane < M) {
-    pre[r * M + lane] = sigmoidf_(l[lane] * s0 + b[lane]) + hc_eps;
-    post[r * M + lane] = 2.0f * sigmoidf_(l[M + lane] * s1 + b[M + lane]);
-  }
-  float c = own ? l[2 * M + lane] * s2 + b[2 * M + lane] : 0.0f;
-  // Row i's (column j's) entries, gathered together, summed in index order.
-  auto row_sum = [&](float v) {
-    float g[M];
-#pragma unroll
-    for (int jj = 0; jj < M; ++jj) g[jj] = __shfl_sync(0xffffffffu, v, i * M + jj, kGroup);
-    float sum = 0;
-#pragma unroll
-    for (int jj = 0; jj < M; ++jj) sum += g[jj];
-    return sum;
-  };
-  {
-    float g[M];
-#pragma unroll
-    for (int jj = 0; jj < M; ++jj) g[jj] = __shfl_sync(0xffffffffu, c, i * M + jj, kGroup);
-    float mx = -INFINITY;
-#pragma unroll
-    for (int jj = 0; jj < M; ++jj) mx = fmaxf(mx, g[jj]);
-    const float e = own ? expf(c - mx) : 0.0f;
-    c = e / row_sum(e) + hc_eps;
-  }
-  for (int it = 0; it < iters; ++it) {
-    if (it > 0) c /= (row_sum(c) + hc_eps);  // rows, then columns (the first pass is columns only)
-    float g[M];
-#pragma unroll
-    for (int ii = 0; ii < M; ++ii) g[ii] = __shfl_sync(0xffffffffu, c, ii * M + j, kGroup);
-    float sum = 0;
-#pragma unroll
-    for (int ii = 0; ii < M; ++ii) sum += g[ii];
-    c /= (sum + hc_eps);
-  }
-  if (own) comb[r * kMm + lane] = c;
+  const int64_t rr = row_ok ? r : 0;
+  mhc_coeff_row<M>(lane, row_ok, mix + rr * kWidth, b, s, hc_eps, iters, pre + rr * M, post + rr * M,
+                   comb + rr * kMm);
 }
 
 __global__ void mhc_collapse_kernel(float* __restrict__ out, const float* __restrict__ streams,

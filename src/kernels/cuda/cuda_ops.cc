@@ -14,7 +14,9 @@
 #include "kernels/cuda/cuda_indexer_prefill.h"
 #include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_matmul_many.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
+#include "kernels/cuda/cuda_mhc_pre.h"
 #include "kernels/cuda/cuda_sampling.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/op_profiler.h"
@@ -223,6 +225,11 @@ class CudaOps final : public Ops {
   void quant_matmul(Tensor& out, const Tensor& x, const Matrix& w, bool accumulate) override { cuda::OpScope prof_scope(prof_.get(), "quant_matmul");
     cuda::quant_matmul(ctx_, out, x, w, accumulate);
   }
+  void matmul_many(const std::vector<Tensor*>& outs, const Tensor& x,
+                   const std::vector<const Matrix*>& ws) override {
+    cuda::OpScope prof_scope(prof_.get(), "matmul_many");
+    cuda::matmul_many(ctx_, outs, x, ws);
+  }
   void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) override { cuda::OpScope prof_scope(prof_.get(), "head_matmul"); cuda::head_matmul(ctx_, out, x, w); }
   void embedding(Tensor& out, const Tensor& table, const Tensor& ids) override { cuda::OpScope prof_scope(prof_.get(), "embedding");
     cuda::embedding(ctx_, out, table, ids);
@@ -258,6 +265,23 @@ class CudaOps final : public Ops {
   void mhc_expand(Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
                   const Tensor& residual) override { cuda::OpScope prof_scope(prof_.get(), "mhc_expand");
     cuda::mhc_expand(ctx_, out, y, post, comb, residual);
+  }
+  // Fused at decode rows (cuda_mhc_pre.cu); otherwise the default sequence of ops.
+  void mhc_pre(Tensor& post, Tensor& comb, Tensor& out, const Tensor& streams, const Tensor& fn, const Tensor& base,
+               const Tensor& scale, const Tensor& norm_weight, float norm_eps, float hc_eps, int iters) override {
+    cuda::OpScope prof_scope(prof_.get(), "mhc_pre");
+    if (!cuda::mhc_pre_fused(ctx_, post, comb, out, streams, fn, base, scale, norm_weight, norm_eps, hc_eps, iters))
+      Ops::mhc_pre(post, comb, out, streams, fn, base, scale, norm_weight, norm_eps, hc_eps, iters);
+  }
+  void mhc_expand_pre(Tensor& streams_out, Tensor& post, Tensor& comb, Tensor& out, const Tensor& y,
+                      const Tensor& prev_post, const Tensor& prev_comb, const Tensor& residual, const Tensor& fn,
+                      const Tensor& base, const Tensor& scale, const Tensor& norm_weight, float norm_eps,
+                      float hc_eps, int iters) override {
+    cuda::OpScope prof_scope(prof_.get(), "mhc_expand_pre");
+    if (!cuda::mhc_expand_pre_fused(ctx_, streams_out, post, comb, out, y, prev_post, prev_comb, residual, fn, base,
+                                    scale, norm_weight, norm_eps, hc_eps, iters))
+      Ops::mhc_expand_pre(streams_out, post, comb, out, y, prev_post, prev_comb, residual, fn, base, scale,
+                          norm_weight, norm_eps, hc_eps, iters);
   }
   void causal_conv1d_silu(Tensor& out, const Tensor& x, Tensor& state, const Tensor& weight) override { cuda::OpScope prof_scope(prof_.get(), "causal_conv1d_silu");
     cuda::causal_conv1d_silu(ctx_, out, x, state, weight);

@@ -42,13 +42,25 @@ int64_t exl3_fused_gemv_refusals();
 // (exl3_moe_flat.cuh), the grouped six-launch body beyond; grouped = always grouped;
 // flat = flat up to 64 pairs (tokens * k); flat load-only / decode-only = the flat body
 // with only its trellis streaming / only its decode + MMAs (K = 4 mcg only; results are
-// garbage: for timing the parts alone). All but the last two give the same bits.
+// garbage: for timing the parts alone); flat fixed-only = the flat body without any
+// trellis streaming (its fixed costs; garbage too); flat old-loop = the flat body on the
+// previous streaming loop (same bits, for A/B timing); flat cols1 / cols2 / cols4 = the
+// flat body with each warp streaming 1 / 2 / 4 output column tiles back to back (fewer,
+// longer blocks; same bits; auto and flat take 4); flat no-reg-cap = the flat kernels compiled without the register cap that
+// buys a fourth block per SM (same bits). Load-only, decode-only and fixed-only do not give
+// the same bits; the others do.
 enum Exl3MoeVariant : int {
   kExl3MoeAuto = 0,
   kExl3MoeGrouped = 1,
   kExl3MoeFlat = 2,
   kExl3MoeFlatLoadOnly = 3,
-  kExl3MoeFlatDecodeOnly = 4
+  kExl3MoeFlatDecodeOnly = 4,
+  kExl3MoeFlatFixedOnly = 5,
+  kExl3MoeFlatOldLoop = 6,
+  kExl3MoeFlatCols2 = 7,
+  kExl3MoeFlatCols4 = 8,
+  kExl3MoeFlatNoRegCap = 9,
+  kExl3MoeFlatCols1 = 10
 };
 void exl3_set_moe_variant(int variant);
 

@@ -222,28 +222,47 @@ __global__ void __launch_bounds__(128)
   if (c < h) out[static_cast<int64_t>(t) * h + c] = acc;
 }
 
-// grid (h_pad/128, T): the flat body's combine (combine_kernel's arithmetic, partials
-// indexed by pair; an id outside [0, E) contributes nothing and sets the error word).
-__global__ void __launch_bounds__(128)
+// grid (h_pad/128, T), 256 threads: the flat body's combine (combine_kernel's arithmetic,
+// partials indexed by pair; an id outside [0, E) contributes nothing and sets the error
+// word). Warp j finishes pair j of the token (the warp FWHT, as the flat down kernel's
+// finish: the same bits as finish()), all k at once, then the block sums them in j
+// order: one finish's latency instead of k in a row (the serial loop cost ~1 us per
+// pair at 1 token, H200 run1s7 fixed-only probe).
+constexpr int kCombineWarps = 8;
+__global__ void __launch_bounds__(kCombineWarps * 32)
     flat_combine_kernel(float* __restrict__ out, const float* __restrict__ pd, int pairs, int64_t h_pad, int64_t h,
                         const float* __restrict__ w, const int* __restrict__ ids, int k, int experts,
                         const ExpertPtrs* __restrict__ table, unsigned* err) {
-  __shared__ float smem[128];
+  __shared__ float ys[kCombineWarps][128];
+  __shared__ int ok[kCombineWarps];
   exl3::pdl_wait();
-  const int t = blockIdx.y;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x;
+  const int t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 128;
   float acc = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    const int pair = t * k + j, e = ids[pair];
-    if (e < 0 || e >= experts) {  // block-uniform
-      if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, kErrMoeExpertId);
-      continue;
+  for (int j0 = 0; j0 < k; j0 += kCombineWarps) {
+    const int j = j0 + warp;
+    if (j < k) {
+      const int pair = t * k + j, e = ids[pair];
+      const bool valid = e >= 0 && e < experts;  // warp-uniform
+      if (valid) {
+        const ExpertPtrs& p = table[e];
+        float v[4];
+        exl3::flat_finish(pd, pairs, h_pad, pair, c0, p.svh[kDown], p.bias[kDown], v);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) ys[warp][lane + 32 * q] = v[q];
+      } else if (lane == 0 && blockIdx.x == 0) {
+        atomicOr(err, kErrMoeExpertId);
+      }
+      if (lane == 0) ok[warp] = valid ? 1 : 0;
     }
-    const ExpertPtrs& p = table[e];
-    const float y = finish(pd, pairs, h_pad, pair, c, p.svh[kDown], p.bias[kDown], smem);
-    acc = __fadd_rn(acc, __fmul_rn(w[pair], y));
+    __syncthreads();
+    if (threadIdx.x < 128)
+      for (int jj = 0; jj < kCombineWarps && j0 + jj < k; ++jj)
+        if (ok[jj]) acc = __fadd_rn(acc, __fmul_rn(w[t * k + j0 + jj], ys[jj][threadIdx.x]));
+    __syncthreads();  // ys is rewritten by the next group
   }
-  if (c < h) out[static_cast<int64_t>(t) * h + c] = acc;
+  const int64_t c = c0 + threadIdx.x;
+  if (threadIdx.x < 128 && c < h) out[static_cast<int64_t>(t) * h + c] = acc;
 }
 
 // Launches `kernel` with `smem` dynamic shared memory, as a programmatic dependent of
@@ -288,6 +307,9 @@ struct FlatKernels {
     if constexpr (K == 4 && CB == exl3::kCbMcg) {
       if (mode == exl3::kLoadOnly) return run<exl3::kLoadOnly>(down, grid, s, a);
       if (mode == exl3::kDecodeOnly) return run<exl3::kDecodeOnly>(down, grid, s, a);
+      if (mode == exl3::kFixedOnly) return run<exl3::kFixedOnly>(down, grid, s, a);
+      if (mode == exl3::kOldLoop) return run<exl3::kOldLoop>(down, grid, s, a);
+      if (mode == exl3::kNoRegCap) return run<exl3::kNoRegCap>(down, grid, s, a);
     }
     run<exl3::kNormal>(down, grid, s, a);
   }
@@ -318,7 +340,7 @@ const DeviceTable& device_table(const CudaContext& ctx, const Exl3ExpertTable& e
 
 // The flat body (exl3_moe_flat.cuh): tokens * k <= kFlatMaxPairs.
 void flat_moe(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-              const Exl3ExpertTable& ex, const ExpertPtrs* table, float limit, int mode) {
+              const Exl3ExpertTable& ex, const ExpertPtrs* table, float limit, int mode, int cols) {
   const int64_t tokens = x.size(0), k = ids.size(1), pairs = tokens * k;
   const Exl3Weight &g0 = ex.gate[0], &u0 = ex.up[0], &d0 = ex.down[0];
   const int64_t h_pad = g0.in_features(), i_pad = g0.out_features();
@@ -344,13 +366,21 @@ void flat_moe(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
     a.tiles_n[p] = ws[p]->trellis.size(1);
     a.per[p] = static_cast<int>((a.tiles_k[p] + kMoeSplits - 1) / kMoeSplits);
   }
+  // Columns per warp (WarpStream::cols): needs whole stages per k-split and whole column
+  // groups; the previous loop (kOldLoop) streams one column.
+  for (int p = 0; p < 3; ++p) {
+    const bool ok = mode != exl3::kOldLoop && a.tiles_k[p] == int64_t{a.per[p]} * kMoeSplits &&
+                    a.per[p] % exl3::kStageTiles == 0 && a.tiles_n[p] % (int64_t{kGemvWarps} * cols) == 0;
+    a.cols[p] = ok ? cols : 1;
+  }
+  a.cols[kUp] = a.cols[kGate] = std::min(a.cols[kGate], a.cols[kUp]);  // one grid serves both
   a.proj0 = kGate;
   a.pass_rows = static_cast<int>(std::min<int64_t>(exl3::kFlatPassRows, tokens));
   a.limit = limit;
   const unsigned np = static_cast<unsigned>(pairs);
   auto gate_up = [&](const Exl3Weight& w, int proj0, unsigned nproj) {
     a.proj0 = proj0;
-    const dim3 grid(static_cast<unsigned>(w.trellis.size(1) / kGemvWarps * kMoeSplits), np, nproj);
+    const dim3 grid(static_cast<unsigned>(w.trellis.size(1) / kGemvWarps / a.cols[proj0] * kMoeSplits), np, nproj);
     exl3_dispatch<FlatKernels>(w.bits, w.codebook,
                                [&](auto kernels) { decltype(kernels)::launch(mode, false, grid, ctx.stream, a); });
   };
@@ -360,11 +390,12 @@ void flat_moe(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
     gate_up(g0, kGate, 1);
     gate_up(u0, kUp, 1);
   }
-  const dim3 dgrid(static_cast<unsigned>(d0.trellis.size(1) / kGemvWarps * kMoeSplits), np, 1);
+  const dim3 dgrid(static_cast<unsigned>(d0.trellis.size(1) / kGemvWarps / a.cols[kDown] * kMoeSplits), np, 1);
   exl3_dispatch<FlatKernels>(d0.bits, d0.codebook,
                              [&](auto kernels) { decltype(kernels)::launch(mode, true, dgrid, ctx.stream, a); });
   launch_ex("moe_experts_exl3 (flat combine)", flat_combine_kernel,
-            dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, true, ctx.stream,
+            dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), kCombineWarps * 32, 0, true,
+            ctx.stream,
             static_cast<float*>(out.raw()), static_cast<const float*>(a.part[kDown]), a.pairs, h_pad, ex.hidden,
             weights.data<float>(), a.ids, a.k, a.experts, table, ctx.error_word);
 }
@@ -441,12 +472,26 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
                                        std::to_string(kMoeGroupingMaxExperts) + ")"));
 
   const int variant = moe_variant();
-  const bool flat_variant = variant == kExl3MoeFlat || variant == kExl3MoeFlatLoadOnly ||
-                            variant == kExl3MoeFlatDecodeOnly;
-  if (pairs <= exl3::kFlatMaxPairs && (flat_variant || (variant == kExl3MoeAuto && tokens <= kFlatMaxTokens))) {
-    flat_moe(ctx, out, x, ids, weights, ex, table, swiglu_limit,
-             variant == kExl3MoeFlatLoadOnly ? exl3::kLoadOnly
-                                             : (variant == kExl3MoeFlatDecodeOnly ? exl3::kDecodeOnly : exl3::kNormal));
+  // exl3::StreamMode and columns per warp of a flat variant. Default 4 columns per warp
+  // (H200 run2s7, 1 / 2 / 4 columns: 1 token 92.5 / 85.1 / 84.2 us, 8 tokens 626 / 548 /
+  // 509 us; the shapes that do not split evenly fall back to 1 in flat_moe).
+  constexpr int kAutoCols = 4;
+  int flat_mode = -1, flat_cols = kAutoCols;
+  switch (variant) {
+    case kExl3MoeFlat: flat_mode = exl3::kNormal; break;
+    case kExl3MoeFlatCols1: flat_mode = exl3::kNormal, flat_cols = 1; break;
+    case kExl3MoeFlatCols2: flat_mode = exl3::kNormal, flat_cols = 2; break;
+    case kExl3MoeFlatCols4: flat_mode = exl3::kNormal, flat_cols = 4; break;
+    case kExl3MoeFlatNoRegCap: flat_mode = exl3::kNoRegCap; break;
+    case kExl3MoeFlatLoadOnly: flat_mode = exl3::kLoadOnly; break;
+    case kExl3MoeFlatDecodeOnly: flat_mode = exl3::kDecodeOnly; break;
+    case kExl3MoeFlatFixedOnly: flat_mode = exl3::kFixedOnly; break;
+    case kExl3MoeFlatOldLoop: flat_mode = exl3::kOldLoop, flat_cols = 1; break;
+    default: break;
+  }
+  if (variant == kExl3MoeAuto && tokens <= kFlatMaxTokens) flat_mode = exl3::kNormal;
+  if (pairs <= exl3::kFlatMaxPairs && flat_mode >= 0) {
+    flat_moe(ctx, out, x, ids, weights, ex, table, swiglu_limit, flat_mode, flat_cols);
     return true;
   }
 

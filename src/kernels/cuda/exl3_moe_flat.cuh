@@ -16,7 +16,10 @@
 //      block: a k-split of down is a whole number of 128-column blocks of act);
 //      streams down's tiles into part_down[split][pair][n].
 //   F3 (exl3_moe.cu, flat_combine_kernel): out[t] = sum_j w[t,j] * (FWHT(sum of down's
-//      splits) * svh + bias) in j order.
+//      splits) * svh + bias) in j order (one warp per j, then the ordered sum).
+// Columns: each warp of F1/F2 streams a.cols[proj] n-tiles (kGemvWarps apart) back to back
+// through one ring (WarpStream::cols): fewer, longer blocks, so the per-block routing,
+// rotation and finish are paid 2-4x less often and the ring does not drain between tiles.
 // Every float operation and its order is the grouped path's (same splits, same
 // butterflies, same SwiGLU), so a token gets the same bits on either path: the
 // grouped path stays the reference for row independence past 8 tokens.
@@ -55,8 +58,18 @@ struct FlatArgs {
   int per[3];      // k-tiles per split
   int proj0;       // projection of blockIdx.z == 0 (F1)
   int pass_rows;   // rows of xf in shared memory (<= kFlatPassRows)
+  int cols[3];     // 16-column n-tiles each warp streams back to back (WarpStream::cols)
   float limit;     // SwiGLU clamp
 };
+
+// Resident blocks per SM the flat kernels are compiled for: at K = 4 the register cap
+// (64) lets 4 blocks of 8 warps share an SM instead of 3 (76-80 registers without it).
+// H200 run1s7 measured no difference (112.4 vs 111.7 us, kNoRegCap); it stays because the
+// capped loop does not spill and leaves room for more copies in flight.
+template <int K, int Mode>
+constexpr int flat_min_blocks() {
+  return K == 4 && Mode != kNoRegCap ? 4 : 1;
+}
 
 // Shared-memory bytes of a flat kernel's block: the warps' rings, then xf.
 template <int K>
@@ -137,7 +150,7 @@ __device__ __forceinline__ void flat_store_rotated(uint4* __restrict__ row_frags
 
 // F1: see the file comment. Mode: exl3_stream.cuh StreamMode (timing variants).
 template <int K, int CB, int Mode>
-__global__ void __launch_bounds__(kGemvWarps * 32) flat_gate_up_kernel(FlatArgs a) {
+__global__ void __launch_bounds__(kGemvWarps * 32, flat_min_blocks<K, Mode>()) flat_gate_up_kernel(FlatArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int s_ids[kFlatMaxPairs], list[kFlatMaxPairs];
   __shared__ int count;
@@ -146,15 +159,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32) flat_gate_up_kernel(FlatArgs 
   if (e < 0) return;  // block-uniform
   const int64_t tiles_k = a.tiles_k[proj], tiles_n = a.tiles_n[proj];
   const int per = a.per[proj];
-  const int split = blockIdx.x % kMoeSplits, nb = blockIdx.x / kMoeSplits;
+  const int split = blockIdx.x % kMoeSplits, nb = blockIdx.x / kMoeSplits, cols = a.cols[proj];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t tn = static_cast<int64_t>(nb) * kGemvWarps + warp;
+  // Column c of this warp: n-tile (nb * cols + c) * kGemvWarps + warp (the block's warps
+  // read kGemvWarps adjacent tiles = 1 KB at K = 4 per k-tile row).
+  const int64_t tn = static_cast<int64_t>(nb) * cols * kGemvWarps + warp;
   const int64_t tk0 = static_cast<int64_t>(split) * per;
   const int ntiles = static_cast<int>(min(static_cast<int64_t>(per), tiles_k - tk0));
   if (ntiles <= 0) return;  // block-uniform
   const ExpertPtrs& ep = a.table[e];
   const exl3::WarpStream<K> ws{ep.trellis[proj] + (tk0 * tiles_n + tn) * (8 * K), tiles_n * (8 * K), ntiles,
-                               reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K>()};
+                               reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K>(), cols,
+                               kGemvWarps * 8 * K};
   ws.template prologue<Mode>(lane);
   pdl_launch_dependents();  // F2 may start streaming down's weights
   auto* xf = reinterpret_cast<uint4*>(smem_raw + flat_ring_bytes<K>());  // [pass_rows][per * 4]
@@ -183,15 +199,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) flat_gate_up_kernel(FlatArgs 
     }
     __syncthreads();
     float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    ws.template run<CB, 1, Mode>(xf, static_cast<int64_t>(per) * 4, rows, acc);
-    flat_store(a.part[proj] + static_cast<int64_t>(split) * a.pairs * (tiles_n * 16), tiles_n * 16, tn * 16,
-               list + r0, rows, acc);
+    float* part = a.part[proj] + static_cast<int64_t>(split) * a.pairs * (tiles_n * 16);
+    ws.template stream<CB, 1, Mode>(xf, static_cast<int64_t>(per) * 4, rows, acc, [&](int c, const float(&v)[1][4]) {
+      flat_store(part, tiles_n * 16, (tn + c * kGemvWarps) * 16, list + r0, rows, v);
+    });
+    flat_store(part, tiles_n * 16, (tn + (cols - 1) * kGemvWarps) * 16, list + r0, rows, acc);
   }
 }
 
 // F2: see the file comment.
 template <int K, int CB, int Mode>
-__global__ void __launch_bounds__(kGemvWarps * 32) flat_down_kernel(FlatArgs a) {
+__global__ void __launch_bounds__(kGemvWarps * 32, flat_min_blocks<K, Mode>()) flat_down_kernel(FlatArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int s_ids[kFlatMaxPairs], list[kFlatMaxPairs];
   __shared__ int count;
@@ -202,15 +220,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32) flat_down_kernel(FlatArgs a) 
   if (e < 0) return;  // block-uniform
   const int64_t tiles_k = a.tiles_k[kProjDown], tiles_n = a.tiles_n[kProjDown];
   const int per = a.per[kProjDown];
-  const int split = blockIdx.x % kMoeSplits, nb = blockIdx.x / kMoeSplits;
+  const int split = blockIdx.x % kMoeSplits, nb = blockIdx.x / kMoeSplits, cols = a.cols[kProjDown];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t tn = static_cast<int64_t>(nb) * kGemvWarps + warp;
+  // Column c of this warp: n-tile (nb * cols + c) * kGemvWarps + warp (the block's warps
+  // read kGemvWarps adjacent tiles = 1 KB at K = 4 per k-tile row).
+  const int64_t tn = static_cast<int64_t>(nb) * cols * kGemvWarps + warp;
   const int64_t tk0 = static_cast<int64_t>(split) * per;
   const int ntiles = static_cast<int>(min(static_cast<int64_t>(per), tiles_k - tk0));
   if (ntiles <= 0) return;  // block-uniform
   const ExpertPtrs& ep = a.table[e];
   const exl3::WarpStream<K> ws{ep.trellis[kProjDown] + (tk0 * tiles_n + tn) * (8 * K), tiles_n * (8 * K), ntiles,
-                               reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K>()};
+                               reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K>(), cols,
+                               kGemvWarps * 8 * K};
   ws.template prologue<Mode>(lane);  // weights only: before waiting on F1
   pdl_launch_dependents();
   pdl_wait();
@@ -248,9 +269,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) flat_down_kernel(FlatArgs a) 
     }
     __syncthreads();
     float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    ws.template run<CB, 1, Mode>(xf, static_cast<int64_t>(per) * 4, rows, acc);
-    flat_store(a.part[kProjDown] + static_cast<int64_t>(split) * a.pairs * (tiles_n * 16), tiles_n * 16, tn * 16,
-               list + r0, rows, acc);
+    float* part = a.part[kProjDown] + static_cast<int64_t>(split) * a.pairs * (tiles_n * 16);
+    ws.template stream<CB, 1, Mode>(xf, static_cast<int64_t>(per) * 4, rows, acc, [&](int c, const float(&v)[1][4]) {
+      flat_store(part, tiles_n * 16, (tn + c * kGemvWarps) * 16, list + r0, rows, v);
+    });
+    flat_store(part, tiles_n * 16, (tn + (cols - 1) * kGemvWarps) * 16, list + r0, rows, acc);
   }
 }
 

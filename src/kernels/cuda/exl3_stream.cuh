@@ -42,8 +42,14 @@ constexpr int ring_words() {
 
 // What a streaming kernel does per tile (kNormal); the others exist to time the
 // parts alone (exl3_cuda_bench): kLoadOnly streams the trellis and skips decode and
-// MMAs, kDecodeOnly decodes and multiplies whatever the ring holds without loading.
-enum StreamMode : int { kNormal = 0, kLoadOnly = 1, kDecodeOnly = 2 };
+// MMAs, kDecodeOnly decodes and multiplies whatever the ring holds without loading,
+// kFixedOnly skips the stream entirely (what is left: launches, routing, rotations,
+// epilogues), kOldLoop = kNormal through the previous loop (run_v1, for A/B timing),
+// kNoRegCap = kNormal in a kernel compiled without its register cap (flat kernels: A/B of
+// occupancy against spills).
+enum StreamMode : int {
+  kNormal = 0, kLoadOnly = 1, kDecodeOnly = 2, kFixedOnly = 3, kOldLoop = 4, kNoRegCap = 5
+};
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -112,32 +118,191 @@ template <int K>
 struct WarpStream {
   const uint32_t* tile0;
   int64_t step;
-  int ntiles;
+  int ntiles;      // tiles of one column
   uint32_t* ring;  // ring_words<K>() words of this warp's shared memory
+  // Columns streamed back to back through the same ring (column c at tile0 + c * col_step):
+  // the ring never drains between them. More than one needs ntiles % kStageTiles == 0
+  // and run_v2 (on_column gets every column's sums but the last).
+  int cols = 1;
+  int64_t col_step = 0;
 
-  __device__ __forceinline__ int stages() const { return (ntiles + kStageTiles - 1) / kStageTiles; }
+  __device__ __forceinline__ int col_stages() const { return (ntiles + kStageTiles - 1) / kStageTiles; }
+  __device__ __forceinline__ int stages() const { return col_stages() * cols; }
 
+  // Stage s of a single column (run_v1's per-stage issue).
   __device__ __forceinline__ void issue(int s, int lane) const {
-    if (s < stages())
+    if (s < col_stages())
       load_stage<K>(ring + (s % kStages) * stage_words<K>(), tile0 + static_cast<int64_t>(s) * kStageTiles * step,
                     step, ntiles - s * kStageTiles, lane);
+    cp_async_commit();  // always: the group count stays fixed for wait_group
+  }
+
+  // Stage s of the whole column sequence (the prologue: a few stages, once).
+  __device__ __forceinline__ void issue_cols(int s, int lane) const {
+    if (cols == 1) return issue(s, lane);  // folds away where cols is the default (no division)
+    const int spc = col_stages(), c = s / spc, ks = s - c * spc;
+    if (s < stages())
+      load_stage<K>(ring + (s % kStages) * stage_words<K>(),
+                    tile0 + c * col_step + static_cast<int64_t>(ks) * kStageTiles * step, step,
+                    ntiles - ks * kStageTiles, lane);
     cp_async_commit();  // always: the group count stays fixed for wait_group
   }
 
   // Stages 0 .. kStages-2 (weights only: safe before pdl_wait).
   template <int Mode = kNormal>
   __device__ __forceinline__ void prologue(int lane) const {
-    if constexpr (Mode != kDecodeOnly) {
+    if constexpr (Mode != kDecodeOnly && Mode != kFixedOnly) {
 #pragma unroll
-      for (int s = 0; s < kStages - 1; ++s) issue(s, lane);
+      for (int s = 0; s < kStages - 1; ++s) issue_cols(s, lane);
     }
   }
 
   // acc[rt] (the lane's C fragment of row tile rt: output columns g, g+8 of the n-tile,
   // rows 8rt + 2t, +1) += tiles^T · x. Row r's fragments: xf + r * xs (uint4s), k-chunk
   // i at i * 4 + t; rows >= `rows` (1 <= rows) hold junk: callers must not store them.
+  // The grouped MoE and the fused GEMV stay on run_v1: run_v2's bookkeeping registers cost
+  // them occupancy (grouped RT = 1: 47 -> 79 registers); the flat kernels (register-capped)
+  // use stream().
   template <int CB, int RT, int Mode = kNormal>
   __device__ __forceinline__ void run(const uint4* xf, int64_t xs, int rows, float (&acc)[RT][4]) const {
+    if constexpr (Mode == kFixedOnly) return;
+    else run_v1<CB, RT, (Mode == kOldLoop || Mode == kNoRegCap) ? kNormal : Mode>(xf, xs, rows, acc);
+  }
+  // run() through run_v2, with several columns when cols > 1: on_column(c, acc) for
+  // c < cols - 1, then acc is zeroed for the next column; the last column's sums stay in acc.
+  template <int CB, int RT, int Mode, typename OnColumn>
+  __device__ __forceinline__ void stream(const uint4* xf, int64_t xs, int rows, float (&acc)[RT][4],
+                                         OnColumn&& on_column) const {
+    if constexpr (Mode == kFixedOnly) return;
+    else if constexpr (Mode == kOldLoop) run_v1<CB, RT, kNormal>(xf, xs, rows, acc);
+    else run_v2<CB, RT, Mode>(xf, xs, rows, acc, on_column);
+  }
+
+  // One tile's decode + MMAs (tile u of the stage at `st`; xs[rt] = row tile rt's
+  // fragments at the stage's first k-chunk, so each tile's offsets are immediates).
+  template <int CB, int RT, int Mode>
+  __device__ __forceinline__ void tile(const uint32_t* st, int u, const uint4* const (&xs)[RT], int rows, int lane,
+                                       float (&acc)[RT][4]) const {
+    if constexpr (Mode == kLoadOnly) {
+      acc[0][0] += static_cast<float>(st[u * 8 * K + lane] >> 31);
+    } else {
+      uint32_t a[4];
+      decode_smem_tile<K, CB>(st + u * 8 * K, lane, a);
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        if (rt * 8 >= rows) break;  // warp-uniform
+        const uint4 xv = xs[rt][u * 4];
+        mma_16816(acc[rt], a, xv.x, xv.y);
+        mma_16816(acc[rt], a, xv.z, xv.w);
+      }
+    }
+  }
+
+  // run() with the loop's bookkeeping taken out of the per-tile path (same arithmetic in
+  // the same order as run_v1, so the same bits): the lane's copy sources advance by one
+  // stage per iteration (no 64-bit multiplies), ring slots advance by compare-and-wrap
+  // (no modulo), the x fragments by a per-stage offset (immediate per tile), and full
+  // stages skip the per-tile bounds check. run_v1 spent ~15 of its ~58 instructions per
+  // tile on this (H200 SASS count, final6).
+  template <int CB, int RT, int Mode, typename OnColumn>
+  __device__ __forceinline__ void run_v2(const uint4* xf, int64_t xs, int rows, float (&acc)[RT][4],
+                                         OnColumn& on_column) const {
+    constexpr int kChunks = 2 * K, kStageChunks = kStageTiles * kChunks, kCopies = (kStageChunks + 31) / 32;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (ntiles <= 0) {
+      if constexpr (Mode != kDecodeOnly) cp_async_wait<0>();
+      return;
+    }
+    const int ns = stages(), spc = col_stages();
+    // Column jump of the copy sources after a column's last stage.
+    const int64_t col_jump = col_step - static_cast<int64_t>(spc - 1) * kStageTiles * step;
+    // Rows past `rows` read a valid row (see run_v1). (Only the flat kernels, RT = 1, use
+    // run_v2: one pointer per row tile is cheap there.)
+    const uint4* xrow[RT];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) xrow[rt] = xf + min(rt * 8 + g, rows - 1) * xs + t;
+    const uint32_t* src[kCopies];
+    int dst[kCopies], unit[kCopies];
+    const int64_t stage_step = kStageTiles * step;
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) {
+      const int c = lane + 32 * j, u = c / kChunks, q = c % kChunks;
+      unit[j] = c < kStageChunks ? u : kStageTiles;  // kStageTiles: never copies
+      dst[j] = u * 8 * K + q * 4;
+      src[j] = tile0 + u * step + q * 4 + (kStages - 1) * stage_step;
+    }
+    // Ring word offsets of stage s + kStages - 1 (being filled) and of stage s (int: fewer
+    // registers than pointers; the flat kernels run register-capped).
+    int wslot = (kStages - 1) * stage_words<K>(), rslot = 0;
+    int left = ntiles * cols - (kStages - 1) * kStageTiles;  // tiles from the stage being issued on
+    // Stage-in-column of the next stage to issue (kStages - 1).
+    int kis = (kStages - 1) % spc;
+    if (cols > 1) {
+      // The prologue's stages may already have crossed columns.
+#pragma unroll
+      for (int j = 0; j < kCopies; ++j)
+        src[j] += static_cast<int64_t>((kStages - 1) / spc) * col_step -
+                  static_cast<int64_t>((kStages - 1) / spc) * spc * stage_step;
+    }
+    // Issues the stage kStages - 1 ahead and waits for the current one.
+    auto advance = [&]() {
+      if constexpr (Mode != kDecodeOnly) {
+        if (left > 0) {
+#pragma unroll
+          for (int j = 0; j < kCopies; ++j)
+            if (unit[j] < left) cp_async16(ring + wslot + dst[j], src[j]);
+        }
+        cp_async_commit();  // always: the group count stays fixed for wait_group
+        const int64_t adv = ++kis == spc ? col_jump : stage_step;
+        if (kis == spc) kis = 0;
+#pragma unroll
+        for (int j = 0; j < kCopies; ++j) src[j] += adv;
+        left -= kStageTiles;
+        wslot += stage_words<K>();
+        if (wslot == ring_words<K>()) wslot = 0;
+        cp_async_wait<kStages - 1>();
+        __syncwarp();
+      }
+    };
+    // Columns, each a tight loop over its full stages (the loop exl3_sass_count.py counts:
+    // the column's store stays outside it), then a single column's partial stage if any.
+    const int col_full = cols > 1 ? spc : ntiles / kStageTiles;
+    for (int col = 0; col < cols; ++col) {
+      for (int ks = 0; ks < col_full; ++ks) {
+        advance();
+        const uint32_t* st = ring + rslot;
+        const uint4* xst[RT];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) xst[rt] = xrow[rt] + ks * kStageTiles * 4;
+#pragma unroll
+        for (int u = 0; u < kStageTiles; ++u) tile<CB, RT, Mode>(st, u, xst, rows, lane, acc);
+        rslot += stage_words<K>();
+        if (rslot == ring_words<K>()) rslot = 0;
+        if constexpr (Mode != kDecodeOnly) __syncwarp();  // the slot is refilled next iteration
+      }
+      if (col + 1 < cols) {  // warp-uniform; never for a single column
+        on_column(col, acc);
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[rt][i] = 0.0f;
+      }
+    }
+    if (cols == 1 && col_full < ns) {  // a single column's partial last stage
+      advance();
+      const uint4* xst[RT];
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) xst[rt] = xrow[rt] + col_full * kStageTiles * 4;
+#pragma unroll
+      for (int u = 0; u < kStageTiles; ++u)
+        if (col_full * kStageTiles + u < ntiles) tile<CB, RT, Mode>(ring + rslot, u, xst, rows, lane, acc);
+    }
+    if constexpr (Mode != kDecodeOnly) cp_async_wait<0>();  // no copy may outlive the ring
+  }
+
+  // The previous loop (the grouped MoE and fused GEMV; the flat kernels' kOldLoop A/B).
+  template <int CB, int RT, int Mode = kNormal>
+  __device__ __forceinline__ void run_v1(const uint4* xf, int64_t xs, int rows, float (&acc)[RT][4]) const {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int ns = stages();
     for (int s = 0; s < ns; ++s) {

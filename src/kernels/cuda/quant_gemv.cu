@@ -25,10 +25,11 @@
 // 16 MMAs, loads and scales ~ 30: ~190 warp instructions per 2048 weights, i.e. ~3 thread
 // instructions per weight, under the ~4 at which the H200's ALUs would fall behind its
 // HBM, but not by much: the kernel must keep enough warps busy to issue them.
-// The earlier kernel (K slices over blocks and a second summing kernel, x staged in
-// shared memory, quant_gemv_legacy.cuh) is what quant_matmul uses by default: the
-// streaming kernel is still compute-bound (its probes: loads alone 54%, compute alone
-// slower than the whole earlier kernel at 4-8 rows); TF_QUANT_GEMV=stream selects it.
+// The slice kernel (K slices over blocks and a second summing kernel, x staged in
+// shared memory, quant_gemv_legacy.cuh; also several matrices per launch,
+// quant_gemv_many) is what quant_matmul uses by default: the streaming kernel is still
+// compute-bound (its probes: loads alone 54%, compute alone slower than the whole slice
+// kernel at 4-8 rows); TF_QUANT_GEMV=stream selects it.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -466,12 +467,14 @@ QuantGemvPlan quant_gemv_plan(int64_t n, int64_t k, int sm_count, int blocks_per
   QuantGemvPlan plan;
   plan.chunks = std::max<int64_t>(1, ceil_div(k, kQuantChunk));
   plan.row_blocks = std::max<int64_t>(1, ceil_div(n, kQuantBlockRows));
-  // About four blocks (16 warps) per SM keep enough weight bytes in flight; a slice
-  // is at least 8 chunks (or all of K) so the partial sums stay a small extra traffic.
+  // About four blocks (16 warps) per SM keep enough weight bytes in flight, all in one
+  // wave (slices rounded down: rounding up left 4096->12288 with a second wave of 48
+  // blocks); a slice is at least 4 chunks (or all of K) so the partial sums stay a small
+  // extra traffic.
   const int64_t per_sm = blocks_per_sm > 0 ? blocks_per_sm : 4;
-  const int64_t want_slices = std::max<int64_t>(1, ceil_div(per_sm * std::max(sm_count, 1), plan.row_blocks));
+  const int64_t want_slices = std::max<int64_t>(1, per_sm * std::max(sm_count, 1) / plan.row_blocks);
   int64_t cps = ceil_div(plan.chunks, want_slices);
-  cps = std::min<int64_t>(kQuantMaxSliceChunks, std::max(cps, std::min<int64_t>(plan.chunks, 8)));
+  cps = std::min<int64_t>(kQuantMaxSliceChunks, std::max(cps, std::min<int64_t>(plan.chunks, 4)));
   plan.slices = ceil_div(plan.chunks, cps);
   plan.chunks_per_slice = ceil_div(plan.chunks, plan.slices);
   return plan;
@@ -493,7 +496,13 @@ void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a) {
   if (a.format == MatrixFormat::kQ4 && !aligned(a.codes, 8))
     throw StatusError(invalid_argument("quant_gemv: q4 codes must be 8-byte aligned"));
   if (a.legacy) {
-    legacy_gemv::run(stream, a);
+    QuantGemvSegment seg;
+    seg.out = a.out;
+    seg.ldo = a.ldo;
+    seg.codes = a.codes;
+    seg.scales = a.scales;
+    seg.n = a.n;
+    legacy_gemv::run_many(stream, a, &seg, 1);
     return;
   }
   if (ceil_div(a.n, kStreamRows) > 0x7fffffff)
@@ -521,6 +530,41 @@ void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a) {
     launch_stream(stream, a.format, a.probe, pdl, p);
   }
   check_launch("quant_gemv");
+}
+
+int64_t quant_gemv_many_workspace_bytes(int64_t m, const QuantGemvSegment* segs, int count, int64_t k, int sm_count) {
+  const int sms = sm_count > 0 ? sm_count : current_sm_count();
+  int64_t floats = 0;  // the segments' slices one after the other (one launch)
+  for (int i = 0; i < count; ++i)
+    if (segs[i].n > 0 && k > 0) floats += legacy_gemv::segment_ws_floats(m, segs[i].n, k, sms, 0);
+  return floats * 4;
+}
+
+void quant_gemv_many(cudaStream_t stream, const QuantGemvArgs& common, const QuantGemvSegment* segs, int count) {
+  if (count < 0 || count > kQuantGemvMaxSegments || (count > 0 && segs == nullptr))
+    throw StatusError(invalid_argument("quant_gemv_many: bad segment count " + std::to_string(count)));
+  if (!common.legacy) {
+    // The streaming kernel: one launch per segment (it needs no workspace).
+    for (int i = 0; i < count; ++i) {
+      QuantGemvArgs a = common;
+      a.out = segs[i].out;
+      a.ldo = segs[i].ldo;
+      a.codes = segs[i].codes;
+      a.scales = segs[i].scales;
+      a.n = segs[i].n;
+      quant_gemv(stream, a);
+    }
+    return;
+  }
+  if (common.format == MatrixFormat::kDense)
+    throw StatusError(invalid_argument("quant_gemv_many: the matrices are dense (use matmul)"));
+  if (common.m < 0 || common.k <= 0 || common.ldx < common.k)
+    throw StatusError(invalid_argument("quant_gemv_many: bad sizes m=" + std::to_string(common.m) +
+                                       " k=" + std::to_string(common.k) + " ldx=" + std::to_string(common.ldx)));
+  if (common.m == 0 || count == 0) return;
+  // One launch for all segments (and one summing launch); the workspace holds their
+  // slices one after the other (quant_gemv_many_workspace_bytes).
+  legacy_gemv::run_many(stream, common, segs, count);
 }
 
 void quant_dequantize_bf16(cudaStream_t stream, const Matrix& w, void* dst) {
@@ -574,10 +618,11 @@ void quant_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& 
     a.n = n;
     a.k = k;
     a.accumulate = accumulate;
-    // One kernel for every row count (a row's bits must not depend on m). The earlier
-    // kernel is the default: on the H200 (final run of 2026-11-30) the streaming one was
-    // 5-10% faster at 1-2 rows of the large shapes but 1.3-2x slower at 4-8 rows, and
-    // PARALLEL defaults to 4. TF_QUANT_GEMV=stream selects the streaming kernel.
+    // One kernel for every row count (a row's bits must not depend on m). The slice
+    // kernel is the default: on the H200 the streaming one was 5-10% faster at 1-2 rows
+    // of some shapes but 1.3-2x slower at 4-8 rows (run2s7: slice 19.4 us vs streaming
+    // 19.1 at 4096->8192 m=1, 21.4 vs 35.3 at m=8), and PARALLEL defaults to 4.
+    // TF_QUANT_GEMV=stream selects the streaming kernel.
     a.legacy = !stream_gemv_selected();
     Tensor ws;
     if (a.legacy) {

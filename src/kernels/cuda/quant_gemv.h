@@ -1,29 +1,28 @@
 // Matmul against quantized matrices (fp8 block-scaled, q4; kernels/api/matrix.h)
 // on the GPU, host side.
 //
-// Decode (rows <= ctx.exact_rows): quant_gemv, a streaming tensor-core GEMV for both
-// formats (quant_gemv.cu). Weights are exact in bf16 (q4: integers -8..7; e4m3: 4
-// significant bits), so they are dequantized in registers straight into
-// mma.m16n8k16 A fragments; x (f32) is split into two bf16 terms hi + lo (16
-// significant bits: relative error <= 2^-17 per element, far below the weights' own
-// quantization error) and the 8 rows of x are the MMA's n. Each 64-wide chunk of K
-// is summed by the tensor cores and then multiplied by its scale in f32. A block owns
-// 32 output rows; its 4 warps split K and add their partial sums in shared memory in
-// warp order; when there are few 32-row blocks, a cluster of up to 8 blocks splits K
-// further and its rank 0 adds the blocks' sums through distributed shared memory:
-// one launch, no workspace. Up to 8 rows of x share one read of the
-// weights (more rows: one pass per 8).
+// Decode (rows <= ctx.exact_rows): quant_gemv, tensor-core GEMVs for both formats.
+// Weights are exact in bf16 (q4: integers -8..7, or 128 + q with the 136 taken off on the
+// f32 side; e4m3: 4 significant bits; the slice kernel takes e4m3 to f16, one cvt), so
+// they are dequantized in registers straight into mma.m16n8k16 A fragments; x (f32) is
+// split into two terms hi + lo (bf16: 16 significant bits, relative error <= 2^-17 per
+// element, far below the weights' own quantization error; f16 after a power-of-two
+// scale per row and chunk: 22 bits) and the 8 rows of x are the MMA's n. Each 64-wide chunk of K is
+// summed by the tensor cores and then multiplied by its scale in f32. Up to 8 rows of x
+// share one read of the weights (more rows: one pass per 8).
+//
+// Two kernels. The slice kernel (quant_gemv_legacy.cuh, QuantGemvArgs::legacy, what
+// quant_matmul uses by default): blocks of 128 rows x a slice of K (QuantGemvPlan), x
+// staged per block in shared memory for the rows present, slices summed by a second
+// kernel in slice order (or the last block, or cluster rank 0); several matrices of one
+// format and k in one launch (quant_gemv_many). The streaming kernel (quant_gemv.cu,
+// TF_QUANT_GEMV=stream): 32-row blocks whose warps split K, x through a cp.async ring,
+// clusters splitting K further; one launch, no workspace.
 //
 // Row independence (the contract of kernels/cuda/small_gemm.h): an MMA's column n
-// depends only on column n of B, and the launch plan (32-row blocks, K split over
-// clusters and warps, their fixed-order sums) is a function of (n, k, SM count) only, never of m, so a row's
-// bits do not depend on the other rows of the call.
-//
-// The earlier kernel (K slices over blocks + a second summing kernel, x split in three
-// bf16 terms; QuantGemvPlan, the workspace and fused_sum below describe it) is the one
-// quant_matmul uses by default (QuantGemvArgs::legacy): the streaming kernel is still
-// compute-bound and measured 1.3-2x slower at 4-8 rows (5-10% faster at 1-2) on the
-// H200. TF_QUANT_GEMV=stream makes quant_matmul use the streaming kernel.
+// depends only on column n of B, and each launch plan (blocks, K split, their fixed-order
+// sums) is a function of (n, k, SM count) only, never of m, so a row's bits do not depend
+// on the other rows of the call (nor on the other matrices of a quant_gemv_many call).
 //
 // Prefill, fp8: our FP8 block-scaled tensor-core GEMM (fp8_block_gemm.h) with
 // TF_FP8_PREFILL=mma, cuBLASLt's with =lt; by default the dequantize path below.
@@ -44,12 +43,13 @@ namespace tf::cuda {
 inline constexpr int kQuantGemvRows = 8;        // rows of x per weight pass (the MMA's n)
 inline constexpr int64_t kQuantChunk = 64;      // K per scaled partial sum (a q4 group, half an fp8 block)
 inline constexpr int64_t kQuantBlockRows = 128; // output rows per thread block (one fp8 scale row)
-inline constexpr int64_t kQuantMaxSliceChunks = 15;  // K chunks per block (bounds the x tile in smem)
+inline constexpr int64_t kQuantMaxSliceChunks = 24;  // K chunks per block (bounds the x tile in smem: 49 KB at 8 rows)
 
-// The legacy kernel's plan. How a call is spread: blocks of 128 output rows times `slices` slices of K of
+// The slice kernel's plan. How a call is spread: blocks of 128 output rows times `slices` slices of K of
 // `chunks_per_slice` chunks each. With slices > 1 each block writes its partial sums
 // to a workspace [slices, m, n] and a second kernel adds them in slice order (or the
-// last block of the row block to finish does, QuantGemvArgs::fused_sum).
+// last block of the row block to finish does, QuantGemvArgs::fused_sum, or cluster
+// rank 0, QuantGemvArgs::cluster_sum).
 struct QuantGemvPlan {
   int64_t chunks = 0;
   int64_t chunks_per_slice = 0;
@@ -99,10 +99,45 @@ struct QuantGemvArgs {
   // Blocks of a cluster splitting K (streaming kernel; benchmarks sweep it): 0 the
   // plan's choice (a function of n, k and the SM count), else 1..8.
   int splits = 0;
+  // Chunks of weights each lane of the slice kernel keeps in flight (benchmarks sweep
+  // it; the bits do not depend on it): 0 the default, q4 2/4/8, fp8 2/4.
+  int inflight = 0;
+  // Slice kernel: K slices summed by cluster rank 0 through distributed shared memory
+  // (one launch, no workspace use) when every segment has the same 2..8 slices; the
+  // same bits as the second kernel. 0 off (the default until measured), 1 on.
+  int cluster_sum = 0;
+  // Slice kernel: programmatic dependent launch (its first weight loads and the summing
+  // kernel's launch overlap the kernel before; x, out and the workspace are touched
+  // after it has finished). -1: on unless TF_QUANT_PDL=0 (run1s7: 1-5% faster at every
+  // shape and m, q4 and fp8); 0 off; 1 on.
+  int slice_pdl = -1;
+  // Slice kernel, 16-byte aligned codes (fp8: K a multiple of 16): weights copied by cp.async into a
+  // shared-memory ring per warp (whole 128-byte lines per request, nothing held in
+  // registers) instead of the register ring; the same bits. -1 the default (on:
+  // quant_gemv_legacy.cuh, kSmemWeightsDefault), 0 off, 1 on.
+  int smem_weights = -1;
 };
 
 // Enqueues out = x · W^T (or +=) on `stream`; throws StatusError on bad arguments.
 void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a);
+
+// Several matrices of one format and one k against one x (e.g. the q/k/v or gate/up
+// projections of a layer): out_s (+)= x . W_s^T for each segment. `common` gives the
+// format, k, x/ldx, m, accumulate, sm_count, workspace and the kernel knobs; its out,
+// ldo, codes, scales and n are ignored. The bits of each segment equal a quant_gemv
+// call on it alone (each segment keeps the plan it would get alone).
+struct QuantGemvSegment {
+  float* out = nullptr;
+  int64_t ldo = 0;
+  const void* codes = nullptr;
+  const void* scales = nullptr;
+  int64_t n = 0;
+};
+inline constexpr int kQuantGemvMaxSegments = 8;
+// Workspace quant_gemv_many needs (device bytes; 0 when none).
+int64_t quant_gemv_many_workspace_bytes(int64_t m, const QuantGemvSegment* segs, int count, int64_t k, int sm_count);
+// Throws StatusError on bad arguments (count outside 0..kQuantGemvMaxSegments, a bad segment).
+void quant_gemv_many(cudaStream_t stream, const QuantGemvArgs& common, const QuantGemvSegment* segs, int count);
 
 // Dequantizes the whole matrix into `dst` (device bf16 [n, k]) on `stream`.
 void quant_dequantize_bf16(cudaStream_t stream, const Matrix& w, void* dst);

@@ -13,7 +13,7 @@
 // (q4: nibbles j and j+4 of a word, one mask; fp8: adjacent bytes, one cvt).
 //
 // q4 nibble -> bf16: (w & 0x000F000F) | 0x43004300 is the pair 128 + q; minus 136 gives
-// q - 8 exactly.
+// q - 8 exactly (q4_pair), or the 136 is taken off on the f32 side (q4_pair_biased).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -46,6 +46,15 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+__device__ __forceinline__ uint32_t half2_bits(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// The same MMA on f16 operands (the fp8 path of the slice kernel: e4m3 -> f16 is one cvt).
+__device__ __forceinline__ void mma_16816_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 // Pair j of a q4 lane's two words (16 nibbles) as bf16 q - 8.
 __device__ __forceinline__ uint32_t q4_pair(uint32_t w0, uint32_t w1, int j) {
@@ -59,12 +68,29 @@ __device__ __forceinline__ uint32_t q4_pair(uint32_t w0, uint32_t w1, int j) {
   return bf16x2_bits(r);
 }
 
+// Pair j of a q4 lane's two words as bf16 128 + q (exact): the caller subtracts
+// 136 * sum(x) on the f32 side (one shift and one lop3 per pair instead of three ops).
+__device__ __forceinline__ uint32_t q4_pair_biased(uint32_t w0, uint32_t w1, int j) {
+  const uint32_t w = j < 4 ? w0 >> (4 * j) : w1 >> (4 * (j - 4));
+  // One lop3 (a & b) | c (the compiler made two LOP3s of the C++ form: ncu, run of 05:00).
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "n"(0x000F000F), "r"(0x43004300u));
+  return d;
+}
+
 // Pair j of an fp8 lane's four words (16 bytes) as bf16 (e4m3 is exact in bf16).
 __device__ __forceinline__ uint32_t fp8_pair(const uint32_t (&w)[4], int j) {
   const auto two = static_cast<__nv_fp8x2_storage_t>(w[j >> 1] >> (16 * (j & 1)));
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   return bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));
+}
+
+// Pair j of an fp8 lane's four words as f16 (e4m3 is exact in f16): one cvt.
+__device__ __forceinline__ uint32_t fp8_pair_f16(const uint32_t (&w)[4], int j) {
+  const auto two = static_cast<__nv_fp8x2_storage_t>(w[j >> 1] >> (16 * (j & 1)));
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
 }  // namespace tf::cuda::qfrag

@@ -1,6 +1,7 @@
 // Small-batch GEMM (m <= 64 rows, decode), host side: the launch plan (rows and
 // columns per warp, block shape) and the launches of small_gemm_kernel.cuh, whose
 // top comment gives the per-output arithmetic and the memory-access design.
+// small_gemm_many puts several matrices' launches (each its own layout) in one grid.
 #include <algorithm>
 #include <string>
 
@@ -88,6 +89,60 @@ int small_gemm_k_splits(int64_t n, int64_t k, int64_t heads) {
   return s;
 }
 
+namespace {
+
+int device_sm_count() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    sms = 132;
+  return sms;
+}
+
+// The launch of rows [r0, r0 + min(64, m - r0)) of a call: the plan, the kernel
+// arguments, the grid's column blocks and the block's threads.
+struct Layout {
+  SmallGemmPlan plan;
+  KernelArgs ka;
+  int64_t blocks = 0;
+  unsigned threads = 0;
+};
+
+Layout layout(const SmallGemmArgs& a, int64_t r0, int sms, int cols_per_warp, int k_splits) {
+  Layout l;
+  const int splits = k_splits > 0 ? k_splits : small_gemm_k_splits(a.n, a.k, a.heads);
+  const int64_t nq = (a.k + 3) / 4, slice_quads = std::max<int64_t>(1, (nq + splits - 1) / splits);
+  const int64_t m = std::min<int64_t>(kSmallGemmMaxRows, a.m - r0);
+  // The slices multiply the warps in flight as heads do (the plan's column choice).
+  l.plan = small_gemm_plan(m, a.n, a.heads * splits, sms, cols_per_warp);
+  // Short K (one quad per lane per column: KDA f_b/g_b 8192 x 128): a warp of 1-2
+  // columns is one load per lane and the blocks run in waves; 8 (4 with 2-4 rows,
+  // whose 8-column variants spill) columns per warp put every load in one wave.
+  if (cols_per_warp == 0 && m <= 8 && nq <= 32)
+    l.plan.cols_per_warp = l.plan.rows_per_warp == 2 || l.plan.rows_per_warp == 4 ? 4 : 8;
+  const int row_warps = static_cast<int>((m + l.plan.rows_per_warp - 1) / l.plan.rows_per_warp);
+  // Up to 8 rows the slices of a column group run on warps of one block; above,
+  // each warp walks them (its x rows fill the block already).
+  const int slice_warps = row_warps == 1 ? splits : 1;
+  const int col_warps = std::max(1, kWarpsPerBlock / (row_warps * slice_warps));
+  const int64_t cols_per_block = int64_t{col_warps} * l.plan.cols_per_warp;
+  l.blocks = (a.n + cols_per_block - 1) / cols_per_block;
+  l.ka = KernelArgs{a.out + r0 * a.ldo, a.ldo,  a.o_hs,     a.x + r0 * a.ldx, a.ldx,      a.x_hs,
+                    a.w,                a.w_hs, m,          a.n,              a.k,        row_warps,
+                    col_warps,          splits, slice_warps, slice_quads,     a.accumulate};
+  l.threads = static_cast<unsigned>(32 * row_warps * slice_warps * col_warps);
+  return l;
+}
+
+void check_launch_error() {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw StatusError(internal_error(std::string("small_gemm: kernel launch failed: ") +
+                                     cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")"));
+}
+
+}  // namespace
+
 void small_gemm(cudaStream_t stream, const SmallGemmArgs& a, int cols_per_warp, int k_splits) {
   const bool bf16 = a.w_dtype == DType::kBF16;
   if (!bf16 && a.w_dtype != DType::kF32)
@@ -105,49 +160,129 @@ void small_gemm(cudaStream_t stream, const SmallGemmArgs& a, int cols_per_warp, 
                                        " n=" + std::to_string(a.n) + " k=" + std::to_string(a.k) +
                                        " heads=" + std::to_string(a.heads)));
   if (a.m == 0 || a.n == 0 || a.heads == 0) return;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    sms = 132;
+  const int sms = device_sm_count();
   // Vector loads need every quad start aligned: 4 | k and the strides, aligned bases.
   const bool w_vec = a.k % 4 == 0 && a.w_hs % 4 == 0 && aligned(a.w, bf16 ? 8 : 16);
   const bool x_vec = a.ldx % 4 == 0 && a.x_hs % 4 == 0 && aligned(a.x, 16);
   const bool vec = w_vec && x_vec;
-  const int splits = k_splits > 0 ? k_splits : small_gemm_k_splits(a.n, a.k, a.heads);
-  const int64_t nq = (a.k + 3) / 4, slice_quads = std::max<int64_t>(1, (nq + splits - 1) / splits);
   for (int64_t r0 = 0; r0 < a.m; r0 += kSmallGemmMaxRows) {
-    const int64_t m = std::min<int64_t>(kSmallGemmMaxRows, a.m - r0);
-    // The slices multiply the warps in flight as heads do (the plan's column choice).
-    SmallGemmPlan plan = small_gemm_plan(m, a.n, a.heads * splits, sms, cols_per_warp);
-    // Short K (one quad per lane per column: KDA f_b/g_b 8192 x 128): a warp of 1-2
-    // columns is one load per lane and the blocks run in waves; 8 (4 with 2-4 rows,
-    // whose 8-column variants spill) columns per warp put every load in one wave.
-    if (cols_per_warp == 0 && m <= 8 && nq <= 32)
-      plan.cols_per_warp = plan.rows_per_warp == 2 || plan.rows_per_warp == 4 ? 4 : 8;
-    const int row_warps = static_cast<int>((m + plan.rows_per_warp - 1) / plan.rows_per_warp);
-    // Up to 8 rows the slices of a column group run on warps of one block; above,
-    // each warp walks them (its x rows fill the block already).
-    const int slice_warps = row_warps == 1 ? splits : 1;
-    const int col_warps = std::max(1, kWarpsPerBlock / (row_warps * slice_warps));
-    const int64_t cols_per_block = int64_t{col_warps} * plan.cols_per_warp;
-    const int64_t blocks = (a.n + cols_per_block - 1) / cols_per_block;
-    if (blocks > 0x7fffffff)
+    const Layout l = layout(a, r0, sms, cols_per_warp, k_splits);
+    if (l.blocks > 0x7fffffff)
       throw StatusError(invalid_argument("small_gemm: n=" + std::to_string(a.n) + " needs too many blocks"));
-    const KernelArgs ka{a.out + r0 * a.ldo, a.ldo,  a.o_hs,     a.x + r0 * a.ldx, a.ldx,      a.x_hs,
-                        a.w,                a.w_hs, m,          a.n,              a.k,        row_warps,
-                        col_warps,          splits, slice_warps, slice_quads,     a.accumulate};
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.heads));
-    const dim3 block(static_cast<unsigned>(32 * row_warps * slice_warps * col_warps));
+    const dim3 grid(static_cast<unsigned>(l.blocks), static_cast<unsigned>(a.heads));
+    const dim3 block(l.threads);
     if (bf16) {
-      launch_dtype<__nv_bfloat16>(plan, vec, grid, block, stream, ka);
+      launch_dtype<__nv_bfloat16>(l.plan, vec, grid, block, stream, l.ka);
     } else {
-      launch_dtype<float>(plan, vec, grid, block, stream, ka);
+      launch_dtype<float>(l.plan, vec, grid, block, stream, l.ka);
     }
   }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    throw StatusError(internal_error(std::string("small_gemm: kernel launch failed: ") +
-                                     cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")"));
+  check_launch_error();
+}
+
+namespace {
+
+using small_gemm_detail::kMaxMatrices;
+using small_gemm_detail::ManyArgs;
+using small_gemm_detail::small_gemm_many_kernel;
+static_assert(kMaxMatrices == kSmallGemmMaxMatrices);
+
+template <typename W, int MR>
+void launch_many_rows(int nc, dim3 grid, dim3 block, cudaStream_t stream, const ManyArgs& a) {
+  switch (nc) {
+    case 1:
+      return small_gemm_many_kernel<W, MR, 1><<<grid, block, 0, stream>>>(a);
+    case 2:
+      return small_gemm_many_kernel<W, MR, 2><<<grid, block, 0, stream>>>(a);
+    case 4:
+      return small_gemm_many_kernel<W, MR, 4><<<grid, block, 0, stream>>>(a);
+    default:
+      return small_gemm_many_kernel<W, MR, 8><<<grid, block, 0, stream>>>(a);
+  }
+}
+
+template <typename W>
+void launch_many(int mr, int nc, dim3 grid, dim3 block, cudaStream_t stream, const ManyArgs& a) {
+  switch (mr) {
+    case 1:
+      return launch_many_rows<W, 1>(nc, grid, block, stream, a);
+    case 2:
+      return launch_many_rows<W, 2>(nc, grid, block, stream, a);
+    case 4:
+      return launch_many_rows<W, 4>(nc, grid, block, stream, a);
+    default:
+      return launch_many_rows<W, 8>(nc, grid, block, stream, a);
+  }
+}
+
+}  // namespace
+
+void small_gemm_many(cudaStream_t stream, const float* x, int64_t ldx, int64_t m, int64_t k,
+                     const SmallGemmMatrix* mats, int count, bool accumulate) {
+  if (count < 0 || (count > 0 && mats == nullptr))
+    throw StatusError(invalid_argument("small_gemm_many: bad matrix count " + std::to_string(count)));
+  const auto args_of = [&](const SmallGemmMatrix& w) {
+    SmallGemmArgs a;
+    a.out = w.out;
+    a.ldo = w.ldo;
+    a.x = x;
+    a.ldx = ldx;
+    a.w = w.w;
+    a.w_dtype = w.w_dtype;
+    a.m = m;
+    a.n = w.n;
+    a.k = k;
+    a.accumulate = accumulate;
+    return a;
+  };
+  // One launch needs one weight dtype, vector loads for every operand and <= 8 matrices.
+  bool one = count >= 2 && count <= kSmallGemmMaxMatrices && m > 0 && k % 4 == 0 && ldx % 4 == 0 &&
+             aligned(x, 16);
+  for (int i = 0; one && i < count; ++i) {
+    const SmallGemmMatrix& w = mats[i];
+    one = w.w_dtype == mats[0].w_dtype && (w.w_dtype == DType::kBF16 || w.w_dtype == DType::kF32) && w.n > 0 &&
+          aligned(w.w, w.w_dtype == DType::kBF16 ? 8 : 16);
+  }
+  if (!one) {
+    for (int i = 0; i < count; ++i) small_gemm(stream, args_of(mats[i]));
+    return;
+  }
+  const int sms = device_sm_count();
+  for (int64_t r0 = 0; r0 < m; r0 += kSmallGemmMaxRows) {
+    ManyArgs ma{};
+    ma.count = count;
+    int mr = 0, nc = 8;
+    unsigned threads = 0;
+    int64_t blocks = 0;
+    bool same_block = true;
+    Layout ls[kMaxMatrices];
+    for (int i = 0; i < count; ++i) {
+      ls[i] = layout(args_of(mats[i]), r0, sms, 0, 0);
+      mr = ls[i].plan.rows_per_warp;
+      nc = std::min(nc, ls[i].plan.cols_per_warp);
+      same_block = same_block && (i == 0 || ls[i].threads == threads);
+      threads = ls[i].threads;
+    }
+    // The column count per warp is common: recompute each matrix's blocks with it (its
+    // K slices and warp layout stay; only which warp runs a column changes).
+    for (int i = 0; i < count; ++i) {
+      const int64_t cols_per_block = int64_t{ls[i].ka.col_warps} * nc;
+      ma.mat[i] = ls[i].ka;
+      ma.first_block[i] = blocks;
+      blocks += (mats[i].n + cols_per_block - 1) / cols_per_block;
+    }
+    for (int i = count; i <= kMaxMatrices; ++i) ma.first_block[i] = blocks;
+    // (The block size depends on m only; a mismatch would be a bug in layout().)
+    if (!same_block || blocks > 0x7fffffff)
+      throw StatusError(internal_error("small_gemm_many: matrices of one call got different block shapes"));
+    const dim3 grid(static_cast<unsigned>(blocks)), block(threads);
+    if (mats[0].w_dtype == DType::kBF16) {
+      launch_many<__nv_bfloat16>(mr, nc, grid, block, stream, ma);
+    } else {
+      launch_many<float>(mr, nc, grid, block, stream, ma);
+    }
+  }
+  check_launch_error();
 }
 
 }  // namespace tf::cuda

@@ -60,4 +60,22 @@ int small_gemm_k_splits(int64_t n, int64_t k, int64_t heads);
 // plan, or a failed launch.
 void small_gemm(cudaStream_t stream, const SmallGemmArgs& args, int cols_per_warp = 0, int k_splits = 0);
 
+// Several matrices against one x [m, k] (heads 1) in one launch, e.g. a layer's
+// projections of the same input: out_i (+)= x · w_i^T. Each matrix keeps the K
+// slices and warp layout small_gemm would give it alone (so its bits equal a
+// small_gemm call on it: the contract above); the column count per warp, which
+// does not change bits, is the smallest of theirs. Calls that do not fit one launch
+// (more than kSmallGemmMaxMatrices, mixed dtypes, operands not aligned for vector
+// loads) run as small_gemm calls one after the other, with the same bits.
+struct SmallGemmMatrix {
+  float* out = nullptr;
+  int64_t ldo = 0;
+  const void* w = nullptr;  // [n, k] packed
+  DType w_dtype = DType::kF32;
+  int64_t n = 0;
+};
+constexpr int kSmallGemmMaxMatrices = 8;
+void small_gemm_many(cudaStream_t stream, const float* x, int64_t ldx, int64_t m, int64_t k,
+                     const SmallGemmMatrix* mats, int count, bool accumulate);
+
 }  // namespace tf::cuda

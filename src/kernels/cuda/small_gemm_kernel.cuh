@@ -220,24 +220,18 @@ __device__ __forceinline__ void slice_sums(float (&acc)[MR][NC], const W* w, int
 // One warp's (rows, columns) group: warp w of the block is row-warp
 // w % row_warps, slice-warp (w / row_warps) % slice_warps, of column group
 // w / (row_warps * slice_warps); rows [row0, row0 + MR) ∩ [0, m) times columns
-// [col0, col0 + NC) ∩ [0, n) of head blockIdx.y. See the top of the file for the
-// per-output arithmetic.
-//
-// At least two blocks per SM (<= 128 registers): one block's math covers the
-// other's loads (a block's row-warps wait on the same weight lines together), and
-// ptxas does not spend registers hoisting x loads at the cost of warps in flight.
-// 8x8 keeps one block: its 64 accumulators need more registers.
+// [col0, col0 + NC) ∩ [0, n) of column block `bx` of head `head`. See the top of
+// the file for the per-output arithmetic. `part` is the block's shared memory of
+// kWarpsPerBlock * MR * NC floats.
 template <typename W, bool kVec, int MR, int NC>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, MR == 8 && NC == 8 ? 1 : 2)
-    small_gemm_kernel(const KernelArgs a) {
+__device__ __forceinline__ void gemm_block(const KernelArgs& a, int64_t bx, int64_t head, float* part) {
   constexpr int kOut = MR * NC, kSlots = (kOut + 31) / 32;
   // Slice partials when slice_warps > 1: [k_splits][col_warps][kOut] (k_splits *
   // col_warps == kWarpsPerBlock then).
-  __shared__ float part[kWarpsPerBlock * kOut];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sw = (warp / a.row_warps) % a.slice_warps, cw = warp / (a.row_warps * a.slice_warps);
   const int64_t row0 = static_cast<int64_t>(warp % a.row_warps) * MR;
-  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * a.col_warps + cw) * NC;
+  const int64_t col0 = (bx * a.col_warps + cw) * NC;
   const bool shared_slices = a.slice_warps > 1;
   // A whole warp leaves (no shuffle is skipped half-way), except where the block
   // meets again at the barrier below.
@@ -246,7 +240,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, MR == 8 && NC == 8 ? 1 : 
   const int rows = a.m - row0 < MR ? static_cast<int>(a.m - row0) : MR;
   // Columns past n re-read the last real column (valid memory); their sums are dropped.
   const int last_col = a.n - col0 - 1 < NC - 1 ? static_cast<int>(a.n - col0 - 1) : NC - 1;
-  const int64_t k = a.k, nq = (k + 3) / 4, head = blockIdx.y;
+  const int64_t k = a.k, nq = (k + 3) / 4;
   const float* x = a.x + head * a.x_hs + row0 * a.ldx;
   const W* w = static_cast<const W*>(a.w) + head * a.w_hs + col0 * k;
 
@@ -312,6 +306,41 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, MR == 8 && NC == 8 ? 1 : 
       *o = a.accumulate ? *o + total[s] : total[s];
     }
   }
+}
+
+// At least two blocks per SM (<= 128 registers): one block's math covers the
+// other's loads (a block's row-warps wait on the same weight lines together), and
+// ptxas does not spend registers hoisting x loads at the cost of warps in flight.
+// 8x8 keeps one block: its 64 accumulators need more registers.
+template <typename W, bool kVec, int MR, int NC>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, MR == 8 && NC == 8 ? 1 : 2)
+    small_gemm_kernel(const KernelArgs a) {
+  __shared__ float part[kWarpsPerBlock * MR * NC];
+  gemm_block<W, kVec, MR, NC>(a, blockIdx.x, blockIdx.y, part);
+}
+
+// Several matrices against one x in one launch (small_gemm_many): matrix i owns
+// column blocks [first_block[i], first_block[i + 1]) of the grid and runs exactly the
+// blocks small_gemm would launch for it alone (its own K slices and warp layout; the
+// block size, a function of m only, is common). __grid_constant__ lets the kernel
+// index its parameters (no per-thread copy of the segment table).
+constexpr int kMaxMatrices = 8;
+struct ManyArgs {
+  KernelArgs mat[kMaxMatrices];
+  int64_t first_block[kMaxMatrices + 1];
+  int count;
+};
+
+template <typename W, int MR, int NC>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, MR == 8 && NC == 8 ? 1 : 2)
+    small_gemm_many_kernel(const __grid_constant__ ManyArgs a) {
+  __shared__ float part[kWarpsPerBlock * MR * NC];
+  const int64_t bx = blockIdx.x;
+  int sel = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxMatrices; ++i)
+    if (i < a.count && bx >= a.first_block[i]) sel = i;
+  gemm_block<W, true, MR, NC>(a.mat[sel], bx - a.first_block[sel], 0, part);
 }
 
 }  // namespace tf::cuda::small_gemm_detail

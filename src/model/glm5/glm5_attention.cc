@@ -26,12 +26,12 @@ Glm5Model::IndexerRows Glm5Model::indexer_project(const IndexerWeights& iw, cons
   ops_.matmul(r.q, q_resid, iw.wq_b);
   Tensor kraw = ops_.empty({n, di});
   r.key = ops_.empty({n, di});
-  ops_.matmul(kraw, x, iw.wk);
-  ops_.layer_norm(r.key, kraw, iw.k_norm_w, iw.k_norm_b, 1e-6f);
   r.gate = ops_.empty({n, di});
-  ops_.matmul(r.gate, x, iw.compress_gate);
   r.wts = ops_.empty({n, hi});
-  ops_.matmul(r.wts, x, iw.weights_proj);
+  // The three projections of x in one call (one launch on CUDA at decode rows).
+  const Matrix wk(iw.wk), compress_gate(iw.compress_gate), weights_proj(iw.weights_proj);
+  ops_.matmul_many({&kraw, &r.gate, &r.wts}, x, {&wk, &compress_gate, &weights_proj});
+  ops_.layer_norm(r.key, kraw, iw.k_norm_w, iw.k_norm_b, 1e-6f);
   ops_.scale(r.wts, r.wts, 1.0f / std::sqrt(static_cast<float>(hi)));
   return r;
 }
@@ -105,14 +105,15 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
   const int64_t n = x.size(0), hl = w.heads, r = cfg_.kv_lora_rank, dqk = cfg_.qk_head_dim, dv = cfg_.v_head_dim;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Tensor qa = ops_.empty({n, cfg_.q_lora_rank}), q_resid = ops_.empty({n, cfg_.q_lora_rank});
-  ops_.matmul(qa, x, w.q_a);
+  Tensor kv = ops_.empty({n, r}), latent = ops_.empty({n, r});
+  // q_a and kv_a both project x: one call (one launch on CUDA at decode rows when
+  // their formats match).
+  ops_.matmul_many({&qa, &kv}, x, {&w.q_a, &w.kv_a});
   ops_.rms_norm(q_resid, qa, w.q_a_norm, eps);
   Tensor q = ops_.empty({n, hl, dqk});
   ops_.matmul(q, q_resid, w.q_b);
   Tensor q_abs = ops_.empty({n, hl, r});
   ops_.head_matmul(q_abs, q, w.w_uk_t);
-  Tensor kv = ops_.empty({n, r}), latent = ops_.empty({n, r});
-  ops_.matmul(kv, x, w.kv_a);
   ops_.rms_norm(latent, kv, w.kv_a_norm, eps);
 
   LatentCachePool& pool = mtp ? *mtp_pool_ : *pool_;

@@ -18,20 +18,18 @@ std::vector<Tensor> Glm5Model::kda_project(int layer, const Tensor& x) {
   const KdaWeights& w = weights_.layers[layer].kda;
   const int64_t n = x.size(0), dk = cfg_.linear_head_dim, hl = w.heads, c = hl * dk;
   Tensor q = ops_.empty({n, c}), k = ops_.empty({n, c}), v = ops_.empty({n, c});
-  ops_.matmul(q, x, w.q_proj);
-  ops_.matmul(k, x, w.k_proj);
-  ops_.matmul(v, x, w.v_proj);
-  Tensor fa = ops_.empty({n, dk}), f = ops_.empty({n, c}), g = ops_.empty({n, c});
-  ops_.matmul(fa, x, w.f_a);
+  Tensor fa = ops_.empty({n, dk}), beta = ops_.empty({n, hl}), ga = ops_.empty({n, dk});
+  // Every projection of x in one call: the backend runs those of one format together
+  // (CUDA decode: q/k/v in one quantized GEMV launch, f_a/b_proj/g_a in one small GEMM).
+  const Matrix f_a(w.f_a), b_proj(w.b_proj), g_a(w.g_a);
+  ops_.matmul_many({&q, &k, &v, &fa, &beta, &ga}, x, {&w.q_proj, &w.k_proj, &w.v_proj, &f_a, &b_proj, &g_a});
+  Tensor f = ops_.empty({n, c}), g = ops_.empty({n, c});
   ops_.matmul(f, fa, w.f_b);
   const bool has_lb = cfg_.linear_lower_bound.has_value();
   ops_.kda_gate(g, f, w.dt_bias, w.a_log, has_lb, has_lb ? static_cast<float>(*cfg_.linear_lower_bound) : 0.0f);
-  Tensor beta = ops_.empty({n, hl});
-  ops_.matmul(beta, x, w.b_proj);
   ops_.sigmoid(beta, beta);
-  // The output gate's projections also depend only on x (used after the core).
-  Tensor ga = ops_.empty({n, dk}), gate = ops_.empty({n, c});
-  ops_.matmul(ga, x, w.g_a);
+  // The output gate (used after the core) also depends only on x.
+  Tensor gate = ops_.empty({n, c});
   ops_.matmul(gate, ga, w.g_b);
   return {q, k, v, g, beta, gate};
 }

@@ -282,24 +282,34 @@ Tensor Glm5Model::ffn_forward(const LayerWeights& lw, const Tensor& x) {
 namespace {
 
 struct HcOut {
-  Tensor post, comb, collapsed;
+  Tensor post, comb, normed;
 };
 
-HcOut hc_pre(Ops& ops, const HyperConnectionWeights& w, const Tensor& streams, int64_t m, float norm_eps,
-             float hc_eps, int iters) {
-  const int64_t n = streams.size(0), h = streams.size(2), mix = (2 + m) * m;
-  Tensor flat = streams.reshape({n, m * h});
-  Tensor normed = ops.empty({n, m * h});
-  ops.rms_norm(normed, flat, Tensor(), norm_eps);
-  Tensor logits = ops.empty({n, mix});
-  ops.matmul(logits, normed, w.fn);
+// One mHC site: the stream mixing coefficients and the sublayer's input,
+// rms_norm(collapse(streams), norm_weight), as one op (Ops::mhc_pre).
+HcOut hc_pre(Ops& ops, const HyperConnectionWeights& w, const Tensor& norm_weight, const Tensor& streams,
+             int64_t m, float norm_eps, float hc_eps, int iters) {
+  const int64_t n = streams.size(0), h = streams.size(2);
   HcOut o;
-  Tensor pre = ops.empty({n, m});
   o.post = ops.empty({n, m});
   o.comb = ops.empty({n, m, m});
-  ops.mhc_coefficients(pre, o.post, o.comb, logits, w.base, w.scale, hc_eps, iters);
-  o.collapsed = ops.empty({n, h});
-  ops.mhc_collapse(o.collapsed, streams, pre);
+  o.normed = ops.empty({n, h});
+  ops.mhc_pre(o.post, o.comb, o.normed, streams, w.fn, w.base, w.scale, norm_weight, norm_eps, hc_eps, iters);
+  return o;
+}
+
+// A sublayer's output y into the streams (mhc_expand with the site's post, comb and
+// the residual streams) and the next mHC site, as one op (Ops::mhc_expand_pre).
+HcOut hc_expand_pre(Ops& ops, const HyperConnectionWeights& w, const Tensor& norm_weight, Tensor& streams_out,
+                    const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& residual, int64_t m,
+                    float norm_eps, float hc_eps, int iters) {
+  const int64_t n = streams_out.size(0), h = streams_out.size(2);
+  HcOut o;
+  o.post = ops.empty({n, m});
+  o.comb = ops.empty({n, m, m});
+  o.normed = ops.empty({n, h});
+  ops.mhc_expand_pre(streams_out, o.post, o.comb, o.normed, y, post, comb, residual, w.fn, w.base, w.scale,
+                     norm_weight, norm_eps, hc_eps, iters);
   return o;
 }
 
@@ -329,9 +339,9 @@ std::vector<Tensor> Glm5Model::seg_first(int64_t m, const Tensor& x) {
   }
   if (cfg_.num_hidden_layers == 0) return {streams};
   const LayerWeights& lw = weights_.layers[0];
-  HcOut hc = hc_pre(ops_, lw.attn_hc, streams, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
-  Tensor a = ops_.empty({r, hdim});
-  ops_.rms_norm(a, hc.collapsed, lw.input_norm, eps);
+  HcOut hc = hc_pre(ops_, lw.attn_hc, lw.input_norm, streams, m, eps, static_cast<float>(cfg_.hc_eps),
+                    cfg_.hc_sinkhorn_iters);
+  const Tensor a = hc.normed;
   std::vector<Tensor> out{streams, hc.post, hc.comb, a};
   if (lw.attention == AttentionKind::kLinear)
     for (Tensor& t : kda_project(0, a)) out.push_back(std::move(t));
@@ -377,11 +387,9 @@ std::vector<Tensor> Glm5Model::ffn_site(int i, const std::vector<Tensor>& in) {
   const LayerWeights& lw = weights_.layers[i];
   const Tensor attn = lw.attention == AttentionKind::kLinear ? kda_output(i, in[0], in[4]) : in[0];
   Tensor streams = ops_.empty({r, m, hdim});
-  ops_.mhc_expand(streams, attn, in[1], in[2], in[3]);
-  HcOut hc = hc_pre(ops_, lw.ffn_hc, streams, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
-  Tensor a = ops_.empty({r, hdim});
-  ops_.rms_norm(a, hc.collapsed, lw.post_norm, eps);
-  return {streams, hc.post, hc.comb, a};
+  HcOut hc = hc_expand_pre(ops_, lw.ffn_hc, lw.post_norm, streams, attn, in[1], in[2], in[3], m, eps,
+                           static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
+  return {streams, hc.post, hc.comb, hc.normed};
 }
 
 // The FFN output y into the streams, then the next layer's attention site (and
@@ -391,12 +399,14 @@ std::vector<Tensor> Glm5Model::layer_tail(int i, const Tensor& y, const Tensor& 
   const int64_t r = y.size(0), hdim = cfg_.hidden_size, m = cfg_.hc_mult;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Tensor next = ops_.empty({r, m, hdim});
-  ops_.mhc_expand(next, y, post, comb, streams);
-  if (i + 1 >= cfg_.num_hidden_layers) return {next};
+  if (i + 1 >= cfg_.num_hidden_layers) {
+    ops_.mhc_expand(next, y, post, comb, streams);
+    return {next};
+  }
   const LayerWeights& nw = weights_.layers[i + 1];
-  HcOut nh = hc_pre(ops_, nw.attn_hc, next, m, eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
-  Tensor na = ops_.empty({r, hdim});
-  ops_.rms_norm(na, nh.collapsed, nw.input_norm, eps);
+  HcOut nh = hc_expand_pre(ops_, nw.attn_hc, nw.input_norm, next, y, post, comb, streams, m, eps,
+                           static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters);
+  const Tensor na = nh.normed;
   std::vector<Tensor> out{next, nh.post, nh.comb, na};
   if (nw.attention == AttentionKind::kLinear)
     for (Tensor& t : kda_project(i + 1, na)) out.push_back(std::move(t));

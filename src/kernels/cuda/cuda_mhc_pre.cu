@@ -1,0 +1,413 @@
+// The fused mHC pre-step (Ops::mhc_pre) for decode rows, in two launches instead of
+// five (rms_norm of the flat streams, the fn matmul, mhc_coefficients, mhc_collapse,
+// the sublayer's rms_norm):
+//  1. pass: one read of the streams and of fn. The flat norm has no weight, so it
+//     factors out of the dot products: logits_j = (x . fn_j) * rsqrt(mean(x^2) + eps).
+//     Block b owns 128 consecutive columns of K = M*D (one float4 per lane) for 8 rows;
+//     its warps split the (2+M)M fn rows. Each block writes its partial dots (f32,
+//     reduced in a fixed shuffle order) and partial sums of squares (f64, as the norm
+//     kernels accumulate them) to scratch: no atomics, so the result is deterministic.
+//     fn (1.5 MB f32 per site) is spread over K/128 blocks to stream at HBM speed.
+//  2. finish, two blocks per row side by side: the partials summed in block order
+//     (one warp per value) and the logits scaled in both; one block computes the
+//     coefficients by the group code mhc_coefficients uses (cuda_mhc_coeff.cuh), the
+//     other pre (which needs no Sinkhorn), the collapse held in registers (the same
+//     sum order as mhc_collapse) and the weighted rms_norm, so the Sinkhorn chain's
+//     latency overlaps the collapse instead of preceding it.
+// Versus the default sequence the only difference is where the norm's scale is
+// applied to the logits (after the dot products, not to each x); everything after
+// the logits is the default's arithmetic. The outputs agree within ~1e-6 relative
+// (the tests hold them to 2e-5 against the default on the GPU and the CPU
+// tolerance against the CPU). A row's bits do not depend on the other rows.
+// mhc_expand_pre folds the preceding mhc_expand into the pass: each block computes its
+// columns of the new streams from y and the residual (mhc_expand's sum and order, so
+// the same bits), stores them and uses them: one launch and one stream read fewer.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "core/status.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_mhc_coeff.cuh"
+#include "kernels/cuda/cuda_mhc_pre.h"
+#include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/legacy_small_ops.h"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kPassRows = 8;        // rows per pass block (blockIdx.y)
+constexpr int kPassWarps = 8;       // warps per pass block
+constexpr int kColsPerBlock = 128;  // columns of K per pass block: a float4 per lane
+
+// Programmatic dependent launch (sm_90): the pass lets the finish kernel start early;
+// the finish waits for the pass's results. Both are no-ops without PDL.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ float dot4(float4 a, float4 b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+__device__ __forceinline__ double sq4(float4 v) {
+  return static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y + static_cast<double>(v.z) * v.z +
+         static_cast<double>(v.w) * v.w;
+}
+
+// mhc_expand's inputs when the pass computes the streams itself (mhc_expand_pre).
+struct ExpandIn {
+  float4* out = nullptr;             // the new streams [rows, M, d4]
+  const float4* y = nullptr;         // [rows, d4]
+  const float* post = nullptr;       // [rows, M]
+  const float* comb = nullptr;       // [rows, M, M]
+  const float4* residual = nullptr;  // [rows, M, d4]
+  int d4 = 0;
+};
+
+// grid (P, ceil(rows / 8)), 256 threads. part_dot [rows, mix, P], part_ss [rows, P].
+// kExpand: the streams are mhc_expand(ex) (written to ex.out, the same sum in the same
+// order as mhc_expand's kernels), else x.
+template <int M, bool kExpand>
+__global__ void __launch_bounds__(kPassWarps * 32)
+    mhc_pre_pass_kernel(float* __restrict__ part_dot, double* __restrict__ part_ss,
+                        const float4* __restrict__ x, const float4* __restrict__ fn, int rows, int k4,
+                        ExpandIn ex) {
+  constexpr int kMix = (2 + M) * M, kPerWarp = (kMix + kPassWarps - 1) / kPassWarps;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int p = blockIdx.x, np = gridDim.x;
+  const int q = p * 32 + lane;
+  const int r0 = blockIdx.y * kPassRows;
+  const int nr = min(kPassRows, rows - r0);
+  const bool in = q < k4;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  pdl_launch_dependents();
+  // All loads first: this warp's fn rows, then the block's rows of x.
+  float4 fv[kPerWarp];
+#pragma unroll
+  for (int t = 0; t < kPerWarp; ++t) {
+    const int j = warp + t * kPassWarps;
+    fv[t] = in && j < kMix ? fn[static_cast<int64_t>(j) * k4 + q] : zero;
+  }
+  float4 xv[kPassRows];
+  if constexpr (kExpand) {
+    // Every warp computes the block's streams (they are its dot products' input);
+    // warp 0 stores them.
+    const int m = q / ex.d4, kk = q - m * ex.d4;
+#pragma unroll
+    for (int r = 0; r < kPassRows; ++r) {
+      xv[r] = zero;
+      if (!in || r >= nr) continue;
+      const int64_t row = r0 + r;
+      const float* c = ex.comb + row * M * M;
+      const float4* res = ex.residual + row * M * ex.d4 + kk;
+      float4 acc = zero;
+#pragma unroll
+      for (int j = 0; j < M; ++j) {
+        const float cj = c[j * M + m];
+        const float4 v = res[static_cast<int64_t>(j) * ex.d4];
+        acc.x += cj * v.x;
+        acc.y += cj * v.y;
+        acc.z += cj * v.z;
+        acc.w += cj * v.w;
+      }
+      const float pi = ex.post[row * M + m];
+      const float4 yv = ex.y[row * ex.d4 + kk];
+      xv[r] = make_float4(pi * yv.x + acc.x, pi * yv.y + acc.y, pi * yv.z + acc.z, pi * yv.w + acc.w);
+      if (warp == 0) ex.out[row * k4 + q] = xv[r];
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kPassRows; ++r)
+      xv[r] = in && r < nr ? x[static_cast<int64_t>(r0 + r) * k4 + q] : zero;
+  }
+  // Warp w: the sum of squares of row r0 + w.
+  if (warp < nr) {
+    double ss = 0;
+#pragma unroll
+    for (int r = 0; r < kPassRows; ++r)
+      if (r == warp) ss = sq4(xv[r]);
+    ss = warp_reduce(ss, SumOp{});
+    if (lane == 0) part_ss[static_cast<int64_t>(r0 + warp) * np + p] = ss;
+  }
+#pragma unroll
+  for (int t = 0; t < kPerWarp; ++t) {
+    const int j = warp + t * kPassWarps;
+    if (j >= kMix) break;  // warp-uniform
+#pragma unroll
+    for (int r = 0; r < kPassRows; ++r) {
+      if (r >= nr) break;  // block-uniform
+      const float d = warp_reduce(dot4(fv[t], xv[r]), SumOp{});
+      if (lane == 0) part_dot[(static_cast<int64_t>(r0 + r) * kMix + j) * np + p] = d;
+    }
+  }
+}
+
+// Two blocks per row (blockIdx.y; blockDim.x a multiple of 32, at least 32; d4 <=
+// V * blockDim.x), running side by side: y = 0 the coefficients (post, comb: the
+// Sinkhorn iterations, a chain of shuffles on one warp), y = 1 pre (a sigmoid of the
+// first M logits, the same expression mhc_coeff_row evaluates), the collapse and the
+// weighted norm. Each block sums the partials it needs itself.
+// streams [rows, M, d4] float4; out [rows, d4]; w [d4] or null.
+template <int M, int V, bool kEarly>
+__global__ void __launch_bounds__(1024, 1)
+    mhc_pre_finish_kernel(float* __restrict__ post, float* __restrict__ comb, float4* __restrict__ out,
+                          const float* __restrict__ part_dot, const double* __restrict__ part_ss,
+                          const float4* __restrict__ streams, const float* __restrict__ base,
+                          const float* __restrict__ scale, const float4* __restrict__ w, int np, int d4,
+                          float norm_eps, float hc_eps, int iters) {
+  constexpr int kMix = (2 + M) * M, kGroup = mhc_coeff_group<M>();
+  static_assert(kMix <= 32, "warp 0 scales the logits one per lane");
+  __shared__ float logits[kMix];
+  __shared__ float pre[M];
+  __shared__ double ss_flat;
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const bool coeff_block = blockIdx.y == 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  // The row's streams (the collapse block): before the wait for the pass when they
+  // were there before it (launched early with PDL: the loads overlap the pass), after
+  // it when the pass writes them (mhc_expand_pre).
+  const float4* xs = streams + r * M * d4;
+  float4 xv[V][M];
+  auto load_streams = [&]() {
+#pragma unroll
+    for (int t = 0; t < V; ++t) {
+      const int i = threadIdx.x + t * blockDim.x;
+#pragma unroll
+      for (int j = 0; j < M; ++j)
+        xv[t][j] = i < d4 ? xs[static_cast<int64_t>(j) * d4 + i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  if (kEarly && !coeff_block) load_streams();
+  pdl_wait();
+  // The partials of each value this block needs (all logits, or the first M), summed
+  // over the pass blocks in a fixed order; the last value is the sum of squares.
+  const int nv = coeff_block ? kMix : M;
+  for (int v = warp; v <= nv; v += nw) {
+    if (v < nv) {
+      const float* src = part_dot + (r * kMix + v) * np;
+      float a = 0;
+      for (int p = lane; p < np; p += 32) a += src[p];
+      a = warp_reduce(a, SumOp{});
+      if (lane == 0) logits[v] = a;
+    } else {
+      const double* src = part_ss + r * np;
+      double a = 0;
+      for (int p = lane; p < np; p += 32) a += src[p];
+      a = warp_reduce(a, SumOp{});
+      if (lane == 0) ss_flat = a;
+    }
+  }
+  if (coeff_block) {
+    __syncthreads();
+    if (warp != 0) return;
+    // As rms_norm's kernels: mean in double, then 1 / sqrtf in float.
+    const float inv =
+        1.0f / sqrtf(static_cast<float>(ss_flat / (static_cast<double>(M) * 4 * d4)) + norm_eps);
+    if (lane < kMix) logits[lane] *= inv;
+    __syncwarp();
+    mhc_coeff_row<M>(lane % kGroup, lane < kGroup, logits, base, scale, hc_eps, iters, pre, post + r * M,
+                     comb + r * M * M);
+    return;
+  }
+  if (!kEarly) load_streams();
+  __syncthreads();
+  if (warp == 0 && lane < M) {
+    const float inv =
+        1.0f / sqrtf(static_cast<float>(ss_flat / (static_cast<double>(M) * 4 * d4)) + norm_eps);
+    const float l = logits[lane] * inv;
+    pre[lane] = sigmoidf_(l * scale[0] + base[lane]) + hc_eps;
+  }
+  __syncthreads();
+  float p[M];
+#pragma unroll
+  for (int j = 0; j < M; ++j) p[j] = pre[j];
+  float4 c[V];
+  double ss = 0;
+#pragma unroll
+  for (int t = 0; t < V; ++t) {
+    // mhc_collapse's order: acc = 0, then += pre[j] * stream j for j = 0..M-1.
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      acc.x += p[j] * xv[t][j].x;
+      acc.y += p[j] * xv[t][j].y;
+      acc.z += p[j] * xv[t][j].z;
+      acc.w += p[j] * xv[t][j].w;
+    }
+    c[t] = acc;
+    if (threadIdx.x + t * blockDim.x < d4) ss += sq4(acc);
+  }
+  ss = block_reduce(ss, SumOp{}, scratch);
+  const float inv = 1.0f / sqrtf(static_cast<float>(ss / (4 * d4)) + norm_eps);
+  float4* o = out + r * d4;
+#pragma unroll
+  for (int t = 0; t < V; ++t) {
+    const int i = threadIdx.x + t * blockDim.x;
+    if (i >= d4) continue;
+    float4 y = make_float4(c[t].x * inv, c[t].y * inv, c[t].z * inv, c[t].w * inv);
+    if (w) {
+      const float4 g = w[i];
+      y = make_float4(g.x * y.x, g.y * y.y, g.z * y.z, g.w * y.w);
+    }
+    o[i] = y;
+  }
+}
+
+bool on_ctx(const CudaContext& ctx, const Tensor& t) {
+  return t.device().kind == DeviceKind::kCuda && t.device().index == ctx.device && t.is_contiguous() &&
+         reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
+}
+
+template <int M, int V>
+void launch_finish(CudaContext& ctx, unsigned rows, int threads, float* post, float* comb, float4* out,
+                   const float* part_dot, const double* part_ss, const float4* streams, const float* base,
+                   const float* scale, const float4* w, int np, int d4, float norm_eps, float hc_eps,
+                   int iters, bool streams_ready) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(rows, 2);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.stream = ctx.stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = mhc_pre_pdl() ? 1 : 0;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  auto* kernel = streams_ready ? mhc_pre_finish_kernel<M, V, true> : mhc_pre_finish_kernel<M, V, false>;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, post, comb, out, part_dot, part_ss, streams, base,
+                                           scale, w, np, d4, norm_eps, hc_eps, iters);
+  if (e != cudaSuccess)
+    throw StatusError(internal_error(std::string("mhc_pre (finish) launch: ") + cudaGetErrorString(e)));
+}
+
+}  // namespace
+
+namespace {
+
+constexpr int kM = 4, kMix = (2 + kM) * kM;
+
+// Whether the fused kernels take a pre-step over `streams` (or, with expand, over the
+// streams to be written there): the conditions of mhc_pre_fused (header).
+bool takes(const CudaContext& ctx, const Tensor& streams, const Tensor& fn, const Tensor& out,
+           const Tensor& norm_weight) {
+  if (legacy_small_ops() || streams.dim() != 3 || streams.size(1) != kM) return false;
+  const int64_t rows = streams.size(0), d = streams.size(2);
+  if (rows < 1 || rows > ctx.exact_rows || d % 4 != 0 || d > 8192) return false;
+  if (streams.dtype() != DType::kF32 || fn.dtype() != DType::kF32 || !on_ctx(ctx, streams) ||
+      !on_ctx(ctx, fn) || !on_ctx(ctx, out))
+    return false;
+  return norm_weight.is_null() || (norm_weight.dtype() == DType::kF32 && on_ctx(ctx, norm_weight));
+}
+
+// The two launches over `streams` [rows, M, d] (computed by the pass from ex when
+// ex.out is set); the call already passed takes().
+void run_fused(CudaContext& ctx, Tensor& post, Tensor& comb, Tensor& out, const Tensor& streams,
+               const Tensor& fn, const Tensor& base, const Tensor& scale, const Tensor& norm_weight,
+               float norm_eps, float hc_eps, int sinkhorn_iters, const ExpandIn& ex) {
+  const int64_t rows = streams.size(0), d = streams.size(2), k = kM * d;
+  // Past takes() the call is ours: mismatched tensors are errors, as in the unfused ops.
+  if (fn.dim() != 2 || fn.size(0) != kMix || fn.size(1) != k)
+    throw StatusError(invalid_argument("mhc_pre: fn " + fn.describe() + " must be [24, " + std::to_string(k) +
+                                       "] for streams " + streams.describe()));
+  check_dev(ctx, "mhc_pre base", base, DType::kF32, kMix);
+  check_dev(ctx, "mhc_pre scale", scale, DType::kF32, 3);
+  check_dev(ctx, "mhc_pre post", post, DType::kF32, rows * kM);
+  check_dev(ctx, "mhc_pre comb", comb, DType::kF32, rows * kM * kM);
+  check_dev(ctx, "mhc_pre out", out, DType::kF32, rows * d);
+  const bool has_w = !norm_weight.is_null();
+  if (has_w) check_dev(ctx, "mhc_pre norm weight", norm_weight, DType::kF32, d);
+
+  const int k4 = static_cast<int>(k / 4), d4 = static_cast<int>(d / 4);
+  const int np = (k4 + 31) / 32;  // pass blocks along K (kColsPerBlock columns each)
+  static_assert(kColsPerBlock == 32 * 4, "one float4 per lane");
+  Tensor part = ctx.scratch(rows * np * static_cast<int64_t>(sizeof(double) + kMix * sizeof(float)));
+  auto* part_ss = reinterpret_cast<double*>(part.raw());
+  auto* part_dot = reinterpret_cast<float*>(part_ss + rows * np);
+  const dim3 grid(static_cast<unsigned>(np), static_cast<unsigned>((rows + kPassRows - 1) / kPassRows));
+  const auto* x4 = reinterpret_cast<const float4*>(streams.raw());
+  const auto* fn4 = reinterpret_cast<const float4*>(fn.raw());
+  if (ex.out != nullptr)
+    mhc_pre_pass_kernel<kM, true><<<grid, kPassWarps * 32, 0, ctx.stream>>>(part_dot, part_ss, x4, fn4,
+                                                                            static_cast<int>(rows), k4, ex);
+  else
+    mhc_pre_pass_kernel<kM, false><<<grid, kPassWarps * 32, 0, ctx.stream>>>(part_dot, part_ss, x4, fn4,
+                                                                             static_cast<int>(rows), k4, ex);
+  check_launch("mhc_pre (pass)");
+
+  // Threads: enough float4 lanes for the row in at most 2 per thread, at least one warp
+  // (4 per thread spilled registers at 1024 threads).
+  const int v = d4 <= 1024 ? 1 : 2;
+  int threads = (d4 + v - 1) / v;
+  threads = std::max(32, (threads + 31) / 32 * 32);
+  const auto* w4 = has_w ? reinterpret_cast<const float4*>(norm_weight.raw()) : nullptr;
+  auto go = [&](auto launch) {
+    launch(ctx, static_cast<unsigned>(rows), threads, post.data<float>(), comb.data<float>(),
+           reinterpret_cast<float4*>(out.raw()), part_dot, part_ss, x4, base.data<float>(),
+           scale.data<float>(), w4, np, d4, norm_eps, hc_eps, sinkhorn_iters, ex.out == nullptr);
+  };
+  if (v == 1)
+    go(launch_finish<kM, 1>);
+  else
+    go(launch_finish<kM, 2>);
+  check_launch("mhc_pre (finish)");
+}
+
+}  // namespace
+
+bool mhc_pre_fused(CudaContext& ctx, Tensor& post, Tensor& comb, Tensor& out, const Tensor& streams,
+                   const Tensor& fn, const Tensor& base, const Tensor& scale, const Tensor& norm_weight,
+                   float norm_eps, float hc_eps, int sinkhorn_iters) {
+  if (!takes(ctx, streams, fn, out, norm_weight)) return false;
+  run_fused(ctx, post, comb, out, streams, fn, base, scale, norm_weight, norm_eps, hc_eps, sinkhorn_iters,
+            ExpandIn{});
+  return true;
+}
+
+bool mhc_expand_pre_fused(CudaContext& ctx, Tensor& streams_out, Tensor& post, Tensor& comb, Tensor& out,
+                          const Tensor& y, const Tensor& prev_post, const Tensor& prev_comb,
+                          const Tensor& residual, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                          const Tensor& norm_weight, float norm_eps, float hc_eps, int sinkhorn_iters) {
+  if (!takes(ctx, streams_out, fn, out, norm_weight)) return false;
+  const int64_t rows = streams_out.size(0), d = streams_out.size(2);
+  for (const Tensor* t : {&y, &residual, &prev_post, &prev_comb})
+    if (t->dtype() != DType::kF32 || !on_ctx(ctx, *t)) return false;
+  // The expand's own checks (mhc_expand's messages).
+  check_dev(ctx, "mhc_expand y", y, DType::kF32, rows * d);
+  check_dev(ctx, "mhc_expand post", prev_post, DType::kF32, rows * kM);
+  check_dev(ctx, "mhc_expand comb", prev_comb, DType::kF32, rows * kM * kM);
+  check_dev(ctx, "mhc_expand residual", residual, DType::kF32, rows * kM * d);
+  if (streams_out.raw() == residual.raw())
+    throw StatusError(invalid_argument("mhc_expand_pre: streams_out must not alias residual"));
+  ExpandIn ex;
+  ex.out = reinterpret_cast<float4*>(streams_out.raw());
+  ex.y = reinterpret_cast<const float4*>(y.raw());
+  ex.post = prev_post.data<float>();
+  ex.comb = prev_comb.data<float>();
+  ex.residual = reinterpret_cast<const float4*>(residual.raw());
+  ex.d4 = static_cast<int>(d / 4);
+  run_fused(ctx, post, comb, out, streams_out, fn, base, scale, norm_weight, norm_eps, hc_eps, sinkhorn_iters,
+            ex);
+  return true;
+}
+
+std::atomic<bool>& mhc_pre_pdl() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_MHC_PDL");
+    return e == nullptr || std::string(e) != "0";
+  }()};
+  return on;
+}
+
+}  // namespace tf::cuda

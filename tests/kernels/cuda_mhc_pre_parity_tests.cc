@@ -1,0 +1,252 @@
+// The fused mHC pre-step (Ops::mhc_pre on CUDA, cuda_mhc_pre.cu) against the
+// default sequence of five ops on the GPU (legacy_small_ops() forces it) and
+// against the CPU reference:
+// - decode rows (1-64, M = 4): within 2e-5 of both (the fused op applies the flat
+//   norm's scale after the fn dot products: rounding differences only);
+// - a row's bits do not depend on the other rows of the call, repeated calls give
+//   the same bits (no float atomics), a captured graph replays the eager bits;
+// - calls the kernels do not take (over exact_rows rows, M != 4, D not a multiple
+//   of 4, no norm weight) still give the CPU's result through the default path;
+// - with or without programmatic dependent launch: the same bits;
+// - mhc_expand_pre (the expand folded into the pass) writes mhc_expand's streams and
+//   then gives mhc_pre's bits over them;
+// - a mis-shaped fn is an error naming it.
+// Part of cuda_ops_parity_tests (label gpu): runs on the GPU machine.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/status.h"
+#include "cpu_cuda_test.h"
+#include "kernels/cuda/cuda_mhc_pre.h"
+#include "kernels/cuda/legacy_small_ops.h"
+#include "test_tensors.h"
+
+namespace tf {
+namespace {
+
+struct Site {
+  Tensor streams, fn, base, scale, weight;  // host
+};
+
+Site make_site(int64_t t, int64_t m, int64_t d, uint32_t seed, bool weighted = true) {
+  const int64_t mix = (2 + m) * m;
+  Site s;
+  s.streams = randn({t, m, d}, seed, 1.5f);
+  // fn entries ~ 1/sqrt(K) so that the logits are O(1), as in a trained model.
+  s.fn = randn({mix, m * d}, seed + 1, 1.0f / 64.0f);
+  s.base = randn({mix}, seed + 2, 0.5f);
+  s.scale = Tensor::from_floats({3}, {0.9f, 1.1f, 1.7f});
+  if (weighted) s.weight = randn({d}, seed + 3, 0.2f, 1.0f);
+  return s;
+}
+
+struct Outs {
+  Tensor post, comb, out;
+};
+
+class MhcPre : public CpuCudaTest {
+ protected:
+  // mhc_pre on the GPU (default sequence when `legacy`), results on the host.
+  Outs gpu(const Site& s, bool legacy = false) {
+    const int64_t t = s.streams.size(0), m = s.streams.size(1), d = s.streams.size(2);
+    Tensor post = gpu_->empty({t, m}), comb = gpu_->empty({t, m, m}), out = gpu_->empty({t, d});
+    cuda::legacy_small_ops() = legacy;
+    gpu_->mhc_pre(post, comb, out, up(s.streams), up(s.fn), up(s.base), up(s.scale),
+                  s.weight.is_null() ? Tensor() : up(s.weight), 1e-5f, 1e-6f, 20);
+    cuda::legacy_small_ops() = false;
+    return {down(post), down(comb), down(out)};
+  }
+  Outs cpu(const Site& s) {
+    const int64_t t = s.streams.size(0), m = s.streams.size(1), d = s.streams.size(2);
+    Outs o{Tensor::empty({t, m}, DType::kF32), Tensor::empty({t, m, m}, DType::kF32),
+           Tensor::empty({t, d}, DType::kF32)};
+    cpu_->mhc_pre(o.post, o.comb, o.out, s.streams, s.fn, s.base, s.scale, s.weight, 1e-5f, 1e-6f, 20);
+    return o;
+  }
+  void expect_close(const Outs& ref, const Outs& got, double tol, const std::string& tag) {
+    EXPECT_LE(parity_rel_err(ref.post, got.post), tol) << "post " << tag;
+    EXPECT_LE(parity_rel_err(ref.comb, got.comb), tol) << "comb " << tag;
+    EXPECT_LE(parity_rel_err(ref.out, got.out), tol) << "out " << tag;
+  }
+};
+
+Tensor row_of(const Tensor& t, int64_t r) {
+  Tensor one = t.select(0, r).contiguous();
+  return one;
+}
+
+TEST_F(MhcPre, FusedMatchesTheDefaultSequenceAndTheCpu) {
+  int differing = 0;  // cases whose bits differ from the default: the fused kernels ran
+  for (int64_t d : {4096, 1024, 260, 8192}) {
+    for (int64_t t : {1, 3, 8, 9, 64}) {
+      const Site s = make_site(t, 4, d, 100 + static_cast<uint32_t>(t + d));
+      const std::string tag = "T=" + std::to_string(t) + " D=" + std::to_string(d);
+      const Outs fused = gpu(s), seq = gpu(s, true), ref = cpu(s);
+      expect_close(seq, fused, 2e-5, tag + " vs GPU default");
+      expect_close(ref, fused, 2e-5, tag + " vs CPU");
+      differing += !same_bits(seq.out, fused.out) || !same_bits(seq.comb, fused.comb);
+    }
+  }
+  EXPECT_GT(differing, 0) << "every case has the default sequence's bits: the fused path never ran";
+}
+
+TEST_F(MhcPre, RowsAreIndependentAndDeterministic) {
+  const int64_t t = 8, d = 4096;
+  const Site s = make_site(t, 4, d, 300);
+  const Outs all = gpu(s), again = gpu(s);
+  EXPECT_TRUE(same_bits(all.post, again.post));
+  EXPECT_TRUE(same_bits(all.comb, again.comb));
+  EXPECT_TRUE(same_bits(all.out, again.out));
+  for (int64_t r : {0, 5, 7}) {
+    Site one = s;
+    one.streams = s.streams.slice(0, r, r + 1).contiguous();
+    const Outs alone = gpu(one);
+    const std::string tag = "row " + std::to_string(r);
+    EXPECT_TRUE(same_bits(row_of(all.post, r), row_of(alone.post, 0))) << tag;
+    EXPECT_TRUE(same_bits(row_of(all.comb, r), row_of(alone.comb, 0))) << tag;
+    EXPECT_TRUE(same_bits(row_of(all.out, r), row_of(alone.out, 0))) << tag;
+  }
+  // A row in a call of 33 rows (pass blocks of 8 rows: row 32 is alone in its group).
+  const Site big = make_site(33, 4, d, 301);
+  Site last = big;
+  last.streams = big.streams.slice(0, 32, 33).contiguous();
+  const Outs b = gpu(big), l = gpu(last);
+  EXPECT_TRUE(same_bits(row_of(b.out, 32), row_of(l.out, 0)));
+  EXPECT_TRUE(same_bits(row_of(b.comb, 32), row_of(l.comb, 0)));
+}
+
+TEST_F(MhcPre, GraphReplayGivesTheEagerBits) {
+  const int64_t t = 4, m = 4, d = 4096;
+  const Site s = make_site(t, m, d, 400);
+  const Outs eager = gpu(s);
+  const Tensor streams = up(s.streams), fn = up(s.fn), base = up(s.base), scale = up(s.scale),
+               w = up(s.weight);
+  Tensor post = gpu_->zeros({t, m}), comb = gpu_->zeros({t, m, m}), out = gpu_->zeros({t, d});
+  auto graph =
+      gpu_->capture([&]() { gpu_->mhc_pre(post, comb, out, streams, fn, base, scale, w, 1e-5f, 1e-6f, 20); });
+  ASSERT_TRUE(graph) << graph.status().to_string();
+  ASSERT_TRUE(gpu_->replay(**graph).is_ok());
+  EXPECT_TRUE(same_bits(eager.post, down(post)));
+  EXPECT_TRUE(same_bits(eager.comb, down(comb)));
+  EXPECT_TRUE(same_bits(eager.out, down(out)));
+}
+
+TEST_F(MhcPre, CallsTheKernelsDoNotTakeGiveTheCpuResult) {
+  struct Case {
+    int64_t t, m, d;
+    bool weighted;
+  };
+  for (const Case& c : {Case{65, 4, 512, true}, Case{3, 3, 256, true}, Case{2, 4, 130, true},
+                        Case{5, 4, 1024, false}, Case{2, 2, 64, true}, Case{1, 4, 16384, true}}) {
+    const Site s = make_site(c.t, c.m, c.d, 500 + static_cast<uint32_t>(c.t * c.m + c.d), c.weighted);
+    const std::string tag = "T=" + std::to_string(c.t) + " M=" + std::to_string(c.m) +
+                            " D=" + std::to_string(c.d) + (c.weighted ? "" : " no weight");
+    expect_close(cpu(s), gpu(s), 2e-5, tag);
+  }
+}
+
+// mhc_expand_pre: the streams it writes are mhc_expand's bits, and the rest is then
+// exactly mhc_pre over them (the same pass over the same streams); vs the CPU within
+// the tolerance. Also through the default path (65 rows) and after a graph capture.
+TEST_F(MhcPre, ExpandPreIsExpandThenPre) {
+  const int64_t m = 4;
+  for (int64_t t : {1, 8, 13, 65}) {
+    for (int64_t d : {4096, 260}) {
+      const Site s = make_site(t, m, d, 700 + static_cast<uint32_t>(t + d));
+      const Tensor y = up(randn({t, d}, 701, 2.0f)), residual = up(s.streams);
+      const Tensor pp = up(randn({t, m}, 702, 0.3f, 1.0f)), pc = up(randn({t, m, m}, 703, 0.2f, 0.25f));
+      const Tensor fn = up(s.fn), base = up(s.base), scale = up(s.scale), w = up(s.weight);
+      const std::string tag = "T=" + std::to_string(t) + " D=" + std::to_string(d);
+      // Separately: mhc_expand, then mhc_pre over its streams.
+      Tensor streams_a = gpu_->empty({t, m, d});
+      gpu_->mhc_expand(streams_a, y, pp, pc, residual);
+      Tensor post_a = gpu_->empty({t, m}), comb_a = gpu_->empty({t, m, m}), out_a = gpu_->empty({t, d});
+      gpu_->mhc_pre(post_a, comb_a, out_a, streams_a, fn, base, scale, w, 1e-5f, 1e-6f, 20);
+      // Folded.
+      Tensor streams_b = gpu_->empty({t, m, d});
+      Tensor post_b = gpu_->empty({t, m}), comb_b = gpu_->empty({t, m, m}), out_b = gpu_->empty({t, d});
+      gpu_->mhc_expand_pre(streams_b, post_b, comb_b, out_b, y, pp, pc, residual, fn, base, scale, w, 1e-5f,
+                           1e-6f, 20);
+      EXPECT_TRUE(same_bits(down(streams_a), down(streams_b))) << "streams " << tag;
+      EXPECT_TRUE(same_bits(down(post_a), down(post_b))) << "post " << tag;
+      EXPECT_TRUE(same_bits(down(comb_a), down(comb_b))) << "comb " << tag;
+      EXPECT_TRUE(same_bits(down(out_a), down(out_b))) << "out " << tag;
+      // The CPU: expand then the five ops.
+      Site cs = s;
+      cs.streams = Tensor::empty({t, m, d}, DType::kF32);
+      cpu_->mhc_expand(cs.streams, down(y), down(pp), down(pc), s.streams);
+      EXPECT_LE(parity_rel_err(cs.streams, down(streams_b)), 1e-6) << "streams vs CPU " << tag;
+      expect_close(cpu(cs), {down(post_b), down(comb_b), down(out_b)}, 2e-5, tag + " vs CPU");
+    }
+  }
+  // Captured and replayed: the eager bits.
+  const int64_t t = 2, d = 4096;
+  const Site s = make_site(t, m, d, 710);
+  const Tensor y = up(randn({t, d}, 711)), residual = up(s.streams), pp = up(randn({t, m}, 712, 0.3f, 1.0f));
+  const Tensor pc = up(randn({t, m, m}, 713, 0.2f, 0.25f)), fn = up(s.fn), base = up(s.base);
+  const Tensor scale = up(s.scale), w = up(s.weight);
+  Tensor st[2] = {gpu_->zeros({t, m, d}), gpu_->zeros({t, m, d})};
+  Tensor po[2] = {gpu_->zeros({t, m}), gpu_->zeros({t, m})},
+         co[2] = {gpu_->zeros({t, m, m}), gpu_->zeros({t, m, m})};
+  Tensor ou[2] = {gpu_->zeros({t, d}), gpu_->zeros({t, d})};
+  auto call = [&](int v) {
+    gpu_->mhc_expand_pre(st[v], po[v], co[v], ou[v], y, pp, pc, residual, fn, base, scale, w, 1e-5f, 1e-6f,
+                         20);
+  };
+  call(0);
+  auto graph = gpu_->capture([&]() { call(1); });
+  ASSERT_TRUE(graph) << graph.status().to_string();
+  ASSERT_TRUE(gpu_->replay(**graph).is_ok());
+  EXPECT_TRUE(same_bits(down(st[0]), down(st[1])));
+  EXPECT_TRUE(same_bits(down(po[0]), down(po[1])));
+  EXPECT_TRUE(same_bits(down(co[0]), down(co[1])));
+  EXPECT_TRUE(same_bits(down(ou[0]), down(ou[1])));
+}
+
+// The finish kernel launched with or without programmatic dependent launch: the same
+// bits (mhc_pre and mhc_expand_pre).
+TEST_F(MhcPre, PdlDoesNotChangeTheBits) {
+  const int64_t t = 3, m = 4, d = 4096;
+  const Site s = make_site(t, m, d, 800);
+  const Tensor streams = up(s.streams), fn = up(s.fn), base = up(s.base), scale = up(s.scale),
+               w = up(s.weight);
+  const Tensor y = up(randn({t, d}, 801)), pp = up(randn({t, m}, 802, 0.3f, 1.0f));
+  const Tensor pc = up(randn({t, m, m}, 803, 0.2f, 0.25f));
+  Tensor out[2][2], comb[2][2], ex[2];
+  for (int pdl = 0; pdl < 2; ++pdl) {
+    cuda::mhc_pre_pdl() = pdl == 1;
+    Tensor post = gpu_->empty({t, m});
+    out[pdl][0] = gpu_->empty({t, d});
+    comb[pdl][0] = gpu_->empty({t, m, m});
+    gpu_->mhc_pre(post, comb[pdl][0], out[pdl][0], streams, fn, base, scale, w, 1e-5f, 1e-6f, 20);
+    ex[pdl] = gpu_->empty({t, m, d});
+    out[pdl][1] = gpu_->empty({t, d});
+    comb[pdl][1] = gpu_->empty({t, m, m});
+    gpu_->mhc_expand_pre(ex[pdl], post, comb[pdl][1], out[pdl][1], y, pp, pc, streams, fn, base, scale, w,
+                         1e-5f, 1e-6f, 20);
+  }
+  cuda::mhc_pre_pdl() = true;
+  for (int v = 0; v < 2; ++v) {
+    EXPECT_TRUE(same_bits(down(out[0][v]), down(out[1][v]))) << (v ? "mhc_expand_pre" : "mhc_pre");
+    EXPECT_TRUE(same_bits(down(comb[0][v]), down(comb[1][v]))) << (v ? "mhc_expand_pre" : "mhc_pre");
+  }
+  EXPECT_TRUE(same_bits(down(ex[0]), down(ex[1])));
+}
+
+TEST_F(MhcPre, AMisShapedFnIsAnErrorNamingIt) {
+  const int64_t t = 2, m = 4, d = 256;
+  const Site s = make_site(t, m, d, 600);
+  Tensor post = gpu_->empty({t, m}), comb = gpu_->empty({t, m, m}), out = gpu_->empty({t, d});
+  const Tensor bad_fn = up(randn({24, m * d - 4}, 601));
+  try {
+    gpu_->mhc_pre(post, comb, out, up(s.streams), bad_fn, up(s.base), up(s.scale), up(s.weight), 1e-5f, 1e-6f,
+                  20);
+    FAIL() << "a mis-shaped fn was accepted";
+  } catch (const StatusError& e) {
+    EXPECT_NE(e.status().to_string().find("fn"), std::string::npos) << e.status().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace tf
