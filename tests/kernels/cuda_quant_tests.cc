@@ -15,7 +15,8 @@
 // wrong) is printed per scale layout for the investigation.
 // Row independence: a row alone and inside 2..8-row calls gives the same bits (with and
 // without a cluster splitting K). The slice kernel (QuantGemvArgs::legacy, the default):
-// its fused, cluster and second-kernel slice sums and every chunks-in-flight setting give
+// its fused, cluster and second-kernel slice sums, every chunks-in-flight setting and
+// both warp layouts of the shared-memory weight ring (QuantGemvArgs::slice_warps) give
 // the same bits and match the CPU; quant_gemv_many (several matrices in one launch) gives
 // each matrix the bits of a call on it alone.
 // Bench ("[quant-bench]" lines): GEMV us/call and % of the measured HBM copy bandwidth
@@ -291,7 +292,8 @@ TEST_F(CudaQuant, InflightDoesNotChangeTheBits) {
         const Tensor xd = gpu_->to_device(xs);
         Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms) / 4)});
         std::vector<Tensor> got;
-        for (int inflight : {0, 2, 4, 8, -1}) {  // -1: the shared-memory weight ring
+        // -1: the shared-memory weight ring, 8 warps of one MMA tile; -2: the ring, 4 warps of two.
+        for (int inflight : {0, 2, 4, 8, -1, -2}) {
           for (int sum_mode : {0, 1, 2}) {  // second kernel, fused, cluster
             Tensor out = gpu_->empty({m, ldo});
             cuda::QuantGemvArgs a;
@@ -310,6 +312,7 @@ TEST_F(CudaQuant, InflightDoesNotChangeTheBits) {
             a.legacy = true;
             a.inflight = std::max(inflight, 0);
             a.smem_weights = inflight < 0 ? 1 : 0;
+            a.slice_warps = inflight == -2 ? 4 : 8;
             a.fused_sum = sum_mode == 1;
             a.cluster_sum = sum_mode == 2 ? 1 : 0;
             a.slice_pdl = inflight == 4 ? 1 : 0;
@@ -619,6 +622,36 @@ TEST_F(CudaQuant, Bench) {
         std::printf("[quant-bench] slice sweep %-3s N=%-6lld K=%-5lld m=%lld graph (inflight/blocks per SM):%s\n",
                     matrix_format_name(f), static_cast<long long>(n), static_cast<long long>(k),
                     static_cast<long long>(m), line.c_str());
+        // The default (shared-memory weight ring) with 4 warps of two MMA tiles (the
+        // earlier configuration) vs 8 warps of one (issue #8); best of two interleaved runs.
+        double best[2] = {INFINITY, INFINITY};
+        for (int rep = 0; rep < 2; ++rep)
+          for (int w = 0; w < 2; ++w) {
+            cuda::QuantGemvArgs a;
+            a.out = out.data<float>();
+            a.ldo = n;
+            a.x = x.data<float>();
+            a.ldx = k;
+            a.format = f;
+            a.m = m;
+            a.n = n;
+            a.k = k;
+            a.legacy = true;
+            a.sm_count = sms;
+            a.slice_warps = w == 0 ? 4 : 8;
+            Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms) / 4)});
+            a.workspace = ws.data<float>();
+            best[w] = std::min(best[w], graph_seconds_per_call(stream, 40, [&](int i) {
+                                 a.codes = dev[i % copies].codes().raw();
+                                 a.scales = dev[i % copies].scales().raw();
+                                 cuda::quant_gemv(stream, a);
+                               }));
+          }
+        std::printf("[quant-bench] warps %-3s N=%-6lld K=%-5lld m=%lld graph: 4 warps x 2 tiles %6.1f us %4.1f%% of HBM"
+                    " -> 8 warps x 1 tile %6.1f us %4.1f%% (%.2fx)\n",
+                    matrix_format_name(f), static_cast<long long>(n), static_cast<long long>(k),
+                    static_cast<long long>(m), best[0] * 1e6, 100 * q.nbytes() / best[0] / 1e9 / hbm, best[1] * 1e6,
+                    100 * q.nbytes() / best[1] / 1e9 / hbm, best[0] / best[1]);
       }
     }
   }

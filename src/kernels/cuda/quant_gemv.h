@@ -56,7 +56,8 @@ struct QuantGemvPlan {
   int64_t slices = 1;
   int64_t row_blocks = 0;
 };
-// blocks_per_sm: how many blocks (4 warps each) the plan aims at per SM (0: the default, 4);
+// blocks_per_sm: how many blocks (of 128 rows: 8 warps, or 4, QuantGemvArgs::slice_warps) the plan
+// aims at per SM (0: the default, 4); the plan does not depend on the warps per block;
 // benchmarks sweep it.
 QuantGemvPlan quant_gemv_plan(int64_t n, int64_t k, int sm_count, int blocks_per_sm = 0);
 
@@ -116,6 +117,11 @@ struct QuantGemvArgs {
   // registers) instead of the register ring; the same bits. -1 the default (on:
   // quant_gemv_legacy.cuh, kSmemWeightsDefault), 0 off, 1 on.
   int smem_weights = -1;
+  // Slice kernel, shared-memory weight ring: warps per 128-row block. 0 the default
+  // (quant_gemv_legacy.cuh, kSliceWarpsDefault), 8: one 16-row MMA tile per warp (more,
+  // shorter warps per SM), 4: two tiles per warp (the earlier configuration). The same
+  // bits either way; the register ring always runs 4 warps.
+  int slice_warps = 0;
 };
 
 // Enqueues out = x · W^T (or +=) on `stream`; throws StatusError on bad arguments.

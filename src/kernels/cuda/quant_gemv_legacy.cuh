@@ -2,7 +2,8 @@
 // matrix or several of one format and one k in one launch (quant_gemv_many).
 // Included by quant_gemv.cu only.
 //
-// 128 output rows per block of 4 warps (each warp 32 rows), K split into slices of up
+// 128 output rows per block of 8 warps (each warp 16 rows; QuantGemvArgs::slice_warps = 4:
+// 4 warps of 32 rows, the earlier configuration), K split into slices of up
 // to 15 chunks over blocks (quant_gemv_plan); slices summed in slice order by a second
 // kernel (or by the last block of each row block, QuantGemvArgs::fused_sum). Several
 // segments (matrices): the grid is the list of (segment, row block, slice) units, each
@@ -51,13 +52,17 @@ using qfrag::mma_16816_f16;
 using qfrag::pair_elem;
 using qfrag::q4_pair_biased;
 
-constexpr int kWarps = 4;      // warps per block, each a different 32 rows
-constexpr int kTiles = 2;      // 16-row MMA tiles per warp
+// T = 16-row MMA tiles per warp (a template parameter): 2 (4 warps of 32 rows, the
+// earlier configuration) or 1 (8 warps of 16 rows: twice the warps per SM, each with
+// half the serial chain; QuantGemvArgs::slice_warps). A row's bits are the same either
+// way (an MMA tile's rows do not depend on the other tile).
+template <int T>
+constexpr int warps_of() { return static_cast<int>(kQuantBlockRows) / (16 * T); }
 constexpr int kChunkWords = 64;  // x tile words per (x row, chunk): [quad][t][4]
 // Row stride of the x tile = chunks * 64 + 16 words: x rows g and g+1 (one 8-lane phase
 // of a 16-byte load) land in different halves of the banks.
 constexpr int kRowPadWords = 16;
-static_assert(kWarps * kTiles * 16 == kQuantBlockRows, "a block covers one fp8 scale row");
+static_assert(warps_of<1>() * 16 == kQuantBlockRows && warps_of<2>() * 32 == kQuantBlockRows, "a block covers one fp8 scale row");
 
 // One matrix of a launch and its plan.
 struct Seg {
@@ -164,8 +169,9 @@ __device__ void stage_x(uint32_t* xs, float* negs, int row_words, const Params& 
 // One lane's raw weights of one chunk: rows g and g+8 of each tile (q4 2 words each, fp8 4),
 // and their scales as loaded (q4: the f16 bits per row, converted where used so that no
 // instruction waits on the load early; fp8: the block's f32 bits).
-template <MatrixFormat F>
+template <MatrixFormat F, int T>
 struct Raw {
+  static constexpr int kTiles = T;
   static constexpr int kWords = F == MatrixFormat::kQ4 ? 2 : 4;
   static constexpr int kScales = F == MatrixFormat::kQ4 ? kTiles * 2 : 1;
   uint32_t w[kTiles][2][kWords];
@@ -186,9 +192,10 @@ struct Raw {
   }
 };
 
-template <MatrixFormat F>
-__device__ __forceinline__ void load_raw(Raw<F>& raw, const Seg& sg, const Params& p, int64_t row0, int64_t chunk,
+template <MatrixFormat F, int T>
+__device__ __forceinline__ void load_raw(Raw<F, T>& raw, const Seg& sg, const Params& p, int64_t row0, int64_t chunk,
                                          int g, int t) {
+  constexpr int kTiles = T;
   if constexpr (F == MatrixFormat::kQ4) {
     const int64_t row_bytes = p.chunks * 32;
     const auto* sc = static_cast<const unsigned short*>(sg.scales);
@@ -237,9 +244,10 @@ __device__ __forceinline__ void load_raw(Raw<F>& raw, const Seg& sg, const Param
 
 // One chunk's MMAs into acc: x row g's B fragments from the tile (zeros for rows >= m),
 // the lane's weights and scales from `rw`.
-template <MatrixFormat F>
-__device__ __forceinline__ void chunk_mma(float (&acc)[kTiles][4], const Raw<F>& rw, const uint32_t* xrow,
+template <MatrixFormat F, int T>
+__device__ __forceinline__ void chunk_mma(float (&acc)[T][4], const Raw<F, T>& rw, const uint32_t* xrow,
                                           const float* negs, int c, int t, bool has_x) {
+  constexpr int kTiles = T;
   uint32_t b[16];  // hi pairs 0..7, lo pairs 0..7 of x row g
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -290,16 +298,21 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[kTiles][4], const Raw<F>&
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // U > 0: each lane keeps U chunks of its weights in flight in registers (load_raw).
-// U == 0 (QuantGemvArgs::smem_weights): each warp copies its 32 rows into a
+// U == 0 (QuantGemvArgs::smem_weights): each warp copies its 16T rows into a
 // shared-memory ring of two groups of 128 bytes per row (q4 4 chunks, fp8 2) by
 // cp.async (16-byte pieces, 8 lanes per 128-byte line of a row: whole lines per request,
 // and no registers held while in flight), the scales into shared memory up front; the
 // chunk math is the same, so are the bits. Pieces are swizzled per row so that the
 // A-fragment reads are conflict-free.
-constexpr int kRingWords = 2 * 32 * 32;  // per warp: 2 groups x 32 rows x 128 bytes
+template <int T>
+constexpr int ring_words() { return 2 * (16 * T) * 32; }  // per warp: 2 groups x 16T rows x 128 bytes
+constexpr int kBlockRingWords = 2 * static_cast<int>(kQuantBlockRows) * 32;  // per block, either T
 
-template <MatrixFormat F, int U>
-__global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid_constant__ Params p) {
+// T = 1: 8 warps of 256 threads, at least 4 blocks per SM (<= 64 registers per thread).
+template <MatrixFormat F, int U, int T>
+__global__ void __launch_bounds__(warps_of<T>() * 32, 4) quant_gemv_kernel(const __grid_constant__ Params p) {
+  constexpr int kTiles = T, kWarps = warps_of<T>(), kRingWords = ring_words<T>();
+  static_assert(T == 2 || U == 0, "one tile per warp: the shared-memory weight ring only");
   extern __shared__ uint4 smem_x[];
   __shared__ float negs[kQuantMaxSliceChunks * kQuantGemvRows];
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem_x);
@@ -331,7 +344,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid
     constexpr int kChunkBytes = F == MatrixFormat::kQ4 ? 32 : 64, kG = 128 / kChunkBytes, kPieces = kChunkBytes / 16;
     uint32_t* ring = xs + p.xtile_words + warp * kRingWords;
     // Scales: q4 [128 rows][nck] f16 bits, fp8 [nck] f32 (one per 128-row block and chunk).
-    void* scale_tile = xs + p.xtile_words + kWarps * kRingWords;
+    void* scale_tile = xs + p.xtile_words + kBlockRingWords;
     const int groups = (nck + kG - 1) / kG;
     const int64_t row_bytes = F == MatrixFormat::kQ4 ? p.chunks * 32 : p.k;
     // Piece pc of a row sits at pc ^ swizzle(row): the A-fragment reads are conflict-free.
@@ -339,7 +352,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid
     auto issue = [&](int q) {
       uint32_t* slot = ring + (q & 1) * (kRingWords / 2);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < 4 * kTiles; ++i) {  // 8 pieces per row
         const int piece = lane + 32 * i, row = piece >> 3, pc = piece & 7, chunk = kG * q + pc / kPieces;
         const int64_t byte = (c0 + chunk) * kChunkBytes + (pc % kPieces) * 16;
         if (chunk < nck && row0 + row < sg.n) {
@@ -364,13 +377,15 @@ __global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid
       auto* ssc = static_cast<unsigned short*>(scale_tile);
       const auto* sc = static_cast<const unsigned short*>(sg.scales);
       const int64_t grow = rb * kQuantBlockRows + threadIdx.x;
-      unsigned short v[kQuantMaxSliceChunks];
+      if (threadIdx.x < kQuantBlockRows) {  // one thread per row of the block (T = 1: half the threads)
+        unsigned short v[kQuantMaxSliceChunks];
 #pragma unroll
-      for (int j = 0; j < kQuantMaxSliceChunks; ++j)
-        v[j] = j < nck && grow < sg.n ? __ldg(sc + grow * p.chunks + c0 + j) : static_cast<unsigned short>(0);
+        for (int j = 0; j < kQuantMaxSliceChunks; ++j)
+          v[j] = j < nck && grow < sg.n ? __ldg(sc + grow * p.chunks + c0 + j) : static_cast<unsigned short>(0);
 #pragma unroll
-      for (int j = 0; j < kQuantMaxSliceChunks; ++j)
-        if (j < nck) ssc[threadIdx.x * nck + j] = v[j];
+        for (int j = 0; j < kQuantMaxSliceChunks; ++j)
+          if (j < nck) ssc[threadIdx.x * nck + j] = v[j];
+      }
     } else {
       const int64_t gc = (p.k + 127) / 128;
       if (static_cast<int>(threadIdx.x) < nck)
@@ -388,7 +403,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid
       for (int j = 0; j < kG; ++j) {
         const int c = kG * q + j;
         if (c >= nck) break;
-        Raw<F> rw;
+        Raw<F, T> rw;
 #pragma unroll
         for (int r = 0; r < kTiles; ++r)
 #pragma unroll
@@ -399,7 +414,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid
               const uint2 v = *reinterpret_cast<const uint2*>(slot + row * 32 + ((pc ^ swz(row)) * 4) + (t & 1) * 2);
               rw.w[r][h][0] = v.x;
               rw.w[r][h][1] = v.y;
-              rw.s[2 * r + h] = static_cast<const unsigned short*>(scale_tile)[(warp * 32 + row) * nck + c];
+              rw.s[2 * r + h] = static_cast<const unsigned short*>(scale_tile)[(warp * (16 * kTiles) + row) * nck + c];
             } else {
               const int pc = 4 * j + t;
               const uint4 v = *reinterpret_cast<const uint4*>(slot + row * 32 + ((pc ^ swz(row)) * 4));
@@ -421,10 +436,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid
     }
   } else {
     // The first weights are in flight while the block stages x.
-    Raw<F> raw[U];
+    Raw<F, T> raw[U > 0 ? U : 1];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (u < nck) load_raw<F>(raw[u], sg, p, row0, c0 + u, g, t);
+      if (u < nck) load_raw<F, T>(raw[u], sg, p, row0, c0 + u, g, t);
     // Up to here only the weights were read: under programmatic dependent launch this runs
     // while the kernel before still finishes; x, out and the workspace come after it has.
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -436,7 +451,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) quant_gemv_kernel(const __grid
         if (c + u >= nck) break;
         chunk_mma<F>(acc, raw[u], xrow, negs, c + u, t, has_x);
         // This slot's registers are free: load the chunk U ahead into it.
-        if (c + u + U < nck) load_raw<F>(raw[u], sg, p, row0, c0 + c + u + U, g, t);
+        if (c + u + U < nck) load_raw<F, T>(raw[u], sg, p, row0, c0 + c + u + U, g, t);
       }
     }
   }
@@ -535,26 +550,27 @@ __global__ void quant_gemv_sum_slices(const __grid_constant__ SumParams p) {
   }
 }
 
-template <MatrixFormat F, int U>
+template <MatrixFormat F, int U, int T>
 void launch_kernel(cudaStream_t stream, Params p, int64_t units, int64_t cps_max, bool pdl) {
+  constexpr int kWarps = warps_of<T>();
   p.xtile_words = p.m * (cps_max * kChunkWords + kRowPadWords);
   size_t smem = size_t(p.xtile_words) * 4;
-  if (U == 0) smem += size_t{kWarps} * kRingWords * 4 + size_t(kQuantBlockRows * cps_max) * 2;  // fp8 needs less
+  if (U == 0) smem += size_t{kBlockRingWords} * 4 + size_t(kQuantBlockRows * cps_max) * 2;  // fp8 needs less
   // Four blocks of up to 49 KB of x tile per SM: ask for the largest shared-memory
   // carveout, and allow more than 48 KB of dynamic shared memory.
   static const bool carveout = [] {
-    (void)cudaFuncSetAttribute(quant_gemv_kernel<F, U>, cudaFuncAttributePreferredSharedMemoryCarveout,
+    (void)cudaFuncSetAttribute(quant_gemv_kernel<F, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                int{cudaSharedmemCarveoutMaxShared});
     (void)cudaFuncSetAttribute(
-        quant_gemv_kernel<F, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        quant_gemv_kernel<F, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
         static_cast<int>(kQuantGemvRows * (kQuantMaxSliceChunks * kChunkWords + kRowPadWords) * 4 +
-                         (U == 0 ? kWarps * kRingWords * 4 + kQuantBlockRows * kQuantMaxSliceChunks * 2 : 0)));
+                         (U == 0 ? kBlockRingWords * 4 + kQuantBlockRows * kQuantMaxSliceChunks * 2 : 0)));
     (void)cudaGetLastError();
     return true;
   }();
   (void)carveout;
   if (!p.cluster && !pdl) {
-    quant_gemv_kernel<F, U><<<static_cast<unsigned>(units), kWarps * 32, smem, stream>>>(p);
+    quant_gemv_kernel<F, U, T><<<static_cast<unsigned>(units), kWarps * 32, smem, stream>>>(p);
     return;
   }
   cudaLaunchConfig_t cfg = {};
@@ -578,7 +594,7 @@ void launch_kernel(cudaStream_t stream, Params p, int64_t units, int64_t cps_max
   }
   cfg.attrs = at;
   cfg.numAttrs = n;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, quant_gemv_kernel<F, U>, p);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, quant_gemv_kernel<F, U, T>, p);
   if (e != cudaSuccess)
     throw StatusError(internal_error(std::string("quant_gemv: launch failed: ") + cudaGetErrorString(e)));
 }
@@ -602,18 +618,21 @@ void launch_sum(cudaStream_t stream, const SumParams& sp, bool pdl) {
     throw StatusError(internal_error(std::string("quant_gemv: sum launch failed: ") + cudaGetErrorString(e)));
 }
 
-// Chunks in flight per lane (QuantGemvArgs::inflight; 0: the default).
+// Chunks in flight per lane (QuantGemvArgs::inflight; 0: the default; -1 the
+// shared-memory weight ring), `one_tile`: 8 warps of one MMA tile (ring only).
 template <MatrixFormat F>
-void launch_f(cudaStream_t stream, int inflight, const Params& p, int64_t units, int64_t cps_max, bool pdl) {
+void launch_f(cudaStream_t stream, int inflight, bool one_tile, const Params& p, int64_t units, int64_t cps_max,
+              bool pdl) {
+  if (inflight < 0 && one_tile) return launch_kernel<F, 0, 1>(stream, p, units, cps_max, pdl);
   if constexpr (F == MatrixFormat::kQ4) {
-    if (inflight < 0) return launch_kernel<F, 0>(stream, p, units, cps_max, pdl);
-    if (inflight == 2) return launch_kernel<F, 2>(stream, p, units, cps_max, pdl);
-    if (inflight >= 8) return launch_kernel<F, 8>(stream, p, units, cps_max, pdl);
-    return launch_kernel<F, 4>(stream, p, units, cps_max, pdl);
+    if (inflight < 0) return launch_kernel<F, 0, 2>(stream, p, units, cps_max, pdl);
+    if (inflight == 2) return launch_kernel<F, 2, 2>(stream, p, units, cps_max, pdl);
+    if (inflight >= 8) return launch_kernel<F, 8, 2>(stream, p, units, cps_max, pdl);
+    return launch_kernel<F, 4, 2>(stream, p, units, cps_max, pdl);
   } else {
-    if (inflight < 0) return launch_kernel<F, 0>(stream, p, units, cps_max, pdl);
-    if (inflight >= 4) return launch_kernel<F, 4>(stream, p, units, cps_max, pdl);
-    return launch_kernel<F, 2>(stream, p, units, cps_max, pdl);
+    if (inflight < 0) return launch_kernel<F, 0, 2>(stream, p, units, cps_max, pdl);
+    if (inflight >= 4) return launch_kernel<F, 4, 2>(stream, p, units, cps_max, pdl);
+    return launch_kernel<F, 2, 2>(stream, p, units, cps_max, pdl);
   }
 }
 
@@ -651,6 +670,11 @@ constexpr int64_t kMaxClusterSlices = 8;  // the portable cluster size
 // fp8 4096->24576 69.0 -> 45.3; q4 4096->8192 / 8192->4096 within 2-3%: 19.4 -> 19.8 at m=1,
 // 21.4 -> 20.9 at m=8), else the register ring.
 constexpr bool kSmemWeightsDefault = true;
+// QuantGemvArgs::slice_warps = 0: warps per block of the shared-memory ring path. 8 (one
+// 16-row MMA tile per warp, <= 64 registers, 32 warps per SM: twice the warps, each with
+// half the serial chain; issue #8, to be measured) or 4 (two tiles per warp, 122
+// registers, 16 warps per SM: the earlier default). The same bits either way.
+constexpr int kSliceWarpsDefault = 8;
 
 // TF_QUANT_PDL=0 turns programmatic dependent launch off (read once).
 inline bool pdl_on_by_default() {
@@ -761,10 +785,11 @@ inline void run_many(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
     for (int j = 0; j < p.count; ++j)
       smem_ok = smem_ok && aligned_to(p.seg[j].codes, 16) && (a.format == MatrixFormat::kQ4 || p.seg[j].wvec);
     const int inflight = smem_ok ? -1 : std::max(a.inflight, 0);
+    const bool one_tile = (a.slice_warps > 0 ? a.slice_warps : kSliceWarpsDefault) == 8;
     if (a.format == MatrixFormat::kQ4) {
-      launch_f<MatrixFormat::kQ4>(stream, inflight, p, units, cps_max, pdl);
+      launch_f<MatrixFormat::kQ4>(stream, inflight, one_tile, p, units, cps_max, pdl);
     } else {
-      launch_f<MatrixFormat::kFp8Block>(stream, inflight, p, units, cps_max, pdl);
+      launch_f<MatrixFormat::kFp8Block>(stream, inflight, one_tile, p, units, cps_max, pdl);
     }
     if (sp.count > 0) launch_sum(stream, sp, pdl);
   }
