@@ -78,6 +78,16 @@ __device__ __forceinline__ uint32_t q4_pair_biased(uint32_t w0, uint32_t w1, int
   return d;
 }
 
+// Pair j of a q4 lane's two words as f16 q - 8 (exact): 0x6400 | q is 1024 + q, minus 1032.
+__device__ __forceinline__ uint32_t q4_pair_f16(uint32_t w0, uint32_t w1, int j) {
+  const uint32_t w = j < 4 ? w0 >> (4 * j) : w1 >> (4 * (j - 4));
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "n"(0x000F000F), "r"(0x64006400u));
+  uint32_t k1032 = 0x64086408u;  // f16x2 (1032, 1032)
+  const __half2 r = __hsub2(*reinterpret_cast<__half2*>(&d), *reinterpret_cast<__half2*>(&k1032));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
 // Pair j of an fp8 lane's four words (16 bytes) as bf16 (e4m3 is exact in bf16).
 __device__ __forceinline__ uint32_t fp8_pair(const uint32_t (&w)[4], int j) {
   const auto two = static_cast<__nv_fp8x2_storage_t>(w[j >> 1] >> (16 * (j & 1)));
