@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "core/status.h"
@@ -13,16 +12,6 @@
 
 namespace tf::cuda {
 namespace {
-
-// The decode kernel quant_matmul picks (quant_gemv.cu: the earlier one unless
-// TF_QUANT_GEMV=stream); a group must run the kernel each of its matrices would.
-bool stream_gemv_selected() {
-  static const bool on = [] {
-    const char* v = std::getenv("TF_QUANT_GEMV");
-    return v != nullptr && std::string(v) == "stream";
-  }();
-  return on;
-}
 
 bool on_this_device(const CudaContext& ctx, const Tensor& t) {
   return t.device().kind == DeviceKind::kCuda && t.device().index == ctx.device;

@@ -583,8 +583,6 @@ void quant_dequantize_bf16(cudaStream_t stream, const Matrix& w, void* dst) {
   check_launch("quant_dequantize_bf16");
 }
 
-namespace {
-// TF_QUANT_GEMV=stream: the streaming decode kernel instead of the earlier one (read once).
 bool stream_gemv_selected() {
   static const bool on = [] {
     const char* v = std::getenv("TF_QUANT_GEMV");
@@ -592,7 +590,6 @@ bool stream_gemv_selected() {
   }();
   return on;
 }
-}  // namespace
 
 void quant_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& w, bool accumulate) {
   if (Status s = check_matrix(w, "quant_matmul w"); !s.is_ok()) throw StatusError(s);

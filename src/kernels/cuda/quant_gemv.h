@@ -124,6 +124,11 @@ struct QuantGemvArgs {
   int slice_warps = 0;
 };
 
+// TF_QUANT_GEMV=stream: quant_matmul (and the groups of matmul_many, which must run the
+// kernel each of their matrices would alone) use the streaming kernel instead of the slice
+// kernel. Read once.
+bool stream_gemv_selected();
+
 // Enqueues out = x · W^T (or +=) on `stream`; throws StatusError on bad arguments.
 void quant_gemv(cudaStream_t stream, const QuantGemvArgs& a);
 
