@@ -57,6 +57,7 @@ namespace {
 
 using qfrag::bf16x2_bits;
 using qfrag::fp8_pair;
+using qfrag::load_lane_chunk;
 using qfrag::mma_16816;
 using qfrag::pair_elem;
 using qfrag::q4_pair;
@@ -112,53 +113,7 @@ struct Slot {
 template <MatrixFormat F>
 __device__ __forceinline__ void load_slot(Slot<F>& sl, const StreamParams& p, int64_t row0, int64_t chunk, int g,
                                           int t) {
-  if constexpr (F == MatrixFormat::kQ4) {
-    const int64_t row_bytes = p.chunks * 32;
-    const auto* sc = static_cast<const unsigned short*>(p.scales);
-#pragma unroll
-    for (int r = 0; r < kStreamTiles; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + 16 * r + 8 * h + g;
-        if (row < p.n) {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(p.codes + row * row_bytes + chunk * 32 + 8 * t));
-          sl.w[r][h][0] = v.x;
-          sl.w[r][h][1] = v.y;
-          sl.s[2 * r + h] = __ldg(sc + row * p.chunks + chunk);
-        } else {
-          sl.w[r][h][0] = sl.w[r][h][1] = 0x88888888u;  // q = 0
-          sl.s[2 * r + h] = 0;
-        }
-      }
-  } else {
-    const int64_t gc = (p.k + 127) / 128;
-    sl.s[0] = __float_as_uint(__ldg(static_cast<const float*>(p.scales) + (row0 / 128) * gc + chunk / 2));
-    const int64_t c0 = chunk * kQuantChunk + 16 * t;
-#pragma unroll
-    for (int r = 0; r < kStreamTiles; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + 16 * r + 8 * h + g;
-        uint32_t* w = sl.w[r][h];
-        const uint8_t* src = p.codes + row * p.k + c0;
-        if (row < p.n && p.wvec && c0 + 16 <= p.k) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-          w[0] = v.x;
-          w[1] = v.y;
-          w[2] = v.z;
-          w[3] = v.w;
-        } else {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            uint32_t word = 0;
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-              if (row < p.n && c0 + 4 * q + b < p.k) word |= uint32_t(__ldg(src + 4 * q + b)) << (8 * b);
-            w[q] = word;
-          }
-        }
-      }
-  }
+  load_lane_chunk<F, kStreamTiles>(sl.w, sl.s, p.codes, p.scales, p.n, p.k, p.chunks, p.wvec, row0, chunk, g, t);
 }
 
 // x goes through a per-warp ring in shared memory, kXRing chunks ahead, by cp.async: an

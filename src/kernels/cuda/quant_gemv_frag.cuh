@@ -103,4 +103,59 @@ __device__ __forceinline__ uint32_t fp8_pair_f16(const uint32_t (&w)[4], int j) 
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+// One lane's raw weights of one 64-wide chunk for T 16-row MMA tiles: rows
+// row0 + 16r + 8h + g, the lane's 16 weights 16t.. (q4: 2 words per row plus its f16 scale
+// bits in s[2r + h]; fp8: 4 words per row, the 128x128 block's f32 scale bits in s[0]).
+// Rows past n read as zero weights with scale 0; fp8 bytes past k as zero. Both decode
+// GEMV kernels load through this.
+template <MatrixFormat F, int T>
+__device__ __forceinline__ void load_lane_chunk(uint32_t (&w)[T][2][F == MatrixFormat::kQ4 ? 2 : 4], uint32_t* s,
+                                                const uint8_t* codes, const void* scales, int64_t n, int64_t k,
+                                                int64_t chunks, bool wvec, int64_t row0, int64_t chunk, int g, int t) {
+  if constexpr (F == MatrixFormat::kQ4) {
+    const int64_t row_bytes = chunks * 32;
+    const auto* sc = static_cast<const unsigned short*>(scales);
+#pragma unroll
+    for (int r = 0; r < T; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + 16 * r + 8 * h + g;
+        if (row < n) {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(codes + row * row_bytes + chunk * 32 + 8 * t));
+          w[r][h][0] = v.x;
+          w[r][h][1] = v.y;
+          s[2 * r + h] = __ldg(sc + row * chunks + chunk);
+        } else {
+          w[r][h][0] = w[r][h][1] = 0x88888888u;  // q = 0
+          s[2 * r + h] = 0;
+        }
+      }
+  } else {
+    const int64_t gc = (k + 127) / 128;
+    s[0] = __float_as_uint(__ldg(static_cast<const float*>(scales) + (row0 / 128) * gc + chunk / 2));
+    const int64_t c0 = chunk * 64 + 16 * t;
+#pragma unroll
+    for (int r = 0; r < T; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + 16 * r + 8 * h + g;
+        uint32_t* wr = w[r][h];
+        const uint8_t* src = codes + row * k + c0;
+        if (row < n && wvec && c0 + 16 <= k) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+          wr[0] = v.x; wr[1] = v.y; wr[2] = v.z; wr[3] = v.w;
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t word = 0;
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+              if (row < n && c0 + 4 * q + b < k) word |= uint32_t(__ldg(src + 4 * q + b)) << (8 * b);
+            wr[q] = word;
+          }
+        }
+      }
+  }
+}
+
 }  // namespace tf::cuda::qfrag

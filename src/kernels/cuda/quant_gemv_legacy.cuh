@@ -44,6 +44,7 @@ namespace {
 
 using qfrag::fp8_pair_f16;
 using qfrag::half2_bits;
+using qfrag::load_lane_chunk;
 using qfrag::mma_16816_f16;
 using qfrag::pair_elem;
 using qfrag::q4_pair_f16;
@@ -176,51 +177,7 @@ struct Raw {
 template <MatrixFormat F, int T>
 __device__ __forceinline__ void load_raw(Raw<F, T>& raw, const Seg& sg, const Params& p, int64_t row0, int64_t chunk,
                                          int g, int t) {
-  constexpr int kTiles = T;
-  if constexpr (F == MatrixFormat::kQ4) {
-    const int64_t row_bytes = p.chunks * 32;
-    const auto* sc = static_cast<const unsigned short*>(sg.scales);
-#pragma unroll
-    for (int r = 0; r < kTiles; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + 16 * r + 8 * h + g;
-        if (row < sg.n) {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(sg.codes + row * row_bytes + chunk * 32 + 8 * t));
-          raw.w[r][h][0] = v.x;
-          raw.w[r][h][1] = v.y;
-          raw.s[2 * r + h] = __ldg(sc + row * p.chunks + chunk);
-        } else {
-          raw.w[r][h][0] = raw.w[r][h][1] = 0x88888888u;  // q = 0
-          raw.s[2 * r + h] = 0;
-        }
-      }
-  } else {
-    const int64_t gc = (p.k + 127) / 128;
-    raw.s[0] = __float_as_uint(__ldg(static_cast<const float*>(sg.scales) + (row0 / 128) * gc + chunk / 2));
-    const int64_t c0 = chunk * kQuantChunk + 16 * t;
-#pragma unroll
-    for (int r = 0; r < kTiles; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + 16 * r + 8 * h + g;
-        uint32_t* w = raw.w[r][h];
-        const uint8_t* src = sg.codes + row * p.k + c0;
-        if (row < sg.n && sg.wvec && c0 + 16 <= p.k) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-          w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
-        } else {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            uint32_t word = 0;
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-              if (row < sg.n && c0 + 4 * q + b < p.k) word |= uint32_t(__ldg(src + 4 * q + b)) << (8 * b);
-            w[q] = word;
-          }
-        }
-      }
-  }
+  load_lane_chunk<F, T>(raw.w, raw.s, sg.codes, sg.scales, sg.n, p.k, p.chunks, sg.wvec, row0, chunk, g, t);
 }
 
 // One chunk's MMAs into acc: x row g's B fragments from the tile (zeros for rows >= m),
