@@ -122,23 +122,22 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
   tail -n 5 "$OUT/exl3_model_bench.log"
   rm -rf "$ck"
 fi
-# Where a graph-replayed batch-1 decode token goes: the exl3model run under Nsight Systems with CUDA
-# graph nodes traced one by one; per-kernel totals (cuda_gpu_kern_sum) into $OUT/nsys_kernels.txt.
-# Only when named: TF_GPU_ONLY="nsysmodel".
-if [[ " ${TF_GPU_ONLY:-} " == *" nsysmodel "* && -x .gpurun/tensorfold ]]; then
-  nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-  ck=/dev/shm/tf-exl3-nsys; rm -rf "$ck"
-  if [[ -n "$nsys_bin" ]]; then
-    { timeout 240 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --experts "${EXL3_EXPERTS:-8}" --exl3 --bits 4 --codebook mcg &&
-      TF_CACHE_DIR="$(mktemp -d)" timeout 300 "$nsys_bin" profile --cuda-graph-trace=node --trace=cuda -o "$OUT/decode" \
-        .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" --scenario decode-1 --output-tokens 64 --timeout 200 &&
-      "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv --output "$OUT/nsys" "$OUT/decode.nsys-rep"; } \
-      > "$OUT/nsys_model.log" 2>&1 || rc=1
-    rm -f "$OUT"/decode.sqlite
-    ls "$OUT"/nsys* 2>/dev/null
-    head -n 40 "$OUT"/nsys_cuda_gpu_kern_sum.csv 2>/dev/null
+# Where a batch-1 decode token goes on the exl3model configuration (EXL3 experts + DENSE=q4, full
+# geometry): the op profiler (TF_PROFILE_OPS=1) eager, then with graphs (the GPU has no Nsight Systems,
+# so per-kernel in-graph times come from the eager run). Only when named: TF_GPU_ONLY="profmodel".
+if [[ " ${TF_GPU_ONLY:-} " == *" profmodel "* && -x .gpurun/tensorfold ]]; then
+  ck=/dev/shm/tf-exl3-prof; rm -rf "$ck"
+  if timeout 240 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --layers "${PROF_LAYERS:-12}" \
+      --experts "${EXL3_EXPERTS:-8}" --exl3 --bits 4 --codebook mcg --mtp-layers 0 > "$OUT/prof_synth.log" 2>&1; then
+    for g in 0 1; do
+      echo "== op profile, exl3 + q4 synthetic (${PROF_LAYERS:-12} layers), decode-1, TF_GRAPHS=$g"
+      TF_GRAPHS=$g TF_PROFILE_OPS=1 TF_PROFILE_OPS_EVERY=40 TF_CACHE_DIR="$(mktemp -d)" timeout 200 \
+        .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" --scenario decode-1 --output-tokens 48 \
+        --timeout 150 > "$OUT/prof_model_$g.log" 2>&1 || rc=1
+      grep -E '^\[op-profile\]|tok/s|error' "$OUT/prof_model_$g.log" | tail -n 45
+    done
   else
-    echo "nsysmodel: no nsys on this machine"
+    echo "profmodel: synth-checkpoint failed (see prof_synth.log)"; rc=1
   fi
   rm -rf "$ck"
 fi

@@ -164,7 +164,7 @@ Tensor Glm5Model::logits_for(const Tensor& hidden_rows) {
   return out;
 }
 
-Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x) {
+Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into) {
   if (w.exl3) {
     // EXL3 expert: gate and up into the two column halves of gate_up.
     const int64_t n = x.size(0), il = w.exl3_intermediate;
@@ -176,13 +176,21 @@ Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x) {
     ops_.swiglu(a, gu, static_cast<float>(cfg_.swiglu_limit));
     Tensor y = ops_.empty({n, cfg_.hidden_size});
     ops_.exl3_matmul(y, a, w.exl3->down);
-    return y;
+    if (sum_into == nullptr) return y;
+    ops_.add(*sum_into, *sum_into, y);
+    return *sum_into;
   }
   const int64_t n = x.size(0), il = w.down.size(1);
   Tensor gu = ops_.empty({n, 2 * il});
   ops_.matmul(gu, x, w.gate_up);
   Tensor a = ops_.empty({n, il});
   ops_.swiglu(a, gu, static_cast<float>(cfg_.swiglu_limit));
+  // Summing into an existing tensor: the down projection accumulates (out += ...,
+  // one rounding per element: the bits of add(out, out, y)) with one launch less.
+  if (sum_into != nullptr) {
+    ops_.matmul(*sum_into, a, w.down, /*accumulate=*/true);
+    return *sum_into;
+  }
   Tensor y = ops_.empty({n, cfg_.hidden_size});
   ops_.matmul(y, a, w.down);
   return y;
@@ -224,9 +232,7 @@ Tensor Glm5Model::moe_routed(const MoeWeights& w, const Tensor& x, const Tensor&
 }
 
 Tensor Glm5Model::moe_finish(const MoeWeights& w, const Tensor& x, Tensor& routed) {
-  Tensor shared = mlp_forward(w.shared, x);
-  ops_.add(routed, routed, shared);
-  return routed;
+  return mlp_forward(w.shared, x, &routed);  // routed += shared expert
 }
 
 // Per-expert weights (EXL3 experts): the routing table goes to the host, which groups

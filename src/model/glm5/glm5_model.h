@@ -210,7 +210,8 @@ class Glm5Model {
   void ensure_indexer_ring(Glm5Sequence::IndexerState& st);
   void ensure_pool_capacity(Glm5Sequence::IndexerState& st, int64_t pools);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
-  Tensor mlp_forward(const MlpWeights& w, const Tensor& x);
+  // A dense MLP or expert; with sum_into, its output is added to *sum_into (returned).
+  Tensor mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into = nullptr);
   Tensor moe_forward(const MoeWeights& w, const Tensor& x);
   // moe_forward's parts: the router {weights, ids}, the routed experts, the shared expert added.
   std::vector<Tensor> moe_gate(const MoeWeights& w, const Tensor& x);
