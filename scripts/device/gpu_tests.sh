@@ -67,6 +67,22 @@ if want mladecode; then
     timeout 120 .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_bench.log" 2>&1 || rc=1
     grep -E '^(mla-decode|indexer-rows)' "$OUT/mla_decode_bench.log" | head -n 40
   fi
+  # The tensor-core split kernel (opt-in until it passes here): the same tests and bench with it on.
+  echo "== TF_MLA_DECODE_MMA=1"
+  TF_MLA_DECODE_MMA=1 timeout 150 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaDecodeRows.*' \
+    > "$OUT/mla_decode_mma_tests.log" 2>&1 || rc=1
+  grep -E '^\[parity\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Expected|Which is' "$OUT/mla_decode_mma_tests.log" | head -n 40
+  if [[ -x .gpurun/cuda_mla_decode_bench ]]; then
+    TF_MLA_DECODE_MMA=1 timeout 120 .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_mma_bench.log" 2>&1 || rc=1
+    grep -E '^mla-decode' "$OUT/mla_decode_mma_bench.log" | head -n 20
+  fi
+  # Per-kernel times of the three split launches (prep / split / combine) at 1 row.
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [[ -n "$ncu_bin" && -x .gpurun/cuda_mla_decode_bench ]]; then
+    timeout 150 "$ncu_bin" --kernel-name regex:'prep|split|combine' --launch-count 12 --metrics gpu__time_duration.sum \
+      .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_ncu.log" 2>&1
+    grep -E 'prep_kernel|split|combine|gpu__time_duration' "$OUT/mla_decode_ncu.log" | head -n 30
+  fi
 fi
 # Quantized dense matrices (fp8 block-scaled, q4): CUDA vs CPU parity, row independence, the
 # FP8 tensor-core prefill (cuBLASLt block scales) per scale layout, and "[quant-bench]" lines:

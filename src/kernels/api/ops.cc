@@ -78,6 +78,20 @@ void Ops::matmul_many(const std::vector<Tensor*>& outs, const Tensor& x, const s
   for (size_t i = 0; i < ws.size(); ++i) matmul(*outs[i], x, *ws[i]);
 }
 
+// Today's sequence of the KDA low-rank ups (the reference of the fused GPU op).
+void Ops::kda_lowrank_gates(Tensor& g, Tensor& gate, Tensor& beta, const Tensor& fa, const Tensor& ga,
+                            const Tensor& beta_logits, const Tensor& f_b, const Tensor& g_b, const Tensor& dt_bias,
+                            const Tensor& a_log, bool has_lower_bound, float lower_bound) {
+  if (fa.dim() != 2 || f_b.dim() != 2)
+    throw StatusError(invalid_argument("kda_lowrank_gates: fa " + fa.describe() + " and f_b " + f_b.describe() +
+                                       " must be [T, R] and [H*Dk, R]"));
+  Tensor f = empty({fa.size(0), f_b.size(0)});
+  matmul(f, fa, f_b);
+  kda_gate(g, f, dt_bias, a_log, has_lower_bound, lower_bound);
+  sigmoid(beta, beta_logits);
+  matmul(gate, ga, g_b);
+}
+
 void Ops::mhc_pre(Tensor& post, Tensor& comb, Tensor& out, const Tensor& streams, const Tensor& fn,
                   const Tensor& base, const Tensor& scale, const Tensor& norm_weight, float norm_eps, float hc_eps,
                   int sinkhorn_iters) {

@@ -188,6 +188,14 @@ class Ops {
   // lb * σ(exp(A_log[h]) * x), else -exp(A_log[h]) * softplus(x).
   virtual void kda_gate(Tensor& g, const Tensor& f, const Tensor& dt_bias, const Tensor& a_log, bool has_lower_bound,
                         float lower_bound) = 0;
+  // The low-rank ups of a KDA layer in one op: g = kda_gate(fa · f_b^T, dt_bias, a_log, ...),
+  // gate = ga · g_b^T and beta = sigmoid(beta_logits). fa, ga [T, R]; f_b, g_b [H*Dk, R]
+  // (f32 or bf16); g, gate [T, H*Dk]; beta, beta_logits [T, H] (beta may be beta_logits:
+  // in place). The default runs matmul, kda_gate, sigmoid and matmul (their bits); a GPU
+  // backend does it in one launch at decode rows (the same bits as its matmul there).
+  virtual void kda_lowrank_gates(Tensor& g, Tensor& gate, Tensor& beta, const Tensor& fa, const Tensor& ga,
+                                 const Tensor& beta_logits, const Tensor& f_b, const Tensor& g_b,
+                                 const Tensor& dt_bias, const Tensor& a_log, bool has_lower_bound, float lower_bound);
   // The delta rule with per-channel decay, q and k l2-normalised (eps 1e-6) and q scaled
   // by Dk^-1/2 inside. q, k, g [T, H, Dk]; v [T, H, Dv]; beta [T, H]; state [H, Dk, Dv]
   // (in/out); out [T, H, Dv]. Recurrent: token by token. Chunked: the WY form over

@@ -68,4 +68,80 @@ __device__ __forceinline__ void mhc_coeff_row(int lane, bool row_ok, const float
   if (own) comb[lane] = c;
 }
 
+// a / b with the bits of IEEE division (div.rn, what `a / b` compiles to), sharing the
+// reciprocal: r = rcp_refined(b) once, then mhc_div_by(a, b, r). The quotient is the
+// fast path of the compiler's own division (the hardware reciprocal refined by one
+// Newton step, q = a*r, then one correction by the remainder), correctly rounded when
+// no intermediate over- or underflows; outside a safe range of a and b (and for NaN,
+// inf, zero b) it falls back to `a / b`. It skips the compiler's range check and
+// branch on the chain's critical path: the Sinkhorn iterations are a chain of 40 of
+// these.
+__device__ __forceinline__ float mhc_rcp_refined(float b) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  return fmaf(r, fmaf(-b, r, 1.0f), r);
+}
+__device__ __forceinline__ float mhc_div_by(float a, float b, float r) {
+  const float q0 = __fmul_rn(a, r);
+  float q = fmaf(r, fmaf(-b, q0, a), q0);
+  const float fa = fabsf(a);
+  const bool safe = b >= 0x1p-100f && b <= 0x1p100f && fa <= 0x1p100f && (fa >= 0x1p-100f || a == 0.0f);
+  if (!safe) q = a / b;
+  return q;
+}
+__device__ __forceinline__ float mhc_div(float a, float b) { return mhc_div_by(a, b, mhc_rcp_refined(b)); }
+
+// The Sinkhorn chain of mhc_coeff_row with a shorter critical path and the same bits
+// (the CPU reference's arithmetic and order): one lane per entry of the M x M matrix
+// (lanes of other groups, or without a row, carry a dummy 1 so that they never take
+// the division's slow path). Per half-iteration: M shuffles of the row (column), the
+// sum from the first entry in index order (the reference's 0 + x0 is x0: every entry
+// is >= 0), + eps and one mhc_div. kIters > 0 fixes the iteration count at compile
+// time (fully unrolled), else `iters` is read. As the CPU reference (and unlike
+// mhc_coeff_row) iters <= 1 still runs the one column pass. pre/post as mhc_coeff_row.
+template <int M, int kIters = 0>
+__device__ __forceinline__ void mhc_coeff_row_fast(int lane, bool row_ok, const float* l,
+                                                   const float* __restrict__ b, const float* __restrict__ s,
+                                                   float hc_eps, int iters, float* pre, float* post,
+                                                   float* comb) {
+  constexpr int kMm = M * M, kGroup = mhc_coeff_group<M>();
+  const bool own = row_ok && lane < kMm;
+  const int i = lane / M, j = lane % M;
+  if (row_ok && lane < M) {
+    pre[lane] = sigmoidf_(l[lane] * s[0] + b[lane]) + hc_eps;
+    post[lane] = 2.0f * sigmoidf_(l[M + lane] * s[1] + b[M + lane]);
+  }
+  float c = own ? l[2 * M + lane] * s[2] + b[2 * M + lane] : 1.0f;
+  // The M entries of row i (stride 1) or column j (stride M) summed in index order.
+  auto line_sum = [&](float v, int first, int stride) {
+    float sum = __shfl_sync(0xffffffffu, v, first, kGroup);
+#pragma unroll
+    for (int t = 1; t < M; ++t) sum += __shfl_sync(0xffffffffu, v, first + t * stride, kGroup);
+    return sum;
+  };
+  {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < M; ++t) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, i * M + t, kGroup));
+    const float e = own ? expf(c - mx) : 1.0f;
+    c = mhc_div(e, line_sum(e, i * M, 1)) + hc_eps;
+  }
+  auto col_pass = [&]() { c = mhc_div(c, line_sum(c, j, M) + hc_eps); };
+  auto row_pass = [&]() { c = mhc_div(c, line_sum(c, i * M, 1) + hc_eps); };
+  col_pass();
+  if constexpr (kIters > 0) {
+#pragma unroll
+    for (int it = 1; it < kIters; ++it) {
+      row_pass();
+      col_pass();
+    }
+  } else {
+    for (int it = 1; it < iters; ++it) {
+      row_pass();
+      col_pass();
+    }
+  }
+  if (own) comb[lane] = c;
+}
+
 }  // namespace tf::cuda

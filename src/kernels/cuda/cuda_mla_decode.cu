@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -55,9 +56,16 @@ constexpr int kThreads = 256;       // split block: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunks = 16;      // chunks per row (workspace: rows x chunks x H x (R + 2) floats)
 constexpr int kMaxWidth = 1024;     // R: a thread per 4 channels of the output
-// The tensor-core split kernel (R % 128 == 0) is written but not yet validated on a GPU:
-// off until CudaDecodeRows.* pass with it (then the choice still depends only on R).
-constexpr bool kUseMma = false;
+// The tensor-core split kernel (R % 128 == 0): off by default until CudaDecodeRows.* pass
+// with it on a GPU; TF_MLA_DECODE_MMA=1 turns it on (read once, so the choice still
+// depends only on R within a process).
+bool use_mma() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_MLA_DECODE_MMA");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return on;
+}
 constexpr int64_t kRowBatch = 16;   // rows per launch sequence (bounds the workspace: <= 34 MB at 64 x 512)
 static_assert(kGroup == kWarps, "the softmax gives a warp to each head of the group");
 
@@ -573,7 +581,7 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
                reinterpret_cast<float*>(base + b_count + b_off + b_sc + b_o)};
   const size_t prep_smem = static_cast<size_t>(padded_indices(w)) * 4;
   // Tensor cores where the width allows (the choice depends only on R: both ops agree).
-  const bool mma = kUseMma && r % 128 == 0;
+  const bool mma = use_mma() && r % 128 == 0;
   const size_t split_smem_bytes = static_cast<size_t>(mma ? mma_smem(r).total : split_smem(r).total) * 4;
   auto prep = pages.dtype == DType::kF8E4M3 ? prep_kernel<true> : prep_kernel<false>;
   auto split = pages.dtype == DType::kF32    ? (mma ? split_mma_kernel<float> : split_kernel<float>)

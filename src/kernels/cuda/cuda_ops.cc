@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_indexer_prefill.h"
 #include "kernels/cuda/cuda_kda_chunked.h"
+#include "kernels/cuda/cuda_kda_lowrank.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_matmul_many.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
@@ -289,6 +290,15 @@ class CudaOps final : public Ops {
   void kda_gate(Tensor& g, const Tensor& f, const Tensor& dt_bias, const Tensor& a_log, bool has_lb,
                 float lb) override { cuda::OpScope prof_scope(prof_.get(), "kda_gate");
     cuda::kda_gate(ctx_, g, f, dt_bias, a_log, has_lb, lb);
+  }
+  // Fused at decode rows (cuda_kda_lowrank.cu, the same bits); otherwise the default sequence.
+  void kda_lowrank_gates(Tensor& g, Tensor& gate, Tensor& beta, const Tensor& fa, const Tensor& ga,
+                         const Tensor& beta_logits, const Tensor& f_b, const Tensor& g_b, const Tensor& dt_bias,
+                         const Tensor& a_log, bool has_lb, float lb) override {
+    cuda::OpScope prof_scope(prof_.get(), "kda_lowrank_gates");
+    if (!cuda::kda_lowrank_gates_fused(ctx_, g, gate, beta, fa, ga, beta_logits, f_b, g_b, dt_bias, a_log, has_lb,
+                                       lb))
+      Ops::kda_lowrank_gates(g, gate, beta, fa, ga, beta_logits, f_b, g_b, dt_bias, a_log, has_lb, lb);
   }
   void causal_conv1d_silu_rows(Tensor& out, const Tensor& x, std::span<Tensor* const> states,
                                const Tensor& weight) override { cuda::OpScope prof_scope(prof_.get(), "causal_conv1d_silu_rows");

@@ -51,6 +51,7 @@
 
 #include "kernels/cuda/quant_gemv_frag.cuh"
 #include "kernels/cuda/quant_gemv_legacy.cuh"
+#include "kernels/cuda/quant_gemv_bop.cuh"
 
 namespace tf::cuda {
 namespace {

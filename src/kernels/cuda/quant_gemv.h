@@ -122,6 +122,12 @@ struct QuantGemvArgs {
   // shorter warps per SM), 4: two tiles per warp (the earlier configuration). The same
   // bits either way; the register ring always runs 4 warps.
   int slice_warps = 0;
+  // q4 through the slice path (legacy): the kernel with the weights as the MMA's B operand
+  // (quant_gemv_bop.cuh: one 8-byte load per lane, row and group straight from global memory, x
+  // hi/lo as A rows 0-7 / 8-15; the same plan, workspace and slice sums) instead of the slice
+  // kernel. -1 the default (quant_gemv_legacy.cuh, kBOperandDefault), 0 off, 1 on. inflight
+  // (2, 4, 8; 0 the default) is its chunks of weights in flight per lane. fp8 ignores it.
+  int b_operand = -1;
 };
 
 // TF_QUANT_GEMV=stream: quant_matmul (and the groups of matmul_many, which must run the

@@ -620,6 +620,12 @@ inline bool pdl_on_by_default() {
 
 inline bool aligned_to(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
+// The q4 kernel with the weights as the MMA's B operand (quant_gemv_bop.cuh, included after this
+// file by quant_gemv.cu): the same plan, x tile, workspace and slice sums.
+void launch_bop(cudaStream_t stream, int inflight, const Params& p, int64_t units, int64_t cps_max, bool pdl);
+// QuantGemvArgs::b_operand = -1: q4 runs the B-operand kernel (false: the slice kernel).
+constexpr bool kBOperandDefault = false;
+
 // Floats of workspace one segment needs (0 when its plan has one slice).
 inline int64_t segment_ws_floats(int64_t m, int64_t n, int64_t k, int sms, int blocks_per_sm) {
   const QuantGemvPlan plan = quant_gemv_plan(n, k, sms, blocks_per_sm);
@@ -719,7 +725,10 @@ inline void run_many(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
       smem_ok = smem_ok && aligned_to(p.seg[j].codes, 16) && (a.format == MatrixFormat::kQ4 || p.seg[j].wvec);
     const int inflight = smem_ok ? -1 : std::max(a.inflight, 0);
     const bool one_tile = (a.slice_warps > 0 ? a.slice_warps : kSliceWarpsDefault) == 8;
-    if (a.format == MatrixFormat::kQ4) {
+    const bool bop = a.format == MatrixFormat::kQ4 && (a.b_operand < 0 ? kBOperandDefault : a.b_operand > 0);
+    if (bop) {
+      launch_bop(stream, a.inflight, p, units, cps_max, pdl);
+    } else if (a.format == MatrixFormat::kQ4) {
       launch_f<MatrixFormat::kQ4>(stream, inflight, one_tile, p, units, cps_max, pdl);
     } else {
       launch_f<MatrixFormat::kFp8Block>(stream, inflight, one_tile, p, units, cps_max, pdl);

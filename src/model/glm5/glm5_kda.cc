@@ -23,14 +23,13 @@ std::vector<Tensor> Glm5Model::kda_project(int layer, const Tensor& x) {
   // (CUDA decode: q/k/v in one quantized GEMV launch, f_a/b_proj/g_a in one small GEMM).
   const Matrix f_a(w.f_a), b_proj(w.b_proj), g_a(w.g_a);
   ops_.matmul_many({&q, &k, &v, &fa, &beta, &ga}, x, {&w.q_proj, &w.k_proj, &w.v_proj, &f_a, &b_proj, &g_a});
-  Tensor f = ops_.empty({n, c}), g = ops_.empty({n, c});
-  ops_.matmul(f, fa, w.f_b);
+  // The low-rank ups in one op: the forget gate g = kda_gate(fa · f_b^T), the output
+  // gate (used after the core; it also depends only on x) and beta = σ(b_proj x), in
+  // place. CUDA at decode rows: one launch, the bits of the separate ops.
+  Tensor g = ops_.empty({n, c}), gate = ops_.empty({n, c});
   const bool has_lb = cfg_.linear_lower_bound.has_value();
-  ops_.kda_gate(g, f, w.dt_bias, w.a_log, has_lb, has_lb ? static_cast<float>(*cfg_.linear_lower_bound) : 0.0f);
-  ops_.sigmoid(beta, beta);
-  // The output gate (used after the core) also depends only on x.
-  Tensor gate = ops_.empty({n, c});
-  ops_.matmul(gate, ga, w.g_b);
+  ops_.kda_lowrank_gates(g, gate, beta, fa, ga, beta, w.f_b, w.g_b, w.dt_bias, w.a_log, has_lb,
+                         has_lb ? static_cast<float>(*cfg_.linear_lower_bound) : 0.0f);
   return {q, k, v, g, beta, gate};
 }
 
