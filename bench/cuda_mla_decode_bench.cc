@@ -10,6 +10,7 @@
 //  equals, bit for bit, the one-sequence op on that row, and all outputs are finite.
 //  indexer_scores_rows and indexer_topk_rows (S = 512 pools) for rows 1 and 16 at 512 ..
 //  262144 candidate pools (2K .. 1M tokens): us per call and GB/s of pooled keys.
+//  head_matmul (the absorbed w_uk_t / w_uv products, bf16) at 1, 4, 8 rows ("head-matmul").
 // Lines start with "mla-decode" / "indexer-rows"; "FAILED" marks a failed check.
 //   cuda_mla_decode_bench [--quick]
 #include <cuda_runtime.h>
@@ -235,15 +236,35 @@ void bench_indexer(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, 
   v.pool_keys = dkeys.data<int64_t>();
   v.kpool = kPool;
   v.index_dim = kIndexDim;
-  const double ts =
-      eager_seconds(stream, iters, [&] { ops.indexer_scores_rows(scores, v, q, wts, 1.0f / std::sqrt(128.0f)); });
+  auto score_call = [&] { ops.indexer_scores_rows(scores, v, q, wts, 1.0f / std::sqrt(128.0f)); };
+  const double ts_eager = eager_seconds(stream, iters, score_call);
+  const double ts_graph = graph_seconds(stream, 8, score_call);
+  const double ts = ts_graph > 0 ? ts_graph : ts_eager;
   const double tk = eager_seconds(stream, iters, [&] { ops.indexer_topk_rows(sel, scores, v, tf::TopkTies::kLowerIndex); });
   const double bytes = static_cast<double>(rows) * pools * (kIndexDim * 4 + 4);
-  std::printf("indexer-rows rows=%-3lld pools=%-7lld  scores %9.1f us (%6.0f GB/s, %4.1f%% HBM)  topk(512) %9.1f us\n",
-              static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, bytes / ts / 1e9,
+  std::printf("indexer-rows rows=%-3lld pools=%-7lld  scores %9.1f us graph (eager %7.1f; %6.0f GB/s, %4.1f%% HBM)  "
+              "topk(512) %9.1f us\n",
+              static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, ts_eager * 1e6, bytes / ts / 1e9,
               100.0 * bytes / ts / hbm, tk * 1e6);
   std::printf("{\"bench\": \"indexer_rows\", \"rows\": %lld, \"pools\": %lld, \"scores_us\": %.2f, \"topk_us\": %.2f}\n",
               static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, tk * 1e6);
+}
+
+// The absorbed MLA per-head products at decode rows (head_matmul: w_uk_t [H, R, dn] and
+// w_uv [H, dv, R], bf16 as loaded): graph-timed us and % of HBM for the weight bytes.
+void bench_head_matmul(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, int64_t n, int64_t k) {
+  Tensor w = ops.empty({kHeads, n, k}, DType::kBF16);
+  fill_device(ops, w.raw(), w.nbytes(), false, 31);
+  Tensor x = ops.to_device(host_randn({rows, kHeads, k}, 8, 1.0f));
+  Tensor out = ops.empty({rows, kHeads, n});
+  auto call = [&] { ops.head_matmul(out, x, w); };
+  const double te = eager_seconds(stream, 20, call);
+  const double tg = graph_seconds(stream, 8, call);
+  const double t = tg > 0 ? tg : te;
+  const double bytes = static_cast<double>(w.nbytes());
+  std::printf("head-matmul rows=%-3lld [%lld, %lld, %lld] bf16  graph %7.2f us (eager %7.2f)  %6.0f GB/s (%4.1f%% HBM)\n",
+              static_cast<long long>(rows), static_cast<long long>(kHeads), static_cast<long long>(n),
+              static_cast<long long>(k), t * 1e6, te * 1e6, bytes / t / 1e9, 100.0 * bytes / t / hbm);
 }
 
 }  // namespace
@@ -275,6 +296,10 @@ int main(int argc, char** argv) {
         if (quick && rows == 4) continue;
         ok = bench_attention(ops, stream, hbm, rows, sel, quick ? 10 : 30) && ok;
       }
+    for (int64_t rows : {1, 4, 8}) {
+      bench_head_matmul(ops, stream, hbm, rows, kWidth, 256);  // q_nope -> latent (w_uk_t)
+      bench_head_matmul(ops, stream, hbm, rows, 256, kWidth);  // latent -> v (w_uv)
+    }
     for (int64_t rows : {1, 16})
       for (int64_t pools : {512, 8192, 65536, 262144}) {
         if (quick && pools == 8192) continue;

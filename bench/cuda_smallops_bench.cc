@@ -9,7 +9,8 @@
 // the measured HBM copy bandwidth. The other ops read activations that the
 // previous kernel just wrote (L2-resident), so their figure is latency.
 // The mHC pre-step is timed as the model ran it (five ops, or six with the expand
-// before it) beside the fused op (two launches).
+// before it) beside the fused op (two launches): session 7's kernels, today's with f32
+// and with bf16 fn; and the Sinkhorn chain alone in cycles.
 // Self-checking: "after" is compared with "before" (matmul within 1e-5 relative,
 // the fused mHC pre-step within 2e-5 (its folded expand bit for bit), the rest bit
 // for bit, router ids equal); a mismatch prints "[smallops] FAIL" and the exit code
@@ -172,17 +173,24 @@ void bench_op(tf::Ops& ops, cudaStream_t stream, const char* name, const std::st
 
 // The mHC pre-step of one site (issue #8): the sequence the model ran (rms_norm, fn
 // matmul, mhc_coefficients, mhc_collapse, rms_norm: 5 launches, today's kernels) beside
-// the fused Ops::mhc_pre (2 launches), and the same with the mhc_expand before it
-// (6 launches) beside Ops::mhc_expand_pre (2), graph-replayed. Each call reads its own
-// copy of fn (> L2 in all: from HBM, as in decode, 90 sites per token); the streams
-// and y were just written in decode (L2), so one copy serves. Checked: the fused
-// results within 2e-5 relative of the sequence, the folded expand's streams bit-equal.
+// the fused Ops::mhc_pre, and the same with the mhc_expand before it (6 launches)
+// beside Ops::mhc_expand_pre, graph-replayed. The fused op three ways: session 7's
+// kernels (mhc_pre_v1: group Sinkhorn, f32 fn, no PDL on the pass), today's with an
+// f32 fn, today's with the bf16 fn the checkpoint has (fn's values are bf16-exact
+// in all, so all three give the same bits: checked). Each call reads its own copy of
+// fn (> L2 in all: from HBM, as in decode, 90 sites per token); the streams and y were
+// just written in decode (L2), so one copy serves. Checked: the fused results within
+// 2e-5 relative of the sequence, the folded expand's streams bit-equal.
 void bench_mhc_pre(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows) {
   const int64_t m = 4, d = 4096, mix = (2 + m) * m;
   const double fn_bytes = 4.0 * mix * m * d;
   const int copies = static_cast<int>(std::ceil(128e6 / fn_bytes));
-  std::vector<Tensor> fns;
-  for (int i = 0; i < copies; ++i) fns.push_back(ops.to_device(host_randn({mix, m * d}, 40 + i, 1.0f / 64)));
+  std::vector<Tensor> fns, fns16;
+  for (int i = 0; i < copies; ++i) {
+    const Tensor h16 = host_randn({mix, m * d}, 40 + i, 1.0f / 64).to_dtype(DType::kBF16);
+    fns16.push_back(ops.to_device(h16));
+    fns.push_back(ops.to_device(h16.to_dtype(DType::kF32)));
+  }
   const uint32_t rs = static_cast<uint32_t>(rows);
   const Tensor residual = ops.to_device(host_randn({rows, m, d}, 41 + rs, 1.5f));
   const Tensor y = ops.to_device(host_randn({rows, d}, 45 + rs));
@@ -191,26 +199,30 @@ void bench_mhc_pre(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows) 
   const Tensor base = ops.to_device(host_randn({mix}, 42, 0.5f));
   const Tensor scale = ops.to_device(host_randn({3}, 43, 0.5f));
   const Tensor w = ops.to_device(host_randn({d}, 44, 0.2f));
-  Tensor streams[2] = {ops.empty({rows, m, d}), ops.empty({rows, m, d})};
-  Tensor post[2] = {ops.empty({rows, m}), ops.empty({rows, m})};
-  Tensor comb[2] = {ops.empty({rows, m, m}), ops.empty({rows, m, m})};
-  Tensor out[2] = {ops.empty({rows, d}), ops.empty({rows, d})};
-  // Slot 0: today's ops as glm5_model.cc ran them (the lean kernels); slot 1: fused.
+  // Slots: 0 today's ops as glm5_model.cc ran them (the lean kernels), 1 session 7's
+  // fused kernels, 2 today's fused with f32 fn, 3 with bf16 fn.
+  constexpr int kSlots = 4;
+  Tensor streams[kSlots], post[kSlots], comb[kSlots], out[kSlots];
+  for (int v = 0; v < kSlots; ++v) {
+    streams[v] = ops.empty({rows, m, d});
+    post[v] = ops.empty({rows, m});
+    comb[v] = ops.empty({rows, m, m});
+    out[v] = ops.empty({rows, d});
+  }
   // `expand`: the sublayer output first goes into the streams (else the residual
   // streams are the input).
   int iters = 20;
-  auto run = [&](bool fused, bool expand, int i) {
-    const Tensor& fn = fns[i % copies];
-    const int v = fused ? 1 : 0;  // slot
-    if (fused && expand) {
-      ops.mhc_expand_pre(streams[1], post[1], comb[1], out[1], y, prev_post, prev_comb, residual, fn, base,
+  auto run = [&](int v, bool expand, int i) {
+    const Tensor& fn = v == 3 ? fns16[i % copies] : fns[i % copies];
+    if (v > 0 && expand) {
+      ops.mhc_expand_pre(streams[v], post[v], comb[v], out[v], y, prev_post, prev_comb, residual, fn, base,
                          scale, w, 1e-5f, 1e-6f, iters);
       return;
     }
     if (expand) ops.mhc_expand(streams[v], y, prev_post, prev_comb, residual);
     const Tensor& x = expand ? streams[v] : residual;
-    if (fused) {
-      ops.mhc_pre(post[1], comb[1], out[1], x, fn, base, scale, w, 1e-5f, 1e-6f, iters);
+    if (v > 0) {
+      ops.mhc_pre(post[v], comb[v], out[v], x, fn, base, scale, w, 1e-5f, 1e-6f, iters);
       return;
     }
     Tensor normed = ops.empty({rows, m * d}), logits = ops.empty({rows, mix}), pre = ops.empty({rows, m});
@@ -221,51 +233,99 @@ void bench_mhc_pre(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows) 
     ops.mhc_collapse(collapsed, x, pre);
     ops.rms_norm(out[0], collapsed, w, 1e-5f);
   };
-  for (bool expand : {false, true}) {
-    const char* name = expand ? "mhc_expand_pre" : "mhc_pre";
+  // Time slot v (session 7's kernels for slot 1).
+  auto time_slot = [&](int v, bool expand) {
+    tf::cuda::mhc_pre_v1() = v == 1;
     // An eager call first fills the allocator's cache with the call's temporaries (no
     // cudaMalloc may happen inside the capture).
-    run(false, expand, 0);
-    const double before = graph_time(stream, copies, [&](int i) { run(false, expand, i); });
-    run(true, expand, 0);
-    const double after = graph_time(stream, copies, [&](int i) { run(true, expand, i); });
+    run(v, expand, 0);
+    const double t = graph_time(stream, copies, [&](int i) { run(v, expand, i); });
     BENCH_CUDA(cudaDeviceSynchronize());
-    for (int v = 0; v < 3; ++v) {
-      const Tensor& a = v == 0 ? post[0] : v == 1 ? comb[0] : out[0];
-      const Tensor& b = v == 0 ? post[1] : v == 1 ? comb[1] : out[1];
-      const double diff = rel_diff(ops.to_host(a).to_vector(), ops.to_host(b).to_vector());
-      check(diff <= 2e-5, name,
-            std::string(v == 0 ? "post" : v == 1 ? "comb" : "out") + " differs from the sequence by " +
-                std::to_string(diff));
+    tf::cuda::mhc_pre_v1() = false;
+    return t;
+  };
+  auto host = [&](const Tensor& t) { return ops.to_host(t).to_vector(); };
+  for (bool expand : {false, true}) {
+    const char* name = expand ? "mhc_expand_pre" : "mhc_pre";
+    double t[kSlots];
+    for (int v = 0; v < kSlots; ++v) t[v] = time_slot(v, expand);
+    for (int v = 1; v < kSlots; ++v) {
+      const std::string slot = v == 1 ? " (session 7)" : v == 2 ? " (f32 fn)" : " (bf16 fn)";
+      for (int k = 0; k < 3; ++k) {
+        const Tensor& a = k == 0 ? post[0] : k == 1 ? comb[0] : out[0];
+        const Tensor& b = k == 0 ? post[v] : k == 1 ? comb[v] : out[v];
+        const double diff = rel_diff(host(a), host(b));
+        check(diff <= 2e-5, name,
+              std::string(k == 0 ? "post" : k == 1 ? "comb" : "out") + slot + " differs from the sequence by " +
+                  std::to_string(diff));
+      }
+      if (expand)
+        check(same_bits(host(streams[0]), host(streams[v])), name,
+              "the folded expand's streams" + slot + " differ from mhc_expand's");
+      if (v >= 2)  // today's kernels, either fn: session 7's bits
+        check(same_bits(host(post[1]), host(post[v])) && same_bits(host(comb[1]), host(comb[v])) &&
+                  same_bits(host(out[1]), host(out[v])),
+              name, "the outputs" + slot + " differ from session 7's kernels' bits");
     }
-    if (expand)
-      check(same_bits(ops.to_host(streams[0]).to_vector(), ops.to_host(streams[1]).to_vector()), name,
-            "the folded expand's streams differ from mhc_expand's");
     // fn once, the streams once (plus y and the residual's read when expanding, and the
     // new streams' write).
-    const double bytes = fn_bytes + 4.0 * rows * (expand ? 2 * m * d + d : m * d);
-    report(expand ? "mhc_expand_pre(6->2)" : "mhc_pre(5 ops->2)", "hc 4 x 4096, fn 24x16384 f32", rows,
-           before, after, bytes, hbm,
-           "  (x90 sites/token: " + std::to_string((before - after) * 90 * 1e6) + " us saved)");
-    // Where the fused op's time goes: without programmatic dependent launch (the finish
-    // kernel then starts only after the pass; the same bits), and with no Sinkhorn
-    // iterations (the coefficient block's serial chain).
-    const std::vector<float> pdl_on = ops.to_host(out[1]).to_vector();
+    const double act = 4.0 * rows * (expand ? 2 * m * d + d : m * d);
+    report(expand ? "mhc_expand_pre(6->2)" : "mhc_pre(5 ops->2)", "hc 4 x 4096, fn 24x16384 bf16", rows, t[0],
+           t[3], fn_bytes / 2 + act, hbm,
+           "  (x90 sites/token: " + std::to_string((t[0] - t[3]) * 90 * 1e6) + " us saved)");
+    report(expand ? "mhc_expand_pre s7->now" : "mhc_pre s7->now", "session 7 (f32 fn) -> bf16 fn", rows, t[1],
+           t[3], fn_bytes / 2 + act, hbm,
+           "  (x90 sites/token: " + std::to_string((t[1] - t[3]) * 90 * 1e6) + " us saved)");
+    report(expand ? "mhc_expand_pre s7->f32" : "mhc_pre s7->f32", "session 7 -> today, both f32 fn", rows, t[1],
+           t[2], fn_bytes + act, hbm, "");
+    // Where today's time goes: without programmatic dependent launch (the finish kernel
+    // then starts only after the pass, the pass only after the previous kernel; the same
+    // bits), and with no Sinkhorn iterations (the coefficient block's serial chain).
+    const std::vector<float> pdl_on = host(out[3]);
     tf::cuda::mhc_pre_pdl() = false;
-    run(true, expand, 0);
-    const double no_pdl = graph_time(stream, copies, [&](int i) { run(true, expand, i); });
-    BENCH_CUDA(cudaDeviceSynchronize());
-    check(same_bits(pdl_on, ops.to_host(out[1]).to_vector()), name, "PDL changes the bits");
+    const double no_pdl = time_slot(3, expand);
+    check(same_bits(pdl_on, host(out[3])), name, "PDL changes the bits");
     tf::cuda::mhc_pre_pdl() = true;
-    report(expand ? "mhc_expand_pre PDL" : "mhc_pre PDL", "off -> on", rows, no_pdl, after, 0, hbm, "");
+    report(expand ? "mhc_expand_pre PDL" : "mhc_pre PDL", "off -> on (bf16 fn)", rows, no_pdl, t[3], 0, hbm, "");
     iters = 0;
-    run(true, expand, 0);
-    const double no_sinkhorn = graph_time(stream, copies, [&](int i) { run(true, expand, i); });
+    const double no_sinkhorn = time_slot(3, expand);
+    // 19 iterations take the chain's runtime loop (20: fully unrolled): which code shape
+    // is faster inside the kernel, where the instruction cache may be cold.
+    iters = 19;
+    const double looped = time_slot(3, expand);
     iters = 20;
-    report(expand ? "mhc_expand_pre iters" : "mhc_pre iters", "sinkhorn 20 -> 0 (timing only)", rows, after,
+    report(expand ? "mhc_expand_pre iters" : "mhc_pre iters", "sinkhorn 20 -> 0 (timing only)", rows, t[3],
            no_sinkhorn, 0, hbm, "");
+    report(expand ? "mhc_expand_pre loop" : "mhc_pre loop", "20 unrolled -> 19 looped (timing)", rows, t[3],
+           looped, 0, hbm, "");
     std::fflush(stdout);
   }
+}
+
+// The coefficient chain alone on one warp (cuda::mhc_sinkhorn_probe): clock64 cycles
+// per row of the group Sinkhorn (session 7) and mhc_coeff_row_fast, their bits, and
+// the fast division against IEEE division on 2^26 pairs.
+void bench_mhc_sinkhorn(tf::Ops& ops, cudaStream_t stream) {
+  const Tensor logits = ops.to_device(host_randn({64, 24}, 48, 2.0f));
+  const Tensor base = ops.to_device(host_randn({24}, 42, 0.5f));
+  const Tensor scale = ops.to_device(host_randn({3}, 43, 0.5f));
+  for (int iters : {20, 1}) {
+    const tf::cuda::MhcSinkhornProbe p = tf::cuda::mhc_sinkhorn_probe(stream, logits, base, scale, 1e-6f, iters);
+    std::printf(
+        "[smallops] mhc_sinkhorn chain        iters=%-2d one warp: cycles per row old %6.0f  new %6.0f  x%.2f  bits "
+        "%s, fast division: %lld mismatches in %lld pairs\n",
+        iters, p.cycles_old, p.cycles_new, p.cycles_old / std::max(p.cycles_new, 1.0),
+        p.bits_equal ? "equal" : "DIFFER", static_cast<long long>(p.div_mismatches),
+        static_cast<long long>(p.div_checked));
+    std::printf(
+        "[smallops] mhc_sinkhorn variants     iters=%-2d cycles (exploratory): a / b %6.0f (bits %s), checked per "
+        "division %6.0f (bits %s), unchecked %6.0f (bits %s)\n",
+        iters, p.cycles_alt[0], p.alt_bits_equal[0] ? "equal" : "differ", p.cycles_alt[1],
+        p.alt_bits_equal[1] ? "equal" : "differ", p.cycles_alt[2], p.alt_bits_equal[2] ? "equal" : "differ");
+    check(p.bits_equal, "mhc_sinkhorn", "mhc_coeff_row_fast differs from the group code");
+    check(p.div_mismatches == 0, "mhc_sinkhorn", "the fast division differs from a / b");
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -356,6 +416,7 @@ int main() {
             ops, stream, "mhc_expand", "hc 4 x 4096", rows,
             [&]() { ops.mhc_expand(expanded, collapsed, post, comb, streams); }, {&expanded}, 0, hbm);
       }
+      if (rows == 1) bench_mhc_sinkhorn(ops, stream);
       bench_mhc_pre(ops, stream, hbm, rows);
       for (int64_t e : {288, 8}) {
         const Tensor logits = ops.to_device(host_randn({rows, e}, 29 + s));

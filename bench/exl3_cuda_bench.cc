@@ -10,8 +10,8 @@
 //      as exllamav3's figures (tests/../shared/data/exl3/exllamav3_gemv_h200.json) do.
 //   2. moe_experts_exl3 at 1, 2, 4, 8, 16, 64 tokens: 128 experts of 4096 <-> 2048 at K=4 mcg,
 //      top-8, rotating over 4 layers' experts (6.4 GB); GB/s counts the active experts' bytes;
-//      up to 8 tokens both bodies (auto = flat, grouped) and the flat body on the previous
-//      streaming loop (flat-old-loop) and with 1/2/4 columns per warp (flat-cols1/2/4),
+//      up to 8 tokens both bodies (auto = flat, grouped) and the flat body's issue-8 lever
+//      variants (flat-prev = without the default's levers, flat-stage16, flat-cols2, ...),
 //      at 1 token also the flat body's load-only,
 //      decode-only and fixed-only variants and the bound they give.
 // Lines: "exl3-gemv ..." (one per case), "[exl3-bench] moe ...", "[exl3-bench] moe-bound ...",
@@ -191,15 +191,22 @@ void bench_moe(double copy_gbps, bool quick) {
   // flat-cols1/2/4: each warp streams 1/2/4 column tiles back to back (auto: 4);
   // flat-fixed-only (1 token): everything but the trellis stream (launches, routing,
   // rotations, epilogues).
+  // Issue-8 levers (sessions 8, exl3_stream.cuh; auto = the flat body with the default levers,
+  // 8-tile ring stages since run1s8): flat-prev = the session-7 flat body (4-tile stages),
+  // flat-stage16 = 16-tile stages, flat-cols2 = the default with 2 columns per warp (2x the
+  // blocks), flat-fma-dup-stage8 = + the FMA-pipe pack and doubled states; probes at 1 token.
+  // (flat-old-loop, flat-cols1 and the other FMA combinations were measured in run2s7 / run1s8.)
   const MoeVariant all_variants[] = {{"auto", tf::cuda::kExl3MoeAuto},
                                      {"grouped", tf::cuda::kExl3MoeGrouped},
-                                     {"flat-old-loop", tf::cuda::kExl3MoeFlatOldLoop},
-                                     {"flat-cols1", tf::cuda::kExl3MoeFlatCols1},
+                                     {"flat-prev", tf::cuda::kExl3MoeFlatPrev},
+                                     {"flat-stage16", tf::cuda::kExl3MoeFlatStage16},
                                      {"flat-cols2", tf::cuda::kExl3MoeFlatCols2},
-                                     {"flat-cols4", tf::cuda::kExl3MoeFlatCols4},
+                                     {"flat-fma-dup-stage8", tf::cuda::kExl3MoeFlatFmaDupStage8},
                                      {"flat-load-only", tf::cuda::kExl3MoeFlatLoadOnly},
                                      {"flat-decode-only", tf::cuda::kExl3MoeFlatDecodeOnly},
-                                     {"flat-fixed-only", tf::cuda::kExl3MoeFlatFixedOnly}};
+                                     {"flat-fixed-only", tf::cuda::kExl3MoeFlatFixedOnly},
+                                     {"flat-s16-decode-only", tf::cuda::kExl3MoeFlatStage16DecodeOnly},
+                                     {"flat-fds8-decode-only", tf::cuda::kExl3MoeFlatFmaDupStage8DecodeOnly}};
   std::vector<int64_t> token_counts = {1, 2, 4, 8, 16, 64};
   if (quick) token_counts = {1, 8};
   for (int64_t tokens : token_counts) {
@@ -225,12 +232,13 @@ void bench_moe(double copy_gbps, bool quick) {
     Tensor out = dev_empty(tokens, hidden);
     const double bytes = static_cast<double>(active.size()) * expert_bytes;
     const double roofline_us = bytes / (copy_gbps * 1e9) * 1e6;
-    double load_us = 0, decode_us = 0, fixed_us = 0;
+    double load_us = 0, decode_us = 0, fixed_us = 0, s16_decode_us = 0, fds8_decode_us = 0;
     for (const MoeVariant& v : all_variants) {
       if (tokens > 8 && v.id != tf::cuda::kExl3MoeAuto) continue;
-      if (tokens > 1 && (v.id == tf::cuda::kExl3MoeFlatLoadOnly || v.id == tf::cuda::kExl3MoeFlatDecodeOnly ||
-                         v.id == tf::cuda::kExl3MoeFlatFixedOnly))
-        continue;
+      const bool probe = v.id == tf::cuda::kExl3MoeFlatLoadOnly || v.id == tf::cuda::kExl3MoeFlatDecodeOnly ||
+                         v.id == tf::cuda::kExl3MoeFlatFixedOnly || v.id == tf::cuda::kExl3MoeFlatStage16DecodeOnly ||
+                         v.id == tf::cuda::kExl3MoeFlatFmaDupStage8DecodeOnly;
+      if (tokens > 1 && probe) continue;
       tf::cuda::exl3_set_moe_variant(v.id);
       const double t = graph_time_per_call(4 * layers, [&](int i) {
         tf::cuda::exl3_moe_experts(g_ctx, out, x, ids_d, w_d, tables[i % layers], 7.0f);
@@ -242,6 +250,8 @@ void bench_moe(double copy_gbps, bool quick) {
       if (v.id == tf::cuda::kExl3MoeFlatLoadOnly) load_us = t * 1e6;
       if (v.id == tf::cuda::kExl3MoeFlatDecodeOnly) decode_us = t * 1e6;
       if (v.id == tf::cuda::kExl3MoeFlatFixedOnly) fixed_us = t * 1e6;
+      if (v.id == tf::cuda::kExl3MoeFlatStage16DecodeOnly) s16_decode_us = t * 1e6;
+      if (v.id == tf::cuda::kExl3MoeFlatFmaDupStage8DecodeOnly) fds8_decode_us = t * 1e6;
     }
     tf::cuda::exl3_set_moe_variant(tf::cuda::kExl3MoeAuto);
     if (tokens == 1) {
@@ -258,6 +268,11 @@ void bench_moe(double copy_gbps, bool quick) {
                   "decode-only - fixed %.1f us\n",
                   fixed_us, load_us - fixed_us, 100.0 * roofline_us / std::max(1e-3, load_us - fixed_us),
                   decode_us - fixed_us);
+      // The same for the levers: decode + MMAs alone with 16-tile stages and with the FMA-pipe
+      // pack + doubled states on 8-tile stages, each less the fixed part.
+      std::printf("[exl3-bench] moe-levers tokens=1: decode-only - fixed: default %.1f us, stage16 %.1f us, "
+                  "fma+dup+stage8 %.1f us\n",
+                  decode_us - fixed_us, s16_decode_us - fixed_us, fds8_decode_us - fixed_us);
     }
   }
 }

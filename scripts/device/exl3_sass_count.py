@@ -11,8 +11,9 @@ instructions by pipe and prints per 16x16 tile (two HMMAs per tile at 1-8 rows):
   alu     = integer ALU-pipe ops (16 lanes per scheduler on Hopper: 2 cycles each),
   imad    = IMAD (FMA-heavy pipe only: 2 cycles each), fp = other FMA-pipe ops (1 cycle),
 and the resulting ALU bound in weights/s and as a share of the HBM rate of 4-bit weights.
-Lines start with "[exl3-sass]". flat_*ILi4ELi1ELi0E is the flat MoE's default loop (exl3_stream.cuh run_v2),
-flat_gate_up_kernelILi4ELi1ELi4E the same kernel on the previous loop (run_v1, kOldLoop) for before/after.
+Lines start with "[exl3-sass]". flat_*ILi4ELi1ELi32E is the flat MoE's default loop (exl3_stream.cuh run_v2
+with 8-tile ring stages), flat_*ILi4ELi1ELi<0|128|112>E the same loop with other Mode flags (0 = the session-7
+4-tile stages, 128 = 16-tile stages, 112 = 8-tile stages + FMA-pipe pack + doubled states) for before/after.
 """
 import argparse
 import re
@@ -20,8 +21,11 @@ import shutil
 import subprocess
 import sys
 
-PATTERNS = [r"flat_gate_up_kernelILi4ELi1ELi0E", r"flat_down_kernelILi4ELi1ELi0E", r"flat_gate_up_kernelILi4ELi1ELi4E",
-            r"grouped_gemv_kernelILi4ELi1ELi1E", r"fused_gemv_kernelILi4ELi1ELi0E"]
+PATTERNS = [r"flat_gate_up_kernelILi4ELi1ELi32E", r"flat_down_kernelILi4ELi1ELi32E",
+            # Mode flags (exl3_stream.cuh): 16 = FMA-pipe pack, 32 = 8-tile stages (the default since
+            # run1s8), 64 = doubled states, 128 = 16-tile stages; 0 = the session-7 loop (flat-prev)
+            r"flat_gate_up_kernelILi4ELi1ELi0E", r"flat_gate_up_kernelILi4ELi1ELi128E",
+            r"flat_gate_up_kernelILi4ELi1ELi112E", r"grouped_gemv_kernelILi4ELi1ELi1E"]
 ALU = {"IADD3", "LOP3", "SHF", "PRMT", "SEL", "ISETP", "LEA", "IMNMX", "FLO", "POPC", "BMSK", "SGXT", "IABS",
        "LEA.HI", "VIADD", "VIMNMX", "PLOP3", "MOV", "SHL", "SHR", "IADD", "ICMP", "BREV", "FSEL", "FSETP", "P2R", "R2P"}
 FMA = {"FFMA", "FADD", "FMUL", "HADD2", "HFMA2", "HMUL2", "HMNMX2", "FMNMX", "I2F", "F2I", "F2F", "HSETP2"}

@@ -65,7 +65,7 @@ if want mladecode; then
   grep -E '^\[parity\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Expected|Which is' "$OUT/mla_decode_tests.log" | head -n 60
   if [[ -x .gpurun/cuda_mla_decode_bench ]]; then
     timeout 120 .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_bench.log" 2>&1 || rc=1
-    grep -E '^(mla-decode|indexer-rows)' "$OUT/mla_decode_bench.log" | head -n 40
+    grep -E '^(mla-decode|indexer-rows|head-matmul)' "$OUT/mla_decode_bench.log" | head -n 40
   fi
   # The tensor-core split kernel (opt-in until it passes here): the same tests and bench with it on.
   echo "== TF_MLA_DECODE_MMA=1"
@@ -119,7 +119,7 @@ if want exl3 && [[ -x .gpurun/exl3_cuda_tests ]]; then
     timeout 90 .gpurun/exl3_cuda_bench > "$OUT/exl3_cuda_bench.log" 2>&1 || rc=1
     grep -E '^(measured|exl3|device|\[exl3-bench\])' "$OUT/exl3_cuda_bench.log" | head -n 130
     # Instruction budget of the streaming loop per tile and the ALU bound it gives (cuobjdump).
-    timeout 60 python3 scripts/device/exl3_sass_count.py .gpurun/exl3_cuda_bench 2>&1 | head -n 20
+    timeout 60 python3 scripts/device/exl3_sass_count.py .gpurun/exl3_cuda_bench 2>&1 | head -n 30
   fi
 fi
 # exllamav3's own K=4 GEMV beside ours on the same shapes (issue #8); needs carry [".gpurun", ".exl3ref"]
@@ -137,6 +137,11 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
   grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
   tail -n 5 "$OUT/exl3_model_bench.log"
   rm -rf "$ck"
+fi
+# What programmatic dependent launch saves per kernel boundary in a graph (chains of small kernels).
+if want pdl && [[ -x .gpurun/cuda_pdl_bench ]]; then
+  timeout 60 .gpurun/cuda_pdl_bench > "$OUT/cuda_pdl_bench.log" 2>&1 || rc=1
+  grep -E '^\[pdl\]' "$OUT/cuda_pdl_bench.log"
 fi
 # Where a batch-1 decode token goes on the exl3model configuration (EXL3 experts + DENSE=q4, full
 # geometry): the op profiler (TF_PROFILE_OPS=1) eager, then with graphs (the GPU has no Nsight Systems,
@@ -210,6 +215,15 @@ if want bench && [[ -x .gpurun/cuda_ops_bench ]]; then
 fi
 # The small decode ops (narrow matmuls, norms, mHC, router, elementwise) at 1 and 8 rows, graph-timed,
 # before/after the lean kernels, self-checking (issue #8; bench/cuda_smallops_bench.cc).
+# The KDA low-rank ups in one launch (Ops::kda_lowrank_gates, issue #8): parity (bits vs the 4-op
+# sequence, CPU tolerance, graphs, PDL), then the 4-op sequence vs the fused op at 1/8/64 rows,
+# graph-timed ("[kda-lowrank]" lines; bench/cuda_kda_lowrank_bench.cc).
+if want kdalowrank && [[ -x .gpurun/cuda_kda_lowrank_bench ]]; then
+  timeout 90 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaKdaLowrank.*' > "$OUT/kda_lowrank_tests.log" 2>&1 || rc=1
+  grep -E '^\[kda-lowrank\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure' "$OUT/kda_lowrank_tests.log" | head -n 30
+  timeout 60 .gpurun/cuda_kda_lowrank_bench > "$OUT/cuda_kda_lowrank_bench.log" 2>&1 || rc=1
+  grep -E '^\[kda-lowrank\]' "$OUT/cuda_kda_lowrank_bench.log"
+fi
 if want smallops && [[ -x .gpurun/cuda_smallops_bench ]]; then
   timeout 120 .gpurun/cuda_smallops_bench > "$OUT/cuda_smallops_bench.log" 2>&1 || rc=1
   grep -E '^\[smallops\]' "$OUT/cuda_smallops_bench.log"
@@ -218,7 +232,7 @@ fi
 # row independence, graph replay, fallbacks; with the lean small-op tests it builds on.
 if want mhcpre && [[ -x .gpurun/cuda_ops_parity_tests ]]; then
   timeout 120 .gpurun/cuda_ops_parity_tests --gtest_filter='MhcPre.*:SmallOps.*' > "$OUT/mhc_pre_tests.log" 2>&1 || rc=1
-  grep -E '^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|rel|differ' "$OUT/mhc_pre_tests.log" | head -n 30
+  grep -E '^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|rel|differ|^\[mhc-sinkhorn\]' "$OUT/mhc_pre_tests.log" | head -n 40
 fi
 # Ops::matmul_many (issue #8): one launch per format equals separate matmul calls bit for bit, then one
 # layer's projections (KDA, MLA, indexer) at m = 1/8 graph-replayed, separate vs matmul_many ("[matmul-many]").

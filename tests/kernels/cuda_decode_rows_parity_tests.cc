@@ -153,6 +153,19 @@ TEST_F(CudaDecodeRows, IndexerUpdateScoresTopkAndTokens) {
                          w.slice(0, r, r + 1).contiguous(), i32({static_cast<int32_t>(n)}), 0.088f);
     EXPECT_TRUE(same_bits(one, hsc.slice(0, r, r + 1).slice(1, 0, n).contiguous())) << "scores of row " << r;
   }
+  // A buffer past 2048 pools takes the thread-per-pool kernel, this one the warp-per-pool
+  // kernel: the same bits (the buffer width follows the longest sequence of the batch,
+  // so a row's scores must not depend on it).
+  Tensor dwide = gpu_->zeros({b, 4096});
+  gpu_->indexer_scores_rows(dwide, dv, up(q), up(w), 0.088f);
+  const Tensor narrow_h = down(dsc), wide_h = down(dwide);
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t n = (kPositions[r] + 1) / kp;
+    if (n == 0) continue;
+    EXPECT_TRUE(same_bits(narrow_h.slice(0, r, r + 1).slice(1, 0, n).contiguous(),
+                          wide_h.slice(0, r, r + 1).slice(1, 0, n).contiguous()))
+        << "scores of row " << r << " at widths " << width << " and 4096";
+  }
 
   // 3. Top-k on the same scores, with many exact ties (values rounded to a coarse grid).
   Tensor tied = hsc.contiguous();

@@ -10,15 +10,21 @@
 // - with or without programmatic dependent launch: the same bits;
 // - mhc_expand_pre (the expand folded into the pass) writes mhc_expand's streams and
 //   then gives mhc_pre's bits over them;
+// - fn in bf16 gives the bits of its values in f32 (and stays fused past exact_rows);
+// - today's kernels give session 7's bits (mhc_pre_v1), the Sinkhorn chain alone too,
+//   and its division equals IEEE division;
 // - a mis-shaped fn is an error naming it.
 // Part of cuda_ops_parity_tests (label gpu): runs on the GPU machine.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "cpu_cuda_test.h"
 #include "kernels/cuda/cuda_mhc_pre.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/legacy_small_ops.h"
 #include "test_tensors.h"
 
@@ -47,12 +53,13 @@ struct Outs {
 
 class MhcPre : public CpuCudaTest {
  protected:
-  // mhc_pre on the GPU (default sequence when `legacy`), results on the host.
-  Outs gpu(const Site& s, bool legacy = false) {
+  // mhc_pre on the GPU (default sequence when `legacy`), results on the host; fn in
+  // `fn_dtype` (f32 or bf16: s.fn's values converted).
+  Outs gpu(const Site& s, bool legacy = false, DType fn_dtype = DType::kF32) {
     const int64_t t = s.streams.size(0), m = s.streams.size(1), d = s.streams.size(2);
     Tensor post = gpu_->empty({t, m}), comb = gpu_->empty({t, m, m}), out = gpu_->empty({t, d});
     cuda::legacy_small_ops() = legacy;
-    gpu_->mhc_pre(post, comb, out, up(s.streams), up(s.fn), up(s.base), up(s.scale),
+    gpu_->mhc_pre(post, comb, out, up(s.streams), up(s.fn.to_dtype(fn_dtype)), up(s.base), up(s.scale),
                   s.weight.is_null() ? Tensor() : up(s.weight), 1e-5f, 1e-6f, 20);
     cuda::legacy_small_ops() = false;
     return {down(post), down(comb), down(out)};
@@ -232,6 +239,117 @@ TEST_F(MhcPre, PdlDoesNotChangeTheBits) {
     EXPECT_TRUE(same_bits(down(comb[0][v]), down(comb[1][v]))) << (v ? "mhc_expand_pre" : "mhc_pre");
   }
   EXPECT_TRUE(same_bits(down(ex[0]), down(ex[1])));
+}
+
+// fn in BF16 (as the checkpoint stores it; the loader keeps it so for a device backend)
+// gives the bits of the same values in f32 at decode rows; past exact_rows (where an
+// f32 fn takes the default sequence) a bf16 fn stays fused: rows independent of the
+// others, within the tolerance of the CPU and of the f32 default sequence. Also
+// mhc_expand_pre and a graph replay.
+TEST_F(MhcPre, Bf16FnGivesTheBitsOfItsValuesInF32) {
+  for (int64_t d : {4096, 260}) {
+    for (int64_t t : {1, 8, 13, 65}) {
+      Site s = make_site(t, 4, d, 900 + static_cast<uint32_t>(t + d));
+      s.fn = s.fn.to_dtype(DType::kBF16).to_dtype(DType::kF32);  // values exact in bf16
+      const std::string tag = "T=" + std::to_string(t) + " D=" + std::to_string(d);
+      const Outs f32 = gpu(s), bf16 = gpu(s, false, DType::kBF16), ref = cpu(s);
+      expect_close(ref, bf16, 2e-5, tag + " bf16 fn vs CPU");
+      if (t <= 64) {
+        EXPECT_TRUE(same_bits(f32.post, bf16.post)) << tag;
+        EXPECT_TRUE(same_bits(f32.comb, bf16.comb)) << tag;
+        EXPECT_TRUE(same_bits(f32.out, bf16.out)) << tag;
+      } else {
+        expect_close(f32, bf16, 2e-5, tag + " bf16 fn (fused) vs f32 fn (default sequence)");
+        Site one = s;
+        one.streams = s.streams.slice(0, t - 1, t).contiguous();
+        const Outs alone = gpu(one, false, DType::kBF16);
+        EXPECT_TRUE(same_bits(row_of(bf16.comb, t - 1), row_of(alone.comb, 0))) << tag;
+        EXPECT_TRUE(same_bits(row_of(bf16.out, t - 1), row_of(alone.out, 0))) << tag;
+      }
+    }
+  }
+  const int64_t t = 3, m = 4, d = 4096;
+  Site s = make_site(t, m, d, 950);
+  s.fn = s.fn.to_dtype(DType::kBF16).to_dtype(DType::kF32);
+  const Tensor y = up(randn({t, d}, 951)), residual = up(s.streams), pp = up(randn({t, m}, 952, 0.3f, 1.0f));
+  const Tensor pc = up(randn({t, m, m}, 953, 0.2f, 0.25f)), base = up(s.base), scale = up(s.scale);
+  const Tensor w = up(s.weight), fn32 = up(s.fn), fn16 = up(s.fn.to_dtype(DType::kBF16));
+  Tensor st[3], po[3], co[3], ou[3];
+  for (int v = 0; v < 3; ++v) {
+    st[v] = gpu_->zeros({t, m, d});
+    po[v] = gpu_->zeros({t, m});
+    co[v] = gpu_->zeros({t, m, m});
+    ou[v] = gpu_->zeros({t, d});
+  }
+  auto call = [&](int v) {
+    gpu_->mhc_expand_pre(st[v], po[v], co[v], ou[v], y, pp, pc, residual, v == 0 ? fn32 : fn16, base, scale, w,
+                         1e-5f, 1e-6f, 20);
+  };
+  call(0);
+  call(1);
+  auto graph = gpu_->capture([&]() { call(2); });
+  ASSERT_TRUE(graph) << graph.status().to_string();
+  ASSERT_TRUE(gpu_->replay(**graph).is_ok());
+  for (int v = 1; v < 3; ++v) {
+    const std::string tag = v == 1 ? "expand_pre bf16 fn" : "expand_pre bf16 fn, graph";
+    EXPECT_TRUE(same_bits(down(st[0]), down(st[v]))) << tag;
+    EXPECT_TRUE(same_bits(down(po[0]), down(po[v]))) << tag;
+    EXPECT_TRUE(same_bits(down(co[0]), down(co[v]))) << tag;
+    EXPECT_TRUE(same_bits(down(ou[0]), down(ou[v]))) << tag;
+  }
+}
+
+// Today's kernels (mhc_coeff_row_fast, PDL on the pass) against session 7's
+// (mhc_pre_v1(): the group Sinkhorn): the same bits, with and without PDL; under
+// mhc_pre_v1 a bf16 fn takes the default sequence (the CPU's result within tolerance).
+TEST_F(MhcPre, TodaysKernelsGiveSession7sBits) {
+  for (int64_t t : {1, 8, 9}) {
+    const Site s = make_site(t, 4, 4096, 960 + static_cast<uint32_t>(t));
+    const std::string tag = "T=" + std::to_string(t);
+    cuda::mhc_pre_v1() = true;
+    const Outs old = gpu(s);
+    Site s16 = s;
+    s16.fn = s.fn.to_dtype(DType::kBF16).to_dtype(DType::kF32);
+    const Outs old16 = gpu(s16, false, DType::kBF16);
+    cuda::mhc_pre_v1() = false;
+    expect_close(cpu(s16), old16, 2e-5, tag + " v1, bf16 fn (default sequence)");
+    for (bool pdl : {true, false}) {
+      cuda::mhc_pre_pdl() = pdl;
+      const Outs now = gpu(s);
+      cuda::mhc_pre_pdl() = true;
+      EXPECT_TRUE(same_bits(old.post, now.post)) << tag << " pdl " << pdl;
+      EXPECT_TRUE(same_bits(old.comb, now.comb)) << tag << " pdl " << pdl;
+      EXPECT_TRUE(same_bits(old.out, now.out)) << tag << " pdl " << pdl;
+    }
+  }
+}
+
+// The Sinkhorn chain alone (cuda::mhc_sinkhorn_probe): mhc_coeff_row_fast gives the
+// group code's bits on logits from mild to extreme (entries down to ~1e-30 before the
+// eps; with eps 0 some leave the fast range: the redo), at 20 (unrolled) and 7 (loop)
+// iterations, and so does its checked fallback; its division (mhc_div) equals a / b on
+// 2^26 pairs (the chain's range, any normal pair, and arbitrary bits for the fallback).
+TEST_F(MhcPre, SinkhornChainKeepsTheBitsAndTheDivisionIsExact) {
+  const Tensor base = up(randn({24}, 970, 0.5f)), scale = up(Tensor::from_floats({3}, {0.9f, 1.1f, 1.7f}));
+  for (float sd : {0.5f, 4.0f, 40.0f}) {
+    const Tensor logits = up(randn({64, 24}, 971, sd));
+    for (auto [eps, iters] : {std::pair{1e-6f, 20}, {1e-6f, 7}, {0.0f, 20}}) {
+      const cuda::MhcSinkhornProbe p =
+          cuda::mhc_sinkhorn_probe(cuda_ops_stream(*gpu_), logits, base, scale, eps, iters);
+      const std::string tag = "sd " + std::to_string(sd) + " eps " + std::to_string(eps) + " iters " +
+                              std::to_string(iters);
+      EXPECT_TRUE(p.bits_equal) << tag;
+      // The checked chain is the fast one's fallback (a value out of the fast range).
+      EXPECT_TRUE(p.alt_bits_equal[1]) << tag << " (checked per division)";
+      EXPECT_EQ(p.div_mismatches, 0) << tag << " of " << p.div_checked;
+      EXPECT_GT(p.cycles_new, 0.0) << tag;
+      std::printf(
+          "[mhc-sinkhorn] %s: cycles per row old %.0f new %.0f (a / b %.0f, checked %.0f, unchecked %.0f), div "
+          "mismatches %lld / %lld\n",
+          tag.c_str(), p.cycles_old, p.cycles_new, p.cycles_alt[0], p.cycles_alt[1], p.cycles_alt[2],
+          static_cast<long long>(p.div_mismatches), static_cast<long long>(p.div_checked));
+    }
+  }
 }
 
 TEST_F(MhcPre, AMisShapedFnIsAnErrorNamingIt) {

@@ -365,11 +365,18 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
 // gate/up in different formats (two gate/up launches). Every flat variant that claims the
 // same bits: the default, the previous streaming loop, 2 and 4 columns per warp (case 2 is
 // wide enough for 4; its k-splits of 2 stages make the ring's prologue cross columns) and
-// the kernels compiled without the register cap, 1 column.
+// the kernels compiled without the register cap, 1 column, and the issue-8 levers: the pair
+// pack on the FMA pipe, 8-tile ring stages (case 2: one stage per k-split, the prologue
+// crosses three columns; cases 0/1: 4-tile k-splits, so 1 column and a partial stage), both,
+// and the doubled-state extraction with the FMA pack (with and without 8-tile stages), the
+// flat body without the default's levers (flat-prev) and 16-tile stages.
 TEST(Exl3CudaMoe, FlatEqualsGroupedBitForBit) {
   const int64_t experts = 12, k = 8;
-  const int flat_variants[] = {cuda::kExl3MoeFlat, cuda::kExl3MoeFlatOldLoop, cuda::kExl3MoeFlatCols2,
-                               cuda::kExl3MoeFlatCols4, cuda::kExl3MoeFlatNoRegCap, cuda::kExl3MoeFlatCols1};
+  const int flat_variants[] = {cuda::kExl3MoeFlat,          cuda::kExl3MoeFlatOldLoop,  cuda::kExl3MoeFlatCols2,
+                               cuda::kExl3MoeFlatCols4,     cuda::kExl3MoeFlatNoRegCap, cuda::kExl3MoeFlatCols1,
+                               cuda::kExl3MoeFlatFmaPack,   cuda::kExl3MoeFlatStage8,   cuda::kExl3MoeFlatFmaStage8,
+                               cuda::kExl3MoeFlatFmaDup,    cuda::kExl3MoeFlatFmaDupStage8, cuda::kExl3MoeFlatPrev,
+                               cuda::kExl3MoeFlatStage16};
   for (int variant_case = 0; variant_case < 3; ++variant_case) {
     const int64_t hidden = variant_case == 2 ? 512 : 256, inter = variant_case == 2 ? 500 : 200;
     const int64_t i_pad = variant_case == 2 ? 512 : 256;  // intermediate padded to 128s
@@ -408,9 +415,47 @@ TEST(Exl3CudaMoe, FlatEqualsGroupedBitForBit) {
       cuda::exl3_set_moe_variant(cuda::kExl3MoeAuto);
     }
   }
-  std::printf("[exl3] moe_experts_exl3 flat body (6 variants) == grouped body bit for bit (1-8 tokens, repeated "
+  std::printf("[exl3] moe_experts_exl3 flat body (13 variants) == grouped body bit for bit (1-8 tokens, repeated "
               "experts)\n");
 }
 
 }  // namespace
+// The flat variants at GLM-5.3-Flash's expert shapes (4096 <-> 2048, k-splits of 64 and 32
+// tiles): the shared-memory sizes the small cases above never reach (ring + 1-8 rows of
+// x fragments; 6 rows of gate/up made exactly 48 KB of dynamic shared memory, which failed to
+// launch before the opt-in threshold counted the static part), and every lever's ring shape
+// over whole columns. Each must launch and give the grouped body's bits.
+TEST(Exl3CudaMoe, FlatVariantsAtExpertShapes) {
+  const int64_t experts = 3, hidden = 4096, inter = 2048, k = 2;
+  Exl3ExpertTable host = expert_table(experts, hidden, inter, 4, Exl3Codebook::kMcg);
+  Exl3ExpertTable dev = host;
+  ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
+  const int flat_variants[] = {cuda::kExl3MoeAuto,         cuda::kExl3MoeFlatPrev,    cuda::kExl3MoeFlatStage8,
+                               cuda::kExl3MoeFlatStage16,  cuda::kExl3MoeFlatFmaPack, cuda::kExl3MoeFlatFmaDupStage8,
+                               cuda::kExl3MoeFlatCols2,    cuda::kExl3MoeFlatCols1};
+  int checked = 0;
+  for (int64_t tokens : {1, 3, 4, 6, 8}) {
+    Tensor ids, wts;
+    random_routing(tokens, k, experts, static_cast<uint32_t>(900 + tokens), ids, wts);
+    const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 901));
+    const Tensor xd = gpu().to_device(x), idd = gpu().to_device(ids), wd = gpu().to_device(wts);
+    Tensor grouped = gpu().empty({tokens, hidden});
+    cuda::exl3_set_moe_variant(cuda::kExl3MoeGrouped);
+    gpu().moe_experts_exl3(grouped, xd, idd, wd, dev, 7.0f);
+    const Tensor b = gpu().to_host(grouped);
+    for (int fv : flat_variants) {
+      Tensor flat = gpu().empty({tokens, hidden});
+      cuda::exl3_set_moe_variant(fv);
+      gpu().moe_experts_exl3(flat, xd, idd, wd, dev, 7.0f);
+      const Tensor a = gpu().to_host(flat);
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(tokens * hidden * 4)), 0)
+          << "tokens=" << tokens << " flat variant " << fv << ": flat and grouped bodies differ";
+      ++checked;
+    }
+    cuda::exl3_set_moe_variant(cuda::kExl3MoeAuto);
+  }
+  EXPECT_EQ(checked, 40);
+  std::printf("[exl3] moe_experts_exl3 at 4096x2048 experts: 8 flat variants == grouped bit for bit (1-8 tokens)\n");
+}
+
 }  // namespace tf

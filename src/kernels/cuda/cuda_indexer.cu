@@ -4,8 +4,10 @@
 // memory). Both keep the CPU reference's summation order. The decode-rows variants
 // (one token per row, each its own sequence) read positions and state addresses on
 // the device and launch a grid that depends only on the row count and the score
-// buffer's width (capture-safe); the pool scores of a row spread over blocks of 128
-// pools, a thread per pool (pooled keys 16-byte aligned, as tensors are).
+// buffer's width (capture-safe); the pool scores of a row spread over warps, a warp per
+// pool, for buffers up to 2048 pools, else over blocks of 128 pools, a thread per pool
+// (pooled keys 16-byte aligned, as tensors are); the two give the same bits.
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <string>
@@ -259,6 +261,55 @@ __global__ void __launch_bounds__(kPoolThreads)
   out[b * width + pi] = acc;
 }
 
+// The short-context path (h <= 32 heads, d a multiple of 4, score buffers up to
+// kWarpPoolMaxWidth pools): a warp per pool and a lane per head, so a row's few pools
+// still spread over many warps (the thread-per-pool path above keeps one thread busy
+// with all 32 heads x d channels of a pool: ~20 us at a 2K-token context). Each lane's
+// dot product runs over the channels in order and the heads are summed in order (the
+// weights times the relus, gathered by shuffles), the very operations of the path above
+// and of pool_score, so both give the same bits (tested). q sits transposed in shared
+// memory ([d][33]: read in global order, and a lane per head reads without bank
+// conflicts); the pool key comes as float4 loads of one address per warp (a broadcast).
+// Longer buffers take the thread-per-pool path, which needs fewer instructions per pool
+// (H200: 2K-token context 20 -> 8 us at 1 row; at 32K tokens the warp path was slower).
+constexpr int kWarpPoolThreads = 256, kWarpPoolMaxBlocks = 256, kWarpPoolStride = 33;
+constexpr int64_t kWarpPoolMaxWidth = 2048;
+__global__ void __launch_bounds__(kWarpPoolThreads)
+    scores_rows_warp_kernel(float* __restrict__ out, const int32_t* __restrict__ pos,
+                            const int64_t* __restrict__ pool_keys, const float* __restrict__ q,
+                            const float* __restrict__ w, int64_t width, int64_t kp, int h, int d, float scale) {
+  extern __shared__ __align__(16) float sqt[];  // q transposed [d][33], then weights [32]
+  const int64_t b = blockIdx.y;
+  const int64_t n = min(int64_t(pos[b] + 1) / kp, width);
+  const int warps = kWarpPoolThreads / 32;
+  const int64_t first = int64_t(blockIdx.x) * warps;
+  if (first >= n) return;
+  for (int i = threadIdx.x; i < 32 * d; i += kWarpPoolThreads) {
+    const int hh = i / d, c = i % d;
+    sqt[c * kWarpPoolStride + hh] = hh < h ? q[(b * h + hh) * d + c] : 0.0f;
+  }
+  const int wat = kWarpPoolStride * d;
+  if (threadIdx.x < 32) sqt[wat + threadIdx.x] = int(threadIdx.x) < h ? w[b * h + threadIdx.x] : 0.0f;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const float* pk = row_addr<const float>(pool_keys, b);
+  for (int64_t pi = first + (threadIdx.x >> 5); pi < n; pi += int64_t(gridDim.x) * warps) {
+    const float4* kv = reinterpret_cast<const float4*>(pk + pi * d);
+    float s = 0.0f;
+    for (int c = 0; c < d; c += 4) {
+      const float4 k4 = kv[c / 4];
+      s = fmaf(sqt[(c + 0) * kWarpPoolStride + lane], k4.x, s);
+      s = fmaf(sqt[(c + 1) * kWarpPoolStride + lane], k4.y, s);
+      s = fmaf(sqt[(c + 2) * kWarpPoolStride + lane], k4.z, s);
+      s = fmaf(sqt[(c + 3) * kWarpPoolStride + lane], k4.w, s);
+    }
+    const float relu = fmaxf(0.0f, s * scale);
+    float acc = 0.0f;
+    for (int hh = 0; hh < h; ++hh) acc += sqt[wat + hh] * __shfl_sync(0xffffffffu, relu, hh);
+    if (lane == 0) out[b * width + pi] = acc;
+  }
+}
+
 __global__ void token_indices_rows_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ sel,
                                           const int32_t* __restrict__ pos, int64_t t, int64_t w, int64_t s,
                                           int64_t kp, bool tail) {
@@ -309,6 +360,18 @@ void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& ro
   if (smem > 48 * 1024)
     throw StatusError(unimplemented("indexer_scores_rows: " + std::to_string(h) + " heads of width " +
                                     std::to_string(d) + " exceed the kernel's shared memory"));
+  if (h <= 32 && d % 4 == 0 && width <= kWarpPoolMaxWidth && b <= 65535) {
+    const size_t tsmem = static_cast<size_t>(kWarpPoolStride * d + 32) * sizeof(float);
+    if (tsmem <= 48 * 1024) {
+      const int64_t blocks = std::min<int64_t>((width + 7) / 8, kWarpPoolMaxBlocks);
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(b));
+      scores_rows_warp_kernel<<<grid, kWarpPoolThreads, tsmem, ctx.stream>>>(
+          out.data<float>(), rows.positions, rows.pool_keys, q.data<float>(), weights.data<float>(), width,
+          rows.kpool, static_cast<int>(h), static_cast<int>(d), scale);
+      check_launch("indexer_scores_rows");
+      return;
+    }
+  }
   if (h <= kFastHeads && d % kKeyChunk == 0 && (width + kPoolThreads - 1) / kPoolThreads <= INT32_MAX &&
       b <= 65535) {
     const dim3 grid(static_cast<unsigned>((width + kPoolThreads - 1) / kPoolThreads), static_cast<unsigned>(b));

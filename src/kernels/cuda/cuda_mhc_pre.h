@@ -10,11 +10,12 @@
 
 namespace tf::cuda {
 
-// Runs Ops::mhc_pre fused when the call fits the kernels (M = 4, f32 fn, at most
-// ctx.exact_rows rows, D a multiple of 4 up to 8192, 16-byte aligned tensors, the
-// legacy switch off) and returns true; returns false without enqueuing anything
-// otherwise (the caller then runs the default sequence). Throws StatusError on
-// tensors that do not match each other.
+// Runs Ops::mhc_pre fused when the call fits the kernels (M = 4; an f32 fn at most
+// ctx.exact_rows rows, a bf16 fn any number up to 524280 (its default sequence would
+// round the normed streams to bf16 above exact_rows); D a multiple of 4 up to 8192,
+// 16-byte aligned tensors, the legacy switch off) and returns true; returns false
+// without enqueuing anything otherwise (the caller then runs the default sequence).
+// Throws StatusError on tensors that do not match each other.
 bool mhc_pre_fused(CudaContext& ctx, Tensor& post, Tensor& comb, Tensor& out, const Tensor& streams,
                    const Tensor& fn, const Tensor& base, const Tensor& scale, const Tensor& norm_weight,
                    float norm_eps, float hc_eps, int sinkhorn_iters);
@@ -32,5 +33,32 @@ bool mhc_expand_pre_fused(CudaContext& ctx, Tensor& streams_out, Tensor& post, T
 // while the pass runs and loads the streams early; the same bits either way). On unless
 // TF_MHC_PDL=0; benchmarks and tests flip it.
 std::atomic<bool>& mhc_pre_pdl();
+
+// Session 7's kernels instead of today's (the group Sinkhorn of mhc_coefficients, f32
+// fn only: a bf16 fn then takes the default sequence; no PDL on the pass): the same
+// bits, for before/after benchmarks. Off by default.
+std::atomic<bool>& mhc_pre_v1();
+
+// Timing and bits of the coefficient chain alone (one warp on `stream`, `reps` rows of
+// logits [reps, 24] f32 on the device (base [24], scale [3] too), hc 4, `iters`
+// iterations): the group Sinkhorn (old) and mhc_coeff_row_fast (new) on the same
+// logits. Each variant runs over all rows in turn (its code then warm in the
+// instruction cache); cycles_*: clock64 cycles per row, median over the rows;
+// bits_equal: new gives the old bits. For the benchmark and the tests; throws
+// StatusError on CUDA errors.
+struct MhcSinkhornProbe {
+  double cycles_old = 0, cycles_new = 0;
+  bool bits_equal = false;
+  // Alternatives of the new chain, timed the same way (exploratory: reported, not
+  // required): its division 0 `a / b`, 1 mhc_div checked per division (the chain's
+  // fallback when a value leaves the fast range), 2 unchecked (a bound); whether each
+  // gave the old bits.
+  static constexpr int kAlts = 3;
+  double cycles_alt[kAlts] = {0, 0, 0};
+  bool alt_bits_equal[kAlts] = {false, false, false};
+  int64_t div_checked = 0, div_mismatches = 0;  // mhc_div vs a / b on random pairs
+};
+MhcSinkhornProbe mhc_sinkhorn_probe(cudaStream_t stream, const Tensor& logits, const Tensor& base,
+                                    const Tensor& scale, float hc_eps, int iters);
 
 }  // namespace tf::cuda

@@ -36,6 +36,21 @@ __device__ __forceinline__ uint32_t codebook_hash(uint32_t s) {
   else return s * 0x83DCD12Du;
 }
 
+// The multiplier C times (1 - 2^16), the inverse of 0x10001 mod 2^32: for a state s given
+// "doubled" as w = s * 0x10001 (its 16 bits in both halves, one byte permute from the stream
+// words, lane_states_k4_dup), w * dup_mult(C) = s * C mod 2^32, so the hash needs no clean
+// zero-extended state (the extraction saves the mask or the second shift).
+constexpr uint32_t dup_mult(uint32_t c) { return c - (c << 16); }
+
+// codebook_hash of the state s from its doubled form w = s * 0x10001.
+template <int CB>
+__device__ __forceinline__ uint32_t codebook_hash_dup(uint32_t w) {
+  if constexpr (CB == kCb3Inst) return w * dup_mult(89226354u) + 64248484u;
+  else if constexpr (CB == kCbMcg) return w * dup_mult(0xCBAC1FEDu);
+  else return w * dup_mult(0x83DCD12Du);
+}
+static_assert(0x12345u * 0x10001u * dup_mult(0xCBAC1FEDu) == 0x12345u * 0xCBAC1FEDu, "dup_mult");
+
 // (x & 0x8FFF8FFF) ^ 0x3B603B60 as one LOP3 (lut 0x6A = (a & b) ^ c): left to itself the
 // compiler emitted an AND and an XOR per hash (H200 SASS count, run2s6), 8 ALU ops per tile.
 __device__ __forceinline__ uint32_t mask_xor_3inst(uint32_t x) {
@@ -45,9 +60,11 @@ __device__ __forceinline__ uint32_t mask_xor_3inst(uint32_t x) {
 }
 
 // fp16 values of states sa, sb as half2 bits (sa's value in the low half).
-template <int CB>
+// Dup: sa, sb are doubled states (codebook_hash_dup).
+template <int CB, bool Dup = false>
 __device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
-  const uint32_t xa = codebook_hash<CB>(sa), xb = codebook_hash<CB>(sb);
+  const uint32_t xa = Dup ? codebook_hash_dup<CB>(sa) : codebook_hash<CB>(sa);
+  const uint32_t xb = Dup ? codebook_hash_dup<CB>(sb) : codebook_hash<CB>(sb);
   if constexpr (CB == kCbMul1) {
     const uint32_t a = 0x6400u + __dp4a(xa, 0x01010101u, 0u);
     const uint32_t b = 0x6400u + __dp4a(xb, 0x01010101u, 0u);
@@ -65,6 +82,32 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
     const __half2 va = __hadd2(__low2half2(ha), __high2half2(ha));
     const __half2 vb = __hadd2(__low2half2(hb), __high2half2(hb));
     const __half2 r = __lows2half2(va, vb);
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+// decode_pair with the pack on the FMA pipe instead of the integer ALU (the pipe that bounds
+// the flat MoE loop on Hopper, H200 SASS count run2s7: 30.8 ALU ops per tile): the two
+// hadd2 + prmt become three hfma2 with per-half immediates, 2 ALU + 5 FMA-pipe ops per pair
+// instead of 3 + 4, same issue count. Same bits as decode_pair (3INST/MCG): every masked half
+// is a normal fp16 (exponent field 12..15, so never 0 and never -0), hence
+//   v = fma(lo_b, -1, lo_b), fma(lo_b, 1, hi_b)   = (+0, b)      (b = lo_b + hi_b, rounded once);
+//   w = fma(hi_a, 1, +0),    fma(hi_a, 0, b)      = (hi_a, b)    (b is never -0: x + y = 0 rounds to +0);
+//   r = fma(lo_a, 1, hi_a),  fma(hi_a, 0, b)      = (a, b)       (a = lo_a + hi_a, rounded once).
+// MUL1 keeps decode_pair (its value path has no pack).
+template <int CB, bool Dup = false>
+__device__ __forceinline__ uint32_t decode_pair_fma(uint32_t sa, uint32_t sb) {
+  if constexpr (CB == kCbMul1) {
+    return decode_pair<CB, Dup>(sa, sb);
+  } else {
+    const uint32_t ma = mask_xor_3inst(Dup ? codebook_hash_dup<CB>(sa) : codebook_hash<CB>(sa));
+    const uint32_t mb = mask_xor_3inst(Dup ? codebook_hash_dup<CB>(sb) : codebook_hash<CB>(sb));
+    const __half2 ha = *reinterpret_cast<const __half2*>(&ma), hb = *reinterpret_cast<const __half2*>(&mb);
+    const __half2 one_zero = __halves2half2(__ushort_as_half(0x3C00), __ushort_as_half(0x0000));
+    const __half2 m_one_one = __halves2half2(__ushort_as_half(0xBC00), __ushort_as_half(0x3C00));
+    const __half2 v = __hfma2(__low2half2(hb), m_one_one, hb);
+    const __half2 w = __hfma2(__high2half2(ha), one_zero, v);
+    const __half2 r = __hfma2(ha, one_zero, w);
     return *reinterpret_cast<const uint32_t*>(&r);
   }
 }
@@ -107,6 +150,22 @@ __device__ __forceinline__ void lane_states_k4(uint32_t p, uint32_t o, uint32_t 
   st[5] = __byte_perm(o, 0u, 0x4421);
   st[6] = q & 0xFFFFu;
   st[7] = o & 0xFFFFu;
+}
+
+// lane_states_k4's eight states doubled (s * 0x10001, for codebook_hash_dup): every
+// byte-aligned state of p:o is one byte permute of o (and p); the nibble-aligned ones one
+// permute of q = bits 4.. (one funnel shift), but st[0] (bits 28..43 reach past q) takes its
+// own shift. 10 ALU ops instead of 11.
+__device__ __forceinline__ void lane_states_k4_dup(uint32_t p, uint32_t o, uint32_t (&st)[8]) {
+  const uint32_t q = __funnelshift_r(o, p, 4);  // bits 4..35
+  st[0] = __byte_perm(q, p >> 4, 0x4343);       // bits 28..35 = q byte 3, 36..43 = (p >> 4) byte 0
+  st[1] = __byte_perm(o, p, 0x4343);            // bits 24..39
+  st[2] = __byte_perm(q, 0u, 0x3232);           // bits 20..35
+  st[3] = __byte_perm(o, 0u, 0x3232);           // bits 16..31
+  st[4] = __byte_perm(q, 0u, 0x2121);           // bits 12..27
+  st[5] = __byte_perm(o, 0u, 0x2121);           // bits 8..23
+  st[6] = __byte_perm(q, 0u, 0x1010);           // bits 4..19
+  st[7] = __byte_perm(o, 0u, 0x1010);           // bits 0..15
 }
 
 // First stream bit and word of lane `lane` in a tile of K bits per weight.

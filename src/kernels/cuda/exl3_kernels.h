@@ -60,7 +60,26 @@ enum Exl3MoeVariant : int {
   kExl3MoeFlatCols2 = 7,
   kExl3MoeFlatCols4 = 8,
   kExl3MoeFlatNoRegCap = 9,
-  kExl3MoeFlatCols1 = 10
+  kExl3MoeFlatCols1 = 10,
+  // Issue-8 levers (exl3_stream.cuh): fma-pack = the decode's pair pack on the FMA pipe
+  // (decode_pair_fma), stage8 = ring stages of 8 tiles, dup = K = 4 states extracted doubled
+  // (lane_states_k4_dup); the -decode-only / -load-only probes as above. FmaPack, Stage8,
+  // FmaStage8, FmaDup and FmaDupStage8 give the same bits as the others.
+  kExl3MoeFlatFmaPack = 11,
+  kExl3MoeFlatStage8 = 12,
+  kExl3MoeFlatFmaStage8 = 13,
+  kExl3MoeFlatFmaDecodeOnly = 14,
+  kExl3MoeFlatFmaStage8DecodeOnly = 15,
+  kExl3MoeFlatStage8LoadOnly = 16,
+  kExl3MoeFlatFmaDup = 17,
+  kExl3MoeFlatFmaDupStage8 = 18,
+  kExl3MoeFlatFmaDupStage8DecodeOnly = 19,
+  // The flat body without the levers the default now uses (exl3_moe.cu kFlatDefaultFlags;
+  // TF_EXL3_MOE=flat-prev at start): the session-7 loop, same bits.
+  kExl3MoeFlatPrev = 20,
+  // Ring stages of 16 tiles x 3 (exl3_stream.cuh kStage16; same bits) and its decode-only probe.
+  kExl3MoeFlatStage16 = 21,
+  kExl3MoeFlatStage16DecodeOnly = 22
 };
 void exl3_set_moe_variant(int variant);
 

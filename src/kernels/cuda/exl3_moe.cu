@@ -271,7 +271,10 @@ template <typename Kernel, typename... Args>
 void launch_ex(const char* what, Kernel kernel, dim3 grid, int threads, size_t smem, bool pdl, cudaStream_t stream,
                Args... args) {
   cudaError_t e = cudaSuccess;
-  if (smem > 48 * 1024)
+  // The opt-in is needed once dynamic + static shared memory pass 48 KB; the flat kernels
+  // hold ~0.5 KB of static ids, so opt in with margin (flat gate/up at 6 rows: 24 KB of ring
+  // + 24 KB of xf = exactly 48 KB dynamic failed with cudaErrorInvalidValue).
+  if (smem + 4096 > 48 * 1024)
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e == cudaSuccess) {
     cudaLaunchConfig_t cfg = {};
@@ -290,13 +293,24 @@ void launch_ex(const char* what, Kernel kernel, dim3 grid, int threads, size_t s
   if (!s.is_ok()) throw StatusError(s);
 }
 
+// The flat body's default stream flags (exl3_stream.cuh kFmaPack / kStage8 / kDupStates), the
+// issue-8 levers: 8-tile ring stages (half the per-stage bookkeeping per tile; with them the
+// per-tile rows check goes, exl3_stream.cuh kTrim): H200 run1s8, 1 token 84.3 -> 79.5 us,
+// 2 tokens 154.1 -> 144.0 us (the FMA pack and the doubled states were slower in the full
+// kernel: 83.7 / 81.2 us, though faster in the decode-only probe: 58.7 -> 53.8 us).
+// TF_EXL3_MOE=flat-prev (kExl3MoeFlatPrev) runs the flat body without them for A/B.
+// 16-tile stages (run2s8): 1 token 81.5 -> 78.2 us, 2 / 4 / 8 tokens 148.8 / 283.0 / 492.0 ->
+// 145.0 / 270.5 / 477.8 us, bit-identical (the default since then).
+constexpr int kFlatDefaultFlags = exl3::kStage16;
+constexpr int kFlatDefault = exl3::kNormal | kFlatDefaultFlags;
+
 // The flat body's GEMV kernels for one (K, codebook); Mode: exl3_stream.cuh StreamMode.
 template <int K, int CB>
 struct FlatKernels {
   template <int Mode>
   static void run(bool down, dim3 grid, cudaStream_t s, const exl3::FlatArgs& a) {
     const int per = down ? a.per[kDown] : a.per[a.proj0];
-    const size_t smem = exl3::flat_ring_bytes<K>() + static_cast<size_t>(a.pass_rows) * per * 64;
+    const size_t smem = exl3::flat_ring_bytes<K, Mode>() + static_cast<size_t>(a.pass_rows) * per * 64;
     if (down) launch_ex("moe_experts_exl3 (flat down)", exl3::flat_down_kernel<K, CB, Mode>, grid, kGemvWarps * 32,
                         smem, true, s, a);
     else launch_ex("moe_experts_exl3 (flat gate/up)", exl3::flat_gate_up_kernel<K, CB, Mode>, grid,
@@ -304,14 +318,31 @@ struct FlatKernels {
   }
   static void launch(int mode, bool down, dim3 grid, cudaStream_t s, const exl3::FlatArgs& a) {
     // The timing-only variants exist for K = 4 mcg, the format of GLM-5.3-Flash's experts.
+    // Other formats run the default kernel whatever the mode.
     if constexpr (K == 4 && CB == exl3::kCbMcg) {
-      if (mode == exl3::kLoadOnly) return run<exl3::kLoadOnly>(down, grid, s, a);
-      if (mode == exl3::kDecodeOnly) return run<exl3::kDecodeOnly>(down, grid, s, a);
-      if (mode == exl3::kFixedOnly) return run<exl3::kFixedOnly>(down, grid, s, a);
+      constexpr int kDef = kFlatDefaultFlags;
+      if (mode == exl3::kNormal) return run<exl3::kNormal>(down, grid, s, a);
+      if (mode == (exl3::kLoadOnly | kDef)) return run<exl3::kLoadOnly | kDef>(down, grid, s, a);
+      if (mode == (exl3::kDecodeOnly | kDef)) return run<exl3::kDecodeOnly | kDef>(down, grid, s, a);
+      if (mode == (exl3::kFixedOnly | kDef)) return run<exl3::kFixedOnly | kDef>(down, grid, s, a);
       if (mode == exl3::kOldLoop) return run<exl3::kOldLoop>(down, grid, s, a);
-      if (mode == exl3::kNoRegCap) return run<exl3::kNoRegCap>(down, grid, s, a);
+      if (mode == (exl3::kNoRegCap | kDef)) return run<exl3::kNoRegCap | kDef>(down, grid, s, a);
+      // The issue-8 levers (exl3_stream.cuh kFmaPack / kStage8) and their probes.
+      constexpr int kF = exl3::kFmaPack, kS = exl3::kStage8, kD = exl3::kDupStates;
+      if (mode == kF) return run<kF>(down, grid, s, a);
+      if (mode == kS) return run<kS>(down, grid, s, a);
+      if (mode == (kF | kS)) return run<kF | kS>(down, grid, s, a);
+      if (mode == (exl3::kDecodeOnly | kF)) return run<exl3::kDecodeOnly | kF>(down, grid, s, a);
+      if (mode == (exl3::kDecodeOnly | kF | kS)) return run<exl3::kDecodeOnly | kF | kS>(down, grid, s, a);
+      if (mode == (exl3::kLoadOnly | kS)) return run<exl3::kLoadOnly | kS>(down, grid, s, a);
+      if (mode == (kF | kD)) return run<kF | kD>(down, grid, s, a);
+      if (mode == (kF | kD | kS)) return run<kF | kD | kS>(down, grid, s, a);
+      if (mode == (exl3::kDecodeOnly | kF | kD | kS)) return run<exl3::kDecodeOnly | kF | kD | kS>(down, grid, s, a);
+      if (mode == exl3::kStage16) return run<exl3::kStage16>(down, grid, s, a);
+      if (mode == (exl3::kDecodeOnly | exl3::kStage16))
+        return run<exl3::kDecodeOnly | exl3::kStage16>(down, grid, s, a);
     }
-    run<exl3::kNormal>(down, grid, s, a);
+    run<kFlatDefault>(down, grid, s, a);
   }
 };
 
@@ -322,7 +353,9 @@ int moe_variant() {
   int v = g_moe_variant.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("TF_EXL3_MOE");
-    v = e && std::strcmp(e, "grouped") == 0 ? kExl3MoeGrouped : kExl3MoeAuto;
+    v = e && std::strcmp(e, "grouped") == 0 ? kExl3MoeGrouped
+        : e && std::strcmp(e, "flat-prev") == 0 ? kExl3MoeFlatPrev
+                                                : kExl3MoeAuto;
     g_moe_variant.store(v, std::memory_order_relaxed);
   }
   return v;
@@ -368,9 +401,12 @@ void flat_moe(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   }
   // Columns per warp (WarpStream::cols): needs whole stages per k-split and whole column
   // groups; the previous loop (kOldLoop) streams one column.
+  // (Formats other than K = 4 mcg run kFlatDefault whatever the mode: the larger stage wins.)
+  const int stage_tiles = std::max(exl3::mode_stage_tiles(mode), exl3::mode_stage_tiles(kFlatDefault));
   for (int p = 0; p < 3; ++p) {
-    const bool ok = mode != exl3::kOldLoop && a.tiles_k[p] == int64_t{a.per[p]} * kMoeSplits &&
-                    a.per[p] % exl3::kStageTiles == 0 && a.tiles_n[p] % (int64_t{kGemvWarps} * cols) == 0;
+    const bool ok = exl3::mode_base(mode) != exl3::kOldLoop && a.tiles_k[p] == int64_t{a.per[p]} * kMoeSplits &&
+                    a.per[p] % stage_tiles == 0 &&
+                    a.tiles_n[p] % (int64_t{kGemvWarps} * cols) == 0;
     a.cols[p] = ok ? cols : 1;
   }
   a.cols[kUp] = a.cols[kGate] = std::min(a.cols[kGate], a.cols[kUp]);  // one grid serves both
@@ -478,18 +514,32 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   constexpr int kAutoCols = 4;
   int flat_mode = -1, flat_cols = kAutoCols;
   switch (variant) {
-    case kExl3MoeFlat: flat_mode = exl3::kNormal; break;
-    case kExl3MoeFlatCols1: flat_mode = exl3::kNormal, flat_cols = 1; break;
-    case kExl3MoeFlatCols2: flat_mode = exl3::kNormal, flat_cols = 2; break;
-    case kExl3MoeFlatCols4: flat_mode = exl3::kNormal, flat_cols = 4; break;
-    case kExl3MoeFlatNoRegCap: flat_mode = exl3::kNoRegCap; break;
-    case kExl3MoeFlatLoadOnly: flat_mode = exl3::kLoadOnly; break;
-    case kExl3MoeFlatDecodeOnly: flat_mode = exl3::kDecodeOnly; break;
-    case kExl3MoeFlatFixedOnly: flat_mode = exl3::kFixedOnly; break;
+    case kExl3MoeFlat: flat_mode = kFlatDefault; break;
+    case kExl3MoeFlatCols1: flat_mode = kFlatDefault, flat_cols = 1; break;
+    case kExl3MoeFlatCols2: flat_mode = kFlatDefault, flat_cols = 2; break;
+    case kExl3MoeFlatCols4: flat_mode = kFlatDefault, flat_cols = 4; break;
+    case kExl3MoeFlatNoRegCap: flat_mode = exl3::kNoRegCap | kFlatDefaultFlags; break;
+    case kExl3MoeFlatLoadOnly: flat_mode = exl3::kLoadOnly | kFlatDefaultFlags; break;
+    case kExl3MoeFlatDecodeOnly: flat_mode = exl3::kDecodeOnly | kFlatDefaultFlags; break;
+    case kExl3MoeFlatFixedOnly: flat_mode = exl3::kFixedOnly | kFlatDefaultFlags; break;
+    case kExl3MoeFlatPrev: flat_mode = exl3::kNormal; break;
+    case kExl3MoeFlatStage16: flat_mode = exl3::kStage16; break;
+    case kExl3MoeFlatStage16DecodeOnly: flat_mode = exl3::kDecodeOnly | exl3::kStage16; break;
     case kExl3MoeFlatOldLoop: flat_mode = exl3::kOldLoop, flat_cols = 1; break;
+    case kExl3MoeFlatFmaPack: flat_mode = exl3::kFmaPack; break;
+    case kExl3MoeFlatStage8: flat_mode = exl3::kStage8; break;
+    case kExl3MoeFlatFmaStage8: flat_mode = exl3::kFmaPack | exl3::kStage8; break;
+    case kExl3MoeFlatFmaDecodeOnly: flat_mode = exl3::kDecodeOnly | exl3::kFmaPack; break;
+    case kExl3MoeFlatFmaStage8DecodeOnly: flat_mode = exl3::kDecodeOnly | exl3::kFmaPack | exl3::kStage8; break;
+    case kExl3MoeFlatStage8LoadOnly: flat_mode = exl3::kLoadOnly | exl3::kStage8; break;
+    case kExl3MoeFlatFmaDup: flat_mode = exl3::kFmaPack | exl3::kDupStates; break;
+    case kExl3MoeFlatFmaDupStage8: flat_mode = exl3::kFmaPack | exl3::kDupStates | exl3::kStage8; break;
+    case kExl3MoeFlatFmaDupStage8DecodeOnly:
+      flat_mode = exl3::kDecodeOnly | exl3::kFmaPack | exl3::kDupStates | exl3::kStage8;
+      break;
     default: break;
   }
-  if (variant == kExl3MoeAuto && tokens <= kFlatMaxTokens) flat_mode = exl3::kNormal;
+  if (variant == kExl3MoeAuto && tokens <= kFlatMaxTokens) flat_mode = kFlatDefault;
   if (pairs <= exl3::kFlatMaxPairs && flat_mode >= 0) {
     flat_moe(ctx, out, x, ids, weights, ex, table, swiglu_limit, flat_mode, flat_cols);
     return true;

@@ -68,13 +68,17 @@ struct FlatArgs {
 // capped loop does not spill and leaves room for more copies in flight.
 template <int K, int Mode>
 constexpr int flat_min_blocks() {
-  return K == 4 && Mode != kNoRegCap ? 4 : 1;
+  return K == 4 && mode_base(Mode) != kNoRegCap ? 4 : 1;
 }
 
+// The warp stream of a flat kernel compiled for Mode (its kStage8 flag sets the ring's shape).
+template <int K, int Mode>
+using FlatStream = WarpStream<K, mode_stage_tiles(Mode), mode_stages(Mode)>;
+
 // Shared-memory bytes of a flat kernel's block: the warps' rings, then xf.
-template <int K>
+template <int K, int Mode = kNormal>
 constexpr size_t flat_ring_bytes() {
-  return static_cast<size_t>(kGemvWarps) * ring_words<K>() * 4;
+  return static_cast<size_t>(kGemvWarps) * ring_words<K, mode_stage_tiles(Mode), mode_stages(Mode)>() * 4;
 }
 
 // The routing of a flat block (every thread must call it): the expert of pair p, or -1
@@ -168,12 +172,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, flat_min_blocks<K, Mode>()) f
   const int ntiles = static_cast<int>(min(static_cast<int64_t>(per), tiles_k - tk0));
   if (ntiles <= 0) return;  // block-uniform
   const ExpertPtrs& ep = a.table[e];
-  const exl3::WarpStream<K> ws{ep.trellis[proj] + (tk0 * tiles_n + tn) * (8 * K), tiles_n * (8 * K), ntiles,
-                               reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K>(), cols,
+  using Stream = FlatStream<K, Mode>;
+  const Stream ws{ep.trellis[proj] + (tk0 * tiles_n + tn) * (8 * K), tiles_n * (8 * K), ntiles,
+                  reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, Stream::kStageTiles, Stream::kStages>(),
+                  cols,
                                kGemvWarps * 8 * K};
   ws.template prologue<Mode>(lane);
   pdl_launch_dependents();  // F2 may start streaming down's weights
-  auto* xf = reinterpret_cast<uint4*>(smem_raw + flat_ring_bytes<K>());  // [pass_rows][per * 4]
+  auto* xf = reinterpret_cast<uint4*>(smem_raw + flat_ring_bytes<K, Mode>());  // [pass_rows][per * 4]
   const int cnt = count;
   const int64_t kc0 = tk0 * 16, kc1 = (tk0 + ntiles) * 16;
   const int ch0 = static_cast<int>(kc0 / 128), nch = static_cast<int>((kc1 + 127) / 128) - ch0;
@@ -229,13 +235,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, flat_min_blocks<K, Mode>()) f
   const int ntiles = static_cast<int>(min(static_cast<int64_t>(per), tiles_k - tk0));
   if (ntiles <= 0) return;  // block-uniform
   const ExpertPtrs& ep = a.table[e];
-  const exl3::WarpStream<K> ws{ep.trellis[kProjDown] + (tk0 * tiles_n + tn) * (8 * K), tiles_n * (8 * K), ntiles,
-                               reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K>(), cols,
+  using Stream = FlatStream<K, Mode>;
+  const Stream ws{ep.trellis[kProjDown] + (tk0 * tiles_n + tn) * (8 * K), tiles_n * (8 * K), ntiles,
+                  reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, Stream::kStageTiles, Stream::kStages>(),
+                  cols,
                                kGemvWarps * 8 * K};
   ws.template prologue<Mode>(lane);  // weights only: before waiting on F1
   pdl_launch_dependents();
   pdl_wait();
-  auto* xf = reinterpret_cast<uint4*>(smem_raw + flat_ring_bytes<K>());
+  auto* xf = reinterpret_cast<uint4*>(smem_raw + flat_ring_bytes<K, Mode>());
   const int cnt = count;
   const int64_t i_pad = tiles_k * 16;
   const int64_t kc0 = tk0 * 16, kc1 = (tk0 + ntiles) * 16;

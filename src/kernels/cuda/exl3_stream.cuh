@@ -30,14 +30,15 @@ namespace tf::cuda::exl3 {
 constexpr int kStageTiles = 4;  // tiles per ring stage (one 16 B copy per lane at K = 4)
 constexpr int kStages = 6;      // ring stages per warp
 
-// u32 words of one ring stage / of a warp's whole ring at K bits per weight.
-template <int K>
+// u32 words of one ring stage / of a warp's whole ring at K bits per weight (ST tiles per
+// stage, NS stages).
+template <int K, int ST = kStageTiles>
 constexpr int stage_words() {
-  return kStageTiles * 8 * K;
+  return ST * 8 * K;
 }
-template <int K>
+template <int K, int ST = kStageTiles, int NS = kStages>
 constexpr int ring_words() {
-  return kStages * stage_words<K>();
+  return NS * stage_words<K, ST>();
 }
 
 // What a streaming kernel does per tile (kNormal); the others exist to time the
@@ -50,6 +51,15 @@ constexpr int ring_words() {
 enum StreamMode : int {
   kNormal = 0, kLoadOnly = 1, kDecodeOnly = 2, kFixedOnly = 3, kOldLoop = 4, kNoRegCap = 5
 };
+// Flags or'ed into a flat kernel's Mode (run_v2 only; A/B of the issue-8 levers, same bits):
+// kFmaPack = decode_pair_fma (the pair pack on the FMA pipe, exl3_decode.cuh); kStage8 = ring
+// stages of 8 tiles x 4 stages instead of 4 x 6 (half the per-stage bookkeeping per tile,
+// ~the same bytes in flight); kDupStates = K = 4 states as doubled words (lane_states_k4_dup,
+// one op fewer per tile); kStage16 = stages of 16 tiles x 3.
+constexpr int kFmaPack = 16, kStage8 = 32, kDupStates = 64, kStage16 = 128;
+constexpr int mode_base(int mode) { return mode & 15; }
+constexpr int mode_stage_tiles(int mode) { return (mode & kStage16) ? 16 : (mode & kStage8) ? 8 : kStageTiles; }
+constexpr int mode_stages(int mode) { return (mode & kStage16) ? 3 : (mode & kStage8) ? 4 : kStages; }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -74,22 +84,26 @@ bool pdl_enabled();
 
 // Copies tiles [0, min(kStageTiles, left)) of a stage (tile u at tile0 + u * step
 // words) into `dst` (tile u at u * 8K words).
-template <int K>
+template <int K, int ST = kStageTiles>
 __device__ __forceinline__ void load_stage(uint32_t* dst, const uint32_t* __restrict__ tile0, int64_t step, int left,
                                            int lane) {
   constexpr int kChunks = 2 * K;  // 16 B chunks per tile (32K bytes)
 #pragma unroll
-  for (int c = lane; c < kStageTiles * kChunks; c += 32) {
+  for (int c = lane; c < ST * kChunks; c += 32) {
     const int u = c / kChunks, q = c % kChunks;
     if (u < left) cp_async16(dst + u * 8 * K + q * 4, tile0 + u * step + q * 4);
   }
 }
 
 // The lane's A fragment of a tile held in shared memory (8K words).
-template <int K, int CB>
+// FmaPack: decode_pair_fma; Dup (K = 4 only): lane_states_k4_dup + codebook_hash_dup.
+template <int K, int CB, bool FmaPack = false, bool DupIn = false>
 __device__ __forceinline__ void decode_smem_tile(const uint32_t* t, int lane, uint32_t (&a)[4]) {
+  constexpr bool Dup = DupIn && K == 4;
   uint32_t st[8];
-  if constexpr (K == 4) {
+  if constexpr (Dup) {
+    lane_states_k4_dup(t[(lane + 31) & 31], t[lane], st);
+  } else if constexpr (K == 4) {
     // Bit s = 32l - 12: bits 20.. of word l-1 (tail-biting), then word l.
     lane_states_k4(t[(lane + 31) & 31], t[lane], st);
   } else if constexpr (K == 8) {
@@ -106,20 +120,30 @@ __device__ __forceinline__ void decode_smem_tile(const uint32_t* t, int lane, ui
     }
     lane_states<K>(w[0], w[1], w[2], w[3], s & 31, st);
   }
-  a[0] = decode_pair<CB>(st[0], st[1]);
-  a[1] = decode_pair<CB>(st[4], st[5]);
-  a[2] = decode_pair<CB>(st[2], st[3]);
-  a[3] = decode_pair<CB>(st[6], st[7]);
+  if constexpr (FmaPack) {
+    a[0] = decode_pair_fma<CB, Dup>(st[0], st[1]);
+    a[1] = decode_pair_fma<CB, Dup>(st[4], st[5]);
+    a[2] = decode_pair_fma<CB, Dup>(st[2], st[3]);
+    a[3] = decode_pair_fma<CB, Dup>(st[6], st[7]);
+  } else {
+    a[0] = decode_pair<CB, Dup>(st[0], st[1]);
+    a[1] = decode_pair<CB, Dup>(st[4], st[5]);
+    a[2] = decode_pair<CB, Dup>(st[2], st[3]);
+    a[3] = decode_pair<CB, Dup>(st[6], st[7]);
+  }
 }
 
 // A warp's column of `ntiles` tiles: tile i at tile0 + i * step (words). Split in two
 // so that a kernel can issue the first copies before it waits on its predecessor.
-template <int K>
+// ST tiles per ring stage, NS stages (the defaults everywhere but the flat kernels' kStage8).
+template <int K, int ST = kStageTiles, int NS = kStages>
 struct WarpStream {
+  static constexpr int kStageTiles = ST;
+  static constexpr int kStages = NS;
   const uint32_t* tile0;
   int64_t step;
   int ntiles;      // tiles of one column
-  uint32_t* ring;  // ring_words<K>() words of this warp's shared memory
+  uint32_t* ring;  // ring_words<K, ST, NS>() words of this warp's shared memory
   // Columns streamed back to back through the same ring (column c at tile0 + c * col_step):
   // the ring never drains between them. More than one needs ntiles % kStageTiles == 0
   // and run_v2 (on_column gets every column's sums but the last).
@@ -132,8 +156,8 @@ struct WarpStream {
   // Stage s of a single column (run_v1's per-stage issue).
   __device__ __forceinline__ void issue(int s, int lane) const {
     if (s < col_stages())
-      load_stage<K>(ring + (s % kStages) * stage_words<K>(), tile0 + static_cast<int64_t>(s) * kStageTiles * step,
-                    step, ntiles - s * kStageTiles, lane);
+      load_stage<K, ST>(ring + (s % kStages) * stage_words<K, ST>(),
+                        tile0 + static_cast<int64_t>(s) * kStageTiles * step, step, ntiles - s * kStageTiles, lane);
     cp_async_commit();  // always: the group count stays fixed for wait_group
   }
 
@@ -142,16 +166,16 @@ struct WarpStream {
     if (cols == 1) return issue(s, lane);  // folds away where cols is the default (no division)
     const int spc = col_stages(), c = s / spc, ks = s - c * spc;
     if (s < stages())
-      load_stage<K>(ring + (s % kStages) * stage_words<K>(),
-                    tile0 + c * col_step + static_cast<int64_t>(ks) * kStageTiles * step, step,
-                    ntiles - ks * kStageTiles, lane);
+      load_stage<K, ST>(ring + (s % kStages) * stage_words<K, ST>(),
+                        tile0 + c * col_step + static_cast<int64_t>(ks) * kStageTiles * step, step,
+                        ntiles - ks * kStageTiles, lane);
     cp_async_commit();  // always: the group count stays fixed for wait_group
   }
 
   // Stages 0 .. kStages-2 (weights only: safe before pdl_wait).
   template <int Mode = kNormal>
   __device__ __forceinline__ void prologue(int lane) const {
-    if constexpr (Mode != kDecodeOnly && Mode != kFixedOnly) {
+    if constexpr (mode_base(Mode) != kDecodeOnly && mode_base(Mode) != kFixedOnly) {
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s) issue_cols(s, lane);
     }
@@ -165,16 +189,17 @@ struct WarpStream {
   // use stream().
   template <int CB, int RT, int Mode = kNormal>
   __device__ __forceinline__ void run(const uint4* xf, int64_t xs, int rows, float (&acc)[RT][4]) const {
-    if constexpr (Mode == kFixedOnly) return;
-    else run_v1<CB, RT, (Mode == kOldLoop || Mode == kNoRegCap) ? kNormal : Mode>(xf, xs, rows, acc);
+    if constexpr (mode_base(Mode) == kFixedOnly) return;
+    else
+      run_v1<CB, RT, (mode_base(Mode) == kOldLoop || mode_base(Mode) == kNoRegCap) ? kNormal : Mode>(xf, xs, rows, acc);
   }
   // run() through run_v2, with several columns when cols > 1: on_column(c, acc) for
   // c < cols - 1, then acc is zeroed for the next column; the last column's sums stay in acc.
   template <int CB, int RT, int Mode, typename OnColumn>
   __device__ __forceinline__ void stream(const uint4* xf, int64_t xs, int rows, float (&acc)[RT][4],
                                          OnColumn&& on_column) const {
-    if constexpr (Mode == kFixedOnly) return;
-    else if constexpr (Mode == kOldLoop) run_v1<CB, RT, kNormal>(xf, xs, rows, acc);
+    if constexpr (mode_base(Mode) == kFixedOnly) return;
+    else if constexpr (mode_base(Mode) == kOldLoop) run_v1<CB, RT, kNormal>(xf, xs, rows, acc);
     else run_v2<CB, RT, Mode>(xf, xs, rows, acc, on_column);
   }
 
@@ -183,14 +208,17 @@ struct WarpStream {
   template <int CB, int RT, int Mode>
   __device__ __forceinline__ void tile(const uint32_t* st, int u, const uint4* const (&xs)[RT], int rows, int lane,
                                        float (&acc)[RT][4]) const {
-    if constexpr (Mode == kLoadOnly) {
+    if constexpr (mode_base(Mode) == kLoadOnly) {
       acc[0][0] += static_cast<float>(st[u * 8 * K + lane] >> 31);
     } else {
       uint32_t a[4];
-      decode_smem_tile<K, CB>(st + u * 8 * K, lane, a);
+      decode_smem_tile<K, CB, (Mode & kFmaPack) != 0, (Mode & kDupStates) != 0>(st + u * 8 * K, lane, a);
+      // The lever variants also drop the first row tile's check (rows >= 1 always): it cost a
+      // compare-and-branch per tile at RT = 1 (the flat kernels' PTX, session 8).
+      constexpr bool kTrim = (Mode & (kFmaPack | kStage8 | kDupStates | kStage16)) != 0;
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt) {
-        if (rt * 8 >= rows) break;  // warp-uniform
+        if ((!kTrim || rt > 0) && rt * 8 >= rows) break;  // warp-uniform
         const uint4 xv = xs[rt][u * 4];
         mma_16816(acc[rt], a, xv.x, xv.y);
         mma_16816(acc[rt], a, xv.z, xv.w);
@@ -210,7 +238,7 @@ struct WarpStream {
     constexpr int kChunks = 2 * K, kStageChunks = kStageTiles * kChunks, kCopies = (kStageChunks + 31) / 32;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (ntiles <= 0) {
-      if constexpr (Mode != kDecodeOnly) cp_async_wait<0>();
+      if constexpr (mode_base(Mode) != kDecodeOnly) cp_async_wait<0>();
       return;
     }
     const int ns = stages(), spc = col_stages();
@@ -233,7 +261,7 @@ struct WarpStream {
     }
     // Ring word offsets of stage s + kStages - 1 (being filled) and of stage s (int: fewer
     // registers than pointers; the flat kernels run register-capped).
-    int wslot = (kStages - 1) * stage_words<K>(), rslot = 0;
+    int wslot = (kStages - 1) * stage_words<K, ST>(), rslot = 0;
     int left = ntiles * cols - (kStages - 1) * kStageTiles;  // tiles from the stage being issued on
     // Stage-in-column of the next stage to issue (kStages - 1).
     int kis = (kStages - 1) % spc;
@@ -246,7 +274,7 @@ struct WarpStream {
     }
     // Issues the stage kStages - 1 ahead and waits for the current one.
     auto advance = [&]() {
-      if constexpr (Mode != kDecodeOnly) {
+      if constexpr (mode_base(Mode) != kDecodeOnly) {
         if (left > 0) {
 #pragma unroll
           for (int j = 0; j < kCopies; ++j)
@@ -258,8 +286,8 @@ struct WarpStream {
 #pragma unroll
         for (int j = 0; j < kCopies; ++j) src[j] += adv;
         left -= kStageTiles;
-        wslot += stage_words<K>();
-        if (wslot == ring_words<K>()) wslot = 0;
+        wslot += stage_words<K, ST>();
+        if (wslot == ring_words<K, ST, NS>()) wslot = 0;
         cp_async_wait<kStages - 1>();
         __syncwarp();
       }
@@ -276,9 +304,9 @@ struct WarpStream {
         for (int rt = 0; rt < RT; ++rt) xst[rt] = xrow[rt] + ks * kStageTiles * 4;
 #pragma unroll
         for (int u = 0; u < kStageTiles; ++u) tile<CB, RT, Mode>(st, u, xst, rows, lane, acc);
-        rslot += stage_words<K>();
-        if (rslot == ring_words<K>()) rslot = 0;
-        if constexpr (Mode != kDecodeOnly) __syncwarp();  // the slot is refilled next iteration
+        rslot += stage_words<K, ST>();
+        if (rslot == ring_words<K, ST, NS>()) rslot = 0;
+        if constexpr (mode_base(Mode) != kDecodeOnly) __syncwarp();  // the slot is refilled next iteration
       }
       if (col + 1 < cols) {  // warp-uniform; never for a single column
         on_column(col, acc);
@@ -297,7 +325,7 @@ struct WarpStream {
       for (int u = 0; u < kStageTiles; ++u)
         if (col_full * kStageTiles + u < ntiles) tile<CB, RT, Mode>(ring + rslot, u, xst, rows, lane, acc);
     }
-    if constexpr (Mode != kDecodeOnly) cp_async_wait<0>();  // no copy may outlive the ring
+    if constexpr (mode_base(Mode) != kDecodeOnly) cp_async_wait<0>();  // no copy may outlive the ring
   }
 
   // The previous loop (the grouped MoE and fused GEMV; the flat kernels' kOldLoop A/B).
@@ -306,21 +334,21 @@ struct WarpStream {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int ns = stages();
     for (int s = 0; s < ns; ++s) {
-      if constexpr (Mode != kDecodeOnly) {
+      if constexpr (mode_base(Mode) != kDecodeOnly) {
         issue(s + kStages - 1, lane);
         cp_async_wait<kStages - 1>();
         __syncwarp();
       }
-      const uint32_t* st = ring + (s % kStages) * stage_words<K>();
+      const uint32_t* st = ring + (s % kStages) * stage_words<K, ST>();
 #pragma unroll
       for (int u = 0; u < kStageTiles; ++u) {
         const int i = s * kStageTiles + u;
         if (i >= ntiles) break;  // warp-uniform
-        if constexpr (Mode == kLoadOnly) {
+        if constexpr (mode_base(Mode) == kLoadOnly) {
           acc[0][0] += static_cast<float>(st[u * 8 * K + lane] >> 31);
         } else {
           uint32_t a[4];
-          decode_smem_tile<K, CB>(st + u * 8 * K, lane, a);
+          decode_smem_tile<K, CB, (Mode & kFmaPack) != 0, (Mode & kDupStates) != 0>(st + u * 8 * K, lane, a);
 #pragma unroll
           for (int rt = 0; rt < RT; ++rt) {
             if (rt * 8 >= rows) break;  // warp-uniform
@@ -334,9 +362,9 @@ struct WarpStream {
           }
         }
       }
-      if constexpr (Mode != kDecodeOnly) __syncwarp();  // the slot is refilled next iteration
+      if constexpr (mode_base(Mode) != kDecodeOnly) __syncwarp();  // the slot is refilled next iteration
     }
-    if constexpr (Mode != kDecodeOnly) cp_async_wait<0>();  // no copy may outlive the ring
+    if constexpr (mode_base(Mode) != kDecodeOnly) cp_async_wait<0>();  // no copy may outlive the ring
   }
 };
 

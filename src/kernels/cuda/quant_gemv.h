@@ -11,8 +11,11 @@
 // summed by the tensor cores and then multiplied by its scale in f32. Up to 8 rows of x
 // share one read of the weights (more rows: one pass per 8).
 //
-// Two kernels. The slice kernel (quant_gemv_legacy.cuh, QuantGemvArgs::legacy, what
-// quant_matmul uses by default): blocks of 128 rows x a slice of K (QuantGemvPlan), x
+// Three kernels. The slice path (QuantGemvArgs::legacy, what quant_matmul uses by default) runs
+// for q4 either the B-operand kernel (quant_gemv_bop.cuh, QuantGemvArgs::b_operand: weights as the
+// MMA's B operand straight from global memory, one 8-byte load per lane, row and group; x hi / lo
+// as A rows 0-7 / 8-15; issue #8) or the slice kernel (quant_gemv_legacy.cuh), both on the same
+// plan: blocks of 128 rows x a slice of K (QuantGemvPlan), x
 // staged per block in shared memory for the rows present, slices summed by a second
 // kernel in slice order (or the last block, or cluster rank 0); several matrices of one
 // format and k in one launch (quant_gemv_many). The streaming kernel (quant_gemv.cu,

@@ -84,6 +84,9 @@ struct Params {
   // slice count, the cluster size). Else the grid is row block fastest.
   bool cluster;
   bool accumulate, xvec;
+  // B-operand kernel (quant_gemv_bop.cuh): q4 scales copied in 4-byte pairs of chunks (every
+  // segment's scales 4-byte aligned, an even chunk count per row and per slice).
+  bool scale_pairs;
   Seg seg[kQuantGemvMaxSegments];
 };
 
@@ -624,7 +627,8 @@ inline bool aligned_to(const void* p, uintptr_t a) { return reinterpret_cast<uin
 // file by quant_gemv.cu): the same plan, x tile, workspace and slice sums.
 void launch_bop(cudaStream_t stream, int inflight, const Params& p, int64_t units, int64_t cps_max, bool pdl);
 // QuantGemvArgs::b_operand = -1: q4 runs the B-operand kernel (false: the slice kernel).
-constexpr bool kBOperandDefault = false;
+// run2s8 (graph): 1.04-1.18x the slice kernel at m = 1..4 on the model's q4 shapes, 0.97-1.13x at m = 8.
+constexpr bool kBOperandDefault = true;
 
 // Floats of workspace one segment needs (0 when its plan has one slice).
 inline int64_t segment_ws_floats(int64_t m, int64_t n, int64_t k, int sms, int blocks_per_sm) {

@@ -214,6 +214,18 @@ class Loader {
     const int64_t m = cfg_.hc_mult, mix = (2 + m) * m;
     HyperConnectionWeights w;
     TF_ASSIGN_OR_RETURN(w.fn, get(p + "_fn", {mix, m * cfg_.hidden_size}));
+    // With BF16 matrices (a device backend) fn is kept in BF16 when that holds its values
+    // exactly, as a BF16 checkpoint's do: the CUDA mhc_pre reads it with the same bits
+    // as f32 and half the bytes (90 reads per token). The decision looks at the values,
+    // not at the stored dtype, so every route to the same values gives the same
+    // tensor; the CPU backend (f32 matrices) keeps f32, which its ops take.
+    if (matrix_dtype_ == DType::kBF16) {
+      const Tensor& f = w.fn;  // packed f32 from get()
+      const auto* bits = static_cast<const uint32_t*>(f.raw());
+      bool exact = f.dtype() == DType::kF32 && f.is_contiguous();
+      for (int64_t i = 0; exact && i < f.numel(); ++i) exact = (bits[i] & 0xffffu) == 0;
+      if (exact) w.fn = to_dtype(f, DType::kBF16);
+    }
     TF_ASSIGN_OR_RETURN(w.base, get(p + "_base", {mix}));
     TF_ASSIGN_OR_RETURN(w.scale, get(p + "_scale", {3}));
     return w;
