@@ -47,6 +47,7 @@
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/fp8_block_gemm.h"
 #include "kernels/cuda/fp8_gemm.h"
+#include "kernels/cuda/launch_kernel_ex.cuh"
 #include "kernels/cuda/quant_gemv.h"
 
 #include "kernels/cuda/quant_gemv_frag.cuh"
@@ -324,27 +325,10 @@ int stream_splits(int64_t n, int64_t k, int sm_count) {
 
 template <MatrixFormat F, int kProbe>
 cudaError_t launch_stream_k(cudaStream_t stream, bool pdl, const StreamParams& p) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.n, kStreamRows)), static_cast<unsigned>(p.splits));
-  cfg.blockDim = dim3(kStreamWarps * 32);
-  cfg.stream = stream;
-  cudaLaunchAttribute at[2];
-  int n = 0;
-  if (p.splits > 1) {
-    at[n].id = cudaLaunchAttributeClusterDimension;
-    at[n].val.clusterDim.x = 1;
-    at[n].val.clusterDim.y = static_cast<unsigned>(p.splits);
-    at[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl) {
-    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = at;
-  cfg.numAttrs = static_cast<unsigned>(n);
-  return cudaLaunchKernelEx(&cfg, quant_gemv_stream<F, kProbe>, p);
+  const dim3 cluster(1, static_cast<unsigned>(p.splits), 1);
+  return launch_kernel_ex(quant_gemv_stream<F, kProbe>,
+                   dim3(static_cast<unsigned>(ceil_div(p.n, kStreamRows)), static_cast<unsigned>(p.splits)),
+                   dim3(kStreamWarps * 32), 0, stream, p.splits > 1 ? &cluster : nullptr, pdl, p);
 }
 
 template <MatrixFormat F>

@@ -260,28 +260,9 @@ void launch_bop_d(cudaStream_t stream, Params p, int64_t units, int64_t cps_max,
     return true;
   }();
   (void)attrs;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(units));
-  cfg.blockDim = dim3(256);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute at[2];
-  unsigned n = 0;
-  if (p.cluster) {
-    at[n].id = cudaLaunchAttributeClusterDimension;
-    at[n].val.clusterDim.x = static_cast<unsigned>(p.seg[0].slices);
-    at[n].val.clusterDim.y = 1;
-    at[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl) {
-    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = at;
-  cfg.numAttrs = n;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, quant_gemv_bop_kernel<D>, p);
+  const dim3 cluster(static_cast<unsigned>(p.seg[0].slices), 1, 1);
+  const cudaError_t e = launch_kernel_ex(quant_gemv_bop_kernel<D>, dim3(static_cast<unsigned>(units)), dim3(256),
+                                         smem, stream, p.cluster ? &cluster : nullptr, pdl, p);
   if (e != cudaSuccess)
     throw StatusError(internal_error(std::string("quant_gemv (b operand): launch failed: ") + cudaGetErrorString(e)));
 }

@@ -36,6 +36,7 @@
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/launch_kernel_ex.cuh"
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/quant_gemv_frag.cuh"
 
@@ -509,28 +510,9 @@ void launch_kernel(cudaStream_t stream, Params p, int64_t units, int64_t cps_max
     quant_gemv_kernel<F, U, T><<<static_cast<unsigned>(units), kWarps * 32, smem, stream>>>(p);
     return;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(units));
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute at[2];
-  unsigned n = 0;
-  if (p.cluster) {
-    at[n].id = cudaLaunchAttributeClusterDimension;
-    at[n].val.clusterDim.x = static_cast<unsigned>(p.seg[0].slices);
-    at[n].val.clusterDim.y = 1;
-    at[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl) {
-    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = at;
-  cfg.numAttrs = n;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, quant_gemv_kernel<F, U, T>, p);
+  const dim3 cluster(static_cast<unsigned>(p.seg[0].slices), 1, 1);
+  const cudaError_t e = launch_kernel_ex(quant_gemv_kernel<F, U, T>, dim3(static_cast<unsigned>(units)),
+                                         dim3(kWarps * 32), smem, stream, p.cluster ? &cluster : nullptr, pdl, p);
   if (e != cudaSuccess)
     throw StatusError(internal_error(std::string("quant_gemv: launch failed: ") + cudaGetErrorString(e)));
 }
@@ -540,16 +522,8 @@ void launch_sum(cudaStream_t stream, const SumParams& sp, bool pdl) {
     quant_gemv_sum_slices<<<grid_1d(sp.total), 256, 0, stream>>>(sp);
     return;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid_1d(sp.total));
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, quant_gemv_sum_slices, sp);
+  const cudaError_t e =
+      launch_kernel_ex(quant_gemv_sum_slices, dim3(grid_1d(sp.total)), dim3(256), 0, stream, nullptr, true, sp);
   if (e != cudaSuccess)
     throw StatusError(internal_error(std::string("quant_gemv: sum launch failed: ") + cudaGetErrorString(e)));
 }
