@@ -2,7 +2,7 @@
 // latent width 512, fp8 pages of 64 tokens with per-token scales, pools of 4 tokens,
 // the incomplete tail pool appended) on the CUDA backend.
 //
-//  mla_sparse_attention_rows for rows 1, 4, 16, 64 and 16 / 512 / 2048 selected pools
+//  mla_sparse_attention_rows for rows 1, 4, 8, 16, 64 and 16 / 512 / 2048 selected pools
 //  (W = 4 S + 3 indices; each row's context holds twice the selected pools, its pages
 //  scrambled): us per call eager (events around back-to-back calls) and from a CUDA
 //  graph of the calls, GB/s of the latent, q and output bytes, the % of the measured
@@ -12,7 +12,10 @@
 //  262144 candidate pools (2K .. 1M tokens): us per call and GB/s of pooled keys.
 //  head_matmul (the absorbed w_uk_t / w_uv products, bf16) at 1, 4, 8 rows ("head-matmul").
 // Lines start with "mla-decode" / "indexer-rows"; "FAILED" marks a failed check.
-//   cuda_mla_decode_bench [--quick]
+// Kernel knobs (read once per process, for A/B runs): TF_MLA_DECODE_SPLIT=v1 (the first
+// split kernel), TF_MLA_DECODE_CHUNKS=N, TF_MLA_DECODE_MMA=0, TF_MLA_DECODE_INLINE=1 (cuda_mla_decode.cu),
+// TF_HEAD_MATMUL_GEMV=0 (cuda_linear.cu: head_matmul through small_gemm).
+//   cuda_mla_decode_bench [--quick | --decode (rows 1, 2, 4, 8 and head_matmul only)]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -184,6 +187,12 @@ bool bench_attention(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows
   v.page_stride = kPageSize * kWidth;
   const float scale = 1.0f / std::sqrt(192.0f);
   auto call = [&] { ops.mla_sparse_attention_rows(out, q, v, didx, scale); };
+  if (iters == 0) {  // --profile: one call for a profiler
+    call();
+    std::printf("mla-decode profile rows=%lld W=%lld: %s\n", static_cast<long long>(rows), static_cast<long long>(w),
+                check(cudaStreamSynchronize(stream), "profile call") ? "done" : "FAILED");
+    return true;
+  }
   const double te = eager_seconds(stream, iters, call);
   const double tg = graph_seconds(stream, 8, call);
   // Self-check: finite, and each row equals the one-sequence op on it alone.
@@ -252,12 +261,18 @@ void bench_indexer(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, 
 
 // The absorbed MLA per-head products at decode rows (head_matmul: w_uk_t [H, R, dn] and
 // w_uv [H, dv, R], bf16 as loaded): graph-timed us and % of HBM for the weight bytes.
-void bench_head_matmul(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, int64_t n, int64_t k) {
+void bench_head_matmul(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, int64_t n, int64_t k,
+                       bool once = false) {
   Tensor w = ops.empty({kHeads, n, k}, DType::kBF16);
   fill_device(ops, w.raw(), w.nbytes(), false, 31);
   Tensor x = ops.to_device(host_randn({rows, kHeads, k}, 8, 1.0f));
   Tensor out = ops.empty({rows, kHeads, n});
   auto call = [&] { ops.head_matmul(out, x, w); };
+  if (once) {
+    call();
+    check(cudaStreamSynchronize(stream), "head_matmul profile call");
+    return;
+  }
   const double te = eager_seconds(stream, 20, call);
   const double tg = graph_seconds(stream, 8, call);
   const double t = tg > 0 ? tg : te;
@@ -271,6 +286,11 @@ void bench_head_matmul(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t ro
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --decode: the decode batch sizes only (attention at 1, 2, 4, 8 rows, head_matmul), no indexer.
+  const bool decode = argc > 1 && std::strcmp(argv[1], "--decode") == 0;
+  // --profile: one attention call at rows 1 and 8, W = 67 and 2051, and one head_matmul of each shape at 1 row,
+  // nothing timed (for ncu).
+  const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
   auto made = tf::make_cuda_ops(0);
   if (!made) {
     std::printf("mla-decode: FAILED: %s\n", made.status().to_string().c_str());
@@ -291,9 +311,16 @@ int main(int argc, char** argv) {
   std::printf("mla-decode measured HBM bandwidth (D2D copy): %.0f GB/s\n", hbm / 1e9);
   bool ok = true;
   try {
+    if (profile) {
+      for (int64_t sel : {16, 512})
+        for (int64_t rows : {1, 8}) bench_attention(ops, stream, hbm, rows, sel, 0);
+      bench_head_matmul(ops, stream, hbm, 1, kWidth, 256, true);
+      bench_head_matmul(ops, stream, hbm, 1, 256, kWidth, true);
+      return 0;
+    }
     for (int64_t sel : {16, 512, 2048})
-      for (int64_t rows : {1, 4, 16, 64}) {
-        if (quick && rows == 4) continue;
+      for (int64_t rows : {1, 2, 4, 8, 16, 64}) {
+        if ((quick && rows != 1 && rows != 16 && rows != 64) || (decode ? rows > 8 : rows == 2)) continue;
         ok = bench_attention(ops, stream, hbm, rows, sel, quick ? 10 : 30) && ok;
       }
     for (int64_t rows : {1, 4, 8}) {
@@ -302,7 +329,7 @@ int main(int argc, char** argv) {
     }
     for (int64_t rows : {1, 16})
       for (int64_t pools : {512, 8192, 65536, 262144}) {
-        if (quick && pools == 8192) continue;
+        if ((quick && pools == 8192) || decode) continue;
         bench_indexer(ops, stream, hbm, rows, pools, quick ? 5 : 20);
       }
   } catch (const tf::StatusError& e) {

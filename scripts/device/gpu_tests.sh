@@ -67,13 +67,13 @@ if want mladecode; then
     timeout 120 .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_bench.log" 2>&1 || rc=1
     grep -E '^(mla-decode|indexer-rows|head-matmul)' "$OUT/mla_decode_bench.log" | head -n 40
   fi
-  # The tensor-core split kernel (opt-in until it passes here): the same tests and bench with it on.
-  echo "== TF_MLA_DECODE_MMA=1"
-  TF_MLA_DECODE_MMA=1 timeout 150 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaDecodeRows.*' \
+  # The tensor-core split kernel is the default (session 9): the same tests and bench on the scalar one.
+  echo "== TF_MLA_DECODE_MMA=0"
+  TF_MLA_DECODE_MMA=0 timeout 150 .gpurun/cuda_ops_parity_tests --gtest_filter='CudaDecodeRows.*' \
     > "$OUT/mla_decode_mma_tests.log" 2>&1 || rc=1
   grep -E '^\[parity\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Expected|Which is' "$OUT/mla_decode_mma_tests.log" | head -n 40
   if [[ -x .gpurun/cuda_mla_decode_bench ]]; then
-    TF_MLA_DECODE_MMA=1 timeout 120 .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_mma_bench.log" 2>&1 || rc=1
+    TF_MLA_DECODE_MMA=0 timeout 120 .gpurun/cuda_mla_decode_bench > "$OUT/mla_decode_mma_bench.log" 2>&1 || rc=1
     grep -E '^mla-decode' "$OUT/mla_decode_mma_bench.log" | head -n 20
   fi
   # Per-kernel times of the three split launches (prep / split / combine) at 1 row.

@@ -381,6 +381,68 @@ TEST_F(CudaDecodeRows, SplitAttentionShapes) {
   }
 }
 
+// A row's split-attention bits are a function of its own valid indices only: the same
+// tokens listed in a W of their own count, in a wider buffer in another order with -1s,
+// repeats and tokens past the end (the prep sorts and drops them), or as the middle row
+// beside a long and a short row, give the same bits (64 heads x 512, bf16 and fp8 pages,
+// from 1 to 4099 tokens: one tile to many chunks of many tiles). CUDA vs CPU within 1e-5.
+TEST_F(CudaDecodeRows, SplitAttentionBitsIgnoreTheWidth) {
+  const int64_t heads = 64, r = 512, page_size = 64, tokens = 9000, wide = 8195;
+  for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
+    const int64_t num_pages = tokens / page_size + 1, es = static_cast<int64_t>(dtype_size(dt));
+    std::vector<int32_t> table(static_cast<size_t>(num_pages));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(21));
+    Tensor hpages = Tensor::zeros({num_pages * page_size * r * es}, DType::kU8);
+    Tensor hscales = Tensor::zeros({num_pages * page_size}, DType::kF32);
+    Tensor dpages = gpu_->zeros({num_pages * page_size * r * es}, DType::kU8);
+    Tensor dscales = gpu_->zeros({num_pages * page_size}, DType::kF32);
+    const Tensor htable = i32(table), dtable = up(htable);
+    const LatentPagesView hv{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r,
+                             htable.data<int32_t>(), tokens};
+    const LatentPagesView dv{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r,
+                             dtable.data<int32_t>(), tokens};
+    const Tensor lat = randn({tokens, r}, 700, 2.0f);
+    cpu_->latent_store(hv, hpages.raw(), hscales.data<float>(), lat, 0);
+    gpu_->latent_store(dv, dpages.raw(), dscales.data<float>(), up(lat), 0);
+    const float scale = 1.0f / std::sqrt(192.0f);
+    std::mt19937 rng(701);
+    for (int64_t n : {1, 31, 67, 300, 1024, 2051, 4099}) {
+      const std::string tag = std::string(" ") + dtype_name(dt) + " n=" + std::to_string(n);
+      // n distinct ascending tokens (about every other one).
+      std::vector<int32_t> own;
+      for (int32_t tok = static_cast<int32_t>(rng() % 2); static_cast<int64_t>(own.size()) < n;
+           tok += 1 + static_cast<int32_t>(rng() % 2))
+        own.push_back(tok);
+      // The same set in a wide row: shuffled, with repeats, -1s and tokens past the end.
+      std::vector<int32_t> mixed = own;
+      for (int64_t j = 0; j < std::min<int64_t>(n, 50); ++j) mixed.push_back(own[rng() % own.size()]);
+      while (static_cast<int64_t>(mixed.size()) < wide - 40) mixed.push_back(-1);
+      while (static_cast<int64_t>(mixed.size()) < wide) mixed.push_back(static_cast<int32_t>(tokens + rng() % 9));
+      std::shuffle(mixed.begin(), mixed.end(), rng);
+      // Three rows at the wide width: a long row, the row ascending then -1s, a short row.
+      std::vector<int32_t> three(static_cast<size_t>(3 * wide), -1);
+      for (int64_t j = 0; j < 4099; ++j) three[j] = static_cast<int32_t>(2 * j);
+      std::copy(own.begin(), own.end(), three.begin() + wide);
+      three[2 * wide] = 5;
+      const Tensor q = randn({1, heads, r}, 702, 0.3f), q3 = randn({3, heads, r}, 703, 0.3f);
+      Tensor q3m = q3.contiguous();
+      std::memcpy(q3m.data<float>() + heads * r, q.raw(), q.nbytes());
+      const Tensor hown = i32(own).reshape({1, n});
+      Tensor ref = Tensor::empty({1, heads, r}, DType::kF32);
+      cpu_->mla_sparse_attention(ref, q, hv, hown, scale);
+      Tensor a = gpu_->empty({1, heads, r}), b = gpu_->empty({1, heads, r}), c = gpu_->empty({3, heads, r});
+      gpu_->mla_sparse_attention(a, up(q), dv, up(hown), scale);
+      gpu_->mla_sparse_attention(b, up(q), dv, up(i32(mixed).reshape({1, wide})), scale);
+      gpu_->mla_sparse_attention(c, up(q3m), dv, up(i32(three).reshape({3, wide})), scale);
+      const Tensor ha = down(a), hb = down(b), hc = down(c);
+      report("mla split width" + tag, max_rel(ref, ha), 1e-5);
+      EXPECT_TRUE(same_bits(ha, hb)) << "own width vs wide shuffled row" << tag;
+      EXPECT_TRUE(same_bits(ha, hc.slice(0, 1, 2).contiguous())) << "own width vs middle of three rows" << tag;
+    }
+  }
+}
+
 // Long rows for the indexer: scores over 40K+ pools (blocks across the row) and top-k
 // among up to 262144 candidates (one 1024-thread block a row), with and without ties,
 // against the CPU; the scores buffer is wider than every row.

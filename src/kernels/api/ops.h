@@ -342,6 +342,68 @@ class Ops {
   // A model step's bounds, for the op profiler (TF_PROFILE_OPS=1 on CUDA); no-ops by default.
   virtual void begin_step() {}
   virtual void end_step() {}
+
+  // ---- side branches (independent op groups that may overlap) ---------------
+  // The ops issued between branch_begin() and branch_end() form a side branch: it
+  // starts after every op issued before branch_begin() and may run concurrently with
+  // the ops issued after branch_end(), until branch_join(); ops after branch_join()
+  // follow both. Use SideBranch (below) rather than the three calls. Until the join,
+  // neither branch may write what the other reads or writes, and the side branch
+  // must not synchronise with the host or run collectives. Branches do not nest: a
+  // backend that overlaps them throws on a branch_begin() before the join. The
+  // defaults (CPU) do nothing: the ops run in the order issued, so any result is that
+  // of the same ops without branches. concurrent_branches(rows) says whether branches
+  // of ops on that many rows overlap here (CUDA: up to its exact rows, where single
+  // ops are latency-bound and accumulate as out + sum; not with TF_BRANCHES=0), so
+  // that a caller only restructures work (e.g. computes a term of a sum apart) where
+  // it can pay.
+  virtual bool concurrent_branches(int64_t /*rows*/) const { return false; }
+  virtual void branch_begin() {}
+  virtual void branch_end() {}
+  virtual void branch_join() {}
+  class SideBranch;
+};
+
+// A side branch as a scope: the constructor begins it, end() returns to the main
+// branch, join() joins (the destructor ends and joins what is still open, also when
+// an exception leaves the scope: a graph capture that fails inside the branch).
+class Ops::SideBranch {
+ public:
+  explicit SideBranch(Ops& ops) : ops_(ops) {
+    ops_.branch_begin();
+    state_ = State::kSide;
+  }
+  ~SideBranch() {
+    // Each step on its own: the backend is back on its main branch even when one fails
+    // (the error resurfaces at the next synchronisation).
+    try {
+      end();
+    } catch (...) {
+    }
+    try {
+      join();
+    } catch (...) {
+    }
+  }
+  SideBranch(const SideBranch&) = delete;
+  SideBranch& operator=(const SideBranch&) = delete;
+
+  void end() {
+    if (state_ != State::kSide) return;
+    state_ = State::kMain;
+    ops_.branch_end();
+  }
+  void join() {
+    end();
+    if (state_ != State::kMain) return;
+    state_ = State::kJoined;
+    ops_.branch_join();
+  }
+
+ private:
+  enum class State { kSide, kMain, kJoined };
+  Ops& ops_;
+  State state_ = State::kJoined;
 };
 
 }  // namespace tf

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/op_profiler.h"
+#include "kernels/cuda/side_stream.h"
 
 namespace tf::cuda {
 namespace {
@@ -42,7 +43,8 @@ Status GraphCapturer::ensure_arena(CudaContext& ctx, size_t bytes) {
 }
 
 Expected<std::unique_ptr<Ops::Graph>> GraphCapturer::capture_once(CudaContext& ctx, OpProfiler* prof,
-                                                                  const std::function<void()>& fn, size_t& wanted) {
+                                                                  SideStream* side, const std::function<void()>& fn,
+                                                                  size_t& wanted) {
   TF_RETURN_IF_ERROR(ensure_arena(ctx, std::max(arena_bytes_, kFirstArenaBytes)));
   TF_RETURN_IF_ERROR(cuda_status(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal),
                                  "cudaStreamBeginCapture"));
@@ -57,6 +59,11 @@ Expected<std::unique_ptr<Ops::Graph>> GraphCapturer::capture_once(CudaContext& c
   } catch (const std::exception& e) {
     body = internal_error(std::string("exception while capturing: ") + e.what());
   }
+  // An unjoined fork would fail the capture (and leave the side stream in it).
+  if (side != nullptr && side->open()) {
+    const Status closed = side->close(ctx);
+    if (body.is_ok()) body = closed.is_ok() ? internal_error("a side branch was left open") : closed;
+  }
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(ctx.stream, &graph);
   if (prof) prof->set_paused(false);
@@ -70,7 +77,8 @@ Expected<std::unique_ptr<Ops::Graph>> GraphCapturer::capture_once(CudaContext& c
                           cudaGetErrorString(end) + ")");
   }
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  // Kernel nodes carry their capturing stream's priority (a side branch's may be higher).
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   cudaGraphDestroy(graph);
   if (inst != cudaSuccess) {
     (void)cudaGetLastError();
@@ -79,15 +87,16 @@ Expected<std::unique_ptr<Ops::Graph>> GraphCapturer::capture_once(CudaContext& c
   return std::unique_ptr<Ops::Graph>(new CudaGraph(exec, arena_));
 }
 
-Expected<std::unique_ptr<Ops::Graph>> GraphCapturer::capture(CudaContext& ctx, OpProfiler* prof,
+Expected<std::unique_ptr<Ops::Graph>> GraphCapturer::capture(CudaContext& ctx, OpProfiler* prof, SideStream* side,
                                                              const std::function<void()>& fn) {
   if (ctx.capturing) return internal_error("graph capture: already capturing");
+  if (side != nullptr && side->open()) return internal_error("graph capture: inside an open side branch");
   size_t wanted = 0;
-  auto g = capture_once(ctx, prof, fn, wanted);
+  auto g = capture_once(ctx, prof, side, fn, wanted);
   if (g || wanted <= arena_bytes_) return g;
   // The arena was too small: a bigger one (for this and later captures), once.
   TF_RETURN_IF_ERROR(ensure_arena(ctx, 2 * wanted));
-  return capture_once(ctx, prof, fn, wanted);
+  return capture_once(ctx, prof, side, fn, wanted);
 }
 
 Status GraphCapturer::replay(CudaContext& ctx, Ops::Graph& graph) {

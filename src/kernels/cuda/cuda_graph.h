@@ -8,7 +8,10 @@
 // staged uploads are refused (CudaContext::capturing): their host bytes would be
 // read again at every replay. An arena too small for a capture is replaced by one
 // twice the size wanted and the capture retried once; graphs keep the arena they
-// were captured in alive.
+// were captured in alive. Side branches (side_stream.h) inside the function become
+// parallel branches of the graph: a branch the function left open is joined before
+// the capture ends, and graphs are instantiated with their kernel nodes' priorities
+// (captured from their streams').
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +26,7 @@
 namespace tf::cuda {
 
 class OpProfiler;
+class SideStream;
 
 class GraphCapturer {
  public:
@@ -30,14 +34,16 @@ class GraphCapturer {
   GraphCapturer(const GraphCapturer&) = delete;
   GraphCapturer& operator=(const GraphCapturer&) = delete;
 
-  Expected<std::unique_ptr<Ops::Graph>> capture(CudaContext& ctx, OpProfiler* prof, const std::function<void()>& fn);
+  // `side` (may be null): the backend's side stream, joined if fn leaves a branch open.
+  Expected<std::unique_ptr<Ops::Graph>> capture(CudaContext& ctx, OpProfiler* prof, SideStream* side,
+                                                const std::function<void()>& fn);
   Status replay(CudaContext& ctx, Ops::Graph& graph);
   size_t arena_bytes() const { return arena_bytes_; }
 
  private:
   Status ensure_arena(CudaContext& ctx, size_t bytes);
   // One capture attempt; `wanted` gets the arena bytes the function asked for.
-  Expected<std::unique_ptr<Ops::Graph>> capture_once(CudaContext& ctx, OpProfiler* prof,
+  Expected<std::unique_ptr<Ops::Graph>> capture_once(CudaContext& ctx, OpProfiler* prof, SideStream* side,
                                                      const std::function<void()>& fn, size_t& wanted);
 
   std::shared_ptr<void> arena_;  // device memory (cudaFree when the last graph goes)

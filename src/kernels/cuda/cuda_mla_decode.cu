@@ -8,21 +8,29 @@
 //     as on the CPU. Each kept token's element offset in the pages and its fp8 scale go
 //     to the workspace, with the row's count n.
 //  2. split (a block per (head group of 8, chunk, row)): the row's n tokens are cut
-//     into at most kMaxChunks chunks of whole 32-token tiles; a block loads each tile's
-//     latents once (dequantized to f32 in shared memory) and uses them for its 8 heads:
-//     scores (warps split the channels, a lane per token), an online softmax (running
-//     max and sum per head), and the weighted sum of the tile into per-thread
-//     accumulators (a thread per 4 channels x 8 heads). It writes the chunk's max, sum
-//     and unnormalised output.
+//     into chunks of whole 32-token tiles; a block takes each tile's latents once and
+//     uses them for its 8 heads: scores (warps split the channels, a lane per token), an
+//     online softmax (running max and sum per head), and the weighted sum of the tile
+//     into per-thread accumulators (a thread per 4 channels x 8 heads). It writes the
+//     chunk's max, sum and unnormalised output. The default kernel (split_pipe_kernel)
+//     loads q before waiting on prep (programmatic dependent launch), reads the chunk's
+//     offsets once and copies tile k + 1 (cp.async, raw) while computing tile k; for
+//     R % 128 == 0 (the model) its tensor-core form (split_mma_kernel: TF32 hi/lo
+//     products) unless TF_MLA_DECODE_MMA=0. TF_MLA_DECODE_INLINE=1: up to W =
+//     kInlineMaxIndices the split blocks make the token list themselves, no prep launch
+//     (slower on the H200: off). TF_MLA_DECODE_SPLIT=v1 runs the first kernel (a
+//     synchronous gather per tile, at most 16 chunks), kept for A/B runs.
 //  3. combine (a block per (head, row)): the chunks' partial results, rescaled to the
 //     common max, summed in chunk order and divided by the total sum.
 //
-// Determinism: the chunking depends only on the row's n and the index width W (the
-// grid's chunk count is min(ceil(W / 32), kMaxChunks)), and every sum runs in a fixed
-// order, so a row's bits do not depend on the other rows of the call, nor on which op
-// (one-sequence or decode rows) called it. Launch parameters depend only on the row
-// count and W (capture-safe); the workspace comes from ctx.scratch (the graph arena
-// while capturing). Rows go in batches of kRowBatch so the workspace stays bounded.
+// Determinism: a row's chunking depends only on its n: the grid has min(ceil(W / 32),
+// limit) chunks and a row of `tiles` tiles puts ceil(tiles / chunks) in each, which is
+// max(1, ceil(tiles / limit)) whatever W; the kernel and the limit depend only on R, the
+// dtype and the knobs (read once per process). Every sum runs in a fixed order, so a
+// row's bits do not depend on the other rows of the call, on W, nor on which op (one
+// sequence or decode rows) called it. Launch parameters depend only on the row count
+// and W (capture-safe); the workspace comes from ctx.scratch (the graph arena while
+// capturing). Rows go in batches so the workspace stays bounded.
 #include "kernels/cuda/cuda_mla_decode.h"
 
 #include <cub/block/block_scan.cuh>
@@ -44,6 +52,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/latent_index_sort.cuh"
+#include "kernels/cuda/launch_kernel_ex.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -56,17 +65,49 @@ constexpr int kThreads = 256;       // split block: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunks = 16;      // chunks per row (workspace: rows x chunks x H x (R + 2) floats)
 constexpr int kMaxWidth = 1024;     // R: a thread per 4 channels of the output
-// The tensor-core split kernel (R % 128 == 0): off by default until CudaDecodeRows.* pass
-// with it on a GPU; TF_MLA_DECODE_MMA=1 turns it on (read once, so the choice still
-// depends only on R within a process).
+// The tensor-core split kernel (R % 128 == 0) is the default where R allows: it measured
+// 14.7 vs 19.8 us (scalar pipelined) at W = 67 on the H200 (run4s9); TF_MLA_DECODE_MMA=0 takes
+// the scalar kernels (read once, so the choice still depends only on R within a process).
 bool use_mma() {
   static const bool on = [] {
     const char* e = std::getenv("TF_MLA_DECODE_MMA");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+// The pipelined split kernels are the default; TF_MLA_DECODE_SPLIT=v1
+// selects the first split kernel (A/B). TF_MLA_DECODE_CHUNKS=N (1..256) sets the pipelined
+// kernel's chunk limit (default kPipeChunks). Both read once per process.
+bool use_pipe() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_MLA_DECODE_SPLIT");
+    return e == nullptr || std::string(e) != "v1";
+  }();
+  return on;
+}
+constexpr int kPipeChunks = 16;  // 16 beat 32 and 64 at 1-8 rows, W 2051 (H200, run3s9/run4s9)
+int pipe_max_chunks() {
+  static const int n = [] {
+    const char* e = std::getenv("TF_MLA_DECODE_CHUNKS");
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v >= 1 && v <= 256 ? v : kPipeChunks;
+  }();
+  return n;
+}
+// TF_MLA_DECODE_INLINE=1: up to W = kInlineMaxIndices the split blocks make the row's
+// token list themselves instead of a prep launch. Off by default: on the H200 (run5s9)
+// it measured 14.8 vs 13.9 us at W = 67 (tensor-core kernel), and slower at W = 2051.
+bool use_inline() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_MLA_DECODE_INLINE");
     return e != nullptr && std::string(e) == "1";
   }();
   return on;
 }
-constexpr int64_t kRowBatch = 16;   // rows per launch sequence (bounds the workspace: <= 34 MB at 64 x 512)
+constexpr int kInlineMaxIndices = 1024;  // W up to which TF_MLA_DECODE_INLINE=1 skips the prep launch
+constexpr size_t kMaxPipeSmem = 200 * 1024;  // above it (f32 pages of large R) the first split kernel runs
+// Rows per launch sequence at kMaxChunks chunks (bounds the workspace: <= 34 MB at 64 x 512).
+constexpr int64_t kRowBatch = 16;
 static_assert(kGroup == kWarps, "the softmax gives a warp to each head of the group");
 
 struct Workspace {
@@ -77,6 +118,13 @@ struct Workspace {
   float* part_ml;   // [rows, chunks, H, 2] chunk max and sum
 };
 
+// Programmatic dependent launch: wait for the previous kernel's results / let the next
+// kernel start its prologue. Both are no-ops for kernels launched without it.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 // ---- 1. prep -------------------------------------------------------------------
 
 template <bool kFp8>
@@ -86,6 +134,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   __shared__ typename Scan::TempStorage scan_tmp;
   extern __shared__ int toks[];  // [pow2 >= W]
   const int64_t b = blockIdx.x;
+  pdl_launch_dependents();  // the pipelined split loads its queries meanwhile
   const int32_t* table = p.page_table;
   int64_t num_tokens = p.num_tokens;
   if (p.row_tables != nullptr) {
@@ -174,18 +223,19 @@ __device__ __forceinline__ void gather_tile_latents(float* lat, const void* __re
 }
 
 // The online-softmax step of one tile (warp = head, lane = token): sums the warps' partial
-// scores sp [kWarps][kGroup][kTile], scales them (softmax scale x fp8 token scale), updates
+// scores sp [kWarps][kGroup][kTile], scales them (softmax scale x fp8 token scale, the tile's
+// token scales at tile_tsc), updates
 // the head's running max and sum, writes probability x token scale to pr [kTile][kGroup]
 // and the accumulators' rescale to alpha[head]. Shared by the split and TF32 kernels.
 __device__ __forceinline__ void online_softmax_tile(const float* sp, float* pr, float* alpha,
-                                                    const float* __restrict__ tsc, int base, int n, float scale,
+                                                    const float* tile_tsc, int base, int n, float scale,
                                                     float& m_run, float& l_run) {
   const int h = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool valid = base + lane < n;
   float s = 0.0f;
 #pragma unroll
   for (int ww = 0; ww < kWarps; ++ww) s += sp[(ww * kGroup + h) * kTile + lane];
-  const float ts = valid ? tsc[base + lane] : 0.0f;
+  const float ts = valid ? tile_tsc[lane] : 0.0f;
   s = valid ? s * scale * ts : -INFINITY;
   const float m_new = fmaxf(m_run, warp_reduce(s, MaxOp{}));  // finite: a tile has a token
   const float a = expf(m_run - m_new);
@@ -287,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int h = 0; h < kGroup; ++h) sp[(warp * kGroup + h) * kTile + lane] = s[h];
     }
     __syncthreads();
-    online_softmax_tile(sp, pr, alpha, tsc, base, n, scale, m_run, l_run);
+    online_softmax_tile(sp, pr, alpha, tsc + base, base, n, scale, m_run, l_run);
     __syncthreads();
     if (quad < nq) {
 #pragma unroll
@@ -336,6 +386,75 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// ---- 2b. pipelined split (the default) -----------------------------------------
+// split_kernel's arithmetic in the same order (so equal chunking gives equal bits), with
+// the latency taken out: q is loaded before waiting on prep (programmatic dependent
+// launch), the chunk's token offsets and scales are read into shared memory once, and
+// the tiles arrive raw (T, as stored) by cp.async one tile ahead of the tile in use,
+// dequantized as they are read.
+
+struct SplitArgs {
+  Workspace ws;
+  const void* pages;
+  const float* q;
+  int w, heads, r;
+  float scale;
+  MlaSplitPages view;       // the inline prep's pages (rows of this launch)
+  const int32_t* indices;   // [rows, w], the inline prep's input
+};
+
+template <int kBytes>
+__device__ __forceinline__ void cp_async_ca(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(kBytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Byte offsets of the pipelined kernel's shared memory; the chunk's offsets and scales
+// (chunk_tokens of them) come last so the rest depends only on R and the element size.
+struct PipeSmem {
+  int q, sp, pr, alpha, tiles, offs, tsc, total;
+};
+
+__host__ __device__ inline PipeSmem pipe_smem(int r, int es, int chunk_tokens) {
+  const int groups = kThreads / quads_pow2(r);
+  PipeSmem s{};
+  s.q = 0;                                              // [kGroup][R] f32 queries
+  s.sp = s.q + kGroup * r * 4;                          // [kWarps][kGroup][kTile] partial scores
+  s.pr = s.sp + kWarps * kGroup * kTile * 4;            // [kTile][kGroup] probabilities x token scale
+  s.alpha = s.pr + kTile * kGroup * 4;                  // [kGroup]
+  s.tiles = s.alpha + 16 * ((kGroup * 4 + 15) / 16);    // 2 x [kTile][R + 4] raw; at the end [groups][kGroup][R] f32
+  s.offs = s.tiles + max(2 * kTile * (r + 4) * es, groups * kGroup * r * 4);
+  s.tsc = s.offs + chunk_tokens * 8;
+  s.total = s.tsc + chunk_tokens * 4;
+  return s;
+}
+
+// Starts the copies of one tile's `valid` tokens (offsets offs[0 ..]) into dst [kTile][rs];
+// the tile's rows past `valid` are zeroed.
+template <typename T>
+__device__ __forceinline__ void issue_tile(T* dst, const void* __restrict__ pages, const int64_t* offs, int valid,
+                                           int nq, int rs) {
+  constexpr int kBytes = 4 * sizeof(T);
+  for (int e = threadIdx.x; e < kTile * nq; e += kThreads) {
+    const int t = e / nq, x = (e - t * nq) * 4;
+    T* d = dst + t * rs + x;
+    if (t < valid) {
+      cp_async_ca<kBytes>(d, static_cast<const T*>(pages) + offs[t] + x);
+    } else if constexpr (kBytes == 4) {
+      *reinterpret_cast<uint32_t*>(d) = 0u;
+    } else if constexpr (kBytes == 8) {
+      *reinterpret_cast<uint2*>(d) = make_uint2(0u, 0u);
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
 // The same split on tensor cores (R a multiple of 128): scores S^T [32 tokens x 8 heads]
 // = L [32 x R] Q^T, each warp over R/8 channels (partials added in warp order as
 // above), and O^T [R x 8] += L^T P^T, each warp owning R/128 16-channel tiles of the
@@ -358,15 +477,14 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
 constexpr int kMaxMmaTiles = kMaxWidth / 128;  // accumulator tiles per warp
 
 struct MmaSmem {
-  int qh, ql, lat, sp, pr, alpha, total;  // offsets in floats; rows of R + 4
+  int qf, lat, sp, pr, alpha, total;  // offsets in floats; rows of R + 4
 };
 
 __host__ __device__ inline MmaSmem mma_smem(int r) {
   const int rs = r + 4;
   MmaSmem s{};
-  s.qh = 0;                                // [kGroup][rs] q, TF32 high part (as float bits)
-  s.ql = s.qh + kGroup * rs;               // [kGroup][rs] low part
-  s.lat = s.ql + kGroup * rs;              // [kTile][rs] tile latents (raw)
+  s.qf = 0;                                // [kGroup][rs] q (f32; split into TF32 high and low parts as read)
+  s.lat = s.qf + kGroup * rs;              // [kTile][rs] tile latents (f32)
   s.sp = s.lat + kTile * rs;               // [kWarps][kGroup][kTile] partial scores
   s.pr = s.sp + kWarps * kGroup * kTile;   // [kTile][kGroup] probabilities x token scale
   s.alpha = s.pr + kTile * kGroup;         // [kGroup]
@@ -374,34 +492,128 @@ __host__ __device__ inline MmaSmem mma_smem(int r) {
   return s;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 2)
-    split_mma_kernel(Workspace ws, const void* __restrict__ pages, const float* __restrict__ q, int w, int heads,
-                     int r, float scale) {
+// The split block's own prep (the split kernels' kInline, W <= kInlineMaxIndices): prep's
+// token list for row b (compaction, sort when needed, repeats dropped: the same list, so
+// the same bits) in toks [pow2 >= W], then the offsets and scales of this block's chunk
+// (tiles [t0, t1) of gridDim.y chunks) into offs and the scales after them. Returns n.
+template <bool kFp8>
+__device__ int inline_prep(int* toks, const SplitArgs& a, int64_t b, int64_t* offs, int& t0, int& t1) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  const MlaSplitPages& p = a.view;
+  const int w = a.w;
+  const int32_t* table = p.page_table;
+  int64_t num_tokens = p.num_tokens;
+  if (p.row_tables != nullptr) {
+    table = reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(p.row_tables[b]));
+    num_tokens = int64_t(p.row_pos[b]) + 1;
+  }
+  const int32_t* idx = a.indices + b * w;
+  const int per = (w + kThreads - 1) / kThreads;
+  const int j0 = min(w, int(threadIdx.x) * per), j1 = min(w, j0 + per);
+  int mine = 0;
+  for (int j = j0; j < j1; ++j) mine += idx[j] >= 0 && idx[j] < num_tokens;
+  int at = 0, n = 0;
+  Scan(scan_tmp).ExclusiveSum(mine, at, n);
+  for (int j = j0; j < j1; ++j) {
+    const int32_t id = idx[j];
+    if (id >= 0 && id < num_tokens) toks[at++] = id;
+  }
+  __syncthreads();
+  int unsorted = 0;
+  for (int j = threadIdx.x + 1; j < n; j += kThreads) unsorted |= toks[j - 1] >= toks[j];
+  if (__syncthreads_or(unsorted)) {
+    int padded = 1;
+    while (padded < n) padded <<= 1;
+    for (int j = n + threadIdx.x; j < padded; j += kThreads) toks[j] = INT_MAX;
+    __syncthreads();
+    bitonic_sort_slots(toks, padded);
+  }
+  const int per2 = (n + kThreads - 1) / kThreads;
+  const int k0 = min(n, int(threadIdx.x) * per2), k1 = min(n, k0 + per2);
+  int keep = 0;
+  for (int j = k0; j < k1; ++j) keep += j == 0 || toks[j - 1] != toks[j];
+  int rank = 0, kept = 0;
+  Scan(scan_tmp).ExclusiveSum(keep, rank, kept);
+  const int chunks = gridDim.y, tiles = (kept + kTile - 1) / kTile, cper = (tiles + chunks - 1) / chunks;
+  t0 = int(blockIdx.y) * cper;
+  t1 = min(tiles, t0 + cper);
+  const int tok0 = t0 * kTile, tok1 = min(kept, t1 * kTile);
+  float* tsc = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(offs) + max(0, t1 - t0) * kTile * 8);
+  for (int j = k0; j < k1; ++j) {
+    if (j > 0 && toks[j - 1] == toks[j]) continue;
+    if (rank >= tok0 && rank < tok1) {
+      const int64_t tok = toks[j], page = table[tok / p.page_size], slot = tok % p.page_size;
+      offs[rank - tok0] = page * p.page_stride + slot * p.width;
+      tsc[rank - tok0] = kFp8 ? p.scales[page * p.page_size + slot] : 1.0f;
+    }
+    ++rank;
+  }
+  return kept;
+}
+
+// The tensor-core kernel's raw tile after its mma_smem floats, then the chunk's offsets
+// and scales (chunk_tokens of them).
+__host__ __device__ inline int mma_raw_bytes(int r, int es) { return (kTile * (r + 4) * es + 15) / 16 * 16; }
+__host__ __device__ inline int mma_smem_bytes(int r, int es, int chunk_tokens) {
+  return (mma_smem(r).total * 4 + 15) / 16 * 16 + mma_raw_bytes(r, es) + chunk_tokens * 12;
+}
+
+template <typename T, bool kInline>
+__global__ void __launch_bounds__(kThreads, 2) split_mma_kernel(SplitArgs args) {
   constexpr bool kSplitLat = std::is_same_v<T, float>;
   extern __shared__ __align__(16) float sm[];
+  const int r = args.r, heads = args.heads, w = args.w;
+  const float scale = args.scale;
   const MmaSmem L = mma_smem(r);
-  float* qh = sm + L.qh;
-  float* ql = sm + L.ql;
+  float* qf = sm + L.qf;
   float* lat = sm + L.lat;
   float* sp = sm + L.sp;
   float* pr = sm + L.pr;
   float* alpha = sm + L.alpha;
+  const int rs = r + 4, nq = r / 4;
+  T* raw = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(sm) + (L.total * 4 + 15) / 16 * 16);  // next tile
+  int64_t* offs = reinterpret_cast<int64_t*>(reinterpret_cast<unsigned char*>(raw) + mma_raw_bytes(r, sizeof(T)));
   const int chunk = blockIdx.y, chunks = gridDim.y;
   const int64_t b = blockIdx.z;
-  const SplitBlock blk = split_block(ws, heads);
-  if (blk.t0 >= blk.t1) return;  // an empty chunk (the combine skips it)
-  const int n = blk.n, t0 = blk.t0, t1 = blk.t1, h0 = blk.h0, nh = blk.nh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-  const int rs = r + 4, nq = r / 4;
-  for (int i = threadIdx.x; i < kGroup * r; i += kThreads) {
-    const int hh = i / r, x = i % r;
-    const float v = hh < nh ? q[(b * heads + h0 + hh) * int64_t(r) + x] : 0.0f;
-    qh[hh * rs + x] = __uint_as_float(tf32_hi(v));
-    ql[hh * rs + x] = __uint_as_float(tf32_lo(v));
+  {  // q does not depend on prep: split it while prep finishes.
+    const int h0 = int(blockIdx.x) * kGroup, nh = min(kGroup, heads - h0);
+    for (int i = threadIdx.x; i < kGroup * r; i += kThreads) {
+      const int hh = i / r, x = i % r;
+      const float v = hh < nh ? args.q[(b * heads + h0 + hh) * int64_t(r) + x] : 0.0f;
+      qf[hh * rs + x] = v;
+    }
   }
-  const int64_t* offs = ws.offset + b * w;
-  const float* tsc = ws.tscale + b * w;
+  const Workspace& ws = args.ws;
+  const int h0 = int(blockIdx.x) * kGroup, nh = min(kGroup, heads - h0);
+  int n = 0, t0 = 0, t1 = 0;
+  if constexpr (kInline) {  // no prep kernel: the token list here (the f32 tile's space as scratch)
+    n = inline_prep<std::is_same_v<T, __nv_fp8_e4m3>>(reinterpret_cast<int*>(lat), args, b, offs, t0, t1);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) ws.count[b] = n;  // for the combine
+    pdl_launch_dependents();
+    __syncthreads();
+    if (t0 >= t1) return;  // an empty chunk (the combine skips it)
+  } else {
+    pdl_launch_dependents();
+    pdl_wait();
+    const SplitBlock blk = split_block(ws, heads);
+    if (blk.t0 >= blk.t1) return;  // an empty chunk (the combine skips it)
+    n = blk.n;
+    t0 = blk.t0;
+    t1 = blk.t1;
+  }
+  const int tok0 = t0 * kTile, ntok = (t1 - t0) * kTile, nvalid = min(n, t1 * kTile) - tok0;
+  float* tsc = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(offs) + ntok * 8);
+  if constexpr (!kInline) {
+    for (int i = threadIdx.x; i < ntok; i += kThreads) {
+      offs[i] = i < nvalid ? ws.offset[b * w + tok0 + i] : 0;
+      tsc[i] = i < nvalid ? ws.tscale[b * w + tok0 + i] : 0.0f;
+    }
+    __syncthreads();
+  }
+  issue_tile<T>(raw, args.pages, offs, nvalid, nq, rs);
+  cp_async_commit();
   const int kc = r / kWarps, kbase = warp * kc;     // score channels of this warp
   const int mtiles = r / 128, mbase = warp * mtiles * 16;  // output channels of this warp
   float acc[kMaxMmaTiles][4];
@@ -409,21 +621,30 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < kMaxMmaTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   float m_run = -INFINITY, l_run = 0.0f;
   for (int tile = t0; tile < t1; ++tile) {
-    const int base = tile * kTile;
-    gather_tile_latents<T>(lat, pages, offs, base, n, nq, rs);
+    const int k = tile - t0, base = tile * kTile;
+    cp_async_wait<0>();
     __syncthreads();
+    for (int e = threadIdx.x; e < kTile * nq; e += kThreads) {  // dequantize (exact) into f32
+      const int t = e / nq, x = (e - t * nq) * 4;
+      *reinterpret_cast<float4*>(lat + t * rs + x) = load4<T>(raw, t * rs + x);
+    }
+    __syncthreads();
+    if (tile + 1 < t1) {  // the next tile's copies run during this tile's products
+      issue_tile<T>(raw, args.pages, offs + (k + 1) * kTile, nvalid - (k + 1) * kTile, nq, rs);
+      cp_async_commit();
+    }
     {  // Scores: two 16-token tiles x 8 heads over this warp's channels.
       float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       for (int k0 = kbase; k0 < kbase + kc; k0 += 8) {
-        const uint32_t bh0 = __float_as_uint(qh[g * rs + k0 + tq]), bh1 = __float_as_uint(qh[g * rs + k0 + tq + 4]);
-        const uint32_t bl0 = __float_as_uint(ql[g * rs + k0 + tq]), bl1 = __float_as_uint(ql[g * rs + k0 + tq + 4]);
+        const float q0 = qf[g * rs + k0 + tq], q1 = qf[g * rs + k0 + tq + 4];
+        const uint32_t bh0 = tf32_hi(q0), bh1 = tf32_hi(q1), bl0 = tf32_lo(q0), bl1 = tf32_lo(q1);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           const float* l0 = lat + (mt * 16 + g) * rs + k0 + tq;
           const float f[4] = {l0[0], l0[8 * rs], l0[4], l0[8 * rs + 4]};
           uint32_t a[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) a[i] = tf32_hi(f[i]);
+          for (int i = 0; i < 4; ++i) a[i] = kSplitLat ? tf32_hi(f[i]) : __float_as_uint(f[i]);  // bf16/fp8: exact
           mma_tf32(c[mt], a, bh0, bh1);
           mma_tf32(c[mt], a, bl0, bl1);
           if constexpr (kSplitLat) {
@@ -444,7 +665,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     __syncthreads();
-    online_softmax_tile(sp, pr, alpha, tsc, base, n, scale, m_run, l_run);
+    online_softmax_tile(sp, pr, alpha, tsc + k * kTile, base, n, scale, m_run, l_run);
     __syncthreads();
     {  // O^T [channels x heads] += L^T [channels x 32 tokens] P^T [32 x 8].
       const float a0 = alpha[2 * tq], a1 = alpha[2 * tq + 1];
@@ -466,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             const float f[4] = {l0[0], l0[8], l0[4 * rs], l0[4 * rs + 8]};
             uint32_t a[4];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) a[j] = tf32_hi(f[j]);
+            for (int j = 0; j < 4; ++j) a[j] = kSplitLat ? tf32_hi(f[j]) : __float_as_uint(f[j]);
             mma_tf32(acc[i], a, bh0, bh1);
             mma_tf32(acc[i], a, bl0, bl1);
             if constexpr (kSplitLat) {
@@ -500,9 +721,157 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+template <typename T, bool kInline>
+__global__ void __launch_bounds__(kThreads, 2) split_pipe_kernel(SplitArgs a) {
+  extern __shared__ __align__(16) unsigned char smb[];
+  const int r = a.r, heads = a.heads, w = a.w;
+  const PipeSmem L = pipe_smem(r, int(sizeof(T)), 0);
+  float* qs = reinterpret_cast<float*>(smb + L.q);
+  float* sp = reinterpret_cast<float*>(smb + L.sp);
+  float* pr = reinterpret_cast<float*>(smb + L.pr);
+  float* alpha = reinterpret_cast<float*>(smb + L.alpha);
+  T* tiles = reinterpret_cast<T*>(smb + L.tiles);
+  int64_t* offs = reinterpret_cast<int64_t*>(smb + L.offs);
+  const int chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t b = blockIdx.z;
+  const int h0 = int(blockIdx.x) * kGroup, nh = min(kGroup, heads - h0);
+  // q does not depend on prep: load it while prep finishes.
+  for (int i = threadIdx.x; i < kGroup * r; i += kThreads) {
+    const int hh = i / r;
+    qs[i] = hh < nh ? a.q[(b * heads + h0 + hh) * int64_t(r) + i % r] : 0.0f;
+  }
+  const Workspace& ws = a.ws;
+  int n = 0, t0 = 0, t1 = 0;
+  if constexpr (kInline) {  // no prep kernel: the token list here (tiles' space as scratch)
+    n = inline_prep<std::is_same_v<T, __nv_fp8_e4m3>>(reinterpret_cast<int*>(tiles), a, b, offs, t0, t1);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) ws.count[b] = n;  // for the combine
+    pdl_launch_dependents();
+    __syncthreads();
+    if (t0 >= t1) return;  // an empty chunk (the combine skips it)
+  } else {
+    pdl_launch_dependents();
+    pdl_wait();
+    const SplitBlock blk = split_block(ws, heads);
+    if (blk.t0 >= blk.t1) return;  // an empty chunk (the combine skips it)
+    n = blk.n;
+    t0 = blk.t0;
+    t1 = blk.t1;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rs = r + 4, nq = r / 4;
+  const int tok0 = t0 * kTile, ntok = (t1 - t0) * kTile, nvalid = min(n, t1 * kTile) - tok0;
+  float* tsc = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(offs) + ntok * 8);
+  if constexpr (!kInline) {
+    for (int i = threadIdx.x; i < ntok; i += kThreads) {
+      offs[i] = i < nvalid ? ws.offset[b * w + tok0 + i] : 0;
+      tsc[i] = i < nvalid ? ws.tscale[b * w + tok0 + i] : 0.0f;
+    }
+    __syncthreads();
+  }
+  const int tile_elems = kTile * rs;
+  issue_tile<T>(tiles, a.pages, offs, nvalid, nq, rs);
+  cp_async_commit();
+  const int ks = (r + 4 * kWarps - 1) / (4 * kWarps) * 4;
+  const int c0 = min(r, warp * ks), c1 = min(r, c0 + ks);
+  const int qp = quads_pow2(r), groups = kThreads / qp, quad = threadIdx.x % qp, grp = threadIdx.x / qp;
+  float acc[kGroup][4];
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) acc[h][0] = acc[h][1] = acc[h][2] = acc[h][3] = 0.0f;
+  float m_run = -INFINITY, l_run = 0.0f;
+  for (int tile = t0; tile < t1; ++tile) {
+    const int k = tile - t0, base = tile * kTile;
+    if (tile + 1 < t1) {
+      issue_tile<T>(tiles + ((k + 1) & 1) * tile_elems, a.pages, offs + (k + 1) * kTile, nvalid - (k + 1) * kTile,
+                    nq, rs);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* lat = tiles + (k & 1) * tile_elems;
+    {
+      float s[kGroup];
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) s[h] = 0.0f;
+      const int lrow = lane * rs;
+      for (int x = c0; x < c1; x += 4) {
+        const float4 lv = load4<T>(lat, lrow + x);
+#pragma unroll
+        for (int h = 0; h < kGroup; ++h) {
+          const float4 qv = *reinterpret_cast<const float4*>(qs + h * r + x);
+          s[h] = fmaf(qv.x, lv.x, s[h]);
+          s[h] = fmaf(qv.y, lv.y, s[h]);
+          s[h] = fmaf(qv.z, lv.z, s[h]);
+          s[h] = fmaf(qv.w, lv.w, s[h]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) sp[(warp * kGroup + h) * kTile + lane] = s[h];
+    }
+    __syncthreads();
+    online_softmax_tile(sp, pr, alpha, tsc + k * kTile, base, n, a.scale, m_run, l_run);
+    __syncthreads();
+    if (quad < nq) {
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        const float al = alpha[h];
+        acc[h][0] *= al;
+        acc[h][1] *= al;
+        acc[h][2] *= al;
+        acc[h][3] *= al;
+      }
+      for (int t = grp; t < kTile; t += groups) {
+        const float4 lv = load4<T>(lat, t * rs + quad * 4);
+        const float4 p0 = *reinterpret_cast<const float4*>(pr + t * kGroup);
+        const float4 p1 = *reinterpret_cast<const float4*>(pr + t * kGroup + 4);
+        const float p[kGroup] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+        for (int h = 0; h < kGroup; ++h) {
+          acc[h][0] = fmaf(p[h], lv.x, acc[h][0]);
+          acc[h][1] = fmaf(p[h], lv.y, acc[h][1]);
+          acc[h][2] = fmaf(p[h], lv.z, acc[h][2]);
+          acc[h][3] = fmaf(p[h], lv.w, acc[h][3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // The token groups' accumulators, added in group order (the tiles' space is free).
+  float* red = reinterpret_cast<float*>(tiles);  // [groups][kGroup][R]
+  if (quad < nq) {
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h)
+      *reinterpret_cast<float4*>(red + (grp * kGroup + h) * r + quad * 4) =
+          make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+  }
+  __syncthreads();
+  const int64_t part = (b * chunks + chunk) * heads + h0;
+  for (int i = threadIdx.x; i < nh * r; i += kThreads) {
+    const int h = i / r, x = i % r;
+    float o = 0.0f;
+    for (int g = 0; g < groups; ++g) o += red[(g * kGroup + h) * r + x];
+    ws.part_o[(part + h) * r + x] = o;
+  }
+  if (lane == 0 && warp < nh) {
+    ws.part_ml[(part + warp) * 2] = m_run;
+    ws.part_ml[(part + warp) * 2 + 1] = l_run;
+  }
+}
+
 // ---- 3. combine ----------------------------------------------------------------
 
-__global__ void combine_kernel(float* __restrict__ out, Workspace ws, int heads, int r, int chunks) {
+struct CombineArgs {
+  float* out;
+  Workspace ws;
+  int heads, r, chunks;
+};
+
+__global__ void combine_kernel(CombineArgs a) {
+  pdl_wait();  // the split's partials (a no-op without programmatic dependent launch)
+  float* __restrict__ out = a.out;
+  const Workspace& ws = a.ws;
+  const int heads = a.heads, r = a.r, chunks = a.chunks;
   const int h = blockIdx.x;
   const int64_t b = blockIdx.y;
   float* o = out + (b * heads + h) * int64_t(r);
@@ -568,8 +937,21 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
                                     " indices per row"));
   if (rows <= 0) return;
   const int w = static_cast<int>(indices_per_row), r = static_cast<int>(pages.width), h = static_cast<int>(heads);
-  const int chunks = static_cast<int>(std::min<int64_t>((w + kTile - 1) / kTile, kMaxChunks));
-  const int64_t batch = std::min(rows, kRowBatch);
+  const int es = static_cast<int>(dtype_size(pages.dtype));
+  // The kernel and the chunk limit depend only on R, the dtype and the process's knobs
+  // (the shared memory check assumes the widest index buffer), so both ops (one sequence,
+  // decode rows) and every W take the same path for a row.
+  const int limit = use_pipe() ? pipe_max_chunks() : kMaxChunks;
+  const int worst_tokens = ((kMaxIndices / kTile + limit - 1) / limit) * kTile;
+  const bool mma = use_pipe() && use_mma() && r % 128 == 0 &&
+                   static_cast<size_t>(mma_smem_bytes(r, es, worst_tokens)) <= kMaxPipeSmem;
+  const bool pipe = use_pipe() && !mma && static_cast<size_t>(pipe_smem(r, es, worst_tokens).total) <= kMaxPipeSmem;
+  const int max_chunks = mma || pipe ? limit : kMaxChunks;
+  const int chunks = static_cast<int>(std::min<int64_t>((w + kTile - 1) / kTile, max_chunks));
+  const int chunk_tokens = ((w + kTile - 1) / kTile + chunks - 1) / chunks * kTile;  // the most a row's chunk takes
+  // Rows per launch sequence: the workspace stays <= kRowBatch x kMaxChunks partials.
+  const int64_t batch =
+      std::min(rows, mma || pipe ? std::max<int64_t>(1, kRowBatch * kMaxChunks / chunks) : kRowBatch);
   // Workspace: one scratch block carved into 256-byte aligned parts.
   auto up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   const int64_t b_count = up(batch * 4), b_off = up(batch * w * 8), b_sc = up(batch * w * 4);
@@ -580,15 +962,33 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
                reinterpret_cast<float*>(base + b_count + b_off), reinterpret_cast<float*>(base + b_count + b_off + b_sc),
                reinterpret_cast<float*>(base + b_count + b_off + b_sc + b_o)};
   const size_t prep_smem = static_cast<size_t>(padded_indices(w)) * 4;
-  // Tensor cores where the width allows (the choice depends only on R: both ops agree).
-  const bool mma = use_mma() && r % 128 == 0;
-  const size_t split_smem_bytes = static_cast<size_t>(mma ? mma_smem(r).total : split_smem(r).total) * 4;
+  const size_t split_smem_bytes = static_cast<size_t>(mma    ? mma_smem_bytes(r, es, chunk_tokens)
+                                                      : pipe ? pipe_smem(r, es, chunk_tokens).total
+                                                             : split_smem(r).total * 4);
   auto prep = pages.dtype == DType::kF8E4M3 ? prep_kernel<true> : prep_kernel<false>;
-  auto split = pages.dtype == DType::kF32    ? (mma ? split_mma_kernel<float> : split_kernel<float>)
-               : pages.dtype == DType::kBF16 ? (mma ? split_mma_kernel<__nv_bfloat16> : split_kernel<__nv_bfloat16>)
-                                             : (mma ? split_mma_kernel<__nv_fp8_e4m3> : split_kernel<__nv_fp8_e4m3>);
+  auto split_v1 = pages.dtype == DType::kF32    ? split_kernel<float>
+                  : pages.dtype == DType::kBF16 ? split_kernel<__nv_bfloat16>
+                                                : split_kernel<__nv_fp8_e4m3>;
+  // The pipelined kernels: [tensor cores][inline prep] for this dtype.
+  using Kernel = void (*)(SplitArgs);
+  const Kernel f32k[2][2] = {{split_pipe_kernel<float, false>, split_pipe_kernel<float, true>},
+                             {split_mma_kernel<float, false>, split_mma_kernel<float, true>}};
+  const Kernel bf16k[2][2] = {{split_pipe_kernel<__nv_bfloat16, false>, split_pipe_kernel<__nv_bfloat16, true>},
+                              {split_mma_kernel<__nv_bfloat16, false>, split_mma_kernel<__nv_bfloat16, true>}};
+  const Kernel fp8k[2][2] = {{split_pipe_kernel<__nv_fp8_e4m3, false>, split_pipe_kernel<__nv_fp8_e4m3, true>},
+                             {split_mma_kernel<__nv_fp8_e4m3, false>, split_mma_kernel<__nv_fp8_e4m3, true>}};
+  const bool pdl = mma || pipe;
+  // Small W on the pipelined kernels: the split blocks make the token list themselves (no
+  // prep launch; the same list, so the same bits), in shared memory the tiles use later.
+  const int scratch_bytes = mma ? kTile * (r + 4) * 4 : pipe_smem(r, es, 0).offs - pipe_smem(r, es, 0).tiles;
+  const bool inline_prep_ok =
+      pdl && use_inline() && w <= kInlineMaxIndices && padded_indices(w) * 4 <= scratch_bytes;
+  const Kernel split_pdl = (pages.dtype == DType::kF32    ? f32k
+                            : pages.dtype == DType::kBF16 ? bf16k
+                                                          : fp8k)[mma ? 1 : 0][inline_prep_ok ? 1 : 0];
   ensure_smem(reinterpret_cast<const void*>(prep), prep_smem, op);
-  ensure_smem(reinterpret_cast<const void*>(split), split_smem_bytes, op);
+  ensure_smem(pdl ? reinterpret_cast<const void*>(split_pdl) : reinterpret_cast<const void*>(split_v1),
+              split_smem_bytes, op);
   for (int64_t r0 = 0; r0 < rows; r0 += batch) {
     const int64_t nb = std::min(batch, rows - r0);
     MlaSplitPages p = pages;
@@ -596,12 +996,22 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
       p.row_tables += r0;
       p.row_pos += r0;
     }
-    prep<<<static_cast<unsigned>(nb), kPrepThreads, prep_smem, ctx.stream>>>(ws, p, indices + r0 * w, w);
+    if (!inline_prep_ok)
+      prep<<<static_cast<unsigned>(nb), kPrepThreads, prep_smem, ctx.stream>>>(ws, p, indices + r0 * w, w);
     const dim3 grid(static_cast<unsigned>((h + kGroup - 1) / kGroup), static_cast<unsigned>(chunks),
                     static_cast<unsigned>(nb));
-    split<<<grid, kThreads, split_smem_bytes, ctx.stream>>>(ws, pages.pages, q + r0 * h * r, w, h, r, scale);
-    combine_kernel<<<dim3(static_cast<unsigned>(h), static_cast<unsigned>(nb)), 128, 0, ctx.stream>>>(
-        out + r0 * h * r, ws, h, r, chunks);
+    if (pdl) {
+      const SplitArgs sa{ws, pages.pages, q + r0 * h * r, w, h, r, scale, p, indices + r0 * w};
+      raise_if(cuda_status(launch_kernel_ex(split_pdl, grid, dim3(kThreads), split_smem_bytes, ctx.stream, nullptr,
+                                            !inline_prep_ok, sa),
+                           op));
+    } else {
+      split_v1<<<grid, kThreads, split_smem_bytes, ctx.stream>>>(ws, pages.pages, q + r0 * h * r, w, h, r, scale);
+    }
+    const CombineArgs ca{out + r0 * h * r, ws, h, r, chunks};
+    raise_if(cuda_status(launch_kernel_ex(combine_kernel, dim3(static_cast<unsigned>(h), static_cast<unsigned>(nb)),
+                                          dim3(128), 0, ctx.stream, nullptr, pdl, ca),
+                         op));
   }
   check_launch(op);
 }

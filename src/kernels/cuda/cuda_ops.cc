@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -22,6 +23,7 @@
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/pinned_upload.h"
+#include "kernels/cuda/side_stream.h"
 #include "kernels/cuda/exl3_cuda.h"
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/staging_ring.h"
@@ -79,6 +81,12 @@ void throw_if(const Status& s) {
   if (!s.is_ok()) throw StatusError(s);
 }
 
+// An environment switch that is on unless set to "0".
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+
 // A tensor as `rows` rows of `width` packed elements, `pitch` elements apart: true
 // for packed tensors and for views whose leading dimensions collapse into one.
 bool as_rows(const Tensor& t, int64_t& rows, int64_t& width, int64_t& pitch) {
@@ -126,12 +134,19 @@ class CudaOps final : public Ops {
     if (cublasSetWorkspace(c.cublas, ops->cublas_ws_, kCublasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS)
       return internal_error("cublasSetWorkspace failed on cuda:" + std::to_string(device));
     ops->prof_ = cuda::OpProfiler::from_env(c.stream);
+    // Side branches on a second stream (Ops::branch_begin; TF_BRANCHES=0: none, ops in order).
+    if (env_on("TF_BRANCHES")) {
+      auto side = cuda::SideStream::create(device, env_on("TF_BRANCH_PRIORITY"));
+      if (!side) return side.status().with_context("side stream on cuda:" + std::to_string(device));
+      ops->side_ = std::move(*side);
+    }
     TF_CUDA_RETURN_IF_ERROR(cudaMalloc(&c.error_word, sizeof(unsigned)));
     TF_CUDA_RETURN_IF_ERROR(cudaMemset(c.error_word, 0, sizeof(unsigned)));
     return std::unique_ptr<Ops>(std::move(ops));
   }
 
   ~CudaOps() override {
+    if (side_ && side_->open()) (void)side_->close(ctx_);  // ctx_ back on the main stream
     prof_.reset();  // prints what it has not reported yet
     if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
     if (cublas_ws_) cudaFree(cublas_ws_);
@@ -144,7 +159,21 @@ class CudaOps final : public Ops {
 
   bool supports_graphs() const override { return true; }
   Expected<std::unique_ptr<Graph>> capture(std::function<void()> fn) override {
-    return graphs_.capture(ctx_, prof_.get(), fn);
+    return graphs_.capture(ctx_, prof_.get(), side_.get(), fn);
+  }
+  // Side branches (side_stream.h), worth it where ops are latency-bound: up to exact_rows
+  // rows (there an accumulating matmul rounds out + sum once, as a separate add would).
+  // While the profiler times eager ops (events on the main stream) a branch runs
+  // inline; captured ones still fork.
+  bool concurrent_branches(int64_t rows) const override { return side_ != nullptr && rows <= ctx_.exact_rows; }
+  void branch_begin() override {
+    if (side_) side_->begin(ctx_, /*concurrent=*/!prof_ || ctx_.capturing);
+  }
+  void branch_end() override {
+    if (side_) side_->end(ctx_);
+  }
+  void branch_join() override {
+    if (side_) side_->join(ctx_);
   }
   Status replay(Graph& graph) override {
     cuda::OpScope prof(prof_.get(), "graph replay");
@@ -460,6 +489,7 @@ class CudaOps final : public Ops {
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
   void* cublas_ws_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> prof_;  // TF_PROFILE_OPS=1 (op_profiler.h)
+  std::unique_ptr<cuda::SideStream> side_;  // null with TF_BRANCHES=0
   cuda::GraphCapturer graphs_;
 };
 

@@ -3,8 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace tf::cuda {
 
@@ -19,7 +21,16 @@ std::shared_ptr<DeviceAllocator> DeviceAllocator::create(int device) {
   return std::shared_ptr<DeviceAllocator>(new DeviceAllocator(device));
 }
 
-DeviceAllocator::~DeviceAllocator() { release_cached(); }
+DeviceAllocator::~DeviceAllocator() {
+  std::vector<void*> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all = blocks_.take_all();
+  }
+  if (all.empty()) return;
+  (void)cudaSetDevice(device_);
+  for (void* p : all) (void)cudaFree(p);
+}
 
 Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
   if (arena_ != nullptr) {
@@ -38,15 +49,7 @@ Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
   size_t got = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // Reuse the smallest cached block that fits, unless it is over twice the size
-    // (a small tensor must not pin a huge block).
-    auto it = free_.lower_bound(block);
-    if (it != free_.end() && it->first <= 2 * block) {
-      got = it->first;
-      p = it->second;
-      cached_ -= got;
-      free_.erase(it);
-    }
+    p = blocks_.take(block, got);
   }
   if (p == nullptr) {
     cudaError_t err = cudaSetDevice(device_);
@@ -72,16 +75,24 @@ Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
 
 void DeviceAllocator::give_back(void* p, size_t block) {
   std::lock_guard<std::mutex> lock(mu_);
-  free_.emplace(block, p);
-  cached_ += block;
+  blocks_.put(p, block);
+}
+
+void DeviceAllocator::begin_hold() {
+  std::lock_guard<std::mutex> lock(mu_);
+  blocks_.begin_hold();
+}
+
+void DeviceAllocator::end_hold() {
+  std::lock_guard<std::mutex> lock(mu_);
+  blocks_.end_hold();
 }
 
 void DeviceAllocator::release_cached() {
   std::multimap<size_t, void*> blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    blocks.swap(free_);
-    cached_ = 0;
+    blocks = blocks_.take_cached();
   }
   if (blocks.empty()) return;
   (void)cudaSetDevice(device_);
@@ -107,7 +118,7 @@ size_t DeviceAllocator::end_arena() {
 
 size_t DeviceAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return cached_;
+  return blocks_.cached_bytes();
 }
 
 size_t DeviceAllocator::malloc_count() const {

@@ -5,7 +5,9 @@
 // blocks go back to a free list keyed by size and are handed out again; only a
 // miss calls cudaMalloc (and a failed cudaMalloc first returns the cache to the
 // driver and retries). All users of one allocator work on one stream, so a block
-// reused right after its last kernel was enqueued is still stream-ordered.
+// reused right after its last kernel was enqueued is still stream-ordered; while a
+// side branch runs on a second stream (Ops::SideBranch), blocks freed are held until
+// its join (begin_hold/end_hold; the free lists and that rule: block_cache.h).
 //
 // Graph capture: between begin_arena() and end_arena() every allocation is a bump
 // in a caller-owned device arena and frees are no-ops (no cudaMalloc may happen
@@ -15,12 +17,12 @@
 #pragma once
 
 #include <cstddef>
-#include <map>
 #include <memory>
 #include <mutex>
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cuda/block_cache.h"
 
 namespace tf::cuda {
 
@@ -40,6 +42,12 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   size_t cached_bytes() const;
   size_t malloc_count() const;  // cudaMalloc calls so far (a test checks steady state)
 
+  // A side branch's window (CudaOps::branch_begin .. branch_join): freed blocks are
+  // held, not reused, until end_hold(), which the join calls once the main stream
+  // waits for the side stream. Arena allocations (graph capture) are never reused.
+  void begin_hold();
+  void end_hold();
+
   // Arena mode (see above): `keep` owns the arena's memory (the Storages hold it).
   void begin_arena(std::shared_ptr<void> keep, char* base, size_t bytes);
   // Leaves arena mode; returns the bytes the capture asked for (over the arena's
@@ -52,8 +60,7 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
 
   int device_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // block size -> pointer
-  size_t cached_ = 0;
+  BlockCache blocks_;
   size_t mallocs_ = 0;
   std::shared_ptr<void> arena_keep_;
   char* arena_ = nullptr;

@@ -11,8 +11,11 @@
 // summed by the tensor cores and then multiplied by its scale in f32. Up to 8 rows of x
 // share one read of the weights (more rows: one pass per 8).
 //
-// Three kernels. The slice path (QuantGemvArgs::legacy, what quant_matmul uses by default) runs
-// for q4 either the B-operand kernel (quant_gemv_bop.cuh, QuantGemvArgs::b_operand: weights as the
+// Four kernels. The slice path (QuantGemvArgs::legacy, what quant_matmul uses by default) runs for
+// q4 the ring kernel when selected (quant_gemv_ring.h, QuantGemvArgs::ring: x written once per call as
+// MMA fragments into the workspace, then one persistent block per SM streams units of rows x the
+// whole K through a shared-memory ring filled by async copies; no second kernel), or, for A/B,
+// either the B-operand kernel (quant_gemv_bop.cuh, QuantGemvArgs::b_operand: weights as the
 // MMA's B operand straight from global memory, one 8-byte load per lane, row and group; x hi / lo
 // as A rows 0-7 / 8-15; issue #8) or the slice kernel (quant_gemv_legacy.cuh), both on the same
 // plan: blocks of 128 rows x a slice of K (QuantGemvPlan), x
@@ -64,7 +67,8 @@ struct QuantGemvPlan {
 // benchmarks sweep it.
 QuantGemvPlan quant_gemv_plan(int64_t n, int64_t k, int sm_count, int blocks_per_sm = 0);
 
-// Workspace the legacy kernel needs for these sizes (0 when the plan has one slice).
+// Workspace the slice path needs for these sizes: the slice kernels' partial sums (when the plan has
+// more than one slice) or the ring kernel's x fragments, whichever is larger.
 int64_t quant_gemv_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int blocks_per_sm = 0);
 
 // SM count of the current device (cached per device).
@@ -131,6 +135,19 @@ struct QuantGemvArgs {
   // kernel. -1 the default (quant_gemv_legacy.cuh, kBOperandDefault), 0 off, 1 on. inflight
   // (2, 4, 8; 0 the default) is its chunks of weights in flight per lane. fp8 ignores it.
   int b_operand = -1;
+  // q4 through the slice path (legacy): the ring kernel (quant_gemv_ring.h: units of rows x the whole
+  // K streamed through a shared-memory ring by async copies, x written once per call as MMA fragments
+  // into the workspace; one block per SM, no second kernel). -1 the default: quant_ring_default()
+  // (TF_QUANT_RING=1/0; built in: on) for q4 unless b_operand is
+  // set (0 or 1: that kernel, for A/B) or the call does not fit it (codes or workspace not 16-byte
+  // aligned, no workspace: the B-operand kernel then); 0 off; 1 on (throws if it cannot).
+  int ring = -1;
+  int ring_ksplit = 0;  // ring kernel: K parts per unit, 0 the plan's (quant_ring_plan), else 1/2/4/8 (other bits)
+  int ring_stage = 0;   // ring kernel: chunks per part per stage, 2, 4 or 8 (0: 8 for 1-2 K parts, else 4); same bits
+  int ring_depth = 0;   // ring kernel: at most this many ring slots (0: as many as fit); the same bits
+  int ring_warps = 0;   // ring kernel: consumer warps per block, 8 (0) or 16; the same bits for the same K split
+  int ring_bulk = 0;    // ring kernel, weights copy: 0 / 2 one 2D tensor copy (TMA) per stage, 1 a cp.async.bulk per row
+                        // and stage (run3s9), 3 16-byte cp.async (run4s9); the same bits
 };
 
 // TF_QUANT_GEMV=stream: quant_matmul (and the groups of matmul_many, which must run the

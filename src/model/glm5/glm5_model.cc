@@ -164,42 +164,100 @@ Tensor Glm5Model::logits_for(const Tensor& hidden_rows) {
   return out;
 }
 
-Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into) {
+namespace {
+
+// An MLP's first half: a = swiglu(gate_up · x) [n, intermediate].
+Tensor mlp_activation(Ops& ops, const MlpWeights& w, const Tensor& x, float limit) {
+  const int64_t n = x.size(0), il = w.exl3 ? w.exl3_intermediate : w.down.size(1);
+  Tensor gu = ops.empty({n, 2 * il});
   if (w.exl3) {
     // EXL3 expert: gate and up into the two column halves of gate_up.
-    const int64_t n = x.size(0), il = w.exl3_intermediate;
-    Tensor gu = ops_.empty({n, 2 * il});
     Tensor g = gu.slice(1, 0, il), u = gu.slice(1, il, 2 * il);
-    ops_.exl3_matmul(g, x, w.exl3->gate);
-    ops_.exl3_matmul(u, x, w.exl3->up);
-    Tensor a = ops_.empty({n, il});
-    ops_.swiglu(a, gu, static_cast<float>(cfg_.swiglu_limit));
-    Tensor y = ops_.empty({n, cfg_.hidden_size});
-    ops_.exl3_matmul(y, a, w.exl3->down);
+    ops.exl3_matmul(g, x, w.exl3->gate);
+    ops.exl3_matmul(u, x, w.exl3->up);
+  } else {
+    ops.matmul(gu, x, w.gate_up);
+  }
+  Tensor a = ops.empty({n, il});
+  ops.swiglu(a, gu, limit);
+  return a;
+}
+
+// Its second half: down · a [n, hidden], or summed into *sum_into.
+Tensor mlp_down(Ops& ops, const MlpWeights& w, const Tensor& a, int64_t hidden, Tensor* sum_into) {
+  const int64_t n = a.size(0);
+  if (w.exl3) {
+    Tensor y = ops.empty({n, hidden});
+    ops.exl3_matmul(y, a, w.exl3->down);
     if (sum_into == nullptr) return y;
-    ops_.add(*sum_into, *sum_into, y);
+    ops.add(*sum_into, *sum_into, y);
     return *sum_into;
   }
-  const int64_t n = x.size(0), il = w.down.size(1);
-  Tensor gu = ops_.empty({n, 2 * il});
-  ops_.matmul(gu, x, w.gate_up);
-  Tensor a = ops_.empty({n, il});
-  ops_.swiglu(a, gu, static_cast<float>(cfg_.swiglu_limit));
   // Summing into an existing tensor: the down projection accumulates (out += ...,
   // one rounding per element: the bits of add(out, out, y)) with one launch less.
   if (sum_into != nullptr) {
-    ops_.matmul(*sum_into, a, w.down, /*accumulate=*/true);
+    ops.matmul(*sum_into, a, w.down, /*accumulate=*/true);
     return *sum_into;
   }
-  Tensor y = ops_.empty({n, cfg_.hidden_size});
-  ops_.matmul(y, a, w.down);
+  Tensor y = ops.empty({n, hidden});
+  ops.matmul(y, a, w.down);
   return y;
 }
 
+// What of the MoE layer's shared expert runs on a side branch, and beside what, where
+// the backend overlaps branches (TF_BRANCH_MOE, read at each MoE layer, so a captured
+// graph keeps the mode it was captured with; A/B of where it pays):
+//   router          gate_up + SwiGLU beside the router, joined before the routed
+//                   experts; the down projection accumulates into their sum (default);
+//   experts-gateup  the same, joined after the routed experts;
+//   experts         the whole shared expert beside the router and the routed experts,
+//                   added to their sum after the join (routed + shared rounds once per
+//                   element: the bits of the accumulating down projection).
+// Either way the same arithmetic as without branches, so the same bits. H200 (run3s9 +
+// run4s9, EXL3 experts + DENSE=q4, decode-1 tok/s): no branches 97.2-97.7, router 100.5 /
+// 101.3 / 101.4, experts-gateup 100.9 / 101.2 / 100.4, experts 93.8: the gate_up GEMV hides
+// behind the small router kernels, but a q4 GEMV beside the integer-ALU-bound EXL3
+// kernels slows them more than it saves (router keeps it off them).
+enum class SharedBranch { kBesideRouter, kBesideExpertsGateUp, kBesideExperts };
+
+SharedBranch shared_branch() {
+  const char* e = std::getenv("TF_BRANCH_MOE");
+  const std::string v = e ? e : "";
+  if (v == "experts") return SharedBranch::kBesideExperts;
+  if (v == "experts-gateup") return SharedBranch::kBesideExpertsGateUp;
+  return SharedBranch::kBesideRouter;
+}
+
+}  // namespace
+
+Tensor Glm5Model::mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into) {
+  const Tensor a = mlp_activation(ops_, w, x, static_cast<float>(cfg_.swiglu_limit));
+  return mlp_down(ops_, w, a, cfg_.hidden_size, sum_into);
+}
+
 Tensor Glm5Model::moe_forward(const MoeWeights& w, const Tensor& x) {
+  if (!ops_.concurrent_branches(x.size(0))) {
+    const std::vector<Tensor> gate = moe_gate(w, x);
+    Tensor out = moe_routed(w, x, gate[1], gate[0]);
+    return moe_finish(w, x, out);
+  }
+  // The shared expert (or its first half) on a side branch: until the sum it is
+  // independent of the router and the routed experts.
+  const float limit = static_cast<float>(cfg_.swiglu_limit);
+  const SharedBranch mode = shared_branch();
+  Ops::SideBranch side(ops_);
+  const Tensor shared = mode == SharedBranch::kBesideExperts ? mlp_forward(w.shared, x)
+                                                             : mlp_activation(ops_, w.shared, x, limit);
+  side.end();
   const std::vector<Tensor> gate = moe_gate(w, x);
+  if (mode == SharedBranch::kBesideRouter) side.join();
   Tensor out = moe_routed(w, x, gate[1], gate[0]);
-  return moe_finish(w, x, out);
+  side.join();
+  if (mode == SharedBranch::kBesideExperts) {
+    ops_.add(out, out, shared);
+    return out;
+  }
+  return mlp_down(ops_, w.shared, shared, cfg_.hidden_size, &out);
 }
 
 std::vector<Tensor> Glm5Model::moe_gate(const MoeWeights& w, const Tensor& x) {
