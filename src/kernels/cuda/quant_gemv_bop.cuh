@@ -31,25 +31,6 @@ namespace {
 
 constexpr int kBopRedStride = static_cast<int>(kQuantBlockRows) + 8;  // padded: fewer bank conflicts
 
-__device__ __forceinline__ uint32_t lop_or(uint32_t w, uint32_t mask) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "r"(mask), "r"(0x64006400u));
-  return d;
-}
-
-// Two f16x2 pairs (q - 8, exact) of a lane's word, already shifted right by 0 or 8: nibbles
-// (0, 4) and (1, 5) of v, i.e. pairs 2h and 2h + 1 (qfrag::pair_elem) of word v for shift 8h.
-__device__ __forceinline__ void q4_pair2_f16(uint32_t v, uint32_t& p0, uint32_t& p1) {
-  // f16x2 constants as bit patterns (1032; 1/16; -72): folded by the compiler.
-  uint32_t c1032 = 0x64086408u, c16th = 0x2C002C00u, cm72 = 0xD480D480u;
-  uint32_t lo = lop_or(v, 0x000F000Fu), hi = lop_or(v, 0x00F000F0u);  // 1024 + q, 1024 + 16q
-  const __half2 a = __hsub2(*reinterpret_cast<__half2*>(&lo), *reinterpret_cast<__half2*>(&c1032));
-  const __half2 c = __hfma2(*reinterpret_cast<__half2*>(&hi), *reinterpret_cast<__half2*>(&c16th),
-                            *reinterpret_cast<__half2*>(&cm72));
-  p0 = *reinterpret_cast<const uint32_t*>(&a);
-  p1 = *reinterpret_cast<const uint32_t*>(&c);
-}
-
 __device__ __forceinline__ uint2 bop_load(const uint8_t* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint2*>(p)) : make_uint2(0x88888888u, 0x88888888u);  // q = 8: zero
 }
@@ -156,7 +137,7 @@ __global__ void __launch_bounds__(256, 4) quant_gemv_bop_kernel(const __grid_con
         for (int b = 0; b < 2; ++b) {
           const uint32_t w = hw ? ring[u][b].y : ring[u][b].x;
           uint32_t p0, p1;
-          q4_pair2_f16(half ? w >> 8 : w, p0, p1);
+          qfrag::q4_pairs_f16(half ? w >> 8 : w, p0, p1);
           qfrag::mma_16816_f16(d[b], a, p0, p1);
         }
       }

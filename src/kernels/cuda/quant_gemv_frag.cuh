@@ -48,6 +48,25 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 __device__ __forceinline__ uint32_t half2_bits(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
+// q4 nibbles -> f16 pairs for the kernels that feed f16 MMAs (the B-operand and ring kernels):
+// nibbles (0, 4) and (1, 5) of v as f16x2 q - 8, exact. (v & 0x000F000F) | 0x6400.. is 1024 + q
+// (minus 1032); (v & 0x00F000F0) | 0x6400.. is 1024 + 16q (times 1/16 minus 72, one hfma2).
+// Shifting v right by 8 first gives nibbles (2, 6) and (3, 7).
+__device__ __forceinline__ uint32_t lop_or_6400(uint32_t w, uint32_t mask) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "r"(mask), "r"(0x64006400u));
+  return d;
+}
+__device__ __forceinline__ void q4_pairs_f16(uint32_t v, uint32_t& p0, uint32_t& p1) {
+  uint32_t c1032 = 0x64086408u, c16th = 0x2C002C00u, cm72 = 0xD480D480u;  // f16x2 1032; 1/16; -72
+  uint32_t lo = lop_or_6400(v, 0x000F000Fu), hi = lop_or_6400(v, 0x00F000F0u);
+  const __half2 a = __hsub2(*reinterpret_cast<__half2*>(&lo), *reinterpret_cast<__half2*>(&c1032));
+  const __half2 b = __hfma2(*reinterpret_cast<__half2*>(&hi), *reinterpret_cast<__half2*>(&c16th),
+                            *reinterpret_cast<__half2*>(&cm72));
+  p0 = half2_bits(a);
+  p1 = half2_bits(b);
+}
+
 // The same MMA on f16 operands (the fp8 path of the slice kernel: e4m3 -> f16 is one cvt).
 __device__ __forceinline__ void mma_16816_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

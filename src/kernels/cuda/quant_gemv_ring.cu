@@ -186,23 +186,6 @@ __global__ void __launch_bounds__(256) ring_x_fragments(const __grid_constant__ 
     *reinterpret_cast<float*>(rec + 256 * m + 4 * r) = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
 }
 
-__device__ __forceinline__ uint32_t lop_or_6400(uint32_t w, uint32_t mask) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "r"(mask), "r"(0x64006400u));
-  return d;
-}
-// Nibbles (0, 4) and (1, 5) of v as f16x2 q - 8 (exact): the bop kernel's conversion
-// ((v & 0x000F000F) | 0x6400.. is 1024 + q; the 0x00F0 nibbles are 1024 + 16q, one hfma2).
-__device__ __forceinline__ void q4_pairs_f16(uint32_t v, uint32_t& p0, uint32_t& p1) {
-  uint32_t c1032 = 0x64086408u, c16th = 0x2C002C00u, cm72 = 0xD480D480u;
-  uint32_t lo = lop_or_6400(v, 0x000F000Fu), hi = lop_or_6400(v, 0x00F000F0u);
-  const __half2 a = __hsub2(*reinterpret_cast<__half2*>(&lo), *reinterpret_cast<__half2*>(&c1032));
-  const __half2 b = __hfma2(*reinterpret_cast<__half2*>(&hi), *reinterpret_cast<__half2*>(&c16th),
-                            *reinterpret_cast<__half2*>(&cm72));
-  p0 = qfrag::half2_bits(a);
-  p1 = qfrag::half2_bits(b);
-}
-
 // The weights producer's copies of one stage into `slot`, all 32 lanes: the weights by 16-byte
 // cp.async pieces (consecutive lanes, consecutive pieces of a row), or (QuantGemvArgs::ring_bulk) a
 // cp.async.bulk per row; the scales by cp.async pieces or plain loads. Each lane's cp.asyncs arrive on
@@ -370,7 +353,7 @@ __global__ void __launch_bounds__(threads_of<W>(), 1)
             // MMA q: weight pairs 2q, 2q + 1 (word q / 2, shifted by 8 for odd q).
             const uint32_t word = q < 2 ? w.x : w.y;
             uint32_t p0, p1;
-            q4_pairs_f16(q & 1 ? word >> 8 : word, p0, p1);
+            qfrag::q4_pairs_f16(q & 1 ? word >> 8 : word, p0, p1);
             const uint32_t a[4] = {xq[q].x, xq[q].y, xq[q].z, xq[q].w};
             qfrag::mma_16816_f16(d, a, p0, p1);
           }
