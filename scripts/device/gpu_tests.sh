@@ -2,7 +2,7 @@
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
 # TF_GPU_ONLY="kernels parity kdarows decoderows quant sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
-# "benchgpu" (scripts/device/bench_gpu.sh, minutes) and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
+# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "decodelayers", "exl3model" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -161,6 +161,26 @@ if [[ " ${TF_GPU_ONLY:-} " == *" profmodel "* && -x .gpurun/tensorfold ]]; then
     echo "profmodel: synth-checkpoint failed (see prof_synth.log)"; rc=1
   fi
   rm -rf "$ck"
+fi
+# Where decode time scales (session 10): decode-1 tok/s on the exl3model configuration at 4, 12, 24 and 45
+# layers (no MTP layer), graphs and eager; the slope is the per-layer cost, the intercept the per-token one
+# (lm_head, sampling, host). Only when named: TF_GPU_ONLY="decodelayers" (DECODE_LAYERS overrides the list).
+if [[ " ${TF_GPU_ONLY:-} " == *" decodelayers "* && -x .gpurun/tensorfold ]]; then
+  for L in ${DECODE_LAYERS:-4 12 24 45}; do
+    ck=/dev/shm/tf-exl3-layers; rm -rf "$ck"
+    if timeout 300 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --layers "$L" --experts "${EXL3_EXPERTS:-8}" \
+        --exl3 --bits 4 --codebook mcg --mtp-layers 0 >> "$OUT/decode_layers.log" 2>&1; then
+      for g in 1 0; do
+        printf 'layers %s graphs %s: ' "$L" "$g"
+        TF_GRAPHS=$g TF_CACHE_DIR="$(mktemp -d)" timeout 200 .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" \
+          --scenario decode-1 --output-tokens 48 --timeout 150 2>&1 | tee -a "$OUT/decode_layers.log" |
+          grep -E 'decode tok/s per request' || { echo "bench failed"; rc=1; }
+      done
+    else
+      echo "decodelayers: synth-checkpoint --layers $L failed"; rc=1
+    fi
+    rm -rf "$ck"
+  done
 fi
 # Weight load speed (s6_load): full-geometry synthetic checkpoints (8 experts) in /dev/shm, loaded by
 # `bench --offline --device cuda` (decode-1, 8 tokens): BF16 with --dense bf16 and the default (q4,
