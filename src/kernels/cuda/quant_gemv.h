@@ -12,9 +12,10 @@
 // share one read of the weights (more rows: one pass per 8).
 //
 // Four kernels. The slice path (QuantGemvArgs::legacy, what quant_matmul uses by default) runs for
-// q4 the ring kernel when selected (quant_gemv_ring.h, QuantGemvArgs::ring: x written once per call as
-// MMA fragments into the workspace, then one persistent block per SM streams units of rows x the
-// whole K through a shared-memory ring filled by async copies; no second kernel), or, for A/B,
+// q4 the ring kernel when selected (quant_gemv_ring.h, QuantGemvArgs::ring: x turned once per call into
+// MMA records (in each block's shared memory, or by an x kernel into the workspace), then one persistent
+// block per SM streams units of rows x the whole K through a shared-memory ring filled by async copies;
+// no second kernel), or, for A/B,
 // either the B-operand kernel (quant_gemv_bop.cuh, QuantGemvArgs::b_operand: weights as the
 // MMA's B operand straight from global memory, one 8-byte load per lane, row and group; x hi / lo
 // as A rows 0-7 / 8-15; issue #8) or the slice kernel (quant_gemv_legacy.cuh), both on the same
@@ -148,6 +149,22 @@ struct QuantGemvArgs {
   int ring_warps = 0;   // ring kernel: consumer warps per block, 8 (0) or 16; the same bits for the same K split
   int ring_bulk = 0;    // ring kernel, weights copy: 0 / 2 one 2D tensor copy (TMA) per stage, 1 a cp.async.bulk per row
                         // and stage (run3s9), 3 16-byte cp.async (run4s9); the same bits
+  // Ring kernel, MMA operands (quant_gemv_ring_chunk.cuh): 0 the default (quant_ring_weights_a_default(): A
+  // unless TF_QUANT_RING_OPERAND=b), 1 the weights as the B operand and x hi / lo as A (session 9: 8 MMAs per
+  // 16 rows and chunk), 2 the weights as A and x hi / lo as B columns (4 MMAs for up to 4 rows, 8 for 5..8);
+  // 2 has other bits than 1, independent of m as well.
+  int ring_operand = 0;
+  // Ring kernel, 2D tensor copies: each row's box one chunk longer (the next stage's first chunk, or zeros
+  // past K), so a slot's rows sit 32 bytes apart in the banks and the weights' 8-byte shared loads are not
+  // 8-way conflicted. -1 the default (quant_ring_pad_default(): on unless TF_QUANT_RING_PAD=0), 0 off, 1 on;
+  // the same bits.
+  int ring_pad = -1;
+  // Ring kernel, x: 0 the x kernel writes the MMA records to the workspace once and the x producer copies
+  // them per stage (session 9); 1 each block writes the records of all of x's K into shared memory itself
+  // (consumers and the x warp, after the dependency wait; no x kernel, no x copies) when one round of those
+  // threads does it (m = 1 up to K = 4608, m = 2 up to 2304, ...), else as 0; 2 whenever they fit (76 KB).
+  // -1 the default (quant_ring_x_in_kernel_default(): 1 unless TF_QUANT_RING_X=0). The same bits.
+  int ring_x = -1;
 };
 
 // TF_QUANT_GEMV=stream: quant_matmul (and the groups of matmul_many, which must run the

@@ -1,35 +1,34 @@
-// The q4 ring GEMV (quant_gemv_ring.h): x fragments once per call, then persistent blocks whose
-// producer warps stream whole-K units through a shared-memory ring (mbarriers): the weights by 16-byte
-// cp.async (default), a cp.async.bulk per row and stage, or one 2D tensor copy per stage
-// (QuantGemvArgs::ring_bulk 0 / 1 / 2; the same bits), the x records by one cp.async.bulk per stage.
+// The q4 ring GEMV (quant_gemv_ring.h): persistent blocks whose producer warps stream whole-K units
+// through a shared-memory ring (mbarriers): the weights by one 2D tensor copy per stage (default), 16-byte
+// cp.async or a cp.async.bulk per row and stage (QuantGemvArgs::ring_bulk; the same bits); x as MMA
+// records, either written by the block itself into shared memory once (QuantGemvArgs::ring_x, the default
+// when one round of its threads does it) or by a small x kernel into the workspace and copied per stage.
 //
 // Why: the slice kernels (quant_gemv_legacy.cuh, quant_gemv_bop.cuh) pay a fixed chain per call
 // (x staged per block, __syncthreads, a few chunks per warp, partial sums, a second kernel): ~6-7 us
 // plus ~1.4 TB/s at m = 1. Here the weights ask nothing of the consumers: a producer warp keeps up
-// to ~200 KB per SM of copies in flight (issued before the dependency wait), a second producer warp
-// (one lane) adds each slot's x records after it, and the consumers only wait on full slots.
+// to ~200 KB per SM of copies in flight (issued before the dependency wait), and the consumers only
+// wait on full slots.
 //
-// Shared memory per slot (one stage of one unit): weights [U rows][S chunks + 1 pad][32 bytes]
-// (rows 32 bytes apart in the banks: a warp's 8-byte reads of 8 rows x 4 lanes are conflict-free;
-// tensor copies write the rows unpadded),
-// x fragments [S chunks][record], scales [U rows][S] f16. A record (one chunk of x) is, for x rows
-// r < m and lanes t = 0..3, 16 words per (r, t) in four 16-byte quads q ([q][r][t]: a warp's quad
-// reads are consecutive): quad q = {hi pair 2q, lo pair 2q, hi pair 2q + 1, lo pair 2q + 1}, the A
-// registers of the chunk's MMA q; then 8 floats 2^-e (row r at 4r bytes). Pairs follow
-// qfrag::pair_elem<kQ4> (nibbles j, j + 4 of a lane's words), e and the f16 split as stage_x
-// (quant_gemv_legacy.cuh): hi + lo carry 22 significant bits of x.
+// Shared memory per slot (one stage of one unit): weights [U rows][S chunks + pad][32 bytes] (pad 1:
+// rows 32 bytes apart in the banks, conflict-free 8-byte reads of 8 rows x 4 lanes; tensor copies with
+// QuantGemvArgs::ring_pad take one chunk more per row, else pad 0), x records [S chunks][record] (unless
+// x is resident), scales [U rows][S] f16. Records: quant_gemv_ring_chunk.cuh (per operand layout); pairs
+// follow qfrag::pair_elem<kQ4>, e and the f16 split as stage_x (quant_gemv_legacy.cuh): hi + lo carry 22
+// significant bits of x.
 //
-// Consumer warp w: rows 16 (w / ksplit) .. + 15 of the unit (two 8-row MMA B tiles), part
-// j = w % ksplit: local chunks j, j + ksplit, ... of each stage (S a multiple of ksplit, so global
-// chunk c = j mod ksplit). Per chunk: 4 LDS.128 of x, 2^-e, per tile one LDS.64 of weights, the
-// 0x6400 magic to f16 (9 instructions per word), 4 MMAs, two scales, two FMAs.
+// Consumer warp w: rows 16 (w / ksplit) .. + 15 of the unit, part j = w % ksplit: local chunks j,
+// j + ksplit, ... of each stage (S a multiple of ksplit, so global chunk c = j mod ksplit), each by
+// ring::chunk_mma (weights as the MMA's A operand by default: 4 MMAs per chunk up to 4 x rows).
 #include <cuda.h>  // CUtensorMap (types only; the encoder comes through cudaGetDriverEntryPointByVersion)
 #include <cudaTypedefs.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -37,6 +36,7 @@
 #include "kernels/cuda/launch_kernel_ex.cuh"
 #include "kernels/cuda/quant_gemv_frag.cuh"
 #include "kernels/cuda/quant_gemv_ring.h"
+#include "kernels/cuda/quant_gemv_ring_chunk.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -54,8 +54,8 @@ constexpr int kSmemBudget = 218 * 1024;  // dynamic: 227 KB per block less the s
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Bytes of one x record for m rows (a multiple of 16).
-__host__ __device__ constexpr int record_bytes(int m) { return 256 * m + 32; }
+using ring::Operand;
+using ring::record_bytes;
 
 struct RingSeg {
   float* out;
@@ -67,7 +67,12 @@ struct RingSeg {
 };
 
 struct RingParams {
-  const uint8_t* xf;  // x records [chunks][record_bytes(m)]
+  const uint8_t* xf;  // x records [chunks][record_bytes(m)] (written by ring_x_fragments)
+  // x_all > 0 (QuantGemvArgs::ring_x): no x kernel; the block writes all chunks' records itself (x_all bytes,
+  // after the slots) from x [m][ldx], and the slots carry no x.
+  const float* x;
+  int64_t ldx, k;
+  int x_all;
   int64_t chunks, units;
   int m, count, depth;
   int w_region, x_region, slot_bytes;  // a slot: weights, then x records, then scales
@@ -75,12 +80,15 @@ struct RingParams {
   // Weights copy (QuantGemvArgs::ring_bulk): 0 16-byte cp.async, 1 a cp.async.bulk per row and stage,
   // 2 one 2D tensor copy per stage (tmap; the slot's rows unpadded, rows past n and chunks past K zeros).
   int copy_mode;
-  int row_pad;  // chunks of padding after each row of a slot (1; 0 for tensor copies)
+  // Chunks of padding after each row of a slot: 1 (rows 32 bytes apart in the banks), 0 for tensor copies
+  // unless QuantGemvArgs::ring_pad (then each row's box takes one chunk more: the next stage's first, or
+  // zeros past K).
+  int row_pad;
   // Scales copied by cp.async in pieces of this many bytes (4, 8, 16: chunk counts of the rows and
   // stages multiples of 2, 4, 8 and the scales aligned to it), 0: plain loads.
   int scale_piece;
   RingSeg seg[kQuantGemvMaxSegments];
-  CUtensorMap tmap[kQuantGemvMaxSegments];  // copy_mode 2: codes as u32 [n][chunks * 8], box [U][S * 8]
+  CUtensorMap tmap[kQuantGemvMaxSegments];  // copy_mode 2: codes as u32 [n][chunks * 8], box [U][(S + pad) * 8]
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -137,6 +145,7 @@ struct XParams {
   int m;
   uint8_t* xf;
   bool pdl;
+  bool weights_a;  // the record layout of Operand::kWeightsA (else kWeightsB)
 };
 
 __global__ void __launch_bounds__(256) ring_x_fragments(const __grid_constant__ XParams xp) {
@@ -153,37 +162,11 @@ __global__ void __launch_bounds__(256) ring_x_fragments(const __grid_constant__ 
   const bool on = u < units;
   const int t = static_cast<int>(u & 3), r = on ? static_cast<int>((u >> 2) % m) : 0;
   const int64_t c = on ? (u >> 2) / m : 0;
-  const int64_t k0 = c * kQuantChunk + 16 * t;
-  float v[16];
-  const float* src = x + r * ldx + k0;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = on && k0 + i < k ? __ldg(src + i) : 0.0f;
-  float mx = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) mx = fmaxf(mx, fabsf(v[i]));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  if (!on) return;
-  const int be = static_cast<int>((__float_as_uint(mx) >> 23) & 0xFFu);
-  const int e = max(-126, min(126, 14 - (be - 126)));
-  const float up = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
-  uint32_t hi[8], lo[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float a = v[qfrag::pair_elem<MatrixFormat::kQ4>(j, 0)] * up;
-    const float b = v[qfrag::pair_elem<MatrixFormat::kQ4>(j, 1)] * up;  // exact
-    const __half2 h = __floats2half2_rn(a, b);
-    hi[j] = qfrag::half2_bits(h);
-    lo[j] =
-        qfrag::half2_bits(__floats2half2_rn(a - __low2float(h), b - __high2float(h)));  // exact difference
-  }
   uint8_t* rec = xf + c * record_bytes(m);
-#pragma unroll
-  for (int q = 0; q < 4; ++q)
-    *reinterpret_cast<uint4*>(rec + q * 64 * m + (r * 4 + t) * 16) =
-        make_uint4(hi[2 * q], lo[2 * q], hi[2 * q + 1], lo[2 * q + 1]);
-  if (t == 0)
-    *reinterpret_cast<float*>(rec + 256 * m + 4 * r) = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+  if (xp.weights_a)
+    ring::x_record_item<Operand::kWeightsA>(x, ldx, k, m, c, r, t, on, rec);
+  else
+    ring::x_record_item<Operand::kWeightsB>(x, ldx, k, m, c, r, t, on, rec);
 }
 
 // The weights producer's copies of one stage into `slot`, all 32 lanes: the weights by 16-byte
@@ -204,7 +187,7 @@ __device__ __forceinline__ void ring_copy_weights(const RingParams& p, const Rin
   if (p.copy_mode == 2) {
     if (lane == 0) {
       asm volatile("mbarrier.expect_tx.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(full)),
-                   "r"(static_cast<uint32_t>(sg.unit_rows * sg.stage * kChunkBytes))
+                   "r"(static_cast<uint32_t>(sg.unit_rows * (sg.stage + p.row_pad) * kChunkBytes))
                    : "memory");
       asm volatile(
           "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
@@ -264,8 +247,23 @@ __device__ __forceinline__ void ring_copy_weights(const RingParams& p, const Rin
   if (lane == 0) mbar_arrive(full);  // after the warp's plain stores (release)
 }
 
+// RingParams::x_all: every chunk's x record into xall, items (chunk, row, t) dealt to `threads` threads
+// (tid 0..threads-1, whole warps) of the block.
+template <Operand O>
+__device__ __forceinline__ void build_x_records(const RingParams& p, uint8_t* xall, int tid, int threads) {
+  const int items = static_cast<int>(p.chunks) * p.m * 4;
+  const int rec = record_bytes(p.m);
+  for (int i0 = 0; i0 < items; i0 += threads) {
+    const int u = i0 + tid;
+    const bool on = u < items;
+    const int t = u & 3, r = on ? (u >> 2) % p.m : 0, c = on ? (u >> 2) / p.m : 0;
+    ring::x_record_item<O>(p.x, p.ldx, p.k, p.m, c, r, t, on, xall + int64_t{c} * rec);
+  }
+}
+
 // P: chunks per part per stage (the stage is P * ksplit chunks; its loop unrolled for independent MMAs).
-template <int P, int W>
+// O, G: the operand layout and its column groups (ring_chunk.cuh; kWeightsB: 1).
+template <int P, int W, Operand O = Operand::kWeightsB, int G = 1>
 __global__ void __launch_bounds__(threads_of<W>(), 1)
     quant_gemv_ring_kernel(const __grid_constant__ RingParams p) {
   constexpr int kConsumerWarps = W;
@@ -275,7 +273,8 @@ __global__ void __launch_bounds__(threads_of<W>(), 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.depth; ++s) {
-      mbar_init(&full[s], 32 + 1 + 1);  // the weights lanes' cp.async arrivals, weights lane 0, x expect_tx
+      // The weights lanes' cp.async arrivals, weights lane 0, the x copy's expect_tx (unless x_all).
+      mbar_init(&full[s], 32 + 1 + (p.x_all > 0 ? 0 : 1));
       mbar_init(&empty[s], kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -289,8 +288,14 @@ __global__ void __launch_bounds__(threads_of<W>(), 1)
     // the x records after the wait. Both refill a slot once its consumers have released it.
     const bool weights = warp == kConsumerWarps;
     if (!weights) {
-      if (lane != 0) return;
       pdl_wait();
+      if (p.x_all > 0) {
+        build_x_records<O>(p, smem + int64_t{p.depth} * p.slot_bytes, kConsumerWarps * 32 + lane,
+                           (kConsumerWarps + 1) * 32);
+        asm volatile("bar.sync 2, %0;\n" ::"n"((kConsumerWarps + 1) * 32) : "memory");
+        return;
+      }
+      if (lane != 0) return;
     }
     int it = 0;
     for (int64_t u = blockIdx.x; u < p.units; u += gridDim.x) {
@@ -315,65 +320,69 @@ __global__ void __launch_bounds__(threads_of<W>(), 1)
   }
 
   // Consumers.
-  pdl_wait();  // out (accumulate) is written by the kernels before
+  pdl_wait();  // out (accumulate) and x are written by the kernels before
+  const uint8_t* xall = smem + int64_t{p.depth} * p.slot_bytes;
+  if (p.x_all > 0) {
+    build_x_records<O>(p, smem + int64_t{p.depth} * p.slot_bytes, threadIdx.x, (kConsumerWarps + 1) * 32);
+    asm volatile("bar.sync 2, %0;\n" ::"n"((kConsumerWarps + 1) * 32) : "memory");
+  }
   const int g = lane >> 2, t = lane & 3;
-  const bool has_x = g < p.m;
   const int rec = record_bytes(p.m);
-  int it = 0;
+  int slot = 0;
+  uint32_t phase = 0;  // of the slot's current fill
   for (int64_t u = blockIdx.x; u < p.units; u += gridDim.x) {
     const RingSeg& sg = p.seg[find_seg(p, u)];
     const int ks = sg.ksplit, part = warp % ks, wrow = kRowsPerWarp * (warp / ks);
     const int stages = static_cast<int>(ceil_div(p.chunks, sg.stage));
     const int rs = (sg.stage + p.row_pad) * kChunkBytes;
+    const ring::LaneOffsets lo = ring::lane_offsets<O>(rs, sg.stage, p.m, g, t);
+    // Per chunk of this part: the weights, x record and scales pointers advance by these.
+    const int w_step = ks * kChunkBytes, x_step = ks * rec;
     float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-    for (int s = 0; s < stages; ++s, ++it) {
-      const int slot = it % p.depth;
+    for (int s = 0; s < stages; ++s) {
       const uint8_t* base = smem + int64_t{slot} * p.slot_bytes;
       const int nck = static_cast<int>(std::min<int64_t>(sg.stage, p.chunks - int64_t{s} * sg.stage));
-      mbar_wait(&full[slot], static_cast<uint32_t>((it / p.depth) & 1));
-      const auto* stile = reinterpret_cast<const unsigned short*>(base + p.w_region + p.x_region);
+      mbar_wait(&full[slot], phase);
+      const uint8_t* wp = base + wrow * rs + part * kChunkBytes;
+      const uint8_t* xp = (p.x_all > 0 ? xall + int64_t{s} * sg.stage * rec : base + p.w_region) + part * rec;
+      const unsigned short* sp =
+          reinterpret_cast<const unsigned short*>(base + p.w_region + p.x_region) + wrow * sg.stage + part;
+      if (nck == P * ks) {
+        // A whole stage: no exits in the unrolled loop, so the chunks' loads, conversions and MMAs can
+        // interleave (the FMAs into acc stay in chunk order).
 #pragma unroll
-      for (int i = 0; i < P; ++i) {
-        const int cc = part + i * ks;
-        if (cc >= nck) break;
-        const uint8_t* xr = base + p.w_region + cc * rec;
-        uint4 xq[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          xq[q] = has_x ? *reinterpret_cast<const uint4*>(xr + q * 64 * p.m + (g * 4 + t) * 16)
-                        : make_uint4(0, 0, 0, 0);
-        const float xscale = has_x ? *reinterpret_cast<const float*>(xr + 256 * p.m + 4 * g) : 0.0f;
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const int row = wrow + 8 * b;
-          const uint2 w = *reinterpret_cast<const uint2*>(base + (row + g) * rs + cc * kChunkBytes + 8 * t);
-          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            // MMA q: weight pairs 2q, 2q + 1 (word q / 2, shifted by 8 for odd q).
-            const uint32_t word = q < 2 ? w.x : w.y;
-            uint32_t p0, p1;
-            qfrag::q4_pairs_f16(q & 1 ? word >> 8 : word, p0, p1);
-            const uint32_t a[4] = {xq[q].x, xq[q].y, xq[q].z, xq[q].w};
-            qfrag::mma_16816_f16(d, a, p0, p1);
-          }
-          const unsigned short* sr = stile + (row + 2 * t) * sg.stage + cc;
-          const float s0 = __half2float(__ushort_as_half(sr[0])),
-                      s1 = __half2float(__ushort_as_half(sr[sg.stage]));
-          acc[b][0] = fmaf(s0 * xscale, d[0] + d[2], acc[b][0]);  // 2^-e: the product is exact
-          acc[b][1] = fmaf(s1 * xscale, d[1] + d[3], acc[b][1]);
+        for (int i = 0; i < P; ++i) {
+          ring::chunk_mma<O, G>(acc, lo, wp, xp, sp);
+          wp += w_step;
+          xp += x_step;
+          sp += ks;
+        }
+      } else {
+        // A short stage (the last, or all of a short K): a plain loop (smaller code: fewer instruction misses).
+#pragma unroll 1
+        for (int i = 0; i < P; ++i) {
+          if (part + i * ks >= nck) break;
+          ring::chunk_mma<O, G>(acc, lo, wp, xp, sp);
+          wp += w_step;
+          xp += x_step;
+          sp += ks;
         }
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[slot]);
+      if (++slot == p.depth) {
+        slot = 0;
+        phase ^= 1;
+      }
     }
-    // The parts' sums in part order: C holds x row g, weight rows wrow + 8b + 2t + i.
+    // The parts' sums in part order (acc's rows: ring::acc_x_row / acc_w_row).
     const int ur = sg.unit_rows;
 #pragma unroll
     for (int b = 0; b < 2; ++b)
 #pragma unroll
       for (int i = 0; i < 2; ++i)
-        red[(part * kQuantGemvRows + g) * ur + wrow + 8 * b + 2 * t + i] = acc[b][i];
+        red[(part * kQuantGemvRows + ring::acc_x_row<O>(b, g, t)) * ur + wrow + ring::acc_w_row<O>(b, i, g, t)] =
+            acc[b][i];
     asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");
     const int64_t row0 = (u - sg.unit0) * ur;
     for (int i = threadIdx.x; i < p.m * ur; i += kConsumerWarps * 32) {
@@ -456,7 +465,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // copy_mode 2: each segment's codes as a 2D u32 tensor [n][chunks * 8] with boxes of its stage
-// [unit_rows][S * 8]. False when the encoder is missing or refuses.
+// [unit_rows][(S + row_pad) * 8]. False when the encoder is missing or refuses.
 bool encode_tensor_maps(RingParams& p) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
@@ -464,9 +473,10 @@ bool encode_tensor_maps(RingParams& p) {
     const RingSeg& sg = p.seg[i];
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.chunks * 8), static_cast<cuuint64_t>(sg.n)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.chunks * kChunkBytes)};
-    const cuuint32_t box[2] = {static_cast<cuuint32_t>(sg.stage * 8), static_cast<cuuint32_t>(sg.unit_rows)};
+    const int box_chunks = sg.stage + p.row_pad;
+    const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_chunks * 8), static_cast<cuuint32_t>(sg.unit_rows)};
     const cuuint32_t estr[2] = {1, 1};
-    if (sg.stage * 8 > 256 ||
+    if (box_chunks * 8 > 256 ||
         encode(&p.tmap[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint8_t*>(sg.codes), dims, strides,
                box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
@@ -476,6 +486,8 @@ bool encode_tensor_maps(RingParams& p) {
 }
 
 constexpr int kMinDepth = 3;
+// RingParams::x_all at most (x records of the whole K in shared memory: m = 1 up to K = 16384, 8 up to 2048).
+constexpr int64_t kXAllMaxBytes = 76 * 1024;
 void layout_slots(RingParams& p, const int (&start_stage)[kQuantGemvMaxSegments], int ring_depth) {
   const int rec = record_bytes(p.m);
   for (int i = 0; i < p.count; ++i) p.seg[i].stage = start_stage[i];
@@ -488,9 +500,9 @@ void layout_slots(RingParams& p, const int (&start_stage)[kQuantGemvMaxSegments]
       max_s = std::max(max_s, sg.unit_rows * sg.stage * 2);
     }
     p.w_region = max_w;
-    p.x_region = max_stage * rec;
+    p.x_region = p.x_all > 0 ? 0 : max_stage * rec;
     p.slot_bytes = (p.w_region + p.x_region + max_s + 127) / 128 * 128;
-    p.depth = std::min(kMaxDepth, kSmemBudget / p.slot_bytes);
+    p.depth = std::min(kMaxDepth, (kSmemBudget - p.x_all) / p.slot_bytes);
     bool shrunk = false;
     if (p.depth < kMinDepth) {
       for (int i = 0; i < p.count; ++i) {
@@ -514,7 +526,62 @@ void layout_slots(RingParams& p, const int (&start_stage)[kQuantGemvMaxSegments]
     while (piece > 1 && (p.seg[i].stage % piece != 0 || !aligned_to(p.seg[i].scales, 2 * piece))) piece /= 2;
   p.scale_piece = piece > 1 ? 2 * piece : 0;
 }
+using RingKernel = void (*)(RingParams);
+
+template <Operand O, int G>
+RingKernel ring_kernel_of(int per_part, int warps) {
+  if (warps == 16)
+    return per_part == 2   ? quant_gemv_ring_kernel<2, 16, O, G>
+           : per_part == 8 ? quant_gemv_ring_kernel<8, 16, O, G>
+                           : quant_gemv_ring_kernel<4, 16, O, G>;
+  return per_part == 2   ? quant_gemv_ring_kernel<2, 8, O, G>
+         : per_part == 8 ? quant_gemv_ring_kernel<8, 8, O, G>
+                         : quant_gemv_ring_kernel<4, 8, O, G>;
+}
+
+// The kernel for per_part (2, 4, 8), the consumer warps, the operand layout and m (kWeightsA: a second
+// column group above 4 rows); its shared-memory limit raised once.
+RingKernel ring_kernel(int per_part, int warps, Operand op, int m) {
+  const RingKernel k = op == Operand::kWeightsB ? ring_kernel_of<Operand::kWeightsB, 1>(per_part, warps)
+                       : m > 4                  ? ring_kernel_of<Operand::kWeightsA, 2>(per_part, warps)
+                                                : ring_kernel_of<Operand::kWeightsA, 1>(per_part, warps);
+  static std::mutex mu;
+  static std::unordered_set<const void*> raised;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (raised.insert(reinterpret_cast<const void*>(k)).second) {
+    (void)cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kSmemBudget);
+    (void)cudaGetLastError();
+  }
+  return k;
+}
+
+// An env knob read once: unset -> true, else whether it differs from `off`.
+bool env_not(const char* name, const char* off) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != off;
+}
+
 }  // namespace
+
+// run7s10 (graph-replayed, rotated weights, session-9 ring -> these defaults, us): m = 1 4096->8192 12.9 ->
+// 8.5 (weights as B instead: 10.4, x kernel instead: 10.4, unpadded: 9.0), 2048->4096 5.5 -> 4.1,
+// 4096->24576 30.2 -> 18.9, 3 x 4096->8192 (many) 30.4 -> 19.1; m = 8 1.00-1.16x; never slower at the
+// model's shapes and m = 1..8. Decode-1 (EXL3 + q4, full geometry) 108.5 -> 114.5-115.7 tok/s.
+bool quant_ring_weights_a_default() {
+  static const bool on = env_not("TF_QUANT_RING_OPERAND", "b");
+  return on;
+}
+
+bool quant_ring_pad_default() {
+  static const bool on = env_not("TF_QUANT_RING_PAD", "0");
+  return on;
+}
+
+bool quant_ring_x_in_kernel_default() {
+  static const bool on = env_not("TF_QUANT_RING_X", "0");
+  return on;
+}
 
 void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGemvSegment* segs, int count) {
   const int sms = a.sm_count > 0 ? a.sm_count : current_sm_count();
@@ -529,7 +596,14 @@ void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
   // QuantGemvArgs::ring_bulk: 0 (the default) and 2 one 2D tensor copy per stage (run5s9: 1.2-1.5x the
   // B-operand kernel at every model shape and m), 1 a bulk copy per row, 3 16-byte cp.async.
   p.copy_mode = a.ring_bulk == 1 ? 1 : a.ring_bulk == 3 ? 0 : 2;
-  p.row_pad = p.copy_mode == 2 ? 0 : 1;
+  const bool pad = a.ring_pad < 0 ? quant_ring_pad_default() : a.ring_pad > 0;
+  p.row_pad = p.copy_mode == 2 && !pad ? 0 : 1;
+  const Operand op = (a.ring_operand == 0 ? quant_ring_weights_a_default() : a.ring_operand == 2)
+                         ? Operand::kWeightsA
+                         : Operand::kWeightsB;
+  // x records in the ring kernel: 1 when every builder thread has at most one (run6s10: more rounds of
+  // dependent x loads cost more than the x kernel, e.g. 16384->4096 m=1 15.7 -> 18.5 us), 2 whenever they fit.
+  const int x_mode = a.ring_x < 0 ? (quant_ring_x_in_kernel_default() ? 1 : 0) : std::min(a.ring_x, 2);
   int start_stage[kQuantGemvMaxSegments] = {};
   for (int i = 0; i < count; ++i) {
     const QuantGemvSegment& s = segs[i];
@@ -542,7 +616,9 @@ void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
     const QuantRingPlan plan = quant_ring_plan(s.n, a.k, sms, a.ring_ksplit, warps);
     // S: per_part chunks per part (16 KB of weights per stage at per_part 4), at most the whole K
     // rounded up to the parts.
-    const int seg_part = fixed_part > 0 ? fixed_part : plan.ksplit <= 2 ? 8 : 4;
+    int seg_part = fixed_part > 0 ? fixed_part : plan.ksplit <= 2 ? 8 : 4;
+    // A padded tensor box holds at most 256 words: S + 1 <= 32 chunks.
+    while (p.copy_mode == 2 && p.row_pad > 0 && seg_part > 2 && seg_part * plan.ksplit + 1 > 32) seg_part /= 2;
     per_part = std::max(per_part, seg_part);
     start_stage[p.count] = static_cast<int>(
         std::min<int64_t>(int64_t{seg_part} * plan.ksplit, ceil_div(p.chunks, plan.ksplit) * plan.ksplit));
@@ -559,27 +635,18 @@ void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
   if (p.count == 0) return;
   if (p.units > 0x7fffffff)
     throw StatusError(invalid_argument("quant_gemv: " + std::to_string(p.units) + " units are too many"));
-  static const bool attrs = [] {
-    for (auto* k :
-         {quant_gemv_ring_kernel<2, 8>, quant_gemv_ring_kernel<4, 8>, quant_gemv_ring_kernel<8, 8>,
-          quant_gemv_ring_kernel<2, 16>, quant_gemv_ring_kernel<4, 16>, quant_gemv_ring_kernel<8, 16>})
-      (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget);
-    (void)cudaGetLastError();
-    return true;
-  }();
-  (void)attrs;
-  auto* kernel = warps == 16 ? (per_part == 2   ? quant_gemv_ring_kernel<2, 16>
-                                : per_part == 8 ? quant_gemv_ring_kernel<8, 16>
-                                                : quant_gemv_ring_kernel<4, 16>)
-                             : (per_part == 2   ? quant_gemv_ring_kernel<2, 8>
-                                : per_part == 8 ? quant_gemv_ring_kernel<8, 8>
-                                                : quant_gemv_ring_kernel<4, 8>);
   const bool pdl = a.slice_pdl < 0 ? pdl_on() : a.slice_pdl > 0;
   auto* xf = reinterpret_cast<uint8_t*>(a.workspace);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.units, sms));
   for (int64_t r0 = 0; r0 < a.m; r0 += kQuantGemvRows) {
     p.m = static_cast<int>(std::min<int64_t>(kQuantGemvRows, a.m - r0));
     p.xf = xf;
+    p.x = a.x + r0 * a.ldx;
+    p.ldx = a.ldx;
+    p.k = a.k;
+    const int64_t x_bytes = p.chunks * record_bytes(p.m);
+    const bool one_round = p.chunks * p.m * 4 <= (warps + 1) * 32;
+    p.x_all = (x_mode == 2 || (x_mode == 1 && one_round)) && x_bytes <= kXAllMaxBytes ? static_cast<int>(x_bytes) : 0;
     layout_slots(p, start_stage, a.ring_depth);
     if (p.copy_mode == 2 && !encode_tensor_maps(p)) {
       p.copy_mode = 0;  // no encoder (driver): 16-byte cp.async, the same bits
@@ -592,14 +659,17 @@ void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
       p.seg[j].ldo = segs[i].ldo;
       ++j;
     }
-    const int64_t threads = p.chunks * p.m * 4;
-    const XParams xp{a.x + r0 * a.ldx, a.ldx, a.k, p.chunks, p.m, xf, pdl};
-    const cudaError_t ex =
-        launch_kernel_ex(ring_x_fragments, dim3(grid_1d(threads)), dim3(256), 0, stream, nullptr, pdl, xp);
-    if (ex != cudaSuccess)
-      throw StatusError(
-          internal_error(std::string("quant_gemv (ring): x launch failed: ") + cudaGetErrorString(ex)));
-    const size_t smem = size_t(p.depth) * p.slot_bytes;
+    if (p.x_all == 0) {
+      const int64_t threads = p.chunks * p.m * 4;
+      const XParams xp{a.x + r0 * a.ldx, a.ldx, a.k, p.chunks, p.m, xf, pdl, op == Operand::kWeightsA};
+      const cudaError_t ex =
+          launch_kernel_ex(ring_x_fragments, dim3(grid_1d(threads)), dim3(256), 0, stream, nullptr, pdl, xp);
+      if (ex != cudaSuccess)
+        throw StatusError(
+            internal_error(std::string("quant_gemv (ring): x launch failed: ") + cudaGetErrorString(ex)));
+    }
+    const size_t smem = size_t(p.depth) * p.slot_bytes + p.x_all;
+    const RingKernel kernel = ring_kernel(per_part, warps, op, p.m);
     const cudaError_t e =
         launch_kernel_ex(kernel, dim3(grid), dim3((warps + 2) * 32), smem, stream, nullptr, pdl, p);
     if (e != cudaSuccess)

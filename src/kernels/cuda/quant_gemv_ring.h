@@ -2,21 +2,22 @@
 // copies (QuantGemvArgs::ring; the q4 default when quant_ring_default(); kernel in quant_gemv_ring.cu).
 // Internal to quant_gemv.cu's dispatch and its tests.
 //
-// A call is two launches: a small kernel writes x (up to 8 rows) once, as the f16 hi + lo MMA A
-// fragments of x * 2^e per (row, 64-wide chunk) with the 2^-e beside them, into the workspace; the
-// GEMV kernel (one block per SM, persistent) then takes units of U output rows x the WHOLE K. Its
-// producer warps copy each unit's weights and scales (one warp) and x fragments (another) stage by
-// stage (S chunks) into a ring of shared-memory slots (cp.async / cp.async.bulk(.tensor) + mbarriers;
-// the first slots' weights are requested before the programmatic-dependent-launch wait, so at the
-// model's shapes most of a block's weights are in flight at once); 8 (or 16, ring_warps) consumer
-// warps (16 rows each, the weights as the MMA's B operand as in quant_gemv_bop.cuh) do the MMAs.
+// x (up to 8 rows per pass) becomes f16 hi + lo MMA records of x * 2^e per (row, 64-wide chunk) with the
+// 2^-e beside them: written by the GEMV's own block into shared memory after the dependency wait when one
+// round of its threads does it (QuantGemvArgs::ring_x; m = 1 up to K = 4608), else by a small kernel into
+// the workspace and copied per stage. The GEMV kernel (one block per SM, persistent) takes units of U
+// output rows x the WHOLE K. A producer warp copies each unit's weights and scales stage by stage (S
+// chunks) into a ring of shared-memory slots (2D tensor copies + mbarriers; the first slots' weights are
+// requested before the programmatic-dependent-launch wait, so at the model's shapes most of a block's
+// weights are in flight at once); 8 (or 16, ring_warps) consumer warps (16 rows each; the weights as the
+// MMA's A operand, or B: QuantGemvArgs::ring_operand, quant_gemv_ring_chunk.cuh) do the MMAs.
 // With ksplit K parts per unit (U = 16 * consumer warps / ksplit), part j sums the
 // chunks c = j (mod ksplit) in ascending order and the parts are added in part order through shared
 // memory: no second kernel, no partial sums in global memory.
 //
-// Bits: a row's output depends only on its own x row, k and ksplit (a function of n, k and the SM
-// count: quant_ring_plan), never on m, the stage size, the ring depth or the other matrices of a
-// quant_gemv_many launch.
+// Bits: a row's output depends only on its own x row, k, ksplit (a function of n, k and the SM
+// count: quant_ring_plan) and the operand layout, never on m, the stage size, the ring depth, the copy
+// path, where x's records are built or the other matrices of a quant_gemv_many launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,6 +46,14 @@ bool quant_ring_supported(const QuantGemvArgs& common, const QuantGemvSegment* s
 // Whether QuantGemvArgs::ring = -1 (with b_operand unset) picks the ring kernel for q4: TF_QUANT_RING=1 / 0
 // overrides the built-in default (read once; quant_gemv.cu).
 bool quant_ring_default();
+
+// What QuantGemvArgs::ring_operand = 0 / ring_pad = -1 / ring_x = -1 pick (read once): the weights as the
+// MMA's A operand unless TF_QUANT_RING_OPERAND=b, padded tensor boxes unless TF_QUANT_RING_PAD=0, x records
+// built in the ring kernel (when one round of its threads does it) unless TF_QUANT_RING_X=0. All three
+// off is session 9's kernel (same bits).
+bool quant_ring_weights_a_default();
+bool quant_ring_pad_default();
+bool quant_ring_x_in_kernel_default();
 
 // Enqueues the call (common already checked by quant_gemv / quant_gemv_many; segments with n = 0
 // skipped); throws StatusError on bad segments or a launch failure.
