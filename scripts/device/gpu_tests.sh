@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
-# TF_GPU_ONLY="kernels parity kdarows decoderows quant sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
+# TF_GPU_ONLY="kernels parity kdarows kdachain decoderows quant ring sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
 # "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "decodelayers", "exl3model" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
@@ -91,6 +91,21 @@ if want quant && [[ -x .gpurun/cuda_quant_tests ]]; then
   timeout 150 .gpurun/cuda_quant_tests > "$OUT/cuda_quant_tests.log" 2>&1
   [[ $? -eq 0 ]] || rc=1
   grep -E '^\[quant|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure|Which is' "$OUT/cuda_quant_tests.log" | tail -n 200
+fi
+# The q4 ring GEMV (the q4 decode default, quant_gemv_ring.h): CPU parity, bits independent of m / of the
+# other segments / of the copy path and operand layout, then the "[quant-bench] ring" lines (graph-replayed,
+# weights rotated through > 400 MB: the B-operand kernel, the session-9 ring and today's side by side).
+if want ring && [[ -x .gpurun/cuda_quant_ring_tests ]]; then
+  timeout 240 .gpurun/cuda_quant_ring_tests --gtest_filter='-*Bench:*ProfileOnce' > "$OUT/ring_tests.log" 2>&1 || rc=1
+  grep -E '^\[quant\]|^\[  FAILED |^\[==========\]|^\[  PASSED |Failure' "$OUT/ring_tests.log" | tail -n 30
+  timeout 200 .gpurun/cuda_quant_ring_tests --gtest_filter='*Bench' > "$OUT/ring_bench.log" 2>&1 || rc=1
+  grep -E '^\[quant-bench\]' "$OUT/ring_bench.log" | head -n 60
+fi
+# The KDA decode chain (q/k/v conv, then the recurrence launched behind it with PDL): same bits both ways and
+# "[kda-chain]" us per call at 1 and 8 rows.
+if want kdachain && [[ -x .gpurun/cuda_kda_chain_bench ]]; then
+  timeout 60 .gpurun/cuda_kda_chain_bench > "$OUT/kda_chain_bench.log" 2>&1 || rc=1
+  grep -E '^\[kda-chain\]|error' "$OUT/kda_chain_bench.log" | head -n 20
 fi
 # Our FP8 block-scaled tensor-core GEMM for prefill (fp8_block_gemm.h): exact-operand and CPU /
 # dequant-path parity, and "[fp8gemm-bench]" TFLOP/s next to the bf16 dequant + cuBLAS path (< 60 s).

@@ -8,10 +8,12 @@
 // Tokens are walked one by one, so decode and prefill run the same kernel.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cuda/cuda_kda_rows_pdl.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 
@@ -24,6 +26,19 @@ constexpr int kMaxRows = 32;  // rows per thread: Dk <= kGroups * kMaxRows
 static_assert(kGroups * kMaxRows <= kCols * kGroups, "a thread loads at most one key row of q, k and g");
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Programmatic dependent launch (sm_90; no-ops when the launch did not ask for it): the kernel
+// after may start now / wait here until the kernel before has finished and its writes are visible.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
 __global__ void conv_kernel(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ state,
                             const float* __restrict__ w, int64_t t, int64_t c, int64_t kw) {
@@ -85,6 +100,8 @@ __global__ void kda_gate_kernel(float* __restrict__ g, const float* __restrict__
 // iterations that a larger one skips (i >= dk), so every instance computes the same
 // bits, and fewer registers let more blocks share an SM (many decode rows).
 // state_addrs (one per blockIdx.z): a row with address 0 is a padded row (zeros out).
+// Launched with PDL (kda_recurrent_rows_pdl), the state is loaded before the wait: only the
+// previous step's recurrence writes it, long finished; everything else is read after it.
 template <int ROWS>
 __global__ void __launch_bounds__(kCols* kGroups, ROWS <= 16 ? 5 : 1)
     kda_recurrent_kernel(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
@@ -105,6 +122,7 @@ __global__ void __launch_bounds__(kCols* kGroups, ROWS <= 16 ? 5 : 1)
   const int64_t row_base = static_cast<int64_t>(blockIdx.z) * t_len;
   float* base = state_addrs ? reinterpret_cast<float*>(state_addrs[blockIdx.z]) : state;
   if (base == nullptr) {  // a padded row (uniform over the block)
+    pdl_wait();
     if (y == 0 && col_ok)
       for (int64_t t = 0; t < t_len; ++t) out[((row_base + t) * heads + h) * dv + j] = 0.0f;
     return;
@@ -116,6 +134,7 @@ __global__ void __launch_bounds__(kCols* kGroups, ROWS <= 16 ? 5 : 1)
     const int i = y + r * kGroups;
     s[r] = (i < dk && col_ok) ? st[i * dv + j] : 0.0f;
   }
+  pdl_wait();
   for (int64_t t = 0; t < t_len; ++t) {
     const int64_t row = (row_base + t) * heads + h;
     const float* qt = q + row * dk;
@@ -196,25 +215,33 @@ __global__ void __launch_bounds__(kCols* kGroups, ROWS <= 16 ? 5 : 1)
 }
 
 
-// One launch of the recurrence: grid (heads, column blocks, sequences).
+// One launch of the recurrence: grid (heads, column blocks, sequences); `pdl`: programmatic
+// dependent launch on the kernel before (see kda_recurrent_kernel).
 void launch_recurrent(CudaContext& ctx, float* out, const float* q, const float* k, const float* v, const float* g,
                       const float* beta, float* state, const int64_t* state_addrs, int64_t t_len, int64_t seqs,
-                      int64_t h, int64_t dk, int64_t dv) {
+                      int64_t h, int64_t dk, int64_t dv, bool pdl = false) {
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
   const size_t smem = (3 * dk + kGroups * kCols + 32) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols),
                   static_cast<unsigned>(seqs));
   const dim3 block(kCols, kGroups);
   const int idk = static_cast<int>(dk), idv = static_cast<int>(dv);
-  if (dk <= kGroups * 8)
-    kda_recurrent_kernel<8><<<grid, block, smem, ctx.stream>>>(out, q, k, v, g, beta, state, state_addrs, t_len, h,
-                                                               idk, idv, qscale);
-  else if (dk <= kGroups * 16)
-    kda_recurrent_kernel<16><<<grid, block, smem, ctx.stream>>>(out, q, k, v, g, beta, state, state_addrs, t_len, h,
-                                                                idk, idv, qscale);
-  else
-    kda_recurrent_kernel<kMaxRows><<<grid, block, smem, ctx.stream>>>(out, q, k, v, g, beta, state, state_addrs,
-                                                                      t_len, h, idk, idv, qscale);
+  auto kernel = dk <= kGroups * 8    ? kda_recurrent_kernel<8>
+                : dk <= kGroups * 16 ? kda_recurrent_kernel<16>
+                                     : kda_recurrent_kernel<kMaxRows>;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = ctx.stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e =
+      cudaLaunchKernelEx(&cfg, kernel, out, q, k, v, g, beta, state, state_addrs, t_len, h, idk, idv, qscale);
+  if (e != cudaSuccess) throw StatusError(internal_error(std::string("kda recurrence launch: ") + cudaGetErrorString(e)));
 }
 
 // The q, k and v short convolutions of B decode rows: thread (part, b, ch); row b's
@@ -227,6 +254,7 @@ struct QkvPtrs {
 
 __global__ void conv_qkv_rows_kernel(QkvPtrs p, const int64_t* __restrict__ states, const float* __restrict__ w,
                                      int64_t b, int64_t c, int64_t kw) {
+  pdl_launch_dependents();  // the recurrence may launch and load its states (it waits for our outputs)
   const int64_t total = 3 * b * c;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int part = static_cast<int>(e / (b * c));
@@ -419,8 +447,16 @@ void kda_recurrent_state_rows(CudaContext& ctx, Tensor& out, const Tensor& q, co
   if (rows.recurrent_states == nullptr)
     throw StatusError(invalid_argument(std::string(op) + ": no recurrent states"));
   launch_recurrent(ctx, out.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
-                   beta.data<float>(), nullptr, rows.recurrent_states, 1, b, h, dk, dv);
+                   beta.data<float>(), nullptr, rows.recurrent_states, 1, b, h, dk, dv, kda_recurrent_rows_pdl());
   check_launch(op);
+}
+
+std::atomic<bool>& kda_recurrent_rows_pdl() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_KDA_REC_PDL");
+    return e == nullptr || std::string(e) != "0";
+  }()};
+  return on;
 }
 
 }  // namespace tf::cuda
