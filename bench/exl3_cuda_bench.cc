@@ -11,7 +11,7 @@
 //   2. moe_experts_exl3 at 1, 2, 4, 8, 16, 64 tokens: 128 experts of 4096 <-> 2048 at K=4 mcg,
 //      top-8, rotating over 4 layers' experts (6.4 GB); GB/s counts the active experts' bytes;
 //      up to 8 tokens both bodies (auto = flat, grouped) and the flat body's issue-8 lever
-//      variants (flat-prev = without the default's levers, flat-stage16, flat-cols2, ...),
+//      variants (flat-prev = without the default's levers, flat-stage16, flat-cols2, flat-ilp2, ...),
 //      at 1 token also the flat body's load-only,
 //      decode-only and fixed-only variants and the bound they give.
 // Lines: "exl3-gemv ..." (one per case), "[exl3-bench] moe ...", "[exl3-bench] moe-bound ...",
@@ -194,19 +194,28 @@ void bench_moe(double copy_gbps, bool quick) {
   // Issue-8 levers (sessions 8, exl3_stream.cuh; auto = the flat body with the default levers,
   // 8-tile ring stages since run1s8): flat-prev = the session-7 flat body (4-tile stages),
   // flat-stage16 = 16-tile stages, flat-cols2 = the default with 2 columns per warp (2x the
-  // blocks), flat-fma-dup-stage8 = + the FMA-pipe pack and doubled states; probes at 1 token.
-  // (flat-old-loop, flat-cols1 and the other FMA combinations were measured in run2s7 / run1s8.)
+  // blocks), flat-no-reg-cap = the default without its 64-register cap; probes at 1 token.
+  // Session 10 (exl3_kernels.h; auto = 16-tile stages + word hashes, no register cap since
+  // run6s10): flat-stage16 = the session-8/9 default, flat-wordhash = auto with the 64-register
+  // cap, flat-ilp2-wh = a warp's columns 2 at a time + word hashes (capped; -uncapped without the
+  // cap), flat-wh-pf = auto + the finish scales prefetched into L1 before the down /
+  // combine kernels' wait. (flat-old-loop, flat-cols1, flat-cols2, flat-fma-dup-stage8, the
+  // FMA-pipe pack and 4 interleaved columns (slower), flat-no-reg-cap (= auto now) and the
+  // fixed-only probe with the prefetch (9.6 vs 9.0 us) were measured in run2s7 / run1s8 /
+  // run2s8 / run4s10 / run6s10.)
   const MoeVariant all_variants[] = {{"auto", tf::cuda::kExl3MoeAuto},
                                      {"grouped", tf::cuda::kExl3MoeGrouped},
                                      {"flat-prev", tf::cuda::kExl3MoeFlatPrev},
                                      {"flat-stage16", tf::cuda::kExl3MoeFlatStage16},
-                                     {"flat-cols2", tf::cuda::kExl3MoeFlatCols2},
-                                     {"flat-fma-dup-stage8", tf::cuda::kExl3MoeFlatFmaDupStage8},
+                                     {"flat-wordhash", tf::cuda::kExl3MoeFlatWordHash},
+                                     {"flat-wh-pf", tf::cuda::kExl3MoeFlatWordHashPrefetch},
+                                     {"flat-ilp2-wh", tf::cuda::kExl3MoeFlatIlp2WordHash},
+                                     {"flat-ilp2-wh-uncapped", tf::cuda::kExl3MoeFlatIlp2WordHashUncapped},
                                      {"flat-load-only", tf::cuda::kExl3MoeFlatLoadOnly},
                                      {"flat-decode-only", tf::cuda::kExl3MoeFlatDecodeOnly},
                                      {"flat-fixed-only", tf::cuda::kExl3MoeFlatFixedOnly},
                                      {"flat-s16-decode-only", tf::cuda::kExl3MoeFlatStage16DecodeOnly},
-                                     {"flat-fds8-decode-only", tf::cuda::kExl3MoeFlatFmaDupStage8DecodeOnly}};
+                                     {"flat-i2wh-decode-only", tf::cuda::kExl3MoeFlatIlp2WordHashDecodeOnly}};
   std::vector<int64_t> token_counts = {1, 2, 4, 8, 16, 64};
   if (quick) token_counts = {1, 8};
   for (int64_t tokens : token_counts) {
@@ -232,12 +241,12 @@ void bench_moe(double copy_gbps, bool quick) {
     Tensor out = dev_empty(tokens, hidden);
     const double bytes = static_cast<double>(active.size()) * expert_bytes;
     const double roofline_us = bytes / (copy_gbps * 1e9) * 1e6;
-    double load_us = 0, decode_us = 0, fixed_us = 0, s16_decode_us = 0, fds8_decode_us = 0;
+    double load_us = 0, decode_us = 0, fixed_us = 0, s16_decode_us = 0, i2wh_decode_us = 0;
     for (const MoeVariant& v : all_variants) {
       if (tokens > 8 && v.id != tf::cuda::kExl3MoeAuto) continue;
       const bool probe = v.id == tf::cuda::kExl3MoeFlatLoadOnly || v.id == tf::cuda::kExl3MoeFlatDecodeOnly ||
                          v.id == tf::cuda::kExl3MoeFlatFixedOnly || v.id == tf::cuda::kExl3MoeFlatStage16DecodeOnly ||
-                         v.id == tf::cuda::kExl3MoeFlatFmaDupStage8DecodeOnly;
+                         v.id == tf::cuda::kExl3MoeFlatIlp2WordHashDecodeOnly;
       if (tokens > 1 && probe) continue;
       tf::cuda::exl3_set_moe_variant(v.id);
       const double t = graph_time_per_call(4 * layers, [&](int i) {
@@ -251,7 +260,7 @@ void bench_moe(double copy_gbps, bool quick) {
       if (v.id == tf::cuda::kExl3MoeFlatDecodeOnly) decode_us = t * 1e6;
       if (v.id == tf::cuda::kExl3MoeFlatFixedOnly) fixed_us = t * 1e6;
       if (v.id == tf::cuda::kExl3MoeFlatStage16DecodeOnly) s16_decode_us = t * 1e6;
-      if (v.id == tf::cuda::kExl3MoeFlatFmaDupStage8DecodeOnly) fds8_decode_us = t * 1e6;
+      if (v.id == tf::cuda::kExl3MoeFlatIlp2WordHashDecodeOnly) i2wh_decode_us = t * 1e6;
     }
     tf::cuda::exl3_set_moe_variant(tf::cuda::kExl3MoeAuto);
     if (tokens == 1) {
@@ -268,11 +277,11 @@ void bench_moe(double copy_gbps, bool quick) {
                   "decode-only - fixed %.1f us\n",
                   fixed_us, load_us - fixed_us, 100.0 * roofline_us / std::max(1e-3, load_us - fixed_us),
                   decode_us - fixed_us);
-      // The same for the levers: decode + MMAs alone with 16-tile stages and with the FMA-pipe
-      // pack + doubled states on 8-tile stages, each less the fixed part.
+      // The same for the levers: decode + MMAs alone with 16-tile stages (the session-8 default)
+      // and with 2 interleaved columns + word hashes, each less the fixed part.
       std::printf("[exl3-bench] moe-levers tokens=1: decode-only - fixed: default %.1f us, stage16 %.1f us, "
-                  "fma+dup+stage8 %.1f us\n",
-                  decode_us - fixed_us, s16_decode_us - fixed_us, fds8_decode_us - fixed_us);
+                  "ilp2+wh %.1f us\n",
+                  decode_us - fixed_us, s16_decode_us - fixed_us, i2wh_decode_us - fixed_us);
     }
   }
 }

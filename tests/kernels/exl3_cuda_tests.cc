@@ -369,23 +369,37 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
 // pack on the FMA pipe, 8-tile ring stages (case 2: one stage per k-split, the prologue
 // crosses three columns; cases 0/1: 4-tile k-splits, so 1 column and a partial stage), both,
 // and the doubled-state extraction with the FMA pack (with and without 8-tile stages), the
-// flat body without the default's levers (flat-prev) and 16-tile stages.
+// flat body without the default's levers (flat-prev) and 16-tile stages; session 10: the
+// interleaved columns (2 and 4 at a time, and 2 with 2 columns per warp), the word hashes,
+// their combinations with the FMA pack, and the finish scales loaded before the waits.
 TEST(Exl3CudaMoe, FlatEqualsGroupedBitForBit) {
   const int64_t experts = 12, k = 8;
   const int flat_variants[] = {cuda::kExl3MoeFlat,          cuda::kExl3MoeFlatOldLoop,  cuda::kExl3MoeFlatCols2,
                                cuda::kExl3MoeFlatCols4,     cuda::kExl3MoeFlatNoRegCap, cuda::kExl3MoeFlatCols1,
                                cuda::kExl3MoeFlatFmaPack,   cuda::kExl3MoeFlatStage8,   cuda::kExl3MoeFlatFmaStage8,
                                cuda::kExl3MoeFlatFmaDup,    cuda::kExl3MoeFlatFmaDupStage8, cuda::kExl3MoeFlatPrev,
-                               cuda::kExl3MoeFlatStage16};
-  for (int variant_case = 0; variant_case < 3; ++variant_case) {
-    const int64_t hidden = variant_case == 2 ? 512 : 256, inter = variant_case == 2 ? 500 : 200;
-    const int64_t i_pad = variant_case == 2 ? 512 : 256;  // intermediate padded to 128s
+                               cuda::kExl3MoeFlatStage16,   cuda::kExl3MoeFlatIlp2,     cuda::kExl3MoeFlatIlp4,
+                               cuda::kExl3MoeFlatWordHash,  cuda::kExl3MoeFlatIlp2WordHash,
+                               cuda::kExl3MoeFlatIlp2WordHashFma, cuda::kExl3MoeFlatIlp4WordHashFma,
+                               cuda::kExl3MoeFlatIlp2Cols2, cuda::kExl3MoeFlatWordHashPrefetch,
+                               cuda::kExl3MoeFlatIlp4WordHash, cuda::kExl3MoeFlatIlp2WordHashUncapped};
+  constexpr int kVariants = static_cast<int>(sizeof(flat_variants) / sizeof(flat_variants[0]));
+  for (int variant_case = 0; variant_case < 5; ++variant_case) {
+    // Case 3: k-splits of 16 tiles, so the 16-tile stages stream 4 whole columns per warp (the
+    // interleaved loops: 2 column groups, the prologue's stages cross into the second); up at
+    // K = 4 3INST (case 4: K = 4 MUL1, case 2's shapes) runs the default kernel whatever the
+    // variant: the word hashes of the other codebooks against the grouped path's states.
+    const int64_t hidden = variant_case == 3 ? 1024 : variant_case >= 2 ? 512 : 256;
+    const int64_t inter = variant_case == 3 ? 1000 : variant_case >= 2 ? 500 : 200;
+    const int64_t i_pad = variant_case == 3 ? 1024 : variant_case >= 2 ? 512 : 256;  // intermediate padded to 128s
     Exl3ExpertTable host = expert_table(experts, hidden, inter, 4, Exl3Codebook::kMcg);
     for (int64_t e = 0; e < experts; ++e) {
       host.gate[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::kMcg, 5000 + 3 * e, true);
       host.down[e] = synthetic(i_pad, hidden, 4, Exl3Codebook::kMcg, 5002 + 3 * e, true);
       if (variant_case == 1) host.up[e] = synthetic(hidden, i_pad, 3, Exl3Codebook::kMul1, 5001 + 3 * e, true);
       if (variant_case == 2) host.up[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::kMcg, 5001 + 3 * e, true);
+      if (variant_case == 3) host.up[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::k3Inst, 5001 + 3 * e, true);
+      if (variant_case == 4) host.up[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::kMul1, 5001 + 3 * e, true);
     }
     Exl3ExpertTable dev = host;
     ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
@@ -415,8 +429,9 @@ TEST(Exl3CudaMoe, FlatEqualsGroupedBitForBit) {
       cuda::exl3_set_moe_variant(cuda::kExl3MoeAuto);
     }
   }
-  std::printf("[exl3] moe_experts_exl3 flat body (13 variants) == grouped body bit for bit (1-8 tokens, repeated "
-              "experts)\n");
+  std::printf("[exl3] moe_experts_exl3 flat body (%d variants) == grouped body bit for bit (1-8 tokens, repeated "
+              "experts)\n",
+              kVariants);
 }
 
 }  // namespace
@@ -432,7 +447,13 @@ TEST(Exl3CudaMoe, FlatVariantsAtExpertShapes) {
   ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
   const int flat_variants[] = {cuda::kExl3MoeAuto,         cuda::kExl3MoeFlatPrev,    cuda::kExl3MoeFlatStage8,
                                cuda::kExl3MoeFlatStage16,  cuda::kExl3MoeFlatFmaPack, cuda::kExl3MoeFlatFmaDupStage8,
-                               cuda::kExl3MoeFlatCols2,    cuda::kExl3MoeFlatCols1};
+                               cuda::kExl3MoeFlatCols2,    cuda::kExl3MoeFlatCols1,
+                               cuda::kExl3MoeFlatIlp2,     cuda::kExl3MoeFlatIlp4,    cuda::kExl3MoeFlatWordHash,
+                               cuda::kExl3MoeFlatIlp2WordHash, cuda::kExl3MoeFlatIlp2WordHashFma,
+                               cuda::kExl3MoeFlatIlp4WordHashFma, cuda::kExl3MoeFlatIlp2Cols2,
+                               cuda::kExl3MoeFlatWordHashPrefetch, cuda::kExl3MoeFlatIlp4WordHash,
+                               cuda::kExl3MoeFlatIlp2WordHashUncapped};
+  constexpr int kVariants = static_cast<int>(sizeof(flat_variants) / sizeof(flat_variants[0]));
   int checked = 0;
   for (int64_t tokens : {1, 3, 4, 6, 8}) {
     Tensor ids, wts;
@@ -454,8 +475,9 @@ TEST(Exl3CudaMoe, FlatVariantsAtExpertShapes) {
     }
     cuda::exl3_set_moe_variant(cuda::kExl3MoeAuto);
   }
-  EXPECT_EQ(checked, 40);
-  std::printf("[exl3] moe_experts_exl3 at 4096x2048 experts: 8 flat variants == grouped bit for bit (1-8 tokens)\n");
+  EXPECT_EQ(checked, 5 * kVariants);
+  std::printf("[exl3] moe_experts_exl3 at 4096x2048 experts: %d flat variants == grouped bit for bit (1-8 tokens)\n",
+              kVariants);
 }
 
 }  // namespace tf

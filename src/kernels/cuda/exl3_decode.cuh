@@ -16,7 +16,8 @@
 //   MUL1:      x = state * mult; v = fma(h(0x6400 + bytesum(x)), h(0x1EEE), h(0xC931)) in fp16.
 // Two values are made at once (decode_pair); K = 4 takes its states from two words with
 // a trimmed extraction (lane_states_k4). Integer-ALU ops per tile and lane at K = 4:
-// ~11 (states) + 12 (pairs), plus 8 IMAD on the FMA pipe.
+// ~11 (states) + 12 (pairs), plus 8 IMAD on the FMA pipe; the flat MoE's default takes the
+// hashes straight from the words instead (lane_hashes_k4): 7 + 12, plus 12 IMAD.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -29,11 +30,13 @@ namespace tf::cuda::exl3 {
 // Codebook ids as template arguments (Exl3Codebook's order).
 constexpr int kCb3Inst = 0, kCbMcg = 1, kCbMul1 = 2;
 
+// The hash x = state * mult + add of each codebook.
+constexpr uint32_t codebook_mult(int cb) { return cb == kCb3Inst ? 89226354u : cb == kCbMcg ? 0xCBAC1FEDu : 0x83DCD12Du; }
+constexpr uint32_t codebook_add(int cb) { return cb == kCb3Inst ? 64248484u : 0u; }
+
 template <int CB>
 __device__ __forceinline__ uint32_t codebook_hash(uint32_t s) {
-  if constexpr (CB == kCb3Inst) return s * 89226354u + 64248484u;
-  else if constexpr (CB == kCbMcg) return s * 0xCBAC1FEDu;
-  else return s * 0x83DCD12Du;
+  return s * codebook_mult(CB) + codebook_add(CB);
 }
 
 // The multiplier C times (1 - 2^16), the inverse of 0x10001 mod 2^32: for a state s given
@@ -45,9 +48,7 @@ constexpr uint32_t dup_mult(uint32_t c) { return c - (c << 16); }
 // codebook_hash of the state s from its doubled form w = s * 0x10001.
 template <int CB>
 __device__ __forceinline__ uint32_t codebook_hash_dup(uint32_t w) {
-  if constexpr (CB == kCb3Inst) return w * dup_mult(89226354u) + 64248484u;
-  else if constexpr (CB == kCbMcg) return w * dup_mult(0xCBAC1FEDu);
-  else return w * dup_mult(0x83DCD12Du);
+  return w * dup_mult(codebook_mult(CB)) + codebook_add(CB);
 }
 static_assert(0x12345u * 0x10001u * dup_mult(0xCBAC1FEDu) == 0x12345u * 0xCBAC1FEDu, "dup_mult");
 
@@ -59,12 +60,10 @@ __device__ __forceinline__ uint32_t mask_xor_3inst(uint32_t x) {
   return r;
 }
 
-// fp16 values of states sa, sb as half2 bits (sa's value in the low half).
-// Dup: sa, sb are doubled states (codebook_hash_dup).
-template <int CB, bool Dup = false>
-__device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
-  const uint32_t xa = Dup ? codebook_hash_dup<CB>(sa) : codebook_hash<CB>(sa);
-  const uint32_t xb = Dup ? codebook_hash_dup<CB>(sb) : codebook_hash<CB>(sb);
+// fp16 values of hashes xa, xb (codebook_hash of two states) as half2 bits (xa's value in
+// the low half).
+template <int CB>
+__device__ __forceinline__ uint32_t pair_values(uint32_t xa, uint32_t xb) {
   if constexpr (CB == kCbMul1) {
     const uint32_t a = 0x6400u + __dp4a(xa, 0x01010101u, 0u);
     const uint32_t b = 0x6400u + __dp4a(xb, 0x01010101u, 0u);
@@ -86,7 +85,15 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
   }
 }
 
-// decode_pair with the pack on the FMA pipe instead of the integer ALU (the pipe that bounds
+// fp16 values of states sa, sb as half2 bits (sa's value in the low half).
+// Dup: sa, sb are doubled states (codebook_hash_dup).
+template <int CB, bool Dup = false>
+__device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
+  return pair_values<CB>(Dup ? codebook_hash_dup<CB>(sa) : codebook_hash<CB>(sa),
+                         Dup ? codebook_hash_dup<CB>(sb) : codebook_hash<CB>(sb));
+}
+
+// pair_values with the pack on the FMA pipe instead of the integer ALU (the pipe that bounds
 // the flat MoE loop on Hopper, H200 SASS count run2s7: 30.8 ALU ops per tile): the two
 // hadd2 + prmt become three hfma2 with per-half immediates, 2 ALU + 5 FMA-pipe ops per pair
 // instead of 3 + 4, same issue count. Same bits as decode_pair (3INST/MCG): every masked half
@@ -94,14 +101,13 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t sa, uint32_t sb) {
 //   v = fma(lo_b, -1, lo_b), fma(lo_b, 1, hi_b)   = (+0, b)      (b = lo_b + hi_b, rounded once);
 //   w = fma(hi_a, 1, +0),    fma(hi_a, 0, b)      = (hi_a, b)    (b is never -0: x + y = 0 rounds to +0);
 //   r = fma(lo_a, 1, hi_a),  fma(hi_a, 0, b)      = (a, b)       (a = lo_a + hi_a, rounded once).
-// MUL1 keeps decode_pair (its value path has no pack).
-template <int CB, bool Dup = false>
-__device__ __forceinline__ uint32_t decode_pair_fma(uint32_t sa, uint32_t sb) {
+// MUL1 keeps pair_values (its value path has no pack).
+template <int CB>
+__device__ __forceinline__ uint32_t pair_values_fma(uint32_t xa, uint32_t xb) {
   if constexpr (CB == kCbMul1) {
-    return decode_pair<CB, Dup>(sa, sb);
+    return pair_values<CB>(xa, xb);
   } else {
-    const uint32_t ma = mask_xor_3inst(Dup ? codebook_hash_dup<CB>(sa) : codebook_hash<CB>(sa));
-    const uint32_t mb = mask_xor_3inst(Dup ? codebook_hash_dup<CB>(sb) : codebook_hash<CB>(sb));
+    const uint32_t ma = mask_xor_3inst(xa), mb = mask_xor_3inst(xb);
     const __half2 ha = *reinterpret_cast<const __half2*>(&ma), hb = *reinterpret_cast<const __half2*>(&mb);
     const __half2 one_zero = __halves2half2(__ushort_as_half(0x3C00), __ushort_as_half(0x0000));
     const __half2 m_one_one = __halves2half2(__ushort_as_half(0xBC00), __ushort_as_half(0x3C00));
@@ -110,6 +116,13 @@ __device__ __forceinline__ uint32_t decode_pair_fma(uint32_t sa, uint32_t sb) {
     const __half2 r = __hfma2(ha, one_zero, w);
     return *reinterpret_cast<const uint32_t*>(&r);
   }
+}
+
+// decode_pair through pair_values_fma.
+template <int CB, bool Dup = false>
+__device__ __forceinline__ uint32_t decode_pair_fma(uint32_t sa, uint32_t sb) {
+  return pair_values_fma<CB>(Dup ? codebook_hash_dup<CB>(sa) : codebook_hash<CB>(sa),
+                             Dup ? codebook_hash_dup<CB>(sb) : codebook_hash<CB>(sb));
 }
 
 // The 16-bit window at compile-time bit offset O of the 96-bit stream a:b:c (MSB first).
@@ -166,6 +179,35 @@ __device__ __forceinline__ void lane_states_k4_dup(uint32_t p, uint32_t o, uint3
   st[5] = __byte_perm(o, 0u, 0x2121);           // bits 8..23
   st[6] = __byte_perm(q, 0u, 0x1010);           // bits 4..19
   st[7] = __byte_perm(o, 0u, 0x1010);           // bits 0..15
+}
+
+// a * b + c (mod 2^32) as one IMAD: keeps the compiler from turning lane_hashes_k4's
+// corrections back into shift/mask ALU ops.
+__device__ __forceinline__ uint32_t imad(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// The codebook hashes of lane_states_k4's eight states, with half the extractions moved to
+// the FMA pipe. y_j = bits 4j.. of p:o (32 bits) holds state 7-j in its low half and state
+// 3-j in its high half, so hash(state 7-j) = hash(y_j) - (y_j >> 16) * (C << 16) (mod 2^32):
+// 3 funnel shifts + 4 shifts = 7 integer-ALU ops (lane_states_k4: 11) and 12 IMAD (8),
+// the same issue count, the same hashes bit for bit (the ALU pipe is what bounds the flat
+// MoE loop on Hopper, 26.7 ALU ops per tile against 51.4 issue slots, H200 SASS count s8).
+static_assert(0x12345678u * 0xCBAC1FEDu + 0x1234u * (0u - (0xCBAC1FEDu << 16)) == 0x5678u * 0xCBAC1FEDu,
+              "lane_hashes_k4: hash(low half of y) = hash(y) - (y >> 16) * (C << 16)");
+template <int CB>
+__device__ __forceinline__ void lane_hashes_k4(uint32_t p, uint32_t o, uint32_t (&x)[8]) {
+  constexpr uint32_t mult = codebook_mult(CB), add = codebook_add(CB);
+  constexpr uint32_t neg_hi = 0u - (mult << 16);
+  const uint32_t y[4] = {o, __funnelshift_r(o, p, 4), __funnelshift_r(o, p, 8), __funnelshift_r(o, p, 12)};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t hi = y[j] >> 16;           // state 3 - j
+    x[3 - j] = imad(hi, mult, add);           // its hash
+    x[7 - j] = imad(hi, neg_hi, imad(y[j], mult, add));  // state 7 - j = y_j - hi * 2^16
+  }
 }
 
 // First stream bit and word of lane `lane` in a tile of K bits per weight.

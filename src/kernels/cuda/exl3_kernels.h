@@ -47,7 +47,7 @@ int64_t exl3_fused_gemv_refusals();
 // previous streaming loop (same bits, for A/B timing); flat cols1 / cols2 / cols4 = the
 // flat body with each warp streaming 1 / 2 / 4 output column tiles back to back (fewer,
 // longer blocks; same bits; auto and flat take 4); flat no-reg-cap = the flat kernels compiled without the register cap that
-// buys a fourth block per SM (same bits). Load-only, decode-only and fixed-only do not give
+// buys a fourth block per SM (same bits; the default is uncapped since run6s10, so the same kernel). Load-only, decode-only and fixed-only do not give
 // the same bits; the others do.
 enum Exl3MoeVariant : int {
   kExl3MoeAuto = 0,
@@ -77,9 +77,31 @@ enum Exl3MoeVariant : int {
   // The flat body without the levers the default now uses (exl3_moe.cu kFlatDefaultFlags;
   // TF_EXL3_MOE=flat-prev at start): the session-7 loop, same bits.
   kExl3MoeFlatPrev = 20,
-  // Ring stages of 16 tiles x 3 (exl3_stream.cuh kStage16; same bits) and its decode-only probe.
+  // Ring stages of 16 tiles x 3 (exl3_stream.cuh kStage16; same bits; the session-8/9 default,
+  // TF_EXL3_MOE=flat-stage16 at start) and its decode-only probe.
   kExl3MoeFlatStage16 = 21,
-  kExl3MoeFlatStage16DecodeOnly = 22
+  kExl3MoeFlatStage16DecodeOnly = 22,
+  // Session 10 (exl3_stream.cuh, 16-tile stages, same bits): ilp2 / ilp4 = each warp's columns
+  // 2 / 4 at a time (kInterleave2 / 4: their k-tiles decoded side by side), wh = K = 4 hashes from
+  // the stream words (kWordHash; in the default since run4s10, TF_EXL3_MOE=flat-wordhash = the
+  // default with the 64-register cap it had before run6s10), fma = the FMA-pipe pack
+  // (kFmaPack); ilp2-cols2 = ilp2 with 2 columns per warp (2x the blocks); the decode-only probe
+  // as above; prefetch = the default + the down and combine kernels' finish scales loaded before
+  // their programmatic-launch wait (kPrefetchScales), and the fixed-only probe with it.
+  kExl3MoeFlatIlp2 = 23,
+  kExl3MoeFlatIlp4 = 24,
+  kExl3MoeFlatWordHash = 25,
+  kExl3MoeFlatIlp2WordHash = 26,
+  kExl3MoeFlatIlp2WordHashFma = 27,
+  kExl3MoeFlatIlp4WordHashFma = 28,
+  kExl3MoeFlatIlp2Cols2 = 29,
+  kExl3MoeFlatIlp2WordHashDecodeOnly = 30,
+  kExl3MoeFlatWordHashPrefetch = 31,
+  kExl3MoeFlatFixedOnlyPrefetch = 32,
+  kExl3MoeFlatIlp4WordHash = 33,
+  // ilp2 + word hashes without the 64-register cap (kUncapped, which the default has since
+  // run6s10; the other session-10 variants keep the cap, flat-wordhash = the default with it).
+  kExl3MoeFlatIlp2WordHashUncapped = 34
 };
 void exl3_set_moe_variant(int variant);
 

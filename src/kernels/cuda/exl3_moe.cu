@@ -228,16 +228,28 @@ __global__ void __launch_bounds__(128)
 // finish: the same bits as finish()), all k at once, then the block sums them in j
 // order: one finish's latency instead of k in a row (the serial loop cost ~1 us per
 // pair at 1 token, H200 run1s7 fixed-only probe).
+// Prefetch (exl3::kPrefetchScales): the first group's svh / bias go to L1 before the wait on the
+// down kernel (the ids and the table are older than the flat body's first kernel).
 constexpr int kCombineWarps = 8;
+template <bool Prefetch>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     flat_combine_kernel(float* __restrict__ out, const float* __restrict__ pd, int pairs, int64_t h_pad, int64_t h,
                         const float* __restrict__ w, const int* __restrict__ ids, int k, int experts,
                         const ExpertPtrs* __restrict__ table, unsigned* err) {
   __shared__ float ys[kCombineWarps][128];
   __shared__ int ok[kCombineWarps];
-  exl3::pdl_wait();
   const int t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 128;
+  if constexpr (Prefetch) {
+    if (warp < k) {
+      const int e = ids[t * k + warp];
+      if (e >= 0 && e < experts) {
+        exl3::prefetch_l1_128h(table[e].svh[kDown], c0);
+        exl3::prefetch_l1_128h(table[e].bias[kDown], c0);
+      }
+    }
+  }
+  exl3::pdl_wait();
   float acc = 0.0f;
   for (int j0 = 0; j0 < k; j0 += kCombineWarps) {
     const int j = j0 + warp;
@@ -301,7 +313,13 @@ void launch_ex(const char* what, Kernel kernel, dim3 grid, int threads, size_t s
 // TF_EXL3_MOE=flat-prev (kExl3MoeFlatPrev) runs the flat body without them for A/B.
 // 16-tile stages (run2s8): 1 token 81.5 -> 78.2 us, 2 / 4 / 8 tokens 148.8 / 283.0 / 492.0 ->
 // 145.0 / 270.5 / 477.8 us, bit-identical (the default since then).
-constexpr int kFlatDefaultFlags = exl3::kStage16;
+// + K = 4 hashes from the stream words (kWordHash, lane_hashes_k4: 4 ALU ops per tile to the FMA
+// pipe), H200 run4s10, stage16 -> + word hashes: 1 / 2 / 4 / 8 tokens 77.8 / 144.5 / 268.9 / 481.4
+// -> 76.3 / 141.5 / 261.3 / 474.7 us, bit-identical (TF_EXL3_MOE=flat-stage16 runs without).
+// + no 64-register cap (kUncapped, exl3_moe_flat.cuh flat_min_blocks), H200 run6s10: 1 / 2 / 4 / 8
+// tokens 76.3 / 142.6 / 263.2 / 469.3 -> 71.9 / 136.6 / 261.0 / 457.3 us (TF_EXL3_MOE=flat-wordhash:
+// word hashes with the cap).
+constexpr int kFlatDefaultFlags = exl3::kStage16 | exl3::kWordHash | exl3::kUncapped;
 constexpr int kFlatDefault = exl3::kNormal | kFlatDefaultFlags;
 
 // The flat body's GEMV kernels for one (K, codebook); Mode: exl3_stream.cuh StreamMode.
@@ -341,6 +359,23 @@ struct FlatKernels {
       if (mode == exl3::kStage16) return run<exl3::kStage16>(down, grid, s, a);
       if (mode == (exl3::kDecodeOnly | exl3::kStage16))
         return run<exl3::kDecodeOnly | exl3::kStage16>(down, grid, s, a);
+      // Session 10: interleaved columns, word hashes (exl3_stream.cuh kInterleave2/4, kWordHash),
+      // the finish scales before the waits (kPrefetchScales).
+      constexpr int k16 = exl3::kStage16, kI2 = exl3::kInterleave2, kI4 = exl3::kInterleave4, kW = exl3::kWordHash;
+      constexpr int kP = exl3::kPrefetchScales;
+      if (mode == (k16 | kI2)) return run<k16 | kI2>(down, grid, s, a);
+      if (mode == (k16 | kI4)) return run<k16 | kI4>(down, grid, s, a);
+      if (mode == (k16 | kI2 | kW)) return run<k16 | kI2 | kW>(down, grid, s, a);
+      if (mode == (k16 | kI4 | kW)) return run<k16 | kI4 | kW>(down, grid, s, a);
+      if (mode == (k16 | kI2 | kW | kF)) return run<k16 | kI2 | kW | kF>(down, grid, s, a);
+      if (mode == (k16 | kI4 | kW | kF)) return run<k16 | kI4 | kW | kF>(down, grid, s, a);
+      if (mode == (exl3::kDecodeOnly | k16 | kI2 | kW))
+        return run<exl3::kDecodeOnly | k16 | kI2 | kW>(down, grid, s, a);
+      constexpr int kU = exl3::kUncapped;
+      if (mode == (k16 | kW)) return run<k16 | kW>(down, grid, s, a);
+      if (mode == (k16 | kI2 | kW | kU)) return run<k16 | kI2 | kW | kU>(down, grid, s, a);
+      if (mode == (kDef | kP)) return run<kDef | kP>(down, grid, s, a);
+      if (mode == (exl3::kFixedOnly | kDef | kP)) return run<exl3::kFixedOnly | kDef | kP>(down, grid, s, a);
     }
     run<kFlatDefault>(down, grid, s, a);
   }
@@ -355,6 +390,8 @@ int moe_variant() {
     const char* e = std::getenv("TF_EXL3_MOE");
     v = e && std::strcmp(e, "grouped") == 0 ? kExl3MoeGrouped
         : e && std::strcmp(e, "flat-prev") == 0 ? kExl3MoeFlatPrev
+        : e && std::strcmp(e, "flat-stage16") == 0 ? kExl3MoeFlatStage16
+        : e && std::strcmp(e, "flat-wordhash") == 0 ? kExl3MoeFlatWordHash
                                                 : kExl3MoeAuto;
     g_moe_variant.store(v, std::memory_order_relaxed);
   }
@@ -399,16 +436,18 @@ void flat_moe(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
     a.tiles_n[p] = ws[p]->trellis.size(1);
     a.per[p] = static_cast<int>((a.tiles_k[p] + kMoeSplits - 1) / kMoeSplits);
   }
-  // Columns per warp (WarpStream::cols): needs whole stages per k-split and whole column
-  // groups; the previous loop (kOldLoop) streams one column.
-  // (Formats other than K = 4 mcg run kFlatDefault whatever the mode: the larger stage wins.)
-  const int stage_tiles = std::max(exl3::mode_stage_tiles(mode), exl3::mode_stage_tiles(kFlatDefault));
-  for (int p = 0; p < 3; ++p) {
-    const bool ok = exl3::mode_base(mode) != exl3::kOldLoop && a.tiles_k[p] == int64_t{a.per[p]} * kMoeSplits &&
-                    a.per[p] % stage_tiles == 0 &&
-                    a.tiles_n[p] % (int64_t{kGemvWarps} * cols) == 0;
-    a.cols[p] = ok ? cols : 1;
-  }
+  // Columns per warp (WarpStream::cols): whole column groups, k-splits of equal length and whole
+  // stages per k-split (run_v2), or whole interleaved stages for an interleaving mode
+  // (WarpStream::interleave_ok; else the kernel falls back to run_v2). The previous loop
+  // (kOldLoop) streams one column. Formats other than K = 4 mcg run kFlatDefault whatever the
+  // mode, so the columns must suit both.
+  auto cols_ok = [&](int m, int p) {
+    const int st = exl3::mode_stage_tiles(m), ic = exl3::mode_interleave(m);
+    const bool stages_ok = a.per[p] % st == 0 || (ic > 1 && cols % ic == 0 && a.per[p] % (st / ic) == 0);
+    return exl3::mode_base(m) != exl3::kOldLoop && a.tiles_k[p] == int64_t{a.per[p]} * kMoeSplits && stages_ok &&
+           a.tiles_n[p] % (int64_t{kGemvWarps} * cols) == 0;
+  };
+  for (int p = 0; p < 3; ++p) a.cols[p] = cols_ok(mode, p) && cols_ok(kFlatDefault, p) ? cols : 1;
   a.cols[kUp] = a.cols[kGate] = std::min(a.cols[kGate], a.cols[kUp]);  // one grid serves both
   a.proj0 = kGate;
   a.pass_rows = static_cast<int>(std::min<int64_t>(exl3::kFlatPassRows, tokens));
@@ -429,7 +468,8 @@ void flat_moe(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   const dim3 dgrid(static_cast<unsigned>(d0.trellis.size(1) / kGemvWarps / a.cols[kDown] * kMoeSplits), np, 1);
   exl3_dispatch<FlatKernels>(d0.bits, d0.codebook,
                              [&](auto kernels) { decltype(kernels)::launch(mode, true, dgrid, ctx.stream, a); });
-  launch_ex("moe_experts_exl3 (flat combine)", flat_combine_kernel,
+  const bool prefetch = (mode & exl3::kPrefetchScales) != 0;
+  launch_ex("moe_experts_exl3 (flat combine)", prefetch ? flat_combine_kernel<true> : flat_combine_kernel<false>,
             dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), kCombineWarps * 32, 0, true,
             ctx.stream,
             static_cast<float*>(out.raw()), static_cast<const float*>(a.part[kDown]), a.pairs, h_pad, ex.hidden,
@@ -536,6 +576,28 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     case kExl3MoeFlatFmaDupStage8: flat_mode = exl3::kFmaPack | exl3::kDupStates | exl3::kStage8; break;
     case kExl3MoeFlatFmaDupStage8DecodeOnly:
       flat_mode = exl3::kDecodeOnly | exl3::kFmaPack | exl3::kDupStates | exl3::kStage8;
+      break;
+    case kExl3MoeFlatIlp2: flat_mode = exl3::kStage16 | exl3::kInterleave2; break;
+    case kExl3MoeFlatIlp4: flat_mode = exl3::kStage16 | exl3::kInterleave4; break;
+    case kExl3MoeFlatWordHash: flat_mode = exl3::kStage16 | exl3::kWordHash; break;
+    case kExl3MoeFlatIlp2WordHash: flat_mode = exl3::kStage16 | exl3::kInterleave2 | exl3::kWordHash; break;
+    case kExl3MoeFlatIlp4WordHash: flat_mode = exl3::kStage16 | exl3::kInterleave4 | exl3::kWordHash; break;
+    case kExl3MoeFlatIlp2WordHashUncapped:
+      flat_mode = exl3::kStage16 | exl3::kInterleave2 | exl3::kWordHash | exl3::kUncapped;
+      break;
+    case kExl3MoeFlatIlp2WordHashFma:
+      flat_mode = exl3::kStage16 | exl3::kInterleave2 | exl3::kWordHash | exl3::kFmaPack;
+      break;
+    case kExl3MoeFlatIlp4WordHashFma:
+      flat_mode = exl3::kStage16 | exl3::kInterleave4 | exl3::kWordHash | exl3::kFmaPack;
+      break;
+    case kExl3MoeFlatIlp2Cols2: flat_mode = exl3::kStage16 | exl3::kInterleave2, flat_cols = 2; break;
+    case kExl3MoeFlatIlp2WordHashDecodeOnly:
+      flat_mode = exl3::kDecodeOnly | exl3::kStage16 | exl3::kInterleave2 | exl3::kWordHash;
+      break;
+    case kExl3MoeFlatWordHashPrefetch: flat_mode = kFlatDefault | exl3::kPrefetchScales; break;
+    case kExl3MoeFlatFixedOnlyPrefetch:
+      flat_mode = exl3::kFixedOnly | kFlatDefaultFlags | exl3::kPrefetchScales;
       break;
     default: break;
   }

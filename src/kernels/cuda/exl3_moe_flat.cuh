@@ -63,12 +63,15 @@ struct FlatArgs {
 };
 
 // Resident blocks per SM the flat kernels are compiled for: at K = 4 the register cap
-// (64) lets 4 blocks of 8 warps share an SM instead of 3 (76-80 registers without it).
-// H200 run1s7 measured no difference (112.4 vs 111.7 us, kNoRegCap); it stays because the
-// capped loop does not spill and leaves room for more copies in flight.
+// (64) lets 4 blocks of 8 warps share an SM instead of 2-3. H200 run1s7 measured no difference
+// (112.4 vs 111.7 us, kNoRegCap); on the session-8 loop with word hashes the uncapped kernels
+// won at every token count (run6s10, 1 / 2 / 4 / 8 tokens: 76.3 / 142.6 / 263.2 / 469.3 ->
+// 71.9 / 136.6 / 261.0 / 457.3 us: at 64 registers the compiler decoded tile after tile, with
+// room to overlap them it hides the decode's dependent latencies), so the default (kUncapped)
+// runs without the cap; the other modes keep it for A/B against earlier runs.
 template <int K, int Mode>
 constexpr int flat_min_blocks() {
-  return K == 4 && mode_base(Mode) != kNoRegCap ? 4 : 1;
+  return K == 4 && mode_base(Mode) != kNoRegCap && (Mode & kUncapped) == 0 ? 4 : 1;
 }
 
 // The warp stream of a flat kernel compiled for Mode (its kStage8 flag sets the ring's shape).
@@ -117,6 +120,14 @@ __device__ __forceinline__ void flat_store(float* __restrict__ part, int64_t n, 
     o[0] = acc[0][1];
     o[8] = acc[0][3];
   }
+}
+
+// Pulls the 128 halves at v + c0 (256 bytes, two lines) into this SM's L1 (kPrefetchScales:
+// a finish's weight-side vectors before a programmatic-launch wait, so the reads after it hit
+// L1 instead of waiting on HBM; no registers held across the wait).
+__device__ __forceinline__ void prefetch_l1_128h(const __half* v, int64_t c0) {
+  const int lane = threadIdx.x & 31;
+  if (v && lane < 2) asm volatile("prefetch.global.L1 [%0];" ::"l"(v + c0 + 64 * lane));
 }
 
 // Warp version of the grouped path's finish(): lane holds columns c0 + lane + 32q.
@@ -242,12 +253,24 @@ __global__ void __launch_bounds__(kGemvWarps * 32, flat_min_blocks<K, Mode>()) f
                                kGemvWarps * 8 * K};
   ws.template prologue<Mode>(lane);  // weights only: before waiting on F1
   pdl_launch_dependents();
-  pdl_wait();
-  auto* xf = reinterpret_cast<uint4*>(smem_raw + flat_ring_bytes<K, Mode>());
   const int cnt = count;
   const int64_t i_pad = tiles_k * 16;
   const int64_t kc0 = tk0 * 16, kc1 = (tk0 + ntiles) * 16;
   const int ch0 = static_cast<int>(kc0 / 128), nch = static_cast<int>((kc1 + 127) / 128) - ch0;
+  if constexpr ((Mode & kPrefetchScales) != 0) {
+    // The finish's weight-side vectors of the warp's first item (chunk warp % nch: the later
+    // items of a warp repeat it whenever nch divides kGemvWarps) into L1 before the wait.
+    if (warp < min(cnt, a.pass_rows) * nch) {
+      const int64_t c0 = static_cast<int64_t>(ch0 + warp % nch) * 128;
+      prefetch_l1_128h(ep.svh[kProjGate], c0);
+      prefetch_l1_128h(ep.svh[kProjUp], c0);
+      prefetch_l1_128h(ep.bias[kProjGate], c0);
+      prefetch_l1_128h(ep.bias[kProjUp], c0);
+      prefetch_l1_128h(ep.suh[kProjDown], c0);
+    }
+  }
+  pdl_wait();
+  auto* xf = reinterpret_cast<uint4*>(smem_raw + flat_ring_bytes<K, Mode>());
   for (int r0 = 0; r0 < cnt; r0 += a.pass_rows) {
     if (r0 > 0) {
       __syncthreads();

@@ -56,8 +56,21 @@ enum StreamMode : int {
 // stages of 8 tiles x 4 stages instead of 4 x 6 (half the per-stage bookkeeping per tile,
 // ~the same bytes in flight); kDupStates = K = 4 states as doubled words (lane_states_k4_dup,
 // one op fewer per tile); kStage16 = stages of 16 tiles x 3.
+// Session 10: kInterleave2 / kInterleave4 = the warp's columns 2 / 4 at a time, their tiles of
+// one k-tile decoded side by side (run_interleaved: independent decode and MMA chains, one x
+// fragment read per k-tile for all of them); kWordHash = K = 4 hashes straight from the stream
+// words (lane_hashes_k4: 4 ALU ops per tile move to the FMA pipe).
 constexpr int kFmaPack = 16, kStage8 = 32, kDupStates = 64, kStage16 = 128;
+constexpr int kInterleave2 = 256, kInterleave4 = 512, kWordHash = 1024;
+// kPrefetchScales (flat down and combine kernels): the finish's svh / bias / suh prefetched into
+// L1 before the wait on the preceding kernel (exl3_moe_flat.cuh prefetch_l1_128h; same bits).
+// H200 run6s10: no gain (76.2 vs 76.3 us at 1 token; fixed-only 9.6 vs 9.0 us), not in the default.
+constexpr int kPrefetchScales = 2048;
+// kUncapped: the flat kernels compiled without their 64-register cap (exl3_moe_flat.cuh
+// flat_min_blocks; the default since run6s10).
+constexpr int kUncapped = 4096;
 constexpr int mode_base(int mode) { return mode & 15; }
+constexpr int mode_interleave(int mode) { return (mode & kInterleave4) ? 4 : (mode & kInterleave2) ? 2 : 1; }
 constexpr int mode_stage_tiles(int mode) { return (mode & kStage16) ? 16 : (mode & kStage8) ? 8 : kStageTiles; }
 constexpr int mode_stages(int mode) { return (mode & kStage16) ? 3 : (mode & kStage8) ? 4 : kStages; }
 
@@ -96,9 +109,26 @@ __device__ __forceinline__ void load_stage(uint32_t* dst, const uint32_t* __rest
 }
 
 // The lane's A fragment of a tile held in shared memory (8K words).
-// FmaPack: decode_pair_fma; Dup (K = 4 only): lane_states_k4_dup + codebook_hash_dup.
-template <int K, int CB, bool FmaPack = false, bool DupIn = false>
+// FmaPack: decode_pair_fma; Dup (K = 4 only): lane_states_k4_dup + codebook_hash_dup;
+// WordHash (K = 4 only; wins over Dup): lane_hashes_k4.
+template <int K, int CB, bool FmaPack = false, bool DupIn = false, bool WordHash = false>
 __device__ __forceinline__ void decode_smem_tile(const uint32_t* t, int lane, uint32_t (&a)[4]) {
+  if constexpr (WordHash && K == 4) {
+    uint32_t x[8];
+    lane_hashes_k4<CB>(t[(lane + 31) & 31], t[lane], x);
+    if constexpr (FmaPack) {
+      a[0] = pair_values_fma<CB>(x[0], x[1]);
+      a[1] = pair_values_fma<CB>(x[4], x[5]);
+      a[2] = pair_values_fma<CB>(x[2], x[3]);
+      a[3] = pair_values_fma<CB>(x[6], x[7]);
+    } else {
+      a[0] = pair_values<CB>(x[0], x[1]);
+      a[1] = pair_values<CB>(x[4], x[5]);
+      a[2] = pair_values<CB>(x[2], x[3]);
+      a[3] = pair_values<CB>(x[6], x[7]);
+    }
+    return;
+  }
   constexpr bool Dup = DupIn && K == 4;
   uint32_t st[8];
   if constexpr (Dup) {
@@ -176,9 +206,47 @@ struct WarpStream {
   template <int Mode = kNormal>
   __device__ __forceinline__ void prologue(int lane) const {
     if constexpr (mode_base(Mode) != kDecodeOnly && mode_base(Mode) != kFixedOnly) {
+      constexpr int IC = mode_interleave(Mode);
+      if constexpr (IC > 1) {
+        if (interleave_ok<IC>()) {  // warp-uniform; the same test as stream()'s
+#pragma unroll
+          for (int s = 0; s < kStages - 1; ++s) issue_interleaved<IC>(s, lane);
+          return;
+        }
+      }
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s) issue_cols(s, lane);
     }
+  }
+
+  // Whether run_interleaved<IC> takes this stream: whole groups of IC columns and whole stages
+  // of kStageTiles / IC k-tiles per column (else run_v2 does, in its own order).
+  template <int IC>
+  __device__ __forceinline__ bool interleave_ok() const {
+    return cols % IC == 0 && ntiles % (kStageTiles / IC) == 0;
+  }
+  // Stages of the interleaved order: per group of IC columns, ntiles / (kStageTiles / IC).
+  template <int IC>
+  __device__ __forceinline__ int interleaved_stages() const {
+    return cols / IC * (ntiles / (kStageTiles / IC));
+  }
+  // Stage s of the interleaved order (the prologue's): column group gi = s / spg, k-tiles
+  // (s % spg) * kKSteps .. + kKSteps; ring tile u = k-step u / IC of column u % IC.
+  template <int IC>
+  __device__ __forceinline__ void issue_interleaved(int s, int lane) const {
+    constexpr int kKSteps = kStageTiles / IC, kChunks = 2 * K;
+    const int spg = ntiles / kKSteps;
+    if (s < interleaved_stages<IC>()) {
+      const int gi = s / spg, ks = s - gi * spg;
+      const uint32_t* base = tile0 + static_cast<int64_t>(gi) * IC * col_step + static_cast<int64_t>(ks) * kKSteps * step;
+      uint32_t* dst = ring + (s % kStages) * stage_words<K, ST>();
+#pragma unroll
+      for (int c = lane; c < ST * kChunks; c += 32) {
+        const int u = c / kChunks, q = c % kChunks;
+        cp_async16(dst + u * 8 * K + q * 4, base + (u % IC) * col_step + (u / IC) * step + q * 4);
+      }
+    }
+    cp_async_commit();  // always: the group count stays fixed for wait_group
   }
 
   // acc[rt] (the lane's C fragment of row tile rt: output columns g, g+8 of the n-tile,
@@ -200,7 +268,15 @@ struct WarpStream {
                                          OnColumn&& on_column) const {
     if constexpr (mode_base(Mode) == kFixedOnly) return;
     else if constexpr (mode_base(Mode) == kOldLoop) run_v1<CB, RT, kNormal>(xf, xs, rows, acc);
-    else run_v2<CB, RT, Mode>(xf, xs, rows, acc, on_column);
+    else if constexpr (mode_interleave(Mode) > 1) {
+      static_assert(RT == 1, "interleaved columns: one row tile (the flat kernels)");
+      if (interleave_ok<mode_interleave(Mode)>())  // warp-uniform
+        run_interleaved<CB, mode_interleave(Mode), Mode>(xf, xs, rows, acc, on_column);
+      else
+        run_v2<CB, RT, Mode>(xf, xs, rows, acc, on_column);
+    } else {
+      run_v2<CB, RT, Mode>(xf, xs, rows, acc, on_column);
+    }
   }
 
   // One tile's decode + MMAs (tile u of the stage at `st`; xs[rt] = row tile rt's
@@ -212,10 +288,11 @@ struct WarpStream {
       acc[0][0] += static_cast<float>(st[u * 8 * K + lane] >> 31);
     } else {
       uint32_t a[4];
-      decode_smem_tile<K, CB, (Mode & kFmaPack) != 0, (Mode & kDupStates) != 0>(st + u * 8 * K, lane, a);
+      decode_smem_tile<K, CB, (Mode & kFmaPack) != 0, (Mode & kDupStates) != 0, (Mode & kWordHash) != 0>(
+          st + u * 8 * K, lane, a);
       // The lever variants also drop the first row tile's check (rows >= 1 always): it cost a
       // compare-and-branch per tile at RT = 1 (the flat kernels' PTX, session 8).
-      constexpr bool kTrim = (Mode & (kFmaPack | kStage8 | kDupStates | kStage16)) != 0;
+      constexpr bool kTrim = (Mode & (kFmaPack | kStage8 | kDupStates | kStage16 | kWordHash)) != 0;
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt) {
         if ((!kTrim || rt > 0) && rt * 8 >= rows) break;  // warp-uniform
@@ -326,6 +403,118 @@ struct WarpStream {
         if (col_full * kStageTiles + u < ntiles) tile<CB, RT, Mode>(ring + rslot, u, xst, rows, lane, acc);
     }
     if constexpr (mode_base(Mode) != kDecodeOnly) cp_async_wait<0>();  // no copy may outlive the ring
+  }
+
+  // run_v2 for IC columns at a time (kInterleave2 / kInterleave4; one row tile): the ring
+  // holds, per k-tile, the IC columns' tiles side by side; their IC decodes are independent and
+  // their MMAs are issued hi of every column, then lo of every column, so no MMA waits on the one
+  // just before it (run_v2's hi -> lo chain through one accumulator put a NOP and a stall
+  // between them, H200 run2s10 ncu: "wait" 26% of the flat loop's stall samples). One x
+  // fragment read serves the IC tiles. Each column keeps its own accumulator and run_v2's order
+  // of MMAs (k ascending, hi then lo): the same bits. Needs interleave_ok<IC>(); on_column(c,
+  // sums) for every column but the last, whose sums end in acc.
+  template <int CB, int IC, int Mode, typename OnColumn>
+  __device__ __forceinline__ void run_interleaved(const uint4* xf, int64_t xs, int rows, float (&acc)[1][4],
+                                                  OnColumn& on_column) const {
+    constexpr int kKSteps = kStageTiles / IC, kChunks = 2 * K, kStageChunks = kStageTiles * kChunks;
+    constexpr int kCopies = (kStageChunks + 31) / 32;
+    // Copy j of a lane is tile u = c / kChunks, chunk q = c % kChunks of c = lane + 32 j. Where
+    // kChunks divides 32 and IC divides 32 / kChunks (K = 1, 2, 4, 8 with whole stages), copy j
+    // is copy 0 moved by j * (32 / kChunks / IC) k-tiles and 32 * 4 ring words: one source
+    // pointer per lane instead of kCopies (registers: the flat kernels run capped).
+    constexpr bool kAffine = 32 % kChunks == 0 && (32 / kChunks) % IC == 0 && kStageChunks % 32 == 0;
+    constexpr bool kLoads = mode_base(Mode) != kDecodeOnly;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int spg = ntiles / kKSteps, groups = cols / IC;
+    const int64_t stage_step = kKSteps * step;
+    // Copy-source jump after a group's last stage to the next group's first.
+    const int64_t group_jump = IC * col_step - static_cast<int64_t>(spg - 1) * stage_step;
+    const uint4* xrow = xf + min(g, rows - 1) * xs + t;  // rows past `rows` read a valid row (run_v1)
+    // The loop issues stages kStages - 1 on (the prologue issued the ones before).
+    const int g0 = (kStages - 1) / spg;
+    int kis = (kStages - 1) - g0 * spg;  // k-stage within its group of the next stage to issue
+    const uint32_t* first = tile0 + static_cast<int64_t>(g0) * IC * col_step + kis * stage_step;
+    const uint32_t* src[kAffine ? 1 : kCopies];
+    int dst[kAffine ? 1 : kCopies];
+    bool on[kAffine ? 1 : kCopies];
+#pragma unroll
+    for (int j = 0; j < (kAffine ? 1 : kCopies); ++j) {
+      const int c = lane + 32 * j, u = c / kChunks, q = c % kChunks;
+      on[j] = c < kStageChunks;
+      dst[j] = u * 8 * K + q * 4;
+      src[j] = first + (u % IC) * col_step + (u / IC) * step + q * 4;
+    }
+    const int64_t copy_step = (32 / kChunks / IC) * step;  // kAffine: copy j - copy 0, in words
+    int wslot = (kStages - 1) * stage_words<K, ST>(), rslot = 0;
+    int left = groups * spg - (kStages - 1);  // stages still to issue
+    auto advance = [&]() {
+      if constexpr (kLoads) {
+        if (left > 0) {
+          if constexpr (kAffine) {
+#pragma unroll
+            for (int j = 0; j < kCopies; ++j) cp_async16(ring + wslot + dst[0] + j * 32 * 4, src[0] + j * copy_step);
+          } else {
+#pragma unroll
+            for (int j = 0; j < kCopies; ++j)
+              if (on[j]) cp_async16(ring + wslot + dst[j], src[j]);
+          }
+        }
+        cp_async_commit();  // always: the group count stays fixed for wait_group
+        const int64_t adv = ++kis == spg ? group_jump : stage_step;
+        if (kis == spg) kis = 0;
+#pragma unroll
+        for (int j = 0; j < (kAffine ? 1 : kCopies); ++j) src[j] += adv;
+        --left;
+        wslot += stage_words<K, ST>();
+        if (wslot == ring_words<K, ST, NS>()) wslot = 0;
+        cp_async_wait<kStages - 1>();
+        __syncwarp();
+      }
+    };
+    for (int gi = 0; gi < groups; ++gi) {
+      float sums[IC][1][4];
+#pragma unroll
+      for (int i = 0; i < IC; ++i)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) sums[i][0][q] = 0.0f;
+      for (int ks = 0; ks < spg; ++ks) {
+        advance();
+        const uint32_t* st = ring + rslot;
+        const uint4* xst = xrow + ks * kKSteps * 4;
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          const uint4 xv = xst[kk * 4];
+          if constexpr (mode_base(Mode) == kLoadOnly) {
+#pragma unroll
+            for (int i = 0; i < IC; ++i) sums[i][0][0] += static_cast<float>(st[(kk * IC + i) * 8 * K + lane] >> 31);
+          } else {
+            uint32_t a[IC][4];
+#pragma unroll
+            for (int i = 0; i < IC; ++i)
+              decode_smem_tile<K, CB, (Mode & kFmaPack) != 0, (Mode & kDupStates) != 0, (Mode & kWordHash) != 0>(
+                  st + (kk * IC + i) * 8 * K, lane, a[i]);
+#pragma unroll
+            for (int i = 0; i < IC; ++i) mma_16816(sums[i][0], a[i], xv.x, xv.y);
+#pragma unroll
+            for (int i = 0; i < IC; ++i) mma_16816(sums[i][0], a[i], xv.z, xv.w);
+          }
+        }
+        rslot += stage_words<K, ST>();
+        if (rslot == ring_words<K, ST, NS>()) rslot = 0;
+        if constexpr (kLoads) __syncwarp();  // the slot is refilled next iteration
+      }
+#pragma unroll
+      for (int i = 0; i < IC; ++i) {
+        const int c = gi * IC + i;
+        if (c + 1 < cols) {  // warp-uniform
+          on_column(c, sums[i]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[0][q] = sums[i][0][q];
+        }
+      }
+    }
+    if constexpr (kLoads) cp_async_wait<0>();  // no copy may outlive the ring
   }
 
   // The previous loop (the grouped MoE and fused GEMV; the flat kernels' kOldLoop A/B).
