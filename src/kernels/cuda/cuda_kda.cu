@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_kda_rows_pdl.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -26,19 +27,6 @@ constexpr int kMaxRows = 32;  // rows per thread: Dk <= kGroups * kMaxRows
 static_assert(kGroups * kMaxRows <= kCols * kGroups, "a thread loads at most one key row of q, k and g");
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
-// Programmatic dependent launch (sm_90; no-ops when the launch did not ask for it): the kernel
-// after may start now / wait here until the kernel before has finished and its writes are visible.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 __global__ void conv_kernel(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ state,
                             const float* __restrict__ w, int64_t t, int64_t c, int64_t kw) {

@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/legacy_small_ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/small_gemm.h"
 #include "kernels/cuda/small_gemm_kernel.cuh"
 
@@ -56,12 +57,6 @@ struct LowrankArgs {
   bool has_lb;
   float lb;
 };
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 // QPL: quads per lane (R <= 128 * QPL).
 template <typename W, int QPL>

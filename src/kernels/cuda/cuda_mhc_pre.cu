@@ -47,6 +47,7 @@
 #include "kernels/cuda/cuda_mhc_pre.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/legacy_small_ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -54,19 +55,6 @@ namespace {
 constexpr int kPassRows = 8;        // rows per pass block (blockIdx.y)
 constexpr int kPassWarps = 8;       // warps per pass block
 constexpr int kColsPerBlock = 128;  // columns of K per pass block: a float4 per lane
-
-// Programmatic dependent launch (sm_90): the pass lets the finish kernel start early;
-// the finish waits for the pass's results. Both are no-ops without PDL.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 // Four consecutive fn values of a row (index in units of four), f32 or bf16 (exact).
 __device__ __forceinline__ float4 load_fn4(const float* fn, int64_t i4) {

@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) fused_gemv_kernel(FusedArgs 
   const exl3::WarpStream<K> ws{p.trellis + ((kb0 + w0) * p.tiles_n + tn) * tile_words, p.tiles_n * tile_words,
                                ntiles, reinterpret_cast<uint32_t*>(smem_raw) + warp * exl3::ring_words<K>()};
   ws.template prologue<Mode>(lane);  // weights only: before waiting on the previous kernel
-  exl3::pdl_launch_dependents();
-  exl3::pdl_wait();
+  pdl_launch_dependents();
+  pdl_wait();
 
   // This block's inputs: FWHT128(x * suh) per 128-input block, as hi/lo fragments.
   const int chunks = nk_b / 8;

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(128)
     rotate_rows_kernel(uint4* __restrict__ xr_gate, uint4* __restrict__ xr_up, const float* __restrict__ x,
                        int64_t h, int64_t k_pad, const ExpertPtrs* __restrict__ table, Layout lay) {
   __shared__ float smem[128];
-  exl3::pdl_launch_dependents();  // the grouped GEMV may start streaming its weights
+  pdl_launch_dependents();  // the grouped GEMV may start streaming its weights
   const int row = blockIdx.y;
   if (row >= *lay.num_rows) return;  // block-uniform
   const int proj = blockIdx.z;
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(GroupedAr
                                a.tiles_n * tile_words, ntiles,
                                reinterpret_cast<uint32_t*>(smem_raw) + warp * exl3::ring_words<K>()};
   ws.prologue(lane);
-  exl3::pdl_wait();
+  pdl_wait();
   // Passes of 8 * RT rows: one in practice (an expert has at most one row per token, and
   // RT = 8 past 8 tokens); more only when a token names an expert twice.
   for (int r0 = 0; r0 < cnt; r0 += 8 * RT) {
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(128)
                int64_t prows, int64_t i_pad, int64_t inter, const ExpertPtrs* __restrict__ table, Layout lay,
                float limit) {
   __shared__ float smem[128];
-  exl3::pdl_launch_dependents();  // the down GEMV may start streaming its weights
+  pdl_launch_dependents();  // the down GEMV may start streaming its weights
   const int row = blockIdx.y;
   if (row >= *lay.num_rows) return;
   const int e = lay.row_expert[row];
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
       }
     }
   }
-  exl3::pdl_wait();
+  pdl_wait();
   float acc = 0.0f;
   for (int j0 = 0; j0 < k; j0 += kCombineWarps) {
     const int j = j0 + warp;

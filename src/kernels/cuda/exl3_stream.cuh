@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/exl3_decode.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace tf::cuda::exl3 {
 
@@ -82,13 +83,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Programmatic dependent launch (sm_90): wait for the preceding kernel's results /
-// let the next kernel start its own prologue. Both are no-ops without PDL.
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 // Whether the EXL3 kernels launch with programmatic stream serialization (host side;

@@ -34,6 +34,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/launch_kernel_ex.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant_gemv_frag.cuh"
 #include "kernels/cuda/quant_gemv_ring.h"
 #include "kernels/cuda/quant_gemv_ring_chunk.cuh"
@@ -125,10 +126,6 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t by
       "l"(src), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
 
 __device__ __forceinline__ int find_seg(const RingParams& p, int64_t unit) {
   int si = 0;
@@ -154,7 +151,7 @@ __global__ void __launch_bounds__(256) ring_x_fragments(const __grid_constant__ 
   const int m = xp.m;
   uint8_t* xf = xp.xf;
   if (xp.pdl) {
-    pdl_trigger();  // the GEMV may start streaming its weights now
+    pdl_launch_dependents();  // the GEMV may start streaming its weights now
     pdl_wait();     // x comes from the kernel before
   }
   const int64_t units = chunks * m * 4;
@@ -280,7 +277,7 @@ __global__ void __launch_bounds__(threads_of<W>(), 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  pdl_trigger();  // the next call's x kernel may launch (it waits for this grid before writing)
+  pdl_launch_dependents();  // the next call's x kernel may launch (it waits for this grid before writing)
 
   if (warp >= kConsumerWarps) {
     // Producers: warp 8 the weights and scales (never written by a kernel: no dependency wait, so
