@@ -45,10 +45,15 @@
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "model/dense_quant.h"
+#include "cuda_q4_gemv_test_util.h"
 #include "test_tensors.h"
 
 namespace tf {
 namespace {
+
+// Timing helpers shared with the q4 GEMV tests (graph-replayed, warm-up calls first).
+using q4test::graph_seconds;
+using q4test::seconds_per_call;
 
 class CudaQuant : public ::testing::Test {
  protected:
@@ -416,17 +421,6 @@ TEST_F(CudaQuant, RefusesHostMatrices) {
   EXPECT_THROW(gpu_->matmul(out, gpu_->to_device(randn({1, 64}, 2)), q), StatusError);
 }
 
-// Seconds per call, averaged over `iters` calls after 3 warm-up calls.
-template <typename F>
-double seconds_per_call(int iters, F&& fn) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  cudaDeviceSynchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) fn(i);
-  cudaDeviceSynchronize();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
-
 // A matrix of random codes and small scales of logical shape [n, k] (timing only:
 // quantizing a 155K-row matrix on the host would take minutes).
 Matrix random_matrix(MatrixFormat f, int64_t n, int64_t k, uint64_t seed) {
@@ -448,24 +442,6 @@ Matrix random_matrix(MatrixFormat f, int64_t n, int64_t k, uint64_t seed) {
   Tensor scales = Tensor::empty({(n + 127) / 128, (k + 127) / 128}, DType::kF32);
   for (int64_t i = 0; i < scales.numel(); ++i) scales.data<float>()[i] = 1e-3f;
   return Matrix::fp8_block(codes, scales);
-}
-
-// Seconds per call of `fn` captured `per_graph` times into one CUDA graph on `stream`
-// and replayed (the model runs decode as graphs: no host launch gaps).
-template <typename F>
-double graph_seconds_per_call(cudaStream_t stream, int per_graph, F&& fn) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return NAN;
-  for (int i = 0; i < per_graph; ++i) fn(i);
-  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return NAN;
-  }
-  const double t = seconds_per_call(5, [&](int) { cudaGraphLaunch(exec, stream); }) / per_graph;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return t;
 }
 
 TEST_F(CudaQuant, Bench) {
@@ -518,9 +494,9 @@ TEST_F(CudaQuant, Bench) {
           a.scales = dev[i % copies].scales().raw();
           cuda::quant_gemv(stream, a);
         };
-        const double tg = graph_seconds_per_call(stream, big ? 8 : 40, call);
+        const double tg = graph_seconds(stream, big ? 8 : 40, call);
         a.pdl = 0;
-        const double tn = graph_seconds_per_call(stream, big ? 8 : 40, call);
+        const double tn = graph_seconds(stream, big ? 8 : 40, call);
         a.legacy = true;
         a.sm_count = sms;
         Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, s.n, s.k, sms) / 4)});
@@ -550,7 +526,7 @@ TEST_F(CudaQuant, Bench) {
             a.n = s.n;
             a.k = s.k;
             a.probe = pr;
-            tp[pr] = graph_seconds_per_call(stream, 40, [&](int i) {
+            tp[pr] = graph_seconds(stream, 40, [&](int i) {
               a.codes = dev[i % copies].codes().raw();
               a.scales = dev[i % copies].scales().raw();
               cuda::quant_gemv(stream, a);
@@ -598,7 +574,7 @@ TEST_F(CudaQuant, Bench) {
           a.smem_weights = smem;
           Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms, bpsm) / 4)});
           a.workspace = ws.data<float>();
-          const double t = graph_seconds_per_call(stream, 40, [&](int i) {
+          const double t = graph_seconds(stream, 40, [&](int i) {
             a.codes = dev[i % copies].codes().raw();
             a.scales = dev[i % copies].scales().raw();
             cuda::quant_gemv(stream, a);
@@ -641,7 +617,7 @@ TEST_F(CudaQuant, Bench) {
             a.slice_warps = w == 0 ? 4 : 8;
             Tensor ws = gpu_->empty({std::max<int64_t>(1, cuda::quant_gemv_workspace_bytes(m, n, k, sms) / 4)});
             a.workspace = ws.data<float>();
-            best[w] = std::min(best[w], graph_seconds_per_call(stream, 40, [&](int i) {
+            best[w] = std::min(best[w], graph_seconds(stream, 40, [&](int i) {
                                  a.codes = dev[i % copies].codes().raw();
                                  a.scales = dev[i % copies].scales().raw();
                                  cuda::quant_gemv(stream, a);
@@ -689,11 +665,11 @@ TEST_F(CudaQuant, Bench) {
           segs[j].scales = dev[(3 * i + j) % copies].scales().raw();
         }
       };
-      const double one = graph_seconds_per_call(stream, 20, [&](int i) {
+      const double one = graph_seconds(stream, 20, [&](int i) {
         set(i);
         cuda::quant_gemv_many(stream, common, segs, 3);
       });
-      const double three = graph_seconds_per_call(stream, 20, [&](int i) {
+      const double three = graph_seconds(stream, 20, [&](int i) {
         set(i);
         for (int j = 0; j < 3; ++j) {
           cuda::QuantGemvArgs a = common;
@@ -731,7 +707,7 @@ TEST_F(CudaQuant, Bench) {
       a.n = n;
       a.k = k;
       a.splits = splits;
-      const double t = graph_seconds_per_call(stream, 40, [&](int i) {
+      const double t = graph_seconds(stream, 40, [&](int i) {
         a.codes = dev[i % copies].codes().raw();
         a.scales = dev[i % copies].scales().raw();
         cuda::quant_gemv(stream, a);
