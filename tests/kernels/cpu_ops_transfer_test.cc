@@ -1,5 +1,5 @@
 // The transfer part of the Ops interface on the CPU backend: to_device/to_host give
-// packed copies, copy() handles row-strided views, mismatches are errors.
+// packed copies, copy() and copy_many() handle row-strided views, mismatches are errors.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -54,6 +54,24 @@ TEST(CpuOpsTransfer, MismatchesAreErrorsNamingBothTensors) {
   }
   Tensor wrong_type = Tensor::empty({3, 2}, DType::kI32);
   EXPECT_THROW(ops->copy(wrong_type, src), StatusError);
+}
+
+TEST(CpuOpsTransfer, CopyManyCopiesEveryPairAndChecksTheCounts) {
+  auto ops = make_cpu_ops();
+  Tensor cat = Tensor::zeros({3, 5}, DType::kF32);
+  Tensor block = cat.slice(1, 3, 5);
+  Tensor packed = Tensor::zeros({2, 2}, DType::kF32);
+  const Tensor a = iota({3, 2}), b = iota({2, 2});
+  ops->copy_many({&block, &packed}, {&a, &b});
+  EXPECT_EQ(cat.to_vector(), (std::vector<float>{0, 0, 0, 0, 1, 0, 0, 0, 2, 3, 0, 0, 0, 4, 5}));
+  EXPECT_EQ(packed.to_vector(), b.to_vector());
+  try {
+    ops->copy_many({&block, &packed}, {&a});
+    FAIL() << "expected a count error";
+  } catch (const StatusError& e) {
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find("2 destinations for 1 sources"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -100,6 +100,15 @@ class Ops {
   // dst = src, same shape and dtype; each on the host or this backend's device,
   // packed or row-strided (last dimension packed, e.g. a column block of a matrix).
   virtual void copy(Tensor& dst, const Tensor& src) = 0;
+  // copy(*dsts[i], *srcs[i]) for every i (the destinations must not overlap any other pair's
+  // tensors); a backend may run the device-to-device ones as one launch (CUDA: one kernel,
+  // where a graph would otherwise hold a chain of copy-engine nodes).
+  virtual void copy_many(const std::vector<Tensor*>& dsts, const std::vector<const Tensor*>& srcs) {
+    if (dsts.size() != srcs.size())
+      throw StatusError(invalid_argument("copy_many: " + std::to_string(dsts.size()) + " destinations for " +
+                                         std::to_string(srcs.size()) + " sources"));
+    for (size_t i = 0; i < dsts.size(); ++i) copy(*dsts[i], *srcs[i]);
+  }
 
   // ---- linear algebra ------------------------------------------------------
   // out[T, N] = x[T, K] · w[N, K]^T  (accumulate: out += ...).

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_copy.h"
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_indexer_prefill.h"
 #include "kernels/cuda/cuda_kda_chunked.h"
@@ -212,41 +213,21 @@ class CudaOps final : public Ops {
     return out;
   }
   void copy(Tensor& dst, const Tensor& src) override { cuda::OpScope prof_scope(prof_.get(), "copy");
-    if (dst.shape() != src.shape() || dst.dtype() != src.dtype())
-      throw StatusError(invalid_argument("copy: " + src.describe() + " into " + dst.describe() +
-                                         " (shape and dtype must match)"));
-    for (const Tensor* t : {static_cast<const Tensor*>(&dst), &src})
-      if (!t->device().is_cpu() && !(t->device().kind == DeviceKind::kCuda && t->device().index == ctx_.device))
-        throw StatusError(invalid_argument(std::string("copy: ") + t->describe() + " is on another device"));
-    int64_t rows, width, dpitch, spitch, r2, w2;
-    if (!as_rows(dst, rows, width, dpitch) || !as_rows(src, r2, w2, spitch))
-      throw StatusError(unimplemented("copy: " + src.describe() + " -> " + dst.describe() +
-                                      ": only packed or row-strided tensors (last dimension packed)"));
-    const bool to_host_side = dst.device().is_cpu();
-    const bool host_involved = to_host_side || src.device().is_cpu();
-    if (host_involved && ctx_.capturing)
-      throw StatusError(internal_error("copy between host and device inside a graph capture"));
-    if (rows > 0 && width > 0) {
-      if (dst.device().is_cpu() && src.device().is_cpu()) {
-        dst.copy_from(src);
-        return;
-      }
-      const size_t es = dst.element_size();
-      if (src.device().is_cpu() && static_cast<size_t>(rows * width) * es <= kStagedUploadMax) {
-        upload_staged(dst.raw(), dpitch * es, src, spitch * es, width * es, rows);
-        return;
-      }
-      if (src.device().is_cpu() && dpitch == width && spitch == width &&
-          static_cast<size_t>(rows * width) * es >= kPinnedUploadMin) {
-        upload_pinned(dst.raw(), src.raw(), static_cast<size_t>(rows * width) * es);
-        sync_and_check("copy to device");
-        return;
-      }
-      throw_if(cuda::cuda_status(cudaMemcpy2DAsync(dst.raw(), dpitch * es, src.raw(), spitch * es, width * es, rows,
-                                                   cudaMemcpyDefault, ctx_.stream),
-                                 "copy"));
+    cuda::CopyRowsJob job;
+    if (copy_or_job(dst, src, job)) cuda::copy_rows(ctx_, &job, 1);
+  }
+  // The device-to-device pairs as one kernel (cuda_copy.cu), the others one by one.
+  void copy_many(const std::vector<Tensor*>& dsts, const std::vector<const Tensor*>& srcs) override {
+    cuda::OpScope prof_scope(prof_.get(), "copy_many");
+    if (dsts.size() != srcs.size())
+      throw StatusError(invalid_argument("copy_many: " + std::to_string(dsts.size()) + " destinations for " +
+                                         std::to_string(srcs.size()) + " sources"));
+    std::vector<cuda::CopyRowsJob> jobs;
+    for (size_t i = 0; i < dsts.size(); ++i) {
+      cuda::CopyRowsJob job;
+      if (copy_or_job(*dsts[i], *srcs[i], job)) jobs.push_back(job);
     }
-    if (host_involved) sync_and_check(to_host_side ? "copy to host" : "copy to device");
+    if (!jobs.empty()) cuda::copy_rows(ctx_, jobs.data(), static_cast<int>(jobs.size()));
   }
 
   void matmul(Tensor& out, const Tensor& x, const Tensor& w, bool accumulate) override { cuda::OpScope prof_scope(prof_.get(), "matmul");
@@ -441,6 +422,52 @@ class CudaOps final : public Ops {
   }
 
  private:
+  // copy's checks and every transfer that involves the host (done here); a device-to-device
+  // pair is returned as `job` (true) for copy_rows.
+  bool copy_or_job(Tensor& dst, const Tensor& src, cuda::CopyRowsJob& job) {
+    if (dst.shape() != src.shape() || dst.dtype() != src.dtype())
+      throw StatusError(invalid_argument("copy: " + src.describe() + " into " + dst.describe() +
+                                         " (shape and dtype must match)"));
+    for (const Tensor* t : {static_cast<const Tensor*>(&dst), &src})
+      if (!t->device().is_cpu() && !(t->device().kind == DeviceKind::kCuda && t->device().index == ctx_.device))
+        throw StatusError(invalid_argument(std::string("copy: ") + t->describe() + " is on another device"));
+    int64_t rows, width, dpitch, spitch, r2, w2;
+    if (!as_rows(dst, rows, width, dpitch) || !as_rows(src, r2, w2, spitch))
+      throw StatusError(unimplemented("copy: " + src.describe() + " -> " + dst.describe() +
+                                      ": only packed or row-strided tensors (last dimension packed)"));
+    const bool to_host_side = dst.device().is_cpu();
+    const bool host_involved = to_host_side || src.device().is_cpu();
+    if (host_involved && ctx_.capturing)
+      throw StatusError(internal_error("copy between host and device inside a graph capture"));
+    if (rows > 0 && width > 0) {
+      if (dst.device().is_cpu() && src.device().is_cpu()) {
+        dst.copy_from(src);
+        return false;
+      }
+      const size_t es = dst.element_size();
+      if (src.device().is_cpu() && static_cast<size_t>(rows * width) * es <= kStagedUploadMax) {
+        upload_staged(dst.raw(), dpitch * es, src, spitch * es, width * es, rows);
+        return false;
+      }
+      if (src.device().is_cpu() && dpitch == width && spitch == width &&
+          static_cast<size_t>(rows * width) * es >= kPinnedUploadMin) {
+        upload_pinned(dst.raw(), src.raw(), static_cast<size_t>(rows * width) * es);
+        sync_and_check("copy to device");
+        return false;
+      }
+      if (!host_involved && cuda::copy_kernel_enabled()) {
+        job = {static_cast<char*>(dst.raw()), static_cast<const char*>(src.raw()), rows,
+               static_cast<int64_t>(width * es), static_cast<int64_t>(dpitch * es), static_cast<int64_t>(spitch * es)};
+        return true;
+      }
+      throw_if(cuda::cuda_status(cudaMemcpy2DAsync(dst.raw(), dpitch * es, src.raw(), spitch * es, width * es, rows,
+                                                   cudaMemcpyDefault, ctx_.stream),
+                                 "copy"));
+    }
+    if (host_involved) sync_and_check(to_host_side ? "copy to host" : "copy to device");
+    return false;
+  }
+
   CudaOps() = default;
 
   // Small uploads (token ids, indices, page tables) are staged in pinned memory

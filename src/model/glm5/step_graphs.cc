@@ -14,20 +14,41 @@ int64_t StepGraphs::bucket_for(int64_t n) {
   return b;
 }
 
+// out[j] = res[j] for every output, in one copy_many (in a graph: one kernel node, not a
+// chain of copy nodes that would leave the GPU idle between segments).
+void StepGraphs::copy_outputs(Ops& ops, std::vector<Tensor>& out, const std::vector<Tensor>& res) {
+  std::vector<Tensor*> dsts;
+  std::vector<const Tensor*> srcs;
+  for (size_t j = 0; j < res.size(); ++j) {
+    dsts.push_back(&out[j]);
+    srcs.push_back(&res[j]);
+  }
+  ops.copy_many(dsts, srcs);
+}
+
 void StepGraphs::fill_inputs(Entry& e, int64_t n, const std::vector<Input>& inputs) {
+  std::vector<Tensor> slices;  // the destinations of the non-stable inputs (rows [0, n))
+  slices.reserve(inputs.size());
+  std::vector<Tensor*> dsts;
+  std::vector<const Tensor*> srcs;
   for (size_t j = 0; j < inputs.size(); ++j) {
     const Tensor& src = inputs[j].t;
     if (inputs[j].stable) {
       // Normally the very buffer the entry was built on (nothing to do).
-      if (src.raw() != e.in[j].raw()) ops_.copy(e.in[j], src);
+      if (src.raw() != e.in[j].raw()) {
+        dsts.push_back(&e.in[j]);
+        srcs.push_back(&src);
+      }
       continue;
     }
     if (src.dim() == 0 || src.size(0) != n)
       throw StatusError(invalid_argument("step graphs: input " + std::to_string(j) + " " + src.describe() +
                                          " does not have the step's " + std::to_string(n) + " rows"));
-    Tensor dst = e.in[j].slice(0, 0, n);
-    ops_.copy(dst, src);
+    slices.push_back(e.in[j].slice(0, 0, n));
+    dsts.push_back(&slices.back());
+    srcs.push_back(&src);
   }
+  if (!dsts.empty()) ops_.copy_many(dsts, srcs);
 }
 
 StepGraphs::Entry& StepGraphs::create(int key, int64_t bucket, int64_t n, const std::vector<Input>& inputs,
@@ -51,17 +72,14 @@ StepGraphs::Entry& StepGraphs::create(int key, int64_t bucket, int64_t n, const 
   fill_inputs(e, n, inputs);
   // The eager run: this step's results, and the output shapes.
   const std::vector<Tensor> first = body(e.in);
-  for (const Tensor& t : first) {
-    Tensor o = ops_.empty(t.shape(), t.dtype());
-    ops_.copy(o, t);
-    e.out.push_back(std::move(o));
-  }
+  for (const Tensor& t : first) e.out.push_back(ops_.empty(t.shape(), t.dtype()));
+  copy_outputs(ops_, e.out, first);
   Ops* ops = &ops_;
   auto graph = refuse_ ? Expected<std::unique_ptr<Ops::Graph>>(internal_error("captures refused (test)")) : ops_.capture([ops, in = e.in, out = e.out, body]() mutable {
     const std::vector<Tensor> res = body(in);
     if (res.size() != out.size())
       throw StatusError(internal_error("step graphs: a segment body changed its number of outputs"));
-    for (size_t j = 0; j < res.size(); ++j) ops->copy(out[j], res[j]);
+    copy_outputs(*ops, out, res);
   });
   if (graph) {
     e.graph = std::move(*graph);
@@ -97,7 +115,9 @@ std::vector<Tensor> StepGraphs::run(int key, int64_t bucket, int64_t n, const st
     ++stats_.replays;
   } else {
     const std::vector<Tensor> res = body(e.in);
-    for (size_t j = 0; j < res.size() && j < e.out.size(); ++j) ops_.copy(e.out[j], res[j]);
+    if (res.size() != e.out.size())
+      throw StatusError(internal_error("step graphs: a segment body changed its number of outputs"));
+    copy_outputs(ops_, e.out, res);
   }
   return e.out;
 }

@@ -94,6 +94,7 @@ class StepGraphs {
   };
   Entry& create(int key, int64_t bucket, int64_t n, const std::vector<Input>& inputs, const Body& body);
   void fill_inputs(Entry& e, int64_t n, const std::vector<Input>& inputs);
+  static void copy_outputs(Ops& ops, std::vector<Tensor>& out, const std::vector<Tensor>& res);
 
   Ops& ops_;
   bool enabled_;
