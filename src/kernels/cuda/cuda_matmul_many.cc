@@ -2,12 +2,15 @@
 #include "kernels/cuda/cuda_matmul_many.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/side_stream.h"
 #include "kernels/cuda/small_gemm.h"
 
 namespace tf::cuda {
@@ -82,7 +85,7 @@ void run_one(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& w) {
 }  // namespace
 
 void matmul_many(CudaContext& ctx, const std::vector<Tensor*>& outs, const Tensor& x,
-                 const std::vector<const Matrix*>& ws) {
+                 const std::vector<const Matrix*>& ws, SideStream* side, bool concurrent) {
   if (outs.size() != ws.size())
     throw StatusError(invalid_argument("matmul_many: " + std::to_string(outs.size()) + " outputs for " +
                                        std::to_string(ws.size()) + " matrices"));
@@ -102,6 +105,8 @@ void matmul_many(CudaContext& ctx, const std::vector<Tensor*>& outs, const Tenso
     for (size_t j = 0; j < i; ++j)
       if (overlaps(*outs[i], *outs[j])) group = false;
   }
+  // The launches in order: each group, then the matrices left alone.
+  std::vector<std::function<void()>> launches;
   std::vector<bool> done(count, false);
   if (group) {
     for (size_t i = 0; i < count; ++i) {
@@ -117,7 +122,7 @@ void matmul_many(CudaContext& ctx, const std::vector<Tensor*>& outs, const Tenso
         const size_t c1 = std::min(members.size(), c0 + kSmallGemmMaxMatrices);
         const int cnt = static_cast<int>(c1 - c0);
         if (key.format == MatrixFormat::kDense) {
-          SmallGemmMatrix mats[kSmallGemmMaxMatrices];
+          std::array<SmallGemmMatrix, kSmallGemmMaxMatrices> mats{};
           for (size_t c = c0; c < c1; ++c) {
             const size_t j = members[c];
             SmallGemmMatrix& s = mats[c - c0];
@@ -127,14 +132,16 @@ void matmul_many(CudaContext& ctx, const std::vector<Tensor*>& outs, const Tenso
             s.w_dtype = ws[j]->dtype();
             s.n = ws[j]->size(0);
           }
-          try {
-            small_gemm_many(ctx.stream, x.data<float>(), key.k, x.numel() / key.k, key.k, mats, cnt, false);
-          } catch (const StatusError& e) {
-            throw StatusError(Status(e.status().code(), "matmul_many: " + e.status().message()));
-          }
+          launches.push_back([&ctx, &x, key, mats, cnt] {
+            try {
+              small_gemm_many(ctx.stream, x.data<float>(), key.k, x.numel() / key.k, key.k, mats.data(), cnt, false);
+            } catch (const StatusError& e) {
+              throw StatusError(Status(e.status().code(), "matmul_many: " + e.status().message()));
+            }
+          });
         } else {
           static_assert(kQuantGemvMaxSegments >= kSmallGemmMaxMatrices);
-          QuantGemvSegment segs[kSmallGemmMaxMatrices];
+          std::array<QuantGemvSegment, kSmallGemmMaxMatrices> segs{};
           for (size_t c = c0; c < c1; ++c) {
             const size_t j = members[c];
             QuantGemvSegment& s = segs[c - c0];
@@ -144,14 +151,31 @@ void matmul_many(CudaContext& ctx, const std::vector<Tensor*>& outs, const Tenso
             s.scales = ws[j]->scales().raw();
             s.n = ws[j]->size(0);
           }
-          run_quant(ctx, x, key.k, key.format, segs, cnt);
+          launches.push_back([&ctx, &x, key, segs, cnt] { run_quant(ctx, x, key.k, key.format, segs.data(), cnt); });
         }
       }
       for (size_t j : members) done[j] = true;
     }
   }
   for (size_t i = 0; i < count; ++i)
-    if (!done[i]) run_one(ctx, *outs[i], x, *ws[i]);
+    if (!done[i]) launches.push_back([&ctx, &x, out = outs[i], w = ws[i]] { run_one(ctx, *out, x, *w); });
+
+  // With a side stream, everything after the first launch runs beside it: the outputs do
+  // not overlap (group), and the first launch (a KDA layer's q/k/v GEMV) takes the longest.
+  if (side != nullptr && group && launches.size() >= 2 && !side->open()) {
+    side->begin(ctx, concurrent);
+    try {
+      for (size_t i = 1; i < launches.size(); ++i) launches[i]();
+      side->end(ctx);
+    } catch (...) {
+      (void)side->close(ctx);
+      throw;
+    }
+    launches[0]();
+    side->join(ctx);
+    return;
+  }
+  for (const auto& launch : launches) launch();
 }
 
 }  // namespace tf::cuda

@@ -8,6 +8,10 @@
 // output has the bits of matmul on that matrix alone. Everything else (prefill rows,
 // a group of one, outputs that overlap x, arguments matmul would refuse) runs
 // through matmul one by one, which also raises matmul's errors.
+//
+// Given a side stream (side_stream.h; none open), the launches after the first run on it,
+// beside the first (decode: a KDA layer's q4 q/k/v group beside its bf16 gate inputs), and
+// are joined before the call returns. `concurrent` as SideStream::begin.
 #pragma once
 
 #include <vector>
@@ -18,7 +22,9 @@
 
 namespace tf::cuda {
 
+class SideStream;
+
 void matmul_many(CudaContext& ctx, const std::vector<Tensor*>& outs, const Tensor& x,
-                 const std::vector<const Matrix*>& ws);
+                 const std::vector<const Matrix*>& ws, SideStream* side = nullptr, bool concurrent = true);
 
 }  // namespace tf::cuda

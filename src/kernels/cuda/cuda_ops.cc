@@ -239,7 +239,8 @@ class CudaOps final : public Ops {
   void matmul_many(const std::vector<Tensor*>& outs, const Tensor& x,
                    const std::vector<const Matrix*>& ws) override {
     cuda::OpScope prof_scope(prof_.get(), "matmul_many");
-    cuda::matmul_many(ctx_, outs, x, ws);
+    // Its launches side by side on the side stream (TF_MATMUL_MANY_BRANCH=0: one after the other).
+    cuda::matmul_many(ctx_, outs, x, ws, many_branch_ ? side_.get() : nullptr, !prof_ || ctx_.capturing);
   }
   void head_matmul(Tensor& out, const Tensor& x, const Tensor& w) override { cuda::OpScope prof_scope(prof_.get(), "head_matmul"); cuda::head_matmul(ctx_, out, x, w); }
   void embedding(Tensor& out, const Tensor& table, const Tensor& ids) override { cuda::OpScope prof_scope(prof_.get(), "embedding");
@@ -517,6 +518,7 @@ class CudaOps final : public Ops {
   void* cublas_ws_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> prof_;  // TF_PROFILE_OPS=1 (op_profiler.h)
   std::unique_ptr<cuda::SideStream> side_;  // null with TF_BRANCHES=0
+  bool many_branch_ = env_on("TF_MATMUL_MANY_BRANCH");
   cuda::GraphCapturer graphs_;
 };
 
