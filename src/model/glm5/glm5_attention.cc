@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -110,6 +112,29 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
   // their formats match).
   ops_.matmul_many({&qa, &kv}, x, {&w.q_a, &w.kv_a});
   ops_.rms_norm(q_resid, qa, w.q_a_norm, eps);
+
+  // A step of decode rows only: the indexer (its projections, cache update, scores and
+  // top-k) on a side branch beside the q / latent chain, which it meets only at the
+  // attention (through the top-k indices).
+  size_t decode_spans = 0;
+  for (const DecodeRun& run : decode_runs_) decode_spans += run.spans;
+  static const bool indexer_branch = [] {  // TF_BRANCH_INDEXER=0: in order (A/B)
+    const char* e = std::getenv("TF_BRANCH_INDEXER");
+    return !(e && std::string(e) == "0");
+  }();
+  const bool beside =
+      indexer_branch && w.indexer && !mtp && decode_spans == spans.size() && ops_.concurrent_branches(n);
+  IndexerRows irows;
+  std::vector<Tensor> run_indices;  // by decode run, when beside
+  std::optional<Ops::SideBranch> side;
+  if (beside) {
+    side.emplace(ops_);
+    irows = indexer_project(*w.indexer, x, q_resid);
+    for (const DecodeRun& run : decode_runs_)
+      run_indices.push_back(indexer_decode_rows(w, mla_index, run, irows, shared_topk));
+    side->end();
+  }
+
   Tensor q = ops_.empty({n, hl, dqk});
   ops_.matmul(q, q_resid, w.q_b);
   Tensor q_abs = ops_.empty({n, hl, r});
@@ -120,12 +145,22 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
   const int layer = mtp ? 0 : mla_index;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dqk));
   Tensor ctx = ops_.empty({n, hl, r});
-  IndexerRows irows;
-  if (w.indexer) irows = indexer_project(*w.indexer, x, q_resid);
+  if (w.indexer && !beside) irows = indexer_project(*w.indexer, x, q_resid);
   for (size_t s = 0; s < spans.size(); ++s) {
     if (!mtp && s < decode_run_at_.size() && decode_run_at_[s] >= 0) {
-      const DecodeRun& run = decode_runs_[static_cast<size_t>(decode_run_at_[s])];
-      mla_decode_rows(w, mla_index, run, irows, latent, q_abs, ctx, shared_topk);
+      const size_t ri = static_cast<size_t>(decode_run_at_[s]);
+      const DecodeRun& run = decode_runs_[ri];
+      const DecodeRowsView v = decode_rows_view(mla_index, run);
+      ops_.latent_store_rows(v, latent.slice(0, run.row0, run.row0 + run.width));
+      Tensor indices;
+      if (beside) {
+        side->join();  // no-op after the first run
+        indices = run_indices[ri];
+      } else {
+        indices = indexer_decode_rows(w, mla_index, run, irows, shared_topk);
+      }
+      Tensor out = ctx.slice(0, run.row0, run.row0 + run.width);
+      ops_.mla_sparse_attention_rows(out, q_abs.slice(0, run.row0, run.row0 + run.width), v, indices, scale);
       s += run.spans - 1;
       continue;
     }
@@ -146,6 +181,7 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
     Tensor out = ctx.slice(0, sp.row0, sp.row0 + sp.rows);
     ops_.mla_sparse_attention(out, q_abs.slice(0, sp.row0, sp.row0 + sp.rows), view, indices, scale);
   }
+  if (side) side->join();
   Tensor o = ops_.empty({n, hl, dv});
   ops_.head_matmul(o, ctx, w.w_uv);
   Tensor y = ops_.empty({n, cfg_.hidden_size});
@@ -292,22 +328,26 @@ void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans, int64_t pad_
   ops_.copy(dst, Tensor::view_of(meta.data(), {words}, DType::kI64));
 }
 
-void Glm5Model::mla_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run, const IndexerRows& irows,
-                                const Tensor& latent, const Tensor& q_abs, Tensor& ctx,
-                                std::vector<Tensor>& shared_topk) {
-  const int64_t b = run.width, r0 = run.row0, r1 = run.row0 + b;
-  const int64_t kp = cfg_.index_kpool, di = cfg_.index_head_dim;
+DecodeRowsView Glm5Model::decode_rows_view(int mla_index, const DecodeRun& run) const {
   const int64_t* meta = decode_meta_.data<int64_t>();
   DecodeRowsView v = pool_->rows_view(mla_index);
-  v.rows = b;
+  v.rows = run.width;
   v.positions = reinterpret_cast<const int32_t*>(meta + run.positions_at);
   v.page_tables = meta + run.tables_at;
-  v.kpool = kp;
-  v.index_dim = di;
-  ops_.latent_store_rows(v, latent.slice(0, r0, r1));
+  v.kpool = cfg_.index_kpool;
+  v.index_dim = cfg_.index_head_dim;
+  return v;
+}
+
+Tensor Glm5Model::indexer_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run,
+                                      const IndexerRows& irows, std::vector<Tensor>& shared_topk) {
+  const int64_t b = run.width, r0 = run.row0, r1 = run.row0 + b;
+  const int64_t kp = cfg_.index_kpool, di = cfg_.index_head_dim;
   Tensor indices;
   if (w.indexer) {
     const IndexerWeights& iw = *w.indexer;
+    const int64_t* meta = decode_meta_.data<int64_t>();
+    DecodeRowsView v = decode_rows_view(mla_index, run);
     v.rings = meta + run.rings_at[static_cast<size_t>(mla_index)];
     v.pool_keys = meta + run.pool_keys_at[static_cast<size_t>(mla_index)];
     ops_.indexer_update_rows(v, irows.key.slice(0, r0, r1), irows.gate.slice(0, r0, r1), iw.ape);
@@ -333,9 +373,7 @@ void Glm5Model::mla_decode_rows(const MlaWeights& w, int mla_index, const Decode
     if (indices.is_null() && run.graph && !decode_topk_.is_null()) indices = decode_topk_.slice(0, 0, b);
     if (indices.is_null()) throw StatusError(internal_error("shared DSA layer without a previous top-k"));
   }
-  Tensor out = ctx.slice(0, r0, r1);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.qk_head_dim));
-  ops_.mla_sparse_attention_rows(out, q_abs.slice(0, r0, r1), v, indices, scale);
+  return indices;
 }
 
 }  // namespace tf

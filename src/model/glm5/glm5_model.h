@@ -205,8 +205,12 @@ class Glm5Model {
   // A graph step's layer segment: the attention core, then seg_layer (or its part up
   // to the router when `to_router`). in: the previous segment's outputs.
   std::vector<Tensor> seg_layer_graph(int layer, const std::vector<Tensor>& in, bool to_router);
-  void mla_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run, const IndexerRows& irows,
-                       const Tensor& latent, const Tensor& q_abs, Tensor& ctx, std::vector<Tensor>& shared_topk);
+  // A decode run's rows view of MLA layer mla_index (positions and page tables from the
+  // step's metadata), and its top-k token indices: the indexer's cache update, scores and
+  // top-k (a layer without an indexer takes the previous layer's).
+  DecodeRowsView decode_rows_view(int mla_index, const DecodeRun& run) const;
+  Tensor indexer_decode_rows(const MlaWeights& w, int mla_index, const DecodeRun& run, const IndexerRows& irows,
+                             std::vector<Tensor>& shared_topk);
   void ensure_indexer_ring(Glm5Sequence::IndexerState& st);
   void ensure_pool_capacity(Glm5Sequence::IndexerState& st, int64_t pools);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
