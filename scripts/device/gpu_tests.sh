@@ -2,7 +2,7 @@
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
 # TF_GPU_ONLY="kernels parity kdarows kdachain decoderows quant ring sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
-# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "decodelayers", "exl3model" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
+# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -174,6 +174,25 @@ if [[ " ${TF_GPU_ONLY:-} " == *" profmodel "* && -x .gpurun/tensorfold ]]; then
     done
   else
     echo "profmodel: synth-checkpoint failed (see prof_synth.log)"; rc=1
+  fi
+  rm -rf "$ck"
+fi
+# Where a decode step's GPU time goes, kernel by kernel, graph-replayed kernels included (session 11): batch-1
+# decode on the exl3model configuration (45 layers) under the CUPTI tracer (bench/cupti_kernel_trace.cc),
+# summed per step by scripts/device/kernel_timeline.py (busy vs idle, each kernel's own time and the gap
+# before it). Only when named: TF_GPU_ONLY="trace" (TRACE_LAYERS, TRACE_SCENARIO override).
+if [[ " ${TF_GPU_ONLY:-} " == *" trace "* && -x .gpurun/tensorfold && -f .gpurun/libtf_cupti_trace.so ]]; then
+  ck=/dev/shm/tf-exl3-trace; rm -rf "$ck"
+  if timeout 240 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --layers "${TRACE_LAYERS:-45}" \
+      --experts "${EXL3_EXPERTS:-8}" --exl3 --bits 4 --codebook mcg --mtp-layers 0 > "$OUT/trace_synth.log" 2>&1; then
+    LD_LIBRARY_PATH="$PWD/.gpurun/cupti:$LD_LIBRARY_PATH" CUDA_INJECTION64_PATH="$PWD/.gpurun/libtf_cupti_trace.so" \
+      TF_KERNEL_TRACE="$OUT/kernel_trace.csv" TF_CACHE_DIR="$(mktemp -d)" timeout 200 .gpurun/tensorfold bench --offline \
+      --device cuda --model-dir "$ck" --scenario "${TRACE_SCENARIO:-decode-1}" --output-tokens 48 --timeout 150 \
+      > "$OUT/trace_bench.log" 2>&1 || rc=1
+    python3 scripts/device/kernel_timeline.py "$OUT/kernel_trace.csv" | tee "$OUT/kernel_timeline.txt" | head -n 30
+    xz -T0 "$OUT/kernel_trace.csv" 2>/dev/null || true
+  else
+    echo "trace: synth-checkpoint failed (see trace_synth.log)"; rc=1
   fi
   rm -rf "$ck"
 fi
