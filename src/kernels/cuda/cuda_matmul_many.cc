@@ -162,7 +162,9 @@ void matmul_many(CudaContext& ctx, const std::vector<Tensor*>& outs, const Tenso
 
   // With a side stream, everything after the first launch runs beside it: the outputs do
   // not overlap (group), and the first launch (a KDA layer's q/k/v GEMV) takes the longest.
-  if (side != nullptr && group && launches.size() >= 2 && !side->open()) {
+  // Only at decode rows (a grouped launch exists, so m <= exact_rows): latency-bound kernels.
+  const bool grouped = std::find(done.begin(), done.end(), true) != done.end();
+  if (side != nullptr && group && grouped && launches.size() >= 2 && !side->open()) {
     side->begin(ctx, concurrent);
     try {
       for (size_t i = 1; i < launches.size(); ++i) launches[i]();
