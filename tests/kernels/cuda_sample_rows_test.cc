@@ -8,13 +8,22 @@
 // kUndecided (random rows: essentially never; the counts are printed). Raw
 // logprobs: the device sums exp() in another order, so they may differ from the
 // host's in the last float bits: tolerance 2e-6 * max(1, |logprob|).
+// The kernel's row walks (TF_SAMPLE_ROWS=v1|strided|vec4|cluster2|4|8, cuda_sampling.cu)
+// are compared with v1 on rows of widths 1..9 and others, odd widths (every 16-byte
+// misalignment of the row start), ties across 4-element groups and NaN/+inf in the
+// scalar head and tail: bit for bit, but vec4 in tokens (its double sums run in
+// another order).
 // Lines "[sampling] ..." and "[sampling-bench] ..." summarise for the GPU log.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -34,6 +43,50 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kModelVocab = 154880;
 constexpr int32_t kModelTextVocab = 154820;
+// The kernel's row walks (TF_SAMPLE_ROWS); all but vec4 give v1's bits.
+constexpr const char* kWalks[] = {"v1", "strided", "vec4", "cluster2", "cluster4", "cluster8"};
+constexpr size_t kVec4Walk = 2;
+
+// TF_SAMPLE_ROWS for one scope (the op reads it at every call); restores the caller's.
+class ScopedWalk {
+ public:
+  explicit ScopedWalk(const char* walk) {
+    if (const char* e = std::getenv("TF_SAMPLE_ROWS")) saved_ = e;
+    setenv("TF_SAMPLE_ROWS", walk, 1);
+  }
+  ~ScopedWalk() {
+    if (saved_) {
+      setenv("TF_SAMPLE_ROWS", saved_->c_str(), 1);
+    } else {
+      unsetenv("TF_SAMPLE_ROWS");
+    }
+  }
+  ScopedWalk(const ScopedWalk&) = delete;
+  ScopedWalk& operator=(const ScopedWalk&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+bool same_result(const SampleRowResult& a, const SampleRowResult& b) {
+  if (a.status != b.status || a.token != b.token || !same_float(a.logprob, b.logprob) || a.top_count != b.top_count)
+    return false;
+  for (int j = 0; j < a.top_count; ++j)
+    if (a.top_tokens[j] != b.top_tokens[j] || !same_float(a.top_values[j], b.top_values[j])) return false;
+  return true;
+}
+
+// Same tokens and statuses; logprobs within the rounding of a double sum in another order.
+bool same_tokens(const SampleRowResult& a, const SampleRowResult& b) {
+  auto close = [](float x, float y) {
+    return std::fabs(static_cast<double>(x) - y) <= 2e-7 * std::max(1.0, std::fabs(static_cast<double>(y)));
+  };
+  if (a.status != b.status || a.token != b.token || !close(a.logprob, b.logprob) || a.top_count != b.top_count)
+    return false;
+  for (int j = 0; j < a.top_count; ++j)
+    if (a.top_tokens[j] != b.top_tokens[j] || !close(a.top_values[j], b.top_values[j])) return false;
+  return true;
+}
 
 class CudaSampleRows : public CpuCudaTest {
  protected:
@@ -115,6 +168,67 @@ class CudaSampleRows : public CpuCudaTest {
     EXPECT_EQ(t.undecided_gpu, 0);
   }
 
+  // Rows of one width as one batched device tensor (row r starts r * width floats in:
+  // odd widths give every 16-byte misalignment), each sampled with every parameter
+  // set of the grid under every walk. Checks: the CPU op's status and token (the
+  // device may only add kUndecided), logprobs within 2e-6, and the walks against v1.
+  void check_walks(const std::vector<std::vector<float>>& host_rows, int32_t limit, const char* what) {
+    const auto width = static_cast<int64_t>(host_rows.front().size());
+    const auto b = static_cast<int64_t>(host_rows.size());
+    std::vector<float> flat;
+    for (const auto& r : host_rows) flat.insert(flat.end(), r.begin(), r.end());
+    const Tensor batch = gpu_->to_device(Tensor::from_floats({b, width}, flat));
+    std::vector<Tensor> dev_rows, cpu_rows;
+    for (int64_t r = 0; r < b; ++r) {
+      dev_rows.push_back(batch.select(0, r));
+      cpu_rows.push_back(Tensor::from_floats({width}, host_rows[static_cast<size_t>(r)]));
+    }
+    int compared = 0;
+    for (const ParamCase& pc : param_grid()) {
+      std::vector<SampleRowParams> params;
+      for (int64_t r = 0; r < b; ++r) {
+        auto d = device_row_params(pc.p, 0x5EEDull + static_cast<uint64_t>(r), 40 + r, {}, limit);
+        ASSERT_TRUE(d.has_value());
+        params.push_back(*d);
+      }
+      std::vector<SampleRowResult> ref(static_cast<size_t>(b));
+      cpu_->sample_rows(ref, cpu_rows, params);
+      std::vector<std::vector<SampleRowResult>> dev;
+      for (const char* walk : kWalks) {
+        ScopedWalk scoped(walk);
+        dev.emplace_back(static_cast<size_t>(b));
+        gpu_->sample_rows(dev.back(), dev_rows, params);
+      }
+      for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
+        SCOPED_TRACE(std::string(what) + " " + pc.name + " width " + std::to_string(width) + " row " +
+                     std::to_string(r));
+        const SampleRowResult& v1 = dev[0][r];
+        for (size_t w = 1; w < std::size(kWalks); ++w) {
+          if (w == kVec4Walk) {
+            EXPECT_TRUE(same_tokens(dev[w][r], v1)) << "vec4 differs from v1";
+          } else {
+            EXPECT_TRUE(same_result(dev[w][r], v1)) << kWalks[w] << " differs from v1";
+          }
+        }
+        ++compared;
+        // Either side may leave a row within its margins undecided.
+        if (v1.status == SampleRowStatus::kUndecided || ref[r].status == SampleRowStatus::kUndecided) continue;
+        EXPECT_EQ(v1.status, ref[r].status);
+        if (v1.status != SampleRowStatus::kOk || ref[r].status != SampleRowStatus::kOk) continue;
+        EXPECT_EQ(v1.token, ref[r].token);
+        if (params[r].logprob) {
+          EXPECT_NEAR(v1.logprob, ref[r].logprob, 2e-6 * std::max(1.0f, std::fabs(ref[r].logprob)));
+        }
+        ASSERT_EQ(v1.top_count, ref[r].top_count);
+        for (int j = 0; j < v1.top_count; ++j) {
+          EXPECT_EQ(v1.top_tokens[j], ref[r].top_tokens[j]) << j;
+          EXPECT_NEAR(v1.top_values[j], ref[r].top_values[j], 2e-6 * std::max(1.0f, std::fabs(ref[r].top_values[j])));
+        }
+      }
+    }
+    std::printf("[sampling] walks agree with v1: %-34s %d rows x parameter sets\n", what, compared);
+    std::fflush(stdout);
+  }
 };
 
 TEST_F(CudaSampleRows, ParitySmallVocab) {
@@ -204,16 +318,101 @@ TEST_F(CudaSampleRows, BoundaryAndBadRows) {
   EXPECT_THROW(gpu_->sample_rows(one, host_rows, p1), StatusError);
 }
 
-// Device sampling vs download + host sampling, per step, at B = 1 and 64.
+TEST_F(CudaSampleRows, WalksAgreeOnRandomRows) {
+  // Widths below the thread count, not multiples of 4, and the model's; 4 rows each
+  // (starts misaligned by 0, 4, 8, 12 bytes for odd widths).
+  for (int64_t width : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{6}, int64_t{7},
+                        int64_t{9}, int64_t{33}, int64_t{1027}, int64_t{4099}}) {
+    std::vector<std::vector<float>> rows;
+    for (int r = 0; r < 4; ++r)
+      rows.push_back(make_row(width, kKinds[static_cast<size_t>(r) % std::size(kKinds)], 17u * static_cast<uint32_t>(width) + static_cast<uint32_t>(r)));
+    check_walks(rows, 0, ("random width " + std::to_string(width)).c_str());
+  }
+  std::vector<std::vector<float>> model;
+  for (RowKind kind : kKinds) model.push_back(make_row(kModelVocab + 1, kind, 99u));  // odd: misaligned rows
+  check_walks(model, kModelTextVocab, "model width + 1, text limit");
+}
+
+TEST_F(CudaSampleRows, WalksAgreeOnEdgeRows) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // Width 11 (rows start 0/4/8/12 bytes off a 16-byte boundary): the maximum tied
+  // across a 4-element group (3 and 4, then 7 and 8), at the first and last element.
+  std::vector<std::vector<float>> ties;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<float> row(11, 0.25f);
+    row[3] = row[4] = 2.0f;
+    if (r == 1) row[7] = row[8] = 3.0f;
+    if (r == 2) row[0] = row[10] = 3.0f;
+    if (r == 3) row.assign(11, 1.0f);  // all tied
+    ties.push_back(row);
+  }
+  check_walks(ties, 0, "ties across groups of 4");
+  // NaN / +inf in the scalar head (first elements) and tail (last elements).
+  std::vector<std::vector<float>> bad;
+  for (int r = 0; r < 8; ++r) {
+    std::vector<float> row(4099, 0.5f);
+    const size_t at = r < 4 ? static_cast<size_t>(r) : row.size() - 1 - static_cast<size_t>(r - 4);
+    row[at] = r % 2 == 0 ? nan : inf;
+    bad.push_back(row);
+  }
+  check_walks(bad, 0, "NaN/+inf in head and tail");
+  // NaN only beyond the vocabulary limit: ignored.
+  std::vector<std::vector<float>> padded;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<float> row = make_row(4099, RowKind::kNormal, 5u + static_cast<uint32_t>(r));
+    row[4098] = nan;
+    row[4097] = inf;
+    padded.push_back(row);
+  }
+  check_walks(padded, 4097, "NaN/+inf beyond the limit");
+  // Many equal values: more top-logprob candidates than the kernel ranks in shared
+  // memory (the block-argmax loop), and fewer finite values than top_logprobs.
+  std::vector<std::vector<float>> flat_rows;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<float> row(3001, r < 2 ? 0.5f : -inf);
+    if (r >= 2)
+      for (int j = 0; j < 7; ++j) row[static_cast<size_t>(400 * j + r)] = static_cast<float>(j % 3);
+    flat_rows.push_back(row);
+  }
+  check_walks(flat_rows, 0, "flat rows, few finite values");
+}
+
+// Device sampling (each walk: v1 = session 10's loads, strided = the default, vec4,
+// cluster = a cluster of blocks a row, sized by B) vs download + host sampling, per step, at B = 1 and 64. Wall time of a whole call
+// (upload, kernel, download, sync); the "call overhead" line is that of a 33-token
+// greedy row. TF_SAMPLING_BENCH_QUICK=1: 2 timed calls per walk, no host path (for ncu).
 TEST_F(CudaSampleRows, Benchmark) {
   ThreadPool pool(2);  // as the engine's sample_pool
-  for (const char* mode : {"greedy", "t0.8+top_p0.95"}) {
+  const bool quick = std::getenv("TF_SAMPLING_BENCH_QUICK") != nullptr;
+  struct Mode {
+    const char* name;
+    float temperature, top_p;
+    int top_k, top_logprobs;  // top_logprobs < 0: no logprobs
+  };
+  const Mode modes[] = {{"greedy", 0.0f, 1.0f, 0, -1},          {"greedy+lp20", 0.0f, 1.0f, 0, 20},
+                        {"t0.8", 0.8f, 1.0f, 0, -1},            {"t0.8+top_p0.95", 0.8f, 0.95f, 0, -1},
+                        {"t0.8+p0.95+k40", 0.8f, 0.95f, 40, -1}, {"t.8+p.95+k40+lp20", 0.8f, 0.95f, 40, 20}};
+  {
+    const Tensor tiny = gpu_->to_device(Tensor::from_floats({33}, make_row(33, RowKind::kNormal, 3)));
+    std::vector<Tensor> rows{tiny};
+    std::vector<SampleRowParams> params(1);
+    params[0].greedy = true;
+    std::vector<SampleRowResult> out(1);
+    gpu_->sample_rows(out, rows, params);
+    const int iters = quick ? 2 : 200;
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) gpu_->sample_rows(out, rows, params);
+    std::printf("[sampling-bench] call overhead (33-token greedy row) %.1f us/call\n",
+                std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+  }
+  for (const Mode& mode : modes) {
     SamplingParams p;
-    if (std::string(mode) == "greedy") {
-      p.temperature = 0.0f;
-    } else {
-      p.temperature = 0.8f;
-      p.top_p = 0.95f;
+    p.temperature = mode.temperature;
+    p.top_p = mode.top_p;
+    p.top_k = mode.top_k;
+    if (mode.top_logprobs >= 0) {
+      p.logprobs = true;
+      p.top_logprobs = mode.top_logprobs;
     }
     for (int64_t b : {int64_t{1}, int64_t{64}}) {
       std::vector<float> flat;
@@ -233,17 +432,24 @@ TEST_F(CudaSampleRows, Benchmark) {
         params.push_back(*device_row_params(p, static_cast<uint64_t>(r), 5, {}, kModelTextVocab));
         seqs.push_back(std::make_unique<SequenceSampler>(sp, prompt, std::vector<int32_t>{}, static_cast<uint32_t>(r)));
       }
-      std::vector<SampleRowResult> out(static_cast<size_t>(b));
-      gpu_->sample_rows(out, rows, params);  // warm-up
-      const int iters = b == 1 ? 200 : 50;
-      auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) gpu_->sample_rows(out, rows, params);
-      const double dev_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
-
+      const char* walks[] = {"v1", "strided", "vec4", "cluster"};
+      double dev_us[std::size(walks)] = {};
+      std::vector<SampleRowResult> first(static_cast<size_t>(b));
+      for (size_t w = 0; w < std::size(walks); ++w) {
+        ScopedWalk scoped(walks[w]);
+        std::vector<SampleRowResult> out(static_cast<size_t>(b));
+        gpu_->sample_rows(out, rows, params);  // warm-up
+        if (w == 0) first = out;
+        for (size_t r = 0; r < out.size(); ++r) EXPECT_TRUE(same_tokens(out[r], first[r])) << walks[w] << " row " << r;
+        const int iters = quick ? 2 : (b == 1 ? 200 : 50);
+        auto t0 = Clock::now();
+        for (int i = 0; i < iters; ++i) gpu_->sample_rows(out, rows, params);
+        dev_us[w] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
+      }
       double down_us = 0, host_us = 0;
       std::vector<SequenceSampler*> ptrs;
       for (auto& s : seqs) ptrs.push_back(s.get());
-      const int host_iters = b == 1 ? 50 : 5;
+      const int host_iters = quick ? 0 : (b == 1 ? 50 : 5);
       for (int i = 0; i < host_iters; ++i) {
         auto a = Clock::now();
         Tensor host = gpu_->to_host(batch);
@@ -258,12 +464,12 @@ TEST_F(CudaSampleRows, Benchmark) {
         down_us += std::chrono::duration<double, std::micro>(m - a).count();
         host_us += std::chrono::duration<double, std::micro>(e - m).count();
       }
-      down_us /= host_iters;
-      host_us /= host_iters;
-      std::printf("[sampling-bench] %-15s B=%-3lld device %9.1f us/step | download %9.1f us + host %9.1f us = %9.1f "
-                  "us/step | speedup %.1fx\n",
-                  mode, static_cast<long long>(b), dev_us, down_us, host_us, down_us + host_us,
-                  (down_us + host_us) / dev_us);
+      down_us /= std::max(1, host_iters);
+      host_us /= std::max(1, host_iters);
+      std::printf("[sampling-bench] %-18s B=%-3lld device v1 %8.1f | strided %8.1f | vec4 %8.1f | cluster %8.1f "
+                  "us/step | download %9.1f us + host %9.1f us = %9.1f us/step\n",
+                  mode.name, static_cast<long long>(b), dev_us[0], dev_us[1], dev_us[2], dev_us[3], down_us, host_us,
+                  down_us + host_us);
       std::fflush(stdout);
     }
   }
