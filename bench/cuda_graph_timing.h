@@ -29,37 +29,41 @@ struct ReplayPlan {
   double target_ms = 100.0;
   int max_reps = 50;
   int fixed_reps = 0;
+  unsigned instantiate_flags = 0;  // cudaGraphInstantiate flags (e.g. keep node priorities)
 };
+
+// Seconds per repetition of `body` (work enqueued on `stream`), by events around `reps` of them.
+inline double event_seconds(cudaStream_t stream, int reps, const std::function<void()>& body) {
+  cudaEvent_t t0, t1;
+  BENCH_CUDA(cudaEventCreate(&t0));
+  BENCH_CUDA(cudaEventCreate(&t1));
+  BENCH_CUDA(cudaEventRecord(t0, stream));
+  for (int r = 0; r < reps; ++r) body();
+  BENCH_CUDA(cudaEventRecord(t1, stream));
+  BENCH_CUDA(cudaEventSynchronize(t1));
+  float ms = 0;
+  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  return ms / 1e3 / reps;
+}
 
 // Instantiates `graph` (which holds `calls` calls), replays it once to warm up, times the
 // planned replays on `stream` and returns seconds per call. Destroys the graph.
 inline double replay_seconds_per_call(cudaStream_t stream, cudaGraph_t graph, int calls, ReplayPlan plan = {}) {
   cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t t0, t1;
-  BENCH_CUDA(cudaEventCreate(&t0));
-  BENCH_CUDA(cudaEventCreate(&t1));
-  BENCH_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
-  float ms = 0;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, plan.instantiate_flags));
+  auto replay = [&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); };
+  replay();  // warm-up
   int reps = plan.fixed_reps;
   if (reps <= 0) {
-    BENCH_CUDA(cudaEventRecord(t0, stream));
-    BENCH_CUDA(cudaGraphLaunch(exec, stream));
-    BENCH_CUDA(cudaEventRecord(t1, stream));
-    BENCH_CUDA(cudaEventSynchronize(t1));
-    BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-    reps = static_cast<int>(std::clamp(plan.target_ms / std::max(ms, 1e-3f), 1.0, double(plan.max_reps)));
+    const double probe_ms = event_seconds(stream, 1, replay) * 1e3;
+    reps = static_cast<int>(std::clamp(plan.target_ms / std::max(probe_ms, 1e-3), 1.0, double(plan.max_reps)));
   }
-  BENCH_CUDA(cudaEventRecord(t0, stream));
-  for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  BENCH_CUDA(cudaEventRecord(t1, stream));
-  BENCH_CUDA(cudaEventSynchronize(t1));
-  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
+  const double per_replay = event_seconds(stream, reps, replay);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  return ms / 1e3 / (static_cast<double>(reps) * calls);
+  return per_replay / calls;
 }
 
 // Seconds per call of `calls` enqueues captured into one graph on `stream` and replayed.

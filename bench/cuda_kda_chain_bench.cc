@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda_graph_timing.h"
 #include "kernels/cuda/cuda_kda_rows_pdl.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -142,18 +143,9 @@ int main() {
       });
       check(graph.has_value(), "capture failed");
       check(ops.replay(**graph).is_ok(), "replay failed");
-      cudaEvent_t t0, t1;
-      cudaEventCreate(&t0);
-      cudaEventCreate(&t1);
-      cudaEventRecord(t0, stream);
-      for (int i = 0; i < kReps; ++i) check(ops.replay(**graph).is_ok(), "replay failed");
-      cudaEventRecord(t1, stream);
-      cudaEventSynchronize(t1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, t0, t1);
-      cudaEventDestroy(t0);
-      cudaEventDestroy(t1);
-      return ms * 1e3 / (kSteps * kReps);
+      const double per_replay =
+          tf::bench::event_seconds(stream, kReps, [&] { check(ops.replay(**graph).is_ok(), "replay failed"); });
+      return per_replay * 1e6 / kSteps;
     };
     const double floor_us = 2.0 * static_cast<double>(b * h * dk * dv * 4) / 4.2e12 * 1e6;
     for (bool pdl : {false, true}) {

@@ -279,29 +279,35 @@ struct Pre {
 
 // GPU us per iteration of `iterations` enqueues in one graph (node priorities kept, as the model's).
 double graph_us(Bench& b, int iterations, const std::function<void(int)>& enqueue) {
-  cudaGraph_t g = nullptr;
-  BENCH_CUDA(cudaDeviceSynchronize());
-  BENCH_CUDA(cudaStreamBeginCapture(b.main, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < iterations; ++i) enqueue(i);
-  BENCH_CUDA(cudaStreamEndCapture(b.main, &g));
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaGraphInstantiateWithFlags(&exec, g, cudaGraphInstantiateFlagUseNodePriority));
-  cudaEvent_t t0, t1;
-  BENCH_CUDA(cudaEventCreate(&t0));
-  BENCH_CUDA(cudaEventCreate(&t1));
-  BENCH_CUDA(cudaGraphLaunch(exec, b.main));
-  constexpr int kReps = 10;
-  BENCH_CUDA(cudaEventRecord(t0, b.main));
-  for (int r = 0; r < kReps; ++r) BENCH_CUDA(cudaGraphLaunch(exec, b.main));
-  BENCH_CUDA(cudaEventRecord(t1, b.main));
-  BENCH_CUDA(cudaEventSynchronize(t1));
-  float ms = 0;
-  BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(g);
-  return ms * 1e3 / (kReps * double(iterations));
+  tf::bench::ReplayPlan plan;
+  plan.fixed_reps = 10;
+  plan.instantiate_flags = cudaGraphInstantiateFlagUseNodePriority;
+  return tf::bench::graph_time_per_call(b.main, iterations, enqueue, plan) * 1e6;
+}
+
+// GPU us the GEMV adds after `pre` (t_pre: pre alone), over the rotated sets (cold: each call's weights
+// come from HBM) or set 0 every time (L2-hot).
+double gemv_after_us(Bench& b, int copies, const Pre& pre, const std::vector<std::vector<Mat>>& sets, bool cold,
+                     double t_pre) {
+  return graph_us(b, copies,
+                  [&](int i) {
+                    pre.enqueue(b);
+                    b.gemv(sets[cold ? i : 0]);
+                  }) -
+         t_pre;
+}
+
+// The prefetch of `set` forked onto the side stream beside `pre` on the main one, joined before the GEMV
+// (with_gemv) or the end.
+void forked_prefetch(Bench& b, const std::vector<Mat>& set, const L2PrefetchConfig& c, double frac, const Pre& pre,
+                     bool with_gemv) {
+  BENCH_CUDA(cudaEventRecord(b.fork, b.main));
+  BENCH_CUDA(cudaStreamWaitEvent(b.side, b.fork, 0));
+  b.prefetch(b.side, set, c, frac);
+  BENCH_CUDA(cudaEventRecord(b.join, b.side));
+  pre.enqueue(b);
+  BENCH_CUDA(cudaStreamWaitEvent(b.main, b.join, 0));
+  if (with_gemv) b.gemv(set);
 }
 
 const char* kind_name(L2PrefetchKind k) {
@@ -397,23 +403,9 @@ int main() {
         for (int chain : {1, 2, 4, 8, 16}) {
           const Pre pre{"", chain, cyc, 0};
           const double t_pre = graph_us(b, copies, [&](int) { pre.enqueue(b); });
-          const double cold = graph_us(b, copies,
-                                       [&](int i) {
-                                         pre.enqueue(b);
-                                         b.gemv(sets[i]);
-                                       }) -
-                              t_pre;
-          const double pref = graph_us(b, copies,
-                                       [&](int i) {
-                                         BENCH_CUDA(cudaEventRecord(b.fork, b.main));
-                                         BENCH_CUDA(cudaStreamWaitEvent(b.side, b.fork, 0));
-                                         b.prefetch(b.side, sets[i], c, 1.0);
-                                         BENCH_CUDA(cudaEventRecord(b.join, b.side));
-                                         pre.enqueue(b);
-                                         BENCH_CUDA(cudaStreamWaitEvent(b.main, b.join, 0));
-                                         b.gemv(sets[i]);
-                                       }) -
-                              t_pre;
+          const double cold = gemv_after_us(b, copies, pre, sets, true, t_pre);
+          const double pref =
+              graph_us(b, copies, [&](int i) { forked_prefetch(b, sets[i], c, 1.0, pre, true); }) - t_pre;
           std::printf("  pre %.1f us: cold %.2f pref %.2f", t_pre, cold, pref);
         }
         std::printf("\n");
@@ -421,33 +413,16 @@ int main() {
     }
     for (const Pre& pre : pres) {
       const double t_pre = graph_us(b, copies, [&](int) { pre.enqueue(b); });
-      const double cold = graph_us(b, copies,
-                                   [&](int i) {
-                                     pre.enqueue(b);
-                                     b.gemv(sets[i]);
-                                   }) -
-                          t_pre;
-      const double hot = graph_us(b, copies,
-                                  [&](int) {
-                                    pre.enqueue(b);
-                                    b.gemv(sets[0]);
-                                  }) -
-                         t_pre;
+      const double cold = gemv_after_us(b, copies, pre, sets, true, t_pre);
+      const double hot = gemv_after_us(b, copies, pre, sets, false, t_pre);
       std::printf("-- pre %s (%.1f us alone): gemv adds cold %.2f us, hot %.2f us\n", pre.name.c_str(), t_pre,
                   cold, hot);
       for (const L2PrefetchConfig& c : cfgs) {
         for (double frac : sh.count > 1 ? std::vector<double>{1.0, 0.5} : std::vector<double>{1.0}) {
-          auto forked = [&](int i, bool with_gemv) {
-            BENCH_CUDA(cudaEventRecord(b.fork, b.main));
-            BENCH_CUDA(cudaStreamWaitEvent(b.side, b.fork, 0));
-            b.prefetch(b.side, sets[i], c, frac);
-            BENCH_CUDA(cudaEventRecord(b.join, b.side));
-            pre.enqueue(b);
-            BENCH_CUDA(cudaStreamWaitEvent(b.main, b.join, 0));
-            if (with_gemv) b.gemv(sets[i]);
-          };
-          const double pre_forked = graph_us(b, copies, [&](int i) { forked(i, false); });
-          const double pref = graph_us(b, copies, [&](int i) { forked(i, true); }) - t_pre;
+          const double pre_forked =
+              graph_us(b, copies, [&](int i) { forked_prefetch(b, sets[i], c, frac, pre, false); });
+          const double pref =
+              graph_us(b, copies, [&](int i) { forked_prefetch(b, sets[i], c, frac, pre, true); }) - t_pre;
           const double serial = graph_us(b, copies,
                                          [&](int i) {
                                            b.prefetch(b.main, sets[i], c, frac);

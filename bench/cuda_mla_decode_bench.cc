@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_graph_timing.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -90,18 +91,7 @@ void fill_device(tf::Ops& ops, void* dst, int64_t bytes, bool fp8, uint32_t seed
 // Seconds per call: events around `iters` back-to-back calls (after 3 warm-ups).
 double eager_seconds(cudaStream_t stream, int iters, const std::function<void()>& call) {
   for (int i = 0; i < 3; ++i) call();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaEventRecord(a, stream);
-  for (int i = 0; i < iters; ++i) call();
-  cudaEventRecord(b, stream);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / 1e3 / iters;
+  return tf::bench::event_seconds(stream, iters, call);
 }
 
 // Seconds per call from a CUDA graph of `calls` calls replayed 5 times; -1 when the
