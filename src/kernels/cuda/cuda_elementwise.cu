@@ -14,12 +14,15 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace tf::cuda {
 namespace {
 
+// early: pdl_launch_dependents() first (early_trigger_enabled()).
 __global__ void swiglu_kernel(float* __restrict__ out, const float* __restrict__ gu, int64_t rows, int64_t idim,
-                              float limit) {
+                              float limit, bool early) {
+  if (early) pdl_launch_dependents();
   const int64_t total = rows * idim;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / idim, i = e % idim;
@@ -93,7 +96,7 @@ void swiglu(CudaContext& ctx, Tensor& out, const Tensor& gate_up, float limit) {
   check_dev(ctx, "swiglu out", out, DType::kF32, rows * idim);
   if (rows * idim == 0) return;
   swiglu_kernel<<<grid_1d(rows * idim), 256, 0, ctx.stream>>>(out.data<float>(), gate_up.data<float>(), rows, idim,
-                                                               limit);
+                                                               limit, early_trigger_enabled());
   check_launch("swiglu");
 }
 

@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/small_gemm.h"
 
 namespace tf::cuda {
@@ -103,6 +104,7 @@ struct HeadGemvArgs {
   const __nv_bfloat16* w;
   int64_t m, ldx, ldo;  // rows; x and out row strides (elements)
   int n;                // columns per head (x: head h at h * K, out: at h * n)
+  bool early;           // pdl_launch_dependents() first (early_trigger_enabled())
 };
 
 bool use_head_gemv() {
@@ -146,6 +148,7 @@ __device__ __forceinline__ float columns_sum(float (&v)[kN], int lane) {
 
 template <int KL>  // 16-byte loads per lane per column: K = 256 KL
 __global__ void __launch_bounds__(kHgWarps * 32, 2) head_gemv_kernel(HeadGemvArgs a) {
+  if (a.early) pdl_launch_dependents();
   constexpr int kK = 256 * KL, kCols = head_gemv_loads(KL) / KL;
   __shared__ float4 xs[kHgRows * kK / 4];
   const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -211,7 +214,8 @@ bool head_gemv(CudaContext& ctx, float* out, const float* x, const Tensor& w, in
   const int kl = static_cast<int>(k / 256), cols_per_block = kHgWarps * head_gemv_loads(kl) / kl;
   if (n % cols_per_block != 0 || n > (int64_t{1} << 30)) return false;
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.raw()) % 16 != 0) return false;
-  const HeadGemvArgs a{out, x, w.data<__nv_bfloat16>(), m, heads * k, heads * n, static_cast<int>(n)};
+  const HeadGemvArgs a{out, x, w.data<__nv_bfloat16>(), m, heads * k, heads * n, static_cast<int>(n),
+                       early_trigger_enabled()};
   const dim3 grid(static_cast<unsigned>(n / cols_per_block), static_cast<unsigned>(heads));
   if (kl == 1) {
     head_gemv_kernel<1><<<grid, kHgWarps * 32, 0, ctx.stream>>>(a);

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/legacy_small_ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -75,8 +76,10 @@ __global__ void rms_kernel_vec4(float4* __restrict__ out, const float4* __restri
 
 // rms_kernel_vec4 with V float4 chunks per thread held in registers (d4 <= V * blockDim.x).
 template <int V>
+// early: pdl_launch_dependents() first (early_trigger_enabled()).
 __global__ void __launch_bounds__(1024) rms_kernel_regs(float4* __restrict__ out, const float4* __restrict__ x, const float4* __restrict__ w,
-                                const float4* __restrict__ gate, int64_t d4, float eps) {
+                                const float4* __restrict__ gate, int64_t d4, float eps, bool early) {
+  if (early) pdl_launch_dependents();
   __shared__ double scratch[32];
   const int64_t r = blockIdx.x;
   const float4* xr = x + r * d4;
@@ -137,12 +140,13 @@ void launch_rms(CudaContext& ctx, float* out, const float* x, const float* w, co
     const auto g4 = reinterpret_cast<const float4*>(gate);
     const auto blocks = static_cast<unsigned>(rows);
     if (!legacy_small_ops() && d4 <= 4 * threads) {
+      const bool early = early_trigger_enabled();
       if (d4 <= threads) {
-        rms_kernel_regs<1><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps);
+        rms_kernel_regs<1><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps, early);
       } else if (d4 <= 2 * threads) {
-        rms_kernel_regs<2><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps);
+        rms_kernel_regs<2><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps, early);
       } else {
-        rms_kernel_regs<4><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps);
+        rms_kernel_regs<4><<<blocks, threads, 0, ctx.stream>>>(o4, x4, w4, g4, d4, eps, early);
       }
       return;
     }
