@@ -75,8 +75,8 @@ __global__ void rms_kernel_vec4(float4* __restrict__ out, const float4* __restri
 }
 
 // rms_kernel_vec4 with V float4 chunks per thread held in registers (d4 <= V * blockDim.x).
-template <int V>
 // early: pdl_launch_dependents() first (early_trigger_enabled()).
+template <int V>
 __global__ void __launch_bounds__(1024) rms_kernel_regs(float4* __restrict__ out, const float4* __restrict__ x, const float4* __restrict__ w,
                                 const float4* __restrict__ gate, int64_t d4, float eps, bool early) {
   if (early) pdl_launch_dependents();

@@ -122,32 +122,39 @@ struct Group {
   }
 };
 
-// f(i, v, valid) for the elements virtual thread vt owns, i = vt (mod kThreads) in
-// increasing order; f(_, _, false) where it has none left but others do: every thread
-// makes the same calls (warp_bin_add needs uniform trip counts).
-template <int kLoads, typename F>
-__device__ __forceinline__ void walk_strided(const float* __restrict__ x, int64_t lim, int64_t t, F& f) {
+// g(j, v, valid) for the items j = t (mod kThreads) of x[0, n) in increasing order, kLoads loads in
+// flight per round (the loads of a round first, then its calls); g(_, _, false) where the thread has
+// none left but others do: every thread makes the same calls (warp_bin_add needs uniform trip counts).
+template <int kLoads, typename T, typename G>
+__device__ __forceinline__ void walk_rounds(const T* __restrict__ x, int64_t n, int64_t t, T zero, G& g) {
   constexpr int64_t step = kThreads;
   int64_t base = 0;
 #pragma unroll 1
-  for (; base + kLoads * step <= lim; base += kLoads * step) {
-    float v[kLoads];
+  for (; base + kLoads * step <= n; base += kLoads * step) {
+    T v[kLoads];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) v[u] = x[base + u * step + t];
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u) f(base + u * step + t, v[u], true);
+    for (int u = 0; u < kLoads; ++u) g(base + u * step + t, v[u], true);
   }
-  if (base < lim) {  // the last, partial round (loads first here too)
-    float v[kLoads];
+  if (base < n) {  // the last, partial round (loads first here too)
+    T v[kLoads];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
-      const int64_t i = base + u * step + t;
-      v[u] = i < lim ? x[i] : 0.0f;
+      const int64_t j = base + u * step + t;
+      v[u] = j < n ? x[j] : zero;
     }
 #pragma unroll
     for (int u = 0; u < kLoads; ++u)
-      if (base + u * step < lim) f(base + u * step + t, v[u], base + u * step + t < lim);
+      if (base + u * step < n) g(base + u * step + t, v[u], base + u * step + t < n);
   }
+}
+
+// f(i, v, valid) for the elements virtual thread vt owns, i = vt (mod kThreads) in
+// increasing order (walk_rounds over the floats).
+template <int kLoads, typename F>
+__device__ __forceinline__ void walk_strided(const float* __restrict__ x, int64_t lim, int64_t t, F& f) {
+  walk_rounds<kLoads>(x, lim, t, 0.0f, f);
 }
 
 // As walk_strided (one block), but a thread owns groups of 4 consecutive elements read
@@ -155,7 +162,7 @@ __device__ __forceinline__ void walk_strided(const float* __restrict__ x, int64_
 // increasing i. x must be 4-byte aligned.
 template <int kLoads, typename F>
 __device__ __forceinline__ void walk_vec4(const float* __restrict__ x, int64_t lim, F& f) {
-  const int64_t t = threadIdx.x, step = kThreads;
+  const int64_t t = threadIdx.x;
   const auto misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) & 15);
   const int64_t head = min(lim, ((16 - misalign) & 15) / 4);
   f(t, t < head ? x[t] : 0.0f, t < head);
@@ -168,26 +175,7 @@ __device__ __forceinline__ void walk_vec4(const float* __restrict__ x, int64_t l
     f(i + 2, v.z, valid);
     f(i + 3, v.w, valid);
   };
-  int64_t b = 0;
-#pragma unroll 1
-  for (; b + kLoads * step <= n4; b += kLoads * step) {
-    float4 v[kLoads];
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) v[u] = x4[b + u * step + t];
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) call4(b + u * step + t, v[u], true);
-  }
-  if (b < n4) {
-    float4 v[kLoads];
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int64_t j = b + u * step + t;
-      v[u] = j < n4 ? x4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u)
-      if (b + u * step < n4) call4(b + u * step + t, v[u], b + u * step + t < n4);
-  }
+  walk_rounds<kLoads>(x4, n4, t, make_float4(0.0f, 0.0f, 0.0f, 0.0f), call4);
   const int64_t tail = head + 4 * n4;  // fewer than 4 left
   f(tail + t, tail + t < lim ? x[tail + t] : 0.0f, tail + t < lim);
 }
