@@ -235,7 +235,7 @@ void bench_indexer(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, 
   v.pool_keys = dkeys.data<int64_t>();
   v.kpool = kPool;
   v.index_dim = kIndexDim;
-  auto score_call = [&] { ops.indexer_scores_rows(scores, v, q, wts, 1.0f / std::sqrt(128.0f)); };
+  auto score_call = [&] { ops.indexer_scores_rows(scores, v, q, wts, 1.0f / std::sqrt(128.0f), 0); };
   const double ts_eager = eager_seconds(stream, iters, score_call);
   const double ts_graph = graph_seconds(stream, 8, score_call);
   const double ts = ts_graph > 0 ? ts_graph : ts_eager;

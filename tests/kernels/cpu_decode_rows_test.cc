@@ -65,7 +65,7 @@ TEST(CpuDecodeRows, IndexerRowsEqualOneSequenceOps) {
   Tensor scores = Tensor::empty({b, width}, DType::kF32);
   std::fill_n(scores.data<float>(), b * width, -7.0f);
   const Tensor q = randn({b, h, d}, 60), w = randn({b, h}, 61);
-  ops->indexer_scores_rows(scores, v, q, w, 0.25f);
+  ops->indexer_scores_rows(scores, v, q, w, 0.25f, 0);
   for (int64_t r = 0; r < b; ++r) {
     const int64_t n = (pos[r] + 1) / kp;
     for (int64_t p = n; p < width; ++p) EXPECT_EQ(scores.data<float>()[r * width + p], -7.0f) << "untouched past n";
@@ -75,6 +75,34 @@ TEST(CpuDecodeRows, IndexerRowsEqualOneSequenceOps) {
     ops->indexer_scores(one, q.slice(0, r, r + 1).contiguous(), pks[r].slice(0, 0, n).contiguous(),
                         w.slice(0, r, r + 1).contiguous(), Tensor::view_of(&cand, {1}, DType::kI32), 0.25f);
     EXPECT_TRUE(same_bits(one, scores.slice(0, r, r + 1).slice(1, 0, n).contiguous())) << "row " << r;
+  }
+  // select = 4: rows with at most 4 pools are not scored at all; the others get the same bits.
+  Tensor skipped = Tensor::empty({b, width}, DType::kF32);
+  std::fill_n(skipped.data<float>(), b * width, -7.0f);
+  ops->indexer_scores_rows(skipped, v, q, w, 0.25f, 4);
+  int scored = 0, unscored = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t n = (pos[r] + 1) / kp;
+    const Tensor got = skipped.slice(0, r, r + 1).contiguous();
+    if (n <= 4) {
+      for (int64_t p = 0; p < width; ++p) EXPECT_EQ(got.data<float>()[p], -7.0f) << "row " << r << " was scored";
+      unscored += n > 0;
+    } else {
+      EXPECT_TRUE(same_bits(scores.slice(0, r, r + 1).contiguous(), got)) << "row " << r;
+      ++scored;
+    }
+  }
+  EXPECT_GT(scored, 0);
+  EXPECT_GT(unscored, 0);
+  // A top-k that takes every candidate reads no score: NaN scores give every pool in order.
+  Tensor nans = Tensor::empty({b, width}, DType::kF32);
+  std::fill_n(nans.data<float>(), b * width, std::nanf(""));
+  Tensor all = Tensor::empty({b, 4}, DType::kI32);
+  ops->indexer_topk_rows(all, nans, v, TopkTies::kTorchCpu);
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t n = (pos[r] + 1) / kp;
+    if (n > 4) continue;
+    for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(all.data<int32_t>()[r * 4 + j], j < n ? j : -1) << "row " << r;
   }
   // Top-2 with ties: row 5 (11 pools) has equal scores at the boundary.
   Tensor tied = Tensor::zeros({b, width}, DType::kF32);

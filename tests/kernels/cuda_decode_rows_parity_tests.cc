@@ -141,8 +141,8 @@ TEST_F(CudaDecodeRows, IndexerUpdateScoresTopkAndTokens) {
   const Tensor q = randn({b, h, d}, 4), w = randn({b, h}, 5);
   Tensor hsc = Tensor::zeros({b, width}, DType::kF32);
   Tensor dsc = gpu_->zeros({b, width});
-  cpu_->indexer_scores_rows(hsc, hv, q, w, 0.088f);
-  gpu_->indexer_scores_rows(dsc, dv, up(q), up(w), 0.088f);
+  cpu_->indexer_scores_rows(hsc, hv, q, w, 0.088f, 0);
+  gpu_->indexer_scores_rows(dsc, dv, up(q), up(w), 0.088f, 0);
   report("indexer_scores_rows B=" + std::to_string(b) + " W=" + std::to_string(width), max_rel(hsc, down(dsc)), 1e-5);
   // Row by row, the one-sequence op over the row's pools.
   for (int64_t r = 0; r < b; ++r) {
@@ -157,7 +157,7 @@ TEST_F(CudaDecodeRows, IndexerUpdateScoresTopkAndTokens) {
   // kernel: the same bits (the buffer width follows the longest sequence of the batch,
   // so a row's scores must not depend on it).
   Tensor dwide = gpu_->zeros({b, 4096});
-  gpu_->indexer_scores_rows(dwide, dv, up(q), up(w), 0.088f);
+  gpu_->indexer_scores_rows(dwide, dv, up(q), up(w), 0.088f, 0);
   const Tensor narrow_h = down(dsc), wide_h = down(dwide);
   for (int64_t r = 0; r < b; ++r) {
     const int64_t n = (kPositions[r] + 1) / kp;
@@ -165,6 +165,32 @@ TEST_F(CudaDecodeRows, IndexerUpdateScoresTopkAndTokens) {
     EXPECT_TRUE(same_bits(narrow_h.slice(0, r, r + 1).slice(1, 0, n).contiguous(),
                           wide_h.slice(0, r, r + 1).slice(1, 0, n).contiguous()))
         << "scores of row " << r << " at widths " << width << " and 4096";
+  }
+
+  // Rows with at most `select` pools are not scored (the top-k takes them all): left as they
+  // were, on both kernels; the other rows get the same bits as without it.
+  const int64_t select = max_pools / 2;
+  for (int64_t w_buf : {width, int64_t{4096}}) {
+    Tensor sentinel = Tensor::empty({b, w_buf}, DType::kF32);
+    std::fill_n(sentinel.data<float>(), b * w_buf, -7.0f);
+    Tensor dsel = up(sentinel);
+    gpu_->indexer_scores_rows(dsel, dv, up(q), up(w), 0.088f, select);
+    const Tensor got = down(dsel), full = w_buf == width ? narrow_h : wide_h;
+    int scored = 0, unscored = 0;
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t n = (kPositions[r] + 1) / kp;
+      if (n == 0) continue;
+      const Tensor g = got.slice(0, r, r + 1).slice(1, 0, n).contiguous();
+      if (n <= select) {
+        for (int64_t p = 0; p < n; ++p) EXPECT_EQ(g.data<float>()[p], -7.0f) << "row " << r << " was scored";
+        ++unscored;
+      } else {
+        EXPECT_TRUE(same_bits(full.slice(0, r, r + 1).slice(1, 0, n).contiguous(), g)) << "row " << r;
+        ++scored;
+      }
+    }
+    EXPECT_GT(scored, 0) << "width " << w_buf;
+    EXPECT_GT(unscored, 0) << "width " << w_buf;
   }
 
   // 3. Top-k on the same scores, with many exact ties (values rounded to a coarse grid).
@@ -477,8 +503,8 @@ TEST_F(CudaDecodeRows, IndexerLongRows) {
   const Tensor q = randn({b, h, d}, 80), w = randn({b, h}, 81);
   Tensor hsc = Tensor::zeros({b, width}, DType::kF32);
   Tensor dsc = gpu_->zeros({b, width});
-  cpu_->indexer_scores_rows(hsc, hv, q, w, 0.088f);
-  gpu_->indexer_scores_rows(dsc, dv, up(q), up(w), 0.088f);
+  cpu_->indexer_scores_rows(hsc, hv, q, w, 0.088f, 0);
+  gpu_->indexer_scores_rows(dsc, dv, up(q), up(w), 0.088f, 0);
   report("indexer_scores_rows long B=" + std::to_string(b), max_rel(hsc, down(dsc)), 1e-5);
   Tensor tied = hsc.contiguous();
   for (int64_t i = 0; i < tied.numel(); ++i) tied.data<float>()[i] = std::round(tied.data<float>()[i] * 0.25f);

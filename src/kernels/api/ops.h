@@ -270,9 +270,11 @@ class Ops {
                                    const Tensor& ape) = 0;
   // Pool scores as indexer_scores with candidates (position + 1) / kp: out [B, W] (W >= every
   // row's candidate count; entries at or past a row's count are not written), q [B, H, D],
-  // weights [B, H]; each row reads its own pool_keys.
+  // weights [B, H]; each row reads its own pool_keys. A row with at most `select` candidates
+  // is not scored at all (none of its entries written): a top-k of `select` pools takes all of
+  // them whatever their scores (indexer_topk_rows reads no score then); 0 scores every row.
   virtual void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights,
-                                   float scale) = 0;
+                                   float scale, int64_t select) = 0;
   // The selected pools of each row: among the row's n = min((position + 1) / kp, W)
   // candidates of scores [B, W], the min(S, n) with the largest scores (equal scores:
   // `ties` as in topk over that row's n scores), in ascending pool order, then -1s;

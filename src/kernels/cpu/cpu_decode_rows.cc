@@ -81,7 +81,8 @@ void indexer_update_rows(const DecodeRowsView& v, const Tensor& key, const Tenso
   }
 }
 
-void indexer_scores_rows(Tensor& out, const DecodeRowsView& v, const Tensor& q, const Tensor& weights, float scale) {
+void indexer_scores_rows(Tensor& out, const DecodeRowsView& v, const Tensor& q, const Tensor& weights, float scale,
+                         int64_t select) {
   check_view("indexer_scores_rows", v, false, true);
   check_rows("indexer_scores_rows out", out, v.rows);
   check_f32("indexer_scores_rows out", out);
@@ -92,7 +93,7 @@ void indexer_scores_rows(Tensor& out, const DecodeRowsView& v, const Tensor& q, 
   if (v.rows > 0 && v.pool_keys == nullptr) bad("indexer_scores_rows", "no pooled keys");
   for (int64_t b = 0; b < v.rows; ++b) {
     const int64_t n = std::min<int64_t>((v.positions[b] + 1) / v.kpool, w);
-    if (n == 0) continue;
+    if (n == 0 || n <= select) continue;  // none, or all of them selected (ops.h)
     const Tensor pk = Tensor::view_of(addr(v.pool_keys, b), {n, d}, DType::kF32);
     int32_t cand_v = static_cast<int32_t>(n);
     const Tensor cand = Tensor::view_of(&cand_v, {1}, DType::kI32);
@@ -113,6 +114,10 @@ void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsV
     std::fill_n(sel, s, -1);
     const int64_t n = std::min<int64_t>((v.positions[b] + 1) / v.kpool, w), k = std::min(s, n);
     if (k == 0) continue;
+    if (k == n) {  // every candidate, in pool order: no score is read (indexer_scores_rows may skip the row)
+      for (int64_t j = 0; j < n; ++j) sel[j] = static_cast<int32_t>(j);
+      continue;
+    }
     const Tensor x = Tensor::view_of(const_cast<float*>(scores.data<float>()) + b * w, {1, n}, DType::kF32);
     Tensor vals = Tensor::empty({1, k}, DType::kF32);
     Tensor idx = Tensor::view_of(sel, {1, k}, DType::kI32);

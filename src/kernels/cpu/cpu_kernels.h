@@ -77,7 +77,8 @@ void indexer_scores(Tensor& out, const Tensor& q, const Tensor& pool_keys, const
 // The decode-row ops (cpu_decode_rows.cc): per row, the one-sequence kernels above.
 void latent_store_rows(const DecodeRowsView& rows, const Tensor& latent);
 void indexer_update_rows(const DecodeRowsView& rows, const Tensor& key, const Tensor& gate, const Tensor& ape);
-void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights, float scale);
+void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights, float scale,
+                         int64_t select);
 void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsView& rows, TopkTies ties);
 void indexer_token_indices_rows(Tensor& indices, const Tensor& selected, const DecodeRowsView& rows, bool tail);
 void mla_sparse_attention_rows(Tensor& out, const Tensor& q, const DecodeRowsView& rows, const Tensor& indices,

@@ -148,8 +148,8 @@ class CpuOps final : public Ops {
     cpu::indexer_update_rows(rows, key, gate, ape);
   }
   void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights,
-                           float scale) override {
-    cpu::indexer_scores_rows(out, rows, q, weights, scale);
+                           float scale, int64_t select) override {
+    cpu::indexer_scores_rows(out, rows, q, weights, scale, select);
   }
   void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsView& rows,
                          TopkTies ties) override {

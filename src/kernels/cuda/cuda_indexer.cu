@@ -187,11 +187,11 @@ constexpr int kScoreThreads = 256;
 __global__ void __launch_bounds__(kScoreThreads)
     scores_rows_kernel(float* __restrict__ out, const int32_t* __restrict__ pos, const int64_t* __restrict__ pool_keys,
                        const float* __restrict__ q, const float* __restrict__ w, int64_t width, int64_t kp, int64_t h,
-                       int64_t d, float scale) {
+                       int64_t d, float scale, int64_t select) {
   extern __shared__ float sq[];  // q[h*d] then weights[h]
   const int64_t b = blockIdx.x;
   const int64_t n = min(int64_t(pos[b] + 1) / kp, width);
-  if (n == 0) return;
+  if (n == 0 || n <= select) return;  // none, or the top-k takes all (Ops::indexer_scores_rows)
   for (int64_t i = threadIdx.x; i < h * d; i += blockDim.x) sq[i] = q[b * h * d + i];
   for (int64_t i = threadIdx.x; i < h; i += blockDim.x) sq[h * d + i] = w[b * h + i];
   __syncthreads();
@@ -221,11 +221,12 @@ constexpr int kFastHeads = 32, kKeyChunk = 16, kPoolThreads = 128;
 __global__ void __launch_bounds__(kPoolThreads)
     scores_rows_pool_kernel(float* __restrict__ out, const int32_t* __restrict__ pos,
                             const int64_t* __restrict__ pool_keys, const float* __restrict__ q,
-                            const float* __restrict__ w, int64_t width, int64_t kp, int h, int d, float scale) {
+                            const float* __restrict__ w, int64_t width, int64_t kp, int h, int d, float scale,
+                            int64_t select) {
   extern __shared__ __align__(16) float sqw[];  // q[h*d] then weights[h]
   const int64_t b = blockIdx.y;
   const int64_t n = min(int64_t(pos[b] + 1) / kp, width), first = int64_t(blockIdx.x) * kPoolThreads;
-  if (first >= n) return;
+  if (first >= n || n <= select) return;
   for (int i = threadIdx.x; i < h * d; i += kPoolThreads) sqw[i] = q[b * h * d + i];
   for (int i = threadIdx.x; i < h; i += kPoolThreads) sqw[h * d + i] = w[b * h + i];
   __syncthreads();
@@ -277,13 +278,14 @@ constexpr int64_t kWarpPoolMaxWidth = 2048;
 __global__ void __launch_bounds__(kWarpPoolThreads)
     scores_rows_warp_kernel(float* __restrict__ out, const int32_t* __restrict__ pos,
                             const int64_t* __restrict__ pool_keys, const float* __restrict__ q,
-                            const float* __restrict__ w, int64_t width, int64_t kp, int h, int d, float scale) {
+                            const float* __restrict__ w, int64_t width, int64_t kp, int h, int d, float scale,
+                            int64_t select) {
   extern __shared__ __align__(16) float sqt[];  // q transposed [d][33], then weights [32]
   const int64_t b = blockIdx.y;
   const int64_t n = min(int64_t(pos[b] + 1) / kp, width);
   const int warps = kWarpPoolThreads / 32;
   const int64_t first = int64_t(blockIdx.x) * warps;
-  if (first >= n) return;
+  if (first >= n || n <= select) return;
   for (int i = threadIdx.x; i < 32 * d; i += kWarpPoolThreads) {
     const int hh = i / d, c = i % d;
     sqt[c * kWarpPoolStride + hh] = hh < h ? q[(b * h + hh) * d + c] : 0.0f;
@@ -343,7 +345,7 @@ void indexer_update_rows(CudaContext& ctx, const DecodeRowsView& rows, const Ten
 }
 
 void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& rows, const Tensor& q,
-                         const Tensor& weights, float scale) {
+                         const Tensor& weights, float scale, int64_t select) {
   check_indexer_rows("indexer_scores_rows", rows);
   const int64_t b = rows.rows, d = rows.index_dim;
   if (b == 0) return;
@@ -367,7 +369,7 @@ void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& ro
       const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(b));
       scores_rows_warp_kernel<<<grid, kWarpPoolThreads, tsmem, ctx.stream>>>(
           out.data<float>(), rows.positions, rows.pool_keys, q.data<float>(), weights.data<float>(), width,
-          rows.kpool, static_cast<int>(h), static_cast<int>(d), scale);
+          rows.kpool, static_cast<int>(h), static_cast<int>(d), scale, select);
       check_launch("indexer_scores_rows");
       return;
     }
@@ -377,14 +379,14 @@ void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& ro
     const dim3 grid(static_cast<unsigned>((width + kPoolThreads - 1) / kPoolThreads), static_cast<unsigned>(b));
     scores_rows_pool_kernel<<<grid, kPoolThreads, smem, ctx.stream>>>(
         out.data<float>(), rows.positions, rows.pool_keys, q.data<float>(), weights.data<float>(), width, rows.kpool,
-        static_cast<int>(h), static_cast<int>(d), scale);
+        static_cast<int>(h), static_cast<int>(d), scale, select);
     check_launch("indexer_scores_rows");
     return;
   }
   const dim3 grid(static_cast<unsigned>(b), kScoreBlocksPerRow);
   scores_rows_kernel<<<grid, kScoreThreads, smem, ctx.stream>>>(out.data<float>(), rows.positions, rows.pool_keys,
                                                       q.data<float>(), weights.data<float>(), width, rows.kpool, h, d,
-                                                      scale);
+                                                      scale, select);
   check_launch("indexer_scores_rows");
 }
 

@@ -83,7 +83,7 @@ void latent_store_rows(CudaContext& ctx, const DecodeRowsView& rows, const Tenso
 void indexer_update_rows(CudaContext& ctx, const DecodeRowsView& rows, const Tensor& key, const Tensor& gate,
                          const Tensor& ape);
 void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& rows, const Tensor& q,
-                         const Tensor& weights, float scale);
+                         const Tensor& weights, float scale, int64_t select);
 void indexer_topk_rows(CudaContext& ctx, Tensor& selected, const Tensor& scores, const DecodeRowsView& rows,
                        TopkTies ties);
 void indexer_token_indices_rows(CudaContext& ctx, Tensor& indices, const Tensor& selected, const DecodeRowsView& rows,

@@ -379,8 +379,9 @@ class CudaOps final : public Ops {
     cuda::indexer_update_rows(ctx_, rows, key, gate, ape);
   }
   void indexer_scores_rows(Tensor& out, const DecodeRowsView& rows, const Tensor& q, const Tensor& weights,
-                           float scale) override { cuda::OpScope prof_scope(prof_.get(), "indexer_scores_rows");
-    cuda::indexer_scores_rows(ctx_, out, rows, q, weights, scale);
+                           float scale, int64_t select) override {
+    cuda::OpScope prof_scope(prof_.get(), "indexer_scores_rows");
+    cuda::indexer_scores_rows(ctx_, out, rows, q, weights, scale, select);
   }
   void indexer_topk_rows(Tensor& selected, const Tensor& scores, const DecodeRowsView& rows,
                          TopkTies ties) override { cuda::OpScope prof_scope(prof_.get(), "indexer_topk_rows");

@@ -354,8 +354,9 @@ Tensor Glm5Model::indexer_decode_rows(const MlaWeights& w, int mla_index, const 
     const bool tail = cfg_.index_kpool_always_select_tail && kp > 1;
     const int64_t width = cfg_.index_topk + (tail ? kp - 1 : 0), ksel = cfg_.index_topk / kp;
     Tensor scores = ops_.empty({b, decode_scores_width_});
+    // Rows with at most ksel pools (contexts under index_topk tokens) select all of them: not scored.
     ops_.indexer_scores_rows(scores, v, irows.q.slice(0, r0, r1), irows.wts.slice(0, r0, r1),
-                             1.0f / std::sqrt(static_cast<float>(di)));
+                             1.0f / std::sqrt(static_cast<float>(di)), ksel);
     Tensor sel = ops_.empty({b, ksel}, DType::kI32);
     ops_.indexer_topk_rows(sel, scores, v, indexer_ties_);
     if (run.graph) {
