@@ -155,13 +155,15 @@ std::optional<Roofline> roofline_inputs(const Options& o, const std::optional<be
   if (!d) fail(d.status());
   r.dtypes = *d;
   // The bytes decode really streams (issue #8): DENSE's format for the matrices it
-  // re-quantizes, an EXL3 checkpoint's routed experts at their bits.
+  // re-quantizes, an EXL3 or FP8 checkpoint's routed experts at their bytes.
   const std::string dense = o.dense.empty() ? std::string(engine::kDefaultDense) : o.dense;
   if (Status s = bench::set_dense_format(r.dtypes, dense); !s.is_ok()) fail(s);
   if (cfg->quantization.method == "exl3") {
     auto q = parse_exl3_quant_config(cfg->quantization, model_root + "/config.json");
     if (!q) fail(q.status().with_context("bench roofline"));
     if (Status s = bench::set_exl3_experts(r.dtypes, r.model, q->bits); !s.is_ok()) fail(s);
+  } else if (cfg->quantization.method == "fp8") {
+    bench::set_fp8_experts(r.dtypes);  // served as stored (Fp8ExpertStack)
   }
   r.hw = *hw;
   return r;

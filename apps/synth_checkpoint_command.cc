@@ -2,7 +2,8 @@
 // writes a synthetic GLM-5.3-Flash checkpoint (the release's text geometry, random BF16 weights,
 // src/engine/synthetic_checkpoint.h) with progress lines and a summary. --dry-run prints the plan
 // (shards, size, parameters) without writing. --exl3 [--bits 4 --codebook mcg] stores the routed
-// experts EXL3 (the reference deployment's layout), loadable by the normal loader.
+// experts EXL3 (the reference deployment's layout), loadable by the normal loader; --fp8-experts
+// stores them as the official FP8 release does (e4m3 + 128x128 block scales).
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
@@ -69,6 +70,7 @@ struct Args {
   bool overwrite = false;
   bool dry_run = false;
   bool exl3 = false;
+  bool fp8_experts = false;
   int bits = 4;
   std::string codebook = "mcg";
 };
@@ -123,6 +125,8 @@ void run(const Args& a, CLI::App* cmd) {
   } else if (cmd->count("--bits") || cmd->count("--codebook")) {
     fail("--bits and --codebook describe EXL3 experts: add --exl3");
   }
+  if (a.fp8_experts && a.exl3) fail("--fp8-experts and --exl3: the routed experts are stored one way or the other");
+  o.fp8_experts = a.fp8_experts;
   const SyntheticGeometry& g = o.geometry;
   if (a.dry_run) {
     Expected<SyntheticSummary> plan = plan_synthetic_checkpoint(o);
@@ -176,6 +180,9 @@ void add_synth_checkpoint_command(CLI::App& app) {
   cmd->add_flag("--exl3", a->exl3,
                 "routed experts as random EXL3 tensors (exl3-experts-LLL.safetensors) with the release's "
                 "quantization_config, everything else BF16");
+  cmd->add_flag("--fp8-experts", a->fp8_experts,
+                "routed experts as the official FP8 release stores them (F8_E4M3 + 128x128 F32 weight_scale_inv, "
+                "quant_method fp8), everything else BF16");
   cmd->add_option("--bits", a->bits, "EXL3 bits per weight, 1-8 (with --exl3)")->capture_default_str();
   cmd->add_option("--codebook", a->codebook, "EXL3 codebook: 3inst, mcg or mul1 (with --exl3)")->capture_default_str();
   cmd->callback([a, cmd] { run(*a, cmd); });

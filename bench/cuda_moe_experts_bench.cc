@@ -14,6 +14,10 @@
 //   prefill: E 8 and 288 (all of GLM-5.3-Flash's experts), T 1024 and 8192, eager
 //     calls; TFLOP/s (2 * pairs * 3 * H * I) and % of HBM; three tokens checked against
 //     a host f64 reference.
+//   fp8 (also alone: --fp8): moe_experts_fp8, the official release's FP8 experts (e4m3,
+//     a scale per 128x128 block), E 8 and 288, T 1..64, graphs of 20 calls; % of HBM of
+//     the active experts' FP8 bytes; at E 8 checked against moe_experts' f32 path on the
+//     same weights dequantized (max rel err <= 1e-5).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +38,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_moe.h"
+#include "kernels/cuda/cuda_moe_fp8.h"
 #include "kernels/cuda/device_probe.h"
 #include "cuda_graph_timing.h"
 
@@ -309,10 +314,113 @@ void prefill_section(double hbm_gbs, double tflops_peak) {
   }
 }
 
+// FP8 stacks: a block of random finite e4m3 bytes tiled (element i = g_fp8[i % kBlock]),
+// every 128x128 block its own scale (host copies kept for the reference).
+std::vector<uint8_t> g_fp8;
+struct HostFp8 {
+  tf::Fp8ExpertStack dev;
+  std::vector<float> gate_s, up_s, down_s;
+};
+Tensor fp8_codes(int64_t e, int64_t rows, int64_t cols) {
+  Tensor t = dev_alloc({e, rows, cols}, DType::kF8E4M3);
+  Tensor src = dev_alloc({kBlock}, DType::kF8E4M3);
+  BENCH_CUDA(cudaMemcpy(src.raw(), g_fp8.data(), kBlock, cudaMemcpyHostToDevice));
+  const int64_t total = t.numel();
+  for (int64_t at = 0; at < total; at += kBlock)
+    BENCH_CUDA(cudaMemcpy(static_cast<char*>(t.raw()) + at, src.raw(), static_cast<size_t>(std::min(kBlock, total - at)),
+                          cudaMemcpyDeviceToDevice));
+  return t;
+}
+Tensor fp8_scales(int64_t e, int64_t rows, int64_t cols, uint32_t seed, std::vector<float>& host) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.005f, 0.015f);
+  const tf::Shape shape = {e, (rows + 127) / 128, (cols + 127) / 128};
+  host.resize(static_cast<size_t>(tf::shape_numel(shape)));
+  for (float& v : host) v = u(rng);
+  Tensor h = Tensor::from_floats(shape, host);
+  return dev_copy(h);
+}
+HostFp8 fp8_stack(int64_t e) {
+  HostFp8 s;
+  s.dev.gate = fp8_codes(e, kI, kH);
+  s.dev.up = fp8_codes(e, kI, kH);
+  s.dev.down = fp8_codes(e, kH, kI);
+  s.dev.gate_scales = fp8_scales(e, kI, kH, 41, s.gate_s);
+  s.dev.up_scales = fp8_scales(e, kI, kH, 42, s.up_s);
+  s.dev.down_scales = fp8_scales(e, kH, kI, 43, s.down_s);
+  return s;
+}
+// The stack dequantized into moe_experts' f32 layout ([E, 2I, H] gate rows then up rows, [E, H, I]).
+void fp8_dequantized(const HostFp8& s, int64_t e, Tensor* gu, Tensor* dn) {
+  Tensor hg = Tensor::empty({e, 2 * kI, kH}, DType::kF32), hd = Tensor::empty({e, kH, kI}, DType::kF32);
+  auto code = [&](int64_t i) { return tf::fp8_e4m3_to_float(g_fp8[static_cast<size_t>(i % kBlock)]); };
+  const int64_t hb = (kH + 127) / 128, ib = (kI + 127) / 128;
+  for (int64_t x = 0; x < e; ++x)
+    for (int64_t r = 0; r < kI; ++r)
+      for (int64_t c = 0; c < kH; ++c) {
+        const int64_t i = (x * kI + r) * kH + c, sb = (x * ib + r / 128) * hb + c / 128;
+        hg.data<float>()[(x * 2 * kI + r) * kH + c] = code(i) * s.gate_s[static_cast<size_t>(sb)];
+        hg.data<float>()[(x * 2 * kI + kI + r) * kH + c] = code(i) * s.up_s[static_cast<size_t>(sb)];
+      }
+  for (int64_t x = 0; x < e; ++x)
+    for (int64_t r = 0; r < kH; ++r)
+      for (int64_t c = 0; c < kI; ++c) {
+        const int64_t i = (x * kH + r) * kI + c, sb = (x * hb + r / 128) * ib + c / 128;
+        hd.data<float>()[i] = code(i) * s.down_s[static_cast<size_t>(sb)];
+      }
+  *gu = dev_copy(hg);
+  *dn = dev_copy(hd);
+}
+
+void fp8_section(double hbm_gbs) {
+  std::printf("\n[moe-bench] fp8 (moe_experts_fp8): e4m3 + 128x128 f32 scales, H=%lld I=%lld k=%lld, graph of 20 "
+              "calls per figure\n",
+              static_cast<long long>(kH), static_cast<long long>(kI), static_cast<long long>(kK));
+  std::printf("[moe-bench] %4s %4s %6s %10s %9s %7s %8s %11s\n", "E", "T", "active", "us/call", "GB/s", "%HBM", "xT=1",
+              "max rel err");
+  for (int64_t e : {8, 288}) {
+    const HostFp8 st = fp8_stack(e);
+    Tensor gu, dn;
+    if (e == 8) fp8_dequantized(st, e, &gu, &dn);
+    double t1 = 0;
+    for (int64_t t : {1, 2, 4, 8, 16, 64}) {
+      std::set<int32_t> active;
+      const Tensor ids = dev_copy(routing(t, e, static_cast<uint32_t>(4000 + 7 * t + e), active));
+      const Tensor w = dev_copy(randn_host({t, kK}, 51, 0.3f)), x = dev_copy(randn_host({t, kH}, 52, 1.0f));
+      Tensor out = dev_alloc({t, kH}, DType::kF32);
+      const double s =
+          graph_seconds(20, [&] { tf::cuda::moe_experts_fp8(g_ctx, out, x, ids, w, st.dev, kLimit); });
+      double err = 0;
+      bool good = s > 0;
+      if (e == 8) {
+        Tensor ref = dev_alloc({t, kH}, DType::kF32);
+        g_ctx.exact_rows = 64;  // the f32 path
+        call(ref, x, ids, w, gu, dn);
+        g_ctx.exact_rows = 8;
+        tf::cuda::moe_experts_fp8(g_ctx, out, x, ids, w, st.dev, kLimit);
+        err = rel_err(host_of(ref).to_vector(), host_of(out).to_vector());
+        good = good && err <= 1e-5;
+      }
+      g_ok = g_ok && good;
+      if (t == 1) t1 = s;
+      const double bytes = static_cast<double>(active.size()) * 3.0 * kI * kH * (1.0 + 4.0 / (128.0 * 128.0));
+      std::printf("[moe-bench] %4lld %4lld %6zu %10.1f %9.0f %6.1f%% %7.2fx %11.2g %s%s\n", static_cast<long long>(e),
+                  static_cast<long long>(t), active.size(), s * 1e6, bytes / s / 1e9, 100.0 * bytes / s / 1e9 / hbm_gbs,
+                  s / t1, err, s > 0 ? "" : " CAPTURE-FAILED", good ? "" : " FAIL");
+      std::printf("{\"bench\": \"moe_fp8_decode\", \"E\": %lld, \"T\": %lld, \"active\": %zu, \"us\": %.2f, "
+                  "\"weight_gbs\": %.1f, \"pct_hbm\": %.1f, \"max_rel_err\": %.3g}\n",
+                  static_cast<long long>(e), static_cast<long long>(t), active.size(), s * 1e6, bytes / s / 1e9,
+                  100.0 * bytes / s / 1e9 / hbm_gbs, err);
+    }
+    g_ctx.alloc->release_cached();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool fp8_only = argc > 1 && std::strcmp(argv[1], "--fp8") == 0;
   auto probe = tf::cuda::probe_device(0);
   if (!probe) {
     std::fprintf(stderr, "cuda_moe_experts_bench: %s\n", probe.status().to_string().c_str());
@@ -331,11 +439,21 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> nd(0.0f, 0.02f);
     g_block.resize(static_cast<size_t>(kBlock));
     for (uint16_t& v : g_block) v = tf::float_to_bf16(nd(rng));
+    std::uniform_int_distribution<int> byte(0, 255);
+    g_fp8.resize(static_cast<size_t>(kBlock));
+    for (uint8_t& v : g_fp8) {
+      int b = byte(rng);
+      while ((b & 0x7f) == 0x7f) b = byte(rng);  // no NaN codes
+      v = static_cast<uint8_t>(b);
+    }
   }
   try {
-    decode_section(probe->hbm_gbps);
-    plans_section(probe->hbm_gbps);
-    if (!quick) prefill_section(probe->hbm_gbps, probe->bf16_tflops);
+    if (!fp8_only) {
+      decode_section(probe->hbm_gbps);
+      plans_section(probe->hbm_gbps);
+      if (!quick) prefill_section(probe->hbm_gbps, probe->bf16_tflops);
+    }
+    fp8_section(probe->hbm_gbps);
   } catch (const tf::StatusError& e) {
     std::fprintf(stderr, "cuda_moe_experts_bench: %s\n", e.what());
     return 1;

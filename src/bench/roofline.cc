@@ -176,6 +176,11 @@ Status set_exl3_experts(RooflineDtypes& d, const RooflineModel& m, double bits) 
   return Status::ok();
 }
 
+void set_fp8_experts(RooflineDtypes& d) {
+  d.expert = 1.0 + 4.0 / (128.0 * 128.0);
+  d.expert_name = "fp8 e4m3 (128x128 blocks)";
+}
+
 ModelWeights model_weights(const RooflineModel& m) {
   const LayerElements e = layer_elements(m);
   ModelWeights w;

@@ -103,6 +103,9 @@ Expected<double> dense_format_bytes(const std::string& dense, const RooflineDtyp
 double exl3_bytes_per_weight(double bits, int64_t in, int64_t out);
 // `d` with the routed experts EXL3 at `bits` per weight (0, 8] for the model's expert shape.
 [[nodiscard]] Status set_exl3_experts(RooflineDtypes& d, const RooflineModel& m, double bits);
+// The routed experts as the official FP8 release stores them and the engine serves them
+// (Fp8ExpertStack): 1 byte per weight + an f32 scale per 128x128 block.
+void set_fp8_experts(RooflineDtypes& d);
 
 // Element counts of the weights, split by the dtype they are held in.
 struct WeightElements {

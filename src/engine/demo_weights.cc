@@ -103,8 +103,8 @@ DemoTensorRecipe demo_tensor_recipe(const std::string& name, const DemoWeightOpt
 }
 
 void fill_demo_elements(const DemoTensorRecipe& recipe, int64_t begin, int64_t count, void* out) {
-  const bool f32 = recipe.dtype == DType::kF32;
-  if (recipe.init == Init::kNormal && !f32) {
+  const bool f32 = recipe.dtype == DType::kF32, fp8 = recipe.dtype == DType::kF8E4M3;
+  if (recipe.init == Init::kNormal && !f32 && !fp8) {
     fill_normal_bf16(recipe.stream, recipe.sigma, static_cast<uint64_t>(begin), count, static_cast<uint16_t*>(out));
     return;
   }
@@ -117,9 +117,12 @@ void fill_demo_elements(const DemoTensorRecipe& recipe, int64_t begin, int64_t c
       case Init::kZero: v = 0.0f; break;
       case Init::kALog: v = 2.7725887f * uniform(recipe.stream, idx); break;        // ln 16
       case Init::kDtBias: v = -6.9077554f + 4.6051702f * uniform(recipe.stream, idx); break;  // ln 1e-3 .. ln 1e-1
+      case Init::kConst: v = recipe.sigma; break;
     }
     if (f32) {
       static_cast<float*>(out)[j] = v;
+    } else if (fp8) {
+      static_cast<uint8_t*>(out)[j] = float_to_fp8_e4m3(v);
     } else {
       static_cast<uint16_t*>(out)[j] = float_to_bf16(v);
     }

@@ -35,7 +35,9 @@ struct DemoWeightOptions {
 
 // How the elements of one tensor are drawn; demo_tensor_recipe gives the demo's, which the
 // synthetic checkpoint generator (synthetic_checkpoint.h) reuses with its own sigma.
-enum class DemoInit { kNormal, kOne, kZero, kALog, kDtBias };
+// kConst: every element `sigma` (an FP8 block-scale grid). A kNormal tensor of dtype
+// f8_e4m3 stores e4m3(sigma * normal) (saturating): FP8 codes whose block scales come apart.
+enum class DemoInit { kNormal, kOne, kZero, kALog, kDtBias, kConst };
 struct DemoTensorRecipe {
   DType dtype = DType::kBF16;   // the release's dtype for this name
   DemoInit init = DemoInit::kNormal;

@@ -72,6 +72,7 @@ int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DTy
   in.matrix_dtype = matrix_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   in.dense = dense;
   if (dense != MatrixFormat::kDense) in.requantized_elements = dense_requantized_elements(config);
+  if (in.fp8_checkpoint) in.fp8_kept_elements = routed_expert_elements(config);
   return tf::estimate_weight_bytes(in);
 }
 

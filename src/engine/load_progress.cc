@@ -18,9 +18,20 @@ Expected<Tensor> ProgressWeightSource::get_native(const std::string& canonical_n
   return counted(inner_.get_native(canonical_name, expected_shape));
 }
 
+Expected<std::optional<Matrix>> ProgressWeightSource::get_fp8(const std::string& name,
+                                                               const Shape& expected_shape) const {
+  Expected<std::optional<Matrix>> m = inner_.get_fp8(name, expected_shape);
+  if (m.has_value() && m->has_value()) count((*m)->size(0) * (*m)->size(1));
+  return m;
+}
+
 Expected<Tensor> ProgressWeightSource::counted(Expected<Tensor> t) const {
-  if (!t.has_value()) return t;
-  const int64_t loaded = loaded_ += t->numel() * 4;
+  if (t.has_value()) count(t->numel());
+  return t;
+}
+
+void ProgressWeightSource::count(int64_t elements) const {
+  const int64_t loaded = loaded_ += elements * 4;
   const int64_t tensors = ++tensors_;
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(log_mu_);
@@ -30,7 +41,6 @@ Expected<Tensor> ProgressWeightSource::counted(Expected<Tensor> t) const {
     TF_LOG_INFO("loading weights: {:.0f}% ({:.2f} of ~{:.2f} GiB, {} tensors)", pct, loaded / 1073741824.0,
                 total_ / 1073741824.0, tensors);
   }
-  return t;
 }
 
 }  // namespace tf::engine

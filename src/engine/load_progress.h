@@ -33,11 +33,15 @@ class ProgressWeightSource final : public WeightSource {
     return inner_.get_exl3(name, in_features, out_features);
   }
 
+  // FP8 matrices kept as their bytes (the release's routed experts): counted at their f32 size too.
+  Expected<std::optional<Matrix>> get_fp8(const std::string& name, const Shape& expected_shape) const override;
+
   int64_t loaded_bytes() const { return loaded_; }
   int64_t tensors() const { return tensors_; }
 
  private:
   Expected<Tensor> counted(Expected<Tensor> t) const;
+  void count(int64_t elements) const;  // adds elements' f32 bytes, logs every few seconds
 
   const WeightSource& inner_;
   int64_t total_;

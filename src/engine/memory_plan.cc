@@ -73,11 +73,14 @@ int64_t estimate_weight_bytes(const WeightBytesInput& in) {
   const bool bf16 = in.matrix_dtype == DType::kBF16;
   const int64_t held = bf16 ? (in.fp8_checkpoint ? 2 : 1) * in.file_bytes / 20 * 21  // + f32 norms/routers
                             : in.file_bytes * (in.fp8_checkpoint ? 4 : 2);          // bf16 -> f32, fp8 -> f32
-  if (in.dense == MatrixFormat::kDense || in.requantized_elements <= 0) return held;
+  // FP8 experts kept as stored: 1 byte each instead of the matrix dtype's (as counted above).
+  const int64_t kept = in.fp8_checkpoint ? in.fp8_kept_elements : 0;
+  const int64_t held_kept = std::max<int64_t>(0, held - kept * (bf16 ? 1 : 3));
+  if (in.dense == MatrixFormat::kDense || in.requantized_elements <= 0) return held_kept;
   const double matrix = bf16 ? 2.0 : 4.0;
   const double saved =
       static_cast<double>(in.requantized_elements) * (matrix - matrix_format_bytes_per_weight(in.dense, matrix));
-  return std::max<int64_t>(0, held - static_cast<int64_t>(std::llround(saved)));
+  return std::max<int64_t>(0, held_kept - static_cast<int64_t>(std::llround(saved)));
 }
 
 int64_t dense_requantized_elements(const Glm5Config& config) {
@@ -96,6 +99,17 @@ int64_t dense_requantized_elements(const Glm5Config& config) {
       }
     }
   }
+  return total;
+}
+
+int64_t routed_expert_elements(const Glm5Config& config) {
+  WeightSpecOptions o;
+  o.include_vision = false;
+  int64_t total = 0;
+  for (const WeightSpecEntry& e : glm5_weight_spec(config, o))
+    if (e.name.find(".mlp.experts.") != std::string::npos && e.name.size() > 7 &&
+        e.name.compare(e.name.size() - 7, 7, ".weight") == 0)
+      total += shape_numel(e.shape);
   return total;
 }
 

@@ -61,6 +61,9 @@ struct WeightBytesInput {
   DType matrix_dtype = DType::kBF16;    // kBF16 or kF32: how the engine holds a matrix
   int64_t requantized_elements = 0;     // dense_requantized_elements()
   MatrixFormat dense = MatrixFormat::kDense;  // DENSE's format for those
+  // Of an FP8 checkpoint: elements held as their own FP8 bytes (its routed experts,
+  // Fp8ExpertStack), not converted to matrix_dtype.
+  int64_t fp8_kept_elements = 0;
 };
 int64_t estimate_weight_bytes(const WeightBytesInput& in);
 
@@ -72,6 +75,10 @@ double matrix_format_bytes_per_weight(MatrixFormat format, double dense_bytes);
 // KDA q/k/v/o, MLA q_a/q_b/kv_a/o, dense MLPs, shared experts, the MTP layers' own and
 // eh_proj), from the checkpoint's tensor list.
 int64_t dense_requantized_elements(const Glm5Config& config);
+
+// Elements of the routed experts' matrices (every MoE layer, MTP included), from the
+// checkpoint's tensor list: what an FP8 checkpoint keeps as FP8 bytes.
+int64_t routed_expert_elements(const Glm5Config& config);
 
 // MemAvailable from /proc/meminfo in bytes (0 when unreadable).
 int64_t host_available_bytes();

@@ -191,6 +191,40 @@ std::string synthetic_config_json(const SyntheticGeometry& g, const Exl3Syntheti
   return c.dump(2) + "\n";
 }
 
+std::string synthetic_fp8_config_json(const SyntheticGeometry& g) {
+  ojson c = ojson::parse(synthetic_config_json(g));
+  c["quantization_config"] = ojson::parse(
+      R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]})");
+  return c.dump(2) + "\n";
+}
+
+std::vector<GeneratedTensor> with_fp8_experts(const std::vector<GeneratedTensor>& tensors) {
+  // Codes e4m3(16 * draw), scale sigma / 16: the dequantized weights are the BF16 draw
+  // rounded to e4m3 (|16 * draw| stays far below e4m3's 448 for a near-normal draw).
+  constexpr float kCodeScale = 16.0f;
+  std::vector<GeneratedTensor> out;
+  out.reserve(tensors.size() * 2);
+  for (const GeneratedTensor& t : tensors) {
+    const bool matrix = t.shape.size() == 2 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    if (!is_routed_expert(t.name) || !matrix || t.recipe.init != DemoInit::kNormal) {
+      out.push_back(t);
+      continue;
+    }
+    GeneratedTensor codes = t;
+    codes.recipe.dtype = DType::kF8E4M3;
+    codes.recipe.sigma = kCodeScale;
+    GeneratedTensor scale;
+    scale.name = t.name + "_scale_inv";
+    scale.shape = {(t.shape[0] + 127) / 128, (t.shape[1] + 127) / 128};
+    scale.recipe.dtype = DType::kF32;
+    scale.recipe.init = DemoInit::kConst;
+    scale.recipe.sigma = t.recipe.sigma / kCodeScale;
+    out.push_back(std::move(codes));
+    out.push_back(std::move(scale));
+  }
+  return out;
+}
+
 std::string synthetic_config_json(const SyntheticGeometry& g) {
   const int64_t first = synthetic_first_special_id(g);
   ojson c = ojson::parse(embedded::kOfficialConfig);
@@ -318,6 +352,7 @@ SyntheticParams count_synthetic_params(const SyntheticGeometry& g, const std::ve
   std::vector<std::string> mtp_prefixes;
   for (int j = 0; j < g.mtp_layers; ++j) mtp_prefixes.push_back(layer_prefix(g.num_layers + j));
   for (const GeneratedTensor& t : tensors) {
+    if (t.name.ends_with("_scale_inv")) continue;  // an FP8 block-scale grid, not a parameter
     const int64_t n = shape_numel(t.shape);
     p.total += n;
     bool mtp = false;
@@ -336,6 +371,7 @@ SyntheticParams count_synthetic_params(const SyntheticGeometry& g, const std::ve
 Expected<SyntheticSummary> plan_synthetic_checkpoint(const SyntheticCheckpointOptions& options) {
   if (options.shard_bytes == 0) return invalid_argument("--shard-gb must be positive");
   TF_ASSIGN_OR_RETURN(std::vector<GeneratedTensor> tensors, synthetic_tensors(options.geometry, options.seed));
+  if (options.fp8_experts) tensors = with_fp8_experts(tensors);
   const ShardPlan plan = plan_shards(tensors, options.shard_bytes, {});
   SyntheticSummary s;
   s.shards = plan.shards.size();
@@ -356,6 +392,9 @@ Expected<SyntheticSummary> write_synthetic_checkpoint(const fs::path& dir, const
     const Exl3SyntheticOptions* exl3 = options.exl3 ? &*options.exl3 : nullptr;
     if (exl3 && (exl3->bits < kExl3MinBits || exl3->bits > kExl3MaxBits))
       return out_of_range("--bits " + std::to_string(exl3->bits) + ": EXL3 has 1 to 8 bits per weight");
+    if (exl3 && options.fp8_experts)
+      return invalid_argument("--exl3 and --fp8-experts: the routed experts are stored one way or the other");
+    if (options.fp8_experts) all_tensors = with_fp8_experts(all_tensors);
     // With EXL3 experts the BF16 shards hold everything but the routed experts.
     std::vector<GeneratedTensor> tensors;
     for (const GeneratedTensor& t : all_tensors)
@@ -377,7 +416,7 @@ Expected<SyntheticSummary> write_synthetic_checkpoint(const fs::path& dir, const
                                 gb(plan.file_bytes + exl3_bytes + index.size()) +
                                 " but only " + gb(space.available) + " are free there");
     const std::vector<std::pair<std::string, std::string>> small = {
-        {"config.json", synthetic_config_json(g, exl3)},
+        {"config.json", options.fp8_experts ? synthetic_fp8_config_json(g) : synthetic_config_json(g, exl3)},
         {"generation_config.json", synthetic_generation_config_json(g)},
         {"tokenizer.json", synthetic_tokenizer_json(g)},
         {"tokenizer_config.json", demo_tokenizer_config_json()},

@@ -80,6 +80,11 @@ int64_t synthetic_min_vocab();
 std::string synthetic_config_json(const SyntheticGeometry& g);
 // With EXL3 routed experts: the same plus the EXL3 quantization_config (exl3_synthetic.h).
 std::string synthetic_config_json(const SyntheticGeometry& g, const Exl3SyntheticOptions* exl3);
+// The config.json of a checkpoint with FP8 routed experts (SyntheticCheckpointOptions::fp8_experts).
+std::string synthetic_fp8_config_json(const SyntheticGeometry& g);
+// `tensors` with the routed experts' matrices as FP8 codes plus their block-scale grids
+// (SyntheticCheckpointOptions::fp8_experts).
+std::vector<GeneratedTensor> with_fp8_experts(const std::vector<GeneratedTensor>& tensors);
 std::string synthetic_generation_config_json(const SyntheticGeometry& g);
 std::string synthetic_tokenizer_json(const SyntheticGeometry& g);
 // The `index`-th filler token's text (ids after the demo BPE's), for tests.
@@ -113,6 +118,12 @@ struct SyntheticCheckpointOptions {
   // config.json's quantization_config {quant_method exl3, bits, codebook, head_bits 16,
   // scope glm53_routed_experts_only}. Unset: BF16 experts.
   std::optional<Exl3SyntheticOptions> exl3;
+  // FP8 routed experts (`--fp8-experts`): as the official FP8 release stores them, each
+  // projection F8_E4M3 codes (e4m3 of 16 x the BF16 draw) with an F32 `weight_scale_inv`
+  // [ceil(out/128), ceil(in/128)] of sigma / 16, and config.json's quantization_config
+  // {quant_method fp8, fmt e4m3, weight_block_size [128, 128]}; everything else BF16.
+  // Not with exl3.
+  bool fp8_experts = false;
   std::function<void(const ShardWriteProgress&)> progress;
   double progress_interval_s = 2.0;
 };

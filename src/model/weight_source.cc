@@ -104,6 +104,40 @@ class CheckpointWeightSource : public WeightSource {
     return t;
   }
 
+  Expected<std::optional<Matrix>> get_fp8(const std::string& canonical_name,
+                                          const Shape& expected_shape) const override {
+    std::vector<WeightAlias> aliases;
+    const WeightAlias* a = resolve(canonical_name, &aliases);
+    if (a == nullptr || a->parts > 1 || block_ != std::array<int64_t, 2>{kFp8BlockSize, kFp8BlockSize})
+      return std::optional<Matrix>();
+    const TensorEntry* e = ckpt_->find(a->name);
+    if (e == nullptr || e->dtype != DType::kF8E4M3) return std::optional<Matrix>();
+    const std::string* scale_name = nullptr;
+    const std::vector<std::string> scale_names = fp8_scale_names(a->name);
+    for (const std::string& n : scale_names)
+      if (ckpt_->has(n)) {
+        scale_name = &n;
+        break;
+      }
+    if (scale_name == nullptr) return std::optional<Matrix>();  // get_native names the missing scales
+    TF_ASSIGN_OR_RETURN(Tensor codes, ckpt_->tensor(a->name));
+    TF_ASSIGN_OR_RETURN(Tensor scales, ckpt_->tensor(*scale_name));
+    if (a->select >= 0) {
+      if (codes.dim() != 3 || scales.dim() != 3 || a->select >= codes.size(0) || scales.size(0) != codes.size(0))
+        return std::optional<Matrix>();
+      codes = codes.select(0, a->select);
+      scales = scales.select(0, a->select);
+    }
+    if (codes.dim() != 2 || (!expected_shape.empty() && codes.shape() != expected_shape))
+      return std::optional<Matrix>();  // get_native reports the shape
+    if (scales.dtype() != DType::kF32) scales = scales.to_f32();
+    Matrix m = Matrix::fp8_block(codes.is_contiguous() ? codes : codes.contiguous(),
+                                 scales.is_contiguous() ? scales : scales.contiguous());
+    const Status st = check_matrix(m, ckpt_->file_of(a->name) + ": tensor '" + a->name + "'");
+    if (!st.is_ok()) return st;
+    return std::optional<Matrix>(std::move(m));
+  }
+
   Expected<Shape> shape(const std::string& canonical_name) const override {
     std::vector<WeightAlias> aliases;
     const WeightAlias* a = resolve(canonical_name, &aliases);

@@ -24,6 +24,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/api/exl3_weight.h"
+#include "kernels/api/matrix.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 
@@ -44,6 +45,16 @@ class WeightSource {
   // returns get_f32.
   virtual Expected<Tensor> get_native(const std::string& canonical_name, const Shape& expected_shape = {}) const {
     return get_f32(canonical_name, expected_shape);
+  }
+  // A matrix stored FP8 e4m3 in 128x128 blocks (the official release's layout, and
+  // the fp8 format of Matrix) as its own bytes: Matrix::fp8_block with codes [N, K]
+  // and scales f32 [ceil(N/128), ceil(K/128)] (read-only views of the mapped
+  // checkpoint, kept alive by them). nullopt when the tensor is stored otherwise, in
+  // other blocks, or only as a cut of a fused tensor (get_native then dequantizes).
+  // The default: nullopt.
+  virtual Expected<std::optional<Matrix>> get_fp8(const std::string& /*canonical_name*/,
+                                                  const Shape& /*expected_shape*/) const {
+    return std::optional<Matrix>();
   }
   virtual bool has(const std::string& canonical_name) const = 0;
   // The shape get_f32 would return, without reading or converting the data

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "glm5_fixture.h"
 #include "model/glm5/glm5_weights.h"
@@ -81,6 +82,11 @@ class Compare {
     t(a.moe.bias, b.moe.bias, p + "router bias");
     t(a.moe.experts_gate_up, b.moe.experts_gate_up, p + "experts_gate_up");
     t(a.moe.experts_down, b.moe.experts_down, p + "experts_down");
+    const Fp8ExpertStack &fa = a.moe.fp8_experts, &fb = b.moe.fp8_experts;
+    for (auto [x, y, n] : {std::tuple{&fa.gate, &fb.gate, "gate"}, {&fa.gate_scales, &fb.gate_scales, "gate scales"},
+                           {&fa.up, &fb.up, "up"}, {&fa.up_scales, &fb.up_scales, "up scales"},
+                           {&fa.down, &fb.down, "down"}, {&fa.down_scales, &fb.down_scales, "down scales"}})
+      t(*x, *y, p + "fp8 experts " + n);
     ASSERT_EQ(a.moe.experts.size(), b.moe.experts.size()) << p;
     for (size_t e = 0; e < a.moe.experts.size(); ++e)
       mlp(a.moe.experts[e], b.moe.experts[e], p + "expert " + std::to_string(e) + ".");
@@ -166,6 +172,57 @@ TEST(Glm5Load, ViewsOutliveTheWeightSource) {
     Compare c;
     c.all(*kept, *ref);
   }
+}
+
+// The FP8 release's routed experts load as their own bytes (Fp8ExpertStack) when the
+// rank's slice of the intermediate dim is whole 128-blocks, and dequantized (e4m3 *
+// scale) they are bit for bit the dense stacks of the route without them; a slice that
+// cuts a block (I = 72 over two ranks) loads dense.
+TEST(Glm5Load, Fp8ExpertsKeepTheCheckpointBytes) {
+  int checked = 0;
+  for (const std::string& dir : fixture_dirs()) {
+    const Fixture f = load_fixture(dir);
+    if (f.config.quantization.method != "fp8") continue;
+    const auto src = open_weights(f);
+    ASSERT_NE(src, nullptr);
+    const test::NoFp8Source dense_route(*src);
+    auto kept = load_glm5_weights(*src, f.config.text, 0, 1, DType::kF32);
+    auto dense = load_glm5_weights(dense_route, f.config.text, 0, 1, DType::kF32);
+    ASSERT_TRUE(kept.has_value()) << kept.status().to_string();
+    ASSERT_TRUE(dense.has_value()) << dense.status().to_string();
+    for (size_t i = 0; i < kept->layers.size(); ++i) {
+      const MoeWeights &k = kept->layers[i].moe, &d = dense->layers[i].moe;
+      if (d.experts_gate_up.is_null()) continue;  // a dense layer
+      SCOPED_TRACE(f.name + " layer " + std::to_string(i));
+      ASSERT_GT(k.fp8_experts.num_experts(), 0);
+      EXPECT_TRUE(k.experts_gate_up.is_null());
+      EXPECT_TRUE(check_fp8_expert_stack(k.fp8_experts, "kept").is_ok());
+      const int64_t e = k.fp8_experts.num_experts(), il = k.fp8_experts.intermediate(), h = k.fp8_experts.hidden();
+      ASSERT_EQ(d.experts_gate_up.shape(), (Shape{e, 2 * il, h}));
+      std::vector<float> gu(static_cast<size_t>(2 * il * h)), dn(static_cast<size_t>(h * il));
+      for (int64_t x = 0; x < e; ++x) {
+        dequantize_matrix_rows(k.fp8_experts.gate_of(x), 0, il, gu.data());
+        dequantize_matrix_rows(k.fp8_experts.up_of(x), 0, il, gu.data() + il * h);
+        dequantize_matrix_rows(k.fp8_experts.down_of(x), 0, h, dn.data());
+        EXPECT_EQ(0, std::memcmp(gu.data(), d.experts_gate_up.select(0, x).raw(), gu.size() * 4)) << "expert " << x;
+        EXPECT_EQ(0, std::memcmp(dn.data(), d.experts_down.select(0, x).raw(), dn.size() * 4)) << "expert " << x;
+      }
+      // The codes are the checkpoint's bytes: expert 0's gate as stored.
+      const auto stored = src->get_fp8("model.language_model.layers." + std::to_string(i) +
+                                           ".mlp.experts.0.gate_proj.weight", {il, h});
+      ASSERT_TRUE(stored.has_value() && stored->has_value());
+      EXPECT_EQ(0, std::memcmp((*stored)->codes().raw(), k.fp8_experts.gate.raw(), static_cast<size_t>(il * h)));
+      ++checked;
+      // Two ranks cut I = 72 at 36, inside a block: dense stacks.
+      if (il % 2 == 0 && (il / 2) % kFp8BlockSize != 0) {
+        auto half = load_glm5_weights(*src, f.config.text, 1, 2, DType::kF32);
+        ASSERT_TRUE(half.has_value()) << half.status().to_string();
+        EXPECT_EQ(half->layers[i].moe.fp8_experts.num_experts(), 0);
+        EXPECT_FALSE(half->layers[i].moe.experts_gate_up.is_null());
+      }
+    }
+  }
+  EXPECT_GT(checked, 0) << "no FP8 fixture with MoE layers";
 }
 
 // A tensor read from a safetensors file keeps the mapping alive.

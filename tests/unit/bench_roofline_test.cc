@@ -162,6 +162,12 @@ TEST(Roofline, DenseFormatAndExl3ExpertBytes) {
   EXPECT_NE(set_dense_format(d, "q3").message().find("DENSE"), std::string::npos);
   EXPECT_FALSE(set_exl3_experts(d, m, 0).is_ok());
   EXPECT_FALSE(set_exl3_experts(d, m, 9).is_ok());
+  // The FP8 release's experts as stored: a byte + an f32 per 128x128 block.
+  set_fp8_experts(d);
+  EXPECT_DOUBLE_EQ(d.expert, 1.0 + 4.0 / 16384);
+  EXPECT_NEAR(decode_traffic(m, d, 1, 1000).routed_experts, 42.0 * 8 * 25165824 * (1.0 + 4.0 / 16384), 1.0);
+  EXPECT_EQ(decode_roofline(m, d, RooflineHardware{4800, 790, "flags"}, 1, 1000)["detail"]["expert_format"],
+            "fp8 e4m3 (128x128 blocks)");
 }
 
 TEST(Roofline, ExpectedDistinctExperts) {

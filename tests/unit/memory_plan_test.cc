@@ -143,6 +143,15 @@ TEST(WeightBytes, DenseFormatFreesMemoryForThePool) {
   in.dense = MatrixFormat::kDense;
   in.fp8_checkpoint = true;
   EXPECT_EQ(estimate_weight_bytes(in), 42 * kGiB);
+  // ... except its routed experts, kept as their FP8 bytes (Fp8ExpertStack): 16 GiB of
+  // its 20 are experts, counted once instead of twice.
+  in.fp8_kept_elements = 16 * kGiB;
+  EXPECT_EQ(estimate_weight_bytes(in), 26 * kGiB);
+  // (On a non-FP8 checkpoint the count means nothing.)
+  in.fp8_checkpoint = false;
+  EXPECT_EQ(estimate_weight_bytes(in), 21 * kGiB);
+  in.fp8_checkpoint = true;
+  in.fp8_kept_elements = 0;
   // Never below zero, whatever the inputs.
   in.dense = MatrixFormat::kQ4;
   in.requantized_elements = 1000 * kGiB;

@@ -16,19 +16,20 @@ Status Ops::upload_exl3_experts(Exl3ExpertTable& experts) {
   return check_exl3_expert_table(experts, "EXL3 experts");
 }
 
-// The per-expert path: tokens grouped on the host in token order per expert, experts in
-// ascending id, so each token's outputs are added in the order of its (ascending) ids.
-void Ops::moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                           const Exl3ExpertTable& experts, float swiglu_limit) {
-  const Status st = check_exl3_expert_table(experts, "moe_experts_exl3");
-  if (!st.is_ok()) throw StatusError(st);
-  const int64_t h = experts.hidden, il = experts.intermediate, ne = experts.num_experts();
+// The quantized-expert ops' default: tokens grouped on the host (one download of ids and
+// weights), experts in ascending id, each active expert's rows gathered, its gate and up
+// projections (gate_up(e, g, u, xe)) and SwiGLU, its down projection (down(e, y, a)),
+// then added into the rows in token order, so each token's outputs are summed in the
+// order of its (ascending) ids.
+void Ops::moe_experts_by_host_grouping(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                       int64_t ne, int64_t h, int64_t il, float swiglu_limit, const char* op,
+                                       const ExpertGateUp& gate_up, const ExpertDown& down) {
   if (x.dim() != 2 || x.size(1) != h || out.dim() != 2 || out.size(0) != x.size(0) || out.size(1) != h)
-    throw StatusError(invalid_argument("moe_experts_exl3: x " + x.describe() + " and out " + out.describe() +
+    throw StatusError(invalid_argument(std::string(op) + ": x " + x.describe() + " and out " + out.describe() +
                                        " must be [T, " + std::to_string(h) + "]"));
   const int64_t n = x.size(0);
   if (ids.dim() != 2 || ids.size(0) != n || ids.dtype() != DType::kI32 || weights.shape() != ids.shape())
-    throw StatusError(invalid_argument("moe_experts_exl3: ids " + ids.describe() + " and weights " +
+    throw StatusError(invalid_argument(std::string(op) + ": ids " + ids.describe() + " and weights " +
                                        weights.describe() + " must both be [T, k] (ids int32)"));
   const int64_t k = ids.size(1);
   const Tensor ids_h = to_host(ids), wts_h = to_host(weights);
@@ -38,7 +39,7 @@ void Ops::moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, cons
     for (int64_t j = 0; j < k; ++j) {
       const int32_t id = ids_h.data<int32_t>()[t * k + j];
       if (id < 0 || id >= ne)
-        throw StatusError(out_of_range("moe_experts_exl3: expert id " + std::to_string(id) + " at token " +
+        throw StatusError(out_of_range(std::string(op) + ": expert id " + std::to_string(id) + " at token " +
                                        std::to_string(t) + " outside [0, " + std::to_string(ne) + ")"));
       tok[id].push_back(static_cast<int32_t>(t));
       sc[id].push_back(wts_h.data<float>()[t * k + j]);
@@ -53,15 +54,46 @@ void Ops::moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, cons
     gather_rows(xe, x, idx);
     Tensor gu = empty({m, 2 * il});
     Tensor g = gu.slice(1, 0, il), u = gu.slice(1, il, 2 * il);
-    exl3_matmul(g, xe, experts.gate[e]);
-    exl3_matmul(u, xe, experts.up[e]);
+    gate_up(e, g, u, xe);
     Tensor a = empty({m, il});
     swiglu(a, gu, swiglu_limit);
     Tensor y = empty({m, h});
-    exl3_matmul(y, a, experts.down[e]);
+    down(e, y, a);
     scatter_add_rows(acc, y, idx, scale);
   }
   copy(out, acc);
+}
+
+void Ops::moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const Exl3ExpertTable& experts, float swiglu_limit) {
+  const Status st = check_exl3_expert_table(experts, "moe_experts_exl3");
+  if (!st.is_ok()) throw StatusError(st);
+  moe_experts_by_host_grouping(
+      out, x, ids, weights, experts.num_experts(), experts.hidden, experts.intermediate, swiglu_limit,
+      "moe_experts_exl3",
+      [&](int64_t e, Tensor& g, Tensor& u, const Tensor& xe) {
+        exl3_matmul(g, xe, experts.gate[e]);
+        exl3_matmul(u, xe, experts.up[e]);
+      },
+      [&](int64_t e, Tensor& y, const Tensor& a) { exl3_matmul(y, a, experts.down[e]); });
+}
+
+void Ops::moe_experts_fp8(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const Fp8ExpertStack& experts, float swiglu_limit) {
+  const Status st = check_fp8_expert_stack(experts, "moe_experts_fp8");
+  if (!st.is_ok()) throw StatusError(st);
+  moe_experts_by_host_grouping(
+      out, x, ids, weights, experts.num_experts(), experts.hidden(), experts.intermediate(), swiglu_limit,
+      "moe_experts_fp8",
+      [&](int64_t e, Tensor& g, Tensor& u, const Tensor& xe) {
+        // matmul writes packed rows: each projection apart, then into its columns.
+        Tensor packed = empty({xe.size(0), experts.intermediate()});
+        matmul(packed, xe, experts.gate_of(e));
+        copy(g, packed);
+        matmul(packed, xe, experts.up_of(e));
+        copy(u, packed);
+      },
+      [&](int64_t e, Tensor& y, const Tensor& a) { matmul(y, a, experts.down_of(e)); });
 }
 
 void Ops::quant_matmul(Tensor& /*out*/, const Tensor& /*x*/, const Matrix& w, bool /*accumulate*/) {

@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/api/exl3_weight.h"
+#include "kernels/api/fp8_expert_stack.h"
 #include "kernels/api/matrix.h"
 #include "kernels/api/sample_rows.h"
 
@@ -322,6 +323,14 @@ class Ops {
   // the CUDA backend groups on the device (no host sync up to 64 tokens).
   virtual void moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                                 const Exl3ExpertTable& experts, float swiglu_limit);
+  // moe_experts (same contract) over routed experts stored FP8 with 128x128 block scales
+  // (fp8_expert_stack.h: the official release's bytes), out[t] = sum_j weights[t, j] *
+  // down[e] · swiglu(gate[e] · x[t] ++ up[e] · x[t]). The default groups the tokens on the
+  // host like moe_experts_exl3's and runs each active expert through matmul on its
+  // Matrix::fp8_block views; the CUDA backend groups on the device (no host sync:
+  // capturable) and dequantizes the weights in registers.
+  virtual void moe_experts_fp8(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                               const Fp8ExpertStack& experts, float swiglu_limit);
   // Moves a layer's EXL3 experts to where this backend computes them, once at load
   // (the default, for backends that read host tensors: checks them, copies nothing).
   virtual Status upload_exl3_experts(Exl3ExpertTable& experts);
@@ -373,6 +382,17 @@ class Ops {
   virtual void branch_end() {}
   virtual void branch_join() {}
   class SideBranch;
+
+ protected:
+  // The quantized-expert ops' default (ops.cc): tokens grouped on the host, then per
+  // active expert, in ascending id, gate_up(e, gate, up, x_rows) fills the expert's
+  // gate and up columns [m, I] (row-strided views of one [m, 2I] tensor), SwiGLU, and
+  // down(e, y, act) fills y [m, H]; the rows are added into out in token order.
+  using ExpertGateUp = std::function<void(int64_t e, Tensor& gate, Tensor& up, const Tensor& x_rows)>;
+  using ExpertDown = std::function<void(int64_t e, Tensor& y, const Tensor& act)>;
+  void moe_experts_by_host_grouping(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                    int64_t num_experts, int64_t hidden, int64_t intermediate, float swiglu_limit,
+                                    const char* op, const ExpertGateUp& gate_up, const ExpertDown& down);
 };
 
 // A side branch as a scope: the constructor begins it, end() returns to the main

@@ -398,9 +398,14 @@ void moe_experts_with_plan(CudaContext& ctx, Tensor& out, const Tensor& x, const
                             rows_per_pass(tokens), plan, lay, swiglu_limit);
     }
   }
-  combine_kernel<<<grid_1d(tokens * h), 256, 0, ctx.stream>>>(out.data<float>(), y, weights.data<float>(),
-                                                              lay.pair_row, tokens, static_cast<int>(k), h);
+  launch_moe_combine(ctx.stream, out.data<float>(), y, weights.data<float>(), lay.pair_row, tokens,
+                     static_cast<int>(k), h);
   check_launch("moe_experts (combine)");
+}
+
+void launch_moe_combine(cudaStream_t stream, float* out, const float* y, const float* weights, const int* pair_row,
+                        int64_t tokens, int k, int64_t h) {
+  combine_kernel<<<grid_1d(tokens * h), 256, 0, stream>>>(out, y, weights, pair_row, tokens, k, h);
 }
 
 }  // namespace tf::cuda

@@ -29,4 +29,10 @@ const char* moe_prefill_last_path();
 void moe_experts_with_plan(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const Tensor& gate_up, const Tensor& down, float swiglu_limit, const MoeGemvPlan& plan);
 
+// The grouped MoE paths' last launch: out[t] = 0 + sum over j of weights[t, j] *
+// y[pair_row[t, j]] (rows of H floats), in j order, each product and sum rounded
+// separately (as on the CPU); pair_row < 0 drops the term.
+void launch_moe_combine(cudaStream_t stream, float* out, const float* y, const float* weights, const int* pair_row,
+                        int64_t tokens, int k, int64_t h);
+
 }  // namespace tf::cuda

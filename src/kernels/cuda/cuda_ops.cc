@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_kda_lowrank.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_matmul_many.h"
+#include "kernels/cuda/cuda_moe_fp8.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_mhc_pre.h"
 #include "kernels/cuda/cuda_sampling.h"
@@ -409,6 +410,13 @@ class CudaOps final : public Ops {
     // Prefill (more tokens than the grouped kernels take): the per-expert default.
     if (!cuda::exl3_moe_experts(ctx_, out, x, ids, weights, experts, swiglu_limit))
       Ops::moe_experts_exl3(out, x, ids, weights, experts, swiglu_limit);
+  }
+  void moe_experts_fp8(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                       const Fp8ExpertStack& experts, float swiglu_limit) override { cuda::OpScope prof_scope(prof_.get(), "moe_experts_fp8");
+    if (x.dim() == 2 && x.size(0) >= cuda::kMoeFp8PrefillTokens)
+      Ops::moe_experts_fp8(out, x, ids, weights, experts, swiglu_limit);  // prefill: per expert, cuBLAS
+    else
+      cuda::moe_experts_fp8(ctx_, out, x, ids, weights, experts, swiglu_limit);
   }
   Status upload_exl3_experts(Exl3ExpertTable& experts) override {
     try {

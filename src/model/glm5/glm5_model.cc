@@ -279,6 +279,10 @@ Tensor Glm5Model::moe_routed(const MoeWeights& w, const Tensor& x, const Tensor&
     // for CUDA), summing each token's expert outputs in ascending expert id.
     out = ops_.empty({n, cfg_.hidden_size});
     ops_.moe_experts(out, x, ids, wts, w.experts_gate_up, w.experts_down, static_cast<float>(cfg_.swiglu_limit));
+  } else if (w.fp8_experts.num_experts() > 0) {
+    // The release's FP8 experts, as stored (grouped on the device for CUDA).
+    out = ops_.empty({n, cfg_.hidden_size});
+    ops_.moe_experts_fp8(out, x, ids, wts, w.fp8_experts, static_cast<float>(cfg_.swiglu_limit));
   } else if (w.exl3_experts) {
     // EXL3 experts as one table: grouped by the backend (on the device for CUDA).
     out = ops_.empty({n, cfg_.hidden_size});

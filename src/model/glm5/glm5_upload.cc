@@ -87,6 +87,13 @@ class Uploader {
     put(w.moe.experts_gate_up, p + "mlp.experts.gate_up_proj");
     put(w.moe.experts_down, p + "mlp.experts.down_proj");
     for (size_t e = 0; e < w.moe.experts.size(); ++e) mlp(w.moe.experts[e], p + "mlp.experts." + std::to_string(e) + ".");
+    if (w.moe.fp8_experts.num_experts() > 0) {
+      Fp8ExpertStack& f = w.moe.fp8_experts;
+      const std::string q = p + "mlp.experts (FP8) ";
+      for (auto [t, n] : {std::pair{&f.gate, "gate"}, {&f.gate_scales, "gate scales"}, {&f.up, "up"},
+                          {&f.up_scales, "up scales"}, {&f.down, "down"}, {&f.down_scales, "down scales"}})
+        put(*t, q + n);
+    }
     if (w.moe.exl3_experts) {
       const Status st = ops_.upload_exl3_experts(*w.moe.exl3_experts);
       if (!st.is_ok()) throw StatusError(st.with_context(p + "mlp.experts (EXL3)"));

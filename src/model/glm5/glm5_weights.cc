@@ -20,6 +20,7 @@
 #include <thread>
 #include <tuple>
 
+#include "core/logging.h"
 #include "model/dense_quant.h"
 
 namespace tf {
@@ -338,7 +339,60 @@ class Loader {
   // [E, H, I_l] as they load, each written straight into its slot (so a layer's
   // experts are never held twice). When an EXL3 expert shows up they go to w.experts
   // one by one instead (the experts stacked so far become views of the stack).
+  // The routed experts as one Fp8ExpertStack when every expert's three projections are
+  // stored FP8 in 128x128 blocks and this rank's slice of the intermediate dim starts and
+  // ends on a block edge (or at its end): the checkpoint's own bytes, never dequantized.
+  // nullopt otherwise (experts() then stacks them dense, dequantized).
+  Expected<std::optional<Fp8ExpertStack>> fp8_experts(const std::string& p, int64_t e) const {
+    const int64_t h = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
+    const ShardRange s = shard_range(inter, rank_, world_);
+    if (e == 0 || s.begin % kFp8BlockSize != 0 || (s.end % kFp8BlockSize != 0 && s.end != inter))
+      return std::optional<Fp8ExpertStack>();
+    const int64_t il = s.size(), b0 = s.begin / kFp8BlockSize;
+    const int64_t b1 = (s.end + kFp8BlockSize - 1) / kFp8BlockSize, hb = (h + kFp8BlockSize - 1) / kFp8BlockSize;
+    Fp8ExpertStack st;
+    for (int64_t i = 0; i < e; ++i) {
+      const std::string name = p + std::to_string(i) + ".";
+      TF_ASSIGN_OR_RETURN(std::optional<Matrix> g, src_.get_fp8(name + "gate_proj.weight", {inter, h}));
+      TF_ASSIGN_OR_RETURN(std::optional<Matrix> u, src_.get_fp8(name + "up_proj.weight", {inter, h}));
+      TF_ASSIGN_OR_RETURN(std::optional<Matrix> d, src_.get_fp8(name + "down_proj.weight", {h, inter}));
+      if (!g || !u || !d) {
+        if (i > 0 || g || u || d)
+          TF_LOG_WARN("{}: the routed experts are not all stored FP8 in 128x128 blocks; they load dequantized",
+                      p.substr(0, p.size() - 1));
+        return std::optional<Fp8ExpertStack>();
+      }
+      if (i == 0) {
+        st.gate = Tensor::empty({e, il, h}, DType::kF8E4M3);
+        st.up = Tensor::empty({e, il, h}, DType::kF8E4M3);
+        st.down = Tensor::empty({e, h, il}, DType::kF8E4M3);
+        st.gate_scales = Tensor::empty({e, b1 - b0, hb}, DType::kF32);
+        st.up_scales = Tensor::empty({e, b1 - b0, hb}, DType::kF32);
+        st.down_scales = Tensor::empty({e, hb, b1 - b0}, DType::kF32);
+      }
+      Tensor slot = st.gate.select(0, i);
+      put_rows(slot, 0, g->codes(), s.begin, s.end);
+      slot = st.gate_scales.select(0, i);
+      put_rows(slot, 0, g->scales(), b0, b1);
+      slot = st.up.select(0, i);
+      put_rows(slot, 0, u->codes(), s.begin, s.end);
+      slot = st.up_scales.select(0, i);
+      put_rows(slot, 0, u->scales(), b0, b1);
+      slot = st.down.select(0, i);
+      put_cols(slot, d->codes(), s.begin, s.end);
+      slot = st.down_scales.select(0, i);
+      put_cols(slot, d->scales(), b0, b1);
+    }
+    TF_RETURN_IF_ERROR(check_fp8_expert_stack(st, p + "*"));
+    return std::optional<Fp8ExpertStack>(std::move(st));
+  }
+
   Status experts(const std::string& p, int64_t e, MoeWeights& w) const {
+    TF_ASSIGN_OR_RETURN(std::optional<Fp8ExpertStack> fp8, fp8_experts(p, e));
+    if (fp8) {
+      w.fp8_experts = std::move(*fp8);
+      return Status::ok();
+    }
     const int64_t h = cfg_.hidden_size, inter = cfg_.moe_intermediate_size;
     const int64_t il = shard_range(inter, rank_, world_).size();
     Tensor gu, dn;

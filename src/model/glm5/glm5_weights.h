@@ -59,6 +59,10 @@ struct MoeWeights {
   // Every routed expert EXL3 (one shape and codebook per projection): the same experts
   // as one table for Ops::moe_experts_exl3 (uploaded by Ops::upload_exl3_experts).
   std::shared_ptr<Exl3ExpertTable> exl3_experts;
+  // Every routed expert stored FP8 in 128x128 blocks (the official release): their own
+  // bytes as one stack for Ops::moe_experts_fp8 (empty otherwise; the other fields then
+  // stay empty too).
+  Fp8ExpertStack fp8_experts;
   MlpWeights shared;
 };
 
