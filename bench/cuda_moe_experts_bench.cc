@@ -372,6 +372,30 @@ void fp8_dequantized(const HostFp8& s, int64_t e, Tensor* gu, Tensor* dn) {
   *dn = dev_copy(hd);
 }
 
+// The grouped FP8 kernels' plans (cuda_moe_fp8.h) on the release's 288 experts: time each,
+// check every plan gives the default plan's bits.
+void fp8_plans(const HostFp8& st, double hbm_gbs) {
+  const std::vector<std::pair<const char*, tf::cuda::MoeFp8Plan>> plans = {
+      {"nc1 u2", {1, 2}}, {"nc1 u4", {1, 4}}, {"nc2 u1", {2, 1}}, {"nc2 u2", {2, 2}},
+      {"nc2 u4", {2, 4}}, {"nc4 u1", {4, 1}}, {"nc4 u2", {4, 2}}};
+  for (int64_t t : {1, 2, 4}) {
+    std::set<int32_t> active;
+    const Tensor ids = dev_copy(routing(t, 288, static_cast<uint32_t>(4500 + t), active));
+    const Tensor w = dev_copy(randn_host({t, kK}, 61, 0.3f)), x = dev_copy(randn_host({t, kH}, 62, 1.0f));
+    Tensor ref = dev_alloc({t, kH}, DType::kF32), out = dev_alloc({t, kH}, DType::kF32);
+    tf::cuda::moe_experts_fp8(g_ctx, ref, x, ids, w, st.dev, kLimit);
+    for (const auto& [name, plan] : plans) {
+      const double s = graph_seconds(
+          20, [&] { tf::cuda::moe_experts_fp8_with_plan(g_ctx, out, x, ids, w, st.dev, kLimit, plan); });
+      const bool good = s > 0 && same_bits(ref, out);
+      g_ok = g_ok && good;
+      const double bytes = static_cast<double>(active.size()) * 3.0 * kI * kH * (1.0 + 4.0 / (128.0 * 128.0));
+      std::printf("[moe-bench] fp8 plan E=288 T=%lld %-8s %8.1f us %6.1f%% HBM %s\n", static_cast<long long>(t), name,
+                  s * 1e6, 100.0 * bytes / s / 1e9 / hbm_gbs, good ? "same bits" : "FAIL");
+    }
+  }
+}
+
 void fp8_section(double hbm_gbs) {
   std::printf("\n[moe-bench] fp8 (moe_experts_fp8): e4m3 + 128x128 f32 scales, H=%lld I=%lld k=%lld, graph of 20 "
               "calls per figure\n",
@@ -412,6 +436,7 @@ void fp8_section(double hbm_gbs) {
                   static_cast<long long>(e), static_cast<long long>(t), active.size(), s * 1e6, bytes / s / 1e9,
                   100.0 * bytes / s / 1e9 / hbm_gbs, err);
     }
+    if (e == 288) fp8_plans(st, hbm_gbs);
     g_ctx.alloc->release_cached();
   }
 }

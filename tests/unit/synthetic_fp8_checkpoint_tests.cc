@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,13 +31,14 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-fs::path write_tiny_fp8() {
+fs::path write_tiny_fp8(int64_t moe_intermediate = 0) {
   static int counter = 0;
   const fs::path dir =
       fs::temp_directory_path() / ("tf_synth_fp8_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   fs::remove_all(dir);
   SyntheticCheckpointOptions o;
   o.geometry = *synthetic_geometry_preset("tiny");
+  if (moe_intermediate > 0) o.geometry.moe_intermediate_size = moe_intermediate;
   o.shard_bytes = 1 << 20;
   o.fp8_experts = true;
   auto s = write_synthetic_checkpoint(dir, o);
@@ -148,6 +150,40 @@ TEST(SyntheticFp8, LoadsAsAnFp8StackAndDecodesOnTheCpu) {
     last = (*rd)[0].logits.to_vector();
   }
   EXPECT_GE(std::set<int32_t>(out.begin(), out.end()).size(), 3u);
+  fs::remove_all(dir);
+}
+
+// Two tensor-parallel ranks of I = 256 (a 128-block each): each rank's stack is its
+// slice of the one-rank stack, codes and scales (gate/up rows, down columns).
+TEST(SyntheticFp8, TensorParallelSlicesAreTheWholeStacksBlocks) {
+  const fs::path dir = write_tiny_fp8(256);
+  Expected<Glm5Config> c = load_glm5_config(dir.string());
+  ASSERT_TRUE(c.has_value()) << c.status().to_string();
+  auto ws = open_weight_source(dir.string(), *c);
+  ASSERT_TRUE(ws.has_value()) << ws.status().to_string();
+  auto whole = load_glm5_weights(**ws, c->text, 0, 1, DType::kF32);
+  ASSERT_TRUE(whole.has_value()) << whole.status().to_string();
+  int checked = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto part = load_glm5_weights(**ws, c->text, rank, 2, DType::kF32);
+    ASSERT_TRUE(part.has_value()) << part.status().to_string();
+    for (size_t l = 0; l < whole->layers.size(); ++l) {
+      const Fp8ExpertStack &a = whole->layers[l].moe.fp8_experts, &b = part->layers[l].moe.fp8_experts;
+      if (a.num_experts() == 0) continue;
+      ASSERT_EQ(b.num_experts(), a.num_experts()) << "layer " << l << " rank " << rank;
+      ASSERT_EQ(b.intermediate(), 128);
+      const Tensor want_g = a.gate.slice(1, 128 * rank, 128 * rank + 128).contiguous();
+      const Tensor want_gs = a.gate_scales.slice(1, rank, rank + 1).contiguous();
+      const Tensor want_d = a.down.slice(2, 128 * rank, 128 * rank + 128).contiguous();
+      const Tensor want_ds = a.down_scales.slice(2, rank, rank + 1).contiguous();
+      EXPECT_EQ(0, std::memcmp(want_g.raw(), b.gate.raw(), want_g.nbytes())) << "layer " << l;
+      EXPECT_EQ(0, std::memcmp(want_gs.raw(), b.gate_scales.raw(), want_gs.nbytes())) << "layer " << l;
+      EXPECT_EQ(0, std::memcmp(want_d.raw(), b.down.raw(), want_d.nbytes())) << "layer " << l;
+      EXPECT_EQ(0, std::memcmp(want_ds.raw(), b.down_scales.raw(), want_ds.nbytes())) << "layer " << l;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
   fs::remove_all(dir);
 }
 

@@ -5,8 +5,8 @@
 // many (bounded scratch). Launches per chunk:
 //   1. grouping: active experts in ascending id (slots), each (token, j) pair a row;
 //   2. gate + up + SwiGLU: a warp owns NC intermediate columns of one slot, streams the
-//      gate and up rows of those columns (16 codes per 16-byte load, kU chunks per lane in
-//      flight) and applies them to all of the expert's rows, RT rows per pass;
+//      gate and up rows of those columns (16 codes per 16-byte load, U chunks per lane in
+//      flight: MoeFp8Plan) and applies them to all of the expert's rows, RT rows per pass;
 //   3. down: the same over the act rows;
 //   4. combine (launch_moe_combine): each token's rows summed in j order.
 // Weights are dequantized in registers: a chunk of 16 codes lies in one 128-column block,
@@ -36,7 +36,6 @@ namespace {
 
 constexpr int kWarps = 8;    // warps per block
 constexpr int kChunk = 16;   // codes per 16-byte load
-constexpr int kU = 4;        // chunks per lane whose loads are issued before their math
 constexpr int kBlock = 128;  // scale block edge (kFp8BlockSize)
 
 // One projection of the stack: codes [E, n, k], scales [E, ceil(n/128), ceil(k/128)].
@@ -102,8 +101,8 @@ __device__ __forceinline__ void load_x(float (&xv)[kChunk], const float* xr, int
 // slots past the active count exit at once. kSwiglu: out [rows, n] = swiglu(in · gate^T,
 // in · up^T) with in the rows' tokens' x (a = gate, b = up); else out [rows, n] = in ·
 // a^T with in the rows themselves (a = down). NC output columns per warp, RT rows per
-// pass.
-template <bool kVec, int NC, bool kSwiglu, int RT>
+// pass; U chunks per lane loaded before their math.
+template <bool kVec, int NC, bool kSwiglu, int RT, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_fp8_kernel(float* __restrict__ out, const float* __restrict__ in, Fp8Proj a, Fp8Proj b, MoeGroups lay,
                        float limit) {
@@ -140,25 +139,40 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int q = 0; q < NR; ++q) acc[r][q] = 0.0f;
-    for (int64_t cb = int64_t{lane} * kChunk; cb < k; cb += int64_t{kU} * 32 * kChunk) {
-      uint4 raw[kU][NR];
+    for (int64_t cb = int64_t{lane} * kChunk; cb < k; cb += int64_t{U} * 32 * kChunk) {
+      uint4 raw[U][NR];
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int q = 0; q < NR; ++q) {
           const int64_t c0 = cb + int64_t{u} * 32 * kChunk;
           raw[u][q] = wok[q] && c0 < k ? load_chunk<kVec>(wrow[q], c0, k) : make_uint4(0u, 0u, 0u, 0u);
         }
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int64_t c0 = cb + int64_t{u} * 32 * kChunk;
         if (c0 >= k) break;  // (the lane's last chunks: uniform per lane, after every load)
-        float wv[NR][kChunk], sc[NR];
+        float sc[NR];
 #pragma unroll
-        for (int q = 0; q < NR; ++q) {
-          widen16(wv[q], raw[u][q]);
-          sc[q] = srow[q][c0 / kBlock];
+        for (int q = 0; q < NR; ++q) sc[q] = srow[q][c0 / kBlock];
+        if constexpr (RT == 1) {
+          // One row: x once, each weight row widened as it is used (fewer live registers).
+          float xv[kChunk];
+          load_x<kVec>(xv, xr[0], c0, k);
+#pragma unroll
+          for (int q = 0; q < NR; ++q) {
+            float wq[kChunk];
+            widen16(wq, raw[u][q]);
+            float part = 0.0f;
+#pragma unroll
+            for (int i = 0; i < kChunk; ++i) part = fmaf(wq[i], xv[i], part);
+            acc[0][q] = fmaf(part, sc[q], acc[0][q]);
+          }
+          continue;
         }
+        float wv[NR][kChunk];
+#pragma unroll
+        for (int q = 0; q < NR; ++q) widen16(wv[q], raw[u][q]);
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
           // (An exit, not a predicate: an expert's rows are often fewer than RT, and
@@ -202,35 +216,50 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Rows per pass for `tokens` tokens: the smallest of 1, 2, 4, 8 that holds them all.
 int rows_per_pass(int64_t tokens) { return tokens <= 1 ? 1 : tokens <= 2 ? 2 : tokens <= 4 ? 4 : 8; }
 
-template <int NC, bool kSwiglu, int RT>
-void launch_rt(bool vec, unsigned slots, cudaStream_t stream, float* out, const float* in, const Fp8Proj& a,
-               const Fp8Proj& b, const MoeGroups& lay, float limit) {
+template <bool kVec, int NC, bool kSwiglu, int RT, int U>
+void launch_one(unsigned slots, cudaStream_t stream, float* out, const float* in, const Fp8Proj& a, const Fp8Proj& b,
+                const MoeGroups& lay, float limit) {
   const int64_t cols_per_block = int64_t{kWarps} * NC;
   const dim3 grid(static_cast<unsigned>((a.n + cols_per_block - 1) / cols_per_block), slots);
-  if (vec)
-    grouped_fp8_kernel<true, NC, kSwiglu, RT><<<grid, kWarps * 32, 0, stream>>>(out, in, a, b, lay, limit);
-  else
-    grouped_fp8_kernel<false, NC, kSwiglu, RT><<<grid, kWarps * 32, 0, stream>>>(out, in, a, b, lay, limit);
+  grouped_fp8_kernel<kVec, NC, kSwiglu, RT, U><<<grid, kWarps * 32, 0, stream>>>(out, in, a, b, lay, limit);
 }
 
-// One grouped product over `slots` possible slots: one column per warp up to 8 tokens
-// (more warps in flight), two above (fewer activation loads per weight byte).
+// The plan's kernel for RT rows per pass: the bench plans (cuda_moe_fp8.h) on 16-byte
+// rows up to 2 rows per pass, else 4 chunks in flight and nc columns.
+template <bool kSwiglu, int RT>
+void launch_rt(bool vec, const MoeFp8Plan& p, unsigned slots, cudaStream_t stream, float* out, const float* in,
+               const Fp8Proj& a, const Fp8Proj& b, const MoeGroups& lay, float limit) {
+#define TF_FP8_LAUNCH(VEC, NC, U) launch_one<VEC, NC, kSwiglu, RT, U>(slots, stream, out, in, a, b, lay, limit)
+  if (!vec) {
+    if (p.nc == 2) TF_FP8_LAUNCH(false, 2, 4);
+    else TF_FP8_LAUNCH(false, 1, 4);
+    return;
+  }
+  if constexpr (RT <= 2) {
+    if (p.nc == 1 && p.u == 2) return TF_FP8_LAUNCH(true, 1, 2);
+    if (p.nc == 1 && p.u == 8) return TF_FP8_LAUNCH(true, 1, 8);
+    if (p.nc == 2 && p.u == 1) return TF_FP8_LAUNCH(true, 2, 1);
+    if (p.nc == 2 && p.u == 2) return TF_FP8_LAUNCH(true, 2, 2);
+    if (p.nc == 4 && p.u == 1) return TF_FP8_LAUNCH(true, 4, 1);
+    if (p.nc == 4 && p.u == 2) return TF_FP8_LAUNCH(true, 4, 2);
+  }
+  if (p.nc == 2) TF_FP8_LAUNCH(true, 2, 4);
+  else TF_FP8_LAUNCH(true, 1, 4);
+#undef TF_FP8_LAUNCH
+}
+
+// One grouped product over `slots` possible slots.
 template <bool kSwiglu>
-void launch_grouped(cudaStream_t stream, int64_t tokens, unsigned slots, float* out, const float* in,
-                    const Fp8Proj& a, const Fp8Proj& b, const MoeGroups& lay, float limit) {
+void launch_grouped(cudaStream_t stream, int64_t tokens, const MoeFp8Plan& plan, unsigned slots, float* out,
+                    const float* in, const Fp8Proj& a, const Fp8Proj& b, const MoeGroups& lay, float limit) {
   const bool vec = a.k % kChunk == 0 && reinterpret_cast<uintptr_t>(a.codes) % 16 == 0 &&
                    (!kSwiglu || reinterpret_cast<uintptr_t>(b.codes) % 16 == 0) &&
                    reinterpret_cast<uintptr_t>(in) % 16 == 0;
   const int rt = rows_per_pass(tokens);
-  auto go = [&](auto nc) {
-    constexpr int NC = decltype(nc)::value;
-    if (rt == 1) launch_rt<NC, kSwiglu, 1>(vec, slots, stream, out, in, a, b, lay, limit);
-    else if (rt == 2) launch_rt<NC, kSwiglu, 2>(vec, slots, stream, out, in, a, b, lay, limit);
-    else if (rt == 4) launch_rt<NC, kSwiglu, 4>(vec, slots, stream, out, in, a, b, lay, limit);
-    else launch_rt<NC, kSwiglu, 8>(vec, slots, stream, out, in, a, b, lay, limit);
-  };
-  if (tokens > 8) go(std::integral_constant<int, 2>{});
-  else go(std::integral_constant<int, 1>{});
+  if (rt == 1) launch_rt<kSwiglu, 1>(vec, plan, slots, stream, out, in, a, b, lay, limit);
+  else if (rt == 2) launch_rt<kSwiglu, 2>(vec, plan, slots, stream, out, in, a, b, lay, limit);
+  else if (rt == 4) launch_rt<kSwiglu, 4>(vec, plan, slots, stream, out, in, a, b, lay, limit);
+  else launch_rt<kSwiglu, 8>(vec, plan, slots, stream, out, in, a, b, lay, limit);
 }
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
@@ -250,8 +279,24 @@ Fp8Proj proj(const Tensor& codes, const Tensor& scales) {
 
 }  // namespace
 
+// The fastest plans on an H200 at the release's shapes (288 experts, H 4096, I 2048, run5s14,
+// us per call): T=1 nc2 u2 75.2 (nc1 u4 105.2, nc4 u2 80.1); T=2 nc4 u1 145.0 (nc2 u1 152.6,
+// nc1 u4 211.4); T=4 nc2 322 (nc1 432); above, two columns and 4 chunks in flight.
+MoeFp8Plan moe_fp8_default_plan(int64_t tokens) {
+  if (tokens <= 1) return MoeFp8Plan{2, 2};
+  if (tokens == 2) return MoeFp8Plan{4, 1};
+  return MoeFp8Plan{2, 4};
+}
+
 void moe_experts_fp8(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const Fp8ExpertStack& experts, float swiglu_limit) {
+  moe_experts_fp8_with_plan(ctx, out, x, ids, weights, experts, swiglu_limit,
+                            moe_fp8_default_plan(x.dim() == 2 ? std::min(x.size(0), kMoeFp8ChunkTokens) : 0));
+}
+
+void moe_experts_fp8_with_plan(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
+                               const Tensor& weights, const Fp8ExpertStack& experts, float swiglu_limit,
+                               const MoeFp8Plan& plan) {
   check_stack(ctx, experts);
   const int64_t ne = experts.num_experts(), il = experts.intermediate(), h = experts.hidden();
   check_dev(ctx, "moe_experts_fp8 x", x, DType::kF32);
@@ -290,9 +335,9 @@ void moe_experts_fp8(CudaContext& ctx, Tensor& out, const Tensor& x, const Tenso
       launch_moe_grouping(ids.data<int32_t>() + t0 * k, n, k, ne, 0, lay, ctx.error_word, ctx.stream);
       check_launch("moe_experts_fp8 (grouping)");
       const auto slots = static_cast<unsigned>(moe_max_slots(ne, pairs));
-      launch_grouped<true>(ctx.stream, n, slots, act, xc, gate, up, lay, swiglu_limit);
+      launch_grouped<true>(ctx.stream, n, plan, slots, act, xc, gate, up, lay, swiglu_limit);
       check_launch("moe_experts_fp8 (gate_up)");
-      launch_grouped<false>(ctx.stream, n, slots, y, act, down, down, lay, swiglu_limit);
+      launch_grouped<false>(ctx.stream, n, plan, slots, y, act, down, down, lay, swiglu_limit);
       check_launch("moe_experts_fp8 (down)");
     }
     launch_moe_combine(ctx.stream, out.data<float>() + t0 * h, y, weights.data<float>() + t0 * k, lay.pair_row, n,
