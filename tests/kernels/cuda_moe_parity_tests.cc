@@ -218,13 +218,7 @@ TEST_F(CudaMoe, Fp8ExpertsMatchTheCpu) {
     Tensor ref = Tensor::empty({c.t, c.h}, DType::kF32);
     cpu_->moe_experts_fp8(ref, x, ids, w, st, limit);
     Ops& g = gpu(8);
-    Fp8ExpertStack d;
-    d.gate = g.to_device(st.gate);
-    d.gate_scales = g.to_device(st.gate_scales);
-    d.up = g.to_device(st.up);
-    d.up_scales = g.to_device(st.up_scales);
-    d.down = g.to_device(st.down);
-    d.down_scales = g.to_device(st.down_scales);
+    const Fp8ExpertStack d = fp8_stack_on(g, st);
     Tensor out = g.empty({c.t, c.h});
     g.moe_experts_fp8(out, g.to_device(x), g.to_device(ids), g.to_device(w), d, limit);
     // From kMoeFp8PrefillTokens tokens each expert's rows go through the FP8 matmul,
@@ -251,13 +245,7 @@ TEST_F(CudaMoe, Fp8RowsDoNotDependOnTheBatch) {
   const int64_t t = 24, k = 4, e = 10, h = 256, i = 128;
   const Fp8ExpertStack st = random_fp8_stack(e, i, h, 311);
   Ops& g = gpu(8);
-  Fp8ExpertStack d;
-  d.gate = g.to_device(st.gate);
-  d.gate_scales = g.to_device(st.gate_scales);
-  d.up = g.to_device(st.up);
-  d.up_scales = g.to_device(st.up_scales);
-  d.down = g.to_device(st.down);
-  d.down_scales = g.to_device(st.down_scales);
+  const Fp8ExpertStack d = fp8_stack_on(g, st);
   const Tensor x = randn({t, h}, 312), w = randn({t, k}, 313, 0.5f), ids = moe_route_ids(t, k, e, 314, 2);
   Tensor all = g.empty({t, h});
   g.moe_experts_fp8(all, g.to_device(x), g.to_device(ids), g.to_device(w), d, 10.0f);

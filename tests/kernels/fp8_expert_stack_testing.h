@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "kernels/api/fp8_expert_stack.h"
 #include "kernels/api/matrix.h"
+#include "kernels/api/ops.h"
 
 namespace tf {
 
@@ -57,6 +58,18 @@ inline void dequantized_fp8_stack(const Fp8ExpertStack& st, Tensor* gate_up, Ten
     dequantize_matrix_rows(st.up_of(x), 0, i, gu + i * h);
     dequantize_matrix_rows(st.down_of(x), 0, h, down->data<float>() + x * h * i);
   }
+}
+
+// The stack's six tensors on `ops`' device.
+inline Fp8ExpertStack fp8_stack_on(Ops& ops, const Fp8ExpertStack& st) {
+  Fp8ExpertStack d;
+  d.gate = ops.to_device(st.gate);
+  d.gate_scales = ops.to_device(st.gate_scales);
+  d.up = ops.to_device(st.up);
+  d.up_scales = ops.to_device(st.up_scales);
+  d.down = ops.to_device(st.down);
+  d.down_scales = ops.to_device(st.down_scales);
+  return d;
 }
 
 }  // namespace tf

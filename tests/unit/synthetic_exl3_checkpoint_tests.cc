@@ -21,6 +21,7 @@
 #include "model/glm5/glm5_model.h"
 #include "model/safetensors.h"
 #include "model/weight_source.h"
+#include "synthetic_decode_testing.h"
 
 namespace tf {
 namespace {
@@ -110,32 +111,8 @@ TEST(SyntheticExl3, FilesIndexAndConfigAreTheServedLayout) {
 TEST(SyntheticExl3, LoadsAndDecodesOnTheCpu) {
   for (auto [bits, cb] : {std::pair{4, Exl3Codebook::kMcg}, std::pair{3, Exl3Codebook::kMul1}}) {
     const Written w = write_tiny(bits, cb);
-    Expected<Glm5Config> c = load_glm5_config(w.dir.string());
-    ASSERT_TRUE(c.has_value()) << c.status().to_string();
-    auto ws = open_weight_source(w.dir.string(), *c);
-    ASSERT_TRUE(ws.has_value()) << ws.status().to_string();
-    auto ops = make_cpu_ops();
-    auto comm = make_single_rank_communicator();
-    auto model = Glm5Model::load(*c, **ws, *ops, *comm);
-    ASSERT_TRUE(model.has_value()) << model.status().to_string();
-    const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66, 77};
-    auto seq = (*model)->new_sequence();
-    StepEntry prefill{seq.get(), std::span<const int32_t>(prompt.data(), prompt.size()), true};
-    auto r = (*model)->step({&prefill, 1});
-    ASSERT_TRUE(r.has_value()) << r.status().to_string();
-    const int64_t vocab = c->text.vocab_size;
-    std::vector<float> last = (*r)[0].logits.to_vector();
-    last.erase(last.begin(), last.end() - vocab);
-    std::vector<int32_t> out;
-    for (int i = 0; i < 12; ++i) {
-      ASSERT_TRUE(std::all_of(last.begin(), last.end(), [](float x) { return std::isfinite(x); })) << "step " << i;
-      const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-      out.push_back(next);
-      StepEntry d{seq.get(), std::span<const int32_t>(&next, 1), false};
-      auto rd = (*model)->step({&d, 1});
-      ASSERT_TRUE(rd.has_value()) << rd.status().to_string();
-      last = (*rd)[0].logits.to_vector();
-    }
+    const std::vector<int32_t> out = cpu_greedy_tokens(w.dir.string(), 12);
+    EXPECT_EQ(out.size(), 12u);
     EXPECT_GE(std::set<int32_t>(out.begin(), out.end()).size(), 3u) << "K=" << bits;
     fs::remove_all(w.dir);
   }

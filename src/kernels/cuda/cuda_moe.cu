@@ -36,6 +36,7 @@
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
 #include "kernels/cuda/moe_prefill_cublas.h"
+#include "kernels/cuda/moe_row_epilogue.cuh"
 #include "kernels/cuda/moe_tc_gemm.h"
 
 namespace tf::cuda {
@@ -173,23 +174,8 @@ __device__ __forceinline__ void warp_columns(float* __restrict__ out, int64_t n_
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
       if (r >= rows) break;
-      float v[NR];
-#pragma unroll
-      for (int q = 0; q < NR; ++q) v[q] = warp_reduce(acc[r][q], SumOp{});
-      if (lane == 0) {
-        float* o = out + static_cast<int64_t>(first + r0 + r) * n_out + col0;
-#pragma unroll
-        for (int cc = 0; cc < NC; ++cc) {
-          if (!wok[cc]) continue;
-          if constexpr (kSwiglu) {
-            const float gc = fminf(v[cc], limit);
-            const float uc = fminf(fmaxf(v[NC + cc], -limit), limit);
-            o[cc] = gc / (1.0f + expf(-gc)) * uc;
-          } else {
-            o[cc] = v[cc];
-          }
-        }
-      }
+      moe_reduce_store_row<NC, NR, kSwiglu>(out + static_cast<int64_t>(first + r0 + r) * n_out + col0, acc[r], wok,
+                                            true, limit);
     }
   }
 }

@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_moe.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
+#include "kernels/cuda/moe_row_epilogue.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -168,48 +169,32 @@ __global__ void __launch_bounds__(kWarps * 32)
             for (int i = 0; i < kChunk; ++i) part = fmaf(wq[i], xv[i], part);
             acc[0][q] = fmaf(part, sc[q], acc[0][q]);
           }
-          continue;
-        }
-        float wv[NR][kChunk];
+        } else {
+          float wv[NR][kChunk];
 #pragma unroll
-        for (int q = 0; q < NR; ++q) widen16(wv[q], raw[u][q]);
+          for (int q = 0; q < NR; ++q) widen16(wv[q], raw[u][q]);
 #pragma unroll
-        for (int r = 0; r < RT; ++r) {
-          // (An exit, not a predicate: an expert's rows are often fewer than RT, and
-          // computing the missing ones costs 1.5-3.5x at 2-8 tokens, run2s14.)
-          if (r >= rows) break;
-          float xv[kChunk];
-          load_x<kVec>(xv, xr[r], c0, k);
+          for (int r = 0; r < RT; ++r) {
+            // (An exit, not a predicate: an expert's rows are often fewer than RT, and
+            // computing the missing ones costs 1.5-3.5x at 2-8 tokens, run2s14.)
+            if (r >= rows) break;
+            float xv[kChunk];
+            load_x<kVec>(xv, xr[r], c0, k);
 #pragma unroll
-          for (int q = 0; q < NR; ++q) {
-            float part = 0.0f;
+            for (int q = 0; q < NR; ++q) {
+              float part = 0.0f;
 #pragma unroll
-            for (int i = 0; i < kChunk; ++i) part = fmaf(wv[q][i], xv[i], part);
-            acc[r][q] = fmaf(part, sc[q], acc[r][q]);
+              for (int i = 0; i < kChunk; ++i) part = fmaf(wv[q][i], xv[i], part);
+              acc[r][q] = fmaf(part, sc[q], acc[r][q]);
+            }
           }
         }
       }
     }
 #pragma unroll
-    for (int r = 0; r < RT; ++r) {
-      float v[NR];
-#pragma unroll
-      for (int q = 0; q < NR; ++q) v[q] = warp_reduce(acc[r][q], SumOp{});
-      if (lane == 0 && r < rows) {
-        float* o = out + static_cast<int64_t>(first + r0 + r) * n + col0;
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          if (!wok[c]) continue;
-          if constexpr (kSwiglu) {
-            const float g = fminf(v[c], limit);
-            const float u = fminf(fmaxf(v[NC + c], -limit), limit);
-            o[c] = g / (1.0f + expf(-g)) * u;
-          } else {
-            o[c] = v[c];
-          }
-        }
-      }
-    }
+    for (int r = 0; r < RT; ++r)
+      moe_reduce_store_row<NC, NR, kSwiglu>(out + static_cast<int64_t>(first + r0 + r) * n + col0, acc[r], wok,
+                                            r < rows, limit);
   }
 }
 
