@@ -36,7 +36,7 @@
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
 #include "kernels/cuda/moe_prefill_cublas.h"
-#include "kernels/cuda/moe_row_epilogue.cuh"
+#include "kernels/cuda/moe_gemv_rows.cuh"
 #include "kernels/cuda/moe_tc_gemm.h"
 
 namespace tf::cuda {
@@ -121,19 +121,7 @@ __device__ __forceinline__ void warp_columns(float* __restrict__ out, int64_t n_
       for (int r = 0; r < RT; ++r) {
         if (r >= rows) break;
         float xv[C];
-        if constexpr (kVec) {
-#pragma unroll
-          for (int e4 = 0; e4 < C; e4 += 4) {
-            const float4 f = *reinterpret_cast<const float4*>(xr[r] + c0 + e4);
-            xv[e4] = f.x;
-            xv[e4 + 1] = f.y;
-            xv[e4 + 2] = f.z;
-            xv[e4 + 3] = f.w;
-          }
-        } else {
-#pragma unroll
-          for (int e1 = 0; e1 < C; ++e1) xv[e1] = c0 + e1 < k ? xr[r][c0 + e1] : 0.0f;
-        }
+        moe_load_row_chunk<kVec>(xv, xr[r], c0, k);
 #pragma unroll
         for (int q = 0; q < NR; ++q)
 #pragma unroll

@@ -30,7 +30,7 @@
 #include "kernels/cuda/cuda_moe.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
-#include "kernels/cuda/moe_row_epilogue.cuh"
+#include "kernels/cuda/moe_gemv_rows.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -77,24 +77,6 @@ __device__ __forceinline__ uint4 load_chunk(const uint8_t* row, int64_t c0, int6
     for (int i = 0; i < kChunk; ++i)
       if (c0 + i < k) w[i / 4] |= static_cast<uint32_t>(row[c0 + i]) << (8 * (i % 4));
     return make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
-
-// 16 activations of a row from column c0 (zeros past k).
-template <bool kVec>
-__device__ __forceinline__ void load_x(float (&xv)[kChunk], const float* xr, int64_t c0, int64_t k) {
-  if constexpr (kVec) {
-#pragma unroll
-    for (int i = 0; i < kChunk; i += 4) {
-      const float4 f = *reinterpret_cast<const float4*>(xr + c0 + i);
-      xv[i] = f.x;
-      xv[i + 1] = f.y;
-      xv[i + 2] = f.z;
-      xv[i + 3] = f.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) xv[i] = c0 + i < k ? xr[c0 + i] : 0.0f;
   }
 }
 
@@ -159,7 +141,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if constexpr (RT == 1) {
           // One row: x once, each weight row widened as it is used (fewer live registers).
           float xv[kChunk];
-          load_x<kVec>(xv, xr[0], c0, k);
+          moe_load_row_chunk<kVec>(xv, xr[0], c0, k);
 #pragma unroll
           for (int q = 0; q < NR; ++q) {
             float wq[kChunk];
@@ -179,7 +161,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             // computing the missing ones costs 1.5-3.5x at 2-8 tokens, run2s14.)
             if (r >= rows) break;
             float xv[kChunk];
-            load_x<kVec>(xv, xr[r], c0, k);
+            moe_load_row_chunk<kVec>(xv, xr[r], c0, k);
 #pragma unroll
             for (int q = 0; q < NR; ++q) {
               float part = 0.0f;
