@@ -130,6 +130,9 @@ class CheckpointWeightSource : public WeightSource {
     }
     if (codes.dim() != 2 || (!expected_shape.empty() && codes.shape() != expected_shape))
       return std::optional<Matrix>();  // get_native reports the shape
+    if (!dtype_is_float(scales.dtype()))
+      return invalid_argument(ckpt_->file_of(*scale_name) + ": scale grid '" + *scale_name + "' has dtype " +
+                              dtype_name(scales.dtype()) + ", expected f32/bf16/f16");
     if (scales.dtype() != DType::kF32) scales = scales.to_f32();
     Matrix m = Matrix::fp8_block(codes.is_contiguous() ? codes : codes.contiguous(),
                                  scales.is_contiguous() ? scales : scales.contiguous());

@@ -369,6 +369,45 @@ TEST_F(BrokenCheckpointTest, Fp8WithoutScaleIsAnError) {
   EXPECT_NE(t.status().message().find(name + "_scale_inv"), std::string::npos) << t.status().message();
 }
 
+// get_fp8 hands out an FP8 matrix as stored (codes and scales, bit for bit), nothing for
+// a BF16 one or a cut of a fused tensor, and an error naming the scale grid when its dtype
+// is not a float.
+TEST_F(BrokenCheckpointTest, Fp8MatricesComeOutAsStoredOrNamed) {
+  const std::string name = "model.language_model.layers.0.mlp.down_proj.weight";
+  Shape shape;
+  for (auto& [n, t] : tensors_) {
+    if (n != name) continue;
+    shape = t.shape();
+    t = t.to_dtype(DType::kF8E4M3);
+  }
+  ASSERT_EQ(shape.size(), 2u);
+  const Shape grid = {(shape[0] + 127) / 128, (shape[1] + 127) / 128};
+  std::vector<float> sv(static_cast<size_t>(shape_numel(grid)));
+  for (size_t i = 0; i < sv.size(); ++i) sv[i] = 0.5f + static_cast<float>(i);
+  tensors_.emplace_back(name + "_scale_inv", Tensor::from_floats(grid, sv));
+  auto src = write_and_open(config_of("tiny-flat"));
+  ASSERT_NE(src, nullptr);
+  auto m = src->get_fp8(name, shape);
+  ASSERT_TRUE(m.has_value()) << m.status().to_string();
+  ASSERT_TRUE(m->has_value());
+  EXPECT_EQ((*m)->format(), MatrixFormat::kFp8Block);
+  const Tensor stored = *ckpt_->tensor(name);  // the BF16 original: its e4m3 rounding is what was written
+  const Tensor codes = stored.to_dtype(DType::kF8E4M3);
+  EXPECT_EQ(0, std::memcmp(codes.raw(), (*m)->codes().raw(), codes.nbytes()));
+  EXPECT_EQ((*m)->scales().to_vector(), sv);
+  auto bf16 = src->get_fp8("model.language_model.layers.0.mlp.up_proj.weight", {});
+  ASSERT_TRUE(bf16.has_value());
+  EXPECT_FALSE(bf16->has_value());
+  // A scale grid of integers: refused, naming it.
+  for (auto& [n, t] : tensors_)
+    if (n == name + "_scale_inv") t = Tensor::zeros(grid, DType::kI32);
+  src = write_and_open(config_of("tiny-flat"));
+  ASSERT_NE(src, nullptr);
+  auto bad = src->get_fp8(name, shape);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.status().message().find(name + "_scale_inv"), std::string::npos) << bad.status().message();
+}
+
 // Fused FP8 experts in module naming ([E, 2I, H] codes with one [E, ceil(2I/128), ceil(H/128)]
 // grid): up_proj of expert e is rows [I, 2I) and keeps the global block index of each row.
 TEST_F(BrokenCheckpointTest, FusedFp8ExpertsUseTheFusedGrid) {

@@ -335,10 +335,6 @@ class Loader {
     return w;
   }
 
-  // The routed experts, stacked into w.experts_gate_up [E, 2I_l, H] / w.experts_down
-  // [E, H, I_l] as they load, each written straight into its slot (so a layer's
-  // experts are never held twice). When an EXL3 expert shows up they go to w.experts
-  // one by one instead (the experts stacked so far become views of the stack).
   // The routed experts as one Fp8ExpertStack when every expert's three projections are
   // stored FP8 in 128x128 blocks and this rank's slice of the intermediate dim starts and
   // ends on a block edge (or at its end): the checkpoint's own bytes, never dequantized.
@@ -387,6 +383,11 @@ class Loader {
     return std::optional<Fp8ExpertStack>(std::move(st));
   }
 
+  // The routed experts: FP8 ones as stored (fp8_experts above), else stacked into
+  // w.experts_gate_up [E, 2I_l, H] / w.experts_down [E, H, I_l] as they load, each
+  // written straight into its slot (so a layer's experts are never held twice). When an
+  // EXL3 expert shows up they go to w.experts one by one instead (the experts stacked so
+  // far become views of the stack).
   Status experts(const std::string& p, int64_t e, MoeWeights& w) const {
     TF_ASSIGN_OR_RETURN(std::optional<Fp8ExpertStack> fp8, fp8_experts(p, e));
     if (fp8) {
