@@ -8,9 +8,10 @@
 //              scales f32     [ceil(N/128), ceil(K/128)]
 //              w[n, k] = e4m3(codes[n, k]) * scales[n/128, k/128]
 //              This is the official GLM-5.3-Flash FP8 release's layout (`weight`
-//              + `weight_scale_inv`, glm53-checkpoint-facts.md §1.4), so that
-//              checkpoint is served from its own bytes; the last block row or
-//              column may be partial.
+//              + `weight_scale_inv`, glm53-checkpoint-facts.md §1.4): its routed
+//              experts are served from their own bytes (Fp8ExpertStack, a stack of
+//              these), and DENSE=fp8 re-quantizes the dense matrices into it; the
+//              last block row or column may be partial.
 //
 //   kQ4        codes  u8  [N, G*32], G = ceil(K/64) groups of 64 along K
 //              scales f16 [N, G]
