@@ -378,7 +378,7 @@ void fp8_plans(const HostFp8& st, double hbm_gbs) {
   const std::vector<std::pair<const char*, tf::cuda::MoeFp8Plan>> plans = {
       {"nc1 u2", {1, 2}}, {"nc1 u4", {1, 4}}, {"nc2 u1", {2, 1}}, {"nc2 u2", {2, 2}},
       {"nc2 u4", {2, 4}}, {"nc4 u1", {4, 1}}, {"nc4 u2", {4, 2}}};
-  for (int64_t t : {1, 2, 3, 4}) {
+  for (int64_t t : {1, 2, 3, 4, 8, 16, 64}) {
     std::set<int32_t> active;
     const Tensor ids = dev_copy(routing(t, 288, static_cast<uint32_t>(4500 + t), active));
     const Tensor w = dev_copy(randn_host({t, kK}, 61, 0.3f)), x = dev_copy(randn_host({t, kH}, 62, 1.0f));

@@ -192,25 +192,23 @@ void launch_one(unsigned slots, cudaStream_t stream, float* out, const float* in
 }
 
 // The plan's kernel for RT rows per pass: the bench plans (cuda_moe_fp8.h) on 16-byte
-// rows up to 4 rows per pass, else 4 chunks in flight and nc columns.
+// rows, else 4 chunks in flight and one or two columns.
 template <bool kSwiglu, int RT>
 void launch_rt(bool vec, const MoeFp8Plan& p, unsigned slots, cudaStream_t stream, float* out, const float* in,
                const Fp8Proj& a, const Fp8Proj& b, const MoeGroups& lay, float limit) {
 #define TF_FP8_LAUNCH(VEC, NC, U) launch_one<VEC, NC, kSwiglu, RT, U>(slots, stream, out, in, a, b, lay, limit)
   if (!vec) {
-    if (p.nc == 2) TF_FP8_LAUNCH(false, 2, 4);
+    if (p.nc >= 2) TF_FP8_LAUNCH(false, 2, 4);
     else TF_FP8_LAUNCH(false, 1, 4);
     return;
   }
-  if constexpr (RT <= 4) {
-    if (p.nc == 1 && p.u == 2) return TF_FP8_LAUNCH(true, 1, 2);
-    if (p.nc == 1 && p.u == 8) return TF_FP8_LAUNCH(true, 1, 8);
-    if (p.nc == 2 && p.u == 1) return TF_FP8_LAUNCH(true, 2, 1);
-    if (p.nc == 2 && p.u == 2) return TF_FP8_LAUNCH(true, 2, 2);
-    if (p.nc == 4 && p.u == 1) return TF_FP8_LAUNCH(true, 4, 1);
-    if (p.nc == 4 && p.u == 2) return TF_FP8_LAUNCH(true, 4, 2);
-  }
-  if (p.nc == 2) TF_FP8_LAUNCH(true, 2, 4);
+  if (p.nc == 1 && p.u == 2) return TF_FP8_LAUNCH(true, 1, 2);
+  if (p.nc == 1 && p.u == 8) return TF_FP8_LAUNCH(true, 1, 8);
+  if (p.nc == 2 && p.u == 1) return TF_FP8_LAUNCH(true, 2, 1);
+  if (p.nc == 2 && p.u == 2) return TF_FP8_LAUNCH(true, 2, 2);
+  if (p.nc == 4 && p.u == 1) return TF_FP8_LAUNCH(true, 4, 1);
+  if (p.nc == 4 && p.u == 2) return TF_FP8_LAUNCH(true, 4, 2);
+  if (p.nc >= 2) TF_FP8_LAUNCH(true, 2, 4);
   else TF_FP8_LAUNCH(true, 1, 4);
 #undef TF_FP8_LAUNCH
 }
@@ -247,14 +245,14 @@ Fp8Proj proj(const Tensor& codes, const Tensor& scales) {
 }  // namespace
 
 // The fastest plans on an H200 at the release's shapes (288 experts, H 4096, I 2048, us per
-// call; run5s14, run9s14): T=1 nc2 u2 75.2 (nc1 u4 105.2, nc4 u2 80.1); T=2 nc4 u1 145.0
-// (nc2 u1 152.6, nc1 u4 211.4); T=3 nc2 u1 222.9 (nc2 u4 253.6); T=4 nc2 u1 293.4 (nc2 u4
-// 322.7, nc1 u4 431.2); above, two columns and 4 chunks in flight.
+// call; run5s14, run9s14, run12s14): T=1 nc2 u2 75.2 (nc1 u4 105.2, nc4 u2 80.1); T=2 nc4 u1
+// 145.0 (nc2 u1 152.6, nc1 u4 211.4); T=3 nc2 u1 222.9 (nc2 u4 253.6); T=4 nc2 u1 293.4 (nc2 u4
+// 322.7, nc1 u4 431.2); T=8 nc4 u1 641.5 (nc2 u4 654.4); T=16 nc4 u1 1170 (nc2 u4 1225); T=64
+// (a chunk) nc4 u1 3329 (nc2 u4 3806).
 MoeFp8Plan moe_fp8_default_plan(int64_t tokens) {
   if (tokens <= 1) return MoeFp8Plan{2, 2};
-  if (tokens == 2) return MoeFp8Plan{4, 1};
-  if (tokens <= 4) return MoeFp8Plan{2, 1};
-  return MoeFp8Plan{2, 4};
+  if (tokens == 3 || tokens == 4) return MoeFp8Plan{2, 1};
+  return MoeFp8Plan{4, 1};
 }
 
 void moe_experts_fp8(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -31,9 +31,8 @@ void moe_experts_fp8(CudaContext& ctx, Tensor& out, const Tensor& x, const Tenso
 // The grouped kernels' launch plan, exposed for benchmarks that compare plans: every plan
 // gives the same bits (a plan only changes which warp computes an output and how many
 // loads it keeps in flight). nc: output columns per warp (1, 2 or 4); u: 16-byte chunks
-// per lane loaded before their math (1, 2, 4 or 8). Up to 4 rows per pass on 16-byte rows
-// the pairs (1, 2/4/8), (2, 1/2/4), (4, 1/2) run as asked; otherwise nc 2 stays 2, any
-// other nc is 1, and u is 4.
+// per lane loaded before their math (1, 2, 4 or 8). On 16-byte rows the pairs (1, 2/4/8),
+// (2, 1/2/4), (4, 1/2) run as asked; otherwise u is 4 and nc 2 (asked 2 or more) or 1.
 struct MoeFp8Plan {
   int nc = 2;
   int u = 4;
