@@ -112,14 +112,8 @@ class CheckpointWeightSource : public WeightSource {
       return std::optional<Matrix>();
     const TensorEntry* e = ckpt_->find(a->name);
     if (e == nullptr || e->dtype != DType::kF8E4M3) return std::optional<Matrix>();
-    const std::string* scale_name = nullptr;
-    const std::vector<std::string> scale_names = fp8_scale_names(a->name);
-    for (const std::string& n : scale_names)
-      if (ckpt_->has(n)) {
-        scale_name = &n;
-        break;
-      }
-    if (scale_name == nullptr) return std::optional<Matrix>();  // get_native names the missing scales
+    const std::optional<std::string> scale_name = stored_scale_name(a->name);
+    if (!scale_name) return std::optional<Matrix>();  // get_native names the missing scales
     TF_ASSIGN_OR_RETURN(Tensor codes, ckpt_->tensor(a->name));
     TF_ASSIGN_OR_RETURN(Tensor scales, ckpt_->tensor(*scale_name));
     if (a->select >= 0) {
@@ -209,6 +203,14 @@ class CheckpointWeightSource : public WeightSource {
     return stored;
   }
 
+  // The block-scale tensor of FP8 weight `name` the checkpoint holds (fp8_scale_names'
+  // spellings, first found), or nullopt.
+  std::optional<std::string> stored_scale_name(const std::string& name) const {
+    for (const std::string& n : fp8_scale_names(name))
+      if (ckpt_->has(n)) return n;
+    return std::nullopt;
+  }
+
   // The first alias the checkpoint holds (pointer into *aliases), or null.
   const WeightAlias* resolve(const std::string& canonical, std::vector<WeightAlias>* aliases) const {
     *aliases = weight_aliases(canonical, tie_);
@@ -269,17 +271,10 @@ class CheckpointWeightSource : public WeightSource {
       return t.to_f32();
     }
     // FP8: find the block scales of the stored tensor.
-    const std::vector<std::string> scale_names = fp8_scale_names(a.name);
-    const std::string* scale_name = nullptr;
-    for (const std::string& n : scale_names) {
-      if (ckpt_->has(n)) {
-        scale_name = &n;
-        break;
-      }
-    }
-    if (scale_name == nullptr) {
+    const std::optional<std::string> scale_name = stored_scale_name(a.name);
+    if (!scale_name) {
       return not_found(ckpt_->file_of(a.name) + ": FP8 tensor '" + a.name + "' has no block-scale tensor '" +
-                       scale_names[0] + "'");
+                       fp8_scale_names(a.name)[0] + "'");
     }
     TF_ASSIGN_OR_RETURN(Tensor scale, ckpt_->tensor(*scale_name));
     const std::string what = ckpt_->file_of(a.name) + ": tensor '" + a.name + "'";

@@ -202,10 +202,6 @@ __global__ void combine_kernel(float* __restrict__ out, const float* __restrict_
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Rows per pass for a call of `tokens` tokens: the smallest of 1, 2, 4, 8 that holds
-// them all (an expert has at most `tokens` rows unless a token names it twice).
-int rows_per_pass(int64_t tokens) { return tokens <= 1 ? 1 : tokens <= 2 ? 2 : tokens <= 4 ? 4 : 8; }
-
 // fn(std::integral_constant<int, rt>) for rt in 1, 2, 4, 8.
 template <typename Fn>
 void with_rows(int rt, Fn&& fn) {
@@ -265,8 +261,6 @@ void launch_grouped(CudaContext& ctx, const char* op, float* out, int64_t n_out,
   }
   check_launch(op);
 }
-
-int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 void check_experts(const CudaContext& ctx, const Tensor& gate_up, const Tensor& down) {
   check_weight(ctx, "moe_experts gate_up", gate_up);
@@ -335,9 +329,9 @@ void moe_experts_with_plan(CudaContext& ctx, Tensor& out, const Tensor& x, const
   // Scratch: the grouping's ints, then (tensor cores) x in bf16, act [P, I] (bf16 or f32)
   // and y [P, H] f32, each 256-byte aligned.
   const int64_t act_bytes = tc ? 2 : 4;
-  const int64_t xb_off = round_up(moe_groups_ints(experts, pairs, tile_rows) * 4, 256);
-  const int64_t act_off = xb_off + (tc ? round_up(tokens * h * 2, 256) : 0);
-  const int64_t y_off = act_off + round_up(pairs * idim * act_bytes, 256);
+  const int64_t xb_off = moe_round_up(moe_groups_ints(experts, pairs, tile_rows) * 4, 256);
+  const int64_t act_off = xb_off + (tc ? moe_round_up(tokens * h * 2, 256) : 0);
+  const int64_t y_off = act_off + moe_round_up(pairs * idim * act_bytes, 256);
   Tensor scratch = ctx.scratch(std::max<int64_t>(1, y_off + pairs * h * 4));
   char* base = static_cast<char*>(scratch.raw());
   const MoeGroups lay = moe_groups_at(reinterpret_cast<int*>(base), experts, pairs, tile_rows);
@@ -367,9 +361,9 @@ void moe_experts_with_plan(CudaContext& ctx, Tensor& out, const Tensor& x, const
       const int64_t slots = moe_max_slots(experts, pairs);
       const bool wide = tokens > 8;
       launch_grouped<true>(ctx, "moe_experts (gate_up)", act, idim, x.data<float>(), h, gate_up, slots, wide,
-                           rows_per_pass(tokens), plan, lay, swiglu_limit);
+                           moe_rows_per_pass(tokens), plan, lay, swiglu_limit);
       launch_grouped<false>(ctx, "moe_experts (down)", y, h, act, idim, down, slots, wide,
-                            rows_per_pass(tokens), plan, lay, swiglu_limit);
+                            moe_rows_per_pass(tokens), plan, lay, swiglu_limit);
     }
   }
   launch_moe_combine(ctx.stream, out.data<float>(), y, weights.data<float>(), lay.pair_row, tokens,

@@ -180,9 +180,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Rows per pass for `tokens` tokens: the smallest of 1, 2, 4, 8 that holds them all.
-int rows_per_pass(int64_t tokens) { return tokens <= 1 ? 1 : tokens <= 2 ? 2 : tokens <= 4 ? 4 : 8; }
-
 template <bool kVec, int NC, bool kSwiglu, int RT, int U>
 void launch_one(unsigned slots, cudaStream_t stream, float* out, const float* in, const Fp8Proj& a, const Fp8Proj& b,
                 const MoeGroups& lay, float limit) {
@@ -220,14 +217,12 @@ void launch_grouped(cudaStream_t stream, int64_t tokens, const MoeFp8Plan& plan,
   const bool vec = a.k % kChunk == 0 && reinterpret_cast<uintptr_t>(a.codes) % 16 == 0 &&
                    (!kSwiglu || reinterpret_cast<uintptr_t>(b.codes) % 16 == 0) &&
                    reinterpret_cast<uintptr_t>(in) % 16 == 0;
-  const int rt = rows_per_pass(tokens);
+  const int rt = moe_rows_per_pass(tokens);
   if (rt == 1) launch_rt<kSwiglu, 1>(vec, plan, slots, stream, out, in, a, b, lay, limit);
   else if (rt == 2) launch_rt<kSwiglu, 2>(vec, plan, slots, stream, out, in, a, b, lay, limit);
   else if (rt == 4) launch_rt<kSwiglu, 4>(vec, plan, slots, stream, out, in, a, b, lay, limit);
   else launch_rt<kSwiglu, 8>(vec, plan, slots, stream, out, in, a, b, lay, limit);
 }
-
-int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 void check_stack(const CudaContext& ctx, const Fp8ExpertStack& s) {
   const Status st = check_fp8_expert_stack(s, "moe_experts_fp8");
@@ -285,8 +280,8 @@ void moe_experts_fp8_with_plan(CudaContext& ctx, Tensor& out, const Tensor& x, c
   // Scratch for one chunk of tokens: the grouping's ints, act [P, I] and y [P, H] (f32),
   // each 256-byte aligned.
   const int64_t chunk = std::min(tokens, kMoeFp8ChunkTokens), max_pairs = chunk * k;
-  const int64_t act_off = round_up(moe_groups_ints(ne, max_pairs, 0) * 4, 256);
-  const int64_t y_off = act_off + round_up(max_pairs * il * 4, 256);
+  const int64_t act_off = moe_round_up(moe_groups_ints(ne, max_pairs, 0) * 4, 256);
+  const int64_t y_off = act_off + moe_round_up(max_pairs * il * 4, 256);
   Tensor scratch = ctx.scratch(std::max<int64_t>(1, y_off + max_pairs * h * 4));
   char* base = static_cast<char*>(scratch.raw());
   auto* act = reinterpret_cast<float*>(base + act_off);

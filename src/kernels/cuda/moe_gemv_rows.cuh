@@ -7,11 +7,21 @@
 //    o[c] = silu(min(gate, limit)) * clamp(up, -limit, limit) with gate the sum of weight
 //    row c and up that of row NC + c (Ops::swiglu's arithmetic); else o[c] = sum c.
 //    Columns whose weight row is past the matrix (ok[c] false) are not written.
+// And two host helpers of their launches: moe_rows_per_pass and moe_round_up.
 #pragma once
+
+#include <cstdint>
 
 #include "kernels/cuda/cuda_util.cuh"
 
 namespace tf::cuda {
+
+// Rows per pass for a call of `tokens` tokens: the smallest of 1, 2, 4, 8 that holds
+// them all (an expert has at most `tokens` rows unless a token names it twice).
+inline int moe_rows_per_pass(int64_t tokens) { return tokens <= 1 ? 1 : tokens <= 2 ? 2 : tokens <= 4 ? 4 : 8; }
+
+// n rounded up to a multiple of a (scratch offsets).
+inline int64_t moe_round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 template <bool kVec, int C>
 __device__ __forceinline__ void moe_load_row_chunk(float (&xv)[C], const float* row, int64_t c0, int64_t k) {
