@@ -72,6 +72,7 @@ struct Options {
   int64_t context = 0;     // 0: the longest run's window
   std::string kv = "fp8";
   std::string dense;
+  std::string lm_head;
   double kv_pool_gib = 0.0;
   double memory_reserve_gib = 4.0;
   int prefill_chunk = 0;   // 0: the engine's default
@@ -158,6 +159,7 @@ std::optional<Roofline> roofline_inputs(const Options& o, const std::optional<be
   // re-quantizes, an EXL3 or FP8 checkpoint's routed experts at their bytes.
   const std::string dense = o.dense.empty() ? std::string(engine::kDefaultDense) : o.dense;
   if (Status s = bench::set_dense_format(r.dtypes, dense); !s.is_ok()) fail(s);
+  if (Status s = bench::set_head_format(r.dtypes, o.lm_head); !s.is_ok()) fail(s);
   if (cfg->quantization.method == "exl3") {
     auto q = parse_exl3_quant_config(cfg->quantization, model_root + "/config.json");
     if (!q) fail(q.status().with_context("bench roofline"));
@@ -261,6 +263,7 @@ engine::EngineOptions offline_engine_options(const Options& o) {
   eo.device = o.device;
   eo.kv = o.kv;
   eo.dense = o.dense;
+  eo.lm_head = o.lm_head;
   eo.kv_pool_gib = o.kv_pool_gib;
   eo.memory_reserve_gib = o.memory_reserve_gib;
   eo.max_waiting = 4096;
@@ -354,10 +357,11 @@ void run_command(const Options& o) {
       file["weight_dtype"] = roofline->dtypes.weight_name;
       file["dense_format"] = roofline->dtypes.dense_name;
       file["expert_format"] = roofline->dtypes.expert_name;
+      file["lm_head_format"] = roofline->dtypes.head_name;
     }
     if (o.offline) {
       file["engine"] = {{"device", eo.device}, {"parallel", eo.parallel}, {"context", eo.context}, {"kv", eo.kv},
-                        {"dense", eo.dense}, {"prefill_chunk", eo.prefill_chunk_or_default()}, {"tp", o.tp}};
+                        {"dense", eo.dense}, {"lm_head", eo.lm_head}, {"prefill_chunk", eo.prefill_chunk_or_default()}, {"tp", o.tp}};
     }
     rc = run_scenarios(o, spec, scenarios, engine.get(), roofline, std::move(file));
   } else {
@@ -426,6 +430,9 @@ void add_bench_command(CLI::App& app) {
       ->group(engine_group)
       ->capture_default_str();
   cmd->add_option("--dense", opt->dense, "--offline: projection matrices bf16 or f32 (default: bf16 on cuda)")
+      ->group(engine_group);
+  cmd->add_option("--lm-head", opt->lm_head, "--offline: lm_head dense (default), q4 or fp8 (LM_HEAD)")
+      ->check(CLI::IsMember({"dense", "q4", "fp8"}))
       ->group(engine_group);
   cmd->add_option("--kv-pool-gib", opt->kv_pool_gib, "--offline: cap on the cache pool (0: none)")
       ->check(CLI::NonNegativeNumber)

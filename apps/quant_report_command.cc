@@ -1,8 +1,9 @@
-// `tensorfold quant-report --model DIR [--dense q4|fp8] [--device cpu|cuda] [--tokens N]`:
-// how far DENSE=q4 / fp8 moves the model's next-token distributions (issue #8). Loads
+// `tensorfold quant-report --model DIR [--dense q4|fp8|dense] [--lm-head dense|q4|fp8]
+// [--device cpu|cuda] [--tokens N]`: how far DENSE=q4 / fp8 (and LM_HEAD) move the
+// model's next-token distributions (issue #8). Loads
 // the checkpoint unquantized (bf16 matrices on cuda, f32 on cpu), runs one prefill of N
 // random prompt tokens (fixed seed) with logits at every position, frees it, loads it
-// again with the large dense matrices re-quantized and runs the same prefill; prints
+// again with the large dense matrices (and lm_head) re-quantized and runs the same prefill; prints
 // the mean / max KL(ref || quant) per position, the top-1 agreement and both load times.
 // Meant for the synthetic full-geometry checkpoint on the GPU (`synth-checkpoint`).
 #include <chrono>
@@ -29,7 +30,7 @@ namespace tf::apps {
 namespace {
 
 struct QuantReportArgs {
-  std::string model, dense = "q4", device = "cpu";
+  std::string model, dense = "q4", lm_head = "dense", device = "cpu";
   int64_t tokens = 256;
   uint32_t seed = 1;
 };
@@ -59,7 +60,11 @@ Expected<Run> prefill(const Glm5Config& cfg, const std::string& dir, Ops& ops, G
 
 Status run_report(const QuantReportArgs& a) {
   const auto format = dense_quant_format(a.dense);
-  if (!format) return invalid_argument("--dense must be q4 or fp8, got '" + a.dense + "'");
+  if (!format && a.dense != "dense") return invalid_argument("--dense must be q4, fp8 or dense, got '" + a.dense + "'");
+  const auto head = dense_quant_format(a.lm_head);
+  if (!head && a.lm_head != "dense")
+    return invalid_argument("--lm-head must be dense, q4 or fp8, got '" + a.lm_head + "'");
+  if (!format && !head) return invalid_argument("nothing to compare: --dense and --lm-head are both dense");
   TF_ASSIGN_OR_RETURN(Glm5Config cfg, load_glm5_config(a.model + "/config.json"));
   std::unique_ptr<Ops> ops;
   if (a.device == "cuda") {
@@ -83,16 +88,18 @@ Status run_report(const QuantReportArgs& a) {
   mo.num_pages = (a.tokens + 63) / 64 + 1;
   mo.weight_dtype = a.device == "cuda" ? DType::kBF16 : DType::kF32;
   TF_ASSIGN_OR_RETURN(Run ref, prefill(cfg, a.model, *ops, mo, ids));
-  mo.dense_quant = *format;
+  mo.dense_quant = format.value_or(MatrixFormat::kDense);
+  mo.head_quant = head.value_or(MatrixFormat::kDense);
   TF_ASSIGN_OR_RETURN(Run q, prefill(cfg, a.model, *ops, mo, ids));
+  const std::string quant = "DENSE=" + a.dense + " LM_HEAD=" + a.lm_head;
   TF_ASSIGN_OR_RETURN(LogitAgreement ag, compare_logits(ref.logits, q.logits));
   std::printf("quant-report: %s on %s, %lld prompt positions (seed %u)\n", a.model.c_str(), a.device.c_str(),
               static_cast<long long>(ag.rows), a.seed);
   std::printf("  reference (%s matrices): load %.1f s, prefill %.2f s\n", dtype_name(mo.weight_dtype), ref.load_s,
               ref.prefill_s);
-  std::printf("  DENSE=%s: load %.1f s (re-quantization included), prefill %.2f s\n", a.dense.c_str(), q.load_s,
+  std::printf("  %s: load %.1f s (re-quantization included), prefill %.2f s\n", quant.c_str(), q.load_s,
               q.prefill_s);
-  std::printf("  DENSE=%s vs %s: mean KL %.4g nats (max %.4g), top-1 agreement %.4f\n", a.dense.c_str(),
+  std::printf("  %s vs %s: mean KL %.4g nats (max %.4g), top-1 agreement %.4f\n", quant.c_str(),
               dtype_name(mo.weight_dtype), ag.mean_kl, ag.max_kl, ag.top1);
   return Status::ok();
 }
@@ -102,9 +109,11 @@ Status run_report(const QuantReportArgs& a) {
 void add_quant_report_command(CLI::App& app) {
   auto args = std::make_shared<QuantReportArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "quant-report", "KL divergence and top-1 agreement of DENSE=q4/fp8 vs unquantized matrices on a checkpoint");
+      "quant-report",
+      "KL divergence and top-1 agreement of DENSE=q4/fp8 and LM_HEAD=q4/fp8 vs unquantized matrices on a checkpoint");
   cmd->add_option("--model", args->model, "checkpoint folder (e.g. from synth-checkpoint)")->required();
-  cmd->add_option("--dense", args->dense, "q4 or fp8")->capture_default_str();
+  cmd->add_option("--dense", args->dense, "q4, fp8 or dense (the large dense matrices as loaded)")->capture_default_str();
+  cmd->add_option("--lm-head", args->lm_head, "dense, q4 or fp8 (LM_HEAD)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "random prompt tokens in the prefill")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

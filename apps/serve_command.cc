@@ -151,6 +151,11 @@ void add_serve_command(CLI::App& app) {
                   "the GPU, f32 on the CPU backend) or f32")
       ->envname("DENSE")
       ->capture_default_str();
+  cmd->add_option("--lm-head", o->engine.lm_head,
+                  "lm_head: dense (default: unquantized, like the reference deployment) or q4 / fp8 (re-quantized "
+                  "at load like DENSE's formats: fewer bytes per decode step)")
+      ->envname("LM_HEAD")
+      ->capture_default_str();
   cmd->add_option("--kv-pool-gib", o->engine.kv_pool_gib, "cap on the cache pool (0: no cap)")
       ->envname("KV_POOL_GIB")
       ->check(CLI::NonNegativeNumber)

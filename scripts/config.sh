@@ -5,7 +5,7 @@
 # Sourced, not run. Every setting is listed in README.md ("Configuration").
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER TF_CUDA)
 
@@ -83,6 +83,8 @@ tf_validate_settings() {
   [[ -z "${GRAPHS:-}" || "$GRAPHS" =~ ^[01]$ ]] || tf_fail "GRAPHS must be 0 or 1, got '$GRAPHS'"
   [[ -z "${DENSE:-}" || "$DENSE" =~ ^(q4|fp8|bf16|f32)$ ]] ||
     tf_fail "DENSE must be q4, fp8, bf16 or f32, got '$DENSE'"
+  [[ -z "${LM_HEAD:-}" || "$LM_HEAD" =~ ^(dense|q4|fp8)$ ]] ||
+    tf_fail "LM_HEAD must be dense, q4 or fp8, got '$LM_HEAD'"
   [[ "$MEMORY_RESERVE_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "MEMORY_RESERVE_GIB must be a number, got '$MEMORY_RESERVE_GIB'"
   [[ "$KV_POOL_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "KV_POOL_GIB must be a number, got '$KV_POOL_GIB'"
   [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
@@ -106,6 +108,7 @@ tf_serve_args() {
   [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")
   [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
   [[ -n "${DENSE:-}" ]] && TF_SERVE_ARGS+=(--dense "$DENSE")
+  [[ -n "${LM_HEAD:-}" ]] && TF_SERVE_ARGS+=(--lm-head "$LM_HEAD")
   [[ -n "${EXACT_ROWS:-}" ]] && TF_SERVE_ARGS+=(--exact-rows "$EXACT_ROWS")
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
   [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"

@@ -95,6 +95,7 @@ std::string formats(const RooflineDtypes& d) {
   std::string s = "weights " + d.weight_name;
   if (d.dense_name != d.weight_name) s += ", dense " + d.dense_name;
   if (d.expert_name != d.weight_name) s += ", experts " + d.expert_name;
+  if (d.head_name != d.weight_name) s += ", lm_head " + d.head_name;
   return s;
 }
 
@@ -134,8 +135,8 @@ Expected<RooflineDtypes> roofline_dtypes(const std::string& weight, const std::s
   } else {
     return invalid_argument("roofline: weight dtype must be bf16, f32 or fp8, got '" + weight + "'");
   }
-  d.dense_name = d.expert_name = weight;
-  d.dense = d.expert = d.matrix;
+  d.dense_name = d.expert_name = d.head_name = weight;
+  d.dense = d.expert = d.head = d.matrix;
   if (kv == "fp8") {
     d.latent = 1.0;
     d.latent_scale = 4.0;
@@ -160,6 +161,21 @@ Status set_dense_format(RooflineDtypes& d, const std::string& dense) {
   if (!b) return b.status();
   d.dense = *b;
   d.dense_name = dense.empty() || dense == "bf16" || dense == "f32" ? d.weight_name : dense;
+  return Status::ok();
+}
+
+Status set_head_format(RooflineDtypes& d, const std::string& lm_head) {
+  if (lm_head.empty() || lm_head == "dense") {
+    d.head = d.matrix;
+    d.head_name = d.weight_name;
+    return Status::ok();
+  }
+  if (lm_head != "q4" && lm_head != "fp8")
+    return invalid_argument("roofline: LM_HEAD must be dense, q4 or fp8, got '" + lm_head + "'");
+  Expected<double> b = dense_format_bytes(lm_head, d);
+  if (!b) return b.status();
+  d.head = *b;
+  d.head_name = lm_head;
   return Status::ok();
 }
 
@@ -195,6 +211,7 @@ ModelWeights model_weights(const RooflineModel& m) {
   w.routed_total = w.per_expert * m.routed_experts * m.moe_layers;
   w.active_experts = m.experts_per_token * m.moe_layers;
   w.embedding = m.vocab * m.hidden;
+  w.lm_head = m.vocab * m.hidden;
   w.tied = m.tied_embeddings;
   return w;
 }
@@ -209,8 +226,8 @@ DecodeTraffic decode_traffic(const RooflineModel& m, const RooflineDtypes& d, in
   const ModelWeights w = model_weights(m);
   const double b = static_cast<double>(batch);
   DecodeTraffic t;
-  t.weights = static_cast<double>(w.non_routed.matrix - w.non_routed.quantized) * d.matrix +
-              static_cast<double>(w.non_routed.quantized) * d.dense +
+  t.weights = static_cast<double>(w.non_routed.matrix - w.non_routed.quantized - w.lm_head) * d.matrix +
+              static_cast<double>(w.non_routed.quantized) * d.dense + static_cast<double>(w.lm_head) * d.head +
               static_cast<double>(w.non_routed.kept_f32) * d.kept_f32;
   t.experts_per_moe_layer = expected_distinct_experts(m.routed_experts, m.experts_per_token, batch);
   t.routed_experts = m.moe_layers * t.experts_per_moe_layer * static_cast<double>(w.per_expert) * d.expert;
@@ -298,6 +315,7 @@ Json decode_roofline(const RooflineModel& m, const RooflineDtypes& d, const Roof
             {"weight_dtype", d.weight_name},
             {"dense_format", d.dense_name},
             {"expert_format", d.expert_name},
+            {"lm_head_format", d.head_name},
             {"hardware", hardware_json(hw)}}}};
 }
 
@@ -332,6 +350,7 @@ Json prefill_roofline(const RooflineModel& m, const RooflineDtypes& d, const Roo
             {"weight_dtype", d.weight_name},
             {"dense_format", d.dense_name},
             {"expert_format", d.expert_name},
+            {"lm_head_format", d.head_name},
             {"hardware", hardware_json(hw)}}}};
 }
 

@@ -81,6 +81,8 @@ struct RooflineDtypes {
   double dense = 2.0;         // the matrices DENSE re-quantizes (WeightElements::quantized)
   std::string expert_name = "bf16";
   double expert = 2.0;        // routed experts
+  std::string head_name = "bf16";
+  double head = 2.0;          // lm_head (LM_HEAD's format; the weight dtype by default)
   double kept_f32 = 4.0;      // routers, mHC, norms, convolutions, A_log, dt_bias, ape
   double latent = 1.0;        // one latent element (KV=fp8)
   double latent_scale = 4.0;  // per cached latent (fp8's scale; 0 for bf16/f32)
@@ -97,6 +99,8 @@ Expected<RooflineDtypes> roofline_dtypes(const std::string& weight, const std::s
 Expected<double> dense_format_bytes(const std::string& dense, const RooflineDtypes& d);
 // `d` with the DENSE matrices at `dense`'s bytes.
 [[nodiscard]] Status set_dense_format(RooflineDtypes& d, const std::string& dense);
+// `d` with lm_head at LM_HEAD's bytes: "" / "dense" the weight dtype, "q4" / "fp8" as DENSE's.
+[[nodiscard]] Status set_head_format(RooflineDtypes& d, const std::string& lm_head);
 
 // Bytes per weight of an EXL3 matrix of `in` x `out` at K bits: the trellis (K / 8 bytes
 // per weight) and its f16 input and output sign vectors (suh, svh).
@@ -121,6 +125,7 @@ struct ModelWeights {
   int64_t routed_total = 0;    // all routed experts of all MoE layers
   int64_t active_experts = 0;  // experts run per token: MoE layers x k
   int64_t embedding = 0;       // vocab x hidden
+  int64_t lm_head = 0;         // vocab x hidden, the part of non_routed.matrix LM_HEAD formats
   bool tied = false;           // lm_head is the embedding table
   // Stored parameters (the embedding once when tied).
   int64_t total_params() const { return non_routed.total() + routed_total + (tied ? 0 : embedding); }

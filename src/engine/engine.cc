@@ -62,7 +62,7 @@ Expected<SamplingDefaults> sampling_defaults(const nlohmann::json& g, const fs::
 // Bytes the backend will hold for the weights (memory_plan.h: the matrix dtype, and
 // the matrices DENSE re-quantizes at their format's bytes).
 int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DType matrix_dtype,
-                              MatrixFormat dense = MatrixFormat::kDense) {
+                              MatrixFormat dense = MatrixFormat::kDense, MatrixFormat head = MatrixFormat::kDense) {
   WeightBytesInput in;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -72,6 +72,8 @@ int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DTy
   in.matrix_dtype = matrix_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   in.dense = dense;
   if (dense != MatrixFormat::kDense) in.requantized_elements = dense_requantized_elements(config);
+  in.head = head;
+  if (head != MatrixFormat::kDense) in.head_elements = lm_head_elements(config);
   if (in.fp8_checkpoint) in.fp8_kept_elements = routed_expert_elements(config);
   return tf::estimate_weight_bytes(in);
 }
@@ -188,7 +190,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   const std::string dense = options.dense.empty() ? std::string(kDefaultDense) : options.dense;
   const DType matrix_dtype = options.device == "cuda" && dense != "f32" ? DType::kBF16 : DType::kF32;
   const MatrixFormat dense_quant = dense_quant_format(dense).value_or(MatrixFormat::kDense);
-  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config, matrix_dtype, dense_quant);
+  // LM_HEAD: "" / "dense" keeps lm_head unquantized; q4 / fp8 as DENSE's formats.
+  const MatrixFormat head_quant = dense_quant_format(options.lm_head).value_or(MatrixFormat::kDense);
+  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config, matrix_dtype, dense_quant, head_quant);
   // Weights, cache pool and stream states live where the model computes.
   int64_t available = host_available_bytes();
 #if TF_HAVE_CUDA
@@ -219,7 +223,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     // The followers size their pools from ours (tp_follower.h), whatever memory they saw.
     Status sent = send_model_setup(*options.tp_comm,
                                    {m.plan.page_size, m.plan.num_pages, latent_dtype(options.kv), matrix_dtype,
-                                    static_cast<uint8_t>(dense_quant)});
+                                    static_cast<uint8_t>(dense_quant), static_cast<uint8_t>(head_quant)});
     if (!sent.is_ok()) return sent.with_context("sending the model setup to the follower ranks");
   }
   for (const std::string& note : m.plan.notes) TF_LOG_WARN("{}", note);
@@ -233,6 +237,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   mo.latent_dtype = latent_dtype(options.kv);
   mo.weight_dtype = matrix_dtype;
   mo.dense_quant = dense_quant;
+  mo.head_quant = head_quant;
   mo.page_size = m.plan.page_size;
   mo.num_pages = m.plan.num_pages;
   auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);

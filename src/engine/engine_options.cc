@@ -28,6 +28,8 @@ Status EngineOptions::validate() const {
     return invalid_argument("EXACT_ROWS (--exact-rows) must be in 0..64, got " + std::to_string(exact_rows));
   if (!dense.empty() && dense != "bf16" && dense != "f32" && dense != "q4" && dense != "fp8")
     return invalid_argument("DENSE (--dense) must be q4, fp8, bf16 or f32, got '" + dense + "'");
+  if (!lm_head.empty() && lm_head != "dense" && lm_head != "q4" && lm_head != "fp8")
+    return invalid_argument("LM_HEAD (--lm-head) must be dense, q4 or fp8, got '" + lm_head + "'");
   if (step_token_budget != 0 && step_token_budget < prefill_chunk_or_default() + parallel) {
     return invalid_argument("--step-tokens must be >= prefill chunk + PARALLEL (" +
                             std::to_string(prefill_chunk_or_default() + parallel) + ")");

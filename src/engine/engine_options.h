@@ -35,6 +35,11 @@ struct EngineOptions {
   // checkpoint's own precision), f32 on the CPU backend (which computes in f32);
   // f32: f32 everywhere.
   std::string dense;
+  // LM_HEAD: "" or "dense" keeps lm_head like the matrices DENSE does not re-quantize
+  // (BF16 on the GPU, as the reference deployment's head_bits 16); "q4" / "fp8"
+  // re-quantize it at load like DENSE's formats (~1.27 GB -> 0.34 / 0.64 GB read per
+  // decode step).
+  std::string lm_head;
   // EXACT_ROWS (GPU): steps whose matmuls have at most this many rows use the
   // row-independent kernels (a reply does not depend on its batch-mates); larger
   // steps use BF16 tensor cores (cuBLAS). 0..64.

@@ -76,11 +76,13 @@ int64_t estimate_weight_bytes(const WeightBytesInput& in) {
   // FP8 experts kept as stored: 1 byte each instead of the matrix dtype's (as counted above).
   const int64_t kept = in.fp8_checkpoint ? in.fp8_kept_elements : 0;
   const int64_t held_kept = std::max<int64_t>(0, held - kept * (bf16 ? 1 : 3));
-  if (in.dense == MatrixFormat::kDense || in.requantized_elements <= 0) return held_kept;
   const double matrix = bf16 ? 2.0 : 4.0;
-  const double saved =
-      static_cast<double>(in.requantized_elements) * (matrix - matrix_format_bytes_per_weight(in.dense, matrix));
-  return std::max<int64_t>(0, held_kept - static_cast<int64_t>(std::llround(saved)));
+  auto saved = [&](int64_t elements, MatrixFormat format) {
+    if (format == MatrixFormat::kDense || elements <= 0) return 0.0;
+    return static_cast<double>(elements) * (matrix - matrix_format_bytes_per_weight(format, matrix));
+  };
+  const double total_saved = saved(in.requantized_elements, in.dense) + saved(in.head_elements, in.head);
+  return std::max<int64_t>(0, held_kept - static_cast<int64_t>(std::llround(total_saved)));
 }
 
 int64_t dense_requantized_elements(const Glm5Config& config) {
@@ -100,6 +102,14 @@ int64_t dense_requantized_elements(const Glm5Config& config) {
     }
   }
   return total;
+}
+
+int64_t lm_head_elements(const Glm5Config& config) {
+  WeightSpecOptions o;
+  o.include_vision = false;
+  for (const WeightSpecEntry& e : glm5_weight_spec(config, o))
+    if (e.name == "lm_head.weight") return shape_numel(e.shape);
+  return 0;
 }
 
 int64_t routed_expert_elements(const Glm5Config& config) {

@@ -54,7 +54,8 @@ struct MemoryPlan {
 // From the checkpoint's file bytes: every tensor held in the matrix dtype (BF16 on
 // the GPU: the files' bytes + 5% for the f32 norms/routers, twice that for an FP8
 // checkpoint; f32 on the CPU: 2x, 4x for FP8), minus what DENSE saves on the matrices
-// it re-quantizes: their elements x (matrix bytes - the format's bytes per weight).
+// it re-quantizes: their elements x (matrix bytes - the format's bytes per weight), and
+// likewise what LM_HEAD saves on lm_head.
 struct WeightBytesInput {
   int64_t file_bytes = 0;               // the checkpoint's *.safetensors
   bool fp8_checkpoint = false;          // the official FP8 release (1-byte matrices in the files)
@@ -64,6 +65,8 @@ struct WeightBytesInput {
   // Of an FP8 checkpoint: elements held as their own FP8 bytes (its routed experts,
   // Fp8ExpertStack), not converted to matrix_dtype.
   int64_t fp8_kept_elements = 0;
+  int64_t head_elements = 0;                  // lm_head_elements(): the stored lm_head
+  MatrixFormat head = MatrixFormat::kDense;   // LM_HEAD's format for it
 };
 int64_t estimate_weight_bytes(const WeightBytesInput& in);
 
@@ -75,6 +78,10 @@ double matrix_format_bytes_per_weight(MatrixFormat format, double dense_bytes);
 // KDA q/k/v/o, MLA q_a/q_b/kv_a/o, dense MLPs, shared experts, the MTP layers' own and
 // eh_proj), from the checkpoint's tensor list.
 int64_t dense_requantized_elements(const Glm5Config& config);
+
+// Elements of the stored lm_head (0 when tied to the embedding: then LM_HEAD's copy is
+// extra, and the estimate keeps counting the table once as before).
+int64_t lm_head_elements(const Glm5Config& config);
 
 // Elements of the routed experts' matrices (every MoE layer, MTP included), from the
 // checkpoint's tensor list: what an FP8 checkpoint keeps as FP8 bytes.

@@ -74,6 +74,7 @@ struct TpModelSetup {
   // DENSE=q4 / fp8: the large dense matrices re-quantized at load (Glm5Options::dense_quant),
   // as a MatrixFormat value (0 = dense).
   uint8_t dense_quant = 0;
+  uint8_t head_quant = 0;  // LM_HEAD=q4 / fp8 (Glm5Options::head_quant), likewise
 
   bool operator==(const TpModelSetup&) const = default;
 };

@@ -5,7 +5,8 @@
 // Parity: fp8 and q4 matrices over awkward shapes (K not a multiple of 64/128 or
 // of 4, N not of 8, 1 output row, K = 1) and model-sized K (K split over a cluster of
 // blocks, or over the warps of one block when N is large), every GEMV row count 1..8 (EXACT_ROWS 8), the prefill path
-// (bf16 dequantize + cuBLAS) at 9 and 70 rows, accumulate; the GEMV's multi-pass case
+// (bf16 dequantize + cuBLAS) at 9 and 70 rows, accumulate, and over a matrix larger than its
+// scratch budget (dequantized in chunks of rows); the GEMV's multi-pass case
 // (9..64 rows with EXACT_ROWS 64) against the CPU too. GEMV tolerance vs the CPU: 2e-5
 // of the largest reference magnitude (x split into two bf16 terms carries 16 significant
 // bits, <= 2^-17 relative per element, and the errors of a K-long sum partly cancel:
@@ -101,6 +102,35 @@ TEST_F(CudaQuant, MatchesTheCpuOverAwkwardShapes) {
     }
     std::printf("[quant] parity %-3s gemv (M 1..8) max rel err %.3g (tol 2e-05), prefill (M 9, 70) %.3g (tol 2e-02)\n",
                 matrix_format_name(f), worst_gemv, worst_prefill);
+  }
+}
+
+// The prefill path dequantizes a matrix larger than its scratch budget in chunks of
+// rows (an lm_head would otherwise take 1.27 GB of BF16 scratch): every chunk's output
+// columns, the partial last one included, match the CPU.
+TEST_F(CudaQuant, PrefillPathDequantizesLargeMatricesInChunks) {
+  const int64_t n = 20000, k = 2048, m = 12;
+  const int64_t chunk = cuda::quant_dequant_chunk_rows(n, k, cuda::kQuantDequantBudget);
+  ASSERT_LT(chunk, n) << "the matrix must span more than one chunk";
+  EXPECT_EQ(chunk % kFp8BlockSize, 0);
+  EXPECT_EQ(cuda::quant_dequant_chunk_rows(100, k, cuda::kQuantDequantBudget), 100);
+  EXPECT_EQ(cuda::quant_dequant_chunk_rows(n, int64_t{1} << 30, 1), kFp8BlockSize);  // at least one block
+  for (MatrixFormat f : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    const Matrix q = quantize(randn({n, k}, 77, 0.05f), f);
+    const Matrix dq = up(q);
+    for (bool acc : {false, true}) {
+      const Tensor x = randn({m, k}, 78);
+      const Tensor init = randn({m, n}, 79);
+      Tensor ref = init.contiguous();
+      cpu_->matmul(ref, x, q, acc);
+      Tensor out = gpu_->to_device(init);
+      gpu_->matmul(out, gpu_->to_device(x), dq, acc);
+      const Tensor got = gpu_->to_host(out);
+      EXPECT_LE(rel_err_to_max_ref(ref, got), 2e-2) << matrix_format_name(f) << (acc ? " acc" : "");
+      // The last chunk's columns on their own (an offset error would leave them wrong or unwritten).
+      const Tensor ref_tail = ref.slice(1, chunk, n).contiguous(), got_tail = got.slice(1, chunk, n).contiguous();
+      EXPECT_LE(rel_err_to_max_ref(ref_tail, got_tail), 2e-2) << matrix_format_name(f) << " last chunk";
+    }
   }
 }
 

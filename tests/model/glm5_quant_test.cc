@@ -10,11 +10,15 @@
 // 0.43 .. 0.71. Top-1 is low because these random-weight fixtures have nearly flat
 // logits (the best two tokens are often within the quantization noise); KL is the
 // measure to watch. Limits: fp8 mean KL <= 6e-3, top-1 >= 0.60; q4 mean KL <= 2e-2, top-1 >= 0.35.
+// LM_HEAD alone (the rest exact): fp8 1.1e-5 .. 3.4e-5 nats, top-1 0.91 .. 0.98 (limits 1e-4, 0.85);
+// q4 1.4e-4 .. 4.4e-4, top-1 0.84 .. 0.92 (limits 1e-3, 0.77). DENSE=q4 + LM_HEAD=q4: 1.0e-3 ..
+// 1.08e-2, top-1 0.44 .. 0.64 (limits 2.5e-2, 0.37): the head adds little to DENSE's error.
 // Also: the quantized matrices really are quantized (a q4 load holds q4 KDA / MLA /
 // MLP matrices, the routed experts stay dense), and the tiny-fp8 fixture (the official
 // FP8 layout) re-quantized to fp8 keeps the checkpoint's own values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -26,13 +30,14 @@
 namespace tf::test {
 namespace {
 
-Glm5Options quant_options(MatrixFormat f) {
+Glm5Options quant_options(MatrixFormat f, MatrixFormat head = MatrixFormat::kDense) {
   Glm5Options c;
   c.latent_dtype = DType::kF32;
   c.page_size = 16;
   c.num_pages = 256;
   c.indexer_ties = TopkTies::kTorchCpu;
   c.dense_quant = f;
+  c.head_quant = head;
   return c;
 }
 
@@ -65,29 +70,93 @@ Tensor reference_logits(const Fixture& f) {
                              all);
 }
 
+// max |got - ref| / max |ref| (two tensors of one shape).
+double rel_err_to_max_ref(const Tensor& ref, const Tensor& got) {
+  const std::vector<float> r = ref.to_vector(), g = got.to_vector();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < r.size() && i < g.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(g[i]) - r[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(r[i])));
+  }
+  return r.size() == g.size() ? worst / std::max(scale, 1e-30) : INFINITY;
+}
+
 struct Threshold {
-  MatrixFormat format;
+  MatrixFormat format, head;
   double max_mean_kl, min_top1;
 };
 
+// "q4", "lm_head q4", "q4 + lm_head q4".
+std::string quant_name(const Threshold& t) {
+  std::string s = t.format == MatrixFormat::kDense ? "" : matrix_format_name(t.format);
+  if (t.head != MatrixFormat::kDense) s += std::string(s.empty() ? "" : " + ") + "lm_head " + matrix_format_name(t.head);
+  return s;
+}
+
 TEST(Glm5Quant, KlAndTop1AgainstTheReference) {
-  const Threshold limits[] = {{MatrixFormat::kFp8Block, 6e-3, 0.60}, {MatrixFormat::kQ4, 2e-2, 0.35}};
+  const Threshold limits[] = {{MatrixFormat::kFp8Block, MatrixFormat::kDense, 6e-3, 0.60},
+                              {MatrixFormat::kQ4, MatrixFormat::kDense, 2e-2, 0.35},
+                              // LM_HEAD alone (the rest unquantized), and with DENSE=q4.
+                              {MatrixFormat::kDense, MatrixFormat::kFp8Block, 1e-4, 0.85},
+                              {MatrixFormat::kDense, MatrixFormat::kQ4, 1e-3, 0.77},
+                              {MatrixFormat::kQ4, MatrixFormat::kQ4, 2.5e-2, 0.37}};
   for (const auto& dir : fixture_dirs()) {
     Fixture f = load_fixture(dir);
     const Tensor ref = reference_logits(f);
     for (const Threshold& t : limits) {
       auto comm = make_single_rank_communicator();
-      auto model = load_model(f, *comm, quant_options(t.format));
+      auto model = load_model(f, *comm, quant_options(t.format, t.head));
       ASSERT_TRUE(model) << f.name;
       const Tensor got = run_logits(*model, f);
       ASSERT_FALSE(got.is_null());
       auto a = compare_logits(ref, got);
       ASSERT_TRUE(a.has_value()) << a.status().to_string();
-      std::printf("[quant] %-12s %-3s %lld positions: mean KL %.3g nats (max %.3g), top-1 agreement %.3f\n",
-                  f.name.c_str(), matrix_format_name(t.format), static_cast<long long>(a->rows), a->mean_kl,
-                  a->max_kl, a->top1);
-      EXPECT_LE(a->mean_kl, t.max_mean_kl) << f.name << " " << matrix_format_name(t.format);
-      EXPECT_GE(a->top1, t.min_top1) << f.name << " " << matrix_format_name(t.format);
+      std::printf("[quant] %-12s %-18s %lld positions: mean KL %.3g nats (max %.3g), top-1 agreement %.3f\n",
+                  f.name.c_str(), quant_name(t).c_str(), static_cast<long long>(a->rows), a->mean_kl, a->max_kl,
+                  a->top1);
+      EXPECT_LE(a->mean_kl, t.max_mean_kl) << f.name << " " << quant_name(t);
+      EXPECT_GE(a->top1, t.min_top1) << f.name << " " << quant_name(t);
+    }
+  }
+}
+
+// LM_HEAD=q4 / fp8: lm_head is held quantized, and each tensor-parallel rank's vocab
+// rows are exactly those rows of the one-rank matrix (q4 groups run along K, so a row
+// slice is quantized the same alone; fp8 blocks restart at the slice, so its values are
+// compared, dequantized, within the format's rounding).
+TEST(Glm5Quant, LmHeadQuantizedPerRankShard) {
+  Fixture f = load_fixture(fixture_dirs().front());
+  auto ws = open_weights(f);
+  ASSERT_TRUE(ws);
+  for (MatrixFormat head : {MatrixFormat::kQ4, MatrixFormat::kFp8Block}) {
+    auto one = load_glm5_weights(*ws, f.config.text, 0, 1, DType::kF32, MatrixFormat::kDense, head);
+    auto exact = load_glm5_weights(*ws, f.config.text, 0, 1, DType::kF32);
+    ASSERT_TRUE(one.has_value() && exact.has_value()) << (one ? exact.status() : one.status()).to_string();
+    ASSERT_EQ(one->lm_head.format(), head);
+    EXPECT_EQ(one->lm_head.shape(), exact->lm_head.shape());
+    EXPECT_EQ(one->layers.front().attention == AttentionKind::kLinear
+                  ? one->layers.front().kda.q_proj.format()
+                  : one->layers.front().mla.o_proj.format(),
+              MatrixFormat::kDense);  // DENSE is independent of LM_HEAD
+    const Tensor full = dequantize_matrix(one->lm_head);
+    // The quantized head is close to the exact one (fp8: half an e4m3 step, 2^-5 of a block's
+    // largest weight; q4: the searched scales may clip a group's largest weights, measured 0.147).
+    EXPECT_LE(rel_err_to_max_ref(exact->lm_head.dense(), full), head == MatrixFormat::kQ4 ? 0.2 : 0.04)
+        << matrix_format_name(head);
+    for (int rank = 0; rank < 2; ++rank) {
+      auto half = load_glm5_weights(*ws, f.config.text, rank, 2, DType::kF32, MatrixFormat::kDense, head);
+      ASSERT_TRUE(half.has_value()) << half.status().to_string();
+      ASSERT_EQ(half->lm_head.format(), head);
+      const ShardRange r = half->vocab;
+      const Tensor got = dequantize_matrix(half->lm_head);
+      const Tensor want = full.slice(0, r.begin, r.end).contiguous();
+      ASSERT_EQ(got.shape(), want.shape());
+      if (head == MatrixFormat::kQ4) {
+        EXPECT_EQ(got.to_vector(), want.to_vector()) << "rank " << rank;
+      } else {
+        EXPECT_LE(rel_err_to_max_ref(exact->lm_head.dense().slice(0, r.begin, r.end).contiguous(), got), 0.04)
+            << "rank " << rank;
+      }
     }
   }
 }

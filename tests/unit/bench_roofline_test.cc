@@ -151,6 +151,21 @@ TEST(Roofline, DenseFormatAndExl3ExpertBytes) {
   EXPECT_EQ(j["detail"]["dense_format"], "q4");
   EXPECT_EQ(j["detail"]["expert_format"], "exl3 4-bit");
   EXPECT_NE(j["summary"].get<std::string>().find("dense q4, experts exl3 4-bit"), std::string::npos);
+  // LM_HEAD=q4: lm_head (154,880 x 4096) at 4.25 bits instead of bf16; dense / "" go back.
+  EXPECT_EQ(d.head_name, "bf16");
+  ASSERT_TRUE(set_head_format(d, "q4").is_ok());
+  EXPECT_EQ(d.head_name, "q4");
+  const double head = 154880.0 * 4096;
+  EXPECT_NEAR(decode_traffic(m, d, 1, 1000).weights, t.weights - head * (2.0 - 4.25 / 8), 1.0);
+  EXPECT_NE(decode_roofline(m, d, RooflineHardware{4800, 790, "flags"}, 1, 1000)["summary"].get<std::string>().find(
+                "lm_head q4"),
+            std::string::npos);
+  ASSERT_TRUE(set_head_format(d, "fp8").is_ok());
+  EXPECT_NEAR(decode_traffic(m, d, 1, 1000).weights, t.weights - head * (1.0 - 4.0 / 16384), 1.0);
+  ASSERT_TRUE(set_head_format(d, "dense").is_ok());
+  EXPECT_DOUBLE_EQ(decode_traffic(m, d, 1, 1000).weights, t.weights);
+  EXPECT_EQ(d.head_name, "bf16");
+  EXPECT_NE(set_head_format(d, "bf16").message().find("LM_HEAD"), std::string::npos);
   // fp8 dense: a byte + an f32 per 128x128 block; bf16 / f32 / "" keep the weight dtype.
   ASSERT_TRUE(set_dense_format(d, "fp8").is_ok());
   EXPECT_DOUBLE_EQ(d.dense, 1.0 + 4.0 / 16384);

@@ -267,4 +267,56 @@ TEST_F(EngineTest, ChatRenderingAndReasoningSplit) {
 }
 
 }  // namespace
+// LM_HEAD: unknown names are refused naming the setting; q4 serves (the demo's lm_head
+// re-quantized at load) and a greedy reply is as long as asked.
+TEST(EngineOptionsTest, LmHeadIsCheckedAndServes) {
+  EngineOptions bad;
+  for (const char* name : {"bf16", "q3", "Q4"}) {
+    bad.lm_head = name;
+    const Status s = bad.validate();
+    EXPECT_FALSE(s.is_ok()) << name;
+    EXPECT_NE(s.message().find("LM_HEAD"), std::string::npos) << s.to_string();
+  }
+  for (const char* name : {"", "dense", "q4", "fp8"}) {
+    bad.lm_head = name;
+    EXPECT_TRUE(bad.validate().is_ok()) << name;
+  }
+  const fs::path root = fs::temp_directory_path() / ("tf-engine-head-test-" + std::to_string(::getpid()));
+  auto dir = ensure_demo_checkpoint(root);
+  ASSERT_TRUE(dir.has_value()) << dir.status().to_string();
+  EngineOptions o;
+  o.model_dir = dir->string();
+  o.parallel = 1;
+  o.context = 256;
+  o.kv = "bf16";
+  o.dense = "f32";
+  o.lm_head = "q4";
+  o.memory_reserve_gib = 0;
+  {
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.has_value()) << e.status().to_string();
+    GenerationRequest g;
+    g.request_id = "head";
+    auto ids = (*e)->tokenize("The lighthouse keeper", false);
+    ASSERT_TRUE(ids.has_value());
+    g.prompt_tokens = *ids;
+    g.sampling.max_tokens = 6;
+    g.sampling.temperature = 0.0;
+    g.sampling.ignore_eos = true;
+    Collector c;
+    c.expected = 1;
+    ASSERT_TRUE((*e)->submit(std::move(g), c.sink()).is_ok());
+    ASSERT_TRUE(c.wait());
+    ASSERT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kLength);
+    EXPECT_EQ(c.finish[0].completion_tokens, 6);
+  }
+  o.lm_head = "q5";
+  auto refused = Engine::create(o);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.status().message().find("LM_HEAD"), std::string::npos) << refused.status().to_string();
+  std::error_code ec;
+  fs::remove_all(root, ec);
+}
+
 }  // namespace tf::engine

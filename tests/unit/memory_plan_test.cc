@@ -158,6 +158,36 @@ TEST(WeightBytes, DenseFormatFreesMemoryForThePool) {
   EXPECT_EQ(estimate_weight_bytes(in), 0);
 }
 
+// LM_HEAD=q4 / fp8 frees lm_head's BF16 bytes like DENSE frees its matrices', and the
+// two add up.
+TEST(WeightBytes, LmHeadFormatFreesItsBytes) {
+  WeightBytesInput in;
+  in.file_bytes = 20 * kGiB;
+  in.matrix_dtype = DType::kBF16;
+  const int64_t head = 154880LL * 4096;  // GLM-5.3-Flash's lm_head
+  in.head_elements = head;
+  EXPECT_EQ(estimate_weight_bytes(in), 21 * kGiB);  // kDense: the count alone saves nothing
+  in.head = MatrixFormat::kQ4;
+  const int64_t q4 = estimate_weight_bytes(in);
+  EXPECT_EQ(q4, 21 * kGiB - std::llround(static_cast<double>(head) * (2.0 - 4.25 / 8)));
+  in.head = MatrixFormat::kFp8Block;
+  EXPECT_EQ(estimate_weight_bytes(in), 21 * kGiB - std::llround(static_cast<double>(head) * (1.0 - 4.0 / 16384)));
+  in.head = MatrixFormat::kQ4;
+  in.dense = MatrixFormat::kQ4;
+  in.requantized_elements = 7 * (kGiB / 2);
+  EXPECT_EQ(estimate_weight_bytes(in),
+            21 * kGiB - std::llround((static_cast<double>(head) + 7.0 * (kGiB / 2)) * (2.0 - 4.25 / 8)));
+}
+
+// lm_head_elements counts the stored lm_head; a tied one is not a tensor of its own.
+TEST(WeightBytes, LmHeadElementsFromTheTensorList) {
+  auto cfg = load_glm5_config(kData + "/glm53/config.json");
+  ASSERT_TRUE(cfg.has_value()) << cfg.status().to_string();
+  EXPECT_EQ(lm_head_elements(*cfg), int64_t{154880} * 4096);
+  cfg->text.tie_word_embeddings = true;
+  EXPECT_EQ(lm_head_elements(*cfg), 0);
+}
+
 TEST(WeightBytes, PoolGrowsByWhatQ4Frees) {
   WeightBytesInput w;
   w.file_bytes = 20 * kGiB;

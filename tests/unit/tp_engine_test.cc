@@ -78,7 +78,7 @@ TEST(StepBroadcastGlooTest, CommandsReachEveryFollowerExactly) {
   step.create = {1, 2};
   step.entries.push_back({1, {10, 11, 12}, false});
   step.entries.push_back({2, {13}, true});
-  const TpModelSetup setup{64, 123, DType::kF8E4M3, DType::kBF16};
+  const TpModelSetup setup{64, 123, DType::kF8E4M3, DType::kBF16, /*dense_quant=*/2, /*head_quant=*/1};
   auto results = run_world(3, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
     if (rank == 0) {
       TF_RETURN_IF_ERROR(send_model_setup(*comm, setup));
@@ -274,6 +274,34 @@ TEST_F(TpEngineTest, TwoRanksGiveTheSingleRankGreedyReplies) {
   EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
   EXPECT_TRUE(results[1].is_ok()) << "the follower did not stop cleanly: " << results[1].to_string();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// LM_HEAD=q4 travels in the model setup: the follower quantizes its vocab rows as the
+// single rank quantizes the same rows (q4 groups run along the hidden size), so TP=2
+// reproduces TP=1's greedy replies; a follower holding its rows unquantized would not.
+TEST_F(TpEngineTest, LmHeadFormatReachesTheFollower) {
+  auto head_q4 = [] {
+    EngineOptions o = options();
+    o.lm_head = "q4";
+    return o;
+  };
+  std::vector<std::string> alone;
+  {
+    auto single = Engine::create(head_q4());
+    ASSERT_TRUE(single.has_value()) << single.status().to_string();
+    alone = replies(**single, kPrompts);
+  }
+  auto results = run_world(2, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
+    if (rank == 1) return serve_follower(options(), *comm);  // LM_HEAD comes from rank 0
+    EngineOptions o = head_q4();
+    o.tp_comm = std::shared_ptr<Communicator>(std::move(comm));
+    auto e = Engine::create(o);
+    if (!e) return e.status();
+    EXPECT_EQ(replies(**e, kPrompts), alone);
+    return Status::ok();
+  });
+  EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
+  EXPECT_TRUE(results[1].is_ok()) << results[1].to_string();
 }
 
 TEST_F(TpEngineTest, FollowerRefusesCommandsThatDoNotMatchItsSequences) {

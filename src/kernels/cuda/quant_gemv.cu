@@ -531,20 +531,35 @@ void quant_gemv_many(cudaStream_t stream, const QuantGemvArgs& common, const Qua
   legacy_gemv::run_many(stream, common, segs, count);
 }
 
-void quant_dequantize_bf16(cudaStream_t stream, const Matrix& w, void* dst) {
-  const int64_t n = w.size(0), k = w.size(1);
+void quant_dequantize_bf16_rows(cudaStream_t stream, const Matrix& w, int64_t r0, int64_t r1, void* dst) {
+  const int64_t k = w.size(1);
+  if (r0 < 0 || r1 > w.size(0) || r0 > r1)
+    throw StatusError(invalid_argument("quant_dequantize_bf16_rows: rows [" + std::to_string(r0) + ", " +
+                                       std::to_string(r1) + ") of " + w.describe()));
+  const int64_t n = r1 - r0;
   if (n * k == 0) return;
   auto* d = static_cast<__nv_bfloat16*>(dst);
   if (w.format() == MatrixFormat::kQ4) {
-    dequant_q4_bf16_kernel<<<grid_1d(n * ((k + 63) / 64) * 32), 256, 0, stream>>>(
-        d, w.codes().data<uint8_t>(), w.scales().data<__half>(), n, k);
+    const int64_t groups = (k + 63) / 64;
+    dequant_q4_bf16_kernel<<<grid_1d(n * groups * 32), 256, 0, stream>>>(
+        d, w.codes().data<uint8_t>() + r0 * groups * 32, w.scales().data<__half>() + r0 * groups, n, k);
   } else if (w.format() == MatrixFormat::kFp8Block) {
-    dequant_fp8_bf16_kernel<<<grid_1d(n * k), 256, 0, stream>>>(d, w.codes().data<uint8_t>(),
-                                                                 w.scales().data<float>(), n, k);
+    if (r0 % kFp8BlockSize != 0)
+      throw StatusError(invalid_argument("quant_dequantize_bf16_rows: fp8 rows must start a 128-row block, got " +
+                                         std::to_string(r0)));
+    const int64_t gc = (k + kFp8BlockSize - 1) / kFp8BlockSize;
+    dequant_fp8_bf16_kernel<<<grid_1d(n * k), 256, 0, stream>>>(
+        d, w.codes().data<uint8_t>() + r0 * k, w.scales().data<float>() + r0 / kFp8BlockSize * gc, n, k);
   } else {
     throw StatusError(invalid_argument("quant_dequantize_bf16: " + w.describe() + " is dense"));
   }
-  check_launch("quant_dequantize_bf16");
+  check_launch("quant_dequantize_bf16_rows");
+}
+
+int64_t quant_dequant_chunk_rows(int64_t n, int64_t k, int64_t budget_bytes) {
+  const int64_t row_bytes = std::max<int64_t>(1, k) * 2;
+  const int64_t blocks = std::max<int64_t>(1, budget_bytes / row_bytes / kFp8BlockSize);
+  return std::min(n, blocks * kFp8BlockSize);
 }
 
 bool quant_ring_default() {
@@ -618,19 +633,25 @@ void quant_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Matrix& 
     }
     if (path == Fp8PrefillPath::kLt && fp8_block_gemm(ctx, out, x, w, accumulate)) return;
   }
-  // Else W -> bf16 scratch (the allocator's cached block, reused call to call), x -> bf16,
-  // cuBLAS with fp32 accumulation.
-  Tensor wb = ctx.scratch(n * k * 2);
-  quant_dequantize_bf16(ctx.stream, w, wb.raw());
+  // Else x -> bf16, and W in chunks of rows (quant_dequant_chunk_rows: the scratch stays
+  // ~64 MiB even for lm_head) -> bf16 scratch (the allocator's cached block, reused call to
+  // call), each chunk's output columns by cuBLAS with fp32 accumulation.
   Tensor xb = ctx.scratch(m * k * 2);
   f32_to_bf16<<<grid_1d(m * k), 256, 0, ctx.stream>>>(x.data<float>(), xb.data<__nv_bfloat16>(), m * k);
   check_launch("quant_matmul x to bf16");
+  const int64_t chunk = quant_dequant_chunk_rows(n, k, kQuantDequantBudget);
+  Tensor wb = ctx.scratch(chunk * k * 2);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  const cublasStatus_t st = cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, wb.raw(),
-                                         CUDA_R_16BF, int(k), xb.raw(), CUDA_R_16BF, int(k), &beta, out.raw(),
-                                         CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (st != CUBLAS_STATUS_SUCCESS)
-    throw StatusError(internal_error("quant_matmul: cuBLAS failed with status " + std::to_string(int(st))));
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, n - r0);
+    quant_dequantize_bf16_rows(ctx.stream, w, r0, r0 + rows, wb.raw());
+    const cublasStatus_t st =
+        cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(m), int(k), &alpha, wb.raw(), CUDA_R_16BF,
+                     int(k), xb.raw(), CUDA_R_16BF, int(k), &beta, out.data<float>() + r0, CUDA_R_32F, int(n),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw StatusError(internal_error("quant_matmul: cuBLAS failed with status " + std::to_string(int(st))));
+  }
 }
 
 }  // namespace tf::cuda

@@ -193,7 +193,13 @@ int64_t quant_gemv_many_workspace_bytes(int64_t m, const QuantGemvSegment* segs,
 // Throws StatusError on bad arguments (count outside 0..kQuantGemvMaxSegments, a bad segment).
 void quant_gemv_many(cudaStream_t stream, const QuantGemvArgs& common, const QuantGemvSegment* segs, int count);
 
-// Dequantizes the whole matrix into `dst` (device bf16 [n, k]) on `stream`.
-void quant_dequantize_bf16(cudaStream_t stream, const Matrix& w, void* dst);
+// Dequantizes rows [r0, r1) of the matrix into `dst` (device bf16 [r1 - r0, k]) on
+// `stream`. For fp8, r0 must start a 128-row scale block (throws otherwise).
+void quant_dequantize_bf16_rows(cudaStream_t stream, const Matrix& w, int64_t r0, int64_t r1, void* dst);
+// Rows quant_matmul's BF16 (prefill) path dequantizes at a time: its scratch stays near
+// `budget_bytes` however large the matrix (a whole 154,880 x 4096 lm_head is 1.27 GB
+// of BF16); a multiple of 128 rows (fp8 blocks), all of them when they fit.
+int64_t quant_dequant_chunk_rows(int64_t n, int64_t k, int64_t budget_bytes);
+inline constexpr int64_t kQuantDequantBudget = int64_t{64} << 20;
 
 }  // namespace tf::cuda

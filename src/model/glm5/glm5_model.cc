@@ -42,7 +42,7 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
   m->indexer_ties_ = cache.indexer_ties;
   TF_ASSIGN_OR_RETURN(m->weights_,
                       load_glm5_weights(weights, cfg, comm.rank(), comm.world_size(), cache.weight_dtype,
-                                        cache.dense_quant));
+                                        cache.dense_quant, cache.head_quant));
   // Weights go to the backend's device once (a no-op on the CPU backend).
   TF_RETURN_IF_ERROR(upload_glm5_weights(m->weights_, ops));
   m->device_ = ops_device(ops);

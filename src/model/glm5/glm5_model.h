@@ -64,6 +64,8 @@ struct Glm5Options {
   // DENSE=q4 / fp8: the large dense matrices re-quantized at load (model/dense_quant.h,
   // load_glm5_weights lists which); kDense keeps them weight_dtype.
   MatrixFormat dense_quant = MatrixFormat::kDense;
+  // LM_HEAD=q4 / fp8: lm_head re-quantized at load the same way; kDense keeps it weight_dtype.
+  MatrixFormat head_quant = MatrixFormat::kDense;
   // Decode steps (every entry one token, at most 64 rows) replay captured graphs of
   // their row-only segments (step_graphs.h). kAuto: when the backend has real
   // graphs (CUDA), TF_GRAPHS=1/0 decides, unset the build's default

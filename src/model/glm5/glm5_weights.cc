@@ -126,10 +126,12 @@ class Loader {
   // A large dense matrix: re-quantized when DENSE asks for it (load_glm5_weights' comment
   // lists which), else as mat(). q4/fp8 see the checkpoint's own values (bf16 and f32
   // are read exactly; other dtypes go through f32).
-  Expected<Matrix> qmat(const Tensor& t, const std::string& name) const {
-    if (quant_ == MatrixFormat::kDense) return Matrix(mat(t));
-    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16) return quantize_matrix(to_dtype(t, DType::kF32), quant_, name);
-    return quantize_matrix(t, quant_, name);
+  Expected<Matrix> qmat(const Tensor& t, const std::string& name) const { return qmat_as(t, quant_, name); }
+  // The same in an explicit format (lm_head's is LM_HEAD's, not DENSE's).
+  Expected<Matrix> qmat_as(const Tensor& t, MatrixFormat format, const std::string& name) const {
+    if (format == MatrixFormat::kDense) return Matrix(mat(t));
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16) return quantize_matrix(to_dtype(t, DType::kF32), format, name);
+    return quantize_matrix(t, format, name);
   }
   // The dtype a matrix built from `parts` is assembled in: its final one when it stays
   // dense, else one that holds every part's values exactly (for quantize_matrix).
@@ -491,7 +493,7 @@ class Loader {
 }  // namespace
 
 Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
-                                        DType matrix_dtype, MatrixFormat dense_quant) {
+                                        DType matrix_dtype, MatrixFormat dense_quant, MatrixFormat head_quant) {
   if (matrix_dtype != DType::kF32 && matrix_dtype != DType::kBF16)
     return invalid_argument(std::string("weight matrices in ") + dtype_name(matrix_dtype) + " (expected f32 or bf16)");
   if (world < 1 || rank < 0 || rank >= world)
@@ -538,9 +540,10 @@ Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5Te
     w.vocab = shard_range(v, rank, world);
     if (ld.has("lm_head.weight") || !cfg.tie_word_embeddings) {
       TF_ASSIGN_OR_RETURN(Tensor head, ld.native("lm_head.weight", {v, h}));
-      w.lm_head = ld.mat(rows(head, w.vocab.begin, w.vocab.end));
+      TF_ASSIGN_OR_RETURN(w.lm_head, ld.qmat_as(rows(head, w.vocab.begin, w.vocab.end), head_quant, "lm_head.weight"));
     } else {
-      w.lm_head = ld.mat(rows(embed, w.vocab.begin, w.vocab.end));
+      TF_ASSIGN_OR_RETURN(w.lm_head, ld.qmat_as(rows(embed, w.vocab.begin, w.vocab.end), head_quant,
+                                                "model.language_model.embed_tokens.weight (the tied lm_head)"));
     }
     w.embed = ld.mat(embed);
     if (!with_mtp) return Status::ok();

@@ -121,7 +121,7 @@ struct MtpWeights {
 struct Glm5Weights {
   Tensor embed;    // [V, H] replicated
   Tensor norm;     // [H]
-  Tensor lm_head;  // [V_local, H]
+  Matrix lm_head;  // [V_local, H]; dense, or re-quantized with LM_HEAD=q4 / fp8
   ShardRange vocab;
   std::vector<LayerWeights> layers;
   std::optional<MtpWeights> mtp;
@@ -135,9 +135,13 @@ struct Glm5Weights {
 // re-quantized as they load (model/dense_quant.h, multithreaded): KDA q/k/v/o, MLA
 // q_a/q_b/kv_a/o, the dense MLPs, the shared experts and the MTP eh_proj (the Matrix
 // fields above). The small low-rank KDA gates (f_a/f_b, g_a/g_b, b_proj), the indexer,
-// W_UK/W_UV (head_matmul), the router, the embedding and lm_head stay `matrix_dtype`.
+// W_UK/W_UV (head_matmul), the router and the embedding stay `matrix_dtype`. lm_head
+// has its own format, `head_quant` (LM_HEAD=q4 / fp8; kDense keeps `matrix_dtype`): it is
+// ~1.27 GB in BF16, the largest matrix a decode step reads, but the reference deployment
+// keeps it unquantized (head_bits 16), so quantizing it is the user's choice.
 Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
                                         DType matrix_dtype = DType::kF32,
-                                        MatrixFormat dense_quant = MatrixFormat::kDense);
+                                        MatrixFormat dense_quant = MatrixFormat::kDense,
+                                        MatrixFormat head_quant = MatrixFormat::kDense);
 
 }  // namespace tf
