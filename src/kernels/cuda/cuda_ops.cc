@@ -407,7 +407,7 @@ class CudaOps final : public Ops {
   void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w) override { cuda::OpScope prof_scope(prof_.get(), "exl3_matmul"); cuda::exl3_matmul(ctx_, out, x, w); }
   void moe_experts_exl3(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                         const Exl3ExpertTable& experts, float swiglu_limit) override { cuda::OpScope prof_scope(prof_.get(), "moe_experts_exl3");
-    // Prefill (more tokens than the grouped kernels take): the per-expert default.
+    // TF_EXL3_PREFILL=experts and a prefill-sized call: the per-expert default.
     if (!cuda::exl3_moe_experts(ctx_, out, x, ids, weights, experts, swiglu_limit))
       Ops::moe_experts_exl3(out, x, ids, weights, experts, swiglu_limit);
   }
