@@ -332,7 +332,7 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
     Exl3ExpertTable dev = host;
     ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
     double worst = 0;
-    for (int64_t tokens : {1, 5, 8, 33, 64, 80, 300}) {
+    for (int64_t tokens : {1, 5, 8, 33, 64, 80, 300, 516}) {
       Tensor ids, wts;
       random_routing(tokens, k, experts, static_cast<uint32_t>(tokens), ids, wts);
       const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 77));
@@ -344,8 +344,8 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
       const double e = rel_err(want, got);
       worst = std::max(worst, e);
       EXPECT_LT(e, 1e-4) << exl3_codebook_name(cb) << " tokens=" << tokens;
-      // Row independence: the first and the last token alone give the same bits (300 tokens:
-      // prefill pieces of 256, the last token in the second piece).
+      // Row independence: the first and the last token alone give the same bits (516 tokens:
+      // prefill pieces of 512, the last token in a second piece of 4).
       for (int64_t t : {int64_t{0}, tokens - 1}) {
         Tensor one = gpu().empty({1, hidden});
         gpu().moe_experts_exl3(one, gpu().to_device(x.slice(0, t, t + 1)), gpu().to_device(ids.slice(0, t, t + 1)),
@@ -355,7 +355,7 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
             << exl3_codebook_name(cb) << " tokens=" << tokens << ": token " << t << " differs alone";
       }
     }
-    std::printf("[exl3] moe_experts_exl3 vs CPU (%s, 1-300 tokens, 16 experts top-4): max rel err %.3g\n",
+    std::printf("[exl3] moe_experts_exl3 vs CPU (%s, 1-516 tokens, 16 experts top-4): max rel err %.3g\n",
                 exl3_codebook_name(cb), worst);
   }
 }

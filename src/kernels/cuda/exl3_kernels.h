@@ -107,7 +107,7 @@ void exl3_set_moe_variant(int variant);
 
 // The routed EXL3 experts of a MoE layer (Ops::moe_experts_exl3's contract), grouped
 // on the device without a host sync: up to 64 tokens in one call, more (prefill) in
-// pieces of 256 tokens. False (nothing done) for more than 64 tokens only with
+// pieces of 512 tokens. False (nothing done) for more than 64 tokens only with
 // TF_EXL3_PREFILL=experts: the caller then runs them per expert (Ops' default).
 bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                       const Exl3ExpertTable& experts, float swiglu_limit);

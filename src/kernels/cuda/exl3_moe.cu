@@ -1,6 +1,6 @@
 // The routed EXL3 experts of a MoE layer in one call, grouped on the device
 // (CudaOps::moe_experts_exl3; no host sync, so a decode step can be captured in a CUDA
-// graph). Prefill calls (more than 64 tokens) run the grouped body on pieces of 256 tokens.
+// graph). Prefill calls (more than 64 tokens) run the grouped body on pieces of 512 tokens.
 //
 // Up to 8 tokens (decode) the flat body of exl3_moe_flat.cuh runs instead: three
 // launches (gate+up of every active expert in one grid, down with the SwiGLU and its
@@ -59,10 +59,13 @@ constexpr int64_t kMoeMaxTokens = 64;  // one grouped call up to here (decode ba
 // Prefill (more tokens): the grouped body on pieces of this many tokens, one set of six
 // launches per piece for all of the layer's experts, each active expert's tiles decoded
 // once per 64 of its rows in the piece. The per-expert path (Ops' default, TF_EXL3_PREFILL=experts)
-// launched ~12 kernels per active expert and gave 8K-token prefill of an 8-layer, 288-expert
-// synthetic checkpoint 4,705 tok/s on an H200 (run3s15). Scratch ~170 KB per (token, expert)
-// pair: ~350 MB at 256 tokens x top-8, reused call to call.
-constexpr int64_t kPrefillPieceTokens = 256;
+// launched ~12 kernels per active expert. Scratch ~170 KB per (token, expert) pair: ~700 MB
+// at 512 tokens x top-8, reused call to call. H200 prefill-8k, 8-layer 288-expert synthetic
+// (run5s15): per expert 4,740 tok/s, pieces of 256 6,465, of 512 7,519 (one k-split instead of
+// kMoeSplits, to keep less scratch: 7,064 at 512 and 7,637 at 1,024, but 817 vs 1,025 tok/s on
+// the 45-layer 8-expert one, whose few experts then fill too few blocks).
+// TF_EXL3_PREFILL_PIECE (65..4096) overrides it for A/B runs.
+constexpr int64_t kPrefillPieceTokens = 512;
 constexpr int64_t kFlatMaxTokens = 8;  // up to here the flat three-launch body (exl3_moe_flat.cuh)
 constexpr int kGate = exl3::kProjGate, kUp = exl3::kProjUp, kDown = exl3::kProjDown;
 
@@ -425,6 +428,15 @@ bool grouped_prefill() {
   return on;
 }
 
+int64_t prefill_piece_tokens() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("TF_EXL3_PREFILL_PIECE");
+    const int64_t n = e ? std::atoll(e) : 0;
+    return n > kMoeMaxTokens && n <= 4096 ? n : kPrefillPieceTokens;
+  }();
+  return v;
+}
+
 const DeviceTable& device_table(const CudaContext& ctx, const Exl3ExpertTable& ex) {
   const auto* dt = static_cast<const DeviceTable*>(ex.backend_state.get());
   if (!dt || dt->device != ctx.device || dt->experts != ex.num_experts())
@@ -734,8 +746,9 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
                                        " do not match x " + x.describe() + " and ids " + ids.describe()));
   const Tensor w2 = weights.reshape({tokens, k});
   Tensor o2 = out.reshape({tokens, h});
-  for (int64_t t0 = 0; t0 < tokens; t0 += kPrefillPieceTokens) {
-    const int64_t t1 = std::min(tokens, t0 + kPrefillPieceTokens);
+  const int64_t piece = prefill_piece_tokens();
+  for (int64_t t0 = 0; t0 < tokens; t0 += piece) {
+    const int64_t t1 = std::min(tokens, t0 + piece);
     Tensor o = o2.slice(0, t0, t1);
     moe_call(ctx, o, x.slice(0, t0, t1), ids.slice(0, t0, t1), w2.slice(0, t0, t1), ex, swiglu_limit);
   }
