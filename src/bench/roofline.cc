@@ -211,7 +211,6 @@ ModelWeights model_weights(const RooflineModel& m) {
   w.routed_total = w.per_expert * m.routed_experts * m.moe_layers;
   w.active_experts = m.experts_per_token * m.moe_layers;
   w.embedding = m.vocab * m.hidden;
-  w.lm_head = m.vocab * m.hidden;
   w.tied = m.tied_embeddings;
   return w;
 }
@@ -226,8 +225,9 @@ DecodeTraffic decode_traffic(const RooflineModel& m, const RooflineDtypes& d, in
   const ModelWeights w = model_weights(m);
   const double b = static_cast<double>(batch);
   DecodeTraffic t;
-  t.weights = static_cast<double>(w.non_routed.matrix - w.non_routed.quantized - w.lm_head) * d.matrix +
-              static_cast<double>(w.non_routed.quantized) * d.dense + static_cast<double>(w.lm_head) * d.head +
+  const int64_t head = m.vocab * m.hidden;  // lm_head, the part of non_routed.matrix at LM_HEAD's bytes
+  t.weights = static_cast<double>(w.non_routed.matrix - w.non_routed.quantized - head) * d.matrix +
+              static_cast<double>(w.non_routed.quantized) * d.dense + static_cast<double>(head) * d.head +
               static_cast<double>(w.non_routed.kept_f32) * d.kept_f32;
   t.experts_per_moe_layer = expected_distinct_experts(m.routed_experts, m.experts_per_token, batch);
   t.routed_experts = m.moe_layers * t.experts_per_moe_layer * static_cast<double>(w.per_expert) * d.expert;

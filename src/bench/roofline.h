@@ -125,7 +125,6 @@ struct ModelWeights {
   int64_t routed_total = 0;    // all routed experts of all MoE layers
   int64_t active_experts = 0;  // experts run per token: MoE layers x k
   int64_t embedding = 0;       // vocab x hidden
-  int64_t lm_head = 0;         // vocab x hidden, the part of non_routed.matrix LM_HEAD formats
   bool tied = false;           // lm_head is the embedding table
   // Stored parameters (the embedding once when tied).
   int64_t total_params() const { return non_routed.total() + routed_total + (tied ? 0 : embedding); }

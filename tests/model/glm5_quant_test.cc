@@ -18,7 +18,6 @@
 // FP8 layout) re-quantized to fp8 keeps the checkpoint's own values.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -68,17 +67,6 @@ Tensor reference_logits(const Fixture& f) {
   all.insert(all.end(), steps.begin(), steps.end());
   return Tensor::from_floats({static_cast<int64_t>(all.size()) / f.prompt_logits.size(1), f.prompt_logits.size(1)},
                              all);
-}
-
-// max |got - ref| / max |ref| (two tensors of one shape).
-double rel_err_to_max_ref(const Tensor& ref, const Tensor& got) {
-  const std::vector<float> r = ref.to_vector(), g = got.to_vector();
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < r.size() && i < g.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(g[i]) - r[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(r[i])));
-  }
-  return r.size() == g.size() ? worst / std::max(scale, 1e-30) : INFINITY;
 }
 
 struct Threshold {
@@ -141,7 +129,7 @@ TEST(Glm5Quant, LmHeadQuantizedPerRankShard) {
     const Tensor full = dequantize_matrix(one->lm_head);
     // The quantized head is close to the exact one (fp8: half an e4m3 step, 2^-5 of a block's
     // largest weight; q4: the searched scales may clip a group's largest weights, measured 0.147).
-    EXPECT_LE(rel_err_to_max_ref(exact->lm_head.dense(), full), head == MatrixFormat::kQ4 ? 0.2 : 0.04)
+    EXPECT_LE(rel_err(full, exact->lm_head.dense()), head == MatrixFormat::kQ4 ? 0.2 : 0.04)
         << matrix_format_name(head);
     for (int rank = 0; rank < 2; ++rank) {
       auto half = load_glm5_weights(*ws, f.config.text, rank, 2, DType::kF32, MatrixFormat::kDense, head);
@@ -149,12 +137,12 @@ TEST(Glm5Quant, LmHeadQuantizedPerRankShard) {
       ASSERT_EQ(half->lm_head.format(), head);
       const ShardRange r = half->vocab;
       const Tensor got = dequantize_matrix(half->lm_head);
-      const Tensor want = full.slice(0, r.begin, r.end).contiguous();
+      const Tensor want = rows_of(full, r.begin, r.end);
       ASSERT_EQ(got.shape(), want.shape());
       if (head == MatrixFormat::kQ4) {
         EXPECT_EQ(got.to_vector(), want.to_vector()) << "rank " << rank;
       } else {
-        EXPECT_LE(rel_err_to_max_ref(exact->lm_head.dense().slice(0, r.begin, r.end).contiguous(), got), 0.04)
+        EXPECT_LE(rel_err(got, rows_of(exact->lm_head.dense(), r.begin, r.end)), 0.04)
             << "rank " << rank;
       }
     }

@@ -68,8 +68,15 @@ class EngineTest : public ::testing::Test {
     auto dir = ensure_demo_checkpoint(root);
     ASSERT_TRUE(dir.has_value()) << dir.status().to_string();
     root_ = root;
+    model_dir_ = dir->string();
+    auto e = Engine::create(demo_options());
+    ASSERT_TRUE(e.has_value()) << e.status().to_string();
+    engine_ = e->release();
+  }
+  // The suite engine's options on the demo checkpoint (tests vary them for engines of their own).
+  static EngineOptions demo_options() {
     EngineOptions o;
-    o.model_dir = dir->string();
+    o.model_dir = model_dir_;
     o.parallel = 3;
     o.context = 1024;
     o.kv = "bf16";
@@ -80,9 +87,7 @@ class EngineTest : public ::testing::Test {
     o.max_waiting = 6;
     o.prefill_chunk = 32;
     o.memory_reserve_gib = 0;
-    auto e = Engine::create(o);
-    ASSERT_TRUE(e.has_value()) << e.status().to_string();
-    engine_ = e->release();
+    return o;
   }
   static void TearDownTestSuite() {
     delete engine_;
@@ -120,6 +125,7 @@ class EngineTest : public ::testing::Test {
 
   static inline Engine* engine_ = nullptr;
   static inline fs::path root_;
+  static inline std::string model_dir_;
 };
 
 TEST_F(EngineTest, GeneratesExactlyMaxTokensAndReportsLength) {
@@ -269,7 +275,7 @@ TEST_F(EngineTest, ChatRenderingAndReasoningSplit) {
 }  // namespace
 // LM_HEAD: unknown names are refused naming the setting; q4 serves (the demo's lm_head
 // re-quantized at load) and a greedy reply is as long as asked.
-TEST(EngineOptionsTest, LmHeadIsCheckedAndServes) {
+TEST_F(EngineTest, LmHeadIsCheckedAndServes) {
   EngineOptions bad;
   for (const char* name : {"bf16", "q3", "Q4"}) {
     bad.lm_head = name;
@@ -281,31 +287,15 @@ TEST(EngineOptionsTest, LmHeadIsCheckedAndServes) {
     bad.lm_head = name;
     EXPECT_TRUE(bad.validate().is_ok()) << name;
   }
-  const fs::path root = fs::temp_directory_path() / ("tf-engine-head-test-" + std::to_string(::getpid()));
-  auto dir = ensure_demo_checkpoint(root);
-  ASSERT_TRUE(dir.has_value()) << dir.status().to_string();
-  EngineOptions o;
-  o.model_dir = dir->string();
+  EngineOptions o = demo_options();
   o.parallel = 1;
   o.context = 256;
-  o.kv = "bf16";
-  o.dense = "f32";
   o.lm_head = "q4";
-  o.memory_reserve_gib = 0;
   {
     auto e = Engine::create(o);
     ASSERT_TRUE(e.has_value()) << e.status().to_string();
-    GenerationRequest g;
-    g.request_id = "head";
-    auto ids = (*e)->tokenize("The lighthouse keeper", false);
-    ASSERT_TRUE(ids.has_value());
-    g.prompt_tokens = *ids;
-    g.sampling.max_tokens = 6;
-    g.sampling.temperature = 0.0;
-    g.sampling.ignore_eos = true;
     Collector c;
-    c.expected = 1;
-    ASSERT_TRUE((*e)->submit(std::move(g), c.sink()).is_ok());
+    ASSERT_TRUE((*e)->submit(request("head", "The lighthouse keeper", 6, 0.0), c.sink()).is_ok());
     ASSERT_TRUE(c.wait());
     ASSERT_FALSE(c.error) << c.status.to_string();
     EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kLength);
@@ -315,8 +305,6 @@ TEST(EngineOptionsTest, LmHeadIsCheckedAndServes) {
   auto refused = Engine::create(o);
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.status().message().find("LM_HEAD"), std::string::npos) << refused.status().to_string();
-  std::error_code ec;
-  fs::remove_all(root, ec);
 }
 
 }  // namespace tf::engine
