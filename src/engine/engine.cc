@@ -13,6 +13,7 @@
 #include "engine/tp_follower.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/dense_quant.h"
+#include "model/exl3_weights.h"
 #if TF_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -75,6 +76,13 @@ int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DTy
   in.head = head;
   if (head != MatrixFormat::kDense) in.head_elements = lm_head_elements(config);
   if (in.fp8_checkpoint) in.fp8_kept_elements = routed_expert_elements(config);
+  if (config.quantization.method == "exl3") {
+    if (auto ckpt = Checkpoint::open(dir.string()); ckpt.has_value()) {  // else loading reports it
+      const Exl3DenseLinears d = exl3_dense_linears(**ckpt);
+      in.exl3_dense_elements = d.elements;
+      in.exl3_dense_file_bytes = d.file_bytes;
+    }
+  }
   return tf::estimate_weight_bytes(in);
 }
 

@@ -71,8 +71,9 @@ double matrix_format_bytes_per_weight(MatrixFormat format, double dense_bytes) {
 
 int64_t estimate_weight_bytes(const WeightBytesInput& in) {
   const bool bf16 = in.matrix_dtype == DType::kBF16;
-  const int64_t held = bf16 ? (in.fp8_checkpoint ? 2 : 1) * in.file_bytes / 20 * 21  // + f32 norms/routers
-                            : in.file_bytes * (in.fp8_checkpoint ? 4 : 2);          // bf16 -> f32, fp8 -> f32
+  const int64_t file = in.file_bytes - in.exl3_dense_file_bytes + 2 * in.exl3_dense_elements;
+  const int64_t held = bf16 ? (in.fp8_checkpoint ? 2 : 1) * file / 20 * 21  // + f32 norms/routers
+                            : file * (in.fp8_checkpoint ? 4 : 2);          // bf16 -> f32, fp8 -> f32
   // FP8 experts kept as stored: 1 byte each instead of the matrix dtype's (as counted above).
   const int64_t kept = in.fp8_checkpoint ? in.fp8_kept_elements : 0;
   const int64_t held_kept = std::max<int64_t>(0, held - kept * (bf16 ? 1 : 3));

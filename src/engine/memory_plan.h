@@ -67,6 +67,11 @@ struct WeightBytesInput {
   int64_t fp8_kept_elements = 0;
   int64_t head_elements = 0;                  // lm_head_elements(): the stored lm_head
   MatrixFormat head = MatrixFormat::kDense;   // LM_HEAD's format for it
+  // Of an EXL3 checkpoint: the linears outside the routed experts stored EXL3, which the
+  // loader dequantizes (exl3_dense_linears()): their elements (padded) and file bytes.
+  // Counted as if the file held them in BF16, as the official release does.
+  int64_t exl3_dense_elements = 0;
+  int64_t exl3_dense_file_bytes = 0;
 };
 int64_t estimate_weight_bytes(const WeightBytesInput& in);
 

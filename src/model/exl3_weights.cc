@@ -121,21 +121,19 @@ Expected<Exl3QuantConfig> parse_exl3_quant_config(const QuantizationConfig& q, c
     c.codebook = cb;
   }
   if (auto it = j.find("head_bits"); it != j.end()) {
-    if (!it->is_number_integer()) return invalid_argument(field + "head_bits: expected an integer, got " + it->dump());
+    const bool valid = it->is_number_integer() && ((it->get<int>() >= kExl3MinBits && it->get<int>() <= kExl3MaxBits) ||
+                                                   it->get<int>() == 16);
+    if (!valid) return invalid_argument(field + "head_bits: expected 1 to 8, or 16 (an unquantized head), got " + it->dump());
     c.head_bits = it->get<int>();
   } else {
     c.head_bits = 6;  // exllamav3's default: a quantized head
   }
-  if (c.head_bits != 16) {
-    return unimplemented(field + "head_bits is " + std::to_string(c.head_bits) +
-                         ": the lm_head is EXL3-quantized; only head_bits 16 (an unquantized head) is served");
-  }
+  // The scope says which linears the converter quantized; the tensors say it too, and
+  // they decide (routed experts stay EXL3, any other EXL3 linear is dequantized at load).
   auto scope = j.find("scope");
-  if (scope == j.end() || !scope->is_string() || scope->get<std::string>() != kExl3ServedScope) {
-    return unimplemented(field + "scope is " + (scope == j.end() ? std::string("missing") : scope->dump()) +
-                         ": only EXL3 checkpoints with scope \"" + kExl3ServedScope +
-                         "\" (routed experts EXL3, every other tensor BF16) are served");
-  }
+  if (scope != j.end() && !scope->is_string())
+    return invalid_argument(field + "scope: expected a string, got " + scope->dump());
+  if (scope == j.end()) return c;
   c.scope = scope->get<std::string>();
   return c;
 }
@@ -256,6 +254,22 @@ Expected<Exl3Expert> load_exl3_expert(const Checkpoint& ckpt, const Glm5TextConf
   return e;
 }
 
+Exl3DenseLinears exl3_dense_linears(const Checkpoint& ckpt) {
+  Exl3DenseLinears d;
+  for (const std::string& name : ckpt.names()) {
+    if (!ends_with(name, ".trellis") || name.find(".mlp.experts.") != std::string::npos) continue;
+    const TensorEntry* t = ckpt.find(name);
+    if (t == nullptr || t->shape.size() != 3) continue;  // validate_exl3_checkpoint names it
+    const std::string stem = name.substr(0, name.size() - 8);
+    ++d.linears;
+    d.elements += t->shape[0] * kExl3Tile * t->shape[1] * kExl3Tile;
+    for (const std::string& suffix : exl3_suffixes())
+      if (const TensorEntry* c = ckpt.find(stem + "." + suffix))
+        d.file_bytes += static_cast<int64_t>(c->data_end - c->data_begin);
+  }
+  return d;
+}
+
 Status validate_exl3_checkpoint(const Checkpoint& ckpt, const Glm5Config& config, std::vector<Status>* problems) {
   Status first;
   auto report = [&](Status s) {
@@ -284,6 +298,21 @@ Status validate_exl3_checkpoint(const Checkpoint& ckpt, const Glm5Config& config
     // Spec shapes are Hugging Face's [out, in].
     report(load_exl3_linear(ckpt, prefix, e.shape[1], e.shape[0], qc->codebook).status());
   }
+  // Any other linear of the model stored EXL3 (exllamav3 quantizes every linear but the
+  // routers unless told otherwise, the lm_head at head_bits bits): the weight source
+  // dequantizes it at load, so it must load as one.
+  for (const WeightSpecEntry& e : glm5_weight_spec(config, {.include_mtp = true, .include_vision = true})) {
+    if (e.name.find(".mlp.experts.") != std::string::npos || !ends_with(e.name, ".weight") || e.shape.size() != 2)
+      continue;
+    for (const WeightAlias& a : weight_aliases(e.name, config.text.tie_word_embeddings)) {
+      if (a.is_slice() || !ends_with(a.name, ".weight") || ckpt.has(a.name)) continue;
+      const std::string prefix = a.name.substr(0, a.name.size() - 7);
+      if (!ckpt.has(prefix + ".trellis")) continue;
+      projections.insert(prefix);
+      report(load_exl3_linear(ckpt, prefix, e.shape[1], e.shape[0], qc->codebook).status());
+      break;
+    }
+  }
   for (const std::string& name : ckpt.names()) {
     const size_t dot = name.rfind('.');
     if (dot == std::string::npos) continue;
@@ -294,8 +323,7 @@ Status validate_exl3_checkpoint(const Checkpoint& ckpt, const Glm5Config& config
                                 stem + "' (an unknown codebook marker, or a dense weight beside the trellis)"));
       }
     } else if (suffix == "trellis") {
-      report(unimplemented(ckpt.file_of(name) + ": tensor '" + name + "' is EXL3 outside the routed experts, which " +
-                           "scope \"" + kExl3ServedScope + "\" does not cover"));
+      report(invalid_argument(ckpt.file_of(name) + ": tensor '" + name + "' " + kExl3UnusedTrellis));
     }
   }
   return first;

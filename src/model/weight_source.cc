@@ -15,14 +15,18 @@
 // EXL3 checkpoints (quantization_config.quant_method "exl3", exl3_weights.h): a
 // canonical ".weight" with no tensor of its own but a "<prefix>.trellis" is stored
 // EXL3; has() and shape() see it (shape = the spec's when the stored dims are the
-// spec's padded to 128), get_exl3() loads it, get_f32() refuses it.
+// spec's padded to 128), get_exl3() loads it, and get_f32() / get_native() hand out
+// the dense weight it stands for (the CPU's reference dequantization: the loader keeps
+// EXL3 only for the routed experts).
 #include "model/weight_source.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "core/logging.h"
+#include "kernels/api/exl3_decode.h"
 #include "model/exl3_weights.h"
 #include "model/fp8_block_dequant.h"
 #include "model/glm5_weight_spec.h"
@@ -71,8 +75,7 @@ class CheckpointWeightSource : public WeightSource {
         exl3_error_ = invalid_argument(ckpt_->file_of(n) + ": tensor '" + n + "': unknown companion of the EXL3 linear '" +
                                        stem + "' (an unknown codebook marker?)");
       } else if (n.size() > 8 && n.compare(n.size() - 8, 8, ".trellis") == 0) {
-        exl3_error_ = unimplemented(ckpt_->file_of(n) + ": tensor '" + n + "' is EXL3 outside the routed experts, " +
-                                    "which scope \"" + kExl3ServedScope + "\" does not cover");
+        exl3_error_ = invalid_argument(ckpt_->file_of(n) + ": tensor '" + n + "' " + kExl3UnusedTrellis);
       }
     }
   }
@@ -85,8 +88,12 @@ class CheckpointWeightSource : public WeightSource {
     const WeightAlias* a = resolve(canonical_name, &aliases);
     if (a == nullptr) {
       if (const std::string p = exl3_prefix(canonical_name); !p.empty()) {
-        return unimplemented(ckpt_->file_of(p + ".trellis") + ": tensor '" + canonical_name +
-                             "' is stored EXL3-quantized ('" + p + ".trellis'); it is read with get_exl3, not as f32");
+        TF_ASSIGN_OR_RETURN(Tensor t, exl3_dense(canonical_name, p));
+        if (!expected_shape.empty() && t.shape() != expected_shape) {
+          return invalid_argument(ckpt_->file_of(p + ".trellis") + ": EXL3 linear '" + p + "' is " +
+                                  shape_to_string(t.shape()) + " (out x in), expected " + shape_to_string(expected_shape));
+        }
+        return t;
       }
       return missing(canonical_name, aliases);
     }
@@ -184,6 +191,35 @@ class CheckpointWeightSource : public WeightSource {
       if (a.name.compare(p.size(), kWeight, ".weight") == 0 && ckpt_->has(p + ".trellis")) return p;
     }
     return "";
+  }
+
+  // An EXL3-stored linear as the dense f32 [out, in] it stands for: the CPU's reference
+  // decoder's W = diag(suh) Hb W_hat Hb diag(svh), padding dropped, transposed to Hugging
+  // Face's orientation. (Bias, which a dense ".weight" cannot hold, is refused.)
+  Expected<Tensor> exl3_dense(const std::string& canonical, const std::string& p) const {
+    TF_ASSIGN_OR_RETURN(Shape s, exl3_shape(canonical, p));
+    const int64_t out = s[0], in = s[1];
+    TF_ASSIGN_OR_RETURN(Exl3Weight w, load_exl3_linear(*ckpt_, p, in, out, exl3_->codebook));
+    if (!w.bias.is_null()) {
+      return unimplemented(ckpt_->file_of(p + ".bias") + ": EXL3 linear '" + p +
+                           "' has a bias, which the model's '" + canonical + "' does not take");
+    }
+    Tensor full;
+    try {
+      full = exl3_dequantize(w, p);  // [k_pad, n_pad], input-major
+    } catch (const StatusError& e) {
+      return e.status();
+    }
+    Tensor t = Tensor::empty({out, in}, DType::kF32);
+    const float* src = full.data<float>();
+    float* dst = t.data<float>();
+    const int64_t n_pad = full.size(1);
+    constexpr int64_t kB = 64;  // transposed in blocks: both sides stay in cache
+    for (int64_t i0 = 0; i0 < in; i0 += kB)
+      for (int64_t o0 = 0; o0 < out; o0 += kB)
+        for (int64_t i = i0; i < std::min(in, i0 + kB); ++i)
+          for (int64_t o = o0; o < std::min(out, o0 + kB); ++o) dst[o * in + i] = src[i * n_pad + o];
+    return t;
   }
 
   // Hugging Face orientation [out, in] of an EXL3 tensor: the spec's shape when the

@@ -69,7 +69,8 @@ class WeightSource {
   // A projection stored EXL3-quantized (the routed experts of an EXL3 checkpoint,
   // model/exl3_weights.h) as owning host tensors, for a layer of in_features ->
   // out_features (unpadded); nullopt when `canonical_name` (a ".weight") is stored
-  // unquantized. get_f32 refuses EXL3-stored tensors; shape and has see them.
+  // unquantized. get_f32 / get_native give an EXL3-stored linear dequantized (f32
+  // [out, in]); shape and has see them.
   virtual Expected<std::optional<Exl3Weight>> get_exl3(const std::string& /*canonical_name*/,
                                                        int64_t /*in_features*/, int64_t /*out_features*/) const {
     return std::optional<Exl3Weight>();

@@ -8,7 +8,8 @@
 //     bias, a row-strided output; rows bit-identical alone or in a batch; and the
 //     float64 reference y of the fixture within 1e-4 (the CPU reaches 2e-6; fp16 hi/lo
 //     activations and tensor-core f32 accumulation add a little);
-//   - moe_experts_exl3 (grouped on the device): CPU backend parity and row independence.
+//   - moe_experts_exl3 (grouped on the device; prefill also through W_hat + cuBLAS): CPU
+//     backend parity and row independence.
 // "[exl3] ..." lines print the largest errors seen.
 #include <gtest/gtest.h>
 
@@ -26,11 +27,12 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/exl3_decode.h"
+#include "kernels/api/exl3_decode.h"
 #include "kernels/cpu/exl3_linear.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/exl3_cuda.h"
 #include "kernels/cuda/exl3_kernels.h"
+#include "kernels/cuda/exl3_moe_prefill.h"
 #include "model/exl3_synthetic.h"
 #include "model/safetensors.h"
 
@@ -137,7 +139,7 @@ TEST(Exl3CudaDecode, MatchesExllamav3ReferenceCases) {
     w.bits = c.at("K").get<int>();
     w.codebook = *exl3_codebook_from_name(c.at("codebook").get<std::string>());
     const Tensor got = gpu().to_host(cuda_exl3_decode_w_hat(gpu(), upload(w)));
-    const Tensor cpu = cpu::exl3_decode_w_hat(w, key);
+    const Tensor cpu = exl3_decode_w_hat(w, key);
     ASSERT_EQ(got.shape(), cpu.shape()) << key;
     EXPECT_EQ(std::memcmp(got.raw(), cpu.raw(), cpu.nbytes()), 0) << key << ": GPU W_hat differs from the CPU's";
     EXPECT_EQ(fnv1a64_hex(got.raw(), got.nbytes()), c.at("w_hat_fnv1a64").get<std::string>())
@@ -156,7 +158,7 @@ TEST(Exl3CudaDecode, RandomTrellisEveryBitWidthAndCodebook) {
     for (Exl3Codebook cb : kCodebooks) {
       const Exl3Weight w = synthetic(384, 640, bits, cb, 100 + bits);
       const Tensor got = gpu().to_host(cuda_exl3_decode_w_hat(gpu(), upload(w)));
-      const Tensor cpu = cpu::exl3_decode_w_hat(w);
+      const Tensor cpu = exl3_decode_w_hat(w);
       ASSERT_EQ(got.shape(), cpu.shape());
       EXPECT_EQ(std::memcmp(got.raw(), cpu.raw(), cpu.nbytes()), 0)
           << "K=" << bits << " " << exl3_codebook_name(cb);
@@ -331,33 +333,90 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
     Exl3ExpertTable host = expert_table(experts, hidden, inter, cb == Exl3Codebook::kMcg ? 4 : 3, cb);
     Exl3ExpertTable dev = host;
     ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
-    double worst = 0;
-    for (int64_t tokens : {1, 5, 8, 33, 64, 80, 300, 516}) {
-      Tensor ids, wts;
-      random_routing(tokens, k, experts, static_cast<uint32_t>(tokens), ids, wts);
-      const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 77));
-      Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
-      cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
-      Tensor out = gpu().empty({tokens, hidden});
-      gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
-      const Tensor got = gpu().to_host(out);
-      const double e = rel_err(want, got);
-      worst = std::max(worst, e);
-      EXPECT_LT(e, 1e-4) << exl3_codebook_name(cb) << " tokens=" << tokens;
-      // Row independence: the first and the last token alone give the same bits (516 tokens:
-      // prefill pieces of 512, the last token in a second piece of 4).
-      for (int64_t t : {int64_t{0}, tokens - 1}) {
-        Tensor one = gpu().empty({1, hidden});
-        gpu().moe_experts_exl3(one, gpu().to_device(x.slice(0, t, t + 1)), gpu().to_device(ids.slice(0, t, t + 1)),
-                               gpu().to_device(wts.slice(0, t, t + 1)), dev, 7.0f);
-        const Tensor one_h = gpu().to_host(one);
-        EXPECT_EQ(std::memcmp(one_h.raw(), got.data<float>() + t * hidden, hidden * 4), 0)
-            << exl3_codebook_name(cb) << " tokens=" << tokens << ": token " << t << " differs alone";
+    double worst[2] = {0, 0};
+    // Prefill (more than 64 tokens) through the grouped body in pieces (bits equal to a token's
+    // decode-sized call) and through W_hat + cuBLAS (within f32 rounding of it).
+    for (int path : {cuda::kExl3PrefillPieces, cuda::kExl3PrefillCublas}) {
+      cuda::exl3_set_prefill_path(path);
+      const bool pieces = path == cuda::kExl3PrefillPieces;
+      for (int64_t tokens : {1, 5, 8, 33, 64, 80, 300, 516}) {
+        if (!pieces && tokens <= 64) continue;  // the same kernels as the pieces pass
+        Tensor ids, wts;
+        random_routing(tokens, k, experts, static_cast<uint32_t>(tokens), ids, wts);
+        const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 77));
+        Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
+        cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
+        Tensor out = gpu().empty({tokens, hidden});
+        gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
+        const Tensor got = gpu().to_host(out);
+        const double e = rel_err(want, got);
+        worst[pieces ? 0 : 1] = std::max(worst[pieces ? 0 : 1], e);
+        EXPECT_LT(e, 1e-4) << exl3_codebook_name(cb) << " tokens=" << tokens << (pieces ? " pieces" : " cublas");
+        if (!pieces) {
+          EXPECT_STREQ(cuda::exl3_moe_prefill_last_path(), "cublas-grouped") << "tokens=" << tokens;
+        }
+        // Row independence: the first and the last token alone (516 tokens: pieces of 512, the
+        // last token in a second piece of 4) give the same bits, or with W_hat + cuBLAS the
+        // same values within f32 rounding.
+        for (int64_t t : {int64_t{0}, tokens - 1}) {
+          Tensor one = gpu().empty({1, hidden});
+          gpu().moe_experts_exl3(one, gpu().to_device(x.slice(0, t, t + 1)), gpu().to_device(ids.slice(0, t, t + 1)),
+                                 gpu().to_device(wts.slice(0, t, t + 1)), dev, 7.0f);
+          const Tensor one_h = gpu().to_host(one);
+          if (pieces) {
+            EXPECT_EQ(std::memcmp(one_h.raw(), got.data<float>() + t * hidden, hidden * 4), 0)
+                << exl3_codebook_name(cb) << " tokens=" << tokens << ": token " << t << " differs alone";
+          } else {
+            EXPECT_LT(rel_err(one_h, got.slice(0, t, t + 1).contiguous()), 1e-5)
+                << exl3_codebook_name(cb) << " tokens=" << tokens << ": token " << t << " alone";
+          }
+        }
       }
     }
-    std::printf("[exl3] moe_experts_exl3 vs CPU (%s, 1-516 tokens, 16 experts top-4): max rel err %.3g\n",
-                exl3_codebook_name(cb), worst);
+    cuda::exl3_set_prefill_path(cuda::kExl3PrefillPieces);
+    std::printf("[exl3] moe_experts_exl3 vs CPU (%s, 1-516 tokens, 16 experts top-4): max rel err %.3g pieces, "
+                "%.3g W_hat + cuBLAS\n",
+                exl3_codebook_name(cb), worst[0], worst[1]);
   }
+}
+
+// The W_hat + cuBLAS prefill path with what routing may hold: a token naming an expert
+// twice, skewed routing (one expert in every token: more rows than the rest together,
+// several batches of experts), a bias, gate and up in different formats, and an id
+// outside [0, E) (the pair adds nothing, the context's error word is set: the op fails).
+TEST(Exl3CudaMoe, CublasPrefillHandlesRepeatsSkewAndFormats) {
+  const int64_t experts = 20, hidden = 256, inter = 200, i_pad = 256, k = 3, tokens = 300;
+  Exl3ExpertTable host = expert_table(experts, hidden, inter, 4, Exl3Codebook::kMcg);
+  for (int64_t e = 0; e < experts; ++e) {
+    host.gate[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::kMcg, 7000 + 3 * e, true);
+    host.up[e] = synthetic(hidden, i_pad, 3, Exl3Codebook::kMul1, 7001 + 3 * e, true);
+    host.down[e] = synthetic(i_pad, hidden, 4, Exl3Codebook::kMcg, 7002 + 3 * e, true);
+  }
+  Exl3ExpertTable dev = host;
+  ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
+  cuda::exl3_set_prefill_path(cuda::kExl3PrefillCublas);
+  Tensor ids, wts;
+  random_routing(tokens, k, experts, 4242, ids, wts);
+  for (int64_t t = 0; t < tokens; ++t) ids.data<int32_t>()[t * k] = 3;  // expert 3 in every token
+  ids.data<int32_t>()[1] = 3;                                           // token 0 names it twice
+  const Tensor x = randn({tokens, hidden}, 99);
+  Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
+  cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
+  Tensor out = gpu().empty({tokens, hidden});
+  gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
+  EXPECT_STREQ(cuda::exl3_moe_prefill_last_path(), "cublas-grouped");
+  const double e = rel_err(want, gpu().to_host(out));
+  EXPECT_LT(e, 1e-4);
+  std::printf("[exl3] W_hat + cuBLAS prefill, repeats + skew + bias + mixed formats: rel err %.3g\n", e);
+  ids.data<int32_t>()[5 * k + 1] = static_cast<int32_t>(experts);  // out of range
+  Tensor bad = gpu().empty({tokens, hidden});
+  EXPECT_THROW(
+      {
+        gpu().moe_experts_exl3(bad, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
+        (void)gpu().to_host(bad);
+      },
+      StatusError);
+  cuda::exl3_set_prefill_path(cuda::kExl3PrefillPieces);
 }
 
 // The flat body (up to 8 tokens, exl3_moe_flat.cuh) against the grouped one: the same

@@ -2,18 +2,20 @@
 // routed experts replaced by synthetic EXL3 ones (K=4 mcg; hidden 64 and MoE
 // intermediate 32 stored padded to 128, as exllamav3 stores them) run through
 // Ops::exl3_matmul, and must give the logits and greedy tokens of the same model
-// whose experts are those EXL3 weights dequantized to f32 (cpu::exl3_dequantize)
+// whose experts are those EXL3 weights dequantized to f32 (exl3_dequantize)
 // and loaded as ordinary weights. Only f32 summation order differs between the two.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "comm/communicator.h"
 #include "glm5_fixture.h"
-#include "kernels/cpu/exl3_linear.h"
+#include "kernels/api/exl3_decode.h"
 #include "model/exl3_synthetic.h"
 #include "model/exl3_weights.h"
 #include "model/glm5_weight_spec.h"
@@ -39,7 +41,7 @@ struct Exl3Pair {
 
 Tensor dense_weight(const Exl3Weight& w, int64_t in, int64_t out) {
   // [k_pad, n_pad] input-major -> [out, in] (Hugging Face orientation, padding dropped).
-  const Tensor full = cpu::exl3_dequantize(w, "expert");
+  const Tensor full = exl3_dequantize(w, "expert");
   return full.slice(0, 0, in).slice(1, 0, out).transpose(0, 1).contiguous();
 }
 
@@ -127,9 +129,14 @@ TEST(Glm5Exl3, CheckpointValidates) {
   auto shape = ws->shape(gate);
   ASSERT_TRUE(shape.has_value()) << shape.status().to_string();
   EXPECT_EQ(*shape, (Shape{32, 64}));
+  // As f32 it is the dequantized weight (the loader reads the experts with get_exl3).
   auto f = ws->get_f32(gate);
-  ASSERT_FALSE(f.has_value());
-  EXPECT_NE(f.status().message().find("EXL3"), std::string::npos) << f.status().to_string();
+  ASSERT_TRUE(f.has_value()) << f.status().to_string();
+  auto twin = Checkpoint::open(p.dense.dir);
+  ASSERT_TRUE(twin.has_value());
+  const Tensor want = *(*twin)->tensor(gate);
+  ASSERT_EQ(f->shape(), want.shape());
+  EXPECT_EQ(std::memcmp(f->raw(), want.raw(), static_cast<size_t>(want.nbytes())), 0);
   auto q = ws->get_exl3(gate, 64, 32);
   ASSERT_TRUE(q.has_value()) << q.status().to_string();
   ASSERT_TRUE(q->has_value());
@@ -159,6 +166,123 @@ TEST(Glm5Exl3, MatchesTheDequantizedModel) {
   EXPECT_GT(rel_err(a->prefill, p.original.prompt_logits), 1e-3);
 }
 
+// An exllamav3-style conversion: every linear but the routers EXL3 (here the routed
+// experts of pair() plus every other 2-D ".weight" but the embedding and the routers,
+// lm_head included, each with the RMS of the weight it replaces), quantization_config
+// without a scope and with the default head_bits. Its dense twin holds those linears
+// dequantized. The loader dequantizes the non-expert linears to the same f32 values.
+struct FullPair {
+  Fixture exl3, dense;
+  std::vector<std::string> replaced;  // the non-expert linears stored EXL3
+};
+
+const FullPair& full_pair() {
+  static FullPair r = [] {
+    const Exl3Pair& p = pair();
+    FullPair f;
+    auto src = Checkpoint::open(p.exl3.dir);
+    auto twin = Checkpoint::open(p.dense.dir);
+    if (!src.has_value()) throw StatusError(src.status());
+    if (!twin.has_value()) throw StatusError(twin.status());
+    Tensors exl3, dense;
+    for (const std::string& n : (*twin)->names())
+      if (n.find(".mlp.experts.") != std::string::npos) dense.emplace_back(n, *(*twin)->tensor(n));
+    uint64_t salt = 100;
+    for (const std::string& n : (*src)->names()) {
+      const Tensor t = *(*src)->tensor(n);
+      const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
+                          n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos;
+      if (n.find(".mlp.experts.") != std::string::npos || !linear) {
+        exl3.emplace_back(n, t);
+        if (n.find(".mlp.experts.") == std::string::npos) dense.emplace_back(n, t);
+        continue;
+      }
+      const Tensor v = t.to_f32();
+      double ss = 0;
+      for (int64_t i = 0; i < v.numel(); ++i) ss += double(v.data<float>()[i]) * v.data<float>()[i];
+      Exl3SyntheticOptions o;
+      o.seed = 5;
+      o.bits = salt % 2 ? 4 : 6;  // K per linear varies, as exllamav3's strategies make it
+      o.weight_rms = static_cast<float>(std::sqrt(ss / double(v.numel())));
+      const int64_t out = t.size(0), in = t.size(1);
+      const Exl3Weight w = make_synthetic_exl3_linear(in, out, o, salt++);
+      const std::string prefix = n.substr(0, n.size() - 7);
+      for (auto& x : exl3_linear_tensors(prefix, w)) exl3.push_back(x);
+      dense.emplace_back(n, dense_weight(w, in, out));
+      f.replaced.push_back(n);
+    }
+    for (const auto& [dir, tensors] : {std::pair{p.root + "/full", &exl3}, std::pair{p.root + "/full_dense", &dense}}) {
+      fs::create_directories(dir);
+      Status s = write_safetensors(dir + "/model.safetensors", *tensors);
+      if (!s.is_ok()) throw StatusError(s);
+    }
+    nlohmann::json cfg = nlohmann::json::parse(read_text(p.dense.dir + "/config.json"));
+    std::ofstream(p.root + "/full_dense/config.json") << cfg.dump(1);
+    cfg["quantization_config"] = {{"quant_method", "exl3"}, {"version", "0.0.43"}, {"bits", 4.6},
+                                  {"codebook", "mcg"},      {"out_scales", "auto"}};
+    std::ofstream(p.root + "/full/config.json") << cfg.dump(1);
+    f.exl3 = p.exl3;
+    f.dense = p.dense;
+    f.exl3.dir = p.root + "/full";
+    f.dense.dir = p.root + "/full_dense";
+    auto c = load_glm5_config(f.exl3.dir);
+    if (!c.has_value()) throw StatusError(c.status());
+    f.exl3.config = *c;
+    return f;
+  }();
+  return r;
+}
+
+TEST(Glm5Exl3, ExllamaV3FullConversionMatchesTheDequantizedModel) {
+  const FullPair& p = full_pair();
+  ASSERT_GT(p.replaced.size(), 40u);  // every KDA / MLA / indexer / MLP projection and lm_head
+  auto ws = open_weights(p.exl3);
+  ASSERT_TRUE(ws);
+  Status v = validate_checkpoint(*ws, p.exl3.config);
+  EXPECT_TRUE(v.is_ok()) << v.to_string();
+  EXPECT_EQ(ws->unknown_tensors(), std::vector<std::string>{});
+  // The memory estimate's count of them (as BF16 once dequantized).
+  auto stored = Checkpoint::open(p.exl3.dir);
+  ASSERT_TRUE(stored.has_value());
+  const Exl3DenseLinears d = exl3_dense_linears(**stored);
+  EXPECT_EQ(d.linears, static_cast<int64_t>(p.replaced.size()));
+  EXPECT_EQ(exl3_dense_linears(**Checkpoint::open(pair().exl3.dir)).linears, 0);  // experts only
+  int64_t padded = 0;
+  for (const std::string& n : p.replaced) {
+    const Shape s = *ws->shape(n);
+    padded += (s[0] + 127) / 128 * 128 * ((s[1] + 127) / 128 * 128);
+  }
+  EXPECT_EQ(d.elements, padded);
+  EXPECT_GT(d.file_bytes, d.elements / 2);  // at least 4 bits per weight (K = 4 and 6)
+  EXPECT_LT(d.file_bytes, d.elements);      // and under 8
+  // The weight source hands each of them out as the dequantized weight, bit for bit.
+  auto twin = Checkpoint::open(p.dense.dir);
+  ASSERT_TRUE(twin.has_value());
+  for (const std::string& n : {std::string("lm_head.weight"), p.replaced.front(), p.replaced.back()}) {
+    auto got = ws->get_f32(n);
+    ASSERT_TRUE(got.has_value()) << n << ": " << got.status().to_string();
+    const Tensor want = *(*twin)->tensor(n);
+    ASSERT_EQ(got->shape(), want.shape()) << n;
+    EXPECT_EQ(std::memcmp(got->raw(), want.raw(), static_cast<size_t>(want.nbytes())), 0) << n;
+  }
+  auto c1 = make_single_rank_communicator(), c2 = make_single_rank_communicator();
+  auto a = run_greedy(p.exl3, *c1, 6);
+  ASSERT_TRUE(a.has_value()) << a.status().to_string();
+  auto b = run_greedy(p.dense, *c2, 6);
+  ASSERT_TRUE(b.has_value()) << b.status().to_string();
+  const double prefill = rel_err(a->prefill, b->prefill);
+  std::printf("exllamav3-style full EXL3 vs dequantized: prefill max|d|/max|ref| = %.3g\n", prefill);
+  EXPECT_LT(prefill, 1e-5);
+  ASSERT_EQ(a->decode.size(), b->decode.size());
+  for (size_t i = 0; i < a->decode.size(); ++i) EXPECT_LT(rel_err(a->decode[i], b->decode[i]), 1e-5) << "step " << i;
+  EXPECT_EQ(a->tokens, b->tokens);
+  // The linears were really replaced: the experts-only checkpoint's logits are far away.
+  auto c3 = make_single_rank_communicator();
+  auto e = run_greedy(pair().exl3, *c3, 0);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  EXPECT_GT(rel_err(a->prefill, e->prefill), 1e-3);
+}
+
 // MoE intermediate 32 split over 2 ranks gives 16-channel shards: refused.
 TEST(Glm5Exl3, TensorParallelOffThe128GridIsRefused) {
   const Exl3Pair& p = pair();
@@ -177,10 +301,11 @@ TEST(Glm5Exl3, TensorParallelOffThe128GridIsRefused) {
 TEST(Glm5Exl3, UnservableQuantizationConfigIsRefusedAtOpen) {
   const Exl3Pair& p = pair();
   Glm5Config cfg = p.exl3.config;
-  cfg.quantization.raw["scope"] = "all_linears";
+  cfg.quantization.raw["head_bits"] = 12;
   auto ws = open_weight_source(p.exl3.dir, cfg);
   ASSERT_FALSE(ws.has_value());
-  EXPECT_NE(ws.status().message().find("quantization_config.scope"), std::string::npos) << ws.status().to_string();
+  EXPECT_NE(ws.status().message().find("quantization_config.head_bits"), std::string::npos)
+      << ws.status().to_string();
 }
 
 // Copies the EXL3 checkpoint with one tensor replaced (a null tensor removes it) or added.
@@ -207,8 +332,8 @@ std::string edited_copy(const Exl3Pair& p, const std::string& name, const Tensor
 }
 
 // The checks through the serving path (open_weight_source + Glm5Model::load):
-// a truncated or mis-shaped trellis, an unknown codebook marker and EXL3 outside the
-// routed experts each fail with a message naming the tensor.
+// a truncated or mis-shaped trellis, an unknown codebook marker and a trellis beside a
+// dense weight (which one would be meant?) each fail with a message naming the tensor.
 TEST(Glm5Exl3, BrokenCheckpointsAreRefusedNamingTheTensor) {
   const Exl3Pair& p = pair();
   const std::string e = "model.language_model.layers.2.mlp.experts.5.";
@@ -225,7 +350,7 @@ TEST(Glm5Exl3, BrokenCheckpointsAreRefusedNamingTheTensor) {
       {"no_svh", e + "gate_proj.svh", Tensor(), "has no"},
       {"marker", e + "gate_proj.mul2", marker, "unknown companion"},
       {"stray", "model.language_model.layers.0.self_attn.o_proj.trellis", Tensor::zeros({8, 8, 64}, DType::kI16),
-       "outside the routed experts"},
+       "no weight of the model uses"},
   };
   for (const Case& c : cases) {
     const std::string dir = edited_copy(p, c.name, c.value, c.tag);

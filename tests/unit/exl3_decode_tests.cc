@@ -9,7 +9,7 @@
 
 #include "core/dtype.h"
 #include "exl3_test_util.h"
-#include "kernels/cpu/exl3_decode.h"
+#include "kernels/api/exl3_decode.h"
 #include "kernels/cpu/exl3_linear.h"
 
 namespace tf {
@@ -22,14 +22,14 @@ TEST(Exl3Codebook, EveryStateMatchesExllamav3) {
     const Tensor ref = test::exl3_fixture_tensor(std::string("codebook.") + exl3_codebook_name(cb));
     ASSERT_EQ(ref.shape(), (Shape{65536}));
     const uint16_t* want = ref.data<uint16_t>();
-    const uint16_t* table = cpu::exl3_codebook_table(cb);
+    const uint16_t* table = exl3_codebook_table(cb);
     int mismatches = 0;
     for (uint32_t s = 0; s < 65536; ++s) {
       if (table[s] != want[s] && mismatches++ < 5) {
         ADD_FAILURE() << exl3_codebook_name(cb) << " state " << s << ": got 0x" << std::hex << table[s]
                       << ", exllamav3 0x" << want[s];
       }
-      EXPECT_EQ(cpu::exl3_state_value(static_cast<uint16_t>(s), cb), table[s]);
+      EXPECT_EQ(exl3_state_value(static_cast<uint16_t>(s), cb), table[s]);
     }
     EXPECT_EQ(mismatches, 0) << exl3_codebook_name(cb);
   }
@@ -37,7 +37,7 @@ TEST(Exl3Codebook, EveryStateMatchesExllamav3) {
 
 // The spec's statistics (exl3.md §2.2) as a sanity check of the tables themselves.
 TEST(Exl3Codebook, Mul1RangeAndScale) {
-  const uint16_t* t = cpu::exl3_codebook_table(Exl3Codebook::kMul1);
+  const uint16_t* t = exl3_codebook_table(Exl3Codebook::kMul1);
   double sum2 = 0, lo = 1e9, hi = -1e9;
   for (uint32_t s = 0; s < 65536; ++s) {
     const double v = f16_to_float(t[s]);
@@ -53,7 +53,7 @@ TEST(Exl3Codebook, Mul1RangeAndScale) {
 TEST(Exl3Tile, PositionsCoverTheTileOnce) {
   std::set<int> seen;
   for (int p = 0; p < 256; ++p) {
-    const cpu::Exl3TilePos at = cpu::exl3_tile_position(p);
+    const Exl3TilePos at = exl3_tile_position(p);
     ASSERT_GE(at.row, 0);
     ASSERT_LT(at.row, 16);
     ASSERT_GE(at.col, 0);
@@ -62,10 +62,10 @@ TEST(Exl3Tile, PositionsCoverTheTileOnce) {
   }
   EXPECT_EQ(seen.size(), 256u);
   // Lane 0 holds rows 0,1,8,9 of columns 0 and 8 (the mma B fragment).
-  EXPECT_EQ(cpu::exl3_tile_position(3).row, 9);
-  EXPECT_EQ(cpu::exl3_tile_position(3).col, 0);
-  EXPECT_EQ(cpu::exl3_tile_position(4).col, 8);
-  EXPECT_EQ(cpu::exl3_tile_position(8).row, 2);  // lane 1
+  EXPECT_EQ(exl3_tile_position(3).row, 9);
+  EXPECT_EQ(exl3_tile_position(3).col, 0);
+  EXPECT_EQ(exl3_tile_position(4).col, 8);
+  EXPECT_EQ(exl3_tile_position(8).row, 2);  // lane 1
 }
 
 // State recurrence on a hand-made stream: all-ones words give state 0xFFFF
@@ -74,12 +74,12 @@ TEST(Exl3Tile, StatesFollowTheBitstream) {
   for (int bits = 1; bits <= 8; ++bits) {
     std::vector<int16_t> words(16 * bits, -1);
     uint16_t states[256];
-    cpu::exl3_tile_states(words.data(), bits, states);
+    exl3_tile_states(words.data(), bits, states);
     for (int p = 0; p < 256; ++p) ASSERT_EQ(states[p], 0xFFFF) << "K=" << bits;
     // Only stream bit 0 set: the MSB of u32 word 0 = bit 15 of int16 word 1.
     std::fill(words.begin(), words.end(), 0);
     words[1] = static_cast<int16_t>(0x8000);
-    cpu::exl3_tile_states(words.data(), bits, states);
+    exl3_tile_states(words.data(), bits, states);
     for (int p = 0; p < 256; ++p) {
       // State p covers stream bits [(p+1)K-16, (p+1)K); bit 0 sits at offset (p+1)K-1 from its MSB end.
       const int shift = (p + 1) * bits - 1;
@@ -93,7 +93,7 @@ class Exl3CaseTest : public ::testing::TestWithParam<Exl3Case> {};
 
 TEST_P(Exl3CaseTest, StatesBitExact) {
   const Exl3Case& c = GetParam();
-  const Tensor states = cpu::exl3_unpack_states(test::exl3_case_weight(c), c.key);
+  const Tensor states = exl3_unpack_states(test::exl3_case_weight(c), c.key);
   ASSERT_EQ(states.shape(), (Shape{c.k / 16, c.n / 16, 256}));
   const Tensor row0 = test::exl3_fixture_tensor(c.key + ".states_row0");
   ASSERT_EQ(row0.numel(), c.n / 16 * 256);
@@ -105,7 +105,7 @@ TEST_P(Exl3CaseTest, StatesBitExact) {
 
 TEST_P(Exl3CaseTest, WHatBitExact) {
   const Exl3Case& c = GetParam();
-  const Tensor w_hat = cpu::exl3_decode_w_hat(test::exl3_case_weight(c), c.key);
+  const Tensor w_hat = exl3_decode_w_hat(test::exl3_case_weight(c), c.key);
   ASSERT_EQ(w_hat.shape(), (Shape{c.k, c.n}));
   ASSERT_EQ(w_hat.dtype(), DType::kF16);
   const Tensor rows16 = test::exl3_fixture_tensor(c.key + ".w_hat_rows16");
@@ -146,7 +146,7 @@ TEST_P(Exl3CaseTest, MatmulMatchesReference) {
 
 TEST_P(Exl3CaseTest, DequantizedWeightMatchesReference) {
   const Exl3Case& c = GetParam();
-  const Tensor w = cpu::exl3_dequantize(test::exl3_case_weight(c), c.key);
+  const Tensor w = exl3_dequantize(test::exl3_case_weight(c), c.key);
   ASSERT_EQ(w.shape(), (Shape{c.k, c.n}));
   const Tensor x = test::exl3_fixture_tensor(c.key + ".x").to_f32();
   const Tensor y = test::exl3_fixture_tensor(c.key + ".y");
@@ -183,7 +183,7 @@ TEST(Exl3Hadamard, EqualsTheSylvesterMatrix) {
   std::vector<float> x(256);
   for (float& v : x) v = nd(rng);
   std::vector<float> y = x;
-  cpu::fwht128(y.data(), 256);
+  fwht128(y.data(), 256);
   for (int blk = 0; blk < 2; ++blk) {
     for (int a = 0; a < 128; ++a) {
       double s = 0;
@@ -194,7 +194,7 @@ TEST(Exl3Hadamard, EqualsTheSylvesterMatrix) {
   // Strided form over the same data gives the same numbers.
   std::vector<float> z(512, 0.0f);
   for (int i = 0; i < 256; ++i) z[2 * i] = x[i];
-  cpu::fwht128(z.data(), 256, 2);
+  fwht128(z.data(), 256, 2);
   for (int i = 0; i < 256; ++i) EXPECT_EQ(z[2 * i], y[i]);
 }
 
@@ -251,7 +251,7 @@ TEST(Exl3Matmul, RejectsBadShapesWithTheWeightName) {
   bad.bits = w.bits + 1;
   Tensor x = Tensor::zeros({1, c.k}, DType::kF32);
   EXPECT_THROW(cpu::exl3_matmul(out, x, bad, "w"), StatusError);
-  EXPECT_THROW(cpu::exl3_decode_w_hat(bad, "w"), StatusError);
+  EXPECT_THROW(exl3_decode_w_hat(bad, "w"), StatusError);
 }
 
 }  // namespace

@@ -93,6 +93,23 @@ TEST(Exl3QuantConfig, TheServedCheckpointParses) {
   EXPECT_FALSE(d->codebook.has_value());
 }
 
+// exllamav3's own conversions quantize every linear (the head at head_bits, 6 when
+// absent) and write no scope: served, the non-expert linears dequantized at load.
+TEST(Exl3QuantConfig, ExllamaV3ConversionsParse) {
+  auto c = parse_exl3_quant_config(
+      quant(R"({"quant_method": "exl3", "version": "0.0.43", "bits": 4.05, "calibration": {"rows": 250, "cols": 2048},
+                "out_scales": "auto", "codebook": "mcg"})"),
+      "config.json");
+  ASSERT_TRUE(c.has_value()) << c.status().to_string();
+  EXPECT_EQ(c->head_bits, 6);
+  EXPECT_EQ(c->scope, "");
+  for (const char* json : {R"({"quant_method": "exl3", "bits": 4, "head_bits": 8, "scope": "all_linears"})",
+                           R"({"quant_method": "exl3", "bits": 2.5, "head_bits": 16})"}) {
+    auto d = parse_exl3_quant_config(quant(json), "config.json");
+    EXPECT_TRUE(d.has_value()) << json << ": " << d.status().to_string();
+  }
+}
+
 TEST(Exl3QuantConfig, RefusalsNameTheField) {
   const std::string ok_tail = R"("head_bits": 16, "scope": "glm53_routed_experts_only")";
   const std::vector<std::pair<std::string, std::string>> bad = {
@@ -101,10 +118,10 @@ TEST(Exl3QuantConfig, RefusalsNameTheField) {
       {R"({"quant_method": "exl3", "bits": 9, )" + ok_tail + "}", "bits"},
       {R"({"quant_method": "exl3", "bits": "4", )" + ok_tail + "}", "bits"},
       {R"({"quant_method": "exl3", "bits": 4, "codebook": "mcg2", )" + ok_tail + "}", "codebook"},
-      {R"({"quant_method": "exl3", "bits": 4, "head_bits": 6, "scope": "glm53_routed_experts_only"})", "head_bits"},
-      {R"({"quant_method": "exl3", "bits": 4, "scope": "glm53_routed_experts_only"})", "head_bits"},
-      {R"({"quant_method": "exl3", "bits": 4, "head_bits": 16})", "scope"},
-      {R"({"quant_method": "exl3", "bits": 4, "head_bits": 16, "scope": "all_linears"})", "scope"},
+      {R"({"quant_method": "exl3", "bits": 4, "head_bits": 12})", "head_bits"},
+      {R"({"quant_method": "exl3", "bits": 4, "head_bits": 0})", "head_bits"},
+      {R"({"quant_method": "exl3", "bits": 4, "head_bits": "6"})", "head_bits"},
+      {R"({"quant_method": "exl3", "bits": 4, "head_bits": 16, "scope": 7})", "scope"},
   };
   for (const auto& [json, field] : bad) {
     auto c = parse_exl3_quant_config(quant(json), "ckpt/config.json");

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "exl3_test_util.h"
-#include "kernels/cpu/exl3_decode.h"
+#include "kernels/api/exl3_decode.h"
 #include "kernels/cpu/exl3_linear.h"
 #include "model/exl3_synthetic.h"
 #include "model/exl3_weights.h"
@@ -132,7 +132,7 @@ TEST(Exl3Synthetic, RoundTripThroughACheckpoint) {
       EXPECT_TRUE(test::bytes_equal(y1, y2));
       for (float v : y1.to_vector()) ASSERT_TRUE(std::isfinite(v));
       // The dequantized weight has about the requested RMS.
-      const Tensor w = cpu::exl3_dequantize(e->down, "down");
+      const Tensor w = exl3_dequantize(e->down, "down");
       double sum2 = 0;
       for (float v : w.to_vector()) sum2 += double(v) * v;
       const double rms = std::sqrt(sum2 / static_cast<double>(w.numel()));
@@ -195,17 +195,30 @@ TEST(Exl3Checkpoint, RefusesAnUnknownCodebookMarker) {
   EXPECT_NE(s.message().find("unknown"), std::string::npos) << s.to_string();
 }
 
-TEST(Exl3Checkpoint, RefusesEXL3OutsideTheRoutedExperts) {
+// Outside the routed experts, a linear of the model may be EXL3 (exllamav3 quantizes them
+// all): checked like an expert. A trellis of no weight of the model is refused.
+TEST(Exl3Checkpoint, OtherLinearsMayBeExl3ButStrayTrellisesAreRefused) {
   Exl3SyntheticOptions o;
   const Glm5Config cfg = tiny_exl3_config(o);
   Tensors t = all_experts(cfg, o);
   const std::string p = layer_prefix(0) + "self_attn.o_proj";
   for (auto& x : exl3_linear_tensors(p, make_synthetic_exl3_linear(64, 64, o))) t.push_back(x);
-  Status s = validate(t, cfg);
+  for (auto& x : exl3_linear_tensors("lm_head", make_synthetic_exl3_linear(64, 384, o, 9))) t.push_back(x);
+  Status ok = validate(t, cfg);
+  EXPECT_TRUE(ok.is_ok()) << ok.to_string();
+  // Mis-shaped for the model (o_proj is 64 -> 64: 128 x 128 padded, not 128 x 256).
+  Tensors wrong = rename_prefix(t, p, "");
+  for (auto& x : exl3_linear_tensors(p, make_synthetic_exl3_linear(64, 256, o))) wrong.push_back(x);
+  Status s = validate(wrong, cfg);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find(p + ".trellis"), std::string::npos) << s.to_string();
-  EXPECT_NE(s.message().find("glm53_routed_experts_only"), std::string::npos) << s.to_string();
+  // A linear the model does not have.
+  const std::string stray = layer_prefix(0) + "self_attn.x_proj";
+  for (auto& x : exl3_linear_tensors(stray, make_synthetic_exl3_linear(64, 64, o))) t.push_back(x);
+  s = validate(t, cfg);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find(stray + ".trellis"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find(kExl3UnusedTrellis), std::string::npos) << s.to_string();
 }
 
 TEST(Exl3Checkpoint, ReportsEveryProblemAndTheConfigFirst) {
@@ -228,7 +241,7 @@ TEST(Exl3Checkpoint, ReportsEveryProblemAndTheConfigFirst) {
   EXPECT_NE(problems[0].message().find("codebook mul1"), std::string::npos) << problems[0].to_string();
   EXPECT_NE(problems[1].message().find(b + ".trellis"), std::string::npos) << problems[1].to_string();
   // A config that is not servable is the one problem reported.
-  cfg.quantization.raw["head_bits"] = 8;
+  cfg.quantization.raw["head_bits"] = 12;
   problems.clear();
   s = validate(t, cfg, &problems);
   ASSERT_EQ(problems.size(), 1u);
@@ -247,7 +260,7 @@ TEST(Exl3Synthetic, MatmulEqualsTheDequantizedWeight) {
     o.seed = 9;
     const int64_t in = 300, out = 200;  // stored as 384 x 256
     const Exl3Weight w = make_synthetic_exl3_linear(in, out, o);
-    const Tensor dense = cpu::exl3_dequantize(w, "w");
+    const Tensor dense = exl3_dequantize(w, "w");
     ASSERT_EQ(dense.shape(), (Shape{384, 256}));
     Tensor x = Tensor::empty({4, in}, DType::kF32);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::cos(0.11f * static_cast<float>(i * i % 97));

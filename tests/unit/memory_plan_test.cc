@@ -179,6 +179,27 @@ TEST(WeightBytes, LmHeadFormatFreesItsBytes) {
             21 * kGiB - std::llround((static_cast<double>(head) + 7.0 * (kGiB / 2)) * (2.0 - 4.25 / 8)));
 }
 
+// EXL3 linears outside the routed experts are dequantized at load: counted as the BF16
+// they become (2 bytes per padded element), not as their ~4-bit file bytes, so the pool
+// is planned around what the weights will really take.
+TEST(WeightBytes, DequantizedExl3LinearsCountAsBf16) {
+  WeightBytesInput in;
+  in.file_bytes = 20 * kGiB;
+  in.matrix_dtype = DType::kBF16;
+  const int64_t plain = estimate_weight_bytes(in);
+  in.exl3_dense_elements = 4 * kGiB;       // 4 Gi weights
+  in.exl3_dense_file_bytes = 2 * kGiB + 1;  // stored at ~4 bits
+  WeightBytesInput as_bf16;
+  as_bf16.file_bytes = 20 * kGiB - (2 * kGiB + 1) + 8 * kGiB;
+  as_bf16.matrix_dtype = DType::kBF16;
+  EXPECT_EQ(estimate_weight_bytes(in), estimate_weight_bytes(as_bf16));
+  EXPECT_GT(estimate_weight_bytes(in), plain + 5 * kGiB);
+  // DENSE=q4 then frees their bytes as it does a BF16 checkpoint's.
+  in.dense = as_bf16.dense = MatrixFormat::kQ4;
+  in.requantized_elements = as_bf16.requantized_elements = 4 * kGiB;
+  EXPECT_EQ(estimate_weight_bytes(in), estimate_weight_bytes(as_bf16));
+}
+
 // lm_head_elements counts the stored lm_head; a tied one is not a tensor of its own.
 TEST(WeightBytes, LmHeadElementsFromTheTensorList) {
   auto cfg = load_glm5_config(kData + "/glm53/config.json");

@@ -1,4 +1,4 @@
-// EXL3 linear layer and dequantization on the CPU (see exl3_linear.h).
+// The EXL3 linear layer on the CPU (see exl3_linear.h).
 #include "kernels/cpu/exl3_linear.h"
 
 #include <algorithm>
@@ -7,60 +7,15 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/api/exl3_decode.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/exl3_decode.h"
 
 namespace tf::cpu {
 namespace {
 
 constexpr int64_t kBlock = kExl3Hadamard;
-constexpr float kHadamardNorm = 0.08838834764831845f;  // 1/sqrt(128)
-
-std::vector<float> f16_vector(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  convert_to_f32(t.raw(), DType::kF16, v.data(), v.size());
-  return v;
-}
-
-// Hadamard along dim 0 of a row-major [rows, cols] matrix (rows a multiple of
-// 128): butterflies between whole rows, so the inner loop runs over contiguous columns.
-void fwht128_along_rows(float* m, int64_t rows, int64_t cols) {
-  for (int64_t b = 0; b < rows; b += kBlock) {
-    float* blk = m + b * cols;
-    for (int64_t h = 1; h < kBlock; h *= 2) {
-      for (int64_t i = 0; i < kBlock; i += 2 * h) {
-        for (int64_t r = i; r < i + h; ++r) {
-          float* a = blk + r * cols;
-          float* c = blk + (r + h) * cols;
-          for (int64_t j = 0; j < cols; ++j) {
-            const float u = a[j], v = c[j];
-            a[j] = u + v;
-            c[j] = u - v;
-          }
-        }
-      }
-    }
-    for (int64_t j = 0; j < kBlock * cols; ++j) blk[j] *= kHadamardNorm;
-  }
-}
 
 }  // namespace
-
-void fwht128(float* x, int64_t n, int64_t stride) {
-  for (int64_t b = 0; b < n; b += kBlock) {
-    float* blk = x + b * stride;
-    for (int64_t h = 1; h < kBlock; h *= 2) {
-      for (int64_t i = 0; i < kBlock; i += 2 * h) {
-        for (int64_t r = i; r < i + h; ++r) {
-          const float u = blk[r * stride], v = blk[(r + h) * stride];
-          blk[r * stride] = u + v;
-          blk[(r + h) * stride] = u - v;
-        }
-      }
-    }
-    for (int64_t r = 0; r < kBlock; ++r) blk[r * stride] *= kHadamardNorm;
-  }
-}
 
 void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w, const std::string& name) {
   require_host_exl3(w, name);
@@ -79,8 +34,8 @@ void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w, const std::s
   check_f32("exl3_matmul out", out, rows * n_out);
   if (rows == 0) return;
 
-  const std::vector<float> suh = f16_vector(w.suh), svh = f16_vector(w.svh);
-  const std::vector<float> bias = w.bias.is_null() ? std::vector<float>() : f16_vector(w.bias);
+  const std::vector<float> suh = exl3_f16_vector(w.suh), svh = exl3_f16_vector(w.svh);
+  const std::vector<float> bias = w.bias.is_null() ? std::vector<float>() : exl3_f16_vector(w.bias);
 
   // Rotated input [rows, k].
   std::vector<float> xr(static_cast<size_t>(rows * k), 0.0f);
@@ -129,38 +84,6 @@ void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w, const std::s
       }
     }
   });
-}
-
-Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name) {
-  require_host_exl3(w, name);
-  const int64_t k = w.in_features(), n = w.out_features();
-  const int64_t words = w.trellis.size(2), tiles_n = w.trellis.size(1);
-  const int16_t* trellis = w.trellis.data<int16_t>();
-  const uint16_t* table = exl3_codebook_table(w.codebook);
-  Tensor out = Tensor::empty({k, n}, DType::kF32);
-  float* m = out.data<float>();
-  // One 128-row band at a time: decode, Hadamard down the columns, then along each row, then scale.
-  const std::vector<float> suh = f16_vector(w.suh), svh = f16_vector(w.svh);
-  parallel_rows(k / kBlock, kBlock * n * 16, [&](int64_t b, int64_t e) {
-    for (int64_t band = b; band < e; ++band) {
-      float* rows = m + band * kBlock * n;
-      for (int64_t i = 0; i < kBlock / kExl3Tile; ++i) {
-        const int64_t ti = band * (kBlock / kExl3Tile) + i;
-        for (int64_t j = 0; j < tiles_n; ++j) {
-          exl3_decode_tile_f32(trellis + (ti * tiles_n + j) * words, w.bits, table,
-                               rows + i * kExl3Tile * n + j * kExl3Tile, n);
-        }
-      }
-      fwht128_along_rows(rows, kBlock, n);
-      for (int64_t r = 0; r < kBlock; ++r) {
-        float* row = rows + r * n;
-        fwht128(row, n);
-        const float s = suh[band * kBlock + r];
-        for (int64_t c = 0; c < n; ++c) row[c] = row[c] * s * svh[c];
-      }
-    }
-  });
-  return out;
 }
 
 }  // namespace tf::cpu

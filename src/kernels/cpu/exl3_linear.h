@@ -18,18 +18,10 @@
 
 namespace tf::cpu {
 
-// In-place normalised 128-point Walsh-Hadamard transform (natural Sylvester
-// order) of every 128-element block of x[0, n*stride) taken with `stride`
-// (n must be a multiple of 128).
-void fwht128(float* x, int64_t n, int64_t stride = 1);
-
 // out [T, n_out] f32 = x [T, k_in] f32 · W, with k_in <= k (the rest of the
 // padded input is zero) and n_out <= n (padded output columns are dropped).
 // Throws StatusError (naming `name`) on bad shapes or a malformed weight.
+// (The dense W itself: exl3_dequantize, kernels/api/exl3_decode.h.)
 void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w, const std::string& name = "exl3");
-
-// The dense weight W = diag(suh) · Hb_k · W_hat · Hb_n · diag(svh), f32 [k, n]
-// (input-major, padded), e.g. to load EXL3 experts into an f32 model.
-Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name = "exl3");
 
 }  // namespace tf::cpu

@@ -1,6 +1,6 @@
 // EXL3 trellis decoding in registers (device code shared by the EXL3 kernels).
 //
-// Format and the CPU reference: kernels/cpu/exl3_decode.h, /work/shared/spec/exl3.md §2.
+// Format and the CPU reference: kernels/api/exl3_decode.h, /work/shared/spec/exl3.md §2.
 // A 16x16 tile is 8*K u32 words (the i16 trellis read little-endian), a bitstream
 // consumed from each word's MSB down. Lane l of a warp decodes stream positions
 // 8l..8l+7; their states are the 16-bit windows ending at bits (8l+j+1)*K, which all

@@ -48,22 +48,8 @@ __global__ void __launch_bounds__(256)
                         int64_t tiles_n) {
   const int64_t tile = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (tile >= tiles_k * tiles_n) return;  // warp-uniform
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  uint32_t own[exl3::LaneWords<K>::kOwn];
-  exl3::load_fragment_words<K>(trellis + tile * (8 * K), lane, own);
-  uint32_t a[4];
-  exl3::decode_fragment<K, CB>(own, lane, a);
-  const int64_t tk = tile / tiles_n, tn = tile % tiles_n, n = tiles_n * 16;
-  // a[q] holds positions j = (0,1), (4,5), (2,3), (6,7): row 2t + (j&1) + 8*((j>>1)&1), col g + 8*(j>>2).
-  const int jfirst[4] = {0, 4, 2, 6};
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int j = jfirst[q];
-    const int row = 2 * t + 8 * ((j >> 1) & 1), col = g + 8 * (j >> 2);
-    __half* o = out + (tk * 16 + row) * n + tn * 16 + col;
-    o[0] = __ushort_as_half(static_cast<unsigned short>(a[q] & 0xFFFFu));
-    o[n] = __ushort_as_half(static_cast<unsigned short>(a[q] >> 16));
-  }
+  exl3::decode_tile_to_w_hat<K, CB>(out, trellis + tile * (8 * K), tile / tiles_n, tile % tiles_n, tiles_n * 16,
+                                    static_cast<int>(threadIdx.x & 31));
 }
 
 // xr rows: FWHT128(x * suh) as hi/lo fragments. grid (k/128, rows), 128 threads.

@@ -59,6 +59,28 @@ __device__ __forceinline__ void store_fragment_value(uint4* __restrict__ row_fra
   h[4 + comp * 2 + (i & 1)] = lo;
 }
 
+// Decodes tile (tk, tn), whose 8K words start at `tw`, and stores the lane's eight values
+// into W_hat [k, n] (fp16, row-major, n columns). Every lane of the warp must call it.
+template <int K, int CB>
+__device__ __forceinline__ void decode_tile_to_w_hat(__half* __restrict__ out, const uint32_t* __restrict__ tw,
+                                                     int64_t tk, int64_t tn, int64_t n, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  uint32_t own[LaneWords<K>::kOwn];
+  load_fragment_words<K>(tw, lane, own);
+  uint32_t a[4];
+  decode_fragment<K, CB>(own, lane, a);
+  // a[q] holds positions j = (0,1), (4,5), (2,3), (6,7): row 2t + (j&1) + 8*((j>>1)&1), col g + 8*(j>>2).
+  const int jfirst[4] = {0, 4, 2, 6};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = jfirst[q];
+    const int row = 2 * t + 8 * ((j >> 1) & 1), col = g + 8 * (j >> 2);
+    __half* o = out + (tk * 16 + row) * n + tn * 16 + col;
+    o[0] = __ushort_as_half(static_cast<unsigned short>(a[q] & 0xFFFFu));
+    o[n] = __ushort_as_half(static_cast<unsigned short>(a[q] >> 16));
+  }
+}
+
 // Words of one k-step of a warp's column of tiles.
 template <int K>
 struct TileWords {

@@ -105,10 +105,18 @@ enum Exl3MoeVariant : int {
 };
 void exl3_set_moe_variant(int variant);
 
-// The routed EXL3 experts of a MoE layer (Ops::moe_experts_exl3's contract), grouped
-// on the device without a host sync: up to 64 tokens in one call, more (prefill) in
-// pieces of 512 tokens. False (nothing done) for more than 64 tokens only with
-// TF_EXL3_PREFILL=experts: the caller then runs them per expert (Ops' default).
+// Path of calls of more than 64 tokens (prefill; TF_EXL3_PREFILL=cublas|experts at start):
+// pieces (the default) = the grouped body in pieces of 512 tokens (a token's bits equal its
+// decode-sized result); cublas = W_hat decoded once per call for cuBLAS (exl3_moe_prefill.h;
+// the pieces while a graph is captured or where cuBLAS refuses). Not the default until it
+// has been measured and tested on a GPU (written in session 16 without device time);
+// experts = Ops' per-expert default (exl3_moe_experts returns false).
+enum Exl3PrefillPath : int { kExl3PrefillPieces = 0, kExl3PrefillCublas = 1, kExl3PrefillExperts = 2 };
+void exl3_set_prefill_path(int path);
+
+// The routed EXL3 experts of a MoE layer (Ops::moe_experts_exl3's contract): up to 64
+// tokens grouped on the device without a host sync (graph-capturable); more (prefill)
+// by the prefill path above. False (nothing done) only for the experts path.
 bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                       const Exl3ExpertTable& experts, float swiglu_limit);
 

@@ -1,6 +1,8 @@
 // The routed EXL3 experts of a MoE layer in one call, grouped on the device
 // (CudaOps::moe_experts_exl3; no host sync, so a decode step can be captured in a CUDA
-// graph). Prefill calls (more than 64 tokens) run the grouped body on pieces of 512 tokens.
+// graph). Prefill calls (more than 64 tokens) run the grouped body on pieces of 512 tokens,
+// or (TF_EXL3_PREFILL=cublas) decode each active expert's W_hat once for cuBLAS
+// (exl3_moe_prefill.cu).
 //
 // Up to 8 tokens (decode) the flat body of exl3_moe_flat.cuh runs instead: three
 // launches (gate+up of every active expert in one grid, down with the SwiGLU and its
@@ -45,6 +47,8 @@
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/exl3_launch.cuh"
 #include "kernels/cuda/exl3_moe_flat.cuh"
+#include "kernels/cuda/exl3_moe_prefill.h"
+#include "kernels/cuda/exl3_moe_rows.cuh"
 #include "kernels/cuda/exl3_stream.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
 
@@ -78,24 +82,6 @@ struct DeviceTable {
 
 // The token grouping (route) is moe_grouping.cuh's, shared with cuda_moe.cu.
 using Layout = MoeGroups;
-
-// grid (k_pad/128, P, 2): xr[proj][row] = fragments of FWHT(x[token] * suh_proj[expert]).
-__global__ void __launch_bounds__(128)
-    rotate_rows_kernel(uint4* __restrict__ xr_gate, uint4* __restrict__ xr_up, const float* __restrict__ x,
-                       int64_t h, int64_t k_pad, const ExpertPtrs* __restrict__ table, Layout lay) {
-  __shared__ float smem[128];
-  pdl_launch_dependents();  // the grouped GEMV may start streaming its weights
-  const int row = blockIdx.y;
-  if (row >= *lay.num_rows) return;  // block-uniform
-  const int proj = blockIdx.z;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x;
-  const int t = lay.row_token[row], e = lay.row_expert[row];
-  const __half* suh = table[e].suh[proj];
-  const float v = c < h ? __fmul_rn(x[static_cast<int64_t>(t) * h + c], __half2float(suh[c])) : 0.0f;
-  const float r = exl3::block_fwht128(v, smem);
-  exl3::store_fragment_value((proj == kGate ? xr_gate : xr_up) + static_cast<int64_t>(row) * (k_pad / 16) * 4,
-                             static_cast<int>(c), r);
-}
 
 struct GroupedArgs {
   const ExpertPtrs* table;
@@ -175,45 +161,6 @@ struct GroupedKernels {
   }
 };
 
-// Sum of the splits, FWHT, * svh (+ bias) of row `row`, column c of a projection.
-__device__ __forceinline__ float finish(const float* __restrict__ partial, int64_t prows, int64_t n, int row,
-                                        int64_t c, const __half* __restrict__ svh, const __half* __restrict__ bias,
-                                        float* smem) {
-  float v = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kMoeSplits; ++s) v = __fadd_rn(v, partial[(s * prows + row) * n + c]);
-  v = exl3::block_fwht128(v, smem);
-  v = __fmul_rn(v, __half2float(svh[c]));
-  return bias ? __fadd_rn(v, __half2float(bias[c])) : v;
-}
-
-// grid (i_pad/128, P): act = swiglu(gate, up) (0 beyond `inter`), then down's input
-// fragments FWHT(act * suh_down).
-__global__ void __launch_bounds__(128)
-    act_kernel(uint4* __restrict__ xr_down, const float* __restrict__ pg, const float* __restrict__ pu,
-               int64_t prows, int64_t i_pad, int64_t inter, const ExpertPtrs* __restrict__ table, Layout lay,
-               float limit) {
-  __shared__ float smem[128];
-  pdl_launch_dependents();  // the down GEMV may start streaming its weights
-  const int row = blockIdx.y;
-  if (row >= *lay.num_rows) return;
-  const int e = lay.row_expert[row];
-  const ExpertPtrs& p = table[e];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x;
-  const float g = finish(pg, prows, i_pad, row, c, p.svh[kGate], p.bias[kGate], smem);
-  const float u = finish(pu, prows, i_pad, row, c, p.svh[kUp], p.bias[kUp], smem);
-  float a = 0.0f;
-  if (c < inter) {
-    // As the CPU's swiglu: silu(min(gate, limit)) * clamp(up, -limit, limit).
-    const float gc = fminf(g, limit);
-    const float uc = fminf(fmaxf(u, -limit), limit);
-    a = gc / (1.0f + expf(-gc)) * uc;
-  }
-  const float v = c < inter ? __fmul_rn(a, __half2float(p.suh[kDown][c])) : 0.0f;
-  const float r = exl3::block_fwht128(v, smem);
-  exl3::store_fragment_value(xr_down + static_cast<int64_t>(row) * (i_pad / 16) * 4, static_cast<int>(c), r);
-}
-
 // grid (h_pad/128, T): out[t, c] = sum_j w[t, j] * y(row(t, j))[c] in j order.
 __global__ void __launch_bounds__(128)
     combine_kernel(float* __restrict__ out, const float* __restrict__ pd, int64_t prows, int64_t h_pad, int64_t h,
@@ -226,7 +173,7 @@ __global__ void __launch_bounds__(128)
     const int row = lay.pair_row[t * k + j];
     if (row < 0) continue;  // block-uniform
     const ExpertPtrs& p = table[lay.row_expert[row]];
-    const float y = finish(pd, prows, h_pad, row, c, p.svh[kDown], p.bias[kDown], smem);
+    const float y = exl3::finish(exl3::SplitPartials{pd, prows}, h_pad, row, c, p.svh[kDown], p.bias[kDown], smem);
     acc = __fadd_rn(acc, __fmul_rn(w[t * k + j], y));
   }
   if (c < h) out[static_cast<int64_t>(t) * h + c] = acc;
@@ -418,14 +365,19 @@ int moe_variant() {
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-// TF_EXL3_PREFILL=experts: calls of more than kMoeMaxTokens go to Ops' per-expert default (the
-// path before session 15, for A/B); anything else: the grouped body in pieces.
-bool grouped_prefill() {
-  static const bool on = [] {
+// Prefill path knob (exl3_set_prefill_path; TF_EXL3_PREFILL=cublas|experts at start).
+std::atomic<int> g_prefill_path{-1};
+
+int prefill_path() {
+  int v = g_prefill_path.load(std::memory_order_relaxed);
+  if (v < 0) {
     const char* e = std::getenv("TF_EXL3_PREFILL");
-    return !(e && std::strcmp(e, "experts") == 0);
-  }();
-  return on;
+    v = e && std::strcmp(e, "experts") == 0  ? kExl3PrefillExperts
+        : e && std::strcmp(e, "cublas") == 0 ? kExl3PrefillCublas
+                                             : kExl3PrefillPieces;
+    g_prefill_path.store(v, std::memory_order_relaxed);
+  }
+  return v;
 }
 
 int64_t prefill_piece_tokens() {
@@ -570,10 +522,10 @@ Status exl3_upload_experts(CudaContext& ctx, Exl3ExpertTable& ex) {
 
 namespace {
 
-// One call of the flat or grouped body: at most kPrefillPieceTokens tokens.
-void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-              const Exl3ExpertTable& ex, float swiglu_limit) {
-  const int64_t h = ex.hidden, inter = ex.intermediate, experts = ex.num_experts();
+// The checks every call passes; the experts' device table.
+const ExpertPtrs* check_call(CudaContext& ctx, const Tensor& out, const Tensor& x, const Tensor& ids,
+                             const Tensor& weights, const Exl3ExpertTable& ex) {
+  const int64_t h = ex.hidden, experts = ex.num_experts();
   check_dev(ctx, "moe_experts_exl3 x", x, DType::kF32);
   if (x.dim() != 2 || x.size(1) != h)
     throw StatusError(invalid_argument("moe_experts_exl3: x " + x.describe() + " is not [T, " + std::to_string(h) + "]"));
@@ -581,17 +533,24 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   check_dev(ctx, "moe_experts_exl3 ids", ids, DType::kI32);
   if (ids.dim() != 2 || ids.size(0) != tokens)
     throw StatusError(invalid_argument("moe_experts_exl3: ids " + ids.describe() + " is not [T, k]"));
-  const int64_t k = ids.size(1), pairs = tokens * k;
+  const int64_t pairs = tokens * ids.size(1);
   check_dev(ctx, "moe_experts_exl3 weights", weights, DType::kF32, pairs);
   check_dev(ctx, "moe_experts_exl3 out", out, DType::kF32, tokens * h);
-  if (tokens == 0) return;
-  const DeviceTable& dt = device_table(ctx, ex);
-  const auto* table = static_cast<const ExpertPtrs*>(dt.ptrs.raw());
-  const Exl3Weight &g0 = ex.gate[0], &u0 = ex.up[0], &d0 = ex.down[0];
-  const int64_t h_pad = g0.in_features(), i_pad = g0.out_features();
   if (experts > kMoeGroupingMaxExperts)
     throw StatusError(invalid_argument("moe_experts_exl3: " + std::to_string(experts) + " experts (at most " +
                                        std::to_string(kMoeGroupingMaxExperts) + ")"));
+  return static_cast<const ExpertPtrs*>(device_table(ctx, ex).ptrs.raw());
+}
+
+// One call of the flat or grouped body: at most kPrefillPieceTokens tokens.
+void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+              const Exl3ExpertTable& ex, float swiglu_limit) {
+  const ExpertPtrs* table = check_call(ctx, out, x, ids, weights, ex);
+  const int64_t h = ex.hidden, inter = ex.intermediate, experts = ex.num_experts();
+  const int64_t tokens = x.size(0), k = ids.size(1), pairs = tokens * k;
+  if (tokens == 0) return;
+  const Exl3Weight &g0 = ex.gate[0], &u0 = ex.up[0], &d0 = ex.down[0];
+  const int64_t h_pad = g0.in_features(), i_pad = g0.out_features();
 
   const int variant = moe_variant();
   // exl3::StreamMode and columns per warp of a flat variant. Default 4 columns per warp
@@ -682,8 +641,9 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
 
   launch_moe_grouping(ids.data<int32_t>(), tokens, k, experts, 0, lay, ctx.error_word, ctx.stream);
   check_launch("moe_experts_exl3 (route)");
-  rotate_rows_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(pairs), 2), 128, 0,
-                       ctx.stream>>>(xg, xu, x.data<float>(), h, h_pad, table, lay);
+  exl3::rotate_rows_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(pairs), 2), 128, 0,
+                             ctx.stream>>>(exl3::FragmentSink{xg, h_pad}, exl3::FragmentSink{xu, h_pad},
+                                           x.data<float>(), h, 0, table, lay);
   check_launch("moe_experts_exl3 (rotate)");
   const bool wide = tokens > 8;
   // One launch per projection group: gate and up together when their formats agree.
@@ -713,8 +673,9 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
     gemv(g0, kGate, 1, xg, nullptr, pg, nullptr);
     gemv(u0, kUp, 1, xu, nullptr, pu, nullptr);
   }
-  act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0, ctx.stream>>>(
-      xd, pg, pu, pairs, i_pad, inter, table, lay, swiglu_limit);
+  exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0, ctx.stream>>>(
+      exl3::FragmentSink{xd, i_pad}, exl3::SplitPartials{pg, pairs}, exl3::SplitPartials{pu, pairs}, i_pad, inter, 0,
+      table, lay, swiglu_limit);
   check_launch("moe_experts_exl3 (act)");
   gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
   combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(
@@ -733,11 +694,16 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     moe_call(ctx, out, x, ids, weights, ex, swiglu_limit);
     return true;
   }
-  if (!grouped_prefill()) return false;
-  // Pieces of the call: a token's rows go through the same grouped kernels (the same k-splits)
-  // in any piece, so its bits do not depend on how the call is cut.
+  const int path = prefill_path();
+  if (path == kExl3PrefillExperts) return false;
   const int64_t h = ex.hidden;
   const int64_t k = ids.dim() == 2 ? ids.size(1) : 0;
+  if (path == kExl3PrefillCublas) {
+    const ExpertPtrs* table = check_call(ctx, out, x, ids, weights, ex);
+    if (exl3_moe_prefill(ctx, out, x, ids, weights, ex, table, swiglu_limit)) return true;
+  }
+  // Pieces of the call: a token's rows go through the same grouped kernels (the same k-splits)
+  // in any piece, so its bits do not depend on how the call is cut.
   if (ids.dim() != 2 || ids.size(0) != tokens || !ids.is_contiguous())
     throw StatusError(invalid_argument("moe_experts_exl3: ids " + ids.describe() + " is not [T, k]"));
   if (weights.numel() != tokens * k || !weights.is_contiguous() || out.numel() != tokens * h || !out.is_contiguous() ||
@@ -754,6 +720,8 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   }
   return true;
 }
+
+void exl3_set_prefill_path(int path) { g_prefill_path.store(path, std::memory_order_relaxed); }
 
 void exl3_set_moe_variant(int variant) { g_moe_variant.store(variant, std::memory_order_relaxed); }
 

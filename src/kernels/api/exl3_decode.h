@@ -1,5 +1,7 @@
-// EXL3 decoding on the CPU: trellis bitstreams -> 16-bit states -> fp16 W_hat.
-// The reference every other backend is checked against; bit-exact with
+// EXL3 decoding on the host: trellis bitstreams -> 16-bit states -> fp16 W_hat, and
+// the dense weight an EXL3 linear stands for (exl3_dequantize: the format's meaning,
+// so the loader can dequantize linears it keeps dense; the CPU backend's exl3_matmul
+// decodes with the same functions). The reference every other backend is checked against; bit-exact with
 // exllamav3's own CUDA decoder (tests/unit/exl3_decode_tests.cc, data from
 // tests/data/exl3). Format: /work/shared/spec/exl3.md §2.
 //
@@ -22,11 +24,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/api/exl3_weight.h"
 
-namespace tf::cpu {
+namespace tf {
 
 inline constexpr int kExl3TileElems = 256;
 
@@ -59,4 +62,16 @@ Tensor exl3_unpack_states(const Exl3Weight& w, const std::string& name = "exl3")
 // W_hat f16 [k, n], input-major, before the rotations and scales.
 Tensor exl3_decode_w_hat(const Exl3Weight& w, const std::string& name = "exl3");
 
-}  // namespace tf::cpu
+// In-place normalised 128-point Walsh-Hadamard transform (natural Sylvester
+// order, the butterflies u + v, u - v, then * 1/sqrt(128)) of every 128-element
+// block of x[0, n*stride) taken with `stride` (n must be a multiple of 128).
+void fwht128(float* x, int64_t n, int64_t stride = 1);
+
+// An f16 host tensor's values as floats (suh, svh, bias).
+std::vector<float> exl3_f16_vector(const Tensor& t);
+
+// The dense weight W = diag(suh) · Hb_k · W_hat · Hb_n · diag(svh), f32 [k, n]
+// (input-major, padded; bias not included), e.g. to load an EXL3 linear dense.
+Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name = "exl3");
+
+}  // namespace tf

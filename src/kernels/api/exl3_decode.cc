@@ -1,17 +1,28 @@
 // EXL3 tile decoding (see exl3_decode.h for the bit-level format).
-#include "kernels/cpu/exl3_decode.h"
+#include "kernels/api/exl3_decode.h"
 
 #include <array>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "core/thread_pool.h"
 
-namespace tf::cpu {
+namespace tf {
 namespace {
+
+// fn(begin, end) over [0, n) on the global pool, in chunks worth ~32k operations of `cost` each.
+void parallel_rows(int64_t n, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  const int64_t per_item = cost < 1 ? 1 : cost;
+  ThreadPool::global().parallel_for(n, fn, per_item >= 32768 ? 1 : (32768 + per_item - 1) / per_item);
+}
+
+constexpr int64_t kBlock = kExl3Hadamard;
+constexpr float kHadamardNorm = 0.08838834764831845f;  // 1/sqrt(128)
 
 uint16_t inst_value(uint32_t x) {
   x = (x & 0x8FFF8FFFu) ^ 0x3B603B60u;
@@ -33,6 +44,28 @@ void stream_words(const int16_t* words, int bits, uint32_t* u) {
   for (int w = 0; w < 8 * bits; ++w) {
     u[w] = static_cast<uint32_t>(static_cast<uint16_t>(words[2 * w])) |
            static_cast<uint32_t>(static_cast<uint16_t>(words[2 * w + 1])) << 16;
+  }
+}
+
+// Hadamard along dim 0 of a row-major [rows, cols] matrix (rows a multiple of
+// 128): butterflies between whole rows, so the inner loop runs over contiguous columns.
+void fwht128_along_rows(float* m, int64_t rows, int64_t cols) {
+  for (int64_t b = 0; b < rows; b += kBlock) {
+    float* blk = m + b * cols;
+    for (int64_t h = 1; h < kBlock; h *= 2) {
+      for (int64_t i = 0; i < kBlock; i += 2 * h) {
+        for (int64_t r = i; r < i + h; ++r) {
+          float* a = blk + r * cols;
+          float* c = blk + (r + h) * cols;
+          for (int64_t j = 0; j < cols; ++j) {
+            const float u = a[j], v = c[j];
+            a[j] = u + v;
+            c[j] = u - v;
+          }
+        }
+      }
+    }
+    for (int64_t j = 0; j < kBlock * cols; ++j) blk[j] *= kHadamardNorm;
   }
 }
 
@@ -152,4 +185,58 @@ Tensor exl3_decode_w_hat(const Exl3Weight& w, const std::string& name) {
   return out;
 }
 
-}  // namespace tf::cpu
+std::vector<float> exl3_f16_vector(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  convert_to_f32(t.raw(), DType::kF16, v.data(), v.size());
+  return v;
+}
+
+void fwht128(float* x, int64_t n, int64_t stride) {
+  for (int64_t b = 0; b < n; b += kBlock) {
+    float* blk = x + b * stride;
+    for (int64_t h = 1; h < kBlock; h *= 2) {
+      for (int64_t i = 0; i < kBlock; i += 2 * h) {
+        for (int64_t r = i; r < i + h; ++r) {
+          const float u = blk[r * stride], v = blk[(r + h) * stride];
+          blk[r * stride] = u + v;
+          blk[(r + h) * stride] = u - v;
+        }
+      }
+    }
+    for (int64_t r = 0; r < kBlock; ++r) blk[r * stride] *= kHadamardNorm;
+  }
+}
+
+Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name) {
+  require_host_exl3(w, name);
+  const int64_t k = w.in_features(), n = w.out_features();
+  const int64_t words = w.trellis.size(2), tiles_n = w.trellis.size(1);
+  const int16_t* trellis = w.trellis.data<int16_t>();
+  const uint16_t* table = exl3_codebook_table(w.codebook);
+  Tensor out = Tensor::empty({k, n}, DType::kF32);
+  float* m = out.data<float>();
+  // One 128-row band at a time: decode, Hadamard down the columns, then along each row, then scale.
+  const std::vector<float> suh = exl3_f16_vector(w.suh), svh = exl3_f16_vector(w.svh);
+  parallel_rows(k / kBlock, kBlock * n * 16, [&](int64_t b, int64_t e) {
+    for (int64_t band = b; band < e; ++band) {
+      float* rows = m + band * kBlock * n;
+      for (int64_t i = 0; i < kBlock / kExl3Tile; ++i) {
+        const int64_t ti = band * (kBlock / kExl3Tile) + i;
+        for (int64_t j = 0; j < tiles_n; ++j) {
+          exl3_decode_tile_f32(trellis + (ti * tiles_n + j) * words, w.bits, table,
+                               rows + i * kExl3Tile * n + j * kExl3Tile, n);
+        }
+      }
+      fwht128_along_rows(rows, kBlock, n);
+      for (int64_t r = 0; r < kBlock; ++r) {
+        float* row = rows + r * n;
+        fwht128(row, n);
+        const float s = suh[band * kBlock + r];
+        for (int64_t c = 0; c < n; ++c) row[c] = row[c] * s * svh[c];
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace tf
