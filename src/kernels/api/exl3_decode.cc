@@ -3,6 +3,7 @@
 
 #include <array>
 #include <functional>
+#include <memory>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -109,6 +110,25 @@ const uint16_t* exl3_codebook_table(Exl3Codebook cb) {
   return kmcg.data();
 }
 
+const float* exl3_codebook_table_f32(Exl3Codebook cb) {
+  using FloatTable = std::array<float, 65536>;
+  auto build = [](Exl3Codebook c) {
+    auto t = std::make_unique<FloatTable>();
+    const uint16_t* h = exl3_codebook_table(c);
+    for (size_t s = 0; s < t->size(); ++s) (*t)[s] = f16_to_float(h[s]);
+    return t;
+  };
+  static const std::unique_ptr<FloatTable> k3inst = build(Exl3Codebook::k3Inst);
+  static const std::unique_ptr<FloatTable> kmcg = build(Exl3Codebook::kMcg);
+  static const std::unique_ptr<FloatTable> kmul1 = build(Exl3Codebook::kMul1);
+  switch (cb) {
+    case Exl3Codebook::k3Inst: return k3inst->data();
+    case Exl3Codebook::kMcg: return kmcg->data();
+    case Exl3Codebook::kMul1: return kmul1->data();
+  }
+  return kmcg->data();
+}
+
 Exl3TilePos exl3_tile_position(int p) {
   const int lane = p / 8, j = p % 8;
   return {2 * (lane % 4) + (j & 1) + 8 * ((j >> 1) & 1), lane / 4 + 8 * (j >> 2)};
@@ -144,12 +164,22 @@ void exl3_decode_tile(const int16_t* words, int bits, Exl3Codebook cb, uint16_t 
   }
 }
 
-void exl3_decode_tile_f32(const int16_t* words, int bits, const uint16_t* table, float* out, int64_t ld) {
+void exl3_decode_tile_f32(const int16_t* words, int bits, const float* table, float* out, int64_t ld) {
+  // Stream position p = 8 * lane + j: row 2 * (lane % 4) + (j & 1) + 8 * ((j >> 1) & 1),
+  // col lane / 4 + 8 * (j >> 2) (exl3_tile_position, unrolled over the lane's eight).
   uint16_t states[kExl3TileElems];
   exl3_tile_states(words, bits, states);
-  for (int p = 0; p < kExl3TileElems; ++p) {
-    const Exl3TilePos at = exl3_tile_position(p);
-    out[at.row * ld + at.col] = f16_to_float(table[states[p]]);
+  for (int lane = 0; lane < 32; ++lane) {
+    const uint16_t* st = states + 8 * lane;
+    float* o = out + (2 * (lane % 4)) * ld + lane / 4;
+    o[0] = table[st[0]];
+    o[ld] = table[st[1]];
+    o[8 * ld] = table[st[2]];
+    o[9 * ld] = table[st[3]];
+    o[8] = table[st[4]];
+    o[ld + 8] = table[st[5]];
+    o[8 * ld + 8] = table[st[6]];
+    o[9 * ld + 8] = table[st[7]];
   }
 }
 
@@ -212,7 +242,7 @@ Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name) {
   const int64_t k = w.in_features(), n = w.out_features();
   const int64_t words = w.trellis.size(2), tiles_n = w.trellis.size(1);
   const int16_t* trellis = w.trellis.data<int16_t>();
-  const uint16_t* table = exl3_codebook_table(w.codebook);
+  const float* table = exl3_codebook_table_f32(w.codebook);
   Tensor out = Tensor::empty({k, n}, DType::kF32);
   float* m = out.data<float>();
   // One 128-row band at a time: decode, Hadamard down the columns, then along each row, then scale.

@@ -49,8 +49,11 @@ Exl3TilePos exl3_tile_position(int p);
 void exl3_tile_states(const int16_t* words, int bits, uint16_t states[kExl3TileElems]);
 // One tile of W_hat as fp16 bits, row-major [16][16].
 void exl3_decode_tile(const int16_t* words, int bits, Exl3Codebook cb, uint16_t out[kExl3TileElems]);
-// Same, as floats, scattered into a row-major matrix with row stride `ld`.
-void exl3_decode_tile_f32(const int16_t* words, int bits, const uint16_t* table, float* out, int64_t ld);
+// Same, as floats (table: exl3_codebook_table_f32), scattered into a row-major matrix
+// with row stride `ld`.
+void exl3_decode_tile_f32(const int16_t* words, int bits, const float* table, float* out, int64_t ld);
+// exl3_codebook_table's values as floats (built once, shared): the f32 decoders' lookup.
+const float* exl3_codebook_table_f32(Exl3Codebook cb);
 
 // Throws StatusError naming `name` unless the weight passes check_exl3_weight and
 // lives on the host.

@@ -50,7 +50,7 @@ void exl3_matmul(Tensor& out, const Tensor& x, const Exl3Weight& w, const std::s
 
   const int64_t words = w.trellis.size(2), tiles_n = w.trellis.size(1);
   const int16_t* trellis = w.trellis.data<int16_t>();
-  const uint16_t* table = exl3_codebook_table(w.codebook);
+  const float* table = exl3_codebook_table_f32(w.codebook);
   float* op = out.data<float>();
   const int64_t blocks = (n_out + kBlock - 1) / kBlock;  // only the blocks the caller keeps
   parallel_rows(blocks, k * kBlock * (rows + 4), [&](int64_t b, int64_t e) {
