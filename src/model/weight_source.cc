@@ -197,7 +197,15 @@ class CheckpointWeightSource : public WeightSource {
   // decoder's W = diag(suh) Hb W_hat Hb diag(svh), padding dropped, transposed to Hugging
   // Face's orientation. (Bias, which a dense ".weight" cannot hold, is refused.)
   Expected<Tensor> exl3_dense(const std::string& canonical, const std::string& p) const {
-    TF_ASSIGN_OR_RETURN(Shape s, exl3_shape(canonical, p));
+    // The model's shape when it names one (a trellis that does not fit it is refused as
+    // mis-shaped), else the stored one.
+    auto spec = exl3_spec_shapes_.find(canonical);
+    Shape s;
+    if (spec != exl3_spec_shapes_.end() && spec->second.size() == 2) {
+      s = spec->second;
+    } else {
+      TF_ASSIGN_OR_RETURN(s, exl3_shape(canonical, p));
+    }
     const int64_t out = s[0], in = s[1];
     TF_ASSIGN_OR_RETURN(Exl3Weight w, load_exl3_linear(*ckpt_, p, in, out, exl3_->codebook));
     if (!w.bias.is_null()) {

@@ -309,10 +309,13 @@ TEST(Glm5Exl3, UnservableQuantizationConfigIsRefusedAtOpen) {
 }
 
 // Copies the EXL3 checkpoint with one tensor replaced (a null tensor removes it) or added.
-std::string edited_copy(const Exl3Pair& p, const std::string& name, const Tensor& value, const std::string& tag) {
+// `from` (default: the experts-only EXL3 checkpoint) names the checkpoint to copy.
+std::string edited_copy(const Exl3Pair& p, const std::string& name, const Tensor& value, const std::string& tag,
+                        std::string from = "") {
+  if (from.empty()) from = p.exl3.dir;
   const std::string dir = p.root + "/" + tag;
   fs::create_directories(dir);
-  auto ckpt = Checkpoint::open(p.exl3.dir);
+  auto ckpt = Checkpoint::open(from);
   if (!ckpt.has_value()) throw StatusError(ckpt.status());
   Tensors t;
   bool replaced = false;
@@ -327,7 +330,7 @@ std::string edited_copy(const Exl3Pair& p, const std::string& name, const Tensor
   if (!replaced) t.emplace_back(name, value);
   Status s = write_safetensors(dir + "/model.safetensors", t);
   if (!s.is_ok()) throw StatusError(s);
-  fs::copy_file(p.exl3.dir + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(from + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
   return dir;
 }
 
@@ -365,6 +368,38 @@ TEST(Glm5Exl3, BrokenCheckpointsAreRefusedNamingTheTensor) {
       s = m.status();
     }
     EXPECT_NE(s.message().find(c.name), std::string::npos) << c.tag << ": " << s.to_string();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << c.tag << ": " << s.to_string();
+  }
+}
+
+// The same checks for an EXL3 linear outside the routed experts (dequantized at load).
+TEST(Glm5Exl3, BrokenNonExpertLinearsAreRefusedNamingTheTensor) {
+  const Exl3Pair& p = pair();
+  const FullPair& f = full_pair();
+  const std::string q = "model.language_model.layers.0.self_attn.q_proj.";
+  struct Case {
+    std::string tag, name;
+    Tensor value;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"full_truncated", q + "trellis", Tensor::zeros({8, 8, 63}, DType::kI16), "truncated tile bitstreams"},
+      {"full_misshaped", "lm_head.trellis", Tensor::zeros({8, 8, 64}, DType::kI16), "needs [8, 24, "},
+      {"full_marker", q + "mul2", Tensor::zeros({}, DType::kI32), "unknown companion"},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = edited_copy(p, c.name, c.value, c.tag, f.exl3.dir);
+    auto comm = make_single_rank_communicator();
+    Status s;
+    auto ws = open_weight_source(dir, f.exl3.config);
+    if (!ws.has_value()) {
+      s = ws.status();
+    } else {
+      auto m = Glm5Model::load(f.exl3.config, **ws, cpu_ops(), *comm);
+      ASSERT_FALSE(m.has_value()) << c.tag << ": loaded";
+      s = m.status();
+    }
+    EXPECT_NE(s.message().find(c.name.substr(0, c.name.rfind('.'))), std::string::npos) << c.tag << ": " << s.to_string();
     EXPECT_NE(s.message().find(c.needle), std::string::npos) << c.tag << ": " << s.to_string();
   }
 }
