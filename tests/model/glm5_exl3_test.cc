@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -31,6 +32,16 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// `base` (its prompt and references) for the checkpoint written to `dir`, with that config.
+Fixture fixture_at(const Fixture& base, const std::string& dir) {
+  Fixture f = base;
+  f.dir = dir;
+  auto c = load_glm5_config(dir);
+  if (!c.has_value()) throw StatusError(c.status());
+  f.config = *c;
+  return f;
 }
 
 // The two checkpoints, written once per test binary under the temp dir.
@@ -98,12 +109,8 @@ const Exl3Pair& pair() {
     }
     s = write_safetensors(r.root + "/dense/model.safetensors", dense);
     if (!s.is_ok()) throw StatusError(s);
-    for (Fixture* f : {&r.exl3, &r.dense}) *f = r.original;
-    r.exl3.dir = r.root + "/exl3";
-    r.dense.dir = r.root + "/dense";
-    auto c = load_glm5_config(r.exl3.dir);
-    if (!c.has_value()) throw StatusError(c.status());
-    r.exl3.config = *c;
+    r.exl3 = fixture_at(r.original, r.root + "/exl3");
+    r.dense = fixture_at(r.original, r.root + "/dense");
     return r;
   }();
   return p;
@@ -149,21 +156,33 @@ TEST(Glm5Exl3, CheckpointValidates) {
   EXPECT_TRUE(ws->get_f32("model.language_model.layers.1.mlp.gate.weight").has_value());
 }
 
+// Greedy runs (6 decode steps) of two checkpoints that must be the same model up to f32
+// summation order: the prefill and every step's logits within 1e-5, the same tokens.
+// Returns the first one's run.
+TpRun expect_same_model(const Fixture& x, const Fixture& y, const char* what) {
+  auto c1 = make_single_rank_communicator(), c2 = make_single_rank_communicator();
+  auto a = run_greedy(x, *c1, 6);
+  auto b = run_greedy(y, *c2, 6);
+  if (!a.has_value() || !b.has_value()) {
+    ADD_FAILURE() << what << ": " << (a.has_value() ? b.status() : a.status()).to_string();
+    return TpRun();
+  }
+  const double prefill = rel_err(a->prefill, b->prefill);
+  std::printf("%s: prefill max|d|/max|ref| = %.3g\n", what, prefill);
+  EXPECT_LT(prefill, 1e-5) << what;
+  EXPECT_EQ(a->decode.size(), b->decode.size()) << what;
+  for (size_t i = 0; i < std::min(a->decode.size(), b->decode.size()); ++i)
+    EXPECT_LT(rel_err(a->decode[i], b->decode[i]), 1e-5) << what << " step " << i;
+  EXPECT_EQ(a->tokens, b->tokens) << what;
+  return std::move(*a);
+}
+
 TEST(Glm5Exl3, MatchesTheDequantizedModel) {
   const Exl3Pair& p = pair();
-  auto c1 = make_single_rank_communicator(), c2 = make_single_rank_communicator();
-  auto a = run_greedy(p.exl3, *c1, 6);
-  ASSERT_TRUE(a.has_value()) << a.status().to_string();
-  auto b = run_greedy(p.dense, *c2, 6);
-  ASSERT_TRUE(b.has_value()) << b.status().to_string();
-  const double prefill = rel_err(a->prefill, b->prefill);
-  std::printf("EXL3 vs dequantized: prefill max|d|/max|ref| = %.3g\n", prefill);
-  EXPECT_LT(prefill, 1e-5);
-  ASSERT_EQ(a->decode.size(), b->decode.size());
-  for (size_t i = 0; i < a->decode.size(); ++i) EXPECT_LT(rel_err(a->decode[i], b->decode[i]), 1e-5) << "step " << i;
-  EXPECT_EQ(a->tokens, b->tokens);
+  const TpRun a = expect_same_model(p.exl3, p.dense, "EXL3 vs dequantized");
+  ASSERT_FALSE(a.prefill.is_null());
   // The experts were really replaced: the original fixture's logits are far away.
-  EXPECT_GT(rel_err(a->prefill, p.original.prompt_logits), 1e-3);
+  EXPECT_GT(rel_err(a.prefill, p.original.prompt_logits), 1e-3);
 }
 
 // An exllamav3-style conversion: every linear but the routers EXL3 (here the routed
@@ -221,13 +240,8 @@ const FullPair& full_pair() {
     cfg["quantization_config"] = {{"quant_method", "exl3"}, {"version", "0.0.43"}, {"bits", 4.6},
                                   {"codebook", "mcg"},      {"out_scales", "auto"}};
     std::ofstream(p.root + "/full/config.json") << cfg.dump(1);
-    f.exl3 = p.exl3;
-    f.dense = p.dense;
-    f.exl3.dir = p.root + "/full";
-    f.dense.dir = p.root + "/full_dense";
-    auto c = load_glm5_config(f.exl3.dir);
-    if (!c.has_value()) throw StatusError(c.status());
-    f.exl3.config = *c;
+    f.exl3 = fixture_at(p.original, p.root + "/full");
+    f.dense = fixture_at(p.original, p.root + "/full_dense");
     return f;
   }();
   return r;
@@ -265,22 +279,13 @@ TEST(Glm5Exl3, ExllamaV3FullConversionMatchesTheDequantizedModel) {
     ASSERT_EQ(got->shape(), want.shape()) << n;
     EXPECT_EQ(std::memcmp(got->raw(), want.raw(), static_cast<size_t>(want.nbytes())), 0) << n;
   }
-  auto c1 = make_single_rank_communicator(), c2 = make_single_rank_communicator();
-  auto a = run_greedy(p.exl3, *c1, 6);
-  ASSERT_TRUE(a.has_value()) << a.status().to_string();
-  auto b = run_greedy(p.dense, *c2, 6);
-  ASSERT_TRUE(b.has_value()) << b.status().to_string();
-  const double prefill = rel_err(a->prefill, b->prefill);
-  std::printf("exllamav3-style full EXL3 vs dequantized: prefill max|d|/max|ref| = %.3g\n", prefill);
-  EXPECT_LT(prefill, 1e-5);
-  ASSERT_EQ(a->decode.size(), b->decode.size());
-  for (size_t i = 0; i < a->decode.size(); ++i) EXPECT_LT(rel_err(a->decode[i], b->decode[i]), 1e-5) << "step " << i;
-  EXPECT_EQ(a->tokens, b->tokens);
+  const TpRun a = expect_same_model(p.exl3, p.dense, "exllamav3-style full EXL3 vs dequantized");
+  ASSERT_FALSE(a.prefill.is_null());
   // The linears were really replaced: the experts-only checkpoint's logits are far away.
   auto c3 = make_single_rank_communicator();
   auto e = run_greedy(pair().exl3, *c3, 0);
   ASSERT_TRUE(e.has_value()) << e.status().to_string();
-  EXPECT_GT(rel_err(a->prefill, e->prefill), 1e-3);
+  EXPECT_GT(rel_err(a.prefill, e->prefill), 1e-3);
 }
 
 // MoE intermediate 32 split over 2 ranks gives 16-channel shards: refused.
@@ -334,36 +339,25 @@ std::string edited_copy(const Exl3Pair& p, const std::string& name, const Tensor
   return dir;
 }
 
-// The checks through the serving path (open_weight_source + Glm5Model::load):
-// a truncated or mis-shaped trellis, an unknown codebook marker and a trellis beside a
-// dense weight (which one would be meant?) each fail with a message naming the tensor.
-TEST(Glm5Exl3, BrokenCheckpointsAreRefusedNamingTheTensor) {
-  const Exl3Pair& p = pair();
-  const std::string e = "model.language_model.layers.2.mlp.experts.5.";
-  struct Case {
-    std::string tag, name;
-    Tensor value;
-    std::string needle;
-  };
-  Tensor marker = Tensor::zeros({}, DType::kI32);
-  const std::vector<Case> cases = {
-      {"truncated", e + "up_proj.trellis", Tensor::zeros({8, 8, 63}, DType::kI16), "truncated tile bitstreams"},
-      {"misshaped", e + "down_proj.trellis", Tensor::zeros({8, 16, 64}, DType::kI16), "needs [8, 8, 64]"},
-      {"k9", e + "gate_proj.trellis", Tensor::zeros({8, 8, 144}, DType::kI16), "1 to 8"},
-      {"no_svh", e + "gate_proj.svh", Tensor(), "has no"},
-      {"marker", e + "gate_proj.mul2", marker, "unknown companion"},
-      {"stray", "model.language_model.layers.0.self_attn.o_proj.trellis", Tensor::zeros({8, 8, 64}, DType::kI16),
-       "no weight of the model uses"},
-  };
-  for (const Case& c : cases) {
-    const std::string dir = edited_copy(p, c.name, c.value, c.tag);
+// A checkpoint edit and what its refusal must say.
+struct BrokenCase {
+  std::string tag, name;  // the edited copy's folder name; the tensor replaced or added
+  Tensor value;           // null: the tensor is removed
+  std::string needle;     // in the refusal, beside the tensor's name
+};
+
+// Each edit of `from` (open_weight_source + Glm5Model::load on the CPU) must be refused,
+// naming the tensor and saying `needle`.
+void expect_refusals(const std::vector<BrokenCase>& cases, const std::string& from, const Glm5Config& config) {
+  for (const BrokenCase& c : cases) {
+    const std::string dir = edited_copy(pair(), c.name, c.value, c.tag, from);
     auto comm = make_single_rank_communicator();
     Status s;
-    auto ws = open_weight_source(dir, p.exl3.config);
+    auto ws = open_weight_source(dir, config);
     if (!ws.has_value()) {
       s = ws.status();
     } else {
-      auto m = Glm5Model::load(p.exl3.config, **ws, cpu_ops(), *comm);
+      auto m = Glm5Model::load(config, **ws, cpu_ops(), *comm);
       ASSERT_FALSE(m.has_value()) << c.tag << ": loaded";
       s = m.status();
     }
@@ -372,36 +366,37 @@ TEST(Glm5Exl3, BrokenCheckpointsAreRefusedNamingTheTensor) {
   }
 }
 
+// The checks through the serving path (open_weight_source + Glm5Model::load):
+// a truncated or mis-shaped trellis, an unknown codebook marker and a trellis beside a
+// dense weight (which one would be meant?) each fail with a message naming the tensor.
+TEST(Glm5Exl3, BrokenCheckpointsAreRefusedNamingTheTensor) {
+  const Exl3Pair& p = pair();
+  const std::string e = "model.language_model.layers.2.mlp.experts.5.";
+  Tensor marker = Tensor::zeros({}, DType::kI32);
+  expect_refusals(
+      {
+          {"truncated", e + "up_proj.trellis", Tensor::zeros({8, 8, 63}, DType::kI16), "truncated tile bitstreams"},
+          {"misshaped", e + "down_proj.trellis", Tensor::zeros({8, 16, 64}, DType::kI16), "needs [8, 8, 64]"},
+          {"k9", e + "gate_proj.trellis", Tensor::zeros({8, 8, 144}, DType::kI16), "1 to 8"},
+          {"no_svh", e + "gate_proj.svh", Tensor(), "has no"},
+          {"marker", e + "gate_proj.mul2", marker, "unknown companion"},
+          {"stray", "model.language_model.layers.0.self_attn.o_proj.trellis", Tensor::zeros({8, 8, 64}, DType::kI16),
+           "no weight of the model uses"},
+      },
+      p.exl3.dir, p.exl3.config);
+}
+
 // The same checks for an EXL3 linear outside the routed experts (dequantized at load).
 TEST(Glm5Exl3, BrokenNonExpertLinearsAreRefusedNamingTheTensor) {
-  const Exl3Pair& p = pair();
   const FullPair& f = full_pair();
   const std::string q = "model.language_model.layers.0.self_attn.q_proj.";
-  struct Case {
-    std::string tag, name;
-    Tensor value;
-    std::string needle;
-  };
-  const std::vector<Case> cases = {
-      {"full_truncated", q + "trellis", Tensor::zeros({8, 8, 63}, DType::kI16), "truncated tile bitstreams"},
-      {"full_misshaped", "lm_head.trellis", Tensor::zeros({8, 8, 64}, DType::kI16), "needs [8, 24, "},
-      {"full_marker", q + "mul2", Tensor::zeros({}, DType::kI32), "unknown companion"},
-  };
-  for (const Case& c : cases) {
-    const std::string dir = edited_copy(p, c.name, c.value, c.tag, f.exl3.dir);
-    auto comm = make_single_rank_communicator();
-    Status s;
-    auto ws = open_weight_source(dir, f.exl3.config);
-    if (!ws.has_value()) {
-      s = ws.status();
-    } else {
-      auto m = Glm5Model::load(f.exl3.config, **ws, cpu_ops(), *comm);
-      ASSERT_FALSE(m.has_value()) << c.tag << ": loaded";
-      s = m.status();
-    }
-    EXPECT_NE(s.message().find(c.name.substr(0, c.name.rfind('.'))), std::string::npos) << c.tag << ": " << s.to_string();
-    EXPECT_NE(s.message().find(c.needle), std::string::npos) << c.tag << ": " << s.to_string();
-  }
+  expect_refusals(
+      {
+          {"full_truncated", q + "trellis", Tensor::zeros({8, 8, 63}, DType::kI16), "truncated tile bitstreams"},
+          {"full_misshaped", "lm_head.trellis", Tensor::zeros({8, 8, 64}, DType::kI16), "needs [8, 24, "},
+          {"full_marker", q + "mul2", Tensor::zeros({}, DType::kI32), "unknown companion"},
+      },
+      f.exl3.dir, f.exl3.config);
 }
 
 // tiny-flat with MoE intermediate 256 (shared expert regenerated at that width, routed
