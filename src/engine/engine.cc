@@ -63,7 +63,8 @@ Expected<SamplingDefaults> sampling_defaults(const nlohmann::json& g, const fs::
 // Bytes the backend will hold for the weights (memory_plan.h: the matrix dtype, and
 // the matrices DENSE re-quantizes at their format's bytes).
 int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DType matrix_dtype,
-                              MatrixFormat dense = MatrixFormat::kDense, MatrixFormat head = MatrixFormat::kDense) {
+                              MatrixFormat dense = MatrixFormat::kDense, MatrixFormat head = MatrixFormat::kDense,
+                              const Exl3DenseLinears& exl3_dense = {}) {
   WeightBytesInput in;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -76,13 +77,8 @@ int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DTy
   in.head = head;
   if (head != MatrixFormat::kDense) in.head_elements = lm_head_elements(config);
   if (in.fp8_checkpoint) in.fp8_kept_elements = routed_expert_elements(config);
-  if (config.quantization.method == "exl3") {
-    if (auto ckpt = Checkpoint::open(dir.string()); ckpt.has_value()) {  // else loading reports it
-      const Exl3DenseLinears d = exl3_dense_linears(**ckpt);
-      in.exl3_dense_elements = d.elements;
-      in.exl3_dense_file_bytes = d.file_bytes;
-    }
-  }
+  in.exl3_dense_elements = exl3_dense.elements;
+  in.exl3_dense_file_bytes = exl3_dense.file_bytes;
   return tf::estimate_weight_bytes(in);
 }
 
@@ -200,7 +196,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   const MatrixFormat dense_quant = dense_quant_format(dense).value_or(MatrixFormat::kDense);
   // LM_HEAD: "" / "dense" keeps lm_head unquantized; q4 / fp8 as DENSE's formats.
   const MatrixFormat head_quant = dense_quant_format(options.lm_head).value_or(MatrixFormat::kDense);
-  const int64_t weight_bytes = estimate_weight_bytes(dir, m.config, matrix_dtype, dense_quant, head_quant);
+  // An exllamav3 conversion's EXL3 linears outside the routed experts: dequantized at load.
+  Exl3DenseLinears exl3_dense;
+  if (m.config.quantization.method == "exl3") {
+    if (auto ckpt = Checkpoint::open(dir.string()); ckpt.has_value()) exl3_dense = exl3_dense_linears(**ckpt);
+    if (exl3_dense.linears > 0)
+      TF_LOG_INFO("{} EXL3 linears outside the routed experts ({:.3g} GB stored) are dequantized at load, then DENSE={} "
+                  "/ LM_HEAD={}", exl3_dense.linears, exl3_dense.file_bytes / 1e9, dense,
+                  options.lm_head.empty() ? "dense" : options.lm_head);
+  }
+  const int64_t weight_bytes =
+      estimate_weight_bytes(dir, m.config, matrix_dtype, dense_quant, head_quant, exl3_dense);
   // Weights, cache pool and stream states live where the model computes.
   int64_t available = host_available_bytes();
 #if TF_HAVE_CUDA
@@ -240,7 +246,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
 
   const auto t0 = std::chrono::steady_clock::now();
   // Progress counts the f32 bytes the source hands out, whatever the matrices become.
-  ProgressWeightSource progress(**weights, estimate_weight_bytes(dir, m.config, DType::kF32));
+  ProgressWeightSource progress(**weights, estimate_weight_bytes(dir, m.config, DType::kF32, MatrixFormat::kDense,
+                                                                 MatrixFormat::kDense, exl3_dense));
   Glm5Options mo;
   mo.latent_dtype = latent_dtype(options.kv);
   mo.weight_dtype = matrix_dtype;

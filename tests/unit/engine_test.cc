@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -14,6 +16,9 @@
 
 #include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
+#include "kernels/api/exl3_decode.h"
+#include "model/exl3_synthetic.h"
+#include "model/safetensors.h"
 
 namespace tf::engine {
 namespace {
@@ -305,6 +310,72 @@ TEST_F(EngineTest, LmHeadIsCheckedAndServes) {
   auto refused = Engine::create(o);
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.status().message().find("LM_HEAD"), std::string::npos) << refused.status().to_string();
+}
+
+// An exllamav3-style conversion of the demo checkpoint (every linear outside the routed
+// experts and routers stored EXL3, lm_head included; quantization_config without a scope)
+// serves the same greedy reply as its twin holding those linears dequantized: the engine
+// opens, plans memory for and loads it like any checkpoint.
+TEST_F(EngineTest, Exl3ConversionServesLikeItsDequantizedTwin) {
+  const fs::path exl3_dir = root_ / "exl3-all", twin_dir = root_ / "exl3-twin";
+  for (const fs::path& d : {exl3_dir, twin_dir}) {
+    fs::create_directories(d);
+    for (const auto& f : fs::directory_iterator(model_dir_))
+      if (f.path().extension() != ".safetensors" && f.path().filename() != "config.json")
+        fs::copy_file(f.path(), d / f.path().filename(), fs::copy_options::overwrite_existing);
+  }
+  auto ckpt = Checkpoint::open(model_dir_);
+  ASSERT_TRUE(ckpt.has_value()) << ckpt.status().to_string();
+  std::vector<std::pair<std::string, Tensor>> exl3, twin;
+  uint64_t salt = 1;
+  int converted = 0;
+  for (const std::string& n : (*ckpt)->names()) {
+    const Tensor t = *(*ckpt)->tensor(n);
+    const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
+                        n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos &&
+                        n.find(".experts.") == std::string::npos;
+    if (!linear) {
+      exl3.emplace_back(n, t);
+      twin.emplace_back(n, t);
+      continue;
+    }
+    const Tensor v = t.to_f32();
+    double ss = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) ss += double(v.data<float>()[i]) * v.data<float>()[i];
+    Exl3SyntheticOptions o;
+    o.weight_rms = static_cast<float>(std::sqrt(ss / double(v.numel())));
+    const int64_t out = t.size(0), in = t.size(1);
+    const Exl3Weight w = make_synthetic_exl3_linear(in, out, o, salt++);
+    for (auto& x : exl3_linear_tensors(n.substr(0, n.size() - 7), w)) exl3.push_back(x);
+    twin.emplace_back(n, exl3_dequantize(w).slice(0, 0, in).slice(1, 0, out).transpose(0, 1).contiguous());
+    ++converted;
+  }
+  ASSERT_GT(converted, 10);
+  ASSERT_TRUE(write_safetensors((exl3_dir / "model.safetensors").string(), exl3).is_ok());
+  ASSERT_TRUE(write_safetensors((twin_dir / "model.safetensors").string(), twin).is_ok());
+  std::ifstream in(fs::path(model_dir_) / "config.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  std::ofstream(twin_dir / "config.json") << cfg.dump(1);
+  cfg["quantization_config"] = {{"quant_method", "exl3"}, {"version", "0.0.43"}, {"bits", 4.0}, {"codebook", "mcg"}};
+  std::ofstream(exl3_dir / "config.json") << cfg.dump(1);
+
+  std::string replies[2];
+  for (int i = 0; i < 2; ++i) {
+    EngineOptions o = demo_options();
+    o.model_dir = (i == 0 ? exl3_dir : twin_dir).string();
+    o.parallel = 1;
+    o.context = 256;
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.has_value()) << o.model_dir << ": " << e.status().to_string();
+    Collector c;
+    ASSERT_TRUE((*e)->submit(request("x", "The lighthouse keeper", 8, 0.0), c.sink()).is_ok());
+    ASSERT_TRUE(c.wait());
+    ASSERT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(c.finish[0].completion_tokens, 8);
+    replies[i] = c.text[0];
+  }
+  EXPECT_EQ(replies[0], replies[1]);
+  EXPECT_NE(replies[0], run(request("y", "The lighthouse keeper", 8, 0.0)));  // the linears were replaced
 }
 
 }  // namespace tf::engine
