@@ -50,6 +50,7 @@ class CheckpointWeightSource : public WeightSource {
     if (tie_) spec.push_back({"lm_head.weight", {}});  // an untied copy on disk is used, not unknown
     std::vector<WeightAlias> aliases;
     for (const WeightSpecEntry& e : spec) {
+      spec_names_.insert(e.name);
       const WeightAlias* a = resolve(e.name, &aliases);
       if (a == nullptr) {
         const std::string p = exl3_prefix(e.name);
@@ -193,9 +194,9 @@ class CheckpointWeightSource : public WeightSource {
     return "";
   }
 
-  // An EXL3-stored linear as the dense f32 [out, in] it stands for: the CPU's reference
-  // decoder's W = diag(suh) Hb W_hat Hb diag(svh), padding dropped, transposed to Hugging
-  // Face's orientation. (Bias, which a dense ".weight" cannot hold, is refused.)
+  // An EXL3-stored linear as the dense f32 [out, in] it stands for: the format's reference
+  // W = diag(suh) Hb W_hat Hb diag(svh) (exl3_dequantize), padding dropped, transposed to
+  // Hugging Face's orientation. The bias is not part of it (see below).
   Expected<Tensor> exl3_dense(const std::string& canonical, const std::string& p) const {
     // The model's shape when it names one (a trellis that does not fit it is refused as
     // mis-shaped), else the stored one.
@@ -208,8 +209,11 @@ class CheckpointWeightSource : public WeightSource {
     }
     const int64_t out = s[0], in = s[1];
     TF_ASSIGN_OR_RETURN(Exl3Weight w, load_exl3_linear(*ckpt_, p, in, out, exl3_->codebook));
-    if (!w.bias.is_null()) {
-      return unimplemented(ckpt_->file_of(p + ".bias") + ": EXL3 linear '" + p +
+    // Its bias, stored as P.bias, is the model's own bias tensor when the model's linear
+    // takes one (read under that name); else it would be dropped: refused.
+    const std::string bias_name = canonical.substr(0, canonical.size() - 7) + ".bias";
+    if (!w.bias.is_null() && !spec_names_.count(bias_name)) {
+      return unimplemented(ckpt_->file_of(p + ".bias") + ": tensor '" + p + ".bias': the EXL3 linear '" + p +
                            "' has a bias, which the model's '" + canonical + "' does not take");
     }
     Tensor full;
@@ -345,6 +349,7 @@ class CheckpointWeightSource : public WeightSource {
   std::vector<std::string> unknown_;
   std::optional<Exl3QuantConfig> exl3_;             // set for EXL3 checkpoints
   std::map<std::string, Shape> exl3_spec_shapes_;   // canonical -> spec shape, EXL3-stored tensors
+  std::set<std::string> spec_names_;                // every canonical name of the model
   Status exl3_error_;
 };
 

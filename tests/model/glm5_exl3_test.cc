@@ -395,6 +395,8 @@ TEST(Glm5Exl3, BrokenNonExpertLinearsAreRefusedNamingTheTensor) {
           {"full_truncated", q + "trellis", Tensor::zeros({8, 8, 63}, DType::kI16), "truncated tile bitstreams"},
           {"full_misshaped", "lm_head.trellis", Tensor::zeros({8, 8, 64}, DType::kI16), "needs [8, 24, "},
           {"full_marker", q + "mul2", Tensor::zeros({}, DType::kI32), "unknown companion"},
+          // GLM-5.3's KDA projections take no bias: one beside the trellis would be dropped.
+          {"full_bias", q + "bias", Tensor::zeros({128}, DType::kF16), "does not take"},
       },
       f.exl3.dir, f.exl3.config);
 }
