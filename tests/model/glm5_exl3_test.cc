@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -185,11 +186,55 @@ TEST(Glm5Exl3, MatchesTheDequantizedModel) {
   EXPECT_GT(rel_err(a.prefill, p.original.prompt_logits), 1e-3);
 }
 
-// An exllamav3-style conversion: every linear but the routers EXL3 (here the routed
-// experts of pair() plus every other 2-D ".weight" but the embedding and the routers,
-// lm_head included, each with the RMS of the weight it replaces), quantization_config
-// without a scope and with the default head_bits. Its dense twin holds those linears
-// dequantized. The loader dequantizes the non-expert linears to the same f32 values.
+// exllamav3's quantization_config: no scope, the default head_bits (6).
+nlohmann::json exllama_quantization_config() {
+  return {{"quant_method", "exl3"}, {"version", "0.0.43"}, {"bits", 4.6}, {"codebook", "mcg"}, {"out_scales", "auto"}};
+}
+
+// The tensors of checkpoint `src` with every 2-D ".weight" outside the routed experts but
+// the embedding and the routers (lm_head included) stored EXL3 as exllamav3 does (K 4 or
+// 6, each with the RMS of the weight it replaces); the rest as they are. `dequantized`
+// receives those linears' dense values under their names.
+Tensors exllama_conversion(const std::string& src, Tensors* dequantized) {
+  auto ckpt = Checkpoint::open(src);
+  if (!ckpt.has_value()) throw StatusError(ckpt.status());
+  Tensors out;
+  uint64_t salt = 100;
+  for (const std::string& n : (*ckpt)->names()) {
+    const Tensor t = *(*ckpt)->tensor(n);
+    const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
+                        n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos &&
+                        n.find(".mlp.experts.") == std::string::npos;
+    if (!linear) {
+      out.emplace_back(n, t);
+      continue;
+    }
+    const Tensor v = t.to_f32();
+    double ss = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) ss += double(v.data<float>()[i]) * v.data<float>()[i];
+    Exl3SyntheticOptions o;
+    o.seed = 5;
+    o.bits = salt % 2 ? 4 : 6;  // K per linear varies, as exllamav3's strategies make it
+    o.weight_rms = static_cast<float>(std::sqrt(ss / double(v.numel())));
+    const int64_t rows = t.size(0), cols = t.size(1);
+    const Exl3Weight w = make_synthetic_exl3_linear(cols, rows, o, salt++);
+    for (auto& x : exl3_linear_tensors(n.substr(0, n.size() - 7), w)) out.push_back(x);
+    dequantized->emplace_back(n, dense_weight(w, cols, rows));
+  }
+  return out;
+}
+
+// Writes `tensors` and `config` as checkpoint folder `dir`.
+void write_checkpoint(const std::string& dir, const Tensors& tensors, const nlohmann::json& config) {
+  fs::create_directories(dir);
+  Status s = write_safetensors(dir + "/model.safetensors", tensors);
+  if (!s.is_ok()) throw StatusError(s);
+  std::ofstream(dir + "/config.json") << config.dump(1);
+}
+
+// An exllamav3-style conversion of pair()'s EXL3 checkpoint (routed experts EXL3 already)
+// and its dense twin: pair()'s dense twin with the converted linears dequantized. The
+// loader dequantizes the non-expert linears to the same f32 values.
 struct FullPair {
   Fixture exl3, dense;
   std::vector<std::string> replaced;  // the non-expert linears stored EXL3
@@ -199,47 +244,19 @@ const FullPair& full_pair() {
   static FullPair r = [] {
     const Exl3Pair& p = pair();
     FullPair f;
-    auto src = Checkpoint::open(p.exl3.dir);
+    Tensors dequantized;
+    const Tensors exl3 = exllama_conversion(p.exl3.dir, &dequantized);
+    std::map<std::string, Tensor> replace(dequantized.begin(), dequantized.end());
+    for (const auto& [n, t] : dequantized) f.replaced.push_back(n);
     auto twin = Checkpoint::open(p.dense.dir);
-    if (!src.has_value()) throw StatusError(src.status());
     if (!twin.has_value()) throw StatusError(twin.status());
-    Tensors exl3, dense;
+    Tensors dense;
     for (const std::string& n : (*twin)->names())
-      if (n.find(".mlp.experts.") != std::string::npos) dense.emplace_back(n, *(*twin)->tensor(n));
-    uint64_t salt = 100;
-    for (const std::string& n : (*src)->names()) {
-      const Tensor t = *(*src)->tensor(n);
-      const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
-                          n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos;
-      if (n.find(".mlp.experts.") != std::string::npos || !linear) {
-        exl3.emplace_back(n, t);
-        if (n.find(".mlp.experts.") == std::string::npos) dense.emplace_back(n, t);
-        continue;
-      }
-      const Tensor v = t.to_f32();
-      double ss = 0;
-      for (int64_t i = 0; i < v.numel(); ++i) ss += double(v.data<float>()[i]) * v.data<float>()[i];
-      Exl3SyntheticOptions o;
-      o.seed = 5;
-      o.bits = salt % 2 ? 4 : 6;  // K per linear varies, as exllamav3's strategies make it
-      o.weight_rms = static_cast<float>(std::sqrt(ss / double(v.numel())));
-      const int64_t out = t.size(0), in = t.size(1);
-      const Exl3Weight w = make_synthetic_exl3_linear(in, out, o, salt++);
-      const std::string prefix = n.substr(0, n.size() - 7);
-      for (auto& x : exl3_linear_tensors(prefix, w)) exl3.push_back(x);
-      dense.emplace_back(n, dense_weight(w, in, out));
-      f.replaced.push_back(n);
-    }
-    for (const auto& [dir, tensors] : {std::pair{p.root + "/full", &exl3}, std::pair{p.root + "/full_dense", &dense}}) {
-      fs::create_directories(dir);
-      Status s = write_safetensors(dir + "/model.safetensors", *tensors);
-      if (!s.is_ok()) throw StatusError(s);
-    }
+      dense.emplace_back(n, replace.count(n) ? replace.at(n) : *(*twin)->tensor(n));
     nlohmann::json cfg = nlohmann::json::parse(read_text(p.dense.dir + "/config.json"));
-    std::ofstream(p.root + "/full_dense/config.json") << cfg.dump(1);
-    cfg["quantization_config"] = {{"quant_method", "exl3"}, {"version", "0.0.43"}, {"bits", 4.6},
-                                  {"codebook", "mcg"},      {"out_scales", "auto"}};
-    std::ofstream(p.root + "/full/config.json") << cfg.dump(1);
+    write_checkpoint(p.root + "/full_dense", dense, cfg);
+    cfg["quantization_config"] = exllama_quantization_config();
+    write_checkpoint(p.root + "/full", exl3, cfg);
     f.exl3 = fixture_at(p.original, p.root + "/full");
     f.dense = fixture_at(p.original, p.root + "/full_dense");
     return f;
@@ -453,8 +470,8 @@ Fixture wide_fixture() {
   return f;
 }
 
-TEST(Glm5Exl3, TensorParallelMatchesOneRank) {
-  const Fixture f = wide_fixture();
+// Two tensor-parallel ranks give one rank's logits (within f32 summation order) and tokens.
+void expect_tp2_matches_tp1(const Fixture& f, const char* what) {
   auto c1 = make_single_rank_communicator();
   auto one = run_greedy(f, *c1, 6);
   ASSERT_TRUE(one.has_value()) << one.status().to_string();
@@ -462,10 +479,25 @@ TEST(Glm5Exl3, TensorParallelMatchesOneRank) {
     auto r = run_greedy(f, comm, 6);
     ASSERT_TRUE(r.has_value()) << r.status().to_string();
     const double err = rel_err(r->prefill, one->prefill);
-    EXPECT_LT(err, 1e-5) << "rank " << rank;
-    if (rank == 0) std::printf("EXL3 TP=2 vs TP=1: prefill max|d|/max|ref| = %.3g\n", err);
-    EXPECT_EQ(r->tokens, one->tokens) << "rank " << rank;
+    EXPECT_LT(err, 1e-5) << what << " rank " << rank;
+    if (rank == 0) std::printf("%s TP=2 vs TP=1: prefill max|d|/max|ref| = %.3g\n", what, err);
+    EXPECT_EQ(r->tokens, one->tokens) << what << " rank " << rank;
   });
+}
+
+TEST(Glm5Exl3, TensorParallelMatchesOneRank) { expect_tp2_matches_tp1(wide_fixture(), "EXL3"); }
+
+// The same with the wide checkpoint's other linears stored EXL3 as well: each rank
+// dequantizes them and keeps its rows / columns, as it does a BF16 checkpoint's.
+TEST(Glm5Exl3, ExllamaV3FullConversionTensorParallelMatchesOneRank) {
+  const Fixture wide = wide_fixture();
+  const std::string dir = pair().root + "/wide_full";
+  Tensors unused;
+  nlohmann::json cfg = nlohmann::json::parse(read_text(wide.dir + "/config.json"));
+  cfg["quantization_config"] = exllama_quantization_config();
+  write_checkpoint(dir, exllama_conversion(wide.dir, &unused), cfg);
+  ASSERT_GT(unused.size(), 40u);
+  expect_tp2_matches_tp1(fixture_at(wide, dir), "exllamav3-style full EXL3");
 }
 
 }  // namespace
