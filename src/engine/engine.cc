@@ -201,8 +201,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (m.config.quantization.method == "exl3") {
     if (auto ckpt = Checkpoint::open(dir.string()); ckpt.has_value()) exl3_dense = exl3_dense_linears(**ckpt);
     if (exl3_dense.linears > 0)
-      TF_LOG_INFO("{} EXL3 linears outside the routed experts ({:.3g} GB stored) are dequantized at load, then DENSE={} "
-                  "/ LM_HEAD={}", exl3_dense.linears, exl3_dense.file_bytes / 1e9, dense,
+      TF_LOG_INFO("{} EXL3 linears outside the routed experts ({:.3g} GB stored) are dequantized at load, "
+                  "then DENSE={} / LM_HEAD={}",
+                  exl3_dense.linears, exl3_dense.file_bytes / 1e9, dense,
                   options.lm_head.empty() ? "dense" : options.lm_head);
   }
   const int64_t weight_bytes =

@@ -1,10 +1,13 @@
 // Synthetic EXL3 tensors (see exl3_synthetic.h).
 #include "model/exl3_synthetic.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "core/dtype.h"
+#include "kernels/api/exl3_decode.h"
 #include "model/safetensors.h"
 #include "model/weight_names.h"
 
@@ -113,6 +116,38 @@ Status write_synthetic_exl3_experts(const std::string& dir, const Glm5TextConfig
     }
   }
   return Status::ok();
+}
+
+Expected<std::vector<std::pair<std::string, Tensor>>> synthetic_exl3_conversion(
+    const Checkpoint& src, const Exl3SyntheticOptions& options, const std::vector<int>& bits,
+    std::vector<std::pair<std::string, Tensor>>* dequantized) {
+  if (bits.empty()) return invalid_argument("synthetic_exl3_conversion: no bits");
+  std::vector<std::pair<std::string, Tensor>> out;
+  uint64_t salt = 100;
+  for (const std::string& n : src.names()) {
+    TF_ASSIGN_OR_RETURN(Tensor t, src.tensor(n));
+    const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
+                        n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos &&
+                        n.find(".experts.") == std::string::npos;
+    if (!linear) {
+      out.emplace_back(n, t);
+      continue;
+    }
+    const Tensor v = t.to_f32();
+    double ss = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) ss += static_cast<double>(v.data<float>()[i]) * v.data<float>()[i];
+    Exl3SyntheticOptions o = options;
+    o.bits = bits[(salt - 100) % bits.size()];
+    o.weight_rms = static_cast<float>(std::sqrt(ss / static_cast<double>(std::max<int64_t>(1, v.numel()))));
+    const int64_t rows = t.size(0), cols = t.size(1);
+    const Exl3Weight w = make_synthetic_exl3_linear(cols, rows, o, salt++);
+    for (auto& x : exl3_linear_tensors(n.substr(0, n.size() - 7), w)) out.push_back(std::move(x));
+    if (dequantized) {
+      const Tensor full = exl3_dequantize(w, n);  // [in, out] padded
+      dequantized->emplace_back(n, full.slice(0, 0, cols).slice(1, 0, rows).transpose(0, 1).contiguous());
+    }
+  }
+  return out;
 }
 
 nlohmann::json synthetic_exl3_quantization_config(const Exl3SyntheticOptions& options) {

@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "kernels/api/exl3_weight.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 
 namespace tf {
 
@@ -56,6 +57,16 @@ std::vector<std::pair<std::string, Tensor>> synthetic_exl3_layer_experts(const G
 Status write_synthetic_exl3_experts(const std::string& dir, const Glm5TextConfig& text,
                                     const Exl3SyntheticOptions& options,
                                     std::map<std::string, std::string>* weight_map);
+
+// An exllamav3-style conversion of checkpoint `src` (tests): every 2-D ".weight" outside
+// the routed experts but the embedding and the routers (lm_head included) stored as a
+// random EXL3 linear with the RMS of the weight it replaces, K cycling through `bits`
+// linear by linear (options' codebook and seed); every other tensor as it is.
+// `dequantized` (when given) receives those linears' dense values (exl3_dequantize, in
+// Hugging Face's [out, in]) under their names.
+Expected<std::vector<std::pair<std::string, Tensor>>> synthetic_exl3_conversion(
+    const Checkpoint& src, const Exl3SyntheticOptions& options, const std::vector<int>& bits,
+    std::vector<std::pair<std::string, Tensor>>* dequantized);
 
 // config.json's quantization_config for such a checkpoint (the served layout:
 // routed experts EXL3, head_bits 16, scope glm53_routed_experts_only).

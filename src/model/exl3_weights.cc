@@ -121,10 +121,10 @@ Expected<Exl3QuantConfig> parse_exl3_quant_config(const QuantizationConfig& q, c
     c.codebook = cb;
   }
   if (auto it = j.find("head_bits"); it != j.end()) {
-    const bool valid = it->is_number_integer() && ((it->get<int>() >= kExl3MinBits && it->get<int>() <= kExl3MaxBits) ||
-                                                   it->get<int>() == 16);
-    if (!valid) return invalid_argument(field + "head_bits: expected 1 to 8, or 16 (an unquantized head), got " + it->dump());
-    c.head_bits = it->get<int>();
+    const int hb = it->is_number_integer() ? it->get<int>() : 0;
+    if (!it->is_number_integer() || !((hb >= kExl3MinBits && hb <= kExl3MaxBits) || hb == 16))
+      return invalid_argument(field + "head_bits: expected 1 to 8, or 16 (an unquantized head), got " + it->dump());
+    c.head_bits = hb;
   } else {
     c.head_bits = 6;  // exllamav3's default: a quantized head
   }

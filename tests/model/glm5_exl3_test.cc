@@ -191,37 +191,17 @@ nlohmann::json exllama_quantization_config() {
   return {{"quant_method", "exl3"}, {"version", "0.0.43"}, {"bits", 4.6}, {"codebook", "mcg"}, {"out_scales", "auto"}};
 }
 
-// The tensors of checkpoint `src` with every 2-D ".weight" outside the routed experts but
-// the embedding and the routers (lm_head included) stored EXL3 as exllamav3 does (K 4 or
-// 6, each with the RMS of the weight it replaces); the rest as they are. `dequantized`
-// receives those linears' dense values under their names.
+// An exllamav3-style conversion of checkpoint folder `src` (synthetic_exl3_conversion, K 4
+// and 6 alternating, as exllamav3's strategies vary it); `dequantized` receives the dense
+// values of the linears it converted.
 Tensors exllama_conversion(const std::string& src, Tensors* dequantized) {
   auto ckpt = Checkpoint::open(src);
   if (!ckpt.has_value()) throw StatusError(ckpt.status());
-  Tensors out;
-  uint64_t salt = 100;
-  for (const std::string& n : (*ckpt)->names()) {
-    const Tensor t = *(*ckpt)->tensor(n);
-    const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
-                        n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos &&
-                        n.find(".mlp.experts.") == std::string::npos;
-    if (!linear) {
-      out.emplace_back(n, t);
-      continue;
-    }
-    const Tensor v = t.to_f32();
-    double ss = 0;
-    for (int64_t i = 0; i < v.numel(); ++i) ss += double(v.data<float>()[i]) * v.data<float>()[i];
-    Exl3SyntheticOptions o;
-    o.seed = 5;
-    o.bits = salt % 2 ? 4 : 6;  // K per linear varies, as exllamav3's strategies make it
-    o.weight_rms = static_cast<float>(std::sqrt(ss / double(v.numel())));
-    const int64_t rows = t.size(0), cols = t.size(1);
-    const Exl3Weight w = make_synthetic_exl3_linear(cols, rows, o, salt++);
-    for (auto& x : exl3_linear_tensors(n.substr(0, n.size() - 7), w)) out.push_back(x);
-    dequantized->emplace_back(n, dense_weight(w, cols, rows));
-  }
-  return out;
+  Exl3SyntheticOptions o;
+  o.seed = 5;
+  auto t = synthetic_exl3_conversion(**ckpt, o, {4, 6}, dequantized);
+  if (!t.has_value()) throw StatusError(t.status());
+  return std::move(*t);
 }
 
 // Writes `tensors` and `config` as checkpoint folder `dir`.

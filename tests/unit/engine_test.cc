@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,7 +15,6 @@
 
 #include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
-#include "kernels/api/exl3_decode.h"
 #include "model/exl3_synthetic.h"
 #include "model/safetensors.h"
 
@@ -326,32 +324,16 @@ TEST_F(EngineTest, Exl3ConversionServesLikeItsDequantizedTwin) {
   }
   auto ckpt = Checkpoint::open(model_dir_);
   ASSERT_TRUE(ckpt.has_value()) << ckpt.status().to_string();
-  std::vector<std::pair<std::string, Tensor>> exl3, twin;
-  uint64_t salt = 1;
-  int converted = 0;
-  for (const std::string& n : (*ckpt)->names()) {
-    const Tensor t = *(*ckpt)->tensor(n);
-    const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
-                        n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos &&
-                        n.find(".experts.") == std::string::npos;
-    if (!linear) {
-      exl3.emplace_back(n, t);
-      twin.emplace_back(n, t);
-      continue;
-    }
-    const Tensor v = t.to_f32();
-    double ss = 0;
-    for (int64_t i = 0; i < v.numel(); ++i) ss += double(v.data<float>()[i]) * v.data<float>()[i];
-    Exl3SyntheticOptions o;
-    o.weight_rms = static_cast<float>(std::sqrt(ss / double(v.numel())));
-    const int64_t out = t.size(0), in = t.size(1);
-    const Exl3Weight w = make_synthetic_exl3_linear(in, out, o, salt++);
-    for (auto& x : exl3_linear_tensors(n.substr(0, n.size() - 7), w)) exl3.push_back(x);
-    twin.emplace_back(n, exl3_dequantize(w).slice(0, 0, in).slice(1, 0, out).transpose(0, 1).contiguous());
-    ++converted;
-  }
-  ASSERT_GT(converted, 10);
-  ASSERT_TRUE(write_safetensors((exl3_dir / "model.safetensors").string(), exl3).is_ok());
+  std::vector<std::pair<std::string, Tensor>> dequantized;
+  auto exl3 = synthetic_exl3_conversion(**ckpt, Exl3SyntheticOptions(), {4}, &dequantized);
+  ASSERT_TRUE(exl3.has_value()) << exl3.status().to_string();
+  std::map<std::string, Tensor> replaced(dequantized.begin(), dequantized.end());
+  std::vector<std::pair<std::string, Tensor>> twin;
+  for (const std::string& n : (*ckpt)->names())
+    twin.emplace_back(n, replaced.count(n) ? replaced.at(n) : *(*ckpt)->tensor(n));
+  const size_t converted = dequantized.size();
+  ASSERT_GT(converted, 10u);
+  ASSERT_TRUE(write_safetensors((exl3_dir / "model.safetensors").string(), *exl3).is_ok());
   ASSERT_TRUE(write_safetensors((twin_dir / "model.safetensors").string(), twin).is_ok());
   std::ifstream in(fs::path(model_dir_) / "config.json");
   nlohmann::json cfg = nlohmann::json::parse(in);

@@ -24,15 +24,15 @@ cublasStatus_t run_gemm_problems(CudaContext& ctx, cublasOperation_t op_a, cubla
   }
   const Tensor dev = ctx.upload(ptrs.data(), static_cast<int64_t>(ptrs.size() * sizeof(void*)));
   auto* const* d = static_cast<void* const*>(dev.raw());
-  cublasStatus_t st = cublasGemmGroupedBatchedEx(
-      ctx.cublas, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), d, in_type, lda.data(),
-      d + count, in_type, ldb.data(), beta.data(), d + 2 * count, out_type, ldc.data(), count, group_size.data(),
-      CUBLAS_COMPUTE_32F);
+  cublasStatus_t st = cublasGemmGroupedBatchedEx(ctx.cublas, ta.data(), tb.data(), m.data(), n.data(),
+                                                 k.data(), alpha.data(), d, in_type, lda.data(), d + count,
+                                                 in_type, ldb.data(), beta.data(), d + 2 * count, out_type,
+                                                 ldc.data(), count, group_size.data(), CUBLAS_COMPUTE_32F);
   if (st == CUBLAS_STATUS_SUCCESS) return st;
   if (grouped) *grouped = false;
   for (const GemmProblem& p : problems) {
-    st = cublasGemmEx(ctx.cublas, op_a, op_b, p.m, p.n, p.k, &alpha[0], p.a, in_type, p.lda, p.b, in_type, p.ldb,
-                      &beta[0], p.c, out_type, p.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(ctx.cublas, op_a, op_b, p.m, p.n, p.k, &alpha[0], p.a, in_type, p.lda, p.b, in_type,
+                      p.ldb, &beta[0], p.c, out_type, p.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
   }
   return st;

@@ -20,8 +20,6 @@
 // The arithmetic around the products is the grouped body's; the products' f32 sums come
 // in cuBLAS's order, so a token's result agrees with the decode kernels within f32
 // rounding, not bit for bit, and may depend on how many rows its expert has in the call.
-#include "kernels/cuda/exl3_moe_prefill.h"
-
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -35,6 +33,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/exl3_launch.cuh"
+#include "kernels/cuda/exl3_moe_prefill.h"
 #include "kernels/cuda/exl3_moe_rows.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
 
@@ -61,14 +60,15 @@ __global__ void __launch_bounds__(256)
   if (tile >= tiles_k * tiles_n) return;  // warp-uniform
   const int e = lay.slot_expert[s0 + blockIdx.y];
   const int64_t n = tiles_n * 16;
-  exl3::decode_tile_to_w_hat<K, CB>(out + blockIdx.y * tiles_k * 16 * n, table[e].trellis[proj] + tile * (8 * K),
-                                    tile / tiles_n, tile % tiles_n, n, static_cast<int>(threadIdx.x & 31));
+  exl3::decode_tile_to_w_hat<K, CB>(out + blockIdx.y * tiles_k * 16 * n,
+                                    table[e].trellis[proj] + tile * (8 * K), tile / tiles_n, tile % tiles_n,
+                                    n, static_cast<int>(threadIdx.x & 31));
 }
 
 template <int K, int CB>
 struct DecodeKernels {
-  static void launch(dim3 grid, cudaStream_t s, __half* out, const ExpertPtrs* table, const MoeGroups& lay, int s0,
-                     int proj, int64_t tk, int64_t tn) {
+  static void launch(dim3 grid, cudaStream_t s, __half* out, const ExpertPtrs* table, const MoeGroups& lay,
+                     int s0, int proj, int64_t tk, int64_t tn) {
     decode_batch_kernel<K, CB><<<grid, 256, 0, s>>>(out, table, lay, s0, proj, tk, tn);
   }
 };
@@ -144,10 +144,12 @@ void decode(CudaContext& ctx, __half* out, const Exl3Weight& w, const ExpertPtrs
 
 const char* exl3_moe_prefill_last_path() { return g_last_path; }
 
-bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                      const Exl3ExpertTable& ex, const ExpertPtrs* table, float swiglu_limit) {
+bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
+                      const Tensor& weights, const Exl3ExpertTable& ex, const ExpertPtrs* table,
+                      float swiglu_limit) {
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (ctx.capturing || cudaStreamIsCapturing(ctx.stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+  if (ctx.capturing || cudaStreamIsCapturing(ctx.stream, &cap) != cudaSuccess ||
+      cap != cudaStreamCaptureStatusNone) {
     g_last_path = "capturing";
     return false;
   }
@@ -163,11 +165,11 @@ bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   check_launch("moe_experts_exl3 (prefill route)");
   const int64_t slots = moe_max_slots(experts, pairs);
   std::vector<int> table_h(static_cast<size_t>(1 + 3 * slots));  // num_active, then slot_expert/first/count
-  for (const cudaError_t e : {cudaMemcpyAsync(table_h.data(), lay.num_active, sizeof(int), cudaMemcpyDeviceToHost,
-                                              ctx.stream),
-                              cudaMemcpyAsync(table_h.data() + 1, lay.slot_expert, 3 * slots * sizeof(int),
-                                              cudaMemcpyDeviceToHost, ctx.stream),
-                              cudaStreamSynchronize(ctx.stream)}) {
+  for (const cudaError_t e :
+       {cudaMemcpyAsync(table_h.data(), lay.num_active, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream),
+        cudaMemcpyAsync(table_h.data() + 1, lay.slot_expert, 3 * slots * sizeof(int), cudaMemcpyDeviceToHost,
+                        ctx.stream),
+        cudaStreamSynchronize(ctx.stream)}) {
     const Status s = cuda_status(e, "moe_experts_exl3: slot table download");
     if (!s.is_ok()) throw StatusError(s);
   }
@@ -184,7 +186,8 @@ bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   }
   const int64_t w_bytes = round_up(int64_t{max_experts} * 2 * h_pad * i_pad * 2, 256);
   const int64_t x_bytes = round_up(int64_t{max_rows} * 2 * h_pad * 2, 256);  // hi/lo rows, per projection
-  const int64_t gu_bytes = round_up(int64_t{max_rows} * 2 * i_pad * 4, 256);  // hi/lo products, per projection
+  const int64_t gu_bytes =
+      round_up(int64_t{max_rows} * 2 * i_pad * 4, 256);  // hi/lo products, per projection
   const int64_t xd_bytes = round_up(int64_t{max_rows} * 2 * i_pad * 2, 256);
   const int64_t y_bytes = round_up(pairs * h * 4, 256);
   Tensor scratch = ctx.scratch(w_bytes + 2 * x_bytes + 2 * gu_bytes + xd_bytes + y_bytes);
@@ -203,9 +206,9 @@ bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   const int hp = static_cast<int>(h_pad), ip = static_cast<int>(i_pad);
   for (const Batch& b : batches) {
     const int nb = b.s1 - b.s0, rows = b.r1 - b.r0;
-    exl3::rotate_rows_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(rows), 2), 128, 0,
-                               ctx.stream>>>(HiLoRowSink{xg, h_pad, b.r0}, HiLoRowSink{xu, h_pad, b.r0},
-                                             x.data<float>(), h, b.r0, table, lay);
+    exl3::rotate_rows_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(rows), 2), 128,
+                               0, ctx.stream>>>(HiLoRowSink{xg, h_pad, b.r0}, HiLoRowSink{xu, h_pad, b.r0},
+                                                x.data<float>(), h, b.r0, table, lay);
     check_launch("moe_experts_exl3 (prefill rotate)");
     decode(ctx, wh, g0, table, lay, b, kGate);
     decode(ctx, wh + int64_t{nb} * h_pad * i_pad, u0, table, lay, b, kUp);
@@ -213,25 +216,46 @@ bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     std::vector<GemmProblem> gu(static_cast<size_t>(2 * nb));
     for (int i = 0; i < nb; ++i) {
       const int s = b.s0 + i, r = s_first[s] - b.r0, n = 2 * s_count[s];
-      gu[i] = {wh + int64_t{i} * h_pad * i_pad, xg + int64_t{2} * r * h_pad, pg + int64_t{2} * r * i_pad, ip, n, hp,
-               ip, hp, ip};
-      gu[nb + i] = {wh + int64_t{nb + i} * h_pad * i_pad, xu + int64_t{2} * r * h_pad, pu + int64_t{2} * r * i_pad,
-                    ip, n, hp, ip, hp, ip};
+      gu[i] = {wh + int64_t{i} * h_pad * i_pad,
+               xg + int64_t{2} * r * h_pad,
+               pg + int64_t{2} * r * i_pad,
+               ip,
+               n,
+               hp,
+               ip,
+               hp,
+               ip};
+      gu[nb + i] = {wh + int64_t{nb + i} * h_pad * i_pad,
+                    xu + int64_t{2} * r * h_pad,
+                    pu + int64_t{2} * r * i_pad,
+                    ip,
+                    n,
+                    hp,
+                    ip,
+                    hp,
+                    ip};
     }
     bool grouped = true;
     st = run_gemm_problems(ctx, CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_16F, CUDA_R_32F, gu, &grouped);
     all_grouped = all_grouped && grouped;
     if (st != CUBLAS_STATUS_SUCCESS) break;
-    exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(rows)), 128, 0, ctx.stream>>>(
-        HiLoRowSink{xd, i_pad, b.r0}, HiLoProducts{pg, b.r0}, HiLoProducts{pu, b.r0}, i_pad, inter, b.r0, table,
-        lay, swiglu_limit);
+    exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(rows)), 128, 0,
+                       ctx.stream>>>(HiLoRowSink{xd, i_pad, b.r0}, HiLoProducts{pg, b.r0},
+                                     HiLoProducts{pu, b.r0}, i_pad, inter, b.r0, table, lay, swiglu_limit);
     check_launch("moe_experts_exl3 (prefill act)");
     decode(ctx, wh, d0, table, lay, b, kDown);
     std::vector<GemmProblem> dn(static_cast<size_t>(nb));
     for (int i = 0; i < nb; ++i) {
       const int s = b.s0 + i, r = s_first[s] - b.r0, n = 2 * s_count[s];
-      dn[i] = {wh + int64_t{i} * i_pad * h_pad, xd + int64_t{2} * r * i_pad, pd + int64_t{2} * r * h_pad, hp, n, ip,
-               hp, ip, hp};
+      dn[i] = {wh + int64_t{i} * i_pad * h_pad,
+               xd + int64_t{2} * r * i_pad,
+               pd + int64_t{2} * r * h_pad,
+               hp,
+               n,
+               ip,
+               hp,
+               ip,
+               hp};
     }
     st = run_gemm_problems(ctx, CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_16F, CUDA_R_32F, dn, &grouped);
     all_grouped = all_grouped && grouped;
@@ -245,7 +269,8 @@ bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     return false;
   }
   combine_rows_kernel<<<dim3(static_cast<unsigned>((h + 127) / 128), static_cast<unsigned>(tokens)), 128, 0,
-                        ctx.stream>>>(out.data<float>(), y, h, weights.data<float>(), static_cast<int>(k), lay);
+                        ctx.stream>>>(out.data<float>(), y, h, weights.data<float>(), static_cast<int>(k),
+                                      lay);
   check_launch("moe_experts_exl3 (prefill combine)");
   g_last_path = all_grouped ? "cublas-grouped" : "cublas-per-expert";
   return true;

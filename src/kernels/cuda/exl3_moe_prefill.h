@@ -15,8 +15,9 @@ struct ExpertPtrs;  // exl3_moe_flat.cuh
 // `table` = the uploaded experts' device pointers). Synchronises with the host. Returns
 // false, having written nothing the caller relies on, while the stream is being captured
 // or when cuBLAS refuses the GEMM (the caller then runs the grouped kernels).
-bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                      const Exl3ExpertTable& ex, const exl3::ExpertPtrs* table, float swiglu_limit);
+bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
+                      const Tensor& weights, const Exl3ExpertTable& ex, const exl3::ExpertPtrs* table,
+                      float swiglu_limit);
 
 // The path the last call on this thread took ("cublas-grouped", "cublas-per-expert",
 // "capturing", "cublas refused"), for tests.

@@ -68,8 +68,9 @@ struct HiLoRowSink {
 
 // Row `row`, column c of a projection: FWHT of the products, * svh (+ bias).
 template <typename Src>
-__device__ __forceinline__ float finish(const Src& src, int64_t n, int row, int64_t c, const __half* __restrict__ svh,
-                                        const __half* __restrict__ bias, float* smem) {
+__device__ __forceinline__ float finish(const Src& src, int64_t n, int row, int64_t c,
+                                        const __half* __restrict__ svh, const __half* __restrict__ bias,
+                                        float* smem) {
   float v = src.sum(row, n, c);
   v = block_fwht128(v, smem);
   v = __fmul_rn(v, __half2float(svh[c]));
