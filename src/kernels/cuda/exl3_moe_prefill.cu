@@ -107,6 +107,13 @@ __global__ void __launch_bounds__(128)
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
+// One expert's products C [n2, n_out] f32 = rows [n2, k] fp16 · W_hat [k, n_out] fp16 (all
+// row-major; n2 = its hi and lo rows), in cuBLAS's column-major terms:
+// C^T [n_out, n2] = W_hat^T [n_out, k] · rows^T [k, n2].
+GemmProblem product(const __half* w_hat, const __half* rows, float* c, int k, int n_out, int n2) {
+  return GemmProblem{w_hat, rows, c, n_out, n2, k, n_out, k, n_out};
+}
+
 // Active experts in slot order, cut into batches.
 struct Batch {
   int s0 = 0, s1 = 0;  // slots [s0, s1)
@@ -212,28 +219,13 @@ bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     check_launch("moe_experts_exl3 (prefill rotate)");
     decode(ctx, wh, g0, table, lay, b, kGate);
     decode(ctx, wh + int64_t{nb} * h_pad * i_pad, u0, table, lay, b, kUp);
-    // Column-major: products^T [i_pad, 2n] = W_hat^T [i_pad, h_pad] · rows^T [h_pad, 2n].
     std::vector<GemmProblem> gu(static_cast<size_t>(2 * nb));
     for (int i = 0; i < nb; ++i) {
-      const int s = b.s0 + i, r = s_first[s] - b.r0, n = 2 * s_count[s];
-      gu[i] = {wh + int64_t{i} * h_pad * i_pad,
-               xg + int64_t{2} * r * h_pad,
-               pg + int64_t{2} * r * i_pad,
-               ip,
-               n,
-               hp,
-               ip,
-               hp,
-               ip};
-      gu[nb + i] = {wh + int64_t{nb + i} * h_pad * i_pad,
-                    xu + int64_t{2} * r * h_pad,
-                    pu + int64_t{2} * r * i_pad,
-                    ip,
-                    n,
-                    hp,
-                    ip,
-                    hp,
-                    ip};
+      const int s = b.s0 + i, r = s_first[s] - b.r0, n2 = 2 * s_count[s];
+      gu[i] = product(wh + int64_t{i} * h_pad * i_pad, xg + int64_t{2} * r * h_pad,
+                      pg + int64_t{2} * r * i_pad, hp, ip, n2);
+      gu[nb + i] = product(wh + int64_t{nb + i} * h_pad * i_pad, xu + int64_t{2} * r * h_pad,
+                           pu + int64_t{2} * r * i_pad, hp, ip, n2);
     }
     bool grouped = true;
     st = run_gemm_problems(ctx, CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_16F, CUDA_R_32F, gu, &grouped);
@@ -246,16 +238,9 @@ bool exl3_moe_prefill(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     decode(ctx, wh, d0, table, lay, b, kDown);
     std::vector<GemmProblem> dn(static_cast<size_t>(nb));
     for (int i = 0; i < nb; ++i) {
-      const int s = b.s0 + i, r = s_first[s] - b.r0, n = 2 * s_count[s];
-      dn[i] = {wh + int64_t{i} * i_pad * h_pad,
-               xd + int64_t{2} * r * i_pad,
-               pd + int64_t{2} * r * h_pad,
-               hp,
-               n,
-               ip,
-               hp,
-               ip,
-               hp};
+      const int s = b.s0 + i, r = s_first[s] - b.r0, n2 = 2 * s_count[s];
+      dn[i] = product(wh + int64_t{i} * i_pad * h_pad, xd + int64_t{2} * r * i_pad,
+                      pd + int64_t{2} * r * h_pad, ip, hp, n2);
     }
     st = run_gemm_problems(ctx, CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_16F, CUDA_R_32F, dn, &grouped);
     all_grouped = all_grouped && grouped;
