@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "kernels/api/exl3_decode.h"
+#include "model/exl3_weights.h"
 #include "model/safetensors.h"
 #include "model/weight_names.h"
 
@@ -156,7 +157,7 @@ nlohmann::json synthetic_exl3_quantization_config(const Exl3SyntheticOptions& op
           {"bits", options.bits},
           {"codebook", exl3_codebook_name(options.codebook)},
           {"head_bits", 16},
-          {"scope", "glm53_routed_experts_only"}};
+          {"scope", kExl3ServedScope}};
 }
 
 }  // namespace tf

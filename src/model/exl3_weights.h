@@ -38,7 +38,7 @@
 
 namespace tf {
 
-inline constexpr const char* kExl3ServedScope = "glm53_routed_experts_only";  // the reference deployment's
+inline constexpr const char* kExl3ServedScope = "glm53_routed_experts_only";  // the reference deployment's scope
 // Why a ".trellis" that no weight of the model resolves to is refused: dropping it
 // silently could leave a quantized linear unused.
 inline constexpr const char* kExl3UnusedTrellis =

@@ -16,8 +16,8 @@
 // canonical ".weight" with no tensor of its own but a "<prefix>.trellis" is stored
 // EXL3; has() and shape() see it (shape = the spec's when the stored dims are the
 // spec's padded to 128), get_exl3() loads it, and get_f32() / get_native() hand out
-// the dense weight it stands for (the CPU's reference dequantization: the loader keeps
-// EXL3 only for the routed experts).
+// the dense weight it stands for (the format's reference dequantization,
+// kernels/api/exl3_decode.h: the loader keeps EXL3 only for the routed experts).
 #include "model/weight_source.h"
 
 #include <algorithm>
