@@ -143,10 +143,7 @@ Expected<std::vector<std::pair<std::string, Tensor>>> synthetic_exl3_conversion(
     const int64_t rows = t.size(0), cols = t.size(1);
     const Exl3Weight w = make_synthetic_exl3_linear(cols, rows, o, salt++);
     for (auto& x : exl3_linear_tensors(n.substr(0, n.size() - 7), w)) out.push_back(std::move(x));
-    if (dequantized) {
-      const Tensor full = exl3_dequantize(w, n);  // [in, out] padded
-      dequantized->emplace_back(n, full.slice(0, 0, cols).slice(1, 0, rows).transpose(0, 1).contiguous());
-    }
+    if (dequantized) dequantized->emplace_back(n, exl3_dequantize_linear(w, cols, rows, n));
   }
   return out;
 }

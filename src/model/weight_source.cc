@@ -20,7 +20,6 @@
 // kernels/api/exl3_decode.h: the loader keeps EXL3 only for the routed experts).
 #include "model/weight_source.h"
 
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -194,9 +193,9 @@ class CheckpointWeightSource : public WeightSource {
     return "";
   }
 
-  // An EXL3-stored linear as the dense f32 [out, in] it stands for: the format's reference
-  // W = diag(suh) Hb W_hat Hb diag(svh) (exl3_dequantize), padding dropped, transposed to
-  // Hugging Face's orientation. The bias is not part of it (see below).
+  // An EXL3-stored linear as the dense f32 [out, in] it stands for (exl3_dequantize_linear:
+  // the format's reference W, padding dropped, in Hugging Face's orientation). The bias is
+  // not part of it (see below).
   Expected<Tensor> exl3_dense(const std::string& canonical, const std::string& p) const {
     // The model's shape when it names one (a trellis that does not fit it is refused as
     // mis-shaped), else the stored one.
@@ -216,22 +215,11 @@ class CheckpointWeightSource : public WeightSource {
       return unimplemented(ckpt_->file_of(p + ".bias") + ": tensor '" + p + ".bias': the EXL3 linear '" + p +
                            "' has a bias, which the model's '" + canonical + "' does not take");
     }
-    Tensor full;
     try {
-      full = exl3_dequantize(w, p);  // [k_pad, n_pad], input-major
+      return exl3_dequantize_linear(w, in, out, p);
     } catch (const StatusError& e) {
       return e.status();
     }
-    Tensor t = Tensor::empty({out, in}, DType::kF32);
-    const float* src = full.data<float>();
-    float* dst = t.data<float>();
-    const int64_t n_pad = full.size(1);
-    constexpr int64_t kB = 64;  // transposed in blocks: both sides stay in cache
-    for (int64_t i0 = 0; i0 < in; i0 += kB)
-      for (int64_t o0 = 0; o0 < out; o0 += kB)
-        for (int64_t i = i0; i < std::min(in, i0 + kB); ++i)
-          for (int64_t o = o0; o < std::min(out, o0 + kB); ++o) dst[o * in + i] = src[i * n_pad + o];
-    return t;
   }
 
   // Hugging Face orientation [out, in] of an EXL3 tensor: the spec's shape when the

@@ -52,9 +52,7 @@ struct Exl3Pair {
 };
 
 Tensor dense_weight(const Exl3Weight& w, int64_t in, int64_t out) {
-  // [k_pad, n_pad] input-major -> [out, in] (Hugging Face orientation, padding dropped).
-  const Tensor full = exl3_dequantize(w, "expert");
-  return full.slice(0, 0, in).slice(1, 0, out).transpose(0, 1).contiguous();
+  return exl3_dequantize_linear(w, in, out, "expert");  // [out, in], padding dropped
 }
 
 const Exl3Pair& pair() {

@@ -1,6 +1,7 @@
 // EXL3 tile decoding (see exl3_decode.h for the bit-level format).
 #include "kernels/api/exl3_decode.h"
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <memory>
@@ -267,6 +268,26 @@ Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name) {
     }
   });
   return out;
+}
+
+Tensor exl3_dequantize_linear(const Exl3Weight& w, int64_t in_features, int64_t out_features,
+                              const std::string& name) {
+  if (in_features < 1 || out_features < 1 || in_features > w.in_features() || out_features > w.out_features())
+    throw StatusError(invalid_argument(name + ": " + std::to_string(in_features) + " -> " +
+                                       std::to_string(out_features) + " does not fit the EXL3 weight's " +
+                                       std::to_string(w.in_features()) + " x " + std::to_string(w.out_features())));
+  const Tensor full = exl3_dequantize(w, name);  // [k_pad, n_pad], input-major
+  Tensor t = Tensor::empty({out_features, in_features}, DType::kF32);
+  const float* src = full.data<float>();
+  float* dst = t.data<float>();
+  const int64_t n_pad = full.size(1);
+  constexpr int64_t kB = 64;  // transposed in blocks: both sides stay in cache
+  for (int64_t i0 = 0; i0 < in_features; i0 += kB)
+    for (int64_t o0 = 0; o0 < out_features; o0 += kB)
+      for (int64_t i = i0; i < std::min(in_features, i0 + kB); ++i)
+        for (int64_t o = o0; o < std::min(out_features, o0 + kB); ++o)
+          dst[o * in_features + i] = src[i * n_pad + o];
+  return t;
 }
 
 }  // namespace tf

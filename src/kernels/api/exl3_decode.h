@@ -76,5 +76,9 @@ std::vector<float> exl3_f16_vector(const Tensor& t);
 // The dense weight W = diag(suh) · Hb_k · W_hat · Hb_n · diag(svh), f32 [k, n]
 // (input-major, padded; bias not included), e.g. to load an EXL3 linear dense.
 Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name = "exl3");
+// The same weight as a dense linear of in_features -> out_features stores it: f32
+// [out_features, in_features] (Hugging Face's orientation, the padding dropped).
+Tensor exl3_dequantize_linear(const Exl3Weight& w, int64_t in_features, int64_t out_features,
+                              const std::string& name = "exl3");
 
 }  // namespace tf

@@ -36,7 +36,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -346,21 +348,31 @@ struct FlatKernels {
   }
 };
 
+// A knob's value: what its setter stored, else (read once) the value of the first name
+// environment variable `env` equals, else `fallback`.
+int knob(std::atomic<int>& slot, const char* env, std::initializer_list<std::pair<const char*, int>> names,
+         int fallback) {
+  int v = slot.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv(env);
+    v = fallback;
+    for (const auto& [name, value] : names)
+      if (e && std::strcmp(e, name) == 0) v = value;
+    slot.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
 // MoE body knob (exl3_set_moe_variant; TF_EXL3_MOE=grouped at start).
 std::atomic<int> g_moe_variant{-1};
 
 int moe_variant() {
-  int v = g_moe_variant.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("TF_EXL3_MOE");
-    v = e && std::strcmp(e, "grouped") == 0 ? kExl3MoeGrouped
-        : e && std::strcmp(e, "flat-prev") == 0 ? kExl3MoeFlatPrev
-        : e && std::strcmp(e, "flat-stage16") == 0 ? kExl3MoeFlatStage16
-        : e && std::strcmp(e, "flat-wordhash") == 0 ? kExl3MoeFlatWordHash
-                                                : kExl3MoeAuto;
-    g_moe_variant.store(v, std::memory_order_relaxed);
-  }
-  return v;
+  return knob(g_moe_variant, "TF_EXL3_MOE",
+              {{"grouped", kExl3MoeGrouped},
+               {"flat-prev", kExl3MoeFlatPrev},
+               {"flat-stage16", kExl3MoeFlatStage16},
+               {"flat-wordhash", kExl3MoeFlatWordHash}},
+              kExl3MoeAuto);
 }
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
@@ -369,15 +381,8 @@ int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 std::atomic<int> g_prefill_path{-1};
 
 int prefill_path() {
-  int v = g_prefill_path.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("TF_EXL3_PREFILL");
-    v = e && std::strcmp(e, "experts") == 0  ? kExl3PrefillExperts
-        : e && std::strcmp(e, "cublas") == 0 ? kExl3PrefillCublas
-                                             : kExl3PrefillPieces;
-    g_prefill_path.store(v, std::memory_order_relaxed);
-  }
-  return v;
+  return knob(g_prefill_path, "TF_EXL3_PREFILL", {{"experts", kExl3PrefillExperts}, {"cublas", kExl3PrefillCublas}},
+              kExl3PrefillPieces);
 }
 
 int64_t prefill_piece_tokens() {
