@@ -105,6 +105,7 @@ GenerationEvent ChoiceOutput::add(int32_t token, const SampledToken& sampled, bo
   if (r.stopped) {
     stopped_ = true;
     stopped = true;
+    stop_index_ = r.stop_index;
   }
   return ev;
 }
@@ -124,7 +125,8 @@ GenerationEvent ChoiceOutput::finish() {
     const std::string rest = detok_.finish();
     StopStringMatcher::Result r = stops_.feed(rest);
     tail = r.text;
-    if (!r.stopped) tail += stops_.flush();
+    if (r.stopped) stop_index_ = r.stop_index;
+    else tail += stops_.flush();
   }
   route_text(tail, true, ev);
   return ev;

@@ -53,6 +53,12 @@ class ChoiceOutput {
   GenerationEvent finish();
 
   int64_t reasoning_tokens() const { return reasoning_tokens_; }
+  // The generated text is inside the reasoning block (parse_reasoning only).
+  bool in_reasoning() const { return reasoning_ && reasoning_->in_reasoning(); }
+  // The stop string that ended the choice, "" when none did.
+  std::string matched_stop() const {
+    return stop_index_ >= 0 && static_cast<size_t>(stop_index_) < opt_.stop.size() ? opt_.stop[static_cast<size_t>(stop_index_)] : "";
+  }
   bool made_tool_calls() const { return tool_calls_made_ > 0; }
 
  private:
@@ -72,6 +78,7 @@ class ChoiceOutput {
   int64_t reasoning_tokens_ = 0;
   size_t tool_calls_made_ = 0;
   bool stopped_ = false;
+  int32_t stop_index_ = -1;
 };
 
 }  // namespace tf::engine

@@ -155,6 +155,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     for (int64_t id : m.config.text.eos_token_ids) m.eos_ids.push_back(static_cast<int32_t>(id));
   }
   m.think_start_id = m.tokenizer->token_to_id(ChatTemplate::kThinkStart);
+  m.think_end_id = m.tokenizer->token_to_id(ChatTemplate::kThinkEnd);
   m.text_vocab = static_cast<int64_t>(m.tokenizer->vocab_size());
   if (m.text_vocab > m.config.text.vocab_size) {
     return invalid_argument(dir.string() + ": the tokenizer has " + std::to_string(m.text_vocab) +
@@ -342,9 +343,6 @@ Expected<std::vector<std::string>> Engine::token_strings(const std::vector<int32
 
 Status Engine::submit(GenerationRequest request, EventSink sink) {
   Impl& m = *impl_;
-  if (request.structured.kind != StructuredOutput::Kind::kNone) {
-    return unimplemented("structured output (response_format, guided decoding) is not supported yet");
-  }
   if (request.n < 1) return invalid_argument("n must be >= 1");
   if (request.prompt_tokens.empty()) return invalid_argument("the prompt is empty");
   for (int32_t t : request.prompt_tokens) {
@@ -367,7 +365,16 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
     return resource_exhausted("the server is busy: " + std::to_string(m.options.max_waiting) +
                               " requests are already waiting; retry later");
   }
+  std::shared_ptr<const grammar::Grammar> structured;
+  if (request.structured.kind != StructuredOutput::Kind::kNone) {
+    auto compiled = compile_structured_output(request.structured);
+    if (!compiled) return compiled.status();
+    structured = std::move(*compiled);
+    std::lock_guard<std::mutex> lock(m.grammar_vocab_mu);
+    if (!m.grammar_vocab) m.grammar_vocab = grammar_vocabulary(*m.tokenizer, m.text_vocab);
+  }
   auto live = std::make_shared<LiveRequest>();
+  live->structured_grammar = std::move(structured);
   live->req = std::move(request);
   live->sink = std::move(sink);
   {

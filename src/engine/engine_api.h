@@ -51,6 +51,9 @@ struct StructuredOutput {
   enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
   Kind kind = Kind::kNone;
   nlohmann::json schema;             // kJsonSchema
+  // kJsonSchema: the schema's JSON text in the client's key order, when the server has it
+  // (nlohmann::json sorts keys; the answer's properties follow the schema's order).
+  std::string schema_text;
   std::string pattern;               // kRegex, kGrammar (EBNF)
   std::vector<std::string> choices;  // kChoice
 };
@@ -77,6 +80,9 @@ struct GenerationRequest {
   nlohmann::json tools;                // null: no tool parsing
   std::string tool_choice = "none";    // none, auto, required, or a function name
   bool parallel_tool_calls = true;
+  // Reasoning tokens allowed before the engine closes the reasoning itself (</think>);
+  // -1: no limit. Only with parse_reasoning.
+  int64_t reasoning_budget = -1;
 };
 
 struct TopLogprob {
@@ -116,6 +122,7 @@ struct GenerationEvent {
   int64_t completion_tokens = 0;
   int64_t reasoning_tokens = 0;
   int64_t cached_prompt_tokens = 0;
+  std::string stop_string;  // kFinish: the stop string that ended the choice ("" when none did)
   // kError: the request failed after it was admitted (ends every choice).
   Status error;
 };

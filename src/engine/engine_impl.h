@@ -22,6 +22,7 @@
 #include "engine/paged_cache_budget.h"
 #include "engine/scheduler.h"
 #include "engine/step_broadcast.h"
+#include "engine/structured_output.h"
 #include "kernels/api/ops.h"
 #include "model/config.h"
 #include "model/glm5/glm5_model.h"
@@ -47,6 +48,7 @@ struct LiveRequest {
   EventSink sink;
   int open_choices = 0;
   bool failed = false;
+  std::shared_ptr<const grammar::Grammar> structured_grammar;  // null: no structured output
 };
 
 // One choice: a scheduler request with its own sequence, sampler and text pipeline.
@@ -61,6 +63,10 @@ struct LiveChoice {
   std::unique_ptr<Glm5Sequence> sequence;
   std::unique_ptr<SequenceSampler> sampler;
   std::unique_ptr<ChoiceOutput> output;
+  // Structured output: the constraint, and whether it applies yet (it starts after the
+  // reasoning, when the choice opened in it).
+  std::unique_ptr<grammar::StructuredConstraint> constraint;
+  bool constraint_active = false;
 };
 
 struct Engine::Impl {
@@ -72,6 +78,10 @@ struct Engine::Impl {
   SamplingDefaults defaults;
   std::vector<int32_t> eos_ids;
   std::optional<int32_t> think_start_id;
+  std::optional<int32_t> think_end_id;
+  // The vocabulary's bytes for structured output's token masks (built at the first such request).
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;
+  std::mutex grammar_vocab_mu;
   int64_t text_vocab = 0;  // ids >= this are padding rows: never sampled
 
   std::unique_ptr<Ops> ops;
@@ -113,6 +123,8 @@ struct Engine::Impl {
   void start_choice(LiveChoice& c);
   void finish_choice(RequestId id, FinishReason reason, bool release_in_scheduler);
   void fail_choice(RequestId id, const Status& error);
+  // The choice has spent its reasoning budget: its next token is </think>.
+  bool must_close_reasoning(const LiveChoice& c) const;
   void drop_choice(RequestId id);
   void leave_queue(LiveChoice& c);
   void publish_health();

@@ -128,6 +128,11 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     oo.call_id_prefix = call_id_prefix(g.request_id, i);
     oo.logprobs = params->logprobs;
     c.output = std::make_unique<ChoiceOutput>(*tokenizer, std::move(oo), i);
+    if (r->structured_grammar) {
+      c.constraint = std::make_unique<grammar::StructuredConstraint>(r->structured_grammar, grammar_vocab, eos_ids);
+      // The constraint is on the answer: a choice that opens in its reasoning starts it at </think>.
+      c.constraint_active = !starts_in_reasoning;
+    }
     choices.emplace(id, std::move(c));
     by_request_id.emplace(g.request_id, id);
     if (g.sampling.max_tokens <= 0) {  // e.g. completions with echo and max_tokens 0
@@ -169,6 +174,7 @@ void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release
   fin.finish_reason = reason == FinishReason::kStop && c.output->made_tool_calls() ? FinishReason::kToolCalls : reason;
   fin.completion_tokens = c.sampler->generated();
   fin.reasoning_tokens = std::min<int64_t>(c.output->reasoning_tokens(), fin.completion_tokens);
+  if (fin.finish_reason == FinishReason::kStop) fin.stop_string = c.output->matched_stop();
   {
     std::lock_guard<std::mutex> lock(health_mu);
     health.completion_tokens_total += fin.completion_tokens;
@@ -303,6 +309,16 @@ void Engine::Impl::step_once() {
     c.last_token = token;
     LiveRequest& r = *c.request;
     const bool stop_token = st.finish == tf::FinishReason::kStop;
+    if (c.constraint) {
+      if (c.constraint_active) {
+        if (Status s = c.constraint->accept(token); !s.is_ok()) {
+          fail_choice(id, s);
+          continue;
+        }
+      } else if (think_end_id && token == *think_end_id) {
+        c.constraint_active = true;
+      }
+    }
     if (stop_token) {
       GenerationEvent ev = c.output->add_stop_token(token, st.sampled);
       if (has_payload(ev)) emit(r, std::move(ev));
@@ -312,7 +328,9 @@ void Engine::Impl::step_once() {
     bool stopped = false;
     GenerationEvent ev = c.output->add(token, st.sampled, stopped);
     if (has_payload(ev)) emit(r, std::move(ev));
-    if (stopped) {
+    // A structured answer that is complete and cannot go on ends here, end token or not
+    // (ignore_eos, min_tokens and a banned end token cannot stretch it).
+    if (stopped || (c.constraint_active && c.constraint->finished())) {
       finish_choice(id, FinishReason::kStop, true);
     } else if (st.finish == tf::FinishReason::kLength) {
       finish_choice(id, FinishReason::kLength, true);

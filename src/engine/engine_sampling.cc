@@ -58,8 +58,14 @@ bool Engine::Impl::device_sampling_on() {
   return device_sampling == 1;
 }
 
+bool Engine::Impl::must_close_reasoning(const LiveChoice& c) const {
+  const int64_t budget = c.request->req.reasoning_budget;
+  return budget >= 0 && think_end_id && c.output->in_reasoning() && c.output->reasoning_tokens() >= budget;
+}
+
 std::optional<SampleRowParams> Engine::Impl::device_row(const LiveChoice& c) {
-  if (!device_sampling_on() || !c.sampler) return std::nullopt;
+  // A structured-output mask is applied on the host (the device sampler takes whole rows).
+  if (!device_sampling_on() || !c.sampler || c.constraint_active || must_close_reasoning(c)) return std::nullopt;
   return c.sampler->device_params(static_cast<int32_t>(text_vocab));
 }
 
@@ -125,6 +131,13 @@ std::vector<Expected<SequenceStep>> Engine::Impl::sample_step(std::span<LiveChoi
       float* row = logits.data<float>();
       // Padding rows of the embedding are not tokens: never sample them.
       for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
+      if (rows[i]->constraint_active)
+        rows[i]->constraint->mask(std::span<float>(row, static_cast<size_t>(text_vocab)));
+      if (must_close_reasoning(*rows[i])) {  // only </think> is left to choose
+        for (int64_t t = 0; t < vocab; ++t)
+          if (t != *think_end_id) row[t] = -std::numeric_limits<float>::infinity();
+        row[*think_end_id] = 0.0f;
+      }
       steps[static_cast<size_t>(k)] = rows[i]->sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)),
                                                             samplers[static_cast<size_t>(k)]);
     }

@@ -4,8 +4,10 @@
 
 #include <httplib.h>
 
+#include <ctime>
 #include <thread>
 
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/generation_session.h"
 #include "server/metrics.h"
@@ -53,10 +55,24 @@ void write_json(httplib::Response& res, int status, const Json& body) {
   res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
-void write_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status();
+// OpenAI's error object, or Anthropic's on the Messages API's routes.
+void write_error(httplib::Response& res, const ApiError& e, bool anthropic = false) {
+  res.status = anthropic ? anthropic_http_status(e) : e.http_status();
   if (e.http_status() == 429 || e.http_status() == 503) res.set_header("Retry-After", "1");
-  res.set_content(e.to_json().dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+  const Json body = anthropic ? anthropic_error_json(e) : e.to_json();
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+bool is_anthropic_path(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+
+// RFC 3339 UTC time of a unix timestamp (Anthropic's created_at).
+std::string rfc3339(int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace
@@ -77,8 +93,9 @@ struct HttpServer::Impl {
 
   // The one wrapper: auth, request id, error mapping, metrics.
   httplib::Server::Handler handle(std::string endpoint, Handler h) {
-    return [this, endpoint = std::move(endpoint), h = std::move(h)](const httplib::Request& req,
-                                                                     httplib::Response& res) {
+    const bool anthropic = is_anthropic_path(endpoint);
+    return [this, anthropic, endpoint = std::move(endpoint), h = std::move(h)](const httplib::Request& req,
+                                                                                httplib::Response& res) {
       Clock::time_point t0 = Clock::now();
       std::string rid = req.get_header_value("x-request-id");
       res.set_header("x-request-id", rid.empty() ? make_id("req-") : rid);
@@ -86,16 +103,16 @@ struct HttpServer::Impl {
         check_auth(req);
         h(req, res, t0);
       } catch (const ApiError& e) {
-        write_error(res, e);
+        write_error(res, e, anthropic);
       } catch (const StatusError& e) {
-        write_error(res, api_error_from_status(e.status()));
+        write_error(res, api_error_from_status(e.status()), anthropic);
       } catch (const Json::exception& e) {
         // A JSON type error that validation missed is still the client's input.
-        write_error(res, bad_request(std::string("invalid request: ") + e.what()));
+        write_error(res, bad_request(std::string("invalid request: ") + e.what()), anthropic);
       } catch (const std::exception& e) {
-        write_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+        write_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"), anthropic);
       } catch (...) {
-        write_error(res, ApiError(500, "internal error", "server_error"));
+        write_error(res, ApiError(500, "internal error", "server_error"), anthropic);
       }
       metrics.record_request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - t0).count());
     };
@@ -103,7 +120,9 @@ struct HttpServer::Impl {
 
   void check_auth(const httplib::Request& req) const {
     if (options.api_key.empty()) return;
-    if (req.get_header_value("Authorization") != "Bearer " + options.api_key)
+    // OpenAI clients send a bearer token, Anthropic's x-api-key.
+    if (req.get_header_value("Authorization") != "Bearer " + options.api_key &&
+        req.get_header_value("x-api-key") != options.api_key)
       throw ApiError(401, "Incorrect API key provided.", "invalid_request_error", std::nullopt, "invalid_api_key");
   }
 
@@ -112,9 +131,11 @@ struct HttpServer::Impl {
   }
 
   Json model_json() const {
+    // OpenAI's model object plus Anthropic's fields (type, display_name, created_at): both SDKs read it.
     return {{"id", model.id},        {"object", "model"}, {"created", model.created}, {"owned_by", "tensorfold"},
             {"root", model.root},    {"parent", nullptr}, {"max_model_len", model.context_length},
-            {"permission", Json::array()}};
+            {"permission", Json::array()}, {"type", "model"}, {"display_name", model.id},
+            {"created_at", rfc3339(model.created)}};
   }
 
   // Resolves max_tokens and checks the window (400 context_length_exceeded).
@@ -196,6 +217,7 @@ struct HttpServer::Impl {
     g.tools = r.tool_choice == "none" ? Json() : r.chat.tools;
     g.tool_choice = r.tool_choice;
     g.parallel_tool_calls = r.parallel_tool_calls;
+    g.reasoning_budget = r.reasoning_budget.value_or(-1);
     return g;
   }
 
@@ -206,6 +228,7 @@ struct HttpServer::Impl {
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->size()), true);
     GenerationRequest g = chat_generation(r, *prompt, max_tokens);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), static_cast<int64_t>(prompt->size()), t0);
     if (r.stream) {
@@ -222,6 +245,7 @@ struct HttpServer::Impl {
 
   void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     CompletionRequest r = parse_completion_request(parse_body(req));
+    if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(req.body);
     check_model(r.model);
     ResponseMeta meta = meta_for("cmpl-", model.id);
     std::vector<std::vector<int32_t>> prompts;
@@ -292,6 +316,7 @@ struct HttpServer::Impl {
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->size()), true);
     GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
     g.n = 1;
     g.request_id = make_id("resp_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
@@ -308,6 +333,34 @@ struct HttpServer::Impl {
     write_json(res, 200,
                response_object_json(meta, echo, incomplete ? "incomplete" : "completed",
                                     response_output_items(c, meta.id.substr(5)), response_usage_json(session->usage())));
+  }
+
+  // POST /v1/messages (Anthropic): any model name is accepted (see anthropic_messages.h).
+  void messages(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
+    MessagesRequest r = parse_messages_request(parse_body(req));
+    auto prompt = engine.render_chat(r.chat.chat);
+    if (!prompt) throw api_error_from_status(prompt.status());
+    const auto prompt_tokens = static_cast<int64_t>(prompt->size());
+    int64_t max_tokens = resolve_max_tokens(r.chat.max_tokens, prompt_tokens, true);
+    GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
+    g.n = 1;
+    g.request_id = make_id("msg_");
+    ResponseMeta meta{g.request_id, unix_now(), model.id};
+    auto session = start_session(std::move(g), prompt_tokens, t0);
+    if (r.chat.stream) {
+      stream(res, {session}, {std::make_shared<AnthropicStreamFormatter>(meta, prompt_tokens)});
+      return;
+    }
+    wait_for(req, *session);
+    write_json(res, 200, anthropic_message_json(meta, session->choices()[0], session->usage()));
+  }
+
+  void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
+    MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true);
+    auto prompt = engine.render_chat(r.chat.chat);
+    if (!prompt) throw api_error_from_status(prompt.status());
+    write_json(res, 200, {{"input_tokens", prompt->size()}});
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
@@ -359,7 +412,8 @@ struct HttpServer::Impl {
 
   void register_routes() {
     http.Get("/v1/models", handle("/v1/models", [this](const auto&, auto& res, auto) {
-      write_json(res, 200, {{"object", "list"}, {"data", Json::array({model_json()})}});
+      write_json(res, 200, {{"object", "list"}, {"data", Json::array({model_json()})}, {"has_more", false},
+                            {"first_id", model.id}, {"last_id", model.id}});
     }));
     http.Get(R"(/v1/models/(.+))", handle("/v1/models/{id}", [this](const auto& req, auto& res, auto) {
       std::string id = req.matches[1];
@@ -373,6 +427,8 @@ struct HttpServer::Impl {
     bind_post("/v1/chat/completions", &Impl::chat_completions);
     bind_post("/v1/completions", &Impl::completions);
     bind_post("/v1/responses", &Impl::responses);
+    bind_post("/v1/messages", &Impl::messages);
+    bind_post("/v1/messages/count_tokens", &Impl::count_tokens);
     bind_post("/tokenize", &Impl::tokenize);
     bind_post("/v1/tokenize", &Impl::tokenize);
     bind_post("/detokenize", &Impl::detokenize);
@@ -389,10 +445,11 @@ struct HttpServer::Impl {
       std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
                         : res.status == 413 ? std::string("request body exceeds 96 MiB")
                                             : "HTTP error " + std::to_string(res.status);
-      write_error(res, ApiError(res.status, msg, res.status >= 500 ? "server_error" : "invalid_request_error"));
+      write_error(res, ApiError(res.status, msg, res.status >= 500 ? "server_error" : "invalid_request_error"),
+                  is_anthropic_path(req.path));
     });
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-      write_error(res, ApiError(500, "internal error", "server_error"));
+    http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+      write_error(res, ApiError(500, "internal error", "server_error"), is_anthropic_path(req.path));
     });
   }
 };

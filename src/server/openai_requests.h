@@ -36,6 +36,7 @@ struct ChatRequest : CommonRequest {
   bool parallel_tool_calls = true;
   bool include_reasoning = true;
   bool thinking_enabled = true;
+  std::optional<int64_t> reasoning_budget;  // thinking_budget: reasoning tokens before </think> is forced
 };
 
 // A completion prompt: text or token ids.
@@ -72,6 +73,12 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs);
 std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, const char* secondary, int64_t lo);
 // Validates OpenAI messages (roles, content parts) for a text-only model.
 Json validate_messages(const Json& messages, const std::string& param);
+
+// The json_schema constraint of a raw request body as JSON text with its keys in the
+// order the client sent them ("" when there is none): guided_json, structured_outputs.json,
+// response_format.json_schema.schema, (Responses) text.format.schema or (Anthropic)
+// output_config.format.schema.
+std::string ordered_schema_text(const std::string& body);
 
 ChatRequest parse_chat_request(const Json& body);
 CompletionRequest parse_completion_request(const Json& body);

@@ -26,6 +26,7 @@ void ChoiceState::apply(const GenerationEvent& ev) {
     completion_tokens = ev.completion_tokens;
     reasoning_tokens = ev.reasoning_tokens;
     cached_prompt_tokens = ev.cached_prompt_tokens;
+    stop_string = ev.stop_string;
   }
 }
 

@@ -30,6 +30,7 @@ struct ChoiceState {
   int64_t completion_tokens = 0;
   int64_t reasoning_tokens = 0;
   int64_t cached_prompt_tokens = 0;
+  std::string stop_string;  // the stop string that ended the choice, "" when none did
   void apply(const GenerationEvent& ev);
 };
 

@@ -165,4 +165,23 @@ std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, c
   return a ? a : b;
 }
 
+std::string ordered_schema_text(const std::string& body) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  auto at = [](const nlohmann::ordered_json& o, std::initializer_list<const char*> path) -> const nlohmann::ordered_json* {
+    const nlohmann::ordered_json* cur = &o;
+    for (const char* key : path) {
+      if (!cur->is_object() || !cur->contains(key)) return nullptr;
+      cur = &(*cur)[key];
+    }
+    return cur->is_null() ? nullptr : cur;
+  };
+  for (auto path : {std::initializer_list<const char*>{"guided_json"}, {"structured_outputs", "json"},
+                    {"response_format", "json_schema", "schema"}, {"text", "format", "schema"},
+                    {"output_config", "format", "schema"}}) {
+    if (const nlohmann::ordered_json* v = at(j, path)) return v->is_string() ? v->get<std::string>() : v->dump();
+  }
+  return "";
+}
+
 }  // namespace tf::server

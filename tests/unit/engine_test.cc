@@ -4,9 +4,12 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
+#include <set>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -273,6 +276,120 @@ TEST_F(EngineTest, ChatRenderingAndReasoningSplit) {
   ASSERT_TRUE(c.wait());
   // The prompt opened <think>: everything until </think> is reasoning.
   EXPECT_GT(c.finish[0].reasoning_tokens, 0);
+}
+
+// Structured output: a request constrained by json_schema, choice or regex gets text of
+// that form, sampled (several seeds) from the demo model's otherwise gibberish output.
+// The languages are finite, so every reply must end by itself (an end token once complete).
+class StructuredOutputTest : public EngineTest {
+ protected:
+  static std::string constrained(StructuredOutput so, int64_t seed, FinishReason* reason = nullptr) {
+    GenerationRequest g = request("so" + std::to_string(seed), "Answer in the asked form:", 120, 1.0);
+    g.sampling.ignore_eos = false;
+    g.sampling.seed = seed;
+    g.structured = std::move(so);
+    Collector c;
+    Status s = engine_->submit(std::move(g), c.sink());
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    if (reason) *reason = c.finish[0].finish_reason;
+    return c.content[0];
+  }
+};
+
+TEST_F(StructuredOutputTest, JsonSchemaRepliesParseAndValidate) {
+  StructuredOutput so;
+  so.kind = StructuredOutput::Kind::kJsonSchema;
+  so.schema = nlohmann::json::parse(R"({"type": "object",
+      "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green", "blue"]},
+                     "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+      "required": ["ok", "color"]})");
+  for (int64_t seed : {1, 2, 3, 4}) {
+    FinishReason reason = FinishReason::kLength;
+    const std::string text = constrained(so, seed, &reason);
+    EXPECT_EQ(reason, FinishReason::kStop) << text;
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << text;
+    EXPECT_TRUE(j["ok"].is_boolean()) << text;
+    EXPECT_TRUE(j["color"] == "red" || j["color"] == "green" || j["color"] == "blue") << text;
+    for (auto& [k, v] : j.items()) EXPECT_TRUE(k == "ok" || k == "color" || k == "tags") << text;
+    if (j.contains("tags")) {
+      EXPECT_LE(j["tags"].size(), 2u) << text;
+    }
+  }
+}
+
+TEST_F(StructuredOutputTest, ChoiceAndRegex) {
+  StructuredOutput choice;
+  choice.kind = StructuredOutput::Kind::kChoice;
+  choice.choices = {"alpha", "beta gamma", "béta", "alphabet"};
+  std::set<std::string> seen;
+  for (int64_t seed : {1, 2, 3, 4, 5}) {
+    const std::string text = constrained(choice, seed);
+    EXPECT_TRUE(std::count(choice.choices.begin(), choice.choices.end(), text)) << text;
+    seen.insert(text);
+  }
+  StructuredOutput re;
+  re.kind = StructuredOutput::Kind::kRegex;
+  re.pattern = "[0-9]{3}-[a-z]{2}(!|\\?)";
+  for (int64_t seed : {1, 2, 3}) {
+    const std::string text = constrained(re, seed);
+    EXPECT_TRUE(std::regex_match(text, std::regex(re.pattern))) << text;
+  }
+}
+
+// The constraint starts when the reasoning ends: a reply forced to close its reasoning
+// at once (a large bias on </think>, which the grammar never allows in the answer)
+// still answers one of the choices.
+TEST_F(StructuredOutputTest, AppliesAfterTheReasoning) {
+  auto think_end = engine_->tokenize("</think>", false);
+  ASSERT_TRUE(think_end.has_value());
+  ASSERT_EQ(think_end->size(), 1u);
+  ChatPrompt chat;
+  chat.messages = nlohmann::json::array({{{"role", "user"}, {"content", "Pick one"}}});
+  auto ids = engine_->render_chat(chat);
+  ASSERT_TRUE(ids.has_value());
+  GenerationRequest g;
+  g.request_id = "so-think";
+  g.prompt_tokens = *ids;  // ends with <think>
+  g.sampling.max_tokens = 40;
+  g.sampling.temperature = 1.0;
+  g.sampling.seed = 9;
+  g.sampling.logit_bias[(*think_end)[0]] = 100.0;
+  g.parse_reasoning = true;
+  g.structured.kind = StructuredOutput::Kind::kChoice;
+  g.structured.choices = {"yes", "no"};
+  Collector c;
+  ASSERT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  ASSERT_FALSE(c.error) << c.status.to_string();
+  EXPECT_TRUE(c.content[0] == "yes" || c.content[0] == "no") << c.content[0];
+  EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kStop);
+}
+
+TEST_F(StructuredOutputTest, BadConstraintsAreRefusedAtSubmit) {
+  auto refused = [](StructuredOutput so, const std::string& needle) {
+    GenerationRequest g = request("bad", "Hi", 4, 0.0);
+    g.structured = std::move(so);
+    Status s = engine_->submit(std::move(g), [](GenerationEvent) {});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  StructuredOutput grammar;
+  grammar.kind = StructuredOutput::Kind::kGrammar;
+  grammar.pattern = "root ::= item\n";
+  refused(grammar, "'item'");
+  StructuredOutput schema;
+  schema.kind = StructuredOutput::Kind::kJsonSchema;
+  schema.schema = {{"type", "integer"}, {"multipleOf", 3}};
+  refused(schema, "multipleOf");
+  StructuredOutput re;
+  re.kind = StructuredOutput::Kind::kRegex;
+  re.pattern = "(a)\\1";
+  refused(re, "regex");
+  // The engine still serves.
+  EXPECT_FALSE(run(request("ok2", "Still there?", 4, 0.0)).empty());
 }
 
 }  // namespace

@@ -1,0 +1,24 @@
+// A request's StructuredOutput (json_object, json_schema, regex, choice, grammar) as the
+// one grammar it is decoded under (sampling/grammar/), and the vocabulary's bytes the
+// token masks are computed over.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "engine/engine_api.h"
+#include "sampling/grammar/grammar.h"
+#include "sampling/grammar/structured_constraint.h"
+#include "sampling/grammar/token_mask.h"
+#include "text/tokenizer.h"
+
+namespace tf::engine {
+
+// kInvalidArgument naming what is wrong (a schema keyword, a regex offset, a grammar line).
+Expected<std::shared_ptr<const grammar::Grammar>> compile_structured_output(const StructuredOutput& structured);
+
+// Token ids [0, vocab) with their bytes; added and special tokens (end of text, the
+// reasoning and tool-call markers) get none, so no grammar ever allows them.
+std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const text::Tokenizer& tokenizer, int64_t vocab);
+
+}  // namespace tf::engine

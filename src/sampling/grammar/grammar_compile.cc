@@ -1,0 +1,573 @@
+// GBNF text -> Grammar (grammar.h): a recursive-descent parser into a small AST, then
+// the AST lowered into flat alternatives, with groups and repetitions as generated
+// rules, and the checks the matcher relies on (every reference defined, a root, no
+// left recursion).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "sampling/grammar/grammar.h"
+
+namespace tf::grammar {
+
+namespace {
+
+constexpr int kMaxRepeat = 10000;
+constexpr int kMaxNesting = 200;
+
+struct Node {
+  enum class Kind { kAlt, kSeq, kClass, kRef, kRepeat };
+  Kind kind = Kind::kSeq;
+  std::vector<Node> kids;  // kAlt: sequences; kSeq: items; kRepeat: the repeated item
+  CharClass cls;           // kClass
+  std::string ref;         // kRef
+  int min = 0, max = -1;   // kRepeat; max -1 = unbounded
+};
+
+Node class_node(uint32_t lo, uint32_t hi, bool negated = false) {
+  Node n;
+  n.kind = Node::Kind::kClass;
+  n.cls.ranges.push_back({lo, hi});
+  n.cls.negated = negated;
+  return n;
+}
+
+// Decodes one UTF-8 code point at text[pos]; invalid bytes stand for themselves.
+uint32_t decode_utf8(std::string_view text, size_t& pos) {
+  const auto b0 = static_cast<unsigned char>(text[pos]);
+  int len = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 1;
+  if (pos + static_cast<size_t>(len) > text.size()) len = 1;
+  if (len == 1) {
+    ++pos;
+    return b0;
+  }
+  uint32_t cp = b0 & (0x7Fu >> len);
+  for (int i = 1; i < len; ++i) {
+    const auto b = static_cast<unsigned char>(text[pos + static_cast<size_t>(i)]);
+    if ((b & 0xC0) != 0x80) {
+      ++pos;
+      return b0;
+    }
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  pos += static_cast<size_t>(len);
+  return cp;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : s_(text) {}
+
+  Status parse(std::vector<std::pair<std::string, Node>>& rules) {
+    skip_space();
+    while (pos_ < s_.size()) {
+      std::string name = parse_name();
+      if (name.empty()) return error("expected a rule name");
+      skip_space();
+      if (s_.substr(pos_, 3) != "::=") return error("expected '::=' after rule name '" + name + "'");
+      pos_ += 3;
+      Node body;
+      if (Status st = parse_alternatives(body, 0); !st.is_ok()) return st;
+      rules.emplace_back(std::move(name), std::move(body));
+      skip_space();
+    }
+    return Status::ok();
+  }
+
+ private:
+  Status error(const std::string& what) const {
+    int line = 1 + static_cast<int>(std::count(s_.begin(), s_.begin() + static_cast<std::ptrdiff_t>(std::min(pos_, s_.size())), '\n'));
+    return invalid_argument("grammar: line " + std::to_string(line) + ": " + what);
+  }
+
+  static bool name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  }
+
+  void skip_space() {
+    while (pos_ < s_.size()) {
+      char c = s_[pos_];
+      if (c == '#') {
+        while (pos_ < s_.size() && s_[pos_] != '\n') ++pos_;
+      } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        ++pos_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string parse_name() {
+    size_t start = pos_;
+    while (pos_ < s_.size() && name_char(s_[pos_])) ++pos_;
+    return std::string(s_.substr(start, pos_ - start));
+  }
+
+  // True when the next thing is `name ::=`: the start of the next rule.
+  bool at_rule_start() const {
+    size_t p = pos_;
+    while (p < s_.size() && name_char(s_[p])) ++p;
+    if (p == pos_) return false;
+    while (p < s_.size() && (s_[p] == ' ' || s_[p] == '\t' || s_[p] == '\n' || s_[p] == '\r')) ++p;
+    return s_.substr(p, 3) == "::=";
+  }
+
+  Status parse_hex(int digits, uint32_t& cp) {
+    cp = 0;
+    for (int i = 0; i < digits; ++i) {
+      if (pos_ >= s_.size()) return error("truncated escape");
+      char c = s_[pos_++];
+      int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (v < 0) return error("bad hexadecimal digit in escape");
+      cp = cp * 16 + static_cast<uint32_t>(v);
+    }
+    if (cp > 0x10FFFF) return error("escape beyond U+10FFFF");
+    return Status::ok();
+  }
+
+  // One (possibly escaped) character of a literal or class.
+  Status parse_char(uint32_t& cp) {
+    if (pos_ >= s_.size()) return error("unexpected end of grammar");
+    if (s_[pos_] != '\\') {
+      cp = decode_utf8(s_, pos_);
+      return Status::ok();
+    }
+    ++pos_;
+    if (pos_ >= s_.size()) return error("truncated escape");
+    char c = s_[pos_++];
+    switch (c) {
+      case 'n': cp = '\n'; return Status::ok();
+      case 'r': cp = '\r'; return Status::ok();
+      case 't': cp = '\t'; return Status::ok();
+      case 'x': return parse_hex(2, cp);
+      case 'u': return parse_hex(4, cp);
+      case 'U': return parse_hex(8, cp);
+      case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/':
+        cp = static_cast<unsigned char>(c);
+        return Status::ok();
+      default:
+        return error(std::string("unknown escape '\\") + c + "'");
+    }
+  }
+
+  Status parse_literal(Node& seq) {
+    const size_t start = pos_++;  // the opening quote
+    while (true) {
+      if (pos_ >= s_.size()) {
+        pos_ = start;
+        return error("unterminated string literal");
+      }
+      if (s_[pos_] == '"') {
+        ++pos_;
+        return Status::ok();
+      }
+      uint32_t cp = 0;
+      if (Status st = parse_char(cp); !st.is_ok()) return st;
+      seq.kids.push_back(class_node(cp, cp));
+    }
+  }
+
+  Status parse_class(Node& out) {
+    ++pos_;  // [
+    out.kind = Node::Kind::kClass;
+    if (pos_ < s_.size() && s_[pos_] == '^') {
+      out.cls.negated = true;
+      ++pos_;
+    }
+    while (true) {
+      if (pos_ >= s_.size()) return error("unterminated character class");
+      if (s_[pos_] == ']') {
+        ++pos_;
+        return Status::ok();
+      }
+      uint32_t lo = 0, hi = 0;
+      if (Status st = parse_char(lo); !st.is_ok()) return st;
+      hi = lo;
+      if (pos_ + 1 < s_.size() && s_[pos_] == '-' && s_[pos_ + 1] != ']') {
+        ++pos_;
+        if (Status st = parse_char(hi); !st.is_ok()) return st;
+        if (hi < lo) return error("character range out of order");
+      }
+      out.cls.ranges.push_back({lo, hi});
+    }
+  }
+
+  Status parse_int(int& v) {
+    size_t start = pos_;
+    v = 0;
+    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
+      v = v * 10 + (s_[pos_++] - '0');
+      if (v > kMaxRepeat) return error("repetition count above " + std::to_string(kMaxRepeat));
+    }
+    return pos_ == start ? error("expected a number in '{}'") : Status::ok();
+  }
+
+  // Applies a postfix operator to the last item of `seq`, if there is one.
+  Status parse_postfix(Node& seq) {
+    if (pos_ >= s_.size()) return Status::ok();
+    char c = s_[pos_];
+    int lo = 0, hi = -1;
+    if (c == '*') {
+      ++pos_;
+    } else if (c == '+') {
+      lo = 1;
+      ++pos_;
+    } else if (c == '?') {
+      hi = 1;
+      ++pos_;
+    } else if (c == '{') {
+      ++pos_;
+      skip_space();
+      if (Status st = parse_int(lo); !st.is_ok()) return st;
+      skip_space();
+      hi = lo;
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        skip_space();
+        hi = -1;
+        if (pos_ < s_.size() && s_[pos_] != '}')
+          if (Status st = parse_int(hi); !st.is_ok()) return st;
+        skip_space();
+      }
+      if (pos_ >= s_.size() || s_[pos_] != '}') return error("expected '}'");
+      ++pos_;
+      if (hi >= 0 && hi < lo) return error("repetition {m,n} with n < m");
+    } else {
+      return Status::ok();
+    }
+    if (seq.kids.empty()) return error(std::string("'") + c + "' follows nothing");
+    Node rep;
+    rep.kind = Node::Kind::kRepeat;
+    rep.min = lo;
+    rep.max = hi;
+    rep.kids.push_back(std::move(seq.kids.back()));
+    seq.kids.back() = std::move(rep);
+    return Status::ok();
+  }
+
+  Status parse_sequence(Node& seq, int depth) {
+    seq.kind = Node::Kind::kSeq;
+    while (true) {
+      skip_space();
+      if (pos_ >= s_.size()) return Status::ok();
+      char c = s_[pos_];
+      if (c == '|' || c == ')') return Status::ok();
+      if (depth == 0 && at_rule_start()) return Status::ok();
+      if (c == '"') {
+        // A literal is a run of single characters; a postfix applies to the whole literal.
+        Node lit;
+        lit.kind = Node::Kind::kSeq;
+        if (Status st = parse_literal(lit); !st.is_ok()) return st;
+        if (pos_ < s_.size() && (s_[pos_] == '*' || s_[pos_] == '+' || s_[pos_] == '?' || s_[pos_] == '{')) {
+          seq.kids.push_back(std::move(lit));
+        } else {
+          for (Node& k : lit.kids) seq.kids.push_back(std::move(k));
+          continue;
+        }
+      } else if (c == '[') {
+        Node cls;
+        if (Status st = parse_class(cls); !st.is_ok()) return st;
+        seq.kids.push_back(std::move(cls));
+      } else if (c == '.') {
+        ++pos_;
+        seq.kids.push_back(class_node(0, 0x10FFFF));
+      } else if (c == '(') {
+        ++pos_;
+        if (depth + 1 > kMaxNesting) return error("groups nest too deeply");
+        Node group;
+        if (Status st = parse_alternatives(group, depth + 1); !st.is_ok()) return st;
+        skip_space();
+        if (pos_ >= s_.size() || s_[pos_] != ')') return error("expected ')'");
+        ++pos_;
+        seq.kids.push_back(std::move(group));
+      } else if (name_char(c)) {
+        Node ref;
+        ref.kind = Node::Kind::kRef;
+        ref.ref = parse_name();
+        seq.kids.push_back(std::move(ref));
+      } else {
+        return error(std::string("unexpected character '") + c + "'");
+      }
+      if (Status st = parse_postfix(seq); !st.is_ok()) return st;
+    }
+  }
+
+  Status parse_alternatives(Node& alt, int depth) {
+    alt.kind = Node::Kind::kAlt;
+    while (true) {
+      Node seq;
+      if (Status st = parse_sequence(seq, depth); !st.is_ok()) return st;
+      alt.kids.push_back(std::move(seq));
+      skip_space();
+      if (pos_ < s_.size() && s_[pos_] == '|') {
+        ++pos_;
+        continue;
+      }
+      return Status::ok();
+    }
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+// Lowers the AST into Grammar's flat form.
+class Lowering {
+ public:
+  Lowering(Grammar& g, const std::map<std::string, uint32_t>& names) : g_(g), names_(names) {}
+
+  Status rule(uint32_t index, const Node& body) { return emit_alternatives(index, body); }
+
+ private:
+  uint32_t new_rule(uint32_t parent) {
+    uint32_t id = static_cast<uint32_t>(g_.rule_alts.size());
+    g_.rule_alts.emplace_back();
+    g_.rule_names.push_back(g_.rule_names[parent] + "_" + std::to_string(id));
+    return id;
+  }
+
+  uint32_t add_class(const CharClass& c) {
+    CharClass norm = c;
+    std::sort(norm.ranges.begin(), norm.ranges.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
+    std::vector<CharRange> merged;
+    for (const CharRange& r : norm.ranges) {
+      if (!merged.empty() && r.lo <= merged.back().hi + 1) merged.back().hi = std::max(merged.back().hi, r.hi);
+      else merged.push_back(r);
+    }
+    norm.ranges = std::move(merged);
+    g_.classes.push_back(std::move(norm));
+    return static_cast<uint32_t>(g_.classes.size() - 1);
+  }
+
+  Status emit_alternatives(uint32_t rule, const Node& alt) {
+    if (alt.kind != Node::Kind::kAlt) {
+      Node wrap;
+      wrap.kind = Node::Kind::kAlt;
+      wrap.kids.push_back(alt);
+      return emit_alternatives(rule, wrap);
+    }
+    for (const Node& seq : alt.kids) {
+      std::vector<Element> elems;
+      if (Status st = emit_sequence(rule, seq, elems); !st.is_ok()) return st;
+      g_.rule_alts[rule].push_back(static_cast<uint32_t>(g_.elements.size()));
+      g_.elements.insert(g_.elements.end(), elems.begin(), elems.end());
+      g_.elements.push_back({Element::Kind::kEnd, 0});
+    }
+    return Status::ok();
+  }
+
+  Status emit_sequence(uint32_t rule, const Node& seq, std::vector<Element>& out) {
+    if (seq.kind != Node::Kind::kSeq) return emit_item(rule, seq, out);
+    for (const Node& item : seq.kids)
+      if (Status st = emit_item(rule, item, out); !st.is_ok()) return st;
+    return Status::ok();
+  }
+
+  // An item as one element (a class, a reference, or a generated rule).
+  Status single_element(uint32_t rule, const Node& item, Element& out) {
+    if (item.kind == Node::Kind::kClass) {
+      out = {Element::Kind::kChar, add_class(item.cls)};
+      return Status::ok();
+    }
+    if (item.kind == Node::Kind::kRef) return reference(item.ref, out);
+    uint32_t sub = new_rule(rule);
+    if (Status st = emit_alternatives(sub, item); !st.is_ok()) return st;
+    out = {Element::Kind::kRule, sub};
+    return Status::ok();
+  }
+
+  Status reference(const std::string& name, Element& out) {
+    auto it = names_.find(name);
+    if (it == names_.end()) return invalid_argument("grammar: rule '" + name + "' is used but never defined");
+    out = {Element::Kind::kRule, it->second};
+    return Status::ok();
+  }
+
+  Status emit_item(uint32_t rule, const Node& item, std::vector<Element>& out) {
+    switch (item.kind) {
+      case Node::Kind::kClass:
+      case Node::Kind::kRef:
+      case Node::Kind::kAlt:
+      case Node::Kind::kSeq: {
+        Element e;
+        if (item.kind == Node::Kind::kSeq) return emit_sequence(rule, item, out);
+        if (Status st = single_element(rule, item, e); !st.is_ok()) return st;
+        out.push_back(e);
+        return Status::ok();
+      }
+      case Node::Kind::kRepeat:
+        return emit_repeat(rule, item, out);
+    }
+    return Status::ok();
+  }
+
+  // x{min,max}: x min times, then a chain of optional copies (or a star rule).
+  Status emit_repeat(uint32_t rule, const Node& rep, std::vector<Element>& out) {
+    Element x;
+    if (Status st = single_element(rule, rep.kids[0], x); !st.is_ok()) return st;
+    for (int i = 0; i < rep.min; ++i) out.push_back(x);
+    if (rep.max < 0) {  // star: s ::= x s | ""
+      uint32_t s = new_rule(rule);
+      g_.rule_alts[s].push_back(static_cast<uint32_t>(g_.elements.size()));
+      g_.elements.insert(g_.elements.end(), {x, {Element::Kind::kRule, s}, {Element::Kind::kEnd, 0}});
+      g_.rule_alts[s].push_back(static_cast<uint32_t>(g_.elements.size()));
+      g_.elements.push_back({Element::Kind::kEnd, 0});
+      out.push_back({Element::Kind::kRule, s});
+      return Status::ok();
+    }
+    // Optional tail of up to k copies: o_k ::= x o_{k-1} | "", built from o_1 up.
+    Element tail{Element::Kind::kEnd, 0};
+    for (int k = 1; k <= rep.max - rep.min; ++k) {
+      uint32_t o = new_rule(rule);
+      g_.rule_alts[o].push_back(static_cast<uint32_t>(g_.elements.size()));
+      g_.elements.push_back(x);
+      if (tail.kind == Element::Kind::kRule) g_.elements.push_back(tail);
+      g_.elements.push_back({Element::Kind::kEnd, 0});
+      g_.rule_alts[o].push_back(static_cast<uint32_t>(g_.elements.size()));
+      g_.elements.push_back({Element::Kind::kEnd, 0});
+      tail = {Element::Kind::kRule, o};
+    }
+    if (tail.kind == Element::Kind::kRule) out.push_back(tail);
+    return Status::ok();
+  }
+
+  Grammar& g_;
+  const std::map<std::string, uint32_t>& names_;
+};
+
+// Rules that can derive the empty string (fixpoint over all alternatives).
+std::vector<char> nullable_rules(const Grammar& g) {
+  std::vector<char> nullable(g.rule_alts.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < g.rule_alts.size(); ++r) {
+      if (nullable[r]) continue;
+      for (uint32_t a : g.rule_alts[r]) {
+        bool all = true;
+        for (uint32_t i = a; g.elements[i].kind != Element::Kind::kEnd; ++i) {
+          const Element& e = g.elements[i];
+          if (e.kind == Element::Kind::kChar || !nullable[e.value]) {
+            all = false;
+            break;
+          }
+        }
+        if (all) {
+          nullable[r] = 1;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  return nullable;
+}
+
+// Left recursion: a cycle in "rule A may start with rule B" (through nullable prefixes).
+Status check_left_recursion(const Grammar& g) {
+  const std::vector<char> nullable = nullable_rules(g);
+  const size_t n = g.rule_alts.size();
+  std::vector<std::vector<uint32_t>> starts(n);
+  for (size_t r = 0; r < n; ++r)
+    for (uint32_t a : g.rule_alts[r])
+      for (uint32_t i = a; g.elements[i].kind == Element::Kind::kRule; ++i) {
+        starts[r].push_back(g.elements[i].value);
+        if (!nullable[g.elements[i].value]) break;
+      }
+  std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
+  for (size_t root = 0; root < n; ++root) {
+    if (color[root]) continue;
+    std::vector<std::pair<uint32_t, size_t>> path{{static_cast<uint32_t>(root), 0}};
+    color[root] = 1;
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == starts[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      uint32_t s = starts[r][next++];
+      if (color[s] == 1) return invalid_argument("grammar: rule '" + g.rule_names[s] + "' is left-recursive");
+      if (color[s] == 0) {
+        color[s] = 1;
+        path.emplace_back(s, 0);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool CharClass::matches(uint32_t cp) const {
+  bool in = false;
+  for (const CharRange& r : ranges)
+    if (cp >= r.lo && cp <= r.hi) {
+      in = true;
+      break;
+    }
+  return in != negated;
+}
+
+bool CharClass::matches_any(uint32_t lo, uint32_t hi) const {
+  if (!negated) {
+    for (const CharRange& r : ranges)
+      if (r.lo <= hi && r.hi >= lo) return true;
+    return false;
+  }
+  // Some point of [lo, hi] lies outside every range (the ranges are sorted and disjoint).
+  uint32_t cur = lo;
+  for (const CharRange& r : ranges) {
+    if (r.hi < cur) continue;
+    if (r.lo > cur) return true;
+    if (r.hi >= hi) return false;
+    cur = r.hi + 1;
+  }
+  return cur <= hi;
+}
+
+Expected<std::shared_ptr<const Grammar>> compile_gbnf(std::string_view text) {
+  std::vector<std::pair<std::string, Node>> rules;
+  Parser parser(text);
+  if (Status st = parser.parse(rules); !st.is_ok()) return st;
+  auto g = std::make_shared<Grammar>();
+  std::map<std::string, uint32_t> names;
+  for (const auto& [name, body] : rules) {
+    if (names.count(name)) return invalid_argument("grammar: rule '" + name + "' is defined twice");
+    names[name] = static_cast<uint32_t>(g->rule_names.size());
+    g->rule_names.push_back(name);
+  }
+  auto root = names.find("root");
+  if (root == names.end()) return invalid_argument("grammar: no 'root' rule");
+  g->root = root->second;
+  g->rule_alts.resize(g->rule_names.size());
+  Lowering lower(*g, names);
+  for (const auto& [name, body] : rules)
+    if (Status st = lower.rule(names[name], body); !st.is_ok()) return st;
+  if (Status st = check_left_recursion(*g); !st.is_ok()) return st;
+  return std::shared_ptr<const Grammar>(std::move(g));
+}
+
+std::string gbnf_literal(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          static const char* kHex = "0123456789ABCDEF";
+          out += "\\x";
+          out += kHex[(c >> 4) & 0xF];
+          out += kHex[c & 0xF];
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace tf::grammar

@@ -1,0 +1,63 @@
+// Incremental recognition of a Grammar (grammar.h), one UTF-8 byte string at a time.
+//
+// The state is the set of parse stacks the text so far allows (a nondeterministic
+// pushdown automaton, as llama.cpp's grammar sampler): a stack lists, innermost last,
+// the elements still to match in each open alternative. A stack's top is always a
+// character class, or the stack is empty (root finished). Consuming a code point keeps
+// the stacks whose top matches it, steps past that element and expands rule
+// references at the new top (one stack per alternative), then drops duplicates.
+// Bytes that end inside a UTF-8 sequence are kept pending; such a state is alive while
+// some stack's top admits a code point that begins with those bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/grammar/grammar.h"
+
+namespace tf::grammar {
+
+// Above this many stacks a state counts as dead (a grammar this ambiguous is refused
+// while decoding rather than let one request eat the host).
+constexpr size_t kMaxStacks = 4096;
+
+struct MatchState {
+  std::vector<std::vector<uint32_t>> stacks;  // sorted, unique; element indices
+  std::string pending;                         // an incomplete UTF-8 sequence (0-3 bytes)
+  bool operator==(const MatchState&) const = default;
+};
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
+
+  // Consumes `bytes` when the grammar allows them; false (state unchanged) otherwise.
+  bool accept(std::string_view bytes);
+  // The sentence may end here (a finished root, nothing pending).
+  bool is_complete() const { return complete(state_); }
+  // Some continuation by at least one more character exists.
+  bool can_continue() const { return alive_with_chars(state_); }
+
+  const MatchState& state() const { return state_; }
+  const Grammar& grammar() const { return *grammar_; }
+
+  // The state after one more byte; false when the byte is not allowed.
+  bool step_byte(const MatchState& from, uint8_t byte, MatchState& to) const;
+  static bool complete(const MatchState& s);
+  bool alive_with_chars(const MatchState& s) const;
+  // A compact key of a state (equal keys = equal states), for mask caches.
+  static std::string key(const MatchState& s);
+
+ private:
+  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth) const;
+  bool step_code_point(const MatchState& from, uint32_t cp, MatchState& to) const;
+  bool pending_feasible(const MatchState& s) const;
+
+  std::shared_ptr<const Grammar> grammar_;
+  MatchState state_;
+};
+
+}  // namespace tf::grammar

@@ -1,0 +1,48 @@
+// One choice's structured-output constraint while it decodes: the grammar's matcher,
+// the logits mask it implies, and the step over each sampled token.
+//
+// End tokens (EOS and the like) are allowed exactly when the text so far is a
+// complete sentence; other tokens when their bytes keep it a prefix of one. Masks are
+// cached by matcher state (inside a JSON string, for instance, the state repeats from
+// character to character), so a repeated state costs one lookup.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "sampling/grammar/token_mask.h"
+
+namespace tf::grammar {
+
+class StructuredConstraint {
+ public:
+  StructuredConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocabulary> vocab,
+                       std::vector<int32_t> end_ids);
+
+  // Sets logits[t] = -inf for every token t not allowed next (ids past the vocabulary too).
+  void mask(std::span<float> logits);
+  // Steps over a sampled token; an error when the grammar does not allow it.
+  Status accept(int32_t token);
+  // The output so far is a complete sentence.
+  bool complete() const { return matcher_.is_complete(); }
+  // Complete, and no character may follow: the answer is over.
+  bool finished() const { return matcher_.is_complete() && !matcher_.can_continue(); }
+
+ private:
+  const std::vector<uint8_t>& allowed_now();
+
+  static constexpr size_t kCachedMasks = 16;
+  GrammarMatcher matcher_;
+  std::shared_ptr<const TokenVocabulary> vocab_;
+  std::vector<int32_t> end_ids_;
+  std::list<std::pair<std::string, std::vector<uint8_t>>> cache_;  // most recent first
+  std::unordered_map<std::string, decltype(cache_)::iterator> index_;
+};
+
+}  // namespace tf::grammar

@@ -1,0 +1,38 @@
+// Which tokens a grammar allows next: every token's bytes run through the matcher
+// from its current state.
+//
+// The vocabulary is kept sorted by bytes, with each token's common prefix with the one
+// before it, so the walk shares work the way a trie would: the states of the first
+// `lcp` bytes are reused, and when a byte kills the state every following token that
+// shares it is skipped without a look. Tokens with no bytes (special and added tokens:
+// end of text, reasoning and tool-call markers) are never allowed by the grammar; the
+// caller decides about end tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sampling/grammar/grammar_matcher.h"
+
+namespace tf::grammar {
+
+class TokenVocabulary {
+ public:
+  // token_bytes[id]: the bytes token id stands for; "" = never produced under a grammar.
+  explicit TokenVocabulary(std::vector<std::string> token_bytes);
+
+  size_t size() const { return bytes_.size(); }
+  const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
+
+ private:
+  friend void fill_token_mask(const GrammarMatcher&, const TokenVocabulary&, std::vector<uint8_t>&);
+  std::vector<std::string> bytes_;
+  std::vector<int32_t> order_;  // ids with bytes, sorted by their bytes
+  std::vector<uint32_t> lcp_;   // lcp_[i]: common prefix length of order_[i - 1] and order_[i]
+};
+
+// allowed[id] = 1 when the matcher accepts token id's bytes next, else 0 (size = vocabulary).
+void fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::vector<uint8_t>& allowed);
+
+}  // namespace tf::grammar

@@ -1,0 +1,92 @@
+// Token masks and the per-choice constraint (src/sampling/grammar): the mask equals a
+// brute-force check of every token, end tokens follow completeness, and accept()
+// refuses what the mask would have refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sampling/grammar/grammar.h"
+#include "sampling/grammar/structured_constraint.h"
+#include "sampling/grammar/token_mask.h"
+
+namespace tf::grammar {
+namespace {
+
+std::shared_ptr<const Grammar> compile(const std::string& text) {
+  auto g = compile_gbnf(text);
+  EXPECT_TRUE(g.has_value()) << g.status().to_string();
+  return *g;
+}
+
+// A vocabulary with shared prefixes, multi-byte characters split over tokens, and a
+// few byte-less ids (special tokens).
+std::vector<std::string> test_vocabulary() {
+  std::vector<std::string> v = {"", "{", "}", "{\"", "\"", "\":", ",", " ", "a", "ab", "abc", "b", "1", "12", "123",
+                                "-", "true", "tr", "ue", "null", "é", "\xC3", "\xA9", "\xE2\x9C", "\x93", "✓", "[", "]",
+                                "\"a", "a\"", "\":1", "}}", "", "\n", "x"};
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}[]\":,ab1- \n";
+  for (int i = 0; i < 300; ++i) {
+    std::string t;
+    const int len = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < len; ++k) t += alphabet[rng() % alphabet.size()];
+    v.push_back(t);
+  }
+  return v;
+}
+
+void expect_mask_matches_brute_force(const GrammarMatcher& m, const TokenVocabulary& vocab) {
+  std::vector<uint8_t> allowed;
+  fill_token_mask(m, vocab, allowed);
+  ASSERT_EQ(allowed.size(), vocab.size());
+  for (size_t id = 0; id < vocab.size(); ++id) {
+    GrammarMatcher copy = m;
+    const bool expect = !vocab.bytes(static_cast<int32_t>(id)).empty() && copy.accept(vocab.bytes(static_cast<int32_t>(id)));
+    EXPECT_EQ(allowed[id] != 0, expect) << "token " << id << " '" << vocab.bytes(static_cast<int32_t>(id)) << "'";
+  }
+}
+
+TEST(GrammarTokenMask, EqualsBruteForceAlongAWalk) {
+  auto g = compile(R"(
+    root ::= "{" ws "\"" key "\":" ws value ("," ws "\"" key "\":" ws value)* ws "}"
+    key ::= [a-b]+
+    value ::= "-"? [0-9]+ | "true" | "null" | "\"" [^"]* "\""
+    ws ::= " "?
+  )");
+  TokenVocabulary vocab(test_vocabulary());
+  GrammarMatcher m(g);
+  expect_mask_matches_brute_force(m, vocab);
+  // Walk a sentence byte by byte (so the state is also inside multi-byte characters).
+  const std::string text = "{ \"ab\": \"é✓x\",\"a\":-12 }";
+  for (size_t i = 0; i < text.size(); ++i) {
+    ASSERT_TRUE(m.accept(text.substr(i, 1))) << i;
+    expect_mask_matches_brute_force(m, vocab);
+  }
+  EXPECT_TRUE(m.is_complete());
+}
+
+TEST(GrammarTokenMask, ConstraintMasksEndsUntilComplete) {
+  auto g = compile(R"(root ::= "a" [0-9]*)");
+  auto vocab = std::make_shared<TokenVocabulary>(std::vector<std::string>{"", "a", "1", "12", "b", "a1"});
+  const int32_t eos = 0;
+  StructuredConstraint c(g, vocab, {eos});
+  std::vector<float> logits(8, 1.0f);  // two ids past the vocabulary
+  c.mask(logits);
+  const float ninf = -INFINITY;
+  EXPECT_EQ(logits, (std::vector<float>{ninf, 1, ninf, ninf, ninf, 1, ninf, ninf}));
+  EXPECT_FALSE(c.accept(eos).is_ok());  // not complete yet
+  EXPECT_FALSE(c.accept(4).is_ok());    // "b"
+  ASSERT_TRUE(c.accept(1).is_ok());     // "a": complete, may go on with digits
+  std::vector<float> next(6, 2.0f);
+  c.mask(next);
+  EXPECT_EQ(next, (std::vector<float>{2, ninf, 2, 2, ninf, ninf}));
+  ASSERT_TRUE(c.accept(3).is_ok());
+  EXPECT_TRUE(c.complete());
+  EXPECT_TRUE(c.accept(eos).is_ok());
+}
+
+}  // namespace
+}  // namespace tf::grammar
