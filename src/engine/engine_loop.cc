@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <limits>
 
 #include "core/logging.h"
@@ -277,7 +278,19 @@ void Engine::Impl::step_once() {
     }
     if (!tp_send(std::move(entries))) return;  // the choices were failed; rows dangle
   }
+  // Structured output: the masks of this step's constrained rows are computed while the
+  // model runs (they depend only on the tokens so far); sampling then finds them cached.
+  // Joined before anything below may drop a choice.
+  std::vector<grammar::StructuredConstraint*> masks_to_prepare;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (plan.advances[i].samples && rows[i]->constraint_active) masks_to_prepare.push_back(rows[i]->constraint.get());
+  std::future<void> masks;
+  if (!masks_to_prepare.empty())
+    masks = std::async(std::launch::async, [&masks_to_prepare] {
+      for (grammar::StructuredConstraint* c : masks_to_prepare) c->prepare();
+    });
   auto results = model->step(batch);
+  if (masks.valid()) masks.wait();
   ++model_steps;
   if (!results) {
     if (tp && results.status().code() == StatusCode::kUnavailable) {

@@ -131,8 +131,12 @@ std::vector<Expected<SequenceStep>> Engine::Impl::sample_step(std::span<LiveChoi
       float* row = logits.data<float>();
       // Padding rows of the embedding are not tokens: never sample them.
       for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
-      if (rows[i]->constraint_active)
-        rows[i]->constraint->mask(std::span<float>(row, static_cast<size_t>(text_vocab)));
+      if (rows[i]->constraint_active) {
+        if (Status s = rows[i]->constraint->mask(std::span<float>(row, static_cast<size_t>(text_vocab))); !s.is_ok()) {
+          steps[static_cast<size_t>(k)] = s;
+          continue;
+        }
+      }
       if (must_close_reasoning(*rows[i])) {  // only </think> is left to choose
         for (int64_t t = 0; t < vocab; ++t)
           if (t != *think_end_id) row[t] = -std::numeric_limits<float>::infinity();

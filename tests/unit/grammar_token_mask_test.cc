@@ -40,7 +40,7 @@ std::vector<std::string> test_vocabulary() {
 
 void expect_mask_matches_brute_force(const GrammarMatcher& m, const TokenVocabulary& vocab) {
   std::vector<uint8_t> allowed;
-  fill_token_mask(m, vocab, allowed);
+  ASSERT_TRUE(fill_token_mask(m, vocab, allowed));
   ASSERT_EQ(allowed.size(), vocab.size());
   for (size_t id = 0; id < vocab.size(); ++id) {
     GrammarMatcher copy = m;
@@ -74,18 +74,33 @@ TEST(GrammarTokenMask, ConstraintMasksEndsUntilComplete) {
   const int32_t eos = 0;
   StructuredConstraint c(g, vocab, {eos});
   std::vector<float> logits(8, 1.0f);  // two ids past the vocabulary
-  c.mask(logits);
+  ASSERT_TRUE(c.mask(logits).is_ok());
   const float ninf = -INFINITY;
   EXPECT_EQ(logits, (std::vector<float>{ninf, 1, ninf, ninf, ninf, 1, ninf, ninf}));
   EXPECT_FALSE(c.accept(eos).is_ok());  // not complete yet
   EXPECT_FALSE(c.accept(4).is_ok());    // "b"
   ASSERT_TRUE(c.accept(1).is_ok());     // "a": complete, may go on with digits
   std::vector<float> next(6, 2.0f);
-  c.mask(next);
+  ASSERT_TRUE(c.mask(next).is_ok());
   EXPECT_EQ(next, (std::vector<float>{2, ninf, 2, 2, ninf, ninf}));
   ASSERT_TRUE(c.accept(3).is_ok());
   EXPECT_TRUE(c.complete());
   EXPECT_TRUE(c.accept(eos).is_ok());
+}
+
+// A grammar too ambiguous to mask within the work allowed is a clean refusal, not a stall.
+TEST(GrammarTokenMask, TooMuchWorkIsRefused) {
+  auto g = compile(R"(root ::= ("a" | "a" "a" | "a" "a" "a")* "b")");
+  auto vocab = std::make_shared<TokenVocabulary>(test_vocabulary());
+  GrammarMatcher m(g);
+  ASSERT_TRUE(m.accept("aaaaaaaa"));
+  std::vector<uint8_t> allowed;
+  EXPECT_TRUE(fill_token_mask(m, *vocab, allowed));
+  EXPECT_FALSE(fill_token_mask(m, *vocab, allowed, /*max_work=*/50));
+  StructuredConstraint c(g, vocab, {0}, /*max_mask_work=*/50);
+  ASSERT_TRUE(c.accept(8).is_ok());  // "a"
+  std::vector<float> logits(vocab->size(), 0.0f);
+  EXPECT_EQ(c.mask(logits).code(), StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -7,42 +7,51 @@
 namespace tf::grammar {
 
 StructuredConstraint::StructuredConstraint(std::shared_ptr<const Grammar> grammar,
-                                           std::shared_ptr<const TokenVocabulary> vocab, std::vector<int32_t> end_ids)
-    : matcher_(std::move(grammar)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)) {}
+                                           std::shared_ptr<const TokenVocabulary> vocab, std::vector<int32_t> end_ids,
+                                           uint64_t max_mask_work)
+    : matcher_(std::move(grammar)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)), max_mask_work_(max_mask_work) {}
 
-const std::vector<uint8_t>& StructuredConstraint::allowed_now() {
+const std::vector<uint8_t>* StructuredConstraint::allowed_now() {
   std::string key = GrammarMatcher::key(matcher_.state());
   if (auto it = index_.find(key); it != index_.end()) {
     cache_.splice(cache_.begin(), cache_, it->second);
-    return cache_.front().second;
+    return &cache_.front().second;
   }
+  if (!refused_key_.empty() && key == refused_key_) return nullptr;
   std::vector<uint8_t> allowed;
-  fill_token_mask(matcher_, *vocab_, allowed);
+  if (!fill_token_mask(matcher_, *vocab_, allowed, max_mask_work_)) {
+    refused_key_ = std::move(key);
+    return nullptr;
+  }
   cache_.emplace_front(key, std::move(allowed));
   index_[std::move(key)] = cache_.begin();
   if (cache_.size() > kCachedMasks) {
     index_.erase(cache_.back().first);
     cache_.pop_back();
   }
-  return cache_.front().second;
+  return &cache_.front().second;
 }
 
-void StructuredConstraint::mask(std::span<float> logits) {
+Status StructuredConstraint::mask(std::span<float> logits) {
   // End tokens have no bytes, so the grammar's mask never allows them: keep their
   // logits and put them back once the sentence is complete.
   std::vector<float> ends;
   for (int32_t e : end_ids_)
     ends.push_back(e >= 0 && static_cast<size_t>(e) < logits.size() ? logits[static_cast<size_t>(e)] : 0.0f);
-  const std::vector<uint8_t>& allowed = allowed_now();
+  const std::vector<uint8_t>* found = allowed_now();
+  if (found == nullptr)
+    return resource_exhausted("structured output: the grammar is too ambiguous here to compute the next token's mask");
+  const std::vector<uint8_t>& allowed = *found;
   const float ninf = -std::numeric_limits<float>::infinity();
   const size_t n = std::min(logits.size(), allowed.size());
   for (size_t t = 0; t < n; ++t)
     if (!allowed[t]) logits[t] = ninf;
   for (size_t t = n; t < logits.size(); ++t) logits[t] = ninf;
-  if (!matcher_.is_complete()) return;
+  if (!matcher_.is_complete()) return Status::ok();
   for (size_t i = 0; i < end_ids_.size(); ++i)
     if (end_ids_[i] >= 0 && static_cast<size_t>(end_ids_[i]) < logits.size())
       logits[static_cast<size_t>(end_ids_[i])] = ends[i];
+  return Status::ok();
 }
 
 Status StructuredConstraint::accept(int32_t token) {

@@ -23,10 +23,14 @@ namespace tf::grammar {
 class StructuredConstraint {
  public:
   StructuredConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocabulary> vocab,
-                       std::vector<int32_t> end_ids);
+                       std::vector<int32_t> end_ids, uint64_t max_mask_work = kMaxMaskWork);
 
   // Sets logits[t] = -inf for every token t not allowed next (ids past the vocabulary too).
-  void mask(std::span<float> logits);
+  // kResourceExhausted when the grammar is too ambiguous to mask in time (token_mask.h).
+  Status mask(std::span<float> logits);
+  // Computes the mask of the current state ahead of mask(), which then finds it cached:
+  // the engine runs this beside the model's step, so the mask is off the critical path.
+  void prepare() { (void)allowed_now(); }
   // Steps over a sampled token; an error when the grammar does not allow it.
   Status accept(int32_t token);
   // The output so far is a complete sentence.
@@ -35,14 +39,16 @@ class StructuredConstraint {
   bool finished() const { return matcher_.is_complete() && !matcher_.can_continue(); }
 
  private:
-  const std::vector<uint8_t>& allowed_now();
+  const std::vector<uint8_t>* allowed_now();
 
   static constexpr size_t kCachedMasks = 16;
   GrammarMatcher matcher_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   std::vector<int32_t> end_ids_;
+  uint64_t max_mask_work_;
   std::list<std::pair<std::string, std::vector<uint8_t>>> cache_;  // most recent first
   std::unordered_map<std::string, decltype(cache_)::iterator> index_;
+  std::string refused_key_;  // the state whose mask took too much work (not tried twice)
 };
 
 }  // namespace tf::grammar

@@ -2,9 +2,63 @@
 #include "sampling/grammar/token_mask.h"
 
 #include <algorithm>
-#include <numeric>
+#include <array>
+#include <unordered_map>
 
 namespace tf::grammar {
+
+namespace {
+
+// The states one mask walk meets, each stored once, with their byte transitions as
+// they are computed: most bytes of a walk lead from a state back to a state already
+// seen (inside a string the state after a character is the state before it), so a
+// transition is computed once and then looked up.
+class StateGraph {
+ public:
+  static constexpr int32_t kUnknown = -2, kDead = -1;
+
+  StateGraph(const GrammarMatcher& matcher, uint64_t max_work) : m_(matcher), max_work_(max_work) {
+    intern(matcher.state());
+  }
+
+  // The state after `byte` from state `id` (kDead when refused); false when over budget.
+  bool step(int32_t id, uint8_t byte, int32_t& out) {
+    int32_t& t = next_[static_cast<size_t>(id)][byte];
+    if (t == kUnknown) {
+      work_ += states_[static_cast<size_t>(id)].stacks.size() + 1;
+      if (work_ > max_work_) return false;
+      MatchState to;
+      // `t` may dangle once intern() grows next_: store through the index.
+      const int32_t result = m_.step_byte(states_[static_cast<size_t>(id)], byte, to) ? intern(std::move(to)) : kDead;
+      next_[static_cast<size_t>(id)][byte] = result;
+      out = result;
+      return true;
+    }
+    out = t;
+    return true;
+  }
+
+ private:
+  int32_t intern(MatchState s) {
+    std::string key = GrammarMatcher::key(s);
+    auto [it, fresh] = ids_.try_emplace(std::move(key), static_cast<int32_t>(states_.size()));
+    if (fresh) {
+      states_.push_back(std::move(s));
+      next_.emplace_back();
+      next_.back().fill(kUnknown);
+    }
+    return it->second;
+  }
+
+  const GrammarMatcher& m_;
+  uint64_t max_work_;
+  uint64_t work_ = 0;
+  std::vector<MatchState> states_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::unordered_map<std::string, int32_t> ids_;
+};
+
+}  // namespace
 
 TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(token_bytes)) {
   for (size_t i = 0; i < bytes_.size(); ++i)
@@ -23,10 +77,12 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes) : bytes_(
   }
 }
 
-void fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::vector<uint8_t>& allowed) {
+bool fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::vector<uint8_t>& allowed,
+                     uint64_t max_work) {
   allowed.assign(vocab.size(), 0);
-  // states[d]: the state after the current token's first d bytes (states[0] = now).
-  std::vector<MatchState> states(1, matcher.state());
+  StateGraph graph(matcher, max_work);
+  // path[d]: the state after the current token's first d bytes (path[0] = now).
+  std::vector<int32_t> path(1, 0);
   size_t dead_at = SIZE_MAX;  // the previous token died on its byte dead_at
   for (size_t i = 0; i < vocab.order_.size(); ++i) {
     const int32_t id = vocab.order_[i];
@@ -34,12 +90,13 @@ void fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab
     const size_t shared = vocab.lcp_[i];
     if (dead_at != SIZE_MAX && shared > dead_at) continue;  // same dead byte at the same place
     dead_at = SIZE_MAX;
-    size_t depth = std::min(shared, states.size() - 1);
-    states.resize(depth + 1);
+    size_t depth = std::min(shared, path.size() - 1);
+    path.resize(depth + 1);
     for (; depth < b.size(); ++depth) {
-      MatchState next;
-      if (!matcher.step_byte(states[depth], static_cast<uint8_t>(b[depth]), next)) break;
-      states.push_back(std::move(next));
+      int32_t next = StateGraph::kDead;
+      if (!graph.step(path[depth], static_cast<uint8_t>(b[depth]), next)) return false;
+      if (next == StateGraph::kDead) break;
+      path.push_back(next);
     }
     if (depth == b.size()) {
       allowed[static_cast<size_t>(id)] = 1;
@@ -47,6 +104,7 @@ void fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab
       dead_at = depth;
     }
   }
+  return true;
 }
 
 }  // namespace tf::grammar

@@ -26,13 +26,20 @@ class TokenVocabulary {
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
 
  private:
-  friend void fill_token_mask(const GrammarMatcher&, const TokenVocabulary&, std::vector<uint8_t>&);
+  friend bool fill_token_mask(const GrammarMatcher&, const TokenVocabulary&, std::vector<uint8_t>&, uint64_t);
   std::vector<std::string> bytes_;
   std::vector<int32_t> order_;  // ids with bytes, sorted by their bytes
   std::vector<uint32_t> lcp_;   // lcp_[i]: common prefix length of order_[i - 1] and order_[i]
 };
 
+// Work allowed for one mask, in parse stacks stepped (a JSON mask of a 150k vocabulary
+// takes a few million): a grammar so ambiguous that one mask would take seconds is
+// refused instead of stalling every request that shares the engine's step.
+constexpr uint64_t kMaxMaskWork = 40'000'000;
+
 // allowed[id] = 1 when the matcher accepts token id's bytes next, else 0 (size = vocabulary).
-void fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::vector<uint8_t>& allowed);
+// False when the mask would cost more than max_work (allowed is then incomplete).
+[[nodiscard]] bool fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab,
+                                   std::vector<uint8_t>& allowed, uint64_t max_work = kMaxMaskWork);
 
 }  // namespace tf::grammar
