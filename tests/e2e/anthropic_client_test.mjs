@@ -1,38 +1,24 @@
 // Drives fake_server (the HTTP layer over a scripted engine) with the official Anthropic
 // SDK (@anthropic-ai/sdk): models, messages (plain, streaming events, the stream helper's
 // final message), tools, count_tokens, typed errors in Anthropic's shape.
-// Usage: node anthropic_client_test.mjs FAKE_SERVER_BINARY   (needs `npm ci` in tests/)
-import { spawn } from 'node:child_process';
+// Usage: node anthropic_client_test.mjs FAKE_SERVER_BINARY 0   (see lib/server.mjs; needs `npm ci` in tests/)
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
+import { serverCommand, startServer, makeRunner } from './lib/server.mjs';
 
 const require = createRequire(new URL('../package.json', import.meta.url));
 const AnthropicModule = require('@anthropic-ai/sdk');
 const Anthropic = AnthropicModule.default ?? AnthropicModule;
 
-const server = spawn(process.argv[2], ['0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-const port = await new Promise((resolve, reject) => {
-  server.stdout.once('data', (d) => resolve(Number(String(d).trim().split(/\s+/)[1])));
-  server.once('exit', (code) => reject(new Error(`fake_server exited with ${code}`)));
-});
-const base = `http://127.0.0.1:${port}`;
+const run = makeRunner('server_anthropic_client');
+const server = await startServer(serverCommand());
+const base = server.base;
 const client = new Anthropic({ baseURL: base, apiKey: 'test-key', maxRetries: 0 });
 // Anthropic clients send their own model ids; the server answers with its model.
 const model = 'claude-sonnet-4-5';
 const messages = [{ role: 'user', content: 'hi' }];
-let failures = 0;
 
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
-
-await check('models.list', async () => {
+await run.check('models.list', async () => {
   const ids = [];
   for await (const m of client.models.list()) {
     ids.push(m.id);
@@ -43,7 +29,7 @@ await check('models.list', async () => {
   assert.deepEqual(ids, ['fake-model']);
 });
 
-await check('messages.create: thinking and text blocks, end_turn, usage = count_tokens', async () => {
+await run.check('messages.create: thinking and text blocks, end_turn, usage = count_tokens', async () => {
   const m = await client.messages.create({ model, max_tokens: 64, system: 'Be brief.', messages });
   assert.equal(m.type, 'message');
   assert.equal(m.role, 'assistant');
@@ -61,7 +47,7 @@ await check('messages.create: thinking and text blocks, end_turn, usage = count_
   assert.equal(m.usage.output_tokens, 'The user greets me.'.length + 'Hello world'.length);
 });
 
-await check('messages.stream: event order, and the final message equals the plain reply', async () => {
+await run.check('messages.stream: event order, and the final message equals the plain reply', async () => {
   const plain = await client.messages.create({ model, max_tokens: 64, messages });
   const stream = client.messages.stream({ model, max_tokens: 64, messages });
   const types = [];
@@ -81,7 +67,7 @@ const tools = [{
   input_schema: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city'] },
 }];
 
-await check('tools: tool_use block with parsed input, stop_reason tool_use, streamed input_json_delta', async () => {
+await run.check('tools: tool_use block with parsed input, stop_reason tool_use, streamed input_json_delta', async () => {
   const m = await client.messages.create({ model, max_tokens: 64, messages, tools, tool_choice: { type: 'auto' } });
   assert.equal(m.stop_reason, 'tool_use');
   assert.deepEqual(m.content, [
@@ -104,7 +90,7 @@ await check('tools: tool_use block with parsed input, stop_reason tool_use, stre
   assert.equal(next.type, 'message');
 });
 
-await check('errors: typed SDK errors carrying Anthropic error objects', async () => {
+await run.check('errors: typed SDK errors carrying Anthropic error objects', async () => {
   const cases = [
     [{ model, messages }, /max_tokens/],                                                        // required
     [{ model, max_tokens: 8, messages: [] }, /messages/],
@@ -130,6 +116,4 @@ await check('errors: typed SDK errors carrying Anthropic error objects', async (
   assert.equal(j.error.type, 'not_found_error');
 });
 
-server.kill();
-console.log(failures ? `${failures} check(s) failed` : 'all checks passed');
-process.exit(failures ? 1 : 0);
+await run.finish(server);

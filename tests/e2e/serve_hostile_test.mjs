@@ -114,6 +114,18 @@ const CASES = [
   ['response_format xml', C, chat({ response_format: { type: 'xml' } }), 400, 'response_format.type'],
   ['response_format a string', C, chat({ response_format: 'json' }), 400, 'response_format'],
   ['two structured outputs', C, chat({ guided_json: { type: 'object' }, guided_regex: 'a+' }), 400, 'structured_outputs'],
+  ['regex {3,2}', C, chat({ guided_regex: 'a{3,2}' }), 400],
+  ['regex unbalanced', C, chat({ guided_regex: '(ab' }), 400],
+  ['regex repeat 10^5', C, chat({ guided_regex: 'a{100000}' }), 400],
+  ['regex lookahead', C, chat({ guided_regex: '(?=a)a' }), 400],
+  ['grammar unterminated group', C, chat({ guided_grammar: 'root ::= ("a"' }), 400],
+  ['grammar left-recursive', C, chat({ guided_grammar: 'root ::= root "a" | "a"' }), 400],
+  ['grammar without root', C, chat({ guided_grammar: 'item ::= "a"' }), 400],
+  ['json_schema false', C, chat({ guided_json: false }), 400],
+  ['json_schema multipleOf', C, chat({ guided_json: { type: 'integer', multipleOf: 3 } }), 400],
+  ['json_schema dangling $ref', C, chat({ guided_json: { $ref: '#/$defs/nope' } }), 400],
+  ['json_schema $ref cycle', C, chat({ guided_json: { $defs: { a: { $ref: '#/$defs/a' } }, $ref: '#/$defs/a' } }), 400],
+  ['choice empty', C, chat({ guided_choice: [] }), 400, 'guided_choice'],
   ['reasoning_effort extreme', C, chat({ reasoning_effort: 'extreme' }), 400, 'reasoning_effort'],
   ['functions (deprecated)', C, chat({ functions: [{ name: 'f' }] }), 400, 'functions'],
   ['audio output', C, chat({ audio: { voice: 'x' } }), 400, 'audio'],
@@ -212,6 +224,49 @@ await run.check(`table of ${CASES.length} malformed requests: exact 4xx + OpenAI
     }
   }
   assert.deepEqual(bad, []);
+});
+
+// Anthropic's route answers malformed bodies with 400 and Anthropic's error object.
+const M = '/v1/messages';
+const msg = (extra = {}) => ({ model: 'claude-x', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], ...extra });
+const ANTHROPIC_CASES = [
+  ['not JSON', '{"max_tokens":'],
+  ['empty body', ''],
+  ['body null', 'null'],
+  ['messages an object', msg({ messages: { role: 'user' } })],
+  ['messages empty', msg({ messages: [] })],
+  ['block without type', msg({ messages: [{ role: 'user', content: [{ text: 'x' }] }] })],
+  ['block text a number', msg({ messages: [{ role: 'user', content: [{ type: 'text', text: 1 }] }] })],
+  ['tool_use input a string', msg({ messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 'a', name: 'f', input: 'x' }] }] })],
+  ['tool_result without tool_use_id', msg({ messages: [{ role: 'user', content: [{ type: 'tool_result', content: 'x' }] }] })],
+  ['document block', msg({ messages: [{ role: 'user', content: [{ type: 'document', source: {} }] }] })],
+  ['system a number', msg({ system: 5 })],
+  ['max_tokens missing', { messages: [{ role: 'user', content: 'hi' }] }],
+  ['max_tokens negative', msg({ max_tokens: -3 })],
+  ['max_tokens beyond the window', msg({ max_tokens: CTX * 4 })],
+  ['stop_sequences a number', msg({ stop_sequences: 5 })],
+  ['temperature 7', msg({ temperature: 7 })],
+  ['thinking budget negative', msg({ thinking: { type: 'enabled', budget_tokens: -1 } })],
+  ['thinking type odd', msg({ thinking: { type: 'sometimes' } })],
+  ['tool without input_schema', msg({ tools: [{ name: 'f' }] })],
+  ['server tool', msg({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] })],
+  ['tool_choice unknown tool', msg({ tools: [{ name: 'f', input_schema: { type: 'object' } }], tool_choice: { type: 'tool', name: 'g' } })],
+  ['output_config.format without schema', msg({ output_config: { format: { type: 'json_schema' } } })],
+  ['output_config.format with a bad schema', msg({ output_config: { format: { type: 'json_schema', schema: { type: 'integer', multipleOf: 2 } } } })],
+];
+
+await run.check(`Anthropic: ${ANTHROPIC_CASES.length} malformed /v1/messages bodies -> 400 + Anthropic error object`, async () => {
+  const bad = [];
+  for (const [name, body] of ANTHROPIC_CASES) {
+    const r = await request(server, 'POST', M, { body, timeoutMs: 20000 });
+    const e = r.json?.error;
+    if (r.status !== 400 || r.json?.type !== 'error' || e?.type !== 'invalid_request_error' || typeof e?.message !== 'string' || !e.message)
+      bad.push(`${name}: ${r.status} ${r.text.slice(0, 200)}`);
+  }
+  assert.deepEqual(bad, []);
+  const ok = await request(server, 'POST', M, { body: msg() });
+  assert.equal(ok.status, 200, ok.text);
+  assert.equal(ok.json.type, 'message');
 });
 
 await run.check('context_length_exceeded message names the window', async () => {

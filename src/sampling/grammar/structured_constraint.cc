@@ -40,7 +40,8 @@ Status StructuredConstraint::mask(std::span<float> logits) {
     ends.push_back(e >= 0 && static_cast<size_t>(e) < logits.size() ? logits[static_cast<size_t>(e)] : 0.0f);
   const std::vector<uint8_t>* found = allowed_now();
   if (found == nullptr)
-    return resource_exhausted("structured output: the grammar is too ambiguous here to compute the next token's mask");
+    // The client's grammar, not the server's load: a 400, never a retryable 429.
+    return invalid_argument("structured output: the grammar is too ambiguous here to compute the next token's mask");
   const std::vector<uint8_t>& allowed = *found;
   const float ninf = -std::numeric_limits<float>::infinity();
   const size_t n = std::min(logits.size(), allowed.size());

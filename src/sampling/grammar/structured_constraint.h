@@ -26,7 +26,7 @@ class StructuredConstraint {
                        std::vector<int32_t> end_ids, uint64_t max_mask_work = kMaxMaskWork);
 
   // Sets logits[t] = -inf for every token t not allowed next (ids past the vocabulary too).
-  // kResourceExhausted when the grammar is too ambiguous to mask in time (token_mask.h).
+  // kInvalidArgument when the grammar is too ambiguous to mask in time (token_mask.h).
   Status mask(std::span<float> logits);
   // Computes the mask of the current state ahead of mask(), which then finds it cached:
   // the engine runs this beside the model's step, so the mask is off the critical path.
