@@ -359,12 +359,7 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
   }
   auto params = m.sampling_params(request);
   if (!params) return params.status();
-  const int64_t queued = m.queued_choices.fetch_add(request.n) + request.n;
-  if (queued > m.options.max_waiting) {
-    m.queued_choices.fetch_sub(request.n);
-    return resource_exhausted("the server is busy: " + std::to_string(m.options.max_waiting) +
-                              " requests are already waiting; retry later");
-  }
+  // Compiled before the request counts as waiting: a refusal leaves nothing behind.
   std::shared_ptr<const grammar::Grammar> structured;
   if (request.structured.kind != StructuredOutput::Kind::kNone) {
     auto compiled = compile_structured_output(request.structured);
@@ -372,6 +367,12 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
     structured = std::move(*compiled);
     std::lock_guard<std::mutex> lock(m.grammar_vocab_mu);
     if (!m.grammar_vocab) m.grammar_vocab = grammar_vocabulary(*m.tokenizer, m.text_vocab);
+  }
+  const int64_t queued = m.queued_choices.fetch_add(request.n) + request.n;
+  if (queued > m.options.max_waiting) {
+    m.queued_choices.fetch_sub(request.n);
+    return resource_exhausted("the server is busy: " + std::to_string(m.options.max_waiting) +
+                              " requests are already waiting; retry later");
   }
   auto live = std::make_shared<LiveRequest>();
   live->structured_grammar = std::move(structured);

@@ -208,7 +208,10 @@ MessagesRequest parse_messages_request(const Json& body, bool count_tokens) {
     if (!tools->empty()) chat["tools"] = tools_to_chat(*tools);
   }
   if (const Json* tc = json_field(body, "tool_choice")) tool_choice_to_chat(*tc, chat);
-  if (chat.contains("tool_choice") && !chat.contains("tools") && chat["tool_choice"] == "none") chat.erase("tool_choice");
+  // auto / none without tools mean "no tool call": nothing for the chat request to check.
+  if (chat.contains("tool_choice") && !chat.contains("tools") && chat["tool_choice"].is_string() &&
+      chat["tool_choice"] != "required")
+    chat.erase("tool_choice");
   if (const Json* thinking = json_field(body, "thinking")) thinking_to_chat(*thinking, chat);
   if (const Json* oc = json_field(body, "output_config")) output_config_to_chat(*oc, chat);
   MessagesRequest req;

@@ -379,7 +379,8 @@ TEST_F(StructuredOutputTest, BadConstraintsAreRefusedAtSubmit) {
   StructuredOutput grammar;
   grammar.kind = StructuredOutput::Kind::kGrammar;
   grammar.pattern = "root ::= item\n";
-  refused(grammar, "'item'");
+  // More refusals than may wait (6): a refused request must not stay counted as waiting.
+  for (int i = 0; i < 8; ++i) refused(grammar, "'item'");
   StructuredOutput schema;
   schema.kind = StructuredOutput::Kind::kJsonSchema;
   schema.schema = {{"type", "integer"}, {"multipleOf", 3}};

@@ -1,3 +1,4 @@
+// See json_schema_gbnf.h.
 #include "sampling/grammar/json_schema_gbnf.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// See regex_gbnf.h.
 #include "sampling/grammar/regex_gbnf.h"
 
 #include <algorithm>
