@@ -38,14 +38,20 @@ MessagesRequest parse_messages_request(const Json& body, bool count_tokens = fal
 Json anthropic_error_json(const ApiError& e);
 int anthropic_http_status(const ApiError& e);
 
+// What a reply ran into: max_tokens as asked, or the context window (Anthropic lets
+// max_tokens reach past the window and then stops with model_context_window_exceeded).
+enum class AnthropicLimit { kMaxTokens, kContextWindow };
+
 // The finished message object (non-streaming reply).
-Json anthropic_message_json(const ResponseMeta& meta, const ChoiceState& choice, const UsageTotals& usage);
+Json anthropic_message_json(const ResponseMeta& meta, const ChoiceState& choice, const UsageTotals& usage,
+                            AnthropicLimit limit = AnthropicLimit::kMaxTokens);
 
 // Anthropic SSE: message_start, ping, content_block_start/delta/stop per block,
 // message_delta (stop_reason, usage), message_stop; an error event on failure.
 class AnthropicStreamFormatter : public StreamFormatter {
  public:
-  AnthropicStreamFormatter(ResponseMeta meta, int64_t prompt_tokens) : meta_(std::move(meta)), prompt_tokens_(prompt_tokens) {}
+  AnthropicStreamFormatter(ResponseMeta meta, int64_t prompt_tokens, AnthropicLimit limit = AnthropicLimit::kMaxTokens)
+      : meta_(std::move(meta)), prompt_tokens_(prompt_tokens), limit_(limit) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -57,6 +63,7 @@ class AnthropicStreamFormatter : public StreamFormatter {
   std::string close_block();
   ResponseMeta meta_;
   int64_t prompt_tokens_;
+  AnthropicLimit limit_;
   Open open_ = Open::kNone;
   int index_ = -1;       // the open (or last) content block
   int tool_call_ = -1;   // the engine's index of the open tool_use block

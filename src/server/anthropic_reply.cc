@@ -5,9 +5,9 @@ namespace tf::server {
 
 namespace {
 
-const char* stop_reason(const ChoiceState& c) {
+const char* stop_reason(const ChoiceState& c, AnthropicLimit limit) {
   switch (c.finish_reason) {
-    case FinishReason::kLength: return "max_tokens";
+    case FinishReason::kLength: return limit == AnthropicLimit::kContextWindow ? "model_context_window_exceeded" : "max_tokens";
     case FinishReason::kToolCalls: return "tool_use";
     case FinishReason::kStop: return c.stop_string.empty() ? "end_turn" : "stop_sequence";
     case FinishReason::kAbort: break;
@@ -59,13 +59,14 @@ Json anthropic_error_json(const ApiError& e) {
   return {{"type", "error"}, {"error", {{"type", type}, {"message", e.what()}}}};
 }
 
-Json anthropic_message_json(const ResponseMeta& meta, const ChoiceState& c, const UsageTotals& usage) {
+Json anthropic_message_json(const ResponseMeta& meta, const ChoiceState& c, const UsageTotals& usage,
+                            AnthropicLimit limit) {
   Json m = message_shell(meta);
   if (!c.reasoning.empty()) m["content"].push_back({{"type", "thinking"}, {"thinking", c.reasoning}, {"signature", ""}});
   if (!c.content.empty()) m["content"].push_back({{"type", "text"}, {"text", c.content}});
   for (const ToolCallState& t : c.tool_calls)
     m["content"].push_back({{"type", "tool_use"}, {"id", t.id}, {"name", t.name}, {"input", tool_input(t.arguments)}});
-  m["stop_reason"] = stop_reason(c);
+  m["stop_reason"] = stop_reason(c, limit);
   m["stop_sequence"] = stop_sequence(c);
   m["usage"] = usage_json(usage);
   return m;
@@ -126,7 +127,7 @@ std::string AnthropicStreamFormatter::on_done(const std::vector<ChoiceState>& ch
   const ChoiceState done;
   const ChoiceState& c = choices.empty() ? done : choices[0];
   out += sse_event("message_delta", {{"type", "message_delta"},
-                                     {"delta", {{"stop_reason", stop_reason(c)}, {"stop_sequence", stop_sequence(c)}}},
+                                     {"delta", {{"stop_reason", stop_reason(c, limit_)}, {"stop_sequence", stop_sequence(c)}}},
                                      {"usage", usage_json(usage)}});
   return out + sse_event("message_stop", {{"type", "message_stop"}});
 }

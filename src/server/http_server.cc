@@ -341,6 +341,14 @@ struct HttpServer::Impl {
     auto prompt = engine.render_chat(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     const auto prompt_tokens = static_cast<int64_t>(prompt->size());
+    // As Anthropic's API: max_tokens may reach past the window; the reply then stops at the
+    // window with stop_reason model_context_window_exceeded (a prompt that fills it is a 400).
+    const int64_t room = model.context_length - prompt_tokens;
+    const AnthropicLimit limit =
+        model.context_length > 0 && r.chat.max_tokens && *r.chat.max_tokens > room && room > 0
+            ? AnthropicLimit::kContextWindow
+            : AnthropicLimit::kMaxTokens;
+    if (limit == AnthropicLimit::kContextWindow) r.chat.max_tokens = room;
     int64_t max_tokens = resolve_max_tokens(r.chat.max_tokens, prompt_tokens, true);
     GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
@@ -349,11 +357,11 @@ struct HttpServer::Impl {
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), prompt_tokens, t0);
     if (r.chat.stream) {
-      stream(res, {session}, {std::make_shared<AnthropicStreamFormatter>(meta, prompt_tokens)});
+      stream(res, {session}, {std::make_shared<AnthropicStreamFormatter>(meta, prompt_tokens, limit)});
       return;
     }
     wait_for(req, *session);
-    write_json(res, 200, anthropic_message_json(meta, session->choices()[0], session->usage()));
+    write_json(res, 200, anthropic_message_json(meta, session->choices()[0], session->usage(), limit));
   }
 
   void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {

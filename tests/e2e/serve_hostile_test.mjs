@@ -243,7 +243,7 @@ const ANTHROPIC_CASES = [
   ['system a number', msg({ system: 5 })],
   ['max_tokens missing', { messages: [{ role: 'user', content: 'hi' }] }],
   ['max_tokens negative', msg({ max_tokens: -3 })],
-  ['max_tokens beyond the window', msg({ max_tokens: CTX * 4 })],
+  ['prompt beyond the window', msg({ messages: [{ role: 'user', content: 'lighthouse '.repeat(CTX + 10) }] })],
   ['stop_sequences a number', msg({ stop_sequences: 5 })],
   ['temperature 7', msg({ temperature: 7 })],
   ['thinking budget negative', msg({ thinking: { type: 'enabled', budget_tokens: -1 } })],

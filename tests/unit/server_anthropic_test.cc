@@ -165,6 +165,34 @@ TEST(ServerAnthropic, HttpMessageStopSequenceCountTokensAndErrors) {
   EXPECT_EQ(Json::parse(res->body), overloaded);
 }
 
+// max_tokens past the window is clamped to it; a reply that reaches it says so.
+TEST(ServerAnthropic, MaxTokensPastTheWindowStopsAtTheWindow) {
+  TestServer ts;
+  ts.engine.set_text_script("", "long answer", FinishReason::kLength);
+  auto c = ts.client();
+  const Json body = {{"max_tokens", 100000}, {"messages", {{{"role", "user"}, {"content", "Go on."}}}}};
+  auto res = c.Post("/v1/messages", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const Json m = Json::parse(res->body);
+  EXPECT_EQ(m["stop_reason"], "model_context_window_exceeded");
+  const int64_t prompt = m["usage"]["input_tokens"].get<int64_t>() + m["usage"]["cache_read_input_tokens"].get<int64_t>();
+  EXPECT_EQ(ts.engine.requests.at(0).sampling.max_tokens, ts.engine.context_length - prompt);
+  // Within the window, a length stop is max_tokens as usual.
+  Json small = body;
+  small["max_tokens"] = 20;
+  res = c.Post("/v1/messages", small.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(Json::parse(res->body)["stop_reason"], "max_tokens");
+  // A prompt that fills the window is still a 400.
+  Json huge = body;
+  huge["messages"][0]["content"] = std::string(static_cast<size_t>(ts.engine.context_length) + 10, 'x');
+  res = c.Post("/v1/messages", huge.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Json::parse(res->body)["error"]["type"], "invalid_request_error");
+}
+
 TEST(ServerAnthropic, StreamEventsAndAnEngineErrorMidStream) {
   TestServer ts;
   ts.engine.set_text_script("ab", "cd", FinishReason::kLength);
