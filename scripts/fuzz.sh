@@ -2,17 +2,17 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan + libFuzzer) in their own
 # build folder and runs them side by side, one process each, for the same time.
 # Exit status 0 = no crash, no sanitizer report, no leak, no timeout in any of them.
-#   scripts/fuzz.sh [SECONDS=60] [TARGET...]   targets: safetensors jinja (default: all)
+#   scripts/fuzz.sh [SECONDS=60] [TARGET...]   targets: safetensors jinja grammar (default: all)
 #   environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_JOBS (2)
 # Seed corpora are copied, never written to: tests/fuzz/corpus for safetensors,
-# tests/data/chat-templates/*.jinja for jinja. A crashing input is kept in
+# tests/data/chat-templates/*.jinja for jinja, tests/fuzz/grammar_corpus for grammar. A crashing input is kept in
 # $FUZZ_BUILD_DIR/artifacts/<target>-crash-*; each fuzzer's log in $FUZZ_BUILD_DIR/<target>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(safetensors jinja)
+[[ ${#targets[@]} -gt 0 ]] || targets=(safetensors jinja grammar)
 dir=${FUZZ_BUILD_DIR:-build-fuzz}
 CXX_BIN=$(command -v clang++ || command -v clang++-14 || true)
 CC_BIN=$(command -v clang || command -v clang-14 || true)
@@ -30,8 +30,8 @@ fi
 build_targets=()
 for t in "${targets[@]}"; do
   case "$t" in
-    safetensors|jinja) build_targets+=("${t}_fuzz") ;;
-    *) echo "fuzz: unknown target '$t' (safetensors, jinja)" >&2; exit 2 ;;
+    safetensors|jinja|grammar) build_targets+=("${t}_fuzz") ;;
+    *) echo "fuzz: unknown target '$t' (safetensors, jinja, grammar)" >&2; exit 2 ;;
   esac
 done
 cmake --build "$dir" -j "${FUZZ_JOBS:-2}" --target "${build_targets[@]}"
@@ -51,6 +51,9 @@ for t in "${targets[@]}"; do
       cp tests/data/chat-templates/*.jinja "$work/$t/"
       # Real templates are up to ~20 KB; -timeout catches a template that renders forever.
       args=(-dict=tests/fuzz/jinja.dict -max_len=24576) ;;
+    grammar)
+      cp tests/fuzz/grammar_corpus/* "$work/$t/"
+      args=(-max_len=4096) ;;
   esac
   "$dir/${t}_fuzz" "$work/$t" "${args[@]}" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$dir/artifacts/$t-" >"$dir/$t.log" 2>&1 &

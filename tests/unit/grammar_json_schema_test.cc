@@ -469,6 +469,8 @@ TEST(JsonSchemaGbnf, ErrorsNameThePath) {
       error_of(R"({"$ref": "#/$defs/A", "type": "string", "$defs": {"A": {}}})").find("cannot be combined"),
       std::string::npos);
   EXPECT_NE(error_of("{\"type\": ").find("invalid JSON"), std::string::npos);
+  // A number too large for a double is an error too, not an exception (found by fuzzing).
+  EXPECT_NE(error_of("{\"maxLength\": 55555E7777}").find("invalid JSON"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "array", "minItems": "2"})").find("minItems"), std::string::npos);
 }
 

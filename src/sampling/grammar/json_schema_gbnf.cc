@@ -817,7 +817,7 @@ Expected<std::string> json_schema_to_gbnf(std::string_view schema_text) {
   Json schema;
   try {
     schema = Json::parse(schema_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // not JSON, or a number out of range
     return invalid_argument(std::string("json_schema: invalid JSON: ") + e.what());
   }
   return json_schema_to_gbnf(schema);
