@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/grammar.h"
 #include "sampling/grammar/grammar_matcher.h"
 

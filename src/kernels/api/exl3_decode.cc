@@ -49,16 +49,17 @@ void stream_words(const int16_t* words, int bits, uint32_t* u) {
   }
 }
 
-// Hadamard along dim 0 of a row-major [rows, cols] matrix (rows a multiple of
-// 128): butterflies between whole rows, so the inner loop runs over contiguous columns.
-void fwht128_along_rows(float* m, int64_t rows, int64_t cols) {
+// Hadamard along dim 0 of `rows` rows (a multiple of 128) of `cols` contiguous values each,
+// `pitch` values apart: butterflies between whole rows, so the inner loop runs over
+// contiguous columns. One column of stride s is (rows, 1, s); a row-major matrix (rows, cols, cols).
+void fwht128_rows(float* m, int64_t rows, int64_t cols, int64_t pitch) {
   for (int64_t b = 0; b < rows; b += kBlock) {
-    float* blk = m + b * cols;
+    float* blk = m + b * pitch;
     for (int64_t h = 1; h < kBlock; h *= 2) {
       for (int64_t i = 0; i < kBlock; i += 2 * h) {
         for (int64_t r = i; r < i + h; ++r) {
-          float* a = blk + r * cols;
-          float* c = blk + (r + h) * cols;
+          float* a = blk + r * pitch;
+          float* c = blk + (r + h) * pitch;
           for (int64_t j = 0; j < cols; ++j) {
             const float u = a[j], v = c[j];
             a[j] = u + v;
@@ -67,7 +68,8 @@ void fwht128_along_rows(float* m, int64_t rows, int64_t cols) {
         }
       }
     }
-    for (int64_t j = 0; j < kBlock * cols; ++j) blk[j] *= kHadamardNorm;
+    for (int64_t r = 0; r < kBlock; ++r)
+      for (int64_t j = 0; j < cols; ++j) blk[r * pitch + j] *= kHadamardNorm;
   }
 }
 
@@ -222,21 +224,7 @@ std::vector<float> exl3_f16_vector(const Tensor& t) {
   return v;
 }
 
-void fwht128(float* x, int64_t n, int64_t stride) {
-  for (int64_t b = 0; b < n; b += kBlock) {
-    float* blk = x + b * stride;
-    for (int64_t h = 1; h < kBlock; h *= 2) {
-      for (int64_t i = 0; i < kBlock; i += 2 * h) {
-        for (int64_t r = i; r < i + h; ++r) {
-          const float u = blk[r * stride], v = blk[(r + h) * stride];
-          blk[r * stride] = u + v;
-          blk[(r + h) * stride] = u - v;
-        }
-      }
-    }
-    for (int64_t r = 0; r < kBlock; ++r) blk[r * stride] *= kHadamardNorm;
-  }
-}
+void fwht128(float* x, int64_t n, int64_t stride) { fwht128_rows(x, n, 1, stride); }
 
 Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name) {
   require_host_exl3(w, name);
@@ -258,7 +246,7 @@ Tensor exl3_dequantize(const Exl3Weight& w, const std::string& name) {
                                rows + i * kExl3Tile * n + j * kExl3Tile, n);
         }
       }
-      fwht128_along_rows(rows, kBlock, n);
+      fwht128_rows(rows, kBlock, n, n);
       for (int64_t r = 0; r < kBlock; ++r) {
         float* row = rows + r * n;
         fwht128(row, n);

@@ -64,7 +64,4 @@ Expected<std::shared_ptr<const Grammar>> compile_gbnf(std::string_view text);
 // Whether the whole of `text` (UTF-8) is a sentence of the grammar (tests, checks).
 bool grammar_matches(const Grammar& grammar, std::string_view text);
 
-// A GBNF literal for `text`: quoted, with the characters GBNF treats specially escaped.
-std::string gbnf_literal(std::string_view text);
-
 }  // namespace tf::grammar

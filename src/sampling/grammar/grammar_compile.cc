@@ -6,7 +6,8 @@
 #include <map>
 #include <set>
 
-#include "sampling/grammar/grammar.h"
+#include "sampling/grammar/gbnf_writer.h"
+#include "text/utf8.h"
 
 namespace tf::grammar {
 
@@ -32,25 +33,11 @@ Node class_node(uint32_t lo, uint32_t hi, bool negated = false) {
   return n;
 }
 
-// Decodes one UTF-8 code point at text[pos]; invalid bytes stand for themselves.
+// Decodes one UTF-8 code point at text[pos]; a byte that is not UTF-8 stands for itself.
 uint32_t decode_utf8(std::string_view text, size_t& pos) {
-  const auto b0 = static_cast<unsigned char>(text[pos]);
-  int len = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 1;
-  if (pos + static_cast<size_t>(len) > text.size()) len = 1;
-  if (len == 1) {
-    ++pos;
-    return b0;
-  }
-  uint32_t cp = b0 & (0x7Fu >> len);
-  for (int i = 1; i < len; ++i) {
-    const auto b = static_cast<unsigned char>(text[pos + static_cast<size_t>(i)]);
-    if ((b & 0xC0) != 0x80) {
-      ++pos;
-      return b0;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  pos += static_cast<size_t>(len);
+  const size_t len = text::utf8_sequence_length(text, pos);
+  const uint32_t cp = len == 0 ? static_cast<uint8_t>(text[pos]) : static_cast<uint32_t>(text::decode_utf8_at(text, pos, len));
+  pos += len == 0 ? 1 : len;
   return cp;
 }
 
@@ -327,15 +314,7 @@ class Lowering {
   }
 
   uint32_t add_class(const CharClass& c) {
-    CharClass norm = c;
-    std::sort(norm.ranges.begin(), norm.ranges.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
-    std::vector<CharRange> merged;
-    for (const CharRange& r : norm.ranges) {
-      if (!merged.empty() && r.lo <= merged.back().hi + 1) merged.back().hi = std::max(merged.back().hi, r.hi);
-      else merged.push_back(r);
-    }
-    norm.ranges = std::move(merged);
-    g_.classes.push_back(std::move(norm));
+    g_.classes.push_back({normalize_ranges(c.ranges), c.negated});
     return static_cast<uint32_t>(g_.classes.size() - 1);
   }
 
@@ -545,29 +524,6 @@ Expected<std::shared_ptr<const Grammar>> compile_gbnf(std::string_view text) {
     if (Status st = lower.rule(names[name], body); !st.is_ok()) return st;
   if (Status st = check_left_recursion(*g); !st.is_ok()) return st;
   return std::shared_ptr<const Grammar>(std::move(g));
-}
-
-std::string gbnf_literal(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          static const char* kHex = "0123456789ABCDEF";
-          out += "\\x";
-          out += kHex[(c >> 4) & 0xF];
-          out += kHex[c & 0xF];
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace tf::grammar

@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
 #include <vector>
 
+#include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/grammar.h"
 #include "sampling/grammar/regex_gbnf.h"
 
@@ -229,44 +229,13 @@ std::string search_as_full_match(const std::string& pattern) {
   return (starts ? "^" : "[\\s\\S]*") + ("(?:" + body + ")") + (ends ? "$" : "[\\s\\S]*");
 }
 
-// A code point inside a GBNF class: letters and digits as they are, the rest as escapes.
-std::string class_char(uint32_t cp) {
-  if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9')) {
-    return std::string(1, static_cast<char>(cp));
-  }
-  char buffer[16];
-  if (cp < 0x100) {
-    std::snprintf(buffer, sizeof buffer, "\\x%02X", cp);
-  } else if (cp < 0x10000) {
-    std::snprintf(buffer, sizeof buffer, "\\u%04X", cp);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "\\U%08X", cp);
-  }
-  return buffer;
-}
-
-// The code points a class matches, as sorted disjoint ranges (a negated class complemented).
-std::vector<CharRange> positive_ranges(const CharClass& cls) {
-  std::vector<CharRange> ranges = cls.ranges;
-  std::sort(ranges.begin(), ranges.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
-  if (!cls.negated) return ranges;
-  std::vector<CharRange> out;
-  uint64_t next = 0;
-  for (const CharRange& r : ranges) {
-    if (r.lo > next) out.push_back({static_cast<uint32_t>(next), r.lo - 1});
-    next = std::max<uint64_t>(next, uint64_t{r.hi} + 1);
-  }
-  if (next <= 0x10FFFF) out.push_back({static_cast<uint32_t>(next), 0x10FFFF});
-  return out;
-}
-
 // A class as JSON string content: the characters JSON writes as they are in one class,
 // '"', '\' and control characters as escape sequences (all controls at once as
 // "\u00XX" or their short forms).
 std::string json_escaped_class(const CharClass& cls) {
   std::vector<CharRange> plain;
   std::vector<uint32_t> escaped;  // code points JSON must escape
-  for (const CharRange& r : positive_ranges(cls)) {
+  for (const CharRange& r : class_ranges(cls)) {
     uint32_t lo = r.lo;
     for (uint32_t cp = r.lo; cp <= r.hi && cp <= 0x5C; ++cp) {  // the escaped ones are all <= '\'
       if (cp >= 0x20 && cp != '"' && cp != '\\') continue;
@@ -277,11 +246,7 @@ std::string json_escaped_class(const CharClass& cls) {
     if (lo <= r.hi) plain.push_back({lo, r.hi});
   }
   std::vector<std::string> alternatives;
-  if (!plain.empty()) {
-    std::string text = "[";
-    for (const CharRange& r : plain) text += class_char(r.lo) + (r.hi > r.lo ? "-" + class_char(r.hi) : "");
-    alternatives.push_back(text + "]");
-  }
+  if (!plain.empty()) alternatives.push_back(gbnf_class(normalize_ranges(plain)));
   size_t controls = std::count_if(escaped.begin(), escaped.end(), [](uint32_t cp) { return cp < 0x20; });
   if (controls == 0x20) {
     std::string after_backslash = "bfnrt";

@@ -8,12 +8,12 @@
 #include <set>
 #include <utility>
 
-#include "sampling/grammar/grammar.h"
+#include "sampling/grammar/gbnf_writer.h"
+#include "text/utf8.h"
 
 namespace tf::grammar {
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kUnbounded = UINT32_MAX;  // Node::max of * and +
 constexpr uint32_t kMaxRepeatCount = 10000;
 constexpr int kMaxGroupDepth = 200;
@@ -23,31 +23,6 @@ constexpr uint32_t kNone = UINT32_MAX;  // peek() past the end
 // ---------------------------------------------------------------- code-point sets
 
 using Ranges = std::vector<CharRange>;  // sorted, disjoint, non-adjacent once normalized
-
-Ranges normalized(Ranges r) {
-  std::sort(r.begin(), r.end(), [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
-  Ranges out;
-  for (const CharRange& x : r) {
-    if (!out.empty() && x.lo <= out.back().hi + 1) {
-      out.back().hi = std::max(out.back().hi, x.hi);
-    } else {
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-
-// Every code point in [0, kMaxCodePoint] that `r` (normalized) does not hold.
-Ranges complement(const Ranges& r) {
-  Ranges out;
-  uint32_t next = 0;
-  for (const CharRange& x : r) {
-    if (x.lo > next) out.push_back({next, x.lo - 1});
-    next = x.hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
-  return out;
-}
 
 Ranges digit_set() { return {{'0', '9'}}; }
 Ranges word_set() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
@@ -76,7 +51,7 @@ uint64_t saturating_mul(uint64_t a, uint64_t b) {
 Node make_set(Ranges r) {
   Node n;
   n.kind = Node::Kind::kSet;
-  n.set = normalized(std::move(r));
+  n.set = normalize_ranges(std::move(r));
   return n;
 }
 
@@ -189,50 +164,16 @@ std::optional<Node> without_empty(const Node& n) {
 // Decodes `text`; nullopt with *bad_offset set at the first invalid byte.
 std::optional<std::vector<uint32_t>> decode_utf8(std::string_view text, size_t* bad_offset) {
   std::vector<uint32_t> out;
-  size_t i = 0;
-  while (i < text.size()) {
-    auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
-    uint8_t b0 = byte(i);
-    size_t len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || i + len > text.size()) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = text::utf8_sequence_length(text, i);
+    if (len == 0) {
       *bad_offset = i;
       return std::nullopt;
     }
-    uint32_t cp = len == 1 ? b0 : len == 2 ? (b0 & 0x1Fu) : len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
-    for (size_t k = 1; k < len; ++k) {
-      if ((byte(i + k) & 0xC0) != 0x80) {
-        *bad_offset = i;
-        return std::nullopt;
-      }
-      cp = (cp << 6) | (byte(i + k) & 0x3Fu);
-    }
-    static constexpr uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMinForLength[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      *bad_offset = i;
-      return std::nullopt;
-    }
-    out.push_back(cp);
+    out.push_back(static_cast<uint32_t>(text::decode_utf8_at(text, i, len)));
     i += len;
   }
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 bool is_hex(uint32_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
@@ -275,7 +216,7 @@ class Parser {
   }
   static std::string quoted(uint32_t cp) {
     std::string s = "'";
-    append_utf8(s, cp);
+    text::append_utf8(s, static_cast<char32_t>(cp));
     return s + "'";
   }
 
@@ -322,7 +263,7 @@ class Parser {
         return parse_class();
       case '.':
         ++pos_;
-        return std::optional<Node>(make_set(complement({{'\n', '\n'}})));
+        return std::optional<Node>(make_set(complement_ranges({{'\n', '\n'}})));
       case '^':
         if (start != 0) return error(start, "unsupported anchor '^' (only allowed at the very start)");
         ++pos_;
@@ -463,8 +404,8 @@ class Parser {
       }
     }
     ++pos_;  // ']'
-    set = normalized(std::move(set));
-    return std::optional<Node>(make_set(negated ? complement(set) : set));
+    set = normalize_ranges(std::move(set));
+    return std::optional<Node>(make_set(negated ? complement_ranges(set) : set));
   }
 
   Expected<ClassAtom> parse_class_atom(size_t open) {
@@ -474,8 +415,8 @@ class Parser {
   }
 
   static ClassAtom set_atom(Ranges r, bool negate) {
-    r = normalized(std::move(r));
-    return ClassAtom{true, 0, negate ? complement(r) : r};
+    r = normalize_ranges(std::move(r));
+    return ClassAtom{true, 0, negate ? complement_ranges(r) : r};
   }
 
   Expected<ClassAtom> parse_escape(bool in_class) {
@@ -593,79 +534,6 @@ class Parser {
 
 // ---------------------------------------------------------------- printing GBNF
 
-std::string hex_escape(uint32_t cp) {
-  char buf[16];
-  if (cp <= 0xFF) {
-    std::snprintf(buf, sizeof buf, "\\x%02X", cp);
-  } else if (cp <= 0xFFFF) {
-    std::snprintf(buf, sizeof buf, "\\u%04X", cp);
-  } else {
-    std::snprintf(buf, sizeof buf, "\\U%08X", cp);
-  }
-  return buf;
-}
-
-// Controls, surrogates, invisible spaces / format characters and the private-use planes
-// are printed as escapes; other text is printed as UTF-8.
-bool print_escaped(uint32_t cp) {
-  return cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x206F) ||
-         cp == 0x3000 || is_surrogate(cp) || cp == 0xFEFF || (cp >= 0xFFF0 && cp <= 0xFFFF) || cp >= 0xE0000;
-}
-
-// One code point inside "..." (in_class false) or [...] (in_class true).
-void append_gbnf_char(std::string& out, uint32_t cp, bool in_class) {
-  switch (cp) {
-    case '\n':
-      out += "\\n";
-      return;
-    case '\r':
-      out += "\\r";
-      return;
-    case '\t':
-      out += "\\t";
-      return;
-    case '\\':
-      out += "\\\\";
-      return;
-    case '"':
-      out += "\\\"";
-      return;
-    default:
-      break;
-  }
-  if (in_class && (cp == ']' || cp == '[' || cp == '-' || cp == '^')) {
-    out += '\\';
-    out += static_cast<char>(cp);
-  } else if (print_escaped(cp)) {
-    out += hex_escape(cp);
-  } else {
-    append_utf8(out, cp);
-  }
-}
-
-std::string gbnf_string(const std::vector<uint32_t>& cps) {
-  std::string out = "\"";
-  for (uint32_t cp : cps) append_gbnf_char(out, cp, false);
-  return out + "\"";
-}
-
-std::string gbnf_class(const Ranges& ranges) {
-  if (ranges.size() == 1 && ranges[0].lo == ranges[0].hi) return gbnf_string({ranges[0].lo});
-  Ranges outside = complement(ranges);
-  // Print whichever side is shorter; an empty set is "nothing outside everything".
-  bool negate = ranges.empty() || (!outside.empty() && outside.size() < ranges.size());
-  const Ranges& shown = ranges.empty() ? Ranges{{0, kMaxCodePoint}} : negate ? outside : ranges;
-  std::string out = negate ? "[^" : "[";
-  for (const CharRange& r : shown) {
-    append_gbnf_char(out, r.lo, true);
-    if (r.hi == r.lo) continue;
-    if (r.hi > r.lo + 1) out += '-';
-    append_gbnf_char(out, r.hi, true);
-  }
-  return out + "]";
-}
-
 bool is_single_char(const Node& n) {
   return n.kind == Node::Kind::kSet && n.set.size() == 1 && n.set[0].lo == n.set[0].hi;
 }
@@ -743,24 +611,6 @@ bool valid_rule_name(std::string_view name) {
   });
 }
 
-// Code points of `text`; bytes that are not UTF-8 stand for U+0080..U+00FF.
-std::vector<uint32_t> code_points_lenient(std::string_view text) {
-  std::vector<uint32_t> out;
-  while (!text.empty()) {
-    size_t bad = 0;
-    std::optional<std::vector<uint32_t>> ok = decode_utf8(text, &bad);
-    if (ok) {
-      out.insert(out.end(), ok->begin(), ok->end());
-      break;
-    }
-    std::optional<std::vector<uint32_t>> head = decode_utf8(text.substr(0, bad), &bad);
-    out.insert(out.end(), head->begin(), head->end());
-    out.push_back(static_cast<uint8_t>(text[bad]));
-    text.remove_prefix(bad + 1);
-  }
-  return out;
-}
-
 }  // namespace
 
 Expected<std::string> regex_to_gbnf(std::string_view pattern, std::string_view rule_prefix) {
@@ -779,7 +629,7 @@ std::string choice_to_gbnf(const std::vector<std::string>& choices) {
   std::string alts;
   for (const std::string& c : choices) {
     if (!seen.insert(c).second) continue;
-    alts += (alts.empty() ? "" : " | ") + gbnf_string(code_points_lenient(c));
+    alts += (alts.empty() ? "" : " | ") + gbnf_literal(c);
   }
   if (alts.empty()) alts = gbnf_class({});  // matches nothing
   return "root ::= " + alts + "\n";
