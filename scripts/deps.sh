@@ -9,6 +9,8 @@ BUILD_PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libspdlog-dev libfmt-dev libcli11-dev
   libgloo-dev
+  libavformat-dev libavcodec-dev libavutil-dev libswscale-dev   # video decoding (src/media)
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev   # image decoding (src/media)
   libgtest-dev libgmock-dev   # every configuration configures the test targets
 )
 # prometheus ships promtool: `promtool check metrics` validates /metrics (server_promtool_metrics).

@@ -73,9 +73,15 @@ std::string pretty(const ojson& j) { return j.dump(2) + "\n"; }
 
 ojson build_config() {
   ojson c = ojson::parse(embedded::kOfficialConfig);
-  // BF16 weights and no vision tower.
+  // BF16 weights and a small vision tower (2 blocks of width 64, features of the text width).
   c.erase("quantization_config");
-  c.erase("vision_config");
+  ojson& v = c["vision_config"];
+  v["depth"] = 2;
+  v["hidden_size"] = 64;
+  v["num_heads"] = 4;
+  v["intermediate_size"] = 128;
+  v["out_hidden_size"] = 256;
+  v["projection_intermediate_size"] = 256;
   for (const char* key : {"image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id",
                           "video_start_token_id", "video_end_token_id"})
     c[key] = map_id(c[key]);

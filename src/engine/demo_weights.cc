@@ -71,7 +71,9 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 using Init = DemoInit;
 
 Init init_of(const std::string& name) {
-  if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) return Init::kOne;
+  if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight") || ends_with(name, "norm1.weight") ||
+      ends_with(name, "norm2.weight"))
+    return Init::kOne;
   if (ends_with(name, "_scale") || ends_with(name, "index_kpool_compress_gate")) return Init::kOne;
   if (ends_with(name, "_base") || ends_with(name, "e_score_correction_bias") || ends_with(name, ".bias") ||
       ends_with(name, "index_kpool_compress_ape"))
@@ -133,7 +135,7 @@ std::vector<std::pair<std::string, Tensor>> make_demo_weights(const Glm5Config& 
                                                               const DemoWeightOptions& options) {
   WeightSpecOptions spec_options;
   spec_options.include_mtp = true;
-  spec_options.include_vision = false;
+  spec_options.include_vision = true;
   std::vector<std::pair<std::string, Tensor>> out;
   for (const WeightSpecEntry& e : glm5_weight_spec(config, spec_options)) {
     const DemoTensorRecipe recipe = demo_tensor_recipe(e.name, options);

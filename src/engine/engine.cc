@@ -260,6 +260,24 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);
   if (!model) return model.status();
   m.model = std::move(*model);
+  if (m.config.vision.present) {
+    // The vision tower: on rank 0 only (the followers get the features with the step).
+    auto vision = Glm5VisionTower::load(m.config, progress, *m.ops, matrix_dtype);
+    if (vision) {
+      m.vision = std::move(*vision);
+    } else if (vision.status().code() == StatusCode::kNotFound) {
+      // A config with a vision_config but no vision weights (the demo and synthetic
+      // checkpoints): serve text; media parts get a 400.
+      TF_LOG_WARN("the checkpoint has no vision tower weights ({}): images and videos are refused",
+                  vision.status().message());
+    } else {
+      return vision.status().with_context("vision tower");
+    }
+    const Glm5Config& c = m.config;
+    m.media_ids = {static_cast<int32_t>(c.image_token_id),       static_cast<int32_t>(c.video_token_id),
+                   static_cast<int32_t>(c.image_start_token_id), static_cast<int32_t>(c.image_end_token_id),
+                   static_cast<int32_t>(c.video_start_token_id), static_cast<int32_t>(c.video_end_token_id)};
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t file_bytes = 0;  // the checkpoint's safetensors files: what the load rate is of
   {
@@ -356,6 +374,12 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
     return invalid_argument("prompt (" + std::to_string(request.prompt_tokens.size()) + " tokens) + max_tokens (" +
                             std::to_string(request.sampling.max_tokens) + ") exceed the window of " +
                             std::to_string(m.plan.context) + " tokens");
+  }
+  if (request.media) {
+    if (!m.vision) return invalid_argument("this checkpoint has no vision tower: image and video parts are not supported");
+    for (int64_t p : request.media->positions)
+      if (p < 0 || p >= static_cast<int64_t>(request.prompt_tokens.size()))
+        return invalid_argument("an image placeholder position lies outside the prompt");
   }
   auto params = m.sampling_params(request);
   if (!params) return params.status();

@@ -29,6 +29,7 @@ class Engine final : public EngineApi {
   EngineHealth health() const override;
   Expected<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens) const override;
   Expected<std::vector<int32_t>> render_chat(const ChatPrompt& chat) const override;
+  Expected<RenderedPrompt> render_chat_media(const ChatPrompt& chat) const override;  // engine_media.cc
   Expected<std::string> detokenize(const std::vector<int32_t>& tokens) const override;
   Expected<std::vector<std::string>> token_strings(const std::vector<int32_t>& tokens) const override;
   Status submit(GenerationRequest request, EventSink sink) override;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,9 +69,22 @@ struct ChatPrompt {
   bool continue_final_message = false;
 };
 
+// The images and videos of a rendered chat prompt: decoded and preprocessed by
+// render_chat_media, encoded by the engine's vision tower when the prompt runs.
+// Opaque to the server (engine/prompt_media.h).
+struct PromptMedia;
+
+// A rendered chat prompt: its tokens (each image/video placeholder already expanded
+// to one token per feature) and its media (null for a text-only prompt).
+struct RenderedPrompt {
+  std::vector<int32_t> tokens;
+  std::shared_ptr<const PromptMedia> media;
+};
+
 struct GenerationRequest {
   std::string request_id;
   std::vector<int32_t> prompt_tokens;  // already rendered/tokenized
+  std::shared_ptr<const PromptMedia> media;  // from render_chat_media; null: text only
   SamplingOptions sampling;
   StructuredOutput structured;
   int n = 1;
@@ -170,6 +184,14 @@ class EngineApi {
   virtual EngineHealth health() const = 0;
   virtual Expected<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens) const = 0;
   virtual Expected<std::vector<int32_t>> render_chat(const ChatPrompt& chat) const = 0;
+  // The same with the messages' image and video parts (data URLs) decoded and their
+  // placeholders expanded; a bad or unsupported media part is kInvalidArgument naming it.
+  // The default (an engine without a vision tower): render_chat, no media.
+  virtual Expected<RenderedPrompt> render_chat_media(const ChatPrompt& chat) const {
+    auto tokens = render_chat(chat);
+    if (!tokens) return tokens.status();
+    return RenderedPrompt{std::move(*tokens), nullptr};
+  }
   virtual Expected<std::string> detokenize(const std::vector<int32_t>& tokens) const = 0;
   // Token strings for /tokenize return_token_strs.
   virtual Expected<std::vector<std::string>> token_strings(const std::vector<int32_t>& tokens) const = 0;

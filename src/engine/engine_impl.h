@@ -20,12 +20,14 @@
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
 #include "engine/paged_cache_budget.h"
+#include "engine/prompt_media.h"
 #include "engine/scheduler.h"
 #include "engine/step_broadcast.h"
 #include "engine/structured_output.h"
 #include "kernels/api/ops.h"
 #include "model/config.h"
 #include "model/glm5/glm5_model.h"
+#include "model/glm5/glm5_vision.h"
 #include "sampling/sampler.h"
 #include "sampling/sequence_sampler.h"
 #include "text/chat_template.h"
@@ -49,6 +51,11 @@ struct LiveRequest {
   int open_choices = 0;
   bool failed = false;
   std::shared_ptr<const grammar::Grammar> structured_grammar;  // null: no structured output
+  // Images/videos (req.media): their features [placeholders, hidden] f32 on the ops
+  // device, encoded before the first prefill chunk that needs them and released once
+  // every choice has prefilled (engine_media.cc).
+  Tensor media_features;
+  int media_prefills_left = 0;
 };
 
 // One choice: a scheduler request with its own sequence, sampler and text pipeline.
@@ -91,6 +98,11 @@ struct Engine::Impl {
   bool tp_broken = false;  // engine thread only
   int64_t model_steps = 0;  // engine thread only
   std::unique_ptr<Glm5Model> model;
+  // The vision tower (rank 0 only; null for a text-only checkpoint) and what
+  // render_chat_media needs to expand placeholders.
+  std::unique_ptr<Glm5VisionTower> vision;
+  MediaTokenIds media_ids;
+  MediaLimits media_limits;
   MemoryPlan plan;
   std::unique_ptr<PagedCacheBudget> budget;
   std::unique_ptr<Scheduler> scheduler;
@@ -133,6 +145,11 @@ struct Engine::Impl {
   bool tp_send(std::vector<StepCommandEntry> entries);
   void tp_failed(const Status& error);
   Expected<SamplingParams> sampling_params(const GenerationRequest& r) const;
+  // Images and videos (engine_media.cc): encodes a request's media on first use, and
+  // the embedding runs of a prefill chunk [from, from + count) of its prompt.
+  Status encode_media(LiveRequest& r);
+  std::vector<StepEntry::EmbedRun> media_runs(const LiveRequest& r, int64_t from, int64_t count) const;
+  void media_prefill_done(LiveRequest& r);
 
   // Sampling of a step's rows (engine_sampling.cc). A row whose parameters the device
   // sampler supports (device_row) is sampled by Ops::sample_rows on the logits left on

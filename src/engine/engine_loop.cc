@@ -112,6 +112,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
   const bool starts_in_reasoning =
       g.parse_reasoning && think_start_id && !g.prompt_tokens.empty() && g.prompt_tokens.back() == *think_start_id;
   r->open_choices = g.n;
+  r->media_prefills_left = g.media ? g.n : 0;
   for (int i = 0; i < g.n; ++i) {
     const RequestId id = next_id++;
     LiveChoice c;
@@ -248,9 +249,21 @@ void Engine::Impl::step_once() {
     return;
   }
 
+  // Image/video features: a request's media are encoded before its first prefill chunk.
+  for (const Advance& a : plan.advances) {
+    if (a.kind != AdvanceKind::kPrefill) continue;
+    LiveChoice& c = choices.at(a.id);
+    if (Status s = encode_media(*c.request); !s.is_ok()) fail_choice(a.id, s);
+  }
+  std::erase_if(plan.advances, [this](const Advance& a) { return !choices.contains(a.id); });
+  if (plan.advances.empty()) {
+    publish_health();
+    return;
+  }
   std::vector<StepEntry> batch;
   std::vector<LiveChoice*> rows;
   std::vector<std::optional<SampleRowParams>> device_params;
+  std::vector<std::vector<StepEntry::EmbedRun>> embed_runs(plan.advances.size());
   batch.reserve(plan.advances.size());
   for (const Advance& a : plan.advances) {
     LiveChoice& c = choices.at(a.id);
@@ -259,6 +272,12 @@ void Engine::Impl::step_once() {
     if (a.kind == AdvanceKind::kPrefill) {
       e.tokens = std::span<const int32_t>(c.request->req.prompt_tokens).subspan(static_cast<size_t>(c.prefilled),
                                                                                  static_cast<size_t>(a.tokens));
+      std::vector<StepEntry::EmbedRun>& runs = embed_runs[batch.size()];
+      runs = media_runs(*c.request, c.prefilled, a.tokens);
+      if (!runs.empty()) {
+        e.embed_runs = runs;
+        e.embeds = &c.request->media_features;
+      }
     } else {
       e.tokens = std::span<const int32_t>(&c.last_token, 1);
     }
@@ -273,8 +292,21 @@ void Engine::Impl::step_once() {
     std::vector<StepCommandEntry> entries;
     entries.reserve(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-      entries.push_back({rows[i]->id, std::vector<int32_t>(batch[i].tokens.begin(), batch[i].tokens.end()),
-                         batch[i].all_logits});
+      StepCommandEntry ce{rows[i]->id, std::vector<int32_t>(batch[i].tokens.begin(), batch[i].tokens.end()),
+                          batch[i].all_logits};
+      // The followers get this chunk's image/video features (they hold no vision tower).
+      if (!batch[i].embed_runs.empty()) {
+        const Tensor& f = *batch[i].embeds;
+        ce.embed_width = f.size(1);
+        int64_t next = 0;
+        for (const StepEntry::EmbedRun& r : batch[i].embed_runs) {
+          const std::vector<float> v = ops->to_host(f.slice(0, r.src, r.src + r.count)).to_vector();
+          ce.embeds.insert(ce.embeds.end(), v.begin(), v.end());
+          ce.embed_runs.push_back({r.row, r.count, next});
+          next += r.count;
+        }
+      }
+      entries.push_back(std::move(ce));
     }
     if (!tp_send(std::move(entries))) return;  // the choices were failed; rows dangle
   }
@@ -305,7 +337,11 @@ void Engine::Impl::step_once() {
   std::vector<size_t> sampling_rows;
   for (size_t i = 0; i < plan.advances.size(); ++i) {
     const Advance& a = plan.advances[i];
-    if (a.kind == AdvanceKind::kPrefill) rows[i]->prefilled += a.tokens;
+    if (a.kind == AdvanceKind::kPrefill) {
+      rows[i]->prefilled += a.tokens;
+      LiveRequest& r = *rows[i]->request;
+      if (r.req.media && rows[i]->prefilled >= static_cast<int64_t>(r.req.prompt_tokens.size())) media_prefill_done(r);
+    }
     if (a.samples) sampling_rows.push_back(i);
   }
   std::vector<Expected<SequenceStep>> steps = sample_step(rows, sampling_rows, *results, device_params);

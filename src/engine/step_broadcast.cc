@@ -1,6 +1,8 @@
 // Step commands over the communicator (see step_broadcast.h for the protocol).
 #include "engine/step_broadcast.h"
 
+#include <cstring>
+
 #include <utility>
 
 namespace tf::engine {
@@ -20,6 +22,11 @@ class Writer {
   void i32(int32_t v) {
     const auto u = static_cast<uint32_t>(v);
     for (int i = 0; i < 4; ++i) out_.push_back(static_cast<uint8_t>(u >> (8 * i)));
+  }
+  void f32(float v) {
+    uint32_t u = 0;
+    std::memcpy(&u, &v, 4);
+    i32(static_cast<int32_t>(u));
   }
   std::vector<uint8_t> take() { return std::move(out_); }
 
@@ -50,6 +57,13 @@ class Reader {
     for (int i = 0; i < 4; ++i) u |= uint32_t{in_[pos_ + static_cast<size_t>(i)]} << (8 * i);
     pos_ += 4;
     v = static_cast<int32_t>(u);
+    return Status::ok();
+  }
+  Status f32(float& v, const char* field) {
+    int32_t i = 0;
+    TF_RETURN_IF_ERROR(i32(i, field));
+    const auto u = static_cast<uint32_t>(i);
+    std::memcpy(&v, &u, 4);
     return Status::ok();
   }
   // A count of items of at least `min_item_bytes` each: no more than the bytes left allow.
@@ -142,9 +156,17 @@ std::vector<uint8_t> encode_step_command(const StepCommand& command) {
   w.u64(command.entries.size());
   for (const StepCommandEntry& e : command.entries) {
     w.u64(e.sequence);
-    w.u8(e.all_logits ? 1 : 0);
+    const bool embeds = !e.embed_runs.empty();
+    w.u8(static_cast<uint8_t>((e.all_logits ? 1 : 0) | (embeds ? 2 : 0)));
     w.u64(e.tokens.size());
     for (int32_t t : e.tokens) w.i32(t);
+    if (!embeds) continue;
+    w.u64(static_cast<uint64_t>(e.embed_width));
+    w.u64(e.embed_runs.size());
+    for (const auto& run : e.embed_runs)
+      for (int64_t v : run) w.u64(static_cast<uint64_t>(v));
+    w.u64(e.embeds.size());
+    for (float v : e.embeds) w.f32(v);
   }
   return w.take();
 }
@@ -168,12 +190,33 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
     TF_RETURN_IF_ERROR(r.u64(e.sequence, "entry sequence"));
     uint8_t flags = 0;
     TF_RETURN_IF_ERROR(r.u8(flags, "entry flags"));
-    if (flags > 1) return invalid_argument("step command: entry flags " + std::to_string(flags));
-    e.all_logits = flags == 1;
+    if (flags > 3) return invalid_argument("step command: entry flags " + std::to_string(flags));
+    e.all_logits = (flags & 1) != 0;
     uint64_t tokens = 0;
     TF_RETURN_IF_ERROR(r.count(tokens, 4, "entry token count"));
     e.tokens.resize(tokens);
     for (int32_t& t : e.tokens) TF_RETURN_IF_ERROR(r.i32(t, "entry token"));
+    if ((flags & 2) == 0) continue;
+    uint64_t width = 0, runs = 0, floats = 0;
+    TF_RETURN_IF_ERROR(r.u64(width, "entry embedding width"));
+    if (width == 0 || width > (uint64_t{1} << 20))
+      return invalid_argument("step command: entry embedding width " + std::to_string(width));
+    e.embed_width = static_cast<int64_t>(width);
+    TF_RETURN_IF_ERROR(r.count(runs, 24, "entry embedding run count"));
+    e.embed_runs.resize(runs);
+    for (auto& run : e.embed_runs)
+      for (int64_t& v : run) {
+        uint64_t u = 0;
+        TF_RETURN_IF_ERROR(r.u64(u, "entry embedding run"));
+        if (u > tokens * width) return invalid_argument("step command: entry embedding run field " + std::to_string(u));
+        v = static_cast<int64_t>(u);
+      }
+    TF_RETURN_IF_ERROR(r.count(floats, 4, "entry embedding count"));
+    if (floats % width != 0)
+      return invalid_argument("step command: " + std::to_string(floats) + " embedding values are not rows of " +
+                              std::to_string(width));
+    e.embeds.resize(floats);
+    for (float& v : e.embeds) TF_RETURN_IF_ERROR(r.f32(v, "entry embedding"));
   }
   if (c.kind == StepCommandKind::kStop && (!c.create.empty() || !c.drop.empty() || !c.entries.empty())) {
     return invalid_argument("step command: a stop command carries sequences");

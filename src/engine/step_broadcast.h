@@ -24,6 +24,7 @@
 // one world run the same binary on one host or hosts of one byte order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -45,6 +46,11 @@ struct StepCommandEntry {
   uint64_t sequence = 0;
   std::vector<int32_t> tokens;
   bool all_logits = false;
+  // Image/video features at placeholder rows (StepEntry::embed_runs): runs of
+  // {row in the span, rows, first row of embeds}, and embeds [rows, embed_width] f32.
+  std::vector<std::array<int64_t, 3>> embed_runs;
+  int64_t embed_width = 0;
+  std::vector<float> embeds;
 
   bool operator==(const StepCommandEntry&) const = default;
 };

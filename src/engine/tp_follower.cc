@@ -63,7 +63,10 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
 
     std::vector<StepEntry> batch;
     batch.reserve(command->entries.size());
-    for (const StepCommandEntry& e : command->entries) {
+    // Image/video features of the entries that carry them (kept alive for the step).
+    std::vector<std::vector<StepEntry::EmbedRun>> runs(command->entries.size());
+    std::vector<Tensor> embeds(command->entries.size());
+    for (StepCommandEntry& e : command->entries) {
       auto it = sequences.find(e.sequence);
       if (it == sequences.end()) {
         return internal_error(rank_name(comm) + ": rank 0 stepped sequence " + std::to_string(e.sequence) +
@@ -76,6 +79,15 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
       // A follower throws the logits away: no download ([rows, vocab] f32 per step, which
       // grows with the rows and delayed this rank's next step, so rank 0's collectives).
       entry.host_logits = false;
+      if (!e.embed_runs.empty()) {
+        const size_t k = batch.size();
+        for (const auto& r : e.embed_runs) runs[k].push_back({r[0], r[1], r[2]});
+        embeds[k] = Tensor::view_of(e.embeds.data(),
+                                    {static_cast<int64_t>(e.embeds.size()) / e.embed_width, e.embed_width},
+                                    DType::kF32);
+        entry.embed_runs = runs[k];
+        entry.embeds = &embeds[k];
+      }
       batch.push_back(entry);
     }
     ++steps;

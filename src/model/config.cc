@@ -286,6 +286,24 @@ Status parse_vision(const json& obj, const std::string& where, Glm5VisionConfig*
   r.integer("intermediate_size", &v->intermediate_size);
   r.integer("projection_intermediate_size", &v->projection_intermediate_size);
   r.number("swiglu_limit", &v->swiglu_limit);
+  r.number("rope_theta", &v->rope_theta);  // the legacy top-level spelling
+  if (const json* rp = r.find("rope_parameters"); rp && !rp->is_null()) {
+    if (!rp->is_object()) {
+      r.fail("rope_parameters", "expected an object, got " + std::string(rp->type_name()));
+    } else {
+      FieldReader rr(*rp, where + "rope_parameters.");
+      rr.number("rope_theta", &v->rope_theta);
+      std::string type = "axial";
+      rr.string("rope_type", &type);
+      TF_RETURN_IF_ERROR(r.status());
+      TF_RETURN_IF_ERROR(rr.status());
+      if (type != "axial")
+        return unimplemented(where + "rope_parameters.rope_type: '" + type +
+                             "' (the vision tower supports only axial rope)");
+    }
+  }
+  if (r.status().is_ok() && !(v->rope_theta > 0))
+    return invalid_argument(where + "rope_theta: must be positive, got " + std::to_string(v->rope_theta));
   return r.status();
 }
 

@@ -94,6 +94,10 @@ struct Glm5VisionConfig {
   int intermediate_size = 4096;
   int projection_intermediate_size = 10240;
   double swiglu_limit = 10.0;
+  // The axial 2-D RoPE's base: rope_parameters.rope_theta (or a top-level rope_theta);
+  // transformers' default 10000 when neither is given (the release config has none).
+  // rope_parameters.rope_type must be "axial" when given (the only kind the tower has).
+  double rope_theta = 10000.0;
 };
 
 // Quantization as declared by the checkpoint (FP8 block scales or EXL3).

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "server/anthropic_messages.h"
+#include "server/media_parts.h"
 
 namespace tf::server {
 
@@ -23,9 +24,11 @@ std::string required_string(const Json& obj, const char* name, const std::string
 }
 
 [[noreturn]] void unsupported_block(const std::string& type, const std::string& pp) {
-  static const std::set<std::string> kMedia = {"image", "document", "search_result", "container_upload"};
+  if (type == "image")
+    throw bad_request("image blocks are supported in user messages only, not here", pp + ".type");
+  static const std::set<std::string> kMedia = {"document", "search_result", "container_upload"};
   if (kMedia.count(type))
-    throw bad_request("content block type '" + type + "' is not supported by this text-only model", pp + ".type");
+    throw bad_request("content block type '" + type + "' is not supported (text and images are)", pp + ".type");
   throw bad_request("content block type '" + type + "' is not supported here", pp + ".type");
 }
 
@@ -61,6 +64,8 @@ void user_message(const Json& content, const std::string& pp, Json& messages) {
     const std::string type = block_type(content[j], bp);
     if (type == "text") {
       parts.push_back({{"type", "text"}, {"text", required_string(content[j], "text", bp)}});
+    } else if (type == "image") {
+      parts.push_back(anthropic_image_part(content[j], bp));
     } else if (type == "tool_result") {
       flush();  // blocks keep their order
       const std::string id = required_string(content[j], "tool_use_id", bp);

@@ -1,22 +1,26 @@
 // POST /v1/chat/completions request: messages, tools, tool_choice, reasoning
-// controls and templating extras (api.md §1.1-§1.2). The model is text-only, so a
-// media content part gets 400 rather than being silently dropped.
+// controls and templating extras (api.md §1.1-§1.2). Image and video parts are
+// normalized (media_parts.h); other media (audio, files) get a 400 rather than being
+// silently dropped.
 #include <set>
 
 #include "server/api_error.h"
+#include "server/media_parts.h"
 #include "server/openai_requests.h"
 
 namespace tf::server {
 
 namespace {
 
-void validate_content(const Json& content, const std::string& param, bool allow_null) {
+// The content as the template and the engine read it (image/video parts normalized).
+Json validated_content(const Json& content, const std::string& param, bool allow_null) {
   if (content.is_null()) {
     if (!allow_null) throw bad_request("'" + param + "' must not be null", param);
-    return;
+    return content;
   }
-  if (content.is_string()) return;
+  if (content.is_string()) return content;
   if (!content.is_array()) throw bad_request("'" + param + "' must be a string or an array of content parts", param);
+  Json out = Json::array();
   for (size_t i = 0; i < content.size(); ++i) {
     const Json& part = content[i];
     std::string pp = param + "[" + std::to_string(i) + "]";
@@ -24,13 +28,18 @@ void validate_content(const Json& content, const std::string& param, bool allow_
     std::string type = json_string(part, "type").value_or(part.contains("text") ? "text" : "");
     if (type == "text" || type == "input_text" || type == "output_text") {
       if (!json_string(part, "text")) throw bad_request("'" + pp + ".text' is required", pp + ".text");
-    } else if (type == "image_url" || type == "input_audio" || type == "file" || type == "video_url" ||
-               type == "audio_url" || type == "image_embeds" || type == "input_image" || type == "input_file") {
-      throw bad_request("content part type '" + type + "' is not supported by this text-only model", pp + ".type");
+      out.push_back(part);
+    } else if (is_media_part_type(type)) {
+      out.push_back(normalized_media_part(part, type, pp));
+    } else if (type == "input_audio" || type == "file" || type == "audio_url" || type == "image_embeds" ||
+               type == "input_file") {
+      throw bad_request("content part type '" + type + "' is not supported (text, images and videos are)",
+                        pp + ".type");
     } else {
       throw bad_request("unknown content part type '" + type + "'", pp + ".type");
     }
   }
+  return out;
 }
 
 void validate_tool_calls(const Json& calls, const std::string& param) {
@@ -102,7 +111,7 @@ Json validate_messages(const Json& messages, const std::string& param) {
     if (!m.contains("content")) {
       if (!allow_null) throw bad_request("'" + pp + ".content' is required", pp + ".content");
     } else {
-      validate_content(m["content"], pp + ".content", allow_null);
+      msg["content"] = validated_content(m["content"], pp + ".content", allow_null);
     }
     message_string(m, "name", pp);
     // Both spellings of the reasoning field reach the template (api.md §1.1).

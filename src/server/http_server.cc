@@ -204,10 +204,11 @@ struct HttpServer::Impl {
     throw api_error_from_status(s);
   }
 
-  GenerationRequest chat_generation(const ChatRequest& r, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  GenerationRequest chat_generation(const ChatRequest& r, const RenderedPrompt& prompt, int64_t max_tokens) {
     GenerationRequest g;
     g.request_id = make_id("chatcmpl-");
-    g.prompt_tokens = prompt;
+    g.prompt_tokens = prompt.tokens;
+    g.media = prompt.media;
     g.sampling = r.sampling;
     g.sampling.max_tokens = max_tokens;
     g.structured = r.structured;
@@ -224,13 +225,13 @@ struct HttpServer::Impl {
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     ChatRequest r = parse_chat_request(parse_body(req));
     check_model(r.model);
-    auto prompt = engine.render_chat(r.chat);
+    auto prompt = engine.render_chat_media(r.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
-    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->size()), true);
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
     GenerationRequest g = chat_generation(r, *prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
     ResponseMeta meta{g.request_id, unix_now(), model.id};
-    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->size()), t0);
+    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->tokens.size()), t0);
     if (r.stream) {
       auto fmt = std::make_shared<ChatStreamFormatter>(meta, r.n, r.include_usage, r.include_reasoning,
                                                        r.sampling.logprobs);
@@ -312,9 +313,9 @@ struct HttpServer::Impl {
   void responses(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     ResponsesRequest r = parse_responses_request(parse_body(req));
     check_model(r.model);
-    auto prompt = engine.render_chat(r.chat.chat);
+    auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
-    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->size()), true);
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
     GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
     g.n = 1;
@@ -322,7 +323,7 @@ struct HttpServer::Impl {
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     Json echo = r.echo;
     echo["max_output_tokens"] = r.max_tokens ? Json(*r.max_tokens) : Json();
-    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->size()), t0);
+    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->tokens.size()), t0);
     if (r.stream) {
       stream(res, {session}, {std::make_shared<ResponsesStreamFormatter>(meta, echo)});
       return;
@@ -338,9 +339,9 @@ struct HttpServer::Impl {
   // POST /v1/messages (Anthropic): any model name is accepted (see anthropic_messages.h).
   void messages(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     MessagesRequest r = parse_messages_request(parse_body(req));
-    auto prompt = engine.render_chat(r.chat.chat);
+    auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
-    const auto prompt_tokens = static_cast<int64_t>(prompt->size());
+    const auto prompt_tokens = static_cast<int64_t>(prompt->tokens.size());
     // As Anthropic's API: max_tokens may reach past the window; the reply then stops at the
     // window with stop_reason model_context_window_exceeded (a prompt that fills it is a 400).
     const int64_t room = model.context_length - prompt_tokens;
@@ -366,15 +367,21 @@ struct HttpServer::Impl {
 
   void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
     MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true);
-    auto prompt = engine.render_chat(r.chat.chat);
+    auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
-    write_json(res, 200, {{"input_tokens", prompt->size()}});
+    write_json(res, 200, {{"input_tokens", prompt->tokens.size()}});
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
     TokenizeRequest r = parse_tokenize_request(parse_body(req));
     check_model(r.model);
-    auto ids = r.is_chat ? engine.render_chat(r.chat) : engine.tokenize(r.prompt, r.add_special_tokens);
+    Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
+    if (r.is_chat) {
+      auto rendered = engine.render_chat_media(r.chat);
+      ids = rendered ? Expected<std::vector<int32_t>>(std::move(rendered->tokens)) : rendered.status();
+    } else {
+      ids = engine.tokenize(r.prompt, r.add_special_tokens);
+    }
     if (!ids) throw api_error_from_status(ids.status());
     Json out = {{"count", ids->size()}, {"max_model_len", model.context_length}, {"tokens", *ids}, {"token_strs", nullptr}};
     if (r.return_token_strs) {

@@ -2,6 +2,7 @@
 // text.format are mapped onto an equivalent chat request, so validation, templating
 // and sampling are shared with /v1/chat/completions.
 #include "server/api_error.h"
+#include "server/media_parts.h"
 #include "server/openai_requests.h"
 
 namespace tf::server {
@@ -23,8 +24,11 @@ Json content_to_chat(const Json& content, const std::string& param) {
       parts.push_back({{"type", "text"}, {"text", *text}});
     } else if (type == "reasoning_text") {
       continue;
+    } else if (is_media_part_type(type)) {
+      parts.push_back(normalized_media_part(p, type, pp));
     } else {
-      throw bad_request("content part type '" + type + "' is not supported by this text-only model", pp + ".type");
+      throw bad_request("content part type '" + type + "' is not supported (text, images and videos are)",
+                        pp + ".type");
     }
   }
   return parts;

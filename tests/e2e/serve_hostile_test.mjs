@@ -60,7 +60,7 @@ const CASES = [
   ['content part of unknown type', C, { model, messages: [{ role: 'user', content: [{ type: 'bogus' }] }] }, 400, 'messages[0].content[0].type'],
   ['content part a string', C, { model, messages: [{ role: 'user', content: ['hi'] }] }, 400],
   ['text part with a number', C, { model, messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] }, 400],
-  ['image part on a text-only model', C, { model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AA' } }] }] }, 400],
+  ['image part with undecodable bytes', C, { model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AA' } }] }] }, 400],
   ['tool message without tool_call_id content type', C, { model, messages: [{ role: 'tool', content: 7 }] }, 400],
   // -- max tokens
   ['max_tokens negative', C, chat({ max_tokens: -1 }), 400, 'max_tokens'],

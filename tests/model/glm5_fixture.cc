@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "model/weight_source.h"
@@ -22,8 +25,14 @@ std::vector<std::string> fixture_dirs() {
   // run from another checkout path (scripts/device/gpu_tests.sh sets it).
   const char* env = std::getenv("TF_TEST_DATA_DIR");
   const std::filesystem::path root = std::filesystem::path(env && *env ? env : TF_TEST_DATA_DIR) / "model";
-  for (const auto& e : std::filesystem::directory_iterator(root))
-    if (e.is_directory() && std::filesystem::exists(e.path() / "reference.safetensors")) out.push_back(e.path());
+  // Text fixtures only: their reference.json lists the greedy continuation (tiny-vision's
+  // reference is of another kind, read by the vision tests).
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    if (!e.is_directory() || !std::filesystem::exists(e.path() / "reference.safetensors")) continue;
+    std::ifstream meta(e.path() / "reference.json");
+    const nlohmann::json j = nlohmann::json::parse(meta, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("greedy_ids")) out.push_back(e.path());
+  }
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -29,6 +29,7 @@ TEST(Glm5Config, OfficialReleaseConfig) {
   EXPECT_TRUE(c->vision.present);
   EXPECT_EQ(c->vision.out_hidden_size, 4096);
   EXPECT_EQ(c->vision.image_size, 448);
+  EXPECT_EQ(c->vision.rope_theta, 10000.0);  // no rope key in the release: transformers' default
   EXPECT_EQ(c->quantization.method, "fp8");
   EXPECT_EQ(c->quantization.weight_block_size, (std::vector<int>{128, 128}));
   EXPECT_EQ(c->image_token_id, 154854);
@@ -62,6 +63,30 @@ TEST(Glm5Config, DefaultsAndDerivedFieldsLikeTransformers) {
   }
   // freq 1, offset 2: every layer full.
   for (auto k : t.indexer_types) EXPECT_EQ(k, IndexerKind::kFull);
+}
+
+TEST(Glm5Config, VisionRopeTheta) {
+  auto parse = [](const std::string& vision) {
+    return parse_glm5_config(R"({"model_type": "glm5_next", "text_config": {}, "vision_config": )" + vision + "}");
+  };
+  auto c = parse(R"({"rope_parameters": {"rope_type": "axial", "rope_theta": 500000.0}})");
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->vision.rope_theta, 500000.0);
+  c = parse(R"({"rope_theta": 20000})");  // the legacy top-level spelling
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->vision.rope_theta, 20000.0);
+  c = parse("{}");
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->vision.rope_theta, 10000.0);
+  c = parse(R"({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})");
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("vision_config.rope_parameters.rope_type"), std::string::npos)
+      << c.status().to_string();
+  c = parse(R"({"rope_parameters": {"rope_theta": "big"}})");
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("vision_config.rope_parameters.rope_theta"), std::string::npos)
+      << c.status().to_string();
+  EXPECT_FALSE(parse(R"({"rope_parameters": {"rope_theta": 0}})"));
 }
 
 TEST(Glm5Config, IndexerScheduleFromFreqOffsetAndPattern) {

@@ -104,7 +104,11 @@ TEST_F(DemoCheckpoint, ConfigHasTheScaledDownGeometry) {
   const Glm5TextConfig& t = c.text;
   EXPECT_EQ(c.model_type, "glm5_next");
   EXPECT_TRUE(c.nested);
-  EXPECT_FALSE(c.vision.present);
+  // A small vision tower whose features have the text width.
+  EXPECT_TRUE(c.vision.present);
+  EXPECT_EQ(c.vision.depth, 2);
+  EXPECT_EQ(c.vision.hidden_size, 64);
+  EXPECT_EQ(c.vision.out_hidden_size, t.hidden_size);
   EXPECT_TRUE(c.quantization.method.empty());
   EXPECT_EQ(t.hidden_size, 256);
   EXPECT_EQ(t.num_hidden_layers, 8);
@@ -159,9 +163,7 @@ TEST_F(DemoCheckpoint, WeightsAreCompleteWithOfficialNamesAndDtypes) {
   const uintmax_t bytes = fs::file_size(dir() / "model.safetensors");
   std::printf("model.safetensors: %.2f MB, %zu tensors\n", bytes / 1e6, (*ckpt)->names().size());
   EXPECT_LE(bytes, 25u * 1000 * 1000);
-  WeightSpecOptions no_vision;
-  no_vision.include_vision = false;
-  const auto spec = glm5_weight_spec(c, no_vision);
+  const auto spec = glm5_weight_spec(c, WeightSpecOptions{});
   EXPECT_EQ((*ckpt)->names().size(), spec.size());
   bool saw_mtp = false;
   for (const WeightSpecEntry& e : spec) {

@@ -159,6 +159,30 @@ class Ops {
   // place is kept: the lower index, or what PyTorch's CPU top-k keeps (the reference;
   // its choice depends on N, so it can differ between a prefill and a decode).
   virtual void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties = TopkTies::kLowerIndex) = 0;
+  // out [T, D] = x [T, D] + bias [D]: the bias row added to every row (a linear layer's
+  // bias after matmul). out may be x.
+  virtual void add_bias(Tensor& out, const Tensor& x, const Tensor& bias) = 0;
+  // The exact GELU: out = x/2 · (1 + erf(x/√2)) (PyTorch's nn.GELU()). out may be x.
+  virtual void gelu(Tensor& out, const Tensor& x) = 0;
+
+  // ---- bidirectional encoders (the vision tower) ------------------------------
+  // Rotary embedding in the half-rotation convention (rotate_half) with per-row
+  // tables: x, out [T, H, D] (D even; any packed shape of T·H·D elements), cos, sin
+  // [T, D]; with c = D/2, for i < c:
+  //   out[t,h,i]   = x[t,h,i]   · cos[t,i]   − x[t,h,i+c] · sin[t,i]
+  //   out[t,h,i+c] = x[t,h,i+c] · cos[t,i+c] + x[t,h,i]   · sin[t,i+c].
+  // out may be x.
+  virtual void rotary(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin) = 0;
+  // Bidirectional (non-causal) attention inside segments of rows: q, k, v, out
+  // [T, H, D]; offsets int32 [S+1] with 0 = offsets[0] <= ... <= offsets[S] = T. A row
+  // t of segment s (offsets[s] <= t < offsets[s+1]) attends to that segment's rows
+  // only, head by head:
+  //   out[t, h] = sum_j softmax_j(scale · q[t,h]·k[j,h]) v[j,h],  j in [offsets[s], offsets[s+1]).
+  // The softmax is in f32; no T x T score matrix is materialised (memory O(T)), so a
+  // segment may hold tens of thousands of rows. A segment's result depends only on its
+  // own rows: segments are independent, whatever else is in the call.
+  virtual void segment_attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& offsets, float scale) = 0;
 
   // ---- hyper-connections (mHC) ---------------------------------------------
   // From mix logits [T, (2+M)M] (= fn · rmsnorm(streams)): pre [T, M] = σ(l·s0 + b) + eps,

@@ -49,6 +49,13 @@ void sigmoid(Tensor& out, const Tensor& x);
 void softmax(Tensor& out, const Tensor& x);
 void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties);
 
+// Bidirectional-encoder ops (cpu_vision.cc).
+void add_bias(Tensor& out, const Tensor& x, const Tensor& bias);
+void gelu(Tensor& out, const Tensor& x);
+void rotary(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
+void segment_attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                       float scale);
+
 void mhc_coefficients(Tensor& pre, Tensor& post, Tensor& comb, const Tensor& mix, const Tensor& base,
                       const Tensor& scale, float hc_eps, int sinkhorn_iters);
 void mhc_collapse(Tensor& out, const Tensor& streams, const Tensor& pre);

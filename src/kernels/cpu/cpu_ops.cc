@@ -87,6 +87,15 @@ class CpuOps final : public Ops {
   void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties) override {
     cpu::topk(values, indices, x, k, ties);
   }
+  void add_bias(Tensor& out, const Tensor& x, const Tensor& bias) override { cpu::add_bias(out, x, bias); }
+  void gelu(Tensor& out, const Tensor& x) override { cpu::gelu(out, x); }
+  void rotary(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin) override {
+    cpu::rotary(out, x, cos, sin);
+  }
+  void segment_attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                         float scale) override {
+    cpu::segment_attention(out, q, k, v, offsets, scale);
+  }
   void mhc_coefficients(Tensor& pre, Tensor& post, Tensor& comb, const Tensor& mix, const Tensor& base,
                         const Tensor& scale, float hc_eps, int iters) override {
     cpu::mhc_coefficients(pre, post, comb, mix, base, scale, hc_eps, iters);

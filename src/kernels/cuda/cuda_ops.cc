@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_mhc_pre.h"
 #include "kernels/cuda/cuda_sampling.h"
+#include "kernels/cuda/cuda_vision.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/pinned_upload.h"
@@ -267,6 +268,17 @@ class CudaOps final : public Ops {
   void softmax(Tensor& out, const Tensor& x) override { cuda::OpScope prof_scope(prof_.get(), "softmax"); cuda::softmax(ctx_, out, x); }
   void topk(Tensor& values, Tensor& indices, const Tensor& x, int k, TopkTies ties) override { cuda::OpScope prof_scope(prof_.get(), "topk");
     cuda::topk(ctx_, values, indices, x, k, ties);
+  }
+  void add_bias(Tensor& out, const Tensor& x, const Tensor& bias) override { cuda::OpScope prof_scope(prof_.get(), "add_bias");
+    cuda::add_bias(ctx_, out, x, bias);
+  }
+  void gelu(Tensor& out, const Tensor& x) override { cuda::OpScope prof_scope(prof_.get(), "gelu"); cuda::gelu(ctx_, out, x); }
+  void rotary(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin) override { cuda::OpScope prof_scope(prof_.get(), "rotary");
+    cuda::rotary(ctx_, out, x, cos, sin);
+  }
+  void segment_attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                         float scale) override { cuda::OpScope prof_scope(prof_.get(), "segment_attention");
+    cuda::segment_attention(ctx_, out, q, k, v, offsets, scale);
   }
   void mhc_coefficients(Tensor& pre, Tensor& post, Tensor& comb, const Tensor& mix, const Tensor& base,
                         const Tensor& scale, float hc_eps, int iters) override { cuda::OpScope prof_scope(prof_.get(), "mhc_coefficients");

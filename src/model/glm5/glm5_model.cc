@@ -508,6 +508,19 @@ std::vector<Tensor> Glm5Model::seg_final(const std::vector<Tensor>& in, bool log
   return {hidden, logits_for(hidden)};
 }
 
+void Glm5Model::put_embeddings(Tensor& x, const StepEntry& e, const Span& sp) {
+  if (e.embed_runs.empty()) return;
+  if (!e.embeds || e.embeds->dim() != 2 || e.embeds->size(1) != cfg_.hidden_size || e.embeds->dtype() != DType::kF32)
+    throw StatusError(invalid_argument("step: an entry's embeddings must be f32 [rows, " +
+                                       std::to_string(cfg_.hidden_size) + "]"));
+  for (const StepEntry::EmbedRun& r : e.embed_runs) {
+    if (r.count <= 0 || r.row < 0 || r.row + r.count > sp.rows || r.src < 0 || r.src + r.count > e.embeds->size(0))
+      throw StatusError(invalid_argument("step: an embedding run lies outside its span or its embeddings"));
+    Tensor dst = x.slice(0, sp.row0 + r.row, sp.row0 + r.row + r.count);
+    ops_.copy(dst, e.embeds->slice(0, r.src, r.src + r.count));
+  }
+}
+
 Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> batch) {
   try {
     StepMarks marks(ops_);
@@ -551,6 +564,7 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
 
     Tensor x = ops_.empty({n, cfg_.hidden_size});
     ops_.embedding(x, weights_.embed, upload_i32(ids));
+    for (size_t i = 0; i < batch.size(); ++i) put_embeddings(x, batch[i], spans[i]);
     std::vector<Tensor> cur =
         g.run(kSegFirst, bucket, n, {{x, false}}, [this, m](const std::vector<Tensor>& in) { return seg_first(m, in[0]); });
 

@@ -122,6 +122,14 @@ struct StepEntry {
   bool all_logits = false;  // logits for every position of the span, not only the last
   bool host_logits = true;  // download this entry's logits to StepResult::logits
   bool want_hidden = false;  // download the final hidden states to StepResult::hidden (MTP drafts)
+  // Rows of `tokens` whose input embedding is given instead of looked up: image and
+  // video features at their placeholder tokens (transformers' masked_scatter). Each
+  // run puts rows [src, src + count) of `embeds` at span rows [row, row + count).
+  struct EmbedRun {
+    int64_t row = 0, count = 0, src = 0;
+  };
+  std::span<const EmbedRun> embed_runs;
+  const Tensor* embeds = nullptr;  // [k, hidden] f32, on the host or the ops device
 };
 
 // The step computes the logits of all entries' rows in one lm_head call and
@@ -179,6 +187,8 @@ class Glm5Model {
   struct IndexerRows {
     Tensor q, key, gate, wts;  // [N, Hi*Di], [N, Di] (normed), [N, Di], [N, Hi] (scaled)
   };
+  // Overwrites the rows of x [N, H] that `e` gives embeddings for (image/video features).
+  void put_embeddings(Tensor& x, const StepEntry& e, const Span& sp);
   IndexerRows indexer_project(const IndexerWeights& iw, const Tensor& x, const Tensor& q_resid);
   Tensor indexer_forward(const IndexerWeights& iw, const IndexerRows& rows, const Span& sp,
                          Glm5Sequence::IndexerState& st);

@@ -1,0 +1,28 @@
+// data: URLs (RFC 2397) as sent in OpenAI/Anthropic image and video parts:
+// "data:image/png;base64,iVBOR...". The server never fetches remote URLs, so
+// anything that is not a data: URL is refused with a message that says so.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace tf::media {
+
+struct DataUrl {
+  std::string mime;   // lower-case media type ("image/png"); "text/plain" when the URL names none
+  std::string bytes;  // the payload, decoded (base64 or percent-encoded)
+};
+
+// Parses and decodes a data: URL. The decoded payload may hold at most
+// max_bytes bytes; the check is made before decoding. Base64 accepts the
+// standard and the URL-safe alphabets, optional padding and ASCII whitespace.
+Expected<DataUrl> parse_data_url(std::string_view url, size_t max_bytes);
+
+// Base64 decoding alone (standard or URL-safe alphabet, padding optional,
+// ASCII whitespace ignored). `what` prefixes the error messages.
+Expected<std::string> decode_base64(std::string_view text, size_t max_bytes, std::string_view what = "base64");
+
+}  // namespace tf::media

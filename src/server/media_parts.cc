@@ -1,0 +1,71 @@
+#include "server/media_parts.h"
+
+#include <set>
+
+#include "server/api_error.h"
+
+namespace tf::server {
+
+namespace {
+
+// The URL of `field`: a string, or an object with a "url" string.
+std::string url_field(const Json& part, const char* field, const std::string& pp) {
+  const Json* v = json_field(part, field);
+  if (v && v->is_string()) return v->get<std::string>();
+  if (v && v->is_object()) {
+    if (auto url = json_string(*v, "url")) return *url;
+    throw bad_request("'" + pp + "." + field + ".url' is required and must be a string", pp + "." + field + ".url");
+  }
+  return {};
+}
+
+Json checked(const std::string& url, bool video, const std::string& pp) {
+  if (url.rfind("data:", 0) != 0) {
+    throw bad_request("'" + pp + "': only data: URLs are accepted for " + (video ? "videos" : "images") +
+                          " (the server does not fetch remote media); send the bytes as data:<mime>;base64,...",
+                      pp, "invalid_image_url");
+  }
+  const char* key = video ? "video_url" : "image_url";
+  return Json{{"type", key}, {key, Json{{"url", url}}}};
+}
+
+}  // namespace
+
+bool is_media_part_type(const std::string& type) {
+  static const std::set<std::string> kTypes = {"image_url", "input_image", "image", "video_url", "input_video", "video"};
+  return kTypes.count(type) > 0;
+}
+
+Json normalized_media_part(const Json& part, const std::string& type, const std::string& pp) {
+  const bool video = type == "video_url" || type == "input_video" || type == "video";
+  std::string url = url_field(part, video ? "video_url" : "image_url", pp);
+  if (url.empty()) url = url_field(part, video ? "video" : "image", pp);
+  if (url.empty() && json_field(part, "file_id"))
+    throw bad_request("'" + pp + ".file_id': uploaded files are not supported; send a data: URL", pp + ".file_id");
+  if (url.empty())
+    throw bad_request("'" + pp + "' needs the " + std::string(video ? "video" : "image") + " as a data: URL in '" +
+                          (video ? "video_url" : "image_url") + "'",
+                      pp);
+  return checked(url, video, pp);
+}
+
+Json anthropic_image_part(const Json& block, const std::string& pp) {
+  const Json* source = json_field(block, "source");
+  if (!source || !source->is_object()) throw bad_request("'" + pp + ".source' is required", pp + ".source");
+  const std::string kind = json_string(*source, "type").value_or("");
+  if (kind == "base64") {
+    auto mime = json_string(*source, "media_type");
+    auto data = json_string(*source, "data");
+    if (!mime || !data)
+      throw bad_request("'" + pp + ".source' needs 'media_type' and 'data' strings", pp + ".source");
+    return checked("data:" + *mime + ";base64," + *data, false, pp + ".source");
+  }
+  if (kind == "url") {
+    auto url = json_string(*source, "url");
+    if (!url) throw bad_request("'" + pp + ".source.url' is required", pp + ".source.url");
+    return checked(*url, false, pp + ".source.url");
+  }
+  throw bad_request("'" + pp + ".source.type' must be base64 or url", pp + ".source.type");
+}
+
+}  // namespace tf::server
