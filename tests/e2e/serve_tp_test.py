@@ -13,6 +13,7 @@
 
 Usage: serve_tp_test.py TENSORFOLD_BINARY CACHE_DIR
 """
+import base64
 import json
 import os
 import re
@@ -126,10 +127,17 @@ def port_free(port):
 
 
 PROMPTS = [("Tell me about the lighthouse keeper and the storm.", 16), ("Hi there", 10)]
+# An image: rank 0 encodes it and broadcasts the features with the prefill step.
+_PNG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "model", "tiny-vision", "images",
+                    "b_pad_130x90.png")
+with open(_PNG, "rb") as _f:
+    IMAGE_PROMPT = ([{"type": "text", "text": "What is this?"},
+                     {"type": "image_url", "image_url": {"url": "data:image/png;base64," +
+                                                         base64.b64encode(_f.read()).decode()}}], 8)
 
 
 def replies(server):
-    alone = server.chat(*PROMPTS[0])
+    alone = (server.chat(*PROMPTS[0]), server.chat(*IMAGE_PROMPT))
     together = [None, None]
 
     def run(i):
@@ -161,14 +169,15 @@ try:
 finally:
     one.proc.send_signal(signal.SIGTERM)
     check(one.wait(30) == 0, "--tp 1 stops on SIGTERM with exit code 0")
-check(ref_alone[1] == 16, "--tp 1 generated max_tokens tokens (%d)" % ref_alone[1])
+check(ref_alone[0][1] == 16, "--tp 1 generated max_tokens tokens (%d)" % ref_alone[0][1])
+check(ref_alone[1][1] == 8, "--tp 1 answered the image prompt (%d tokens)" % ref_alone[1][1])
 
 two = Server(2)
 try:
     kids = two.children()
     check(len(kids) == 1, "--tp 2 runs one follower process (%s)" % kids)
     alone, together = replies(two)
-    check(alone == ref_alone, "--tp 2 greedy reply equals --tp 1's:\n  tp2 %r\n  tp1 %r" % (alone, ref_alone))
+    check(alone == ref_alone, "--tp 2 greedy replies (text, image) equal --tp 1's:\n  tp2 %r\n  tp1 %r" % (alone, ref_alone))
     check(together == ref_together,
           "--tp 2 replies to two requests at once equal --tp 1's:\n  tp2 %r\n  tp1 %r" % (together, ref_together))
     two.proc.send_signal(signal.SIGTERM)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -22,6 +23,12 @@ StepCommand sample_command() {
   c.entries.push_back({8, {std::numeric_limits<int32_t>::max()}, true});
   c.entries.push_back({0xFFFFFFFFFFFFFFFFull, {std::numeric_limits<int32_t>::min(), -1, 0}, false});
   c.entries.push_back({9, {}, false});  // an empty span survives too
+  // Image features at rows 1-2 and 4 of a 5-token span (two runs, width 3).
+  StepCommandEntry media{10, {380, 380, 380, 6, 380}, false};
+  media.embed_runs = {{{0, 3, 0}}, {{4, 1, 3}}};
+  media.embed_width = 3;
+  media.embeds = {0.5f, -1.25f, 3e-38f, 1e30f, -0.0f, 7.f, 1.f, 2.f, 3.f, -4.f, -5.f, 6.5f};
+  c.entries.push_back(media);
   return c;
 }
 
@@ -38,6 +45,9 @@ TEST(StepCommandTest, StepRoundTripsExactly) {
   EXPECT_FALSE(back->is_heartbeat());
   EXPECT_EQ(back->entries[1].all_logits, true);
   EXPECT_EQ(back->entries[2].tokens[0], std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(back->entries[4].embed_runs, c.entries[4].embed_runs);
+  EXPECT_EQ(back->entries[4].embeds, c.entries[4].embeds);  // bit for bit (-0.0 == 0.0, but equal here)
+  EXPECT_TRUE(std::signbit(back->entries[4].embeds[4]));
 }
 
 TEST(StepCommandTest, HeartbeatAndStopRoundTrip) {
@@ -92,10 +102,27 @@ TEST(StepCommandTest, TrailingBytesAndBadKindsAndFlagsAreRefused) {
   StepCommand one;
   one.entries.push_back({5, {1}, false});
   std::vector<uint8_t> b = encode_step_command(one);
-  b[1 + 8 + 8 + 8 + 8] = 2;  // the entry's flags byte
+  b[1 + 8 + 8 + 8 + 8] = 4;  // the entry's flags byte (1: all logits, 2: embeddings follow)
   auto flags = decode_step_command(b);
   ASSERT_FALSE(flags.has_value());
   EXPECT_NE(flags.status().message().find("flags"), std::string::npos) << flags.status().to_string();
+}
+
+TEST(StepCommandTest, EmbeddingsThatDoNotFitTheirSpanAreRefused) {
+  StepCommand one;
+  StepCommandEntry e{5, {1, 2}, false};
+  e.embed_runs = {{{0, 2, 0}}};
+  e.embed_width = 2;
+  e.embeds = {1, 2, 3};  // 3 values are not rows of 2
+  one.entries.push_back(e);
+  auto r = decode_step_command(encode_step_command(one));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("rows of 2"), std::string::npos) << r.status().to_string();
+  one.entries[0].embeds = {1, 2, 3, 4};
+  one.entries[0].embed_width = 0;
+  r = decode_step_command(encode_step_command(one));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("embedding width"), std::string::npos) << r.status().to_string();
 }
 
 TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
