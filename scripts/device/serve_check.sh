@@ -30,10 +30,25 @@ chat() {
     '{"model":"GLM-5.3-Flash-demo","messages":[{"role":"user","content":"Write a haiku about GPUs."}],
       "temperature":0,"max_tokens":64,"reasoning_effort":"none"}'
 }
+# An image (the demo's small random vision tower): the same prompt length on every device, and a reply.
+image_chat() {
+  python3 - "$port" <<'PY'
+import base64, json, sys, urllib.request
+png = base64.b64encode(open("tests/data/model/tiny-vision/images/c_down_300x400.png", "rb").read()).decode()
+body = {"model": "GLM-5.3-Flash-demo", "temperature": 0, "max_tokens": 16, "reasoning_effort": "none",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                     {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}}]}]}
+req = urllib.request.Request("http://127.0.0.1:%s/v1/chat/completions" % sys.argv[1], data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json"})
+print(urllib.request.urlopen(req, timeout=120).read().decode())
+PY
+}
 for dev in cpu cuda-exact cuda; do
   if ! start "$dev"; then rc=1; continue; fi
   chat >"$work/$dev.json"
   echo "== $dev reply: $(head -c 600 "$work/$dev.json")"
+  image_chat >"$work/$dev.image.json" || rc=1
+  echo "== $dev image reply: $(head -c 600 "$work/$dev.image.json")"
   if [[ "$dev" == cuda ]]; then
     for c in 1 4 16; do
       echo "== bench --device cuda, concurrency $c"
@@ -49,5 +64,12 @@ import json, sys
 a, b = (json.load(open(p))["choices"][0]["message"]["content"] for p in sys.argv[1:3])
 print("greedy replies equal (cpu vs cuda --exact-rows 64):", a == b)
 sys.exit(0 if a == b else 1)
+PY
+# The image prompt: same length everywhere (the tower's bf16 matmuls on CUDA may move the reply).
+python3 - "$work"/cpu.image.json "$work"/cuda-exact.image.json "$work"/cuda.image.json <<'PY' || rc=1
+import json, sys
+n = [json.load(open(p))["usage"]["prompt_tokens"] for p in sys.argv[1:]]
+print("image prompt tokens (cpu, cuda-exact, cuda):", n)
+sys.exit(0 if len(set(n)) == 1 else 1)
 PY
 exit $rc
