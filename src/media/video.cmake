@@ -1,7 +1,23 @@
 # Video sources and libraries of tf_media: FFmpeg (Debian's libav*) decodes from memory,
-# libswscale converts the sampled frames to RGB.
-pkg_check_modules(TF_FFMPEG REQUIRED IMPORTED_TARGET libavformat libavcodec libavutil libswscale)
-list(APPEND TF_MEDIA_VIDEO_SOURCES
-  ${CMAKE_CURRENT_LIST_DIR}/video_sampling.cc
-  ${CMAKE_CURRENT_LIST_DIR}/video_decode.cc)
-list(APPEND TF_MEDIA_VIDEO_LIBS PkgConfig::TF_FFMPEG)
+# libswscale converts the sampled frames to RGB. TF_VIDEO=OFF (or AUTO without FFmpeg)
+# builds the stand-in that refuses videos with a message saying so: FFmpeg and its codec
+# libraries are ~170 MB of shared objects, too much to carry to a machine for a kernel test.
+set(TF_VIDEO "AUTO" CACHE STRING "FFmpeg video decoding: AUTO (when found), ON, OFF")
+list(APPEND TF_MEDIA_VIDEO_SOURCES ${CMAKE_CURRENT_LIST_DIR}/video_sampling.cc)
+if(NOT TF_VIDEO STREQUAL "OFF")
+  if(TF_VIDEO STREQUAL "ON")
+    pkg_check_modules(TF_FFMPEG REQUIRED IMPORTED_TARGET libavformat libavcodec libavutil libswscale)
+  else()
+    pkg_check_modules(TF_FFMPEG IMPORTED_TARGET libavformat libavcodec libavutil libswscale)
+  endif()
+endif()
+if(TF_FFMPEG_FOUND AND NOT TF_VIDEO STREQUAL "OFF")
+  list(APPEND TF_MEDIA_VIDEO_SOURCES ${CMAKE_CURRENT_LIST_DIR}/video_decode.cc)
+  list(APPEND TF_MEDIA_VIDEO_LIBS PkgConfig::TF_FFMPEG)
+  set(TF_HAVE_VIDEO ON CACHE INTERNAL "tf_media decodes videos")
+  message(STATUS "video decoding: FFmpeg")
+else()
+  list(APPEND TF_MEDIA_VIDEO_SOURCES ${CMAKE_CURRENT_LIST_DIR}/video_decode_unavailable.cc)
+  set(TF_HAVE_VIDEO OFF CACHE INTERNAL "tf_media decodes videos")
+  message(STATUS "video decoding: OFF (videos are refused)")
+endif()

@@ -39,6 +39,11 @@
 namespace tf {
 namespace {
 
+// The W_hat + cuBLAS prefill ran (grouped, or one GEMM per expert where cuBLAS refuses the
+// grouped call), not a fallback to the tiles.
+bool is_cublas_path(const std::string& path) { return path == "cublas-grouped" || path == "cublas-per-expert"; }
+
+
 constexpr Exl3Codebook kCodebooks[] = {Exl3Codebook::k3Inst, Exl3Codebook::kMcg, Exl3Codebook::kMul1};
 
 Ops& gpu() {
@@ -353,7 +358,9 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
         worst[pieces ? 0 : 1] = std::max(worst[pieces ? 0 : 1], e);
         EXPECT_LT(e, 1e-4) << exl3_codebook_name(cb) << " tokens=" << tokens << (pieces ? " pieces" : " cublas");
         if (!pieces) {
-          EXPECT_STREQ(cuda::exl3_moe_prefill_last_path(), "cublas-grouped") << "tokens=" << tokens;
+          // The H200's cuBLAS 13 refuses the grouped GEMM for f16 inputs with f32 outputs
+          // (run4s18): the per-expert GEMMs then run, with the same products.
+          EXPECT_TRUE(is_cublas_path(cuda::exl3_moe_prefill_last_path())) << "tokens=" << tokens;
         }
         // Row independence: the first and the last token alone (516 tokens: pieces of 512, the
         // last token in a second piece of 4) give the same bits, or with W_hat + cuBLAS the
@@ -404,7 +411,7 @@ TEST(Exl3CudaMoe, CublasPrefillHandlesRepeatsSkewAndFormats) {
   cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
   Tensor out = gpu().empty({tokens, hidden});
   gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
-  EXPECT_STREQ(cuda::exl3_moe_prefill_last_path(), "cublas-grouped");
+  EXPECT_TRUE(is_cublas_path(cuda::exl3_moe_prefill_last_path())) << cuda::exl3_moe_prefill_last_path();
   const double e = rel_err(want, gpu().to_host(out));
   EXPECT_LT(e, 1e-4);
   std::printf("[exl3] W_hat + cuBLAS prefill, repeats + skew + bias + mixed formats: rel err %.3g\n", e);
