@@ -19,25 +19,13 @@
 #include <vector>
 
 #include "glm5_fixture.h"
+#include "cuda_test_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace tf::test {
 namespace {
 
 constexpr double kTol = 1e-4;
-
-// The GPU backend, made once; a machine without a GPU fails here (never skipped).
-Ops* gpu_ops() {
-  static std::unique_ptr<Ops> ops = [] {
-    auto o = make_cuda_ops(0);
-    if (!o) {
-      ADD_FAILURE() << o.status().to_string();
-      return std::unique_ptr<Ops>();
-    }
-    return std::move(*o);
-  }();
-  return ops.get();
-}
 
 Glm5Options cache_opts(DType latent, TopkTies ties) {
   Glm5Options c;

@@ -18,23 +18,11 @@
 
 #include "glm5_fixture.h"
 #include "graph_schedule.h"
+#include "cuda_test_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace tf::test {
 namespace {
-
-// The GPU backend, made once; a machine without a GPU fails here (never skipped).
-Ops* gpu_ops() {
-  static std::unique_ptr<Ops> ops = [] {
-    auto o = make_cuda_ops(0);
-    if (!o) {
-      ADD_FAILURE() << o.status().to_string();
-      return std::unique_ptr<Ops>();
-    }
-    return std::move(*o);
-  }();
-  return ops.get();
-}
 
 // EXACT_ROWS 8 (the serving default): above 8 rows the matmuls use cuBLAS and the
 // routed experts group their tokens on the host, so whole MoE-layer segments cannot

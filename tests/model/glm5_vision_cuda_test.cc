@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "cuda_test_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "vision_fixture.h"
 
@@ -22,18 +23,6 @@ namespace tf::test {
 namespace {
 
 constexpr double kTol = 1e-5, kTolBf16 = 3e-2;
-
-Ops* vision_gpu_ops() {
-  static std::unique_ptr<Ops> ops = [] {
-    auto o = make_cuda_ops(0);
-    if (!o) {
-      ADD_FAILURE() << o.status().to_string();
-      return std::unique_ptr<Ops>();
-    }
-    return std::move(*o);
-  }();
-  return ops.get();
-}
 
 // encode() on `ops`, the result on the host.
 Tensor encode_on(Ops& ops, const VisionFixture& f, DType weight_dtype, const Tensor& patches,
@@ -55,7 +44,7 @@ void report(const char* what, const Tensor& got, const Tensor& ref, double tol) 
 }
 
 TEST(Glm5VisionCuda, ImagesAndVideoMatchTransformers) {
-  Ops* gpu = vision_gpu_ops();
+  Ops* gpu = gpu_ops();
   ASSERT_NE(gpu, nullptr);
   const VisionFixture f = load_vision_fixture();
   const std::vector<VisionGrid> grids = {f.grid("img0_grid"), f.grid("img1_grid")};
@@ -77,7 +66,7 @@ TEST(Glm5VisionCuda, ImagesAndVideoMatchTransformers) {
 }
 
 TEST(Glm5VisionCuda, AnImageAloneMatchesItsRowsOfAJointCall) {
-  Ops* gpu = vision_gpu_ops();
+  Ops* gpu = gpu_ops();
   ASSERT_NE(gpu, nullptr);
   const VisionFixture f = load_vision_fixture();
   const VisionGrid g0 = f.grid("img0_grid"), g1 = f.grid("img1_grid");

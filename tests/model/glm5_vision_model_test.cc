@@ -10,53 +10,17 @@
 #include <filesystem>
 
 #include "glm5_fixture.h"
-#include "model/glm5/glm5_vision.h"
-#include "model/weight_source.h"
-#include "model/safetensors.h"
+#include "vision_fixture.h"
 
 namespace tf::test {
 namespace {
 
 constexpr double kTol = 1e-4;
 
-std::string vision_dir() {
-  const char* env = std::getenv("TF_TEST_DATA_DIR");
-  return (std::filesystem::path(env && *env ? env : TF_TEST_DATA_DIR) / "model" / "tiny-vision").string();
-}
-
-struct VisionFixture {
-  Glm5Config config;
-  std::unique_ptr<SafetensorsFile> ref;
-  std::unique_ptr<WeightSource> weights;
-
-  Tensor get(const std::string& name) const {
-    auto t = ref->tensor(name);
-    EXPECT_TRUE(t.has_value()) << name;
-    return t.has_value() ? t->to_f32() : Tensor();
-  }
-  std::vector<int32_t> ids(const std::string& name) const {
-    std::vector<int32_t> out;
-    for (float v : get(name).to_vector()) out.push_back(static_cast<int32_t>(v));
-    return out;
-  }
-  VisionGrid grid(const std::string& name) const {
-    const std::vector<int32_t> g = ids(name);
-    return {g[0], g[1], g[2]};
-  }
-};
-
-VisionFixture load() {
-  VisionFixture f;
-  auto cfg = load_glm5_config(vision_dir());
-  EXPECT_TRUE(cfg.has_value()) << cfg.status().to_string();
-  f.config = *cfg;
-  auto ref = SafetensorsFile::open(vision_dir() + "/reference.safetensors");
-  EXPECT_TRUE(ref.has_value()) << ref.status().to_string();
-  f.ref = std::move(*ref);
-  auto w = open_weight_source(vision_dir(), f.config);
-  EXPECT_TRUE(w.has_value()) << w.status().to_string();
-  f.weights = std::move(*w);
-  return f;
+std::vector<int32_t> ids_of(const VisionFixture& f, const std::string& name) {
+  std::vector<int32_t> out;
+  for (float v : f.f32(name).to_vector()) out.push_back(static_cast<int32_t>(v));
+  return out;
 }
 
 Glm5Options exact_cache() {
@@ -66,13 +30,6 @@ Glm5Options exact_cache() {
   c.num_pages = 64;
   c.indexer_ties = TopkTies::kTorchCpu;
   return c;
-}
-
-Tensor concat_rows(const Tensor& a, const Tensor& b) {
-  Tensor out = Tensor::empty({a.size(0) + b.size(0), a.size(1)}, DType::kF32);
-  std::copy_n(a.data<float>(), a.numel(), out.data<float>());
-  std::copy_n(b.data<float>(), b.numel(), out.data<float>() + a.numel());
-  return out;
 }
 
 // Prompt positions of the placeholders (the image token), as transformers fills them:
@@ -120,25 +77,47 @@ Tensor prefill(Glm5Model& model, Glm5Sequence& seq, const std::vector<int32_t>& 
   return logits;
 }
 
-TEST(Glm5VisionModel, ImagePromptMatchesTransformers) {
-  VisionFixture f = load();
+// The text model and the tower on the CPU backend, and the tower's features of the
+// reference's pixel values (one grid per named tensor pair, in prompt order).
+struct Loaded {
+  std::unique_ptr<Glm5Model> model;
+  Tensor features;  // host f32 [placeholders, hidden]
+};
+Loaded load_and_encode(const VisionFixture& f, const std::vector<std::pair<std::string, std::string>>& inputs) {
   Ops& ops = cpu_ops();
-  auto comm = make_single_rank_communicator();
+  static auto comm = make_single_rank_communicator();
+  Loaded l;
   auto model = Glm5Model::load(f.config, *f.weights, ops, *comm, exact_cache());
-  ASSERT_TRUE(model.has_value()) << model.status().to_string();
+  EXPECT_TRUE(model.has_value()) << model.status().to_string();
+  if (!model) return l;
+  l.model = std::move(*model);
   auto tower = Glm5VisionTower::load(f.config, *f.weights, ops);
-  ASSERT_TRUE(tower.has_value()) << tower.status().to_string();
-  const std::vector<VisionGrid> grids = {f.grid("img0_grid"), f.grid("img1_grid")};
-  auto features = (*tower)->encode(concat_rows(f.get("img0_pixels"), f.get("img1_pixels")), grids);
-  ASSERT_TRUE(features.has_value()) << features.status().to_string();
-  const Tensor feats = ops.to_host(*features);
+  EXPECT_TRUE(tower.has_value()) << tower.status().to_string();
+  if (!tower) return l;
+  std::vector<Tensor> pixels;
+  std::vector<VisionGrid> grids;
+  for (const auto& [px, grid] : inputs) {
+    pixels.push_back(f.f32(px));
+    grids.push_back(f.grid(grid));
+  }
+  auto features = (*tower)->encode(concat_rows(pixels), grids);
+  EXPECT_TRUE(features.has_value()) << features.status().to_string();
+  if (features) l.features = ops.to_host(*features);
+  return l;
+}
 
-  const std::vector<int32_t> ids = f.ids("prompt_ids");
+TEST(Glm5VisionModel, ImagePromptMatchesTransformers) {
+  const VisionFixture f = load_vision_fixture();
+  Loaded l = load_and_encode(f, {{"img0_pixels", "img0_grid"}, {"img1_pixels", "img1_grid"}});
+  ASSERT_TRUE(l.model && !l.features.is_null());
+  Glm5Model* model = l.model.get();
+  const Tensor& feats = l.features;
+  const std::vector<int32_t> ids = ids_of(f, "prompt_ids");
   const auto image = static_cast<int32_t>(f.config.image_token_id);
-  const Tensor ref = f.get("prompt_logits");
+  const Tensor ref = f.f32("prompt_logits");
   for (int64_t chunk : {int64_t{1000}, int64_t{16}, int64_t{7}}) {
-    auto seq = (*model)->new_sequence();
-    const Tensor logits = prefill(**model, *seq, ids, feats, image, chunk);
+    auto seq = model->new_sequence();
+    const Tensor logits = prefill(*model, *seq, ids, feats, image, chunk);
     const double err = rel_err(logits, ref);
     std::printf("[tiny-vision] image prompt (%zu tokens, %lld features), chunks of %lld: max|d|/max|ref| = %.3g\n",
                 ids.size(), static_cast<long long>(feats.size(0)), static_cast<long long>(chunk), err);
@@ -146,9 +125,9 @@ TEST(Glm5VisionModel, ImagePromptMatchesTransformers) {
   }
 
   // Greedy continuation: generate()'s tokens.
-  auto seq = (*model)->new_sequence();
-  Tensor logits = prefill(**model, *seq, ids, feats, image, 1000);
-  const std::vector<int32_t> want = f.ids("generate_ids");
+  auto seq = model->new_sequence();
+  Tensor logits = prefill(*model, *seq, ids, feats, image, 1000);
+  const std::vector<int32_t> want = ids_of(f, "generate_ids");
   std::vector<int32_t> got;
   Tensor last = rows_of(logits, logits.size(0) - 1, logits.size(0));
   for (size_t i = 0; i < want.size(); ++i) {
@@ -156,7 +135,7 @@ TEST(Glm5VisionModel, ImagePromptMatchesTransformers) {
     const auto tok = static_cast<int32_t>(std::max_element(p, p + last.numel()) - p);
     got.push_back(tok);
     StepEntry e{seq.get(), std::span<const int32_t>(&got.back(), 1), false};
-    auto res = (*model)->step({&e, 1});
+    auto res = model->step({&e, 1});
     ASSERT_TRUE(res.has_value()) << res.status().to_string();
     last = (*res)[0].logits;
   }
@@ -164,23 +143,17 @@ TEST(Glm5VisionModel, ImagePromptMatchesTransformers) {
 }
 
 TEST(Glm5VisionModel, VideoPromptMatchesTransformers) {
-  VisionFixture f = load();
-  Ops& ops = cpu_ops();
-  auto comm = make_single_rank_communicator();
-  auto model = Glm5Model::load(f.config, *f.weights, ops, *comm, exact_cache());
-  ASSERT_TRUE(model.has_value()) << model.status().to_string();
-  auto tower = Glm5VisionTower::load(f.config, *f.weights, ops);
-  ASSERT_TRUE(tower.has_value()) << tower.status().to_string();
+  const VisionFixture f = load_vision_fixture();
   // The prompt holds image 1, then the video: features in that order.
-  const std::vector<VisionGrid> grids = {f.grid("img1_grid"), f.grid("video_grid")};
-  auto features = (*tower)->encode(concat_rows(f.get("img1_pixels"), f.get("video_pixels")), grids);
-  ASSERT_TRUE(features.has_value()) << features.status().to_string();
-  const Tensor feats = ops.to_host(*features);
-  const std::vector<int32_t> ids = f.ids("video_prompt_ids");
-  const Tensor ref = f.get("video_prompt_logits");
+  Loaded l = load_and_encode(f, {{"img1_pixels", "img1_grid"}, {"video_pixels", "video_grid"}});
+  ASSERT_TRUE(l.model && !l.features.is_null());
+  Glm5Model* model = l.model.get();
+  const Tensor& feats = l.features;
+  const std::vector<int32_t> ids = ids_of(f, "video_prompt_ids");
+  const Tensor ref = f.f32("video_prompt_logits");
   const auto image = static_cast<int32_t>(f.config.image_token_id);
-  auto seq = (*model)->new_sequence();
-  const Tensor logits = prefill(**model, *seq, ids, feats, image, 1000);
+  auto seq = model->new_sequence();
+  const Tensor logits = prefill(*model, *seq, ids, feats, image, 1000);
   const double err = rel_err(logits, ref);
   std::printf("[tiny-vision] image + video prompt (%zu tokens, %lld features): max|d|/max|ref| = %.3g\n", ids.size(),
               static_cast<long long>(feats.size(0)), err);
@@ -189,8 +162,8 @@ TEST(Glm5VisionModel, VideoPromptMatchesTransformers) {
   // from a 71-row one in the last bits, which flips a near-tie (a top-k choice, by all signs in
   // the last layer) for one row: measured row 21 alone at 0.26, every later row agrees, so no
   // state carried to later tokens differs.
-  auto chunked_seq = (*model)->new_sequence();
-  const Tensor chunked = prefill(**model, *chunked_seq, ids, feats, image, 24);
+  auto chunked_seq = model->new_sequence();
+  const Tensor chunked = prefill(*model, *chunked_seq, ids, feats, image, 24);
   int off = 0;
   for (int64_t r = 0; r < chunked.size(0); ++r) off += rel_err(rows_of(chunked, r, r + 1), rows_of(ref, r, r + 1)) > kTol;
   std::printf("[tiny-vision] the same in chunks of 24: %d of %lld rows beyond the tolerance\n", off,
@@ -201,10 +174,9 @@ TEST(Glm5VisionModel, VideoPromptMatchesTransformers) {
 }
 
 TEST(Glm5VisionModel, BadEmbeddingRunsAreRefused) {
-  VisionFixture f = load();
-  Ops& ops = cpu_ops();
+  const VisionFixture f = load_vision_fixture();
   auto comm = make_single_rank_communicator();
-  auto model = Glm5Model::load(f.config, *f.weights, ops, *comm, exact_cache());
+  auto model = Glm5Model::load(f.config, *f.weights, cpu_ops(), *comm, exact_cache());
   ASSERT_TRUE(model.has_value()) << model.status().to_string();
   const std::vector<int32_t> ids = {5, 6, 7, 8};
   Tensor feats = Tensor::zeros({2, f.config.text.hidden_size}, DType::kF32);

@@ -39,17 +39,12 @@ from transformers.image_utils import load_image
 from transformers.models.glm5_next import Glm5NextImageProcessor, Glm5NextVideoProcessor
 from transformers.video_utils import VideoMetadata
 
+from make_model_fixtures import TINY_TEXT
+
+# The text model: make_model_fixtures.py's tiny one, 4 layers (KDA x3, DSA), 8 experts.
 TEXT = dict(
-    vocab_size=384, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
-    n_shared_experts=1, n_routed_experts=8, num_experts_per_tok=2,
-    n_group=1, topk_group=1, routed_scaling_factor=2.5,
-    kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=0, qk_nope_head_dim=16, v_head_dim=16,
-    index_topk=12, index_head_dim=16, index_n_heads=4, index_kpool=4,
-    linear_head_dim=16, linear_num_heads=4, linear_conv_kernel_dim=4, linear_lower_bound=-5.0,
-    hc_mult=4, hc_sinkhorn_iters=20, swiglu_limit=10.0, pad_token_id=0,
-    eos_token_id=[1, 2], rms_norm_eps=1e-5,
-    layer_types=["linear_attention"] * 3 + ["deepseek_sparse_attention"],
+    TINY_TEXT, num_hidden_layers=4, n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1,
+    index_topk=12, layer_types=["linear_attention"] * 3 + ["deepseek_sparse_attention"],
     indexer_types=["full"] * 4, mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
 )
 VISION = dict(depth=2, hidden_size=64, num_heads=4, intermediate_size=96, out_hidden_size=64,
