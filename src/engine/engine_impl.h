@@ -52,9 +52,12 @@ struct LiveRequest {
   bool failed = false;
   std::shared_ptr<const grammar::Grammar> structured_grammar;  // null: no structured output
   // Images/videos (req.media): their features [placeholders, hidden] f32 on the ops
-  // device, encoded before the first prefill chunk that needs them and released once
-  // every choice has prefilled (engine_media.cc).
+  // device, encoded a bounded number of patches per engine step before the request
+  // reaches the scheduler, and released once every choice has prefilled (engine_media.cc).
   Tensor media_features;
+  size_t media_item = 0;     // encoding progress: the next item,
+  int64_t media_group = 0;   // its next temporal group,
+  int64_t media_row = 0;     // and the next feature row
   int media_prefills_left = 0;
 };
 
@@ -115,6 +118,9 @@ struct Engine::Impl {
   std::deque<std::shared_ptr<LiveRequest>> inbox;
   std::vector<std::string> cancels;
   bool stopping = false;
+  // Engine-thread state: requests whose media are being encoded (engine_media.cc); they
+  // reach the scheduler once their features are complete.
+  std::deque<std::shared_ptr<LiveRequest>> media_pending;
   std::atomic<int64_t> queued_choices{0};  // inbox + scheduler queue, for 429 without the engine thread
 
   // Engine-thread state.
@@ -145,9 +151,13 @@ struct Engine::Impl {
   bool tp_send(std::vector<StepCommandEntry> entries);
   void tp_failed(const Status& error);
   Expected<SamplingParams> sampling_params(const GenerationRequest& r) const;
-  // Images and videos (engine_media.cc): encodes a request's media on first use, and
-  // the embedding runs of a prefill chunk [from, from + count) of its prompt.
-  Status encode_media(LiveRequest& r);
+  // Images and videos (engine_media.cc): one engine step's share of the encoding of the
+  // first pending request (admitted when complete; failed on error), a cancel of a
+  // pending request, the embedding runs of a prefill chunk [from, from + count) of a
+  // prompt, and the release of the features once every choice has prefilled.
+  void encode_pending_media();
+  Expected<bool> encode_media_step(LiveRequest& r, int64_t patch_budget);
+  bool cancel_pending_media(const std::string& request_id);
   std::vector<StepEntry::EmbedRun> media_runs(const LiveRequest& r, int64_t from, int64_t count) const;
   void media_prefill_done(LiveRequest& r);
 

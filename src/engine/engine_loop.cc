@@ -39,7 +39,9 @@ void Engine::Impl::run() {
     bool heartbeat = false;
     {
       std::unique_lock<std::mutex> lock(mu);
-      auto ready = [&] { return stopping || !inbox.empty() || !cancels.empty() || scheduler->has_work(); };
+      auto ready = [&] {
+        return stopping || !inbox.empty() || !cancels.empty() || !media_pending.empty() || scheduler->has_work();
+      };
       if (tp) {
         heartbeat = !wake.wait_for(lock, kTpHeartbeat, ready);
       } else {
@@ -68,6 +70,13 @@ void Engine::Impl::run() {
   std::vector<RequestId> ids;
   for (const auto& [id, c] : choices) ids.push_back(id);
   for (RequestId id : ids) fail_choice(id, unavailable("the server is stopping"));
+  for (auto& r : media_pending) {
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = unavailable("the server is stopping");
+    r->sink(std::move(ev));
+  }
+  media_pending.clear();
   std::lock_guard<std::mutex> lock(mu);
   for (auto& r : inbox) {
     GenerationEvent ev;
@@ -86,8 +95,15 @@ void Engine::Impl::take_inbox() {
     fresh.swap(inbox);
     cancel_ids.swap(cancels);
   }
-  for (auto& r : fresh) admit(r);
+  // A request with images or videos is encoded first (encode_pending_media), then admitted.
+  for (auto& r : fresh) {
+    if (r->req.media)
+      media_pending.push_back(r);
+    else
+      admit(r);
+  }
   for (const std::string& rid : cancel_ids) {
+    if (cancel_pending_media(rid)) continue;
     auto [lo, hi] = by_request_id.equal_range(rid);
     for (auto it = lo; it != hi; ++it) scheduler->cancel(it->second);
   }
@@ -237,6 +253,7 @@ void Engine::Impl::drop_choice(RequestId id) {
 
 void Engine::Impl::step_once() {
   take_inbox();
+  encode_pending_media();
   StepPlan plan = scheduler->schedule();
   for (RequestId id : plan.cancelled) drop_choice(id);
   for (RequestId id : plan.admitted) {
@@ -249,17 +266,6 @@ void Engine::Impl::step_once() {
     return;
   }
 
-  // Image/video features: a request's media are encoded before its first prefill chunk.
-  for (const Advance& a : plan.advances) {
-    if (a.kind != AdvanceKind::kPrefill) continue;
-    LiveChoice& c = choices.at(a.id);
-    if (Status s = encode_media(*c.request); !s.is_ok()) fail_choice(a.id, s);
-  }
-  std::erase_if(plan.advances, [this](const Advance& a) { return !choices.contains(a.id); });
-  if (plan.advances.empty()) {
-    publish_health();
-    return;
-  }
   std::vector<StepEntry> batch;
   std::vector<LiveChoice*> rows;
   std::vector<std::optional<SampleRowParams>> device_params;

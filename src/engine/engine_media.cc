@@ -19,44 +19,72 @@ Expected<RenderedPrompt> Engine::render_chat_media(const ChatPrompt& chat) const
                              [&tok](const std::string& s) { return tok.encode(s, /*add_special_tokens=*/false); });
 }
 
-// The tower runs on at most this many patches per call (whole segments: an image, or a
-// video's temporal groups), so its activations stay bounded whatever the request holds.
-constexpr int64_t kMaxPatchesPerEncode = 32768;
-
-Status Engine::Impl::encode_media(LiveRequest& r) {
-  if (!r.req.media || !r.media_features.is_null()) return Status::ok();
+Expected<bool> Engine::Impl::encode_media_step(LiveRequest& r, int64_t patch_budget) {
   if (!vision) return invalid_argument("this checkpoint has no vision tower");
   const PromptMedia& m = *r.req.media;
   const int64_t width = vision->patch_width(), merge = vision->config().spatial_merge_size;
-  Tensor features = ops->empty({static_cast<int64_t>(m.positions.size()), vision->out_hidden()});
-  int64_t row = 0;
-  for (const PromptMediaItem& it : m.items) {
-    const media::VisionPatches& p = it.patches;
+  if (r.media_features.is_null())
+    r.media_features = ops->empty({static_cast<int64_t>(m.positions.size()), vision->out_hidden()});
+  bool first = true;  // at least one call per step, whatever its size
+  while (r.media_item < m.items.size()) {
+    const media::VisionPatches& p = m.items[r.media_item].patches;
     const int64_t per_group = p.grid_h * p.grid_w;
     if (static_cast<int64_t>(p.values.size()) != p.grid_t * per_group * width)
       return internal_error("vision tower: patches of an unexpected width");
-    const int64_t groups_per_call = std::max<int64_t>(1, kMaxPatchesPerEncode / std::max<int64_t>(1, per_group));
-    for (int64_t g0 = 0; g0 < p.grid_t; g0 += groups_per_call) {
-      const int64_t groups = std::min(groups_per_call, p.grid_t - g0);
-      Tensor patches = Tensor::view_of(const_cast<float*>(p.values.data()) + g0 * per_group * width,
-                                       {groups * per_group, width}, DType::kF32);
-      const VisionGrid grid{groups, p.grid_h, p.grid_w};
-      auto out = vision->encode(patches, {&grid, 1});
-      if (!out) return out.status().with_context("vision tower");
-      const int64_t rows = groups * per_group / (merge * merge);
-      if (out->size(0) != rows || row + rows > features.size(0))
-        return internal_error("vision tower: " + std::to_string(out->size(0)) + " features for a grid of " +
-                              std::to_string(rows) + " placeholders");
-      Tensor dst = features.slice(0, row, row + rows);
-      ops->copy(dst, *out);
-      row += rows;
+    const int64_t fit = patch_budget / std::max<int64_t>(1, per_group);
+    if (fit == 0 && !first) break;
+    const int64_t groups = std::min(std::max<int64_t>(1, fit), p.grid_t - r.media_group);
+    Tensor patches = Tensor::view_of(const_cast<float*>(p.values.data()) + r.media_group * per_group * width,
+                                     {groups * per_group, width}, DType::kF32);
+    const VisionGrid grid{groups, p.grid_h, p.grid_w};
+    auto out = vision->encode(patches, {&grid, 1});
+    if (!out) return out.status().with_context("vision tower");
+    const int64_t rows = groups * per_group / (merge * merge);
+    if (out->size(0) != rows || r.media_row + rows > r.media_features.size(0))
+      return internal_error("vision tower: " + std::to_string(out->size(0)) + " features for a grid of " +
+                            std::to_string(rows) + " placeholders");
+    Tensor dst = r.media_features.slice(0, r.media_row, r.media_row + rows);
+    ops->copy(dst, *out);
+    r.media_row += rows;
+    patch_budget -= groups * per_group;
+    first = false;
+    r.media_group += groups;
+    if (r.media_group == p.grid_t) {
+      ++r.media_item;
+      r.media_group = 0;
     }
   }
-  if (row != features.size(0))
-    return internal_error("vision tower: " + std::to_string(row) + " features for " +
-                          std::to_string(features.size(0)) + " placeholders");
-  r.media_features = std::move(features);
-  return Status::ok();
+  if (r.media_item < m.items.size()) return false;
+  if (r.media_row != r.media_features.size(0))
+    return internal_error("vision tower: " + std::to_string(r.media_row) + " features for " +
+                          std::to_string(r.media_features.size(0)) + " placeholders");
+  return true;
+}
+
+void Engine::Impl::encode_pending_media() {
+  if (media_pending.empty()) return;
+  std::shared_ptr<LiveRequest> r = media_pending.front();
+  auto done = encode_media_step(*r, std::max<int64_t>(1, options.media_patches_per_step));
+  if (done && !*done) return;  // more next step
+  media_pending.pop_front();
+  if (done) {
+    admit(r);
+    return;
+  }
+  queued_choices.fetch_sub(r->req.n);
+  GenerationEvent ev;
+  ev.kind = GenerationEvent::Kind::kError;
+  ev.error = done.status();
+  r->sink(std::move(ev));
+}
+
+bool Engine::Impl::cancel_pending_media(const std::string& request_id) {
+  auto it = std::find_if(media_pending.begin(), media_pending.end(),
+                         [&](const auto& r) { return r->req.request_id == request_id; });
+  if (it == media_pending.end()) return false;
+  queued_choices.fetch_sub((*it)->req.n);
+  media_pending.erase(it);
+  return true;
 }
 
 std::vector<StepEntry::EmbedRun> Engine::Impl::media_runs(const LiveRequest& r, int64_t from, int64_t count) const {

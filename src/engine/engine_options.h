@@ -27,6 +27,10 @@ struct EngineOptions {
   // 0: the device's default (prefill_chunk_or_default).
   int32_t prefill_chunk = 0;
   int32_t step_token_budget = 0;  // 0: prefill_chunk x 2 + parallel
+  // Image/video patches the vision tower encodes per engine step, so that a large image or
+  // a long video does not stall the other streams for its whole encode (whole segments:
+  // an image, or a video's temporal groups, are never split).
+  int64_t media_patches_per_step = 32768;
   int64_t page_size = 64;
   std::string device = "cpu";     // DEVICE: cpu | cuda (GPU 0; needs a CUDA build)
   // DENSE: how the projection matrices are held. "" is kDefaultDense (q4). q4 / fp8: the

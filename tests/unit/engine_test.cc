@@ -479,3 +479,98 @@ TEST_F(EngineTest, Exl3ConversionServesLikeItsDequantizedTwin) {
 }
 
 }  // namespace tf::engine
+
+namespace tf::engine {
+namespace {
+
+std::string data_url_of(const fs::path& file, const std::string& mime) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out = "data:" + mime + ";base64,";
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+// A chat with two images and a video, rendered with its media.
+Expected<RenderedPrompt> media_prompt(const EngineApi& engine) {
+  const fs::path data(TF_TEST_DATA_DIR);
+  const fs::path images = data / "model" / "tiny-vision" / "images";
+  ChatPrompt chat;
+  chat.reasoning_effort = "none";
+  chat.messages = nlohmann::json::array(
+      {{{"role", "user"},
+        {"content",
+         {{{"type", "text"}, {"text", "Compare these."}},
+          {{"type", "image_url"}, {"image_url", {{"url", data_url_of(images / "b_pad_130x90.png", "image/png")}}}},
+          {{"type", "video_url"},
+           {"video_url", {{"url", data_url_of(data / "media" / "clip_64x48_12f_6fps.mp4", "video/mp4")}}}},
+          {{"type", "image_url"}, {"image_url", {{"url", data_url_of(images / "f_photo_100x75.jpg", "image/jpeg")}}}}}}}});
+  return engine.render_chat_media(chat);
+}
+
+TEST_F(EngineTest, MediaEncodedAFewPatchesPerStepGiveTheSameReply) {
+  auto rendered = media_prompt(*engine_);
+  if (!rendered && rendered.status().code() == StatusCode::kUnimplemented) GTEST_SKIP() << rendered.status().to_string();
+  ASSERT_TRUE(rendered.has_value()) << rendered.status().to_string();
+  ASSERT_NE(rendered->media, nullptr);
+  auto greedy = [&](EngineApi& engine, const std::string& id) {
+    GenerationRequest g;
+    g.request_id = id;
+    g.prompt_tokens = rendered->tokens;
+    g.media = rendered->media;
+    g.sampling.max_tokens = 8;
+    g.sampling.temperature = 0;
+    g.sampling.ignore_eos = true;
+    Collector c;
+    EXPECT_TRUE(engine.submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    return c.text[0];
+  };
+  const std::string whole = greedy(*engine_, "media-whole");
+  EXPECT_FALSE(whole.empty());
+  // 16 patches per step: each image (80 patches) in a step of its own, the video's temporal
+  // groups (48 patches each) one per step; the features are the same bits.
+  EngineOptions o = demo_options();
+  o.media_patches_per_step = 16;
+  auto stepped = Engine::create(o);
+  ASSERT_TRUE(stepped.has_value()) << stepped.status().to_string();
+  EXPECT_EQ(greedy(**stepped, "media-stepped"), whole);
+
+  // A request cancelled while its media wait to be encoded leaves nothing behind: the engine
+  // goes on, and the queue count comes back to zero.
+  GenerationRequest g;
+  g.request_id = "media-cancelled";
+  g.prompt_tokens = rendered->tokens;
+  g.media = rendered->media;
+  g.sampling.max_tokens = 4;
+  Collector ignored;
+  ASSERT_TRUE((*stepped)->submit(std::move(g), ignored.sink()).is_ok());
+  (*stepped)->cancel("media-cancelled");
+  EXPECT_EQ(greedy(**stepped, "media-after-cancel"), whole);
+  for (int i = 0; i < 200 && (*stepped)->health().busy; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ((*stepped)->health().requests_waiting, 0);
+}
+
+TEST_F(EngineTest, UndecodableMediaAreRefusedNamingThePart) {
+  ChatPrompt chat;
+  chat.messages = nlohmann::json::array(
+      {{{"role", "user"},
+        {"content", {{{"type", "text"}, {"text", "look"}}, {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}}}}});
+  auto r = engine_->render_chat_media(chat);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("messages[0].content[1]"), std::string::npos) << r.status().to_string();
+}
+
+}  // namespace
+}  // namespace tf::engine
