@@ -129,7 +129,8 @@ Expected<std::vector<std::pair<std::string, Tensor>>> synthetic_exl3_conversion(
     TF_ASSIGN_OR_RETURN(Tensor t, src.tensor(n));
     const bool linear = t.dim() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 &&
                         n.find("embed_tokens") == std::string::npos && n.find(".mlp.gate.") == std::string::npos &&
-                        n.find(".experts.") == std::string::npos;
+                        n.find(".experts.") == std::string::npos &&
+                        n.find("model.visual.") == std::string::npos;  // the vision tower stays BF16
     if (!linear) {
       out.emplace_back(n, t);
       continue;

@@ -59,7 +59,8 @@ Status write_synthetic_exl3_experts(const std::string& dir, const Glm5TextConfig
                                     std::map<std::string, std::string>* weight_map);
 
 // An exllamav3-style conversion of checkpoint `src` (tests): every 2-D ".weight" outside
-// the routed experts but the embedding and the routers (lm_head included) stored as a
+// the routed experts but the embedding, the routers and the vision tower (whose linears
+// carry biases; lm_head included) stored as a
 // random EXL3 linear with the RMS of the weight it replaces, K cycling through `bits`
 // linear by linear (options' codebook and seed); every other tensor as it is.
 // `dequantized` (when given) receives those linears' dense values (exl3_dequantize, in

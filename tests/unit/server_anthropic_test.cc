@@ -97,7 +97,11 @@ TEST(ServerAnthropic, RefusalsNameTheAnthropicField) {
   };
   Json ok = {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
   Json b = ok;
-  b["messages"][0]["content"] = {{{"type", "image"}, {"source", {{"type", "base64"}}}}};
+  b["messages"][0]["content"] = {{{"type", "image"}, {"source", {{"type", "base64"}}}}};  // no media_type / data
+  refused(b, "messages[0].content[0].source");
+  b["messages"][0]["content"] = {{{"type", "image"}, {"source", {{"type", "url"}, {"url", "https://example.com/a.png"}}}}};
+  refused(b, "messages[0].content[0].source.url");
+  b["messages"][0]["content"] = {{{"type", "document"}, {"source", {{"type", "base64"}}}}};
   refused(b, "messages[0].content[0].type");
   b = ok;
   b["messages"].push_back({{"role", "assistant"}, {"content", {{{"type", "tool_use"}, {"id", "x"}, {"name", "f"}, {"input", "str"}}}}});
