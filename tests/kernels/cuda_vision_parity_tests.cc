@@ -4,15 +4,21 @@
 // instance, padded columns), one-row, empty and long segments (longer than a key
 // tile and a query tile), in place and out of place. Tolerances (max|Δ| relative to
 // the largest reference magnitude, floor 1): add_bias exact, gelu / rotary 1e-6 (erff,
-// FMA contraction), segment_attention 1e-5 (online softmax, other summation order).
-// segment_attention's segments must also be independent on the GPU bit for bit (a
-// segment alone gives the rows it gets among others). Part of cuda_ops_parity_tests
-// (label gpu): runs on the GPU machine; prints "[parity] <op> ..." lines.
+// FMA contraction), segment_attention 1e-5 (online softmax, other summation order) on
+// the scalar kernel and 2e-5 on the tensor-core kernel of D = 64 (q K^T on fp16 hi + lo
+// pairs, P V on bf16 pairs: ~2^-16 relative; measured <= 6.6e-6 on the H200). The D = 64 cases
+// run both kernels (TF_SEGMENT_ATTENTION_MMA=0 selects the scalar one) over T = 1, 63,
+// 64, 65, 1000, 5000 with 1 and 16 heads. segment_attention's segments must also be
+// independent on the GPU bit for bit (a segment alone gives the rows it gets among
+// others), on both kernels. Part of cuda_ops_parity_tests (label gpu): runs on the GPU
+// machine; prints "[parity] <op> ..." lines (and the time of each kernel at the
+// release's largest image).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -23,6 +29,36 @@
 
 namespace tf {
 namespace {
+
+// TF_SEGMENT_ATTENTION_MMA set to `value` (nullptr: unset) for the scope; the op reads it at each call.
+class AttentionPath {
+ public:
+  explicit AttentionPath(const char* value) {
+    const char* old = std::getenv(kVar);
+    had_ = old != nullptr;
+    if (had_) saved_ = old;
+    if (value != nullptr)
+      setenv(kVar, value, 1);
+    else
+      unsetenv(kVar);
+  }
+  ~AttentionPath() {
+    if (had_)
+      setenv(kVar, saved_.c_str(), 1);
+    else
+      unsetenv(kVar);
+  }
+  AttentionPath(const AttentionPath&) = delete;
+  AttentionPath& operator=(const AttentionPath&) = delete;
+
+ private:
+  static constexpr const char* kVar = "TF_SEGMENT_ATTENTION_MMA";
+  bool had_ = false;
+  std::string saved_;
+};
+
+constexpr double kScalarTol = 1e-5;  // the scalar kernel (f32 throughout)
+constexpr double kMmaTol = 2e-5;     // the tensor-core kernel (D = 64, split operands)
 
 class VisionParity : public CpuCudaTest {
  protected:
@@ -103,7 +139,50 @@ TEST_F(VisionParity, SegmentAttention) {
     gpu_->segment_attention(out, up(q), up(k), up(v), up(off), scale);
     std::string tag = " T=" + std::to_string(t) + " H=" + std::to_string(c.heads) +
                       " D=" + std::to_string(c.d) + " S=" + std::to_string(c.offsets.size() - 1);
-    expect_close("segment_attention" + tag, ref, out, 1e-5);
+    expect_close("segment_attention" + tag, ref, out, c.d == 64 ? kMmaTol : kScalarTol);
+  }
+}
+
+TEST_F(VisionParity, SegmentAttentionHeadDim64BothKernels) {
+  // The tensor-core kernel's shapes: query tiles of 64 rows and key tiles of 64 keys,
+  // full, partial and one-row; one-row, empty and uneven segments; q, k of std 0.5
+  // (soft attention) and 2 (logits up to ~20: sharp).
+  struct Case {
+    std::vector<int32_t> offsets;
+    float qk_std;
+  };
+  const std::vector<Case> cases = {
+      {{0, 1}, 0.5f},
+      {{0, 63}, 0.5f},
+      {{0, 64}, 0.5f},
+      {{0, 65}, 0.5f},
+      {{0, 1, 65}, 0.5f},
+      {{0, 1, 2, 66, 130, 130, 131, 600, 1000}, 0.5f},
+      {{0, 1, 2, 66, 130, 130, 131, 600, 1000}, 2.0f},
+      {{0, 4001, 4002, 5000}, 0.5f},
+  };
+  for (const Case& c : cases) {
+    for (int64_t heads : {int64_t{1}, int64_t{16}}) {
+      const int64_t t = c.offsets.back(), d = 64;
+      const Tensor q = randn({t, heads, d}, 17, c.qk_std), k = randn({t, heads, d}, 18, c.qk_std),
+                   v = randn({t, heads, d}, 19);
+      const Tensor off = i32_tensor(c.offsets);
+      Tensor ref = Tensor::empty({t, heads, d}, DType::kF32);
+      cpu_->segment_attention(ref, q, k, v, off, 0.125f);
+      const Tensor dq = up(q), dk = up(k), dv = up(v), doff = up(off);
+      const std::string tag = " T=" + std::to_string(t) + " H=" + std::to_string(heads) +
+                              " S=" + std::to_string(c.offsets.size() - 1) +
+                              (c.qk_std > 1.0f ? " sharp" : "");
+      for (const char* path : {static_cast<const char*>(nullptr), "0"}) {  // tensor-core, scalar kernel
+        const AttentionPath env(path);
+        Tensor out = gpu_->empty({t, heads, d});
+        gpu_->segment_attention(out, dq, dk, dv, doff, 0.125f);
+        if (path == nullptr)
+          expect_close("segment_attention mma" + tag, ref, out, kMmaTol);
+        else
+          expect_close("segment_attention scalar" + tag, ref, out, kScalarTol);
+      }
+    }
   }
 }
 
@@ -112,37 +191,49 @@ TEST_F(VisionParity, SegmentAttentionSegmentsAreIndependent) {
   const std::vector<int32_t> offsets = {0, 90, 300, 301};
   const int64_t t = 301, h = 4, d = 64;
   const Tensor q = randn({t, h, d}, 11), k = randn({t, h, d}, 12), v = randn({t, h, d}, 13);
-  Tensor joint = gpu_->empty({t, h, d});
-  gpu_->segment_attention(joint, up(q), up(k), up(v), up(i32_tensor(offsets)), 0.125f);
-  const Tensor hj = down(joint);
-  for (size_t s = 0; s + 1 < offsets.size(); ++s) {
-    const int64_t r0 = offsets[s], r1 = offsets[s + 1], n = r1 - r0;
-    auto part = [&](const Tensor& x) { return up(x.slice(0, r0, r1).contiguous()); };
-    Tensor alone = gpu_->empty({n, h, d});
-    gpu_->segment_attention(alone, part(q), part(k), part(v), up(i32_tensor({0, static_cast<int32_t>(n)})),
-                            0.125f);
-    EXPECT_TRUE(same_bits(down(alone), hj.slice(0, r0, r1).contiguous())) << "segment " << s;
+  for (const char* path : {static_cast<const char*>(nullptr), "0"}) {  // tensor-core, scalar kernel
+    const AttentionPath env(path);
+    Tensor joint = gpu_->empty({t, h, d});
+    gpu_->segment_attention(joint, up(q), up(k), up(v), up(i32_tensor(offsets)), 0.125f);
+    const Tensor hj = down(joint);
+    for (size_t s = 0; s + 1 < offsets.size(); ++s) {
+      const int64_t r0 = offsets[s], r1 = offsets[s + 1], n = r1 - r0;
+      auto part = [&](const Tensor& x) { return up(x.slice(0, r0, r1).contiguous()); };
+      Tensor alone = gpu_->empty({n, h, d});
+      gpu_->segment_attention(alone, part(q), part(k), part(v), up(i32_tensor({0, static_cast<int32_t>(n)})),
+                              0.125f);
+      EXPECT_TRUE(same_bits(down(alone), hj.slice(0, r0, r1).contiguous()))
+          << "segment " << s << (path ? " (scalar kernel)" : " (tensor-core kernel)");
+    }
   }
 }
 
 TEST_F(VisionParity, SegmentAttentionTiming) {
   // The release's largest image (about 32k patches, one segment), 16 heads of 64: one
-  // call timed after a warm-up, for the log (no bound).
+  // call of each kernel timed after a warm-up, for the log (no bound).
   const int64_t t = 32400, h = 16, d = 64;
   const Tensor q = up(randn({t, h, d}, 14, 0.5f)), k = up(randn({t, h, d}, 15, 0.5f)),
                v = up(randn({t, h, d}, 16));
   const Tensor off = up(i32_tensor({0, static_cast<int32_t>(t)}));
   Tensor out = gpu_->empty({t, h, d});
-  gpu_->segment_attention(out, q, k, v, off, 0.125f);
-  down(out.slice(0, 0, 1));  // synchronise
-  const auto t0 = std::chrono::steady_clock::now();
-  gpu_->segment_attention(out, q, k, v, off, 0.125f);
-  const Tensor row = down(out.slice(0, 0, 1));
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const double tflops = 4.0 * t * t * h * d / (ms * 1e-3) / 1e12;
-  std::printf("[parity] segment_attention T=%lld H=%lld D=%lld: %.1f ms (%.1f TFLOP/s f32)\n",
-              static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d), ms, tflops);
-  for (int64_t i = 0; i < row.numel(); ++i) EXPECT_TRUE(std::isfinite(row.data<float>()[i]));
+  struct Path {
+    const char* env;
+    const char* name;
+  };
+  for (const Path& p : {Path{"0", "scalar f32"}, Path{nullptr, "tensor cores"}}) {
+    const AttentionPath env(p.env);
+    gpu_->segment_attention(out, q, k, v, off, 0.125f);
+    down(out.slice(0, 0, 1));  // synchronise
+    const auto t0 = std::chrono::steady_clock::now();
+    gpu_->segment_attention(out, q, k, v, off, 0.125f);
+    const Tensor row = down(out.slice(0, 0, 1));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double tflops = 4.0 * t * t * h * d / (ms * 1e-3) / 1e12;
+    std::printf("[parity] segment_attention T=%lld H=%lld D=%lld (%s): %.1f ms (%.1f TFLOP/s)\n",
+                static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d), p.name, ms,
+                tflops);
+    for (int64_t i = 0; i < row.numel(); ++i) EXPECT_TRUE(std::isfinite(row.data<float>()[i]));
+  }
 }
 
 }  // namespace
