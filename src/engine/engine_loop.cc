@@ -70,21 +70,19 @@ void Engine::Impl::run() {
   std::vector<RequestId> ids;
   for (const auto& [id, c] : choices) ids.push_back(id);
   for (RequestId id : ids) fail_choice(id, unavailable("the server is stopping"));
-  for (auto& r : media_pending) {
-    GenerationEvent ev;
-    ev.kind = GenerationEvent::Kind::kError;
-    ev.error = unavailable("the server is stopping");
-    r->sink(std::move(ev));
-  }
-  media_pending.clear();
+  // Requests not admitted yet (media being encoded, or still in the inbox) get an error too.
+  auto refuse_all = [](std::deque<std::shared_ptr<LiveRequest>>& requests) {
+    for (auto& r : requests) {
+      GenerationEvent ev;
+      ev.kind = GenerationEvent::Kind::kError;
+      ev.error = unavailable("the server is stopping");
+      r->sink(std::move(ev));
+    }
+    requests.clear();
+  };
+  refuse_all(media_pending);
   std::lock_guard<std::mutex> lock(mu);
-  for (auto& r : inbox) {
-    GenerationEvent ev;
-    ev.kind = GenerationEvent::Kind::kError;
-    ev.error = unavailable("the server is stopping");
-    r->sink(std::move(ev));
-  }
-  inbox.clear();
+  refuse_all(inbox);
 }
 
 void Engine::Impl::take_inbox() {
