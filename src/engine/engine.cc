@@ -263,7 +263,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (m.config.vision.present) {
     // The vision tower: on rank 0 only (the followers get the features with the step).
     auto vision = Glm5VisionTower::load(m.config, progress, *m.ops, matrix_dtype);
-    if (vision) {
+    if (vision && (*vision)->out_hidden() != m.config.text.hidden_size) {
+      // transformers' default vision config has this inconsistency (out_hidden_size 1536 for a
+      // 4096-wide text model): its features cannot fill the placeholders.
+      TF_LOG_WARN("the vision tower's features are {} wide but the text model is {}: images and videos are refused",
+                  (*vision)->out_hidden(), m.config.text.hidden_size);
+    } else if (vision) {
       m.vision = std::move(*vision);
     } else if (vision.status().code() == StatusCode::kNotFound) {
       // A config with a vision_config but no vision weights (the demo and synthetic
