@@ -4,9 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
+#include "data_url_test_util.h"
 #include "engine/prompt_media.h"
 
 namespace tf::engine {
@@ -15,33 +14,9 @@ namespace {
 constexpr MediaTokenIds kIds{/*image=*/380, /*video=*/381, /*image_start=*/376, /*image_end=*/377,
                              /*video_start=*/378, /*video_end=*/379};
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string base64(const std::string& bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i < bytes.size()) {
-    uint32_t v = uint8_t(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= uint8_t(bytes[i + 1]) << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 std::string png_url(const char* name) {
-  const auto path = std::filesystem::path(TF_TEST_DATA_DIR) / "model" / "tiny-vision" / "images" / name;
-  return "data:image/png;base64," + base64(read_file(path));
+  return test::data_url_of(std::filesystem::path(TF_TEST_DATA_DIR) / "model" / "tiny-vision" / "images" / name,
+                           "image/png");
 }
 
 nlohmann::json image_part(const std::string& url) {
@@ -98,7 +73,7 @@ TEST(PromptMedia, VideoPlaceholderExpandsToTimedFrameGroups) {
   // tests/data/media/clip_64x48_12f_6fps.mp4: 12 frames at 6 fps -> frames 0, 3, 6, 9 at 2 fps,
   // two groups of two frames; 64x48 upscaled to 112x84 -> grid (2, 6, 8): 12 features per group.
   const auto clip = std::filesystem::path(TF_TEST_DATA_DIR) / "media" / "clip_64x48_12f_6fps.mp4";
-  std::vector<MediaPart> parts = {{true, "data:video/mp4;base64," + base64(read_file(clip)), "messages[0].content[0]"}};
+  std::vector<MediaPart> parts = {{true, test::data_url_of(clip, "video/mp4"), "messages[0].content[0]"}};
   std::vector<std::string> texts;
   auto encode = [&texts](const std::string& s) -> Expected<std::vector<int32_t>> {
     texts.push_back(s);
@@ -106,7 +81,14 @@ TEST(PromptMedia, VideoPlaceholderExpandsToTimedFrameGroups) {
   };
   const std::vector<int32_t> tokens = {1, kIds.video_start, kIds.video, kIds.video_end, 2};
   auto out = expand_prompt_media(tokens, parts, kIds, MediaLimits{}, encode);
-  if (!out && out.status().code() == StatusCode::kUnimplemented) GTEST_SKIP() << out.status().to_string();
+#if !TF_HAVE_VIDEO
+  // A build without FFmpeg refuses the video, naming the part and saying why.
+  ASSERT_FALSE(out.has_value());
+  EXPECT_EQ(out.status().code(), StatusCode::kUnimplemented) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("without FFmpeg"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("messages[0].content[0]"), std::string::npos) << out.status().to_string();
+  return;
+#endif
   ASSERT_TRUE(out.has_value()) << out.status().to_string();
   const media::VisionPatches& p = out->media->items.at(0).patches;
   EXPECT_TRUE(out->media->items[0].video);
