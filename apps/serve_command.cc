@@ -156,6 +156,12 @@ void add_serve_command(CLI::App& app) {
                   "at load like DENSE's formats: fewer bytes per decode step)")
       ->envname("LM_HEAD")
       ->capture_default_str();
+  cmd->add_option("--kept-prompts", o->engine.kept_prompts,
+                  "prompt states kept for reuse: a prompt that starts like a kept one resumes from it (0: no "
+                  "prompt reuse; SHARED_PREFIX=0)")
+      ->envname("KEPT_PROMPTS")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   cmd->add_option("--kv-pool-gib", o->engine.kv_pool_gib, "cap on the cache pool (0: no cap)")
       ->envname("KV_POOL_GIB")
       ->check(CLI::NonNegativeNumber)

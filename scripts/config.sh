@@ -6,6 +6,7 @@
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+  SHARED_PREFIX KEPT_PROMPTS
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER TF_CUDA)
 
@@ -60,6 +61,8 @@ done
 : "${KV_POOL_GIB:=0}"
 : "${MAX_TOKENS:=32768}"
 : "${MAX_QUEUED:=64}"
+: "${SHARED_PREFIX:=1}"
+: "${KEPT_PROMPTS:=16}"
 : "${TP:=1}"
 : "${DEVICE:=cpu}"
 : "${BUILD_DIR:=$TF_ROOT/build}"
@@ -88,6 +91,9 @@ tf_validate_settings() {
   [[ "$MEMORY_RESERVE_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "MEMORY_RESERVE_GIB must be a number, got '$MEMORY_RESERVE_GIB'"
   [[ "$KV_POOL_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "KV_POOL_GIB must be a number, got '$KV_POOL_GIB'"
   [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
+  [[ "$SHARED_PREFIX" =~ ^[01]$ ]] || tf_fail "SHARED_PREFIX must be 0 or 1, got '$SHARED_PREFIX'"
+  [[ "$KEPT_PROMPTS" =~ ^[0-9]+$ ]] && ((KEPT_PROMPTS <= 4096)) ||
+    tf_fail "KEPT_PROMPTS must be a number in 0..4096, got '$KEPT_PROMPTS'"
   [[ "$TP" =~ ^[0-9]+$ ]] && ((TP >= 1)) || tf_fail "TP must be >= 1, got '$TP'"
   [[ "$DEVICE" =~ ^(cpu|cuda)$ ]] || tf_fail "DEVICE must be cpu or cuda, got '$DEVICE'"
   [[ "$FOREGROUND" =~ ^[01]$ ]] || tf_fail "FOREGROUND must be 0 or 1, got '$FOREGROUND'"
@@ -105,6 +111,8 @@ tf_serve_args() {
   TF_SERVE_ARGS=(--host "$HOST" --port "$PORT" --parallel "$PARALLEL" --context "$CONTEXT" --kv "$KV"
     --memory-reserve-gib "$MEMORY_RESERVE_GIB" --kv-pool-gib "$KV_POOL_GIB" --max-tokens "$MAX_TOKENS"
     --max-waiting "$MAX_QUEUED" --tp "$TP" --device "$DEVICE")
+  # SHARED_PREFIX=0 turns prompt reuse off; KEPT_PROMPTS is how many prompt states it keeps.
+  if [[ "$SHARED_PREFIX" == 0 ]]; then TF_SERVE_ARGS+=(--kept-prompts 0); else TF_SERVE_ARGS+=(--kept-prompts "$KEPT_PROMPTS"); fi
   [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")
   [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
   [[ -n "${DENSE:-}" ]] && TF_SERVE_ARGS+=(--dense "$DENSE")

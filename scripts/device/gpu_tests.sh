@@ -2,7 +2,7 @@
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
 # TF_GPU_ONLY="kernels parity kdarows kdachain decoderows quant ring sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
-# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
+# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model", "reuse" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -151,6 +151,18 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
       --scenario decode-1 --output-tokens 32 --timeout 200; } > "$OUT/exl3_model_bench.log" 2>&1 || rc=1
   grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
   tail -n 5 "$OUT/exl3_model_bench.log"
+  rm -rf "$ck"
+fi
+# Prompt reuse on the synthetic full geometry (EXL3 experts + DENSE=q4): one prompt of REUSE_TOKENS
+# (64k) sent three times; the first TTFT runs it all, the others resume from its kept state.
+# Only when named: TF_GPU_ONLY="reuse".
+if [[ " ${TF_GPU_ONLY:-} " == *" reuse "* && -x .gpurun/tensorfold ]]; then
+  ck=/dev/shm/tf-exl3-reuse; rm -rf "$ck"
+  { timeout 240 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --experts "${EXL3_EXPERTS:-8}" --exl3 --bits 4 --codebook mcg &&
+    TF_CACHE_DIR="$(mktemp -d)" timeout 330 .gpurun/tensorfold bench --offline --device cuda --model-dir "$ck" --probe \
+      --scenario "reuse-${REUSE_TOKENS:-64k}" --timeout 300 --json "$OUT/reuse_bench.json"; } > "$OUT/reuse_bench.log" 2>&1 || rc=1
+  grep -E '^(== scenario|bench: (probe|roofline)|  TTFT|  prefill|error|scenario .* FAILED)' "$OUT/reuse_bench.log" | head -n 30
+  tail -n 25 "$OUT/reuse_bench.log"
   rm -rf "$ck"
 fi
 # What programmatic dependent launch saves per kernel boundary in a graph (chains of small kernels).

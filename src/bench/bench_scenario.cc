@@ -38,7 +38,7 @@ Expected<BenchScenario> parse_one(const std::string& name, int64_t output_tokens
   s.name = name;
   auto bad = [&](const std::string& why) {
     return invalid_argument("bench: --scenario '" + name + "': " + why +
-                            " (expected decode-N, prefill-P[k] or gpu)");
+                            " (expected decode-N, prefill-P[k], reuse-P[k] or gpu)");
   };
   if (name.rfind("decode-", 0) == 0) {
     const int64_t n = parse_count(name.substr(7), false);
@@ -52,8 +52,9 @@ Expected<BenchScenario> parse_one(const std::string& name, int64_t output_tokens
     s.output_tokens = output_tokens;
     return s;
   }
-  if (name.rfind("prefill-", 0) == 0) {
-    const int64_t p = parse_count(name.substr(8), true);
+  const bool reuse = name.rfind("reuse-", 0) == 0;
+  if (name.rfind("prefill-", 0) == 0 || reuse) {
+    const int64_t p = parse_count(name.substr(reuse ? 6 : 8), true);
     if (p < 1 || p > (int64_t{1} << 24)) return bad("P must be 1..16M tokens");
     s.kind = BenchScenario::Kind::kPrefill;
     s.concurrency = 1;
@@ -61,6 +62,11 @@ Expected<BenchScenario> parse_one(const std::string& name, int64_t output_tokens
     s.warmup = p <= 32768 ? 1 : 0;
     s.prompt_tokens = p;
     s.output_tokens = 1;
+    if (reuse) {
+      s.requests = 3;
+      s.warmup = 0;
+      s.repeat_prompt = true;
+    }
     return s;
   }
   return bad("unknown scenario");
@@ -104,6 +110,7 @@ BenchSpec scenario_spec(const BenchSpec& base, const BenchScenario& s) {
   spec.warmup = s.warmup;
   spec.prompt_tokens = s.prompt_tokens;
   spec.output_tokens = s.output_tokens;
+  spec.repeat_prompt = s.repeat_prompt;
   spec.ignore_eos = true;  // the roofline assumes exactly output_tokens per request
   return spec;
 }

@@ -6,6 +6,8 @@
 //                 per-stream decode tok/s and aggregate tok/s at batch N.
 //   prefill-P     one prompt of P tokens (P may end in k = x1024), 1 output token:
 //                 TTFT -> prefill tok/s. 2 requests up to 32K, 1 beyond.
+//   reuse-P       prompt reuse: one prompt of P tokens sent 3 times, 1 output token: the
+//                 first TTFT runs it all, the others resume from its kept state.
 //   gpu           decode-1, decode-4, decode-16, decode-64, prefill-8k, prefill-128k.
 //
 // Design: scenarios are values that turn a base BenchSpec into the run's spec,
@@ -35,6 +37,7 @@ struct BenchScenario {
   int warmup = 0;
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
+  bool repeat_prompt = false;  // reuse-P
 };
 
 inline constexpr int64_t kDecodeScenarioPrompt = 32;

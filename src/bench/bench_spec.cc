@@ -35,6 +35,7 @@ nlohmann::json to_json(const BenchSpec& spec) {
           {"thinking", spec.thinking},
           {"streaming", spec.streaming},
           {"seed", spec.seed},
+          {"repeat_prompt", spec.repeat_prompt},
           {"timeout_s", spec.timeout_s}};
 }
 

@@ -35,6 +35,9 @@ struct BenchSpec {
   bool thinking = false;       // chat only: chat_template_kwargs.enable_thinking
   bool streaming = true;       // without streaming TTFT equals the whole latency
   uint64_t seed = 0;           // varies the synthetic prompts
+  // Every request sends the same prompt (else no two share a prefix): what prompt reuse
+  // makes of a repeated prompt (the first request runs it, the others resume).
+  bool repeat_prompt = false;
   double timeout_s = 600.0;    // per request
 };
 

@@ -128,6 +128,7 @@ Expected<Prompts> make_prompts(httplib::Client& client, const HttpTarget& target
   auto ids = synthesize_prompts(tokenize, spec.seed, 0, count, spec.prompt_tokens);
   if (ids) {
     p.ids = std::move(*ids);
+    if (spec.repeat_prompt) std::fill(p.ids.begin(), p.ids.end(), p.ids.front());
   } else if (ids.status().code() == StatusCode::kNotFound) {
     notes.push_back("the server has no /tokenize: prompts are deterministic ids in [" + std::to_string(kFallbackLo) +
                     ", " + std::to_string(kFallbackHi) + ")");

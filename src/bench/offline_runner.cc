@@ -151,6 +151,7 @@ Expected<BenchRun> run_offline_bench(engine::EngineApi& engine, const BenchSpec&
   // Measured prompts are 0..requests-1, warmup prompts follow: none shares a prefix.
   TF_ASSIGN_OR_RETURN(auto prompts, synthesize_prompts(tokenize, spec.seed, 0, spec.requests + spec.warmup,
                                                        spec.prompt_tokens));
+  if (spec.repeat_prompt) std::fill(prompts.begin(), prompts.end(), prompts.front());
   std::vector<std::vector<int32_t>> warm(prompts.begin() + spec.requests, prompts.end());
   prompts.resize(static_cast<size_t>(spec.requests));
   // Ids unique across runs against the same engine.

@@ -106,6 +106,7 @@ MemoryPlanInput memory_input(const EngineOptions& o, const Glm5Config& config, i
   in.cache_bytes_per_token = latent_layers * latent + indexer;
   in.state_bytes_per_stream = kda * (heads * dk * dk + 3 * (kw - 1) * heads * dk) * 4;
   in.parallel = o.parallel;
+  in.kept_states = o.kept_prompts;
   in.context = o.context;
   in.model_max_context = t.max_position_embeddings;
   in.page_size = o.page_size;
@@ -304,6 +305,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   sc.max_waiting = options.max_waiting;
   if (Status s = sc.validate(); !s.is_ok()) return s;
   m.scheduler = std::make_unique<Scheduler>(sc, *m.budget);
+  m.setup_prompt_reuse();
   m.samplers.resize(static_cast<size_t>(m.sample_pool.size()));
 
   m.info.id = options.served_name.empty() ? fs::absolute(dir).filename().string() : options.served_name;

@@ -158,7 +158,10 @@ struct EngineHealth {
   int streams_max = 0;
   int64_t context_length = 0;
   int64_t pool_tokens = 0;
-  int64_t pool_free_tokens = 0;
+  int64_t pool_free_tokens = 0;  // free for a new request: kept prompts' pages included (they give way)
+  // Prompt reuse: the prompt states kept, and the prompt tokens they cover.
+  int64_t kept_prompts = 0;
+  int64_t kept_prompt_tokens = 0;
   // Model steps run so far, and (tensor parallelism) the world size and what the
   // model's all-reduces cost so far (CommStats): the bench reports per-step figures.
   int64_t model_steps = 0;

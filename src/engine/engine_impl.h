@@ -10,10 +10,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cache/prompt_index.h"
 #include "comm/communicator.h"
 #include "core/thread_pool.h"
 #include "engine/choice_output.h"
@@ -77,6 +79,18 @@ struct LiveChoice {
   // reasoning, when the choice opened in it).
   std::unique_ptr<grammar::StructuredConstraint> constraint;
   bool constraint_active = false;
+  // Prompt reuse: the prompt tokens a kept prompt gave (not run again), and the prefill
+  // lengths at which this choice's state is kept (engine_prompt_reuse.cc).
+  int64_t cached = 0;
+  std::vector<int64_t> keep_at;
+};
+
+// A kept prompt: a fork of a sequence after its first `tokens` prompt tokens, holding a
+// reservation of their pages in the budget (evicted when the pool needs them).
+struct KeptPrompt {
+  std::unique_ptr<Glm5Sequence> sequence;
+  CacheHandle handle;
+  int64_t pages = 0;
 };
 
 struct Engine::Impl {
@@ -108,6 +122,20 @@ struct Engine::Impl {
   MediaLimits media_limits;
   MemoryPlan plan;
   std::unique_ptr<PagedCacheBudget> budget;
+  // Prompt reuse (engine_prompt_reuse.cc). Kept prompts are forks at multiples of
+  // reuse_grain (of the prefill chunk, the page and the indexer pool; 0: reuse off), at most kept_max of them, evicted least
+  // recently used first, by the budget when a request needs their pages.
+  struct KeptReclaimer final : PagedCacheBudget::Reclaimer {
+    Impl* impl = nullptr;
+    int64_t reclaimable_pages() const override;
+    bool reclaim_one() override;
+  };
+  KeptReclaimer kept_reclaimer;
+  PromptIndex kept_index;
+  std::map<uint64_t, KeptPrompt> kept;
+  int64_t kept_pages = 0;
+  int64_t reuse_grain = 0;
+  int kept_max = 0;
   std::unique_ptr<Scheduler> scheduler;
   ThreadPool sample_pool{2};
   std::vector<Sampler> samplers;
@@ -160,6 +188,18 @@ struct Engine::Impl {
   bool cancel_pending_media(const std::string& request_id);
   std::vector<StepEntry::EmbedRun> media_runs(const LiveRequest& r, int64_t from, int64_t count) const;
   void media_prefill_done(LiveRequest& r);
+
+  // Prompt reuse (engine_prompt_reuse.cc): set up at load; the scheduler's admission hook
+  // (resumes a choice from the longest kept prompt it starts with, and plans where its
+  // state is kept); after a step, keeps the state of the choices that reached such a
+  // point; evicts one kept prompt.
+  void setup_prompt_reuse();
+  int64_t resume_from_kept(RequestId id);
+  void keep_prompt_states(std::span<LiveChoice* const> prefilled);
+  void evict_kept(uint64_t id);
+  // Prompt tokens that a kept state may cover: all but the last (which must run for the
+  // first logits), and none from the first image or video on.
+  int64_t reuse_limit(const LiveRequest& r) const;
 
   // Sampling of a step's rows (engine_sampling.cc). A row whose parameters the device
   // sampler supports (device_row) is sampled by Ops::sample_rows on the logits left on

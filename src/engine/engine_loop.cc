@@ -127,6 +127,9 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
       g.parse_reasoning && think_start_id && !g.prompt_tokens.empty() && g.prompt_tokens.back() == *think_start_id;
   r->open_choices = g.n;
   r->media_prefills_left = g.media ? g.n : 0;
+  // The kept prompt this request will resume from counts as used now, so that reservations
+  // made before its admission evict others first.
+  if (reuse_grain > 0) (void)kept_index.longest_prefix(g.prompt_tokens, reuse_limit(*r));
   for (int i = 0; i < g.n; ++i) {
     const RequestId id = next_id++;
     LiveChoice c;
@@ -172,6 +175,7 @@ void Engine::Impl::leave_queue(LiveChoice& c) {
 void Engine::Impl::start_choice(LiveChoice& c) {
   leave_queue(c);
   c.admitted = true;
+  if (c.sequence) return;  // resumed from a kept prompt (resume_from_kept)
   c.sequence = model->new_sequence();
   if (tp) tp->sequence_created(c.id);
 }
@@ -189,6 +193,7 @@ void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release
   fin.choice = c.index;
   fin.finish_reason = reason == FinishReason::kStop && c.output->made_tool_calls() ? FinishReason::kToolCalls : reason;
   fin.completion_tokens = c.sampler->generated();
+  fin.cached_prompt_tokens = c.cached;
   fin.reasoning_tokens = std::min<int64_t>(c.output->reasoning_tokens(), fin.completion_tokens);
   if (fin.finish_reason == FinishReason::kStop) fin.stop_string = c.output->matched_stop();
   {
@@ -339,15 +344,18 @@ void Engine::Impl::step_once() {
 
   // Sample the rows that yield a token, in parallel (each row is independent).
   std::vector<size_t> sampling_rows;
+  std::vector<LiveChoice*> prefilled;
   for (size_t i = 0; i < plan.advances.size(); ++i) {
     const Advance& a = plan.advances[i];
     if (a.kind == AdvanceKind::kPrefill) {
       rows[i]->prefilled += a.tokens;
+      prefilled.push_back(rows[i]);
       LiveRequest& r = *rows[i]->request;
       if (r.req.media && rows[i]->prefilled >= static_cast<int64_t>(r.req.prompt_tokens.size())) media_prefill_done(r);
     }
     if (a.samples) sampling_rows.push_back(i);
   }
+  if (reuse_grain > 0) keep_prompt_states(prefilled);
   std::vector<Expected<SequenceStep>> steps = sample_step(rows, sampling_rows, *results, device_params);
 
   for (size_t k = 0; k < sampling_rows.size(); ++k) {
@@ -436,6 +444,8 @@ void Engine::Impl::publish_health() {
   health.context_length = plan.context;
   health.pool_tokens = budget->capacity_tokens();
   health.pool_free_tokens = budget->free_tokens();
+  health.kept_prompts = static_cast<int64_t>(kept.size());
+  health.kept_prompt_tokens = kept_index.total_tokens();
   health.model_steps = model_steps;
   health.tp_world = comm->world_size();
   const CommStats cs = comm->stats();

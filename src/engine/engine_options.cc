@@ -20,6 +20,8 @@ Status EngineOptions::validate() const {
   if (prefill_chunk < 0)
     return invalid_argument("--prefill-chunk must be >= 1 (or 0: the default), got " + std::to_string(prefill_chunk));
   if (page_size < 1) return invalid_argument("page size must be >= 1");
+  if (kept_prompts < 0 || kept_prompts > 4096)
+    return invalid_argument("KEPT_PROMPTS (--kept-prompts) must be in 0..4096, got " + std::to_string(kept_prompts));
   if (device != "cpu" && device != "cuda") {
     return invalid_argument("DEVICE (--device) must be cpu or cuda, got '" + device + "'");
   }

@@ -32,6 +32,10 @@ struct EngineOptions {
   // an image, or a video's temporal groups, are never split).
   int64_t media_patches_per_step = 32768;
   int64_t page_size = 64;
+  // KEPT_PROMPTS: prompt states kept for reuse (engine_prompt_reuse.cc); 0 turns prompt reuse
+  // off (SHARED_PREFIX=0). Each holds one stream's KDA state (in the memory plan) and its
+  // prompt's cache pages (given back whenever a request needs them).
+  int32_t kept_prompts = 16;
   std::string device = "cpu";     // DEVICE: cpu | cuda (GPU 0; needs a CUDA build)
   // DENSE: how the projection matrices are held. "" is kDefaultDense (q4). q4 / fp8: the
   // large dense matrices (load_glm5_weights lists them) are re-quantized at load

@@ -25,15 +25,17 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
                             "context must be positive");
   }
   if (in.context < 0) return invalid_argument("CONTEXT must be >= 0 (0: the largest window that fits)");
-  int64_t budget = in.available_bytes - in.reserve_bytes - in.weight_bytes - in.parallel * in.state_bytes_per_stream;
+  const int64_t states = int64_t{in.parallel} + std::max(0, in.kept_states);
+  int64_t budget = in.available_bytes - in.reserve_bytes - in.weight_bytes - states * in.state_bytes_per_stream;
   if (in.pool_cap_bytes > 0) budget = std::min(budget, in.pool_cap_bytes);
   const int64_t page_bytes = in.cache_bytes_per_token * in.page_size;
   if (budget < page_bytes) {
     return resource_exhausted("not enough memory for the cache pool: " + gib(in.available_bytes) +
                               " available, " + gib(in.reserve_bytes) + " kept free (MEMORY_RESERVE_GIB), " +
                               gib(in.weight_bytes) + " for the weights, " +
-                              gib(in.parallel * in.state_bytes_per_stream) + " for " + std::to_string(in.parallel) +
-                              " streams' state; lower MEMORY_RESERVE_GIB or PARALLEL, or free memory");
+                              gib(states * in.state_bytes_per_stream) + " for " + std::to_string(in.parallel) +
+                              " streams' and " + std::to_string(std::max(0, in.kept_states)) +
+                              " kept prompts' state; lower MEMORY_RESERVE_GIB, PARALLEL or KEPT_PROMPTS, or free memory");
   }
   MemoryPlan plan;
   plan.page_size = in.page_size;
@@ -51,8 +53,8 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
                          std::to_string(fit_tokens));
     context = fit_tokens;
   }
-  // More than PARALLEL full windows has no use until prompt state is kept.
-  const int64_t want_tokens = in.parallel * context;
+  // PARALLEL full windows, and room for the kept prompts (prompt reuse) beside them.
+  const int64_t want_tokens = states * context;
   plan.num_pages = std::min(fit_pages, (want_tokens + in.page_size - 1) / in.page_size);
   plan.pool_tokens = plan.num_pages * in.page_size;
   plan.context = context;

@@ -2,10 +2,11 @@
 // memory budget, once, at start. The pool never grows past it; a request that
 // does not fit waits, and one that could never fit is refused (HTTP 400).
 //
-//   budget       = available - reserve - weights - parallel x per-stream state,
+//   budget       = available - reserve - weights - (parallel + kept prompts) x per-stream state,
 //                  capped by pool_cap_bytes (KV_POOL_GIB) when set
 //   pool tokens  = budget / cache bytes per token, whole pages, and at most
-//                  parallel x window (nothing else would use more yet)
+//                  (parallel + kept prompts) x window (the kept prompts' pages give
+//                  way to requests, so a larger pool only keeps more prompts)
 //   window       = CONTEXT, or with CONTEXT=0 the largest that fits
 //                  (min(pool, model maximum)); a CONTEXT beyond the pool is
 //                  lowered to what fits and said so in `notes`.
@@ -34,6 +35,7 @@ struct MemoryPlanInput {
   int64_t cache_bytes_per_token = 0;   // latents + indexer keys, all layers
   int64_t state_bytes_per_stream = 0;  // KDA recurrent/conv states of one stream
   int32_t parallel = 1;
+  int32_t kept_states = 0;             // KEPT_PROMPTS: prompt states kept for reuse (one stream's state each)
   int64_t context = 0;                 // CONTEXT; 0: largest that fits
   int64_t model_max_context = 0;       // max_position_embeddings
   int64_t page_size = 64;

@@ -116,7 +116,9 @@ StepPlan Scheduler::schedule() {
     if (!admission_(in)) break;
     Expected<CacheHandle> handle = cache_.reserve(head.cache_tokens());
     if (!handle) break;  // the budget changed its mind: try again next step
-    running_.push_back(Entry{head, head.cached_prompt_tokens, 0, *handle});
+    int64_t cached = head.cached_prompt_tokens;
+    if (prefix_hit_) cached = std::clamp<int64_t>(prefix_hit_(head), 0, head.prompt_tokens - 1);
+    running_.push_back(Entry{head, cached, 0, *handle});
     plan.admitted.push_back(head.id);
     waiting_.pop_front();
     tokens = step_policy_(running_views());

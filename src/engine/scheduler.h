@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -93,6 +94,12 @@ class Scheduler {
   // the queue, a running one gives back its slot and cache.
   void cancel(RequestId id);
 
+  // Prompt reuse: called when a request is admitted (its cache reserved), before it is
+  // planned; returns the prompt tokens it resumes after (its spec's cached_prompt_tokens
+  // when no hook is set), clamped to [0, prompt_tokens - 1].
+  using PrefixHit = std::function<int64_t(const RequestSpec&)>;
+  void set_prefix_hit(PrefixHit hook) { prefix_hit_ = std::move(hook); }
+
   [[nodiscard]] SchedulerStats stats() const;
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
 
@@ -115,6 +122,7 @@ class Scheduler {
   AdmissionPolicy admission_;
   std::vector<Entry> running_;  // admission order
   std::deque<RequestSpec> waiting_;
+  PrefixHit prefix_hit_;
 
   std::mutex cancel_mu_;
   std::vector<RequestId> pending_cancels_;

@@ -152,6 +152,9 @@ std::vector<uint8_t> encode_step_command(const StepCommand& command) {
   Writer w;
   w.u8(static_cast<uint8_t>(command.kind));
   write_ids(w, command.create);
+  std::vector<uint64_t> forks;
+  for (const auto& f : command.forks) forks.insert(forks.end(), f.begin(), f.end());
+  write_ids(w, forks);
   write_ids(w, command.drop);
   w.u64(command.entries.size());
   for (const StepCommandEntry& e : command.entries) {
@@ -182,6 +185,10 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
   }
   c.kind = static_cast<StepCommandKind>(kind);
   TF_RETURN_IF_ERROR(read_ids(r, c.create, "create count"));
+  std::vector<uint64_t> forks;
+  TF_RETURN_IF_ERROR(read_ids(r, forks, "fork count"));
+  if (forks.size() % 2 != 0) return invalid_argument("step command: fork ids are not pairs");
+  for (size_t i = 0; i < forks.size(); i += 2) c.forks.push_back({forks[i], forks[i + 1]});
   TF_RETURN_IF_ERROR(read_ids(r, c.drop, "drop count"));
   uint64_t entries = 0;
   TF_RETURN_IF_ERROR(r.count(entries, 17, "entry count"));  // id + flags + token count
@@ -218,7 +225,8 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
     e.embeds.resize(floats);
     for (float& v : e.embeds) TF_RETURN_IF_ERROR(r.f32(v, "entry embedding"));
   }
-  if (c.kind == StepCommandKind::kStop && (!c.create.empty() || !c.drop.empty() || !c.entries.empty())) {
+  if (c.kind == StepCommandKind::kStop &&
+      (!c.create.empty() || !c.forks.empty() || !c.drop.empty() || !c.entries.empty())) {
     return invalid_argument("step command: a stop command carries sequences");
   }
   TF_RETURN_IF_ERROR(r.finish());

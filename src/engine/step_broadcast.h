@@ -4,7 +4,7 @@
 // Only rank 0 schedules and samples; the followers hold their shard of the model
 // and must run exactly the same model steps, in the same order, so that the
 // step's all-reduces and all-gathers line up. Before each step rank 0
-// broadcasts a StepCommand: the sequences created and dropped since the last
+// broadcasts a StepCommand: the sequences created, forked and dropped since the last
 // command (ids are the engine's RequestIds, never reused) and the batch (each
 // entry: a sequence id and its token ids). A command without a batch is a
 // heartbeat: rank 0 sends one every second while idle, so that the followers'
@@ -37,7 +37,7 @@
 namespace tf::engine {
 
 enum class StepCommandKind : uint8_t {
-  kStep = 1,  // creates, drops, then one model step over `entries` (none: a heartbeat)
+  kStep = 1,  // creates, forks, drops, then one model step over `entries` (none: a heartbeat)
   kStop = 2,  // the engine stopped: followers return
 };
 const char* step_command_kind_name(StepCommandKind kind);
@@ -58,7 +58,10 @@ struct StepCommandEntry {
 struct StepCommand {
   StepCommandKind kind = StepCommandKind::kStep;
   std::vector<uint64_t> create;  // new sequences, before the step
-  std::vector<uint64_t> drop;    // finished sequences (after the creates), before the step
+  // Sequences made as Glm5Model::fork of another (prompt reuse), after the creates and in
+  // this order: {new id, source id}. A fork may take a fork of the same command as source.
+  std::vector<std::array<uint64_t, 2>> forks;
+  std::vector<uint64_t> drop;    // finished sequences (after the forks), before the step
   std::vector<StepCommandEntry> entries;
 
   bool is_heartbeat() const { return kind == StepCommandKind::kStep && entries.empty(); }
@@ -98,6 +101,7 @@ class StepBroadcaster {
   explicit StepBroadcaster(Communicator& comm) : comm_(comm) {}
 
   void sequence_created(uint64_t id) { pending_.create.push_back(id); }
+  void sequence_forked(uint64_t id, uint64_t from) { pending_.forks.push_back({id, from}); }
   void sequence_dropped(uint64_t id) { pending_.drop.push_back(id); }
   // Sends the pending creates/drops with this batch; the batch must be what
   // rank 0 is about to pass to model->step.

@@ -53,6 +53,17 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
       }
       sequences.emplace(id, model.new_sequence());
     }
+    for (const auto& [id, from] : command->forks) {
+      auto src = sequences.find(from);
+      if (sequences.count(id) || src == sequences.end()) {
+        return internal_error(rank_name(comm) + ": rank 0 forked sequence " + std::to_string(id) + " from " +
+                              std::to_string(from) + ", which this rank " +
+                              (src == sequences.end() ? "does not hold" : "holds already"));
+      }
+      auto forked = model.fork(*src->second);
+      if (!forked) return forked.status().with_context(rank_name(comm) + ": forking sequence " + std::to_string(from));
+      sequences.emplace(id, std::move(*forked));
+    }
     for (uint64_t id : command->drop) {
       if (sequences.erase(id) == 0) {
         return internal_error(rank_name(comm) + ": rank 0 dropped sequence " + std::to_string(id) +

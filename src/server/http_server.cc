@@ -421,7 +421,9 @@ struct HttpServer::Impl {
                 {"streams", {{"decoding", h.streams_decoding}, {"prefilling", h.streams_prefilling}, {"max", h.streams_max}}},
                 {"context_length", h.context_length},
                 {"pool_tokens", h.pool_tokens},
-                {"pool_free_tokens", h.pool_free_tokens}};
+                {"pool_free_tokens", h.pool_free_tokens},
+                {"kept_prompts", h.kept_prompts},
+                {"kept_prompt_tokens", h.kept_prompt_tokens}};
     write_json(res, h.ok && !h.loading ? 200 : 503, out);
   }
 

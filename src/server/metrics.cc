@@ -124,6 +124,12 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   out += "tensorfold:pool_tokens " + std::to_string(h.pool_tokens) + "\n";
   header(out, "tensorfold:pool_free_tokens", "gauge", "Free tokens in the shared cache pool.");
   out += "tensorfold:pool_free_tokens " + std::to_string(h.pool_free_tokens) + "\n";
+  header(out, "tensorfold:kept_prompts", "gauge", "Prompt states kept for reuse.");
+  out += "tensorfold:kept_prompts " + std::to_string(h.kept_prompts) + "\n";
+  header(out, "tensorfold:kept_prompt_tokens", "gauge", "Prompt tokens the kept prompt states cover.");
+  out += "tensorfold:kept_prompt_tokens " + std::to_string(h.kept_prompt_tokens) + "\n";
+  header(out, "tensorfold:prompt_tokens_cached_total", "counter", "Prompt tokens resumed from kept states instead of run.");
+  out += "tensorfold:prompt_tokens_cached_total " + std::to_string(h.cached_tokens_total) + "\n";
   header(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.");
   out += "tensorfold:streams_decoding " + std::to_string(h.streams_decoding) + "\n";
   header(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.");

@@ -13,7 +13,7 @@
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import {
-  serverCommand, startServer, makeRunner, post200, postJson, postSse, getJson, assertErrorObject, waitHealth, usageCore,
+  serverCommand, startServer, makeRunner, post200, postJson, postSse, getJson, assertErrorObject, waitHealth, usageCore, health,
 } from './lib/server.mjs';
 
 const require = createRequire(new URL('../package.json', import.meta.url));
@@ -506,6 +506,32 @@ await run.check('responses: small max_output_tokens -> incomplete / max_output_t
   assert.equal(r.status, 'incomplete');
   assert.equal(r.incomplete_details.reason, 'max_output_tokens');
   assert.equal(r.usage.output_tokens, 2);
+});
+
+await run.check('prompt reuse: a repeated long chat resumes from its kept state (cached_tokens), same reply', async () => {
+  const words = Array.from({ length: 500 }, (_, i) => `fact${(i * 37) % 211}`).join(' ');
+  const body = {
+    model, max_tokens: 12, temperature: 1, ignore_eos: true,
+    messages: [{ role: 'system', content: `Remember these: ${words}` }, { role: 'user', content: 'Which came first?' }],
+  };
+  const a = await client.chat.completions.create(body);
+  const b = await client.chat.completions.create(body);
+  assert.ok(a.usage.prompt_tokens > 600, `a long prompt (${a.usage.prompt_tokens} tokens)`);
+  const cachedA = a.usage.prompt_tokens_details?.cached_tokens ?? 0;
+  const cachedB = b.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cachedB > cachedA && cachedB < b.usage.prompt_tokens, `cached ${cachedA} then ${cachedB} of ${b.usage.prompt_tokens}`);
+  assert.ok(cachedB >= b.usage.prompt_tokens - 1024, 'resumed at most a chunk before the end');
+  assert.deepEqual(chatText(b.choices[0]), chatText(a.choices[0]));
+  assert.deepEqual(usageCore(b.usage), usageCore(a.usage));
+  // The next turn starts with this prompt: it resumes too, and the stream says the same.
+  const next = { ...body, stream: true, stream_options: { include_usage: true },
+    messages: [...body.messages, { role: 'assistant', content: a.choices[0].message.content ?? '' }, { role: 'user', content: 'And then?' }] };
+  const s = await postSse(server, '/v1/chat/completions', next);
+  const u = foldChatStream(s).usageChunk.usage;
+  assert.ok(u.prompt_tokens_details.cached_tokens >= cachedB, JSON.stringify(u));
+  const h = await health(server);
+  assert.ok(h.kept_prompts >= 1 && h.kept_prompt_tokens >= cachedB, JSON.stringify(h));
+  assert.ok(h.cached_tokens_total >= cachedB + u.prompt_tokens_details.cached_tokens, JSON.stringify(h));
 });
 
 await run.check('/health reports an idle engine after the suite', async () => {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "glm5_fixture.h"
 
@@ -135,6 +136,83 @@ TEST(Glm5Model, GreedyContinuationMatchesGenerate) {
     }
   }
   std::printf("greedy continuation checked on %d fixtures\n", checked);
+}
+
+}  // namespace
+}  // namespace tf::test
+
+namespace tf::test {
+namespace {
+
+bool bits_equal(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())) == 0;
+}
+
+// Prompt reuse's fork (Glm5Model::fork): a fork taken after the first L prompt tokens goes
+// on exactly as the sequence it came from (every logit bit for bit, and within the tolerance
+// of a one-shot prefill: the serving tie order, under which chunking does not matter), shares the L tokens' latent pages instead of copying them, keeps them
+// when the source is dropped, and refuses a length that is not a whole number of pages.
+TEST(Glm5Model, ForkGoesOnBitForBitAndSharesPages) {
+  int checked = 0;
+  for (const auto& dir : fixture_dirs()) {
+    Fixture f = load_fixture(dir);
+    Glm5Options cache = exact_cache();
+    cache.page_size = 4;
+    cache.indexer_ties = TopkTies::kLowerIndex;
+    auto comm = make_single_rank_communicator();
+    auto model = load_model(f, *comm, cache);
+    ASSERT_TRUE(model);
+    const auto n = static_cast<int64_t>(f.prompt_ids.size());
+    const int64_t at = (n / 2) / 4 * 4;
+    if (at == 0) continue;
+    ++checked;
+    const std::span<const int32_t> head(f.prompt_ids.data(), static_cast<size_t>(at));
+    const std::span<const int32_t> rest(f.prompt_ids.data() + at, static_cast<size_t>(n - at));
+    auto oneshot = model->new_sequence();
+    StepEntry whole{oneshot.get(), f.prompt_ids, true};
+    auto reference = model->step({&whole, 1});
+    ASSERT_TRUE(reference.has_value()) << reference.status().to_string();
+
+    auto source = model->new_sequence();
+    StepEntry first{source.get(), head, false};
+    ASSERT_TRUE(model->step({&first, 1}).has_value());
+    const int64_t free_before = model->cache_pool().free_pages();
+    auto fork = model->fork(*source);
+    ASSERT_TRUE(fork.has_value()) << fork.status().to_string();
+    EXPECT_EQ(model->cache_pool().free_pages(), free_before) << "the fork copies no page";
+    EXPECT_EQ((*fork)->length(), at);
+
+    StepEntry go_on{source.get(), rest, true};
+    auto from_source = model->step({&go_on, 1});
+    ASSERT_TRUE(from_source.has_value()) << from_source.status().to_string();
+    source.reset();  // the fork keeps the shared pages
+    StepEntry go_on_fork{fork->get(), rest, true};
+    auto from_fork = model->step({&go_on_fork, 1});
+    ASSERT_TRUE(from_fork.has_value()) << from_fork.status().to_string();
+    EXPECT_TRUE(bits_equal((*from_fork)[0].logits, (*from_source)[0].logits)) << f.name;
+    const double err = rel_err((*from_fork)[0].logits, rows_of((*reference)[0].logits, at, n));
+    std::printf("[%s] fork at %lld of %lld tokens: rest vs one-shot prefill %.3g\n", f.name.c_str(),
+                static_cast<long long>(at), static_cast<long long>(n), err);
+    EXPECT_LE(err, kTol) << f.name;
+    // A decode step after the fork's prefill is the fresh run's too.
+    const int32_t tok = f.greedy_ids[0];
+    StepEntry d{fork->get(), std::span<const int32_t>(&tok, 1), false};
+    auto step = model->step({&d, 1});
+    ASSERT_TRUE(step.has_value());
+    StepEntry d1{oneshot.get(), std::span<const int32_t>(&tok, 1), false};
+    auto step1 = model->step({&d1, 1});
+    ASSERT_TRUE(step1.has_value());
+    EXPECT_LE(rel_err((*step)[0].logits, (*step1)[0].logits), kTol) << f.name;
+
+    auto odd = model->new_sequence();
+    StepEntry three{odd.get(), std::span<const int32_t>(f.prompt_ids.data(), 3), false};
+    ASSERT_TRUE(model->step({&three, 1}).has_value());
+    auto refused = model->fork(*odd);
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("pages"), std::string::npos) << refused.status().to_string();
+  }
+  EXPECT_GE(checked, 2);
 }
 
 }  // namespace

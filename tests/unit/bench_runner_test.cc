@@ -85,6 +85,21 @@ TEST(BenchOffline, ConcurrencyBoundAndCounts) {
   EXPECT_GT(s.aggregate_tok_s, 0.0);
 }
 
+TEST(BenchOffline, RepeatPromptSendsOnePromptEveryTime) {
+  FakeEngine fake;
+  CountingEngine engine(fake);
+  BenchSpec spec = small_spec(1, 3);
+  spec.warmup = 1;
+  spec.repeat_prompt = true;
+  auto run = run_offline_bench(engine, spec);
+  ASSERT_TRUE(run) << run.status().to_string();
+  ASSERT_EQ(fake.requests.size(), 4u);
+  for (const auto& g : fake.requests) {
+    EXPECT_EQ(g.prompt_tokens.size(), 64u);
+    EXPECT_EQ(g.prompt_tokens, fake.requests[0].prompt_tokens);
+  }
+}
+
 TEST(BenchOffline, ConcurrencyOneIsSerial) {
   FakeEngine fake;
   CountingEngine engine(fake);

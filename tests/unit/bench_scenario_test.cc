@@ -74,6 +74,22 @@ TEST(BenchScenario, ListsAndSpellings) {
   EXPECT_EQ(max_window(*s), 2049);
 }
 
+TEST(BenchScenario, ReuseSendsOnePromptThreeTimes) {
+  auto s = parse_scenarios("reuse-64k", 8);
+  ASSERT_TRUE(s.has_value()) << s.status().to_string();
+  const BenchScenario& r = (*s)[0];
+  EXPECT_EQ(r.kind, BenchScenario::Kind::kPrefill);
+  EXPECT_EQ(r.prompt_tokens, 65536);
+  EXPECT_EQ(r.requests, 3);
+  EXPECT_EQ(r.warmup, 0);
+  EXPECT_TRUE(r.repeat_prompt);
+  const BenchSpec spec = scenario_spec(BenchSpec{}, r);
+  EXPECT_TRUE(spec.repeat_prompt);
+  EXPECT_EQ(spec.concurrency, 1);
+  EXPECT_FALSE(scenario_spec(BenchSpec{}, (*parse_scenarios("prefill-64k", 8))[0]).repeat_prompt);
+  EXPECT_FALSE(parse_scenarios("reuse-", 8).has_value());
+}
+
 TEST(BenchScenario, RefusalsNameTheEntry) {
   for (const char* bad : {"decode-0", "decode-x", "decode-", "prefill-k", "prefill--1", "warmup", "decode-99999",
                           "prefill-99999999k"}) {

@@ -566,3 +566,171 @@ TEST_F(EngineTest, UndecodableMediaAreRefusedNamingThePart) {
 
 }  // namespace
 }  // namespace tf::engine
+
+namespace tf::engine {
+namespace {
+
+// Prompt reuse (engine_prompt_reuse.cc) on the demo checkpoint: prefill chunks of 32 and
+// pages of 64, so states are kept at multiples of 64 tokens.
+class PromptReuseTest : public EngineTest {
+ protected:
+  struct Reply {
+    std::string text;
+    std::vector<double> logprobs;
+    int64_t cached = -1;
+  };
+  static std::string long_text(const std::string& topic, int words) {
+    std::string s = topic + ":";
+    for (int k = 0; k < words; ++k) s += " " + topic.substr(0, 3) + std::to_string(k * 7 % 101);
+    return s;
+  }
+  static GenerationRequest sampled(const std::string& id, std::vector<int32_t> tokens, int64_t max_tokens) {
+    GenerationRequest g;
+    g.request_id = id;
+    g.prompt_tokens = std::move(tokens);
+    g.sampling.max_tokens = max_tokens;
+    g.sampling.temperature = 1.0;  // no seed: the prompt's own
+    g.sampling.ignore_eos = true;
+    g.sampling.logprobs = true;
+    return g;
+  }
+  static Reply run_on(Engine& e, GenerationRequest g) {
+    Collector c;
+    EXPECT_TRUE(e.submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    Reply r{c.text[0], {}, c.finish[0].cached_prompt_tokens};
+    for (const auto& l : c.logprobs[0]) r.logprobs.push_back(l.logprob);
+    return r;
+  }
+  // The same checkpoint without prompt reuse: what every reply must equal, bit for bit.
+  static Engine& fresh_engine() {
+    if (!fresh_) {
+      EngineOptions o = demo_options();
+      o.kept_prompts = 0;
+      auto e = Engine::create(o);
+      EXPECT_TRUE(e.has_value()) << e.status().to_string();
+      fresh_ = std::move(*e);
+    }
+    return *fresh_;
+  }
+  static void TearDownTestSuite() {
+    fresh_.reset();
+    EngineTest::TearDownTestSuite();
+  }
+  static inline std::unique_ptr<Engine> fresh_;
+};
+
+TEST_F(PromptReuseTest, RepeatedPromptResumesWithTheSameReply) {
+  const std::vector<int32_t> p = prompt(long_text("repeated", 90));
+  const auto n = static_cast<int64_t>(p.size());
+  ASSERT_GT(n, 130);
+  const Reply first = run_on(*engine_, sampled("r1", p, 16));
+  EXPECT_EQ(first.cached, 0);
+  wait_idle();
+  const EngineHealth h = engine_->health();
+  EXPECT_GE(h.kept_prompts, 1);
+  EXPECT_GE(h.kept_prompt_tokens, (n - 1) / 64 * 64);
+  EXPECT_EQ(h.pool_free_tokens, h.pool_tokens) << "kept prompts' pages count as free";
+  const Reply second = run_on(*engine_, sampled("r2", p, 16));
+  EXPECT_EQ(second.cached, (n - 1) / 64 * 64);
+  EXPECT_EQ(second.text, first.text);
+  EXPECT_EQ(second.logprobs, first.logprobs);  // bit for bit
+  const Reply fresh = run_on(fresh_engine(), sampled("r3", p, 16));
+  EXPECT_EQ(fresh.cached, 0);
+  EXPECT_EQ(fresh.text, first.text);
+  EXPECT_EQ(fresh.logprobs, first.logprobs);
+  EXPECT_GE(engine_->health().cached_tokens_total, second.cached);
+}
+
+// The next turn of a conversation starts with the previous prompt: it resumes from it.
+TEST_F(PromptReuseTest, NextTurnResumesFromThePreviousPrompt) {
+  std::vector<int32_t> p = prompt(long_text("conversation", 80));
+  const Reply turn1 = run_on(*engine_, sampled("t1", p, 12));
+  const int64_t kept = (static_cast<int64_t>(p.size()) - 1) / 64 * 64;
+  std::vector<int32_t> more = prompt(turn1.text + long_text(" and then", 40));
+  p.insert(p.end(), more.begin(), more.end());
+  const Reply turn2 = run_on(*engine_, sampled("t2", p, 12));
+  EXPECT_GE(turn2.cached, kept);
+  EXPECT_GT(turn2.cached, 0);
+  const Reply fresh = run_on(fresh_engine(), sampled("t3", p, 12));
+  EXPECT_EQ(turn2.text, fresh.text);
+  EXPECT_EQ(turn2.logprobs, fresh.logprobs);
+}
+
+// Prompts that share a long beginning (a system prompt) and then part: the second keeps its
+// state where it parts from the first, and the third resumes from there.
+TEST_F(PromptReuseTest, SharedBeginningIsKeptWhereTwoPromptsPart) {
+  const std::vector<int32_t> system = prompt(long_text("system", 70));
+  auto with = [&](const std::string& q) {
+    std::vector<int32_t> p = system;
+    std::vector<int32_t> tail = prompt(long_text(q, 60));
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  const int64_t shared = static_cast<int64_t>(system.size()) / 64 * 64;
+  ASSERT_GT(shared, 0);
+  EXPECT_EQ(run_on(*engine_, sampled("s1", with("alpha"), 4)).cached, 0);
+  EXPECT_EQ(run_on(*engine_, sampled("s2", with("bravo"), 4)).cached, 0);
+  const std::vector<int32_t> third = with("charlie");
+  const Reply resumed = run_on(*engine_, sampled("s3", third, 8));
+  EXPECT_GE(resumed.cached, shared);
+  const Reply fresh = run_on(fresh_engine(), sampled("s4", third, 8));
+  EXPECT_EQ(resumed.text, fresh.text);
+  EXPECT_EQ(resumed.logprobs, fresh.logprobs);
+}
+
+TEST_F(PromptReuseTest, KeptPromptsOffReusesNothing) {
+  const std::vector<int32_t> p = prompt(long_text("never", 90));
+  EXPECT_EQ(run_on(fresh_engine(), sampled("o1", p, 4)).cached, 0);
+  EXPECT_EQ(run_on(fresh_engine(), sampled("o2", p, 4)).cached, 0);
+  EXPECT_EQ(fresh_engine().health().kept_prompts, 0);
+}
+
+// Kept prompts never keep a request out, and at most KEPT_PROMPTS are held: a pool of 16
+// pages, prompts of ~5 pages kept at 4; a request needing the whole pool evicts them all.
+TEST_F(PromptReuseTest, KeptPromptsAreCappedAndGiveWay) {
+  EngineOptions o = demo_options();
+  o.parallel = 1;
+  o.context = 1024;
+  o.kept_prompts = 2;
+  // The pool would hold a window per kept prompt besides the stream's; cap it at one window
+  // (KV_POOL_GIB from the bytes per token an uncapped pool shows).
+  o.kv_pool_gib = 1.0 / 1024;
+  int64_t probe_tokens = 0;
+  {
+    auto probe = Engine::create(o);
+    ASSERT_TRUE(probe.has_value()) << probe.status().to_string();
+    probe_tokens = (*probe)->health().pool_tokens;
+  }
+  ASSERT_GT(probe_tokens, 1024);
+  o.kv_pool_gib = o.kv_pool_gib * 1024.0 / static_cast<double>(probe_tokens / 64 * 64) + 1e-12;
+  auto small = Engine::create(o);
+  ASSERT_TRUE(small.has_value()) << small.status().to_string();
+  Engine& e = **small;
+  ASSERT_EQ(e.health().pool_tokens, 1024);
+  for (const char* topic : {"first", "second", "third"}) {
+    std::vector<int32_t> p = prompt(long_text(topic, 110));
+    ASSERT_GE(p.size(), 300u);
+    p.resize(300);  // 5 pages with its 4 new tokens; kept at 256 tokens, 4 pages
+    run_on(e, sampled(topic, p, 4));
+  }
+  EXPECT_EQ(e.health().kept_prompts, 2);
+  std::vector<int32_t> big = prompt(long_text("bigger", 400));
+  ASSERT_GE(big.size(), 1000u);
+  big.resize(1000);
+  const Reply r = run_on(e, sampled("big", big, 24));  // 1024 tokens: the whole pool
+  EXPECT_EQ(r.cached, 0);
+  EXPECT_EQ(r.logprobs.size(), 24u);
+  const EngineHealth h = e.health();
+  EXPECT_EQ(h.kept_prompts, 0) << "the big request's own state did not fit beside it";
+  EXPECT_EQ(h.pool_free_tokens, h.pool_tokens);
+  // The third prompt again: it was evicted, so it runs in full and is kept again.
+  std::vector<int32_t> third = prompt(long_text("third", 110));
+  third.resize(300);
+  EXPECT_EQ(run_on(e, sampled("third-again", third, 4)).cached, 0);
+  EXPECT_EQ(e.health().kept_prompts, 1);
+}
+
+}  // namespace
+}  // namespace tf::engine

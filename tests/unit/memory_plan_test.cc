@@ -35,6 +35,26 @@ TEST(MemoryPlan, PoolIsParallelWindowsWhenMemoryAllows) {
   EXPECT_TRUE(plan->notes.empty());
 }
 
+// Kept prompts (prompt reuse) take one stream's state each from the budget, and the pool
+// may hold their windows too (their pages give way to requests).
+TEST(MemoryPlan, KeptPromptsTakeStateAndPoolRoom) {
+  MemoryPlanInput in = base();
+  in.kept_states = 2;
+  auto plan = plan_memory(in);
+  ASSERT_TRUE(plan.has_value()) << plan.status().to_string();
+  EXPECT_EQ(plan->pool_tokens, (4 + 2) * 4096);
+  in.context = 0;
+  in.model_max_context = 1 << 23;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.has_value());
+  // (10 - 2 - 4) GiB - 6 x 64 MiB = 3.625 GiB at 1 KiB per token.
+  EXPECT_EQ(plan->pool_tokens, 3801088);
+  in.available_bytes = 6 * kGiB + 6 * (64 << 20) + 1000;
+  const auto none = plan_memory(in);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_NE(none.status().message().find("KEPT_PROMPTS"), std::string::npos) << none.status().to_string();
+}
+
 TEST(MemoryPlan, ContextZeroIsTheLargestThatFits) {
   MemoryPlanInput in = base();
   in.context = 0;
@@ -92,6 +112,50 @@ TEST(PagedCacheBudget, ReservesWholePagesAndReleasesOnce) {
   b.release(*h2);
   EXPECT_EQ(b.free_tokens(), 640);
   EXPECT_EQ(b.live_reservations(), 0u);
+}
+
+// Kept prompts' reservations give way: their pages count as free, and a reservation that
+// needs them evicts kept prompts (least recently used first, here in order) until it fits.
+TEST(PagedCacheBudget, ReclaimerGivesWayToReservations) {
+  PagedCacheBudget b(10, 64);
+  struct Kept final : PagedCacheBudget::Reclaimer {
+    PagedCacheBudget* budget = nullptr;
+    std::vector<std::pair<CacheHandle, int64_t>> held;  // oldest first
+    int reclaimed = 0;
+    int64_t reclaimable_pages() const override {
+      int64_t n = 0;
+      for (const auto& h : held) n += h.second;
+      return n;
+    }
+    bool reclaim_one() override {
+      if (held.empty()) return false;
+      budget->release(held.front().first);
+      held.erase(held.begin());
+      ++reclaimed;
+      return true;
+    }
+  } kept;
+  kept.budget = &b;
+  b.set_reclaimer(&kept);
+  for (int i = 0; i < 3; ++i) {
+    auto h = b.reserve(128);  // 2 pages each
+    ASSERT_TRUE(h.has_value());
+    kept.held.push_back({*h, 2});
+  }
+  EXPECT_EQ(b.unreserved_pages(), 4);
+  EXPECT_EQ(b.free_tokens(), 640);  // every page is free or reclaimable
+  EXPECT_TRUE(b.can_admit(640));
+  auto live = b.reserve(64 * 7);  // 7 pages: two kept prompts must go, the newest stays
+  ASSERT_TRUE(live.has_value());
+  EXPECT_EQ(kept.reclaimed, 2);
+  ASSERT_EQ(kept.held.size(), 1u);
+  EXPECT_EQ(b.unreserved_pages(), 1);
+  EXPECT_FALSE(b.can_admit(64 * 4));
+  EXPECT_FALSE(b.reserve(64 * 4).has_value());
+  EXPECT_EQ(kept.reclaimed, 2);  // a reservation that cannot fit evicts nothing
+  b.set_reclaimer(nullptr);
+  b.release(*live);
+  EXPECT_EQ(b.free_tokens(), 512);  // the kept prompt left holds its 2 pages, reclaimable no more
 }
 
 // DENSE's formats cost 4.25 bits (q4: 4-bit codes + an f16 scale per 64) and 1 byte + an

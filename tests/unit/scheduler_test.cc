@@ -218,6 +218,25 @@ TEST(SchedulerTimeline, PrefixHitIsJustFewerPrefillTokens) {
   EXPECT_EQ(h.sched.submit({id('B'), 5, 1, -1}), SubmitResult::kInvalid);
 }
 
+// The engine's prompt reuse decides the cached tokens at admission (after the cache is
+// reserved): the hook's answer replaces the spec's, clamped so the last token still runs.
+TEST(SchedulerTimeline, PrefixHitHookDecidesAtAdmission) {
+  Harness h(config(2, 8, 16, 4), 1000);
+  std::vector<RequestId> asked;
+  std::vector<int64_t> free_then;
+  h.sched.set_prefix_hit([&](const RequestSpec& spec) -> int64_t {
+    asked.push_back(spec.id);
+    free_then.push_back(h.cache.free_tokens());
+    return spec.id == id('A') ? 8 : 100;
+  });
+  ASSERT_EQ(h.submit('A', 10, 2), SubmitResult::kQueued);
+  EXPECT_EQ(h.step(), "A:P2!");
+  ASSERT_EQ(h.submit('B', 6, 1), SubmitResult::kQueued);
+  EXPECT_EQ(h.step(), "A:D1 B:P1!");  // clamped to 5 of 6
+  EXPECT_EQ(asked, (std::vector<RequestId>{id('A'), id('B')}));
+  EXPECT_EQ(free_then, (std::vector<int64_t>{1000 - 12, 1000 - 12 - 7}));  // each asked once reserved
+}
+
 TEST(SchedulerTimeline, DestructorReturnsReservations) {
   CountingCacheBudget cache(100);
   {

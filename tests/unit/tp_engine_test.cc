@@ -149,6 +149,7 @@ struct Reply {
   bool done = false, error = false;
   Status status;
   int64_t tokens = 0;
+  int64_t cached = 0;  // prompt tokens resumed from a kept prompt
 
   EventSink sink() {
     return [this](GenerationEvent ev) {
@@ -159,6 +160,7 @@ struct Reply {
       } else if (ev.kind == GenerationEvent::Kind::kFinish) {
         done = true;
         tokens = ev.completion_tokens;
+        cached = ev.cached_prompt_tokens;
       } else {
         text += ev.reasoning + ev.content;
       }
@@ -274,6 +276,59 @@ TEST_F(TpEngineTest, TwoRanksGiveTheSingleRankGreedyReplies) {
   EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
   EXPECT_TRUE(results[1].is_ok()) << "the follower did not stop cleanly: " << results[1].to_string();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// Prompt reuse at TP=2: rank 0's kept prompts and the sequences resumed from them are
+// forks on the follower too (StepCommand::forks), so a repeated prompt and a prompt that
+// extends it resume there and still give the single rank's replies; evictions (KEPT_PROMPTS
+// of 1) drop the follower's copies.
+TEST_F(TpEngineTest, KeptPromptsAreForkedOnTheFollower) {
+  std::string text = "A long story prompt:";
+  for (int k = 0; k < 70; ++k) text += " part" + std::to_string(k);
+  const std::vector<std::pair<std::string, int64_t>> turns = {
+      {text, 6}, {text, 6}, {text + " and then something else happened to everyone", 6}, {"Other words " + text, 4}};
+  auto run_turns = [&](Engine& e, std::vector<int64_t>* cached) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < turns.size(); ++i) {
+      Reply r;
+      Status s = e.submit(request(e, "k" + std::to_string(i), turns[i].first, turns[i].second), r.sink());
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+      EXPECT_TRUE(r.wait());
+      EXPECT_FALSE(r.error) << r.status.to_string();
+      out.push_back(r.text);
+      cached->push_back(r.cached);
+    }
+    return out;
+  };
+  std::vector<std::string> single_replies;
+  std::vector<int64_t> single_cached;
+  {
+    EngineOptions o = options();
+    o.kept_prompts = 0;
+    auto single = Engine::create(o);
+    ASSERT_TRUE(single.has_value()) << single.status().to_string();
+    single_replies = run_turns(**single, &single_cached);
+  }
+  EXPECT_EQ(single_cached, (std::vector<int64_t>{0, 0, 0, 0}));
+  auto results = run_world(2, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
+    EngineOptions o = options();
+    o.kept_prompts = 1;
+    if (rank == 1) return serve_follower(o, *comm);
+    o.tp_comm = std::shared_ptr<Communicator>(std::move(comm));
+    auto e = Engine::create(o);
+    if (!e) return e.status();
+    std::vector<int64_t> cached;
+    EXPECT_EQ(run_turns(**e, &cached), single_replies);
+    EXPECT_EQ(cached[0], 0);
+    EXPECT_GE(cached[1], 128);
+    EXPECT_GE(cached[2], cached[1]);
+    EXPECT_EQ(cached[3], 0);
+    EXPECT_EQ((*e)->health().kept_prompts, 1);
+    EXPECT_TRUE((*e)->health().ok);
+    return Status::ok();
+  });
+  EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
+  EXPECT_TRUE(results[1].is_ok()) << "the follower: " << results[1].to_string();
 }
 
 // LM_HEAD=q4 travels in the model setup: the follower quantizes its vocab rows as the

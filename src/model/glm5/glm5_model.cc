@@ -111,6 +111,44 @@ std::unique_ptr<Glm5Sequence> Glm5Model::new_sequence() {
   return s;
 }
 
+Expected<std::unique_ptr<Glm5Sequence>> Glm5Model::fork(const Glm5Sequence& src) {
+  const int64_t ps = pool_->page_size();
+  if (src.length_ % ps != 0)
+    return invalid_argument("fork: sequence length " + std::to_string(src.length_) + " is not a whole number of " +
+                            std::to_string(ps) + "-token pages");
+  // Allocation failures (device memory) come back as a Status: the caller goes on without.
+  try {
+    std::unique_ptr<Glm5Sequence> s = new_sequence();
+    for (size_t i = 0; i < s->kda_.size(); ++i) {
+      ops_.copy(s->kda_[i].conv, src.kda_[i].conv);
+      ops_.copy(s->kda_[i].recurrent, src.kda_[i].recurrent);
+    }
+    for (size_t i = 0; i < s->indexer_.size(); ++i) {
+      const Glm5Sequence::IndexerState& from = src.indexer_[i];
+      Glm5Sequence::IndexerState& to = s->indexer_[i];
+      if (!from.ring.is_null()) {
+        ensure_indexer_ring(to);
+        ops_.copy(to.ring, from.ring);
+        to.ring_rows = from.ring_rows;
+      }
+      if (from.pools > 0) {
+        ensure_pool_capacity(to, from.pools);
+        Tensor dst = to.pool_keys.slice(0, 0, from.pools);
+        ops_.copy(dst, from.pool_keys.slice(0, 0, from.pools));
+        to.pools = from.pools;
+      }
+    }
+    pool_->share(src.pages_, src.length_ / ps, s->pages_);
+    if (!s->pages_.empty()) s->pages_dev_ = upload_i32(s->pages_);
+    s->length_ = src.length_;
+    return s;
+  } catch (const StatusError& e) {
+    return e.status().with_context("fork");
+  } catch (const std::exception& e) {
+    return resource_exhausted(std::string("fork: ") + e.what());
+  }
+}
+
 Tensor Glm5Model::on_device(const Tensor& t) { return to_ops_device(ops_, device_, t); }
 
 Tensor Glm5Model::to_host(const Tensor& t) { return device_.is_cpu() && t.is_contiguous() ? t : ops_.to_host(t); }

@@ -156,6 +156,12 @@ class Glm5Model {
   StepGraphs& mutable_step_graphs() { return *graphs_; }  // tests
 
   std::unique_ptr<Glm5Sequence> new_sequence();
+  // A new sequence holding `src`'s state as it is now, to go on from there (prompt reuse:
+  // a kept prompt, and each sequence resumed from it): the KDA and indexer states are
+  // copied, the latent pages shared (LatentCachePool::share). src's length must be a
+  // whole number of pages (a shared page is full, so never written again); kInvalidArgument
+  // otherwise. The MTP draft layer's cache is not carried: the fork's starts empty.
+  Expected<std::unique_ptr<Glm5Sequence>> fork(const Glm5Sequence& src);
   // Advances every entry (distinct sequences) by its tokens; results in entry order.
   // On error no sequence has advanced its length (its states may be partly updated).
   Expected<std::vector<StepResult>> step(std::span<const StepEntry> batch);

@@ -1,6 +1,7 @@
 // LatentCachePool: storage and free list (see latent_cache_pool.h).
 #include "model/glm5/latent_cache_pool.h"
 
+#include <algorithm>
 #include <string>
 
 namespace tf {
@@ -13,6 +14,7 @@ LatentCachePool::LatentCachePool(Ops& ops, int mla_layers, int64_t width, int64_
   storage_ = ops.zeros({layers, num_pages + 1, page_size, width}, dtype);
   scales_ = ops.zeros({layers, num_pages + 1, page_size}, DType::kF32);
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+  holders_.assign(static_cast<size_t>(num_pages), 0);
 }
 
 Status LatentCachePool::reserve(std::vector<int32_t>& table, int64_t tokens) {
@@ -23,13 +25,25 @@ Status LatentCachePool::reserve(std::vector<int32_t>& table, int64_t tokens) {
                               std::to_string(free_pages()) + " free of " + std::to_string(num_pages_));
   for (int64_t i = 0; i < need; ++i) {
     table.push_back(free_.back());
+    holders_[static_cast<size_t>(free_.back())] = 1;
     free_.pop_back();
   }
   return Status::ok();
 }
 
+void LatentCachePool::share(const std::vector<int32_t>& from, int64_t pages, std::vector<int32_t>& to) {
+  pages = std::min<int64_t>(pages, static_cast<int64_t>(from.size()));
+  for (int64_t i = 0; i < pages; ++i) {
+    const int32_t p = from[static_cast<size_t>(i)];
+    ++holders_[static_cast<size_t>(p)];
+    to.push_back(p);
+  }
+}
+
 void LatentCachePool::release(std::vector<int32_t>& table) {
-  for (auto it = table.rbegin(); it != table.rend(); ++it) free_.push_back(*it);
+  for (auto it = table.rbegin(); it != table.rend(); ++it) {
+    if (--holders_[static_cast<size_t>(*it)] == 0) free_.push_back(*it);
+  }
   table.clear();
 }
 

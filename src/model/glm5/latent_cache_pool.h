@@ -4,9 +4,10 @@
 // for exact reference checks, bf16, or fp8 e4m3 with one f32 scale per token
 // and layer). A sequence owns a page table (physical page ids); page i holds its
 // tokens [i*page_size, (i+1)*page_size) for all MLA layers at once. Pages come
-// from a free list and go back when the sequence is dropped. The model owns the
-// storage type here; allocation policy beyond the free list (prefix sharing,
-// eviction) belongs to src/cache later.
+// from a free list and go back when no table holds them any more: a page may be
+// shared (share()) by tables whose sequences have the same tokens there (a kept
+// prompt and the sequences resumed from it; only full pages are shared, and a full
+// page is never written again, so sharing needs no copy-on-write).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,11 @@ class LatentCachePool {
   // Grows `table` so that it covers `tokens` tokens; resource_exhausted when the pool is empty
   // (the table is left unchanged then).
   Status reserve(std::vector<int32_t>& table, int64_t tokens);
-  // Returns every page of `table` to the pool and clears it.
+  // Appends the first `pages` pages of `from` to `to` (which must be empty), each now
+  // held once more: the tables share them until each is released.
+  void share(const std::vector<int32_t>& from, int64_t pages, std::vector<int32_t>& to);
+  // Drops `table`'s hold on each of its pages (a page no table holds goes back to the
+  // free list) and clears it.
   void release(std::vector<int32_t>& table);
 
   // The kernel view of MLA layer `layer` for a sequence with page table `table` (int32,
@@ -51,6 +56,7 @@ class LatentCachePool {
   Tensor storage_;
   Tensor scales_;
   std::vector<int32_t> free_;
+  std::vector<int32_t> holders_;  // per page: the tables holding it (0: free)
 };
 
 }  // namespace tf

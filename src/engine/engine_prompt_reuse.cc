@@ -1,0 +1,126 @@
+// Prompt reuse: the states of prompts' leading tokens are kept and later prompts that
+// start with the same tokens resume from them instead of running them again.
+//
+// Where a state is kept: only at multiples of the prefill chunk (reuse_grain: also of the
+// cache page and the indexer pool). Prefill chunks always end at those multiples
+// (align_prefill_chunks), so a choice resumed from a
+// kept state runs exactly the chunks a fresh run would run after that point, on a bit-for-bit
+// copy of the state the fresh run had there: its reply is the fresh run's, bit for bit.
+// A choice keeps its state at the last multiple before its prompt's end (a repeated prompt,
+// or the next turn of a chat, which starts with this prompt) and at the last multiple
+// before the point where it stops agreeing with a kept prompt (a prefix several prompts
+// share, such as a long system prompt).
+//
+// What a kept state holds: a Glm5Model::fork of the sequence (KDA and indexer states
+// copied, latent pages shared) and a reservation of its pages in the budget. Kept states
+// give way to requests: the budget evicts them (least recently used first) when a
+// reservation would not fit otherwise, and at most kept_max are held (their KDA states are
+// part of the memory plan). Prompts with images or videos are reused up to their first
+// placeholder only. With tensor parallelism every fork and eviction reaches the followers
+// with the next step command (StepCommand::forks / drop).
+#include <algorithm>
+#include <numeric>
+
+#include "core/logging.h"
+#include "engine/engine_impl.h"
+
+namespace tf::engine {
+
+int64_t Engine::Impl::KeptReclaimer::reclaimable_pages() const { return impl->kept_pages; }
+
+bool Engine::Impl::KeptReclaimer::reclaim_one() {
+  const std::optional<uint64_t> id = impl->kept_index.least_recent();
+  if (!id) return false;
+  impl->evict_kept(*id);
+  return true;
+}
+
+void Engine::Impl::setup_prompt_reuse() {
+  const int64_t page = budget ? plan.page_size : 0;
+  if (options.kept_prompts <= 0 || page <= 0) return;
+  // A kept length ends a prefill chunk (bit-equal resumes), fills its last cache page (a
+  // shared page is never written again) and its last indexer pool (no partial pool to carry).
+  const int64_t grain = std::lcm(std::lcm<int64_t>(options.prefill_chunk_or_default(), page),
+                                 std::max<int64_t>(1, config.text.index_kpool));
+  reuse_grain = grain;
+  kept_max = options.kept_prompts;
+  kept_reclaimer.impl = this;
+  budget->set_reclaimer(&kept_reclaimer);
+  scheduler->set_prefix_hit([this](const RequestSpec& spec) { return resume_from_kept(spec.id); });
+}
+
+int64_t Engine::Impl::reuse_limit(const LiveRequest& r) const {
+  int64_t limit = static_cast<int64_t>(r.req.prompt_tokens.size()) - 1;
+  if (r.req.media && !r.req.media->positions.empty()) limit = std::min(limit, r.req.media->positions.front());
+  return limit;
+}
+
+int64_t Engine::Impl::resume_from_kept(RequestId id) {
+  auto it = choices.find(id);
+  if (it == choices.end() || reuse_grain == 0) return 0;
+  LiveChoice& c = it->second;
+  const std::vector<int32_t>& prompt = c.request->req.prompt_tokens;
+  const int64_t limit = reuse_limit(*c.request);
+  auto round_down = [this](int64_t n) { return n / reuse_grain * reuse_grain; };
+  // Where this choice keeps its state: before its prompt's end, and where it stops
+  // agreeing with the kept prompts (each beyond what it resumes from).
+  const int64_t shared = std::min(kept_index.shared_prefix(prompt), limit);
+  c.keep_at = {round_down(limit), round_down(shared)};
+  int64_t from = 0;
+  if (const std::optional<PromptIndex::Hit> hit = kept_index.longest_prefix(prompt, limit)) {
+    auto forked = model->fork(*kept.at(hit->id).sequence);
+    if (forked) {
+      c.sequence = std::move(*forked);
+      if (tp) tp->sequence_forked(c.id, hit->id);
+      from = hit->tokens;
+    } else {
+      TF_LOG_WARN("prompt reuse: resuming from a kept prompt failed: {}", forked.status().to_string());
+    }
+  }
+  std::erase_if(c.keep_at, [from](int64_t at) { return at <= from; });
+  c.cached = from;
+  c.prefilled = from;
+  if (from > 0) {
+    std::lock_guard<std::mutex> lock(health_mu);
+    health.cached_tokens_total += from;
+  }
+  return from;
+}
+
+void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {
+  for (LiveChoice* c : prefilled) {
+    if (std::find(c->keep_at.begin(), c->keep_at.end(), c->prefilled) == c->keep_at.end()) continue;
+    const std::vector<int32_t>& prompt = c->request->req.prompt_tokens;
+    const std::span<const int32_t> tokens(prompt.data(), static_cast<size_t>(c->prefilled));
+    if (kept_index.find(tokens)) continue;  // kept already (and now the most recently used)
+    while (static_cast<int>(kept.size()) >= kept_max) {
+      if (!kept_reclaimer.reclaim_one()) break;
+    }
+    Expected<CacheHandle> handle = budget->reserve(c->prefilled);
+    if (!handle) continue;  // the pool is full of live requests: keep nothing
+    auto forked = model->fork(*c->sequence);
+    if (!forked) {
+      budget->release(*handle);
+      TF_LOG_WARN("prompt reuse: keeping a prompt's state failed: {}", forked.status().to_string());
+      continue;
+    }
+    const uint64_t id = next_id++;
+    if (tp) tp->sequence_forked(id, c->id);
+    KeptPrompt k{std::move(*forked), *handle, budget->pages_for(c->prefilled)};
+    kept_pages += k.pages;
+    kept.emplace(id, std::move(k));
+    kept_index.add(id, std::vector<int32_t>(tokens.begin(), tokens.end()));
+  }
+}
+
+void Engine::Impl::evict_kept(uint64_t id) {
+  auto it = kept.find(id);
+  kept_index.remove(id);
+  if (it == kept.end()) return;
+  kept_pages -= it->second.pages;
+  budget->release(it->second.handle);
+  if (tp) tp->sequence_dropped(id);
+  kept.erase(it);
+}
+
+}  // namespace tf::engine
