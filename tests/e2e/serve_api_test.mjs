@@ -509,14 +509,14 @@ await run.check('responses: small max_output_tokens -> incomplete / max_output_t
 });
 
 await run.check('prompt reuse: a repeated long chat resumes from its kept state (cached_tokens), same reply', async () => {
-  const words = Array.from({ length: 500 }, (_, i) => `fact${(i * 37) % 211}`).join(' ');
+  const words = Array.from({ length: 160 }, (_, i) => `fact${(i * 37) % 211}`).join(' ');
   const body = {
     model, max_tokens: 12, temperature: 1, ignore_eos: true,
     messages: [{ role: 'system', content: `Remember these: ${words}` }, { role: 'user', content: 'Which came first?' }],
   };
   const a = await client.chat.completions.create(body);
   const b = await client.chat.completions.create(body);
-  assert.ok(a.usage.prompt_tokens > 600, `a long prompt (${a.usage.prompt_tokens} tokens)`);
+  assert.ok(a.usage.prompt_tokens > 520, `a long prompt (${a.usage.prompt_tokens} tokens)`);
   const cachedA = a.usage.prompt_tokens_details?.cached_tokens ?? 0;
   const cachedB = b.usage.prompt_tokens_details.cached_tokens;
   assert.ok(cachedB > cachedA && cachedB < b.usage.prompt_tokens, `cached ${cachedA} then ${cachedB} of ${b.usage.prompt_tokens}`);
