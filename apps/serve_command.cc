@@ -156,6 +156,11 @@ void add_serve_command(CLI::App& app) {
                   "at load like DENSE's formats: fewer bytes per decode step)")
       ->envname("LM_HEAD")
       ->capture_default_str();
+  cmd->add_option("--vision", o->engine.vision,
+                  "1: load the checkpoint's vision tower (images and videos); 0: skip it, its memory goes to "
+                  "the cache pool and media parts are refused")
+      ->envname("VISION")
+      ->capture_default_str();
   cmd->add_option("--kept-prompts", o->engine.kept_prompts,
                   "prompt states kept for reuse: a prompt that starts like a kept one resumes from it (0: no "
                   "prompt reuse; SHARED_PREFIX=0)")

@@ -6,7 +6,7 @@
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
-  SHARED_PREFIX KEPT_PROMPTS
+  SHARED_PREFIX KEPT_PROMPTS VISION
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER TF_CUDA)
 
@@ -63,6 +63,7 @@ done
 : "${MAX_QUEUED:=64}"
 : "${SHARED_PREFIX:=1}"
 : "${KEPT_PROMPTS:=16}"
+: "${VISION:=1}"
 : "${TP:=1}"
 : "${DEVICE:=cpu}"
 : "${BUILD_DIR:=$TF_ROOT/build}"
@@ -92,6 +93,7 @@ tf_validate_settings() {
   [[ "$KV_POOL_GIB" =~ ^[0-9]+([.][0-9]+)?$ ]] || tf_fail "KV_POOL_GIB must be a number, got '$KV_POOL_GIB'"
   [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
   [[ "$SHARED_PREFIX" =~ ^[01]$ ]] || tf_fail "SHARED_PREFIX must be 0 or 1, got '$SHARED_PREFIX'"
+  [[ "$VISION" =~ ^[01]$ ]] || tf_fail "VISION must be 0 or 1, got '$VISION'"
   [[ "$KEPT_PROMPTS" =~ ^[0-9]+$ ]] && ((KEPT_PROMPTS <= 4096)) ||
     tf_fail "KEPT_PROMPTS must be a number in 0..4096, got '$KEPT_PROMPTS'"
   [[ "$TP" =~ ^[0-9]+$ ]] && ((TP >= 1)) || tf_fail "TP must be >= 1, got '$TP'"
@@ -110,7 +112,7 @@ tf_validate_settings() {
 tf_serve_args() {
   TF_SERVE_ARGS=(--host "$HOST" --port "$PORT" --parallel "$PARALLEL" --context "$CONTEXT" --kv "$KV"
     --memory-reserve-gib "$MEMORY_RESERVE_GIB" --kv-pool-gib "$KV_POOL_GIB" --max-tokens "$MAX_TOKENS"
-    --max-waiting "$MAX_QUEUED" --tp "$TP" --device "$DEVICE")
+    --max-waiting "$MAX_QUEUED" --tp "$TP" --device "$DEVICE" --vision "$VISION")
   # SHARED_PREFIX=0 turns prompt reuse off; KEPT_PROMPTS is how many prompt states it keeps.
   if [[ "$SHARED_PREFIX" == 0 ]]; then TF_SERVE_ARGS+=(--kept-prompts 0); else TF_SERVE_ARGS+=(--kept-prompts "$KEPT_PROMPTS"); fi
   [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")

@@ -261,7 +261,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);
   if (!model) return model.status();
   m.model = std::move(*model);
-  if (m.config.vision.present) {
+  if (m.config.vision.present && !options.vision) {
+    m.no_vision_reason = "the server runs without its vision tower (VISION=0)";
+    TF_LOG_INFO("VISION=0: the vision tower is not loaded; images and videos are refused");
+  } else if (m.config.vision.present) {
     // The vision tower: on rank 0 only (the followers get the features with the step).
     auto vision = Glm5VisionTower::load(m.config, progress, *m.ops, matrix_dtype);
     if (vision && (*vision)->out_hidden() != m.config.text.hidden_size) {
@@ -269,6 +272,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       // 4096-wide text model): its features cannot fill the placeholders.
       TF_LOG_WARN("the vision tower's features are {} wide but the text model is {}: images and videos are refused",
                   (*vision)->out_hidden(), m.config.text.hidden_size);
+      m.no_vision_reason = "the checkpoint's vision tower does not fit its text model";
     } else if (vision) {
       m.vision = std::move(*vision);
     } else if (vision.status().code() == StatusCode::kNotFound) {
@@ -383,7 +387,7 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
                             std::to_string(m.plan.context) + " tokens");
   }
   if (request.media) {
-    if (!m.vision) return invalid_argument("this checkpoint has no vision tower: image and video parts are not supported");
+    if (!m.vision) return invalid_argument(m.no_vision_reason + ": image and video parts are not supported");
     for (int64_t p : request.media->positions)
       if (p < 0 || p >= static_cast<int64_t>(request.prompt_tokens.size()))
         return invalid_argument("an image placeholder position lies outside the prompt");

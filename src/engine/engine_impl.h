@@ -118,6 +118,7 @@ struct Engine::Impl {
   // The vision tower (rank 0 only; null for a text-only checkpoint) and what
   // render_chat_media needs to expand placeholders.
   std::unique_ptr<Glm5VisionTower> vision;
+  std::string no_vision_reason = "this checkpoint has no vision tower";  // why vision is null
   MediaTokenIds media_ids;
   MediaLimits media_limits;
   MemoryPlan plan;

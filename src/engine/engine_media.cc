@@ -11,7 +11,7 @@ Expected<RenderedPrompt> Engine::render_chat_media(const ChatPrompt& chat) const
   auto parts = collect_media_parts(chat.messages);
   if (!parts) return parts.status();
   if (!parts->empty() && !impl_->vision)
-    return invalid_argument("this checkpoint has no vision tower: image and video parts are not supported");
+    return invalid_argument(impl_->no_vision_reason + ": image and video parts are not supported");
   auto tokens = render_chat(chat);
   if (!tokens) return tokens.status();
   const text::Tokenizer& tok = *impl_->tokenizer;
@@ -20,7 +20,7 @@ Expected<RenderedPrompt> Engine::render_chat_media(const ChatPrompt& chat) const
 }
 
 Expected<bool> Engine::Impl::encode_media_step(LiveRequest& r, int64_t patch_budget) {
-  if (!vision) return invalid_argument("this checkpoint has no vision tower");
+  if (!vision) return invalid_argument(no_vision_reason);
   const PromptMedia& m = *r.req.media;
   const int64_t width = vision->patch_width(), merge = vision->config().spatial_merge_size;
   if (r.media_features.is_null())

@@ -31,6 +31,9 @@ struct EngineOptions {
   // a long video does not stall the other streams for its whole encode (whole segments:
   // an image, or a video's temporal groups, are never split).
   int64_t media_patches_per_step = 32768;
+  // VISION=0: the vision tower is not loaded (its memory goes to the cache pool); image and
+  // video parts are then refused with a 400 that says so.
+  bool vision = true;
   int64_t page_size = 64;
   // KEPT_PROMPTS: prompt states kept for reuse (engine_prompt_reuse.cc); 0 turns prompt reuse
   // off (SHARED_PREFIX=0). Each holds one stream's KDA state (in the memory plan) and its

@@ -553,6 +553,29 @@ TEST_F(EngineTest, MediaEncodedAFewPatchesPerStepGiveTheSameReply) {
   EXPECT_EQ((*stepped)->health().requests_waiting, 0);
 }
 
+// VISION=0: the tower is not loaded; a media part is a clean refusal that says why, text is served.
+TEST_F(EngineTest, VisionOffRefusesMediaSayingSo) {
+  EngineOptions o = demo_options();
+  o.vision = false;
+  auto e = Engine::create(o);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  ChatPrompt chat;
+  const std::string url = data_url_of(fs::path(TF_TEST_DATA_DIR) / "model" / "tiny-vision" / "images" / "a_tiny_20x30.png", "image/png");
+  chat.messages = nlohmann::json::array(
+      {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "look"}}, {{"type", "image_url"}, {"image_url", {{"url", url}}}}}}}});
+  auto r = (*e)->render_chat_media(chat);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("VISION=0"), std::string::npos) << r.status().to_string();
+  auto with_tower = engine_->render_chat_media(chat);
+  EXPECT_TRUE(with_tower.has_value()) << with_tower.status().to_string();
+  GenerationRequest g = request("vision-off-text", "Just text.", 4, 0.0);
+  Collector c;
+  ASSERT_TRUE((*e)->submit(std::move(g), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  EXPECT_FALSE(c.error) << c.status.to_string();
+}
+
 TEST_F(EngineTest, UndecodableMediaAreRefusedNamingThePart) {
   ChatPrompt chat;
   chat.messages = nlohmann::json::array(
