@@ -124,8 +124,9 @@ struct Engine::Impl {
   MemoryPlan plan;
   std::unique_ptr<PagedCacheBudget> budget;
   // Prompt reuse (engine_prompt_reuse.cc). Kept prompts are forks at multiples of
-  // reuse_grain (of the prefill chunk, the page and the indexer pool; 0: reuse off), at most kept_max of them, evicted least
-  // recently used first, by the budget when a request needs their pages.
+  // reuse_grain (of the prefill chunk, the page and the indexer pool; 0: reuse off), at
+  // most kept_max of them, evicted least recently used first, and by the budget when a
+  // request needs their pages.
   struct KeptReclaimer final : PagedCacheBudget::Reclaimer {
     Impl* impl = nullptr;
     int64_t reclaimable_pages() const override;

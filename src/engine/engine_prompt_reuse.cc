@@ -3,9 +3,9 @@
 //
 // Where a state is kept: only at multiples of the prefill chunk (reuse_grain: also of the
 // cache page and the indexer pool). Prefill chunks always end at those multiples
-// (align_prefill_chunks), so a choice resumed from a
-// kept state runs exactly the chunks a fresh run would run after that point, on a bit-for-bit
-// copy of the state the fresh run had there: its reply is the fresh run's, bit for bit.
+// (align_prefill_chunks), so a choice resumed from a kept state runs exactly the chunks a
+// fresh run would run after that point, on a bit-for-bit copy of the state the fresh run
+// had there: its reply is the fresh run's, bit for bit.
 // A choice keeps its state at the last multiple before its prompt's end (a repeated prompt,
 // or the next turn of a chat, which starts with this prompt) and at the last multiple
 // before the point where it stops agreeing with a kept prompt (a prefix several prompts

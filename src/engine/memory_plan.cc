@@ -53,8 +53,9 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
                          std::to_string(fit_tokens));
     context = fit_tokens;
   }
-  // PARALLEL full windows, and room for the kept prompts (prompt reuse) beside them.
-  const int64_t want_tokens = states * context;
+  // PARALLEL full windows, and with prompt reuse one more: room to keep a prompt as long as
+  // the window beside running requests (kept prompts also use what requests leave free).
+  const int64_t want_tokens = (in.parallel + (in.kept_states > 0 ? 1 : 0)) * context;
   plan.num_pages = std::min(fit_pages, (want_tokens + in.page_size - 1) / in.page_size);
   plan.pool_tokens = plan.num_pages * in.page_size;
   plan.context = context;

@@ -5,8 +5,9 @@
 //   budget       = available - reserve - weights - (parallel + kept prompts) x per-stream state,
 //                  capped by pool_cap_bytes (KV_POOL_GIB) when set
 //   pool tokens  = budget / cache bytes per token, whole pages, and at most
-//                  (parallel + kept prompts) x window (the kept prompts' pages give
-//                  way to requests, so a larger pool only keeps more prompts)
+//                  parallel x window, + 1 window with kept prompts (prompt reuse:
+//                  their pages give way to requests, the spare window lets a prompt
+//                  as long as the window be kept beside the running ones)
 //   window       = CONTEXT, or with CONTEXT=0 the largest that fits
 //                  (min(pool, model maximum)); a CONTEXT beyond the pool is
 //                  lowered to what fits and said so in `notes`.

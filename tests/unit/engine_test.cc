@@ -710,49 +710,41 @@ TEST_F(PromptReuseTest, KeptPromptsOffReusesNothing) {
   EXPECT_EQ(fresh_engine().health().kept_prompts, 0);
 }
 
-// Kept prompts never keep a request out, and at most KEPT_PROMPTS are held: a pool of 16
-// pages, prompts of ~5 pages kept at 4; a request needing the whole pool evicts them all.
+// Kept prompts never keep a request out, and at most KEPT_PROMPTS are held. PARALLEL 1 and a
+// 1,024-token window: a pool of two windows (32 pages). Prompts of 300 tokens are kept at 256
+// (4 pages), prompts of 1,000 at 960 (15 pages).
 TEST_F(PromptReuseTest, KeptPromptsAreCappedAndGiveWay) {
   EngineOptions o = demo_options();
   o.parallel = 1;
   o.context = 1024;
   o.kept_prompts = 2;
-  // The pool would hold a window per kept prompt besides the stream's; cap it at one window
-  // (KV_POOL_GIB from the bytes per token an uncapped pool shows).
-  o.kv_pool_gib = 1.0 / 1024;
-  int64_t probe_tokens = 0;
-  {
-    auto probe = Engine::create(o);
-    ASSERT_TRUE(probe.has_value()) << probe.status().to_string();
-    probe_tokens = (*probe)->health().pool_tokens;
-  }
-  ASSERT_GT(probe_tokens, 1024);
-  o.kv_pool_gib = o.kv_pool_gib * 1024.0 / static_cast<double>(probe_tokens / 64 * 64) + 1e-12;
   auto small = Engine::create(o);
   ASSERT_TRUE(small.has_value()) << small.status().to_string();
   Engine& e = **small;
-  ASSERT_EQ(e.health().pool_tokens, 1024);
-  for (const char* topic : {"first", "second", "third"}) {
-    std::vector<int32_t> p = prompt(long_text(topic, 110));
-    ASSERT_GE(p.size(), 300u);
-    p.resize(300);  // 5 pages with its 4 new tokens; kept at 256 tokens, 4 pages
-    run_on(e, sampled(topic, p, 4));
-  }
-  EXPECT_EQ(e.health().kept_prompts, 2);
-  std::vector<int32_t> big = prompt(long_text("bigger", 400));
-  ASSERT_GE(big.size(), 1000u);
-  big.resize(1000);
-  const Reply r = run_on(e, sampled("big", big, 24));  // 1024 tokens: the whole pool
+  ASSERT_EQ(e.health().pool_tokens, 2048);
+  auto text_of = [&](const std::string& topic, size_t tokens) {
+    std::vector<int32_t> p = prompt(long_text(topic, 400));
+    EXPECT_GE(p.size(), tokens);
+    p.resize(tokens);
+    return p;
+  };
+  for (const char* topic : {"first", "second", "third"}) run_on(e, sampled(topic, text_of(topic, 300), 4));
+  EXPECT_EQ(e.health().kept_prompts, 2) << "KEPT_PROMPTS caps them";
+  run_on(e, sampled("big1", text_of("big one", 1000), 24));
+  run_on(e, sampled("fourth", text_of("fourth", 300), 4));
+  EngineHealth h = e.health();
+  EXPECT_EQ(h.kept_prompts, 2);
+  EXPECT_EQ(h.kept_prompt_tokens, 960 + 256);  // 19 pages kept, 13 unreserved
+  // A request needing 16 pages: the least recently used kept prompt (big one's) gives way.
+  const Reply r = run_on(e, sampled("big2", text_of("big two", 1000), 24));
   EXPECT_EQ(r.cached, 0);
   EXPECT_EQ(r.logprobs.size(), 24u);
-  const EngineHealth h = e.health();
-  EXPECT_EQ(h.kept_prompts, 0) << "the big request's own state did not fit beside it";
+  h = e.health();
+  EXPECT_EQ(h.kept_prompts, 1);
+  EXPECT_EQ(h.kept_prompt_tokens, 960) << "big two's own state, kept in place of the others";
   EXPECT_EQ(h.pool_free_tokens, h.pool_tokens);
-  // The third prompt again: it was evicted, so it runs in full and is kept again.
-  std::vector<int32_t> third = prompt(long_text("third", 110));
-  third.resize(300);
-  EXPECT_EQ(run_on(e, sampled("third-again", third, 4)).cached, 0);
-  EXPECT_EQ(e.health().kept_prompts, 1);
+  EXPECT_EQ(run_on(e, sampled("big2-again", text_of("big two", 1000), 4)).cached, 960);
+  EXPECT_EQ(run_on(e, sampled("big1-again", text_of("big one", 1000), 4)).cached, 0) << "it was evicted";
 }
 
 }  // namespace
