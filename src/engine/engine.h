@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "core/status.h"
 #include "engine/engine_api.h"
@@ -39,6 +40,9 @@ class Engine final : public EngineApi {
 
  private:
   explicit Engine(std::unique_ptr<Impl> impl);
+  // Prompt reuse (engine_prompt_reuse.cc): how many leading tokens of `full` (the chat's
+  // rendered prompt) its system block alone renders to (0: none).
+  int64_t system_block_tokens(const ChatPrompt& chat, std::span<const int32_t> full) const;
   std::unique_ptr<Impl> impl_;
 };
 

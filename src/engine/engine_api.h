@@ -79,12 +79,19 @@ struct PromptMedia;
 struct RenderedPrompt {
   std::vector<int32_t> tokens;
   std::shared_ptr<const PromptMedia> media;
+  // The leading tokens that the chat's system block (its leading system messages, with the
+  // tools) renders to: every chat with the same system block starts with them, so prompt
+  // reuse keeps a state there (GenerationRequest::shared_prefix_tokens). 0: none.
+  int64_t system_tokens = 0;
 };
 
 struct GenerationRequest {
   std::string request_id;
   std::vector<int32_t> prompt_tokens;  // already rendered/tokenized
   std::shared_ptr<const PromptMedia> media;  // from render_chat_media; null: text only
+  // Prompt reuse: a prefix of the prompt that other prompts likely share (RenderedPrompt::
+  // system_tokens); the engine keeps a state near its end. 0: none.
+  int64_t shared_prefix_tokens = 0;
   SamplingOptions sampling;
   StructuredOutput structured;
   int n = 1;

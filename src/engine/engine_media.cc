@@ -15,8 +15,11 @@ Expected<RenderedPrompt> Engine::render_chat_media(const ChatPrompt& chat) const
   auto tokens = render_chat(chat);
   if (!tokens) return tokens.status();
   const text::Tokenizer& tok = *impl_->tokenizer;
-  return expand_prompt_media(std::move(*tokens), *parts, impl_->media_ids, impl_->media_limits,
-                             [&tok](const std::string& s) { return tok.encode(s, /*add_special_tokens=*/false); });
+  auto rendered =
+      expand_prompt_media(std::move(*tokens), *parts, impl_->media_ids, impl_->media_limits,
+                          [&tok](const std::string& s) { return tok.encode(s, /*add_special_tokens=*/false); });
+  if (rendered) rendered->system_tokens = system_block_tokens(chat, rendered->tokens);
+  return rendered;
 }
 
 Expected<bool> Engine::Impl::encode_media_step(LiveRequest& r, int64_t patch_budget) {

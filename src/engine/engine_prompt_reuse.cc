@@ -7,9 +7,10 @@
 // fresh run would run after that point, on a bit-for-bit copy of the state the fresh run
 // had there: its reply is the fresh run's, bit for bit.
 // A choice keeps its state at the last multiple before its prompt's end (a repeated prompt,
-// or the next turn of a chat, which starts with this prompt) and at the last multiple
+// or the next turn of a chat, which starts with this prompt), before the end of its chat's
+// system block (every chat with the same system prompt and tools starts with it), and
 // before the point where it stops agreeing with a kept prompt (a prefix several prompts
-// share, such as a long system prompt).
+// share that no system block marked).
 //
 // What a kept state holds: a Glm5Model::fork of the sequence (KDA and indexer states
 // copied, latent pages shared) and a reservation of its pages in the budget. Kept states
@@ -65,7 +66,8 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
   // Where this choice keeps its state: before its prompt's end, and where it stops
   // agreeing with the kept prompts (each beyond what it resumes from).
   const int64_t shared = std::min(kept_index.shared_prefix(prompt), limit);
-  c.keep_at = {round_down(limit), round_down(shared)};
+  const int64_t system = std::min(c.request->req.shared_prefix_tokens, limit);
+  c.keep_at = {round_down(limit), round_down(shared), round_down(system)};
   int64_t from = 0;
   if (const std::optional<PromptIndex::Hit> hit = kept_index.longest_prefix(prompt, limit)) {
     auto forked = model->fork(*kept.at(hit->id).sequence);
@@ -111,6 +113,29 @@ void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {
     kept.emplace(id, std::move(k));
     kept_index.add(id, std::vector<int32_t>(tokens.begin(), tokens.end()));
   }
+}
+
+int64_t Engine::system_block_tokens(const ChatPrompt& chat, std::span<const int32_t> full) const {
+  if (impl_->reuse_grain == 0 || !chat.messages.is_array()) return 0;
+  size_t k = 0;
+  for (const auto& m : chat.messages) {
+    const std::string role = m.is_object() ? m.value("role", "") : "";
+    if (role != "system" && role != "developer") break;
+    ++k;
+  }
+  if (k == 0 || k == chat.messages.size()) return 0;
+  ChatPrompt block = chat;
+  block.messages = nlohmann::json::array();
+  for (size_t i = 0; i < k; ++i) block.messages.push_back(chat.messages[i]);
+  block.add_generation_prompt = false;
+  block.continue_final_message = false;
+  auto tokens = render_chat(block);  // a template that wants more than a system message: no hint
+  if (!tokens) return 0;
+  // Where the block alone and the whole prompt agree (a template may end the block differently
+  // when nothing follows it).
+  const size_t n = std::min(tokens->size(), full.size());
+  return std::mismatch(tokens->begin(), tokens->begin() + static_cast<std::ptrdiff_t>(n), full.begin()).first -
+         tokens->begin();
 }
 
 void Engine::Impl::evict_kept(uint64_t id) {

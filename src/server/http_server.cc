@@ -209,6 +209,7 @@ struct HttpServer::Impl {
     g.request_id = make_id("chatcmpl-");
     g.prompt_tokens = prompt.tokens;
     g.media = prompt.media;
+    g.shared_prefix_tokens = prompt.system_tokens;
     g.sampling = r.sampling;
     g.sampling.max_tokens = max_tokens;
     g.structured = r.structured;

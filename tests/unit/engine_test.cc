@@ -703,6 +703,41 @@ TEST_F(PromptReuseTest, SharedBeginningIsKeptWhereTwoPromptsPart) {
   EXPECT_EQ(resumed.logprobs, fresh.logprobs);
 }
 
+// Chats with the same system prompt: the first keeps a state at the end of its system block
+// (render_chat_media's system_tokens), so the second already resumes from it.
+TEST_F(PromptReuseTest, SecondChatWithTheSameSystemPromptResumes) {
+  auto chat_with = [&](const std::string& question) {
+    ChatPrompt chat;
+    chat.messages = nlohmann::json::array({{{"role", "system"}, {"content", long_text("instructions", 90)}},
+                                           {{"role", "user"}, {"content", long_text(question, 30)}}});
+    auto r = engine_->render_chat_media(chat);
+    EXPECT_TRUE(r.has_value()) << r.status().to_string();
+    return *r;
+  };
+  const RenderedPrompt a = chat_with("first question"), b = chat_with("second question");
+  ASSERT_GE(a.system_tokens, 128);
+  EXPECT_EQ(a.system_tokens, b.system_tokens);
+  ASSERT_LT(a.system_tokens, static_cast<int64_t>(a.tokens.size()));
+  EXPECT_TRUE(std::equal(a.tokens.begin(), a.tokens.begin() + a.system_tokens, b.tokens.begin()));
+  auto request_for = [&](const std::string& id, const RenderedPrompt& p) {
+    GenerationRequest g = sampled(id, p.tokens, 8);
+    g.shared_prefix_tokens = p.system_tokens;
+    return g;
+  };
+  EXPECT_EQ(run_on(*engine_, request_for("sys1", a)).cached, 0);
+  const Reply second = run_on(*engine_, request_for("sys2", b));
+  EXPECT_EQ(second.cached, b.system_tokens / 64 * 64);
+  const Reply fresh = run_on(fresh_engine(), request_for("sys3", b));
+  EXPECT_EQ(second.text, fresh.text);
+  EXPECT_EQ(second.logprobs, fresh.logprobs);
+  // A chat without a system message has no block to keep.
+  ChatPrompt plain;
+  plain.messages = nlohmann::json::array({{{"role", "user"}, {"content", "hello"}}});
+  auto p = engine_->render_chat_media(plain);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->system_tokens, 0);
+}
+
 TEST_F(PromptReuseTest, KeptPromptsOffReusesNothing) {
   const std::vector<int32_t> p = prompt(long_text("never", 90));
   EXPECT_EQ(run_on(fresh_engine(), sampled("o1", p, 4)).cached, 0);
