@@ -534,6 +534,18 @@ await run.check('prompt reuse: a repeated long chat resumes from its kept state 
   assert.ok(h.cached_tokens_total >= cachedB + u.prompt_tokens_details.cached_tokens, JSON.stringify(h));
 });
 
+await run.check('prompt reuse: a second chat with the same long system prompt resumes from its system block', async () => {
+  const rules = Array.from({ length: 100 }, (_, i) => `rule${(i * 53) % 197}`).join(' ');
+  const chat = (q) => ({ model, max_tokens: 4, temperature: 0, messages: [{ role: 'system', content: `Obey: ${rules}` }, { role: 'user', content: q }] });
+  const sys = await post200(server, '/tokenize', { model, messages: [{ role: 'system', content: `Obey: ${rules}` }], add_generation_prompt: false });
+  assert.ok(sys.count > 300, `a long system block (${sys.count} tokens)`);
+  const a = await client.chat.completions.create(chat('First question?'));
+  const b = await client.chat.completions.create(chat('A different second question?'));
+  assert.equal(a.usage.prompt_tokens_details?.cached_tokens ?? 0, 0);
+  const cached = b.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached > 0 && cached <= sys.count, `cached ${cached} of a ${sys.count}-token system block`);
+});
+
 await run.check('/health reports an idle engine after the suite', async () => {
   const w = await waitHealth(server, (x) => x.requests_running === 0 && x.requests_waiting === 0, 2000);
   assert.ok(w.ok, JSON.stringify(w.last));
