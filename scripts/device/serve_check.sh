@@ -43,12 +43,33 @@ req = urllib.request.Request("http://127.0.0.1:%s/v1/chat/completions" % sys.arg
 print(urllib.request.urlopen(req, timeout=120).read().decode())
 PY
 }
+# Prompt reuse: a long chat (temperature 1, no seed) sent twice; the second resumes from the first's kept
+# state (cached_tokens > 0) and gives the same reply bit for bit (its logprobs too).
+reuse_check() {
+  python3 - "$port" <<'PY'
+import json, sys, urllib.request
+words = " ".join("fact%d" % ((i * 37) % 211) for i in range(600))
+body = {"model": "GLM-5.3-Flash-demo", "temperature": 1, "max_tokens": 16, "logprobs": True, "ignore_eos": True,
+        "messages": [{"role": "system", "content": "Remember: " + words}, {"role": "user", "content": "Which first?"}]}
+def ask():
+    req = urllib.request.Request("http://127.0.0.1:%s/v1/chat/completions" % sys.argv[1], data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=300).read())
+a, b = ask(), ask()
+cached = [r["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) for r in (a, b)]
+lp = lambda r: [t["logprob"] for t in r["choices"][0]["logprobs"]["content"]]
+same = a["choices"][0]["message"] == b["choices"][0]["message"] and lp(a) == lp(b)
+print("prompt reuse: prompt %d tokens, cached %s, same reply and logprobs: %s" % (a["usage"]["prompt_tokens"], cached, same))
+sys.exit(0 if same and cached[0] == 0 and cached[1] > 0 else 1)
+PY
+}
 for dev in cpu cuda-exact cuda; do
   if ! start "$dev"; then rc=1; continue; fi
   chat >"$work/$dev.json"
   echo "== $dev reply: $(head -c 600 "$work/$dev.json")"
   image_chat >"$work/$dev.image.json" || rc=1
   echo "== $dev image reply: $(head -c 600 "$work/$dev.image.json")"
+  reuse_check || rc=1
   if [[ "$dev" == cuda ]]; then
     for c in 1 4 16; do
       echo "== bench --device cuda, concurrency $c"
