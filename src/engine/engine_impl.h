@@ -61,6 +61,10 @@ struct LiveRequest {
   int64_t media_group = 0;   // its next temporal group,
   int64_t media_row = 0;     // and the next feature row
   int media_prefills_left = 0;
+  // Prompt reuse: the prompt as kept prompts are matched against it, with each media
+  // placeholder replaced by its key (PromptMedia::reuse_keys); empty: the prompt itself.
+  std::vector<int32_t> reuse_tokens;
+  const std::vector<int32_t>& reuse_prompt() const { return reuse_tokens.empty() ? req.prompt_tokens : reuse_tokens; }
 };
 
 // One choice: a scheduler request with its own sequence, sampler and text pipeline.
@@ -200,7 +204,7 @@ struct Engine::Impl {
   void keep_prompt_states(std::span<LiveChoice* const> prefilled);
   void evict_kept(uint64_t id);
   // Prompt tokens that a kept state may cover: all but the last (which must run for the
-  // first logits), and none from the first image or video on.
+  // first logits).
   int64_t reuse_limit(const LiveRequest& r) const;
 
   // Sampling of a step's rows (engine_sampling.cc). A row whose parameters the device

@@ -129,7 +129,12 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
   r->media_prefills_left = g.media ? g.n : 0;
   // The kept prompt this request will resume from counts as used now, so that reservations
   // made before its admission evict others first.
-  if (reuse_grain > 0) (void)kept_index.longest_prefix(g.prompt_tokens, reuse_limit(*r));
+  if (reuse_grain > 0 && g.media && g.media->reuse_keys.size() == g.media->positions.size()) {
+    r->reuse_tokens = g.prompt_tokens;
+    for (size_t k = 0; k < g.media->positions.size(); ++k)
+      r->reuse_tokens[static_cast<size_t>(g.media->positions[k])] = g.media->reuse_keys[k];
+  }
+  if (reuse_grain > 0) (void)kept_index.longest_prefix(r->reuse_prompt(), reuse_limit(*r));
   for (int i = 0; i < g.n; ++i) {
     const RequestId id = next_id++;
     LiveChoice c;

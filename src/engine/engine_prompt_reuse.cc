@@ -16,8 +16,8 @@
 // copied, latent pages shared) and a reservation of its pages in the budget. Kept states
 // give way to requests: the budget evicts them (least recently used first) when a
 // reservation would not fit otherwise, and at most kept_max are held (their KDA states are
-// part of the memory plan). Prompts with images or videos are reused up to their first
-// placeholder only. With tensor parallelism every fork and eviction reaches the followers
+// part of the memory plan). Prompts with images or videos are matched with each placeholder
+// standing for a hash of its picture (PromptMedia::reuse_keys). With tensor parallelism every fork and eviction reaches the followers
 // with the next step command (StepCommand::forks / drop).
 #include <algorithm>
 #include <numeric>
@@ -51,16 +51,15 @@ void Engine::Impl::setup_prompt_reuse() {
 }
 
 int64_t Engine::Impl::reuse_limit(const LiveRequest& r) const {
-  int64_t limit = static_cast<int64_t>(r.req.prompt_tokens.size()) - 1;
-  if (r.req.media && !r.req.media->positions.empty()) limit = std::min(limit, r.req.media->positions.front());
-  return limit;
+  // Through images and videos too: their placeholders match only the same pixels (reuse_prompt).
+  return static_cast<int64_t>(r.req.prompt_tokens.size()) - 1;
 }
 
 int64_t Engine::Impl::resume_from_kept(RequestId id) {
   auto it = choices.find(id);
   if (it == choices.end() || reuse_grain == 0) return 0;
   LiveChoice& c = it->second;
-  const std::vector<int32_t>& prompt = c.request->req.prompt_tokens;
+  const std::vector<int32_t>& prompt = c.request->reuse_prompt();
   const int64_t limit = reuse_limit(*c.request);
   auto round_down = [this](int64_t n) { return n / reuse_grain * reuse_grain; };
   // Where this choice keeps its state: before its prompt's end, and where it stops
@@ -92,7 +91,7 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
 void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {
   for (LiveChoice* c : prefilled) {
     if (std::find(c->keep_at.begin(), c->keep_at.end(), c->prefilled) == c->keep_at.end()) continue;
-    const std::vector<int32_t>& prompt = c->request->req.prompt_tokens;
+    const std::vector<int32_t>& prompt = c->request->reuse_prompt();
     const std::span<const int32_t> tokens(prompt.data(), static_cast<size_t>(c->prefilled));
     if (kept_index.find(tokens)) continue;  // kept already (and now the most recently used)
     while (static_cast<int>(kept.size()) >= kept_max) {

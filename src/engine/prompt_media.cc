@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "media/data_url.h"
@@ -12,6 +13,38 @@
 namespace tf::engine {
 
 namespace {
+
+// A 64-bit hash of an item's patch values and grid (prompt reuse's placeholder keys): words
+// mixed eight bytes at a time (a multiply-xorshift per word), fast enough for 512 MiB.
+uint64_t pixels_hash(const PromptMediaItem& item) {
+  const media::VisionPatches& v = item.patches;
+  auto mix = [](uint64_t h, uint64_t w) {
+    h ^= w + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 31);
+  };
+  uint64_t h = mix(mix(mix(item.video ? 1 : 2, static_cast<uint64_t>(v.grid_t)), static_cast<uint64_t>(v.grid_h)),
+                   static_cast<uint64_t>(v.grid_w));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(v.values.data());
+  const size_t n = v.values.size() * sizeof(float);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes + i, 8);
+    h = mix(h, w);
+  }
+  for (; i < n; ++i) h = mix(h, bytes[i]);
+  return h;
+}
+
+// The key of feature row `row` of an item with hash `h`: negative, so never a token id.
+int32_t placeholder_key(uint64_t h, int64_t row) {
+  uint64_t x = h ^ (static_cast<uint64_t>(row) * 0x94D049BB133111EBull);
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return -1 - static_cast<int32_t>(x & 0x7FFFFFFFu);
+}
 
 constexpr int kMergeSize = 2;  // spatial merge: one feature per 2x2 patches
 
@@ -163,9 +196,12 @@ Expected<RenderedPrompt> expand_prompt_media(std::vector<int32_t> tokens, const 
   expanded.reserve(tokens.size());
   size_t next = 0;
   open_videos = 0;
+  uint64_t item_hash = 0;
+  int64_t item_row = 0;
   auto put_features = [&](int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       media->positions.push_back(static_cast<int64_t>(expanded.size()));
+      media->reuse_keys.push_back(placeholder_key(item_hash, item_row++));
       expanded.push_back(ids.image);
     }
   };
@@ -179,6 +215,8 @@ Expected<RenderedPrompt> expand_prompt_media(std::vector<int32_t> tokens, const 
     }
     const PromptMediaItem& item = media->items[next];
     const media::VisionPatches& v = item.patches;
+    item_hash = pixels_hash(item);
+    item_row = 0;
     const int64_t per_group = v.grid_h * v.grid_w / (kMergeSize * kMergeSize);
     if (image) {
       put_features(per_group * v.grid_t);

@@ -34,6 +34,10 @@ struct PromptMedia {
   // Prompt positions of the placeholder tokens, ascending: feature row k (items'
   // features concatenated in order) is the input embedding at positions[k].
   std::vector<int64_t> positions;
+  // Prompt reuse: what stands for each placeholder when prompts are matched (the same order
+  // as positions): a negative value (never a token id) from a hash of its item's pixels and
+  // its row in the item, so two prompts match through a placeholder only with the same picture.
+  std::vector<int32_t> reuse_keys;
 };
 
 // The special token ids the expansion works with (the checkpoint's config).

@@ -19,6 +19,7 @@
 #include "data_url_test_util.h"
 #include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
+#include "engine/prompt_media.h"
 #include "model/exl3_synthetic.h"
 #include "model/safetensors.h"
 
@@ -736,6 +737,46 @@ TEST_F(PromptReuseTest, SecondChatWithTheSameSystemPromptResumes) {
   auto p = engine_->render_chat_media(plain);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->system_tokens, 0);
+}
+
+// Through an image: a chat with the same picture resumes past it; with another picture of the
+// same size (the same placeholder tokens) it resumes no further than before the picture.
+TEST_F(PromptReuseTest, ImagesMatchByTheirPixels) {
+  const fs::path images = fs::path(TF_TEST_DATA_DIR) / "model" / "tiny-vision" / "images";
+  auto chat_with = [&](const std::string& file) {
+    ChatPrompt chat;
+    chat.reasoning_effort = "none";
+    chat.messages = nlohmann::json::array(
+        {{{"role", "user"},
+          {"content",
+           {{{"type", "text"}, {"text", long_text("look here", 40)}},
+            {{"type", "image_url"}, {"image_url", {{"url", data_url_of(images / file, "image/png")}}}},
+            {{"type", "text"}, {"text", long_text("and describe", 60)}}}}}});
+    auto r = engine_->render_chat_media(chat);
+    EXPECT_TRUE(r.has_value()) << r.status().to_string();
+    return *r;
+  };
+  const RenderedPrompt a = chat_with("b_pad_130x90.png"), same = chat_with("b_pad_130x90.png");
+  const RenderedPrompt other = chat_with("c_down_300x400.png");
+  ASSERT_NE(a.media, nullptr);
+  const int64_t first = a.media->positions.front(), last = a.media->positions.back();
+  ASSERT_GT(static_cast<int64_t>(a.tokens.size()) - 1, (last / 64 + 1) * 64) << "text after the picture";
+  auto request_for = [&](const std::string& id, const RenderedPrompt& p) {
+    GenerationRequest g = sampled(id, p.tokens, 6);
+    g.media = p.media;
+    return g;
+  };
+  EXPECT_EQ(run_on(*engine_, request_for("img1", a)).cached, 0);
+  const Reply again = run_on(*engine_, request_for("img2", same));
+  EXPECT_GT(again.cached, last) << "resumed past the picture";
+  const Reply fresh = run_on(fresh_engine(), request_for("img3", same));
+  EXPECT_EQ(again.text, fresh.text);
+  EXPECT_EQ(again.logprobs, fresh.logprobs);
+  const Reply differs = run_on(*engine_, request_for("img4", other));
+  EXPECT_LE(differs.cached, first) << "never past a different picture";
+  const Reply differs_fresh = run_on(fresh_engine(), request_for("img5", other));
+  EXPECT_EQ(differs.text, differs_fresh.text);
+  EXPECT_EQ(differs.logprobs, differs_fresh.logprobs);
 }
 
 TEST_F(PromptReuseTest, KeptPromptsOffReusesNothing) {

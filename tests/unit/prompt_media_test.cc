@@ -3,7 +3,9 @@
 // and clear errors for what cannot be served.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "data_url_test_util.h"
 #include "engine/prompt_media.h"
@@ -67,6 +69,17 @@ TEST(PromptMedia, ImagePlaceholdersExpandToOneTokenPerFeature) {
   for (int64_t p : out->media->positions) EXPECT_EQ(out->tokens[static_cast<size_t>(p)], kIds.image);
   EXPECT_EQ(out->tokens[22], kIds.image_end);
   EXPECT_EQ(out->tokens.back(), 3);
+  // Prompt reuse's keys: one per placeholder, never a token id, distinct rows and pictures
+  // (both grids give 20 features), and the same for the same picture rendered again.
+  const std::vector<int32_t>& keys = out->media->reuse_keys;
+  ASSERT_EQ(keys.size(), 40u);
+  for (int32_t k : keys) EXPECT_LT(k, 0);
+  EXPECT_EQ(std::set<int32_t>(keys.begin(), keys.end()).size(), 40u);
+  std::vector<MediaPart> swapped = {parts[1], parts[0]};
+  auto again = expand_prompt_media(tokens, swapped, kIds, MediaLimits{}, no_text);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(std::equal(keys.begin(), keys.begin() + 20, again->media->reuse_keys.begin() + 20));
+  EXPECT_TRUE(std::equal(keys.begin() + 20, keys.end(), again->media->reuse_keys.begin()));
 }
 
 TEST(PromptMedia, VideoPlaceholderExpandsToTimedFrameGroups) {
