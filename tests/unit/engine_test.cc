@@ -618,6 +618,13 @@ class PromptReuseTest : public EngineTest {
     g.sampling.logprobs = true;
     return g;
   }
+  // A rendered chat as the server submits it: its tokens, media and system block.
+  static GenerationRequest rendered_request(const std::string& id, const RenderedPrompt& p, int64_t max_tokens) {
+    GenerationRequest g = sampled(id, p.tokens, max_tokens);
+    g.media = p.media;
+    g.shared_prefix_tokens = p.system_tokens;
+    return g;
+  }
   static Reply run_on(Engine& e, GenerationRequest g) {
     Collector c;
     EXPECT_TRUE(e.submit(std::move(g), c.sink()).is_ok());
@@ -720,15 +727,10 @@ TEST_F(PromptReuseTest, SecondChatWithTheSameSystemPromptResumes) {
   EXPECT_EQ(a.system_tokens, b.system_tokens);
   ASSERT_LT(a.system_tokens, static_cast<int64_t>(a.tokens.size()));
   EXPECT_TRUE(std::equal(a.tokens.begin(), a.tokens.begin() + a.system_tokens, b.tokens.begin()));
-  auto request_for = [&](const std::string& id, const RenderedPrompt& p) {
-    GenerationRequest g = sampled(id, p.tokens, 8);
-    g.shared_prefix_tokens = p.system_tokens;
-    return g;
-  };
-  EXPECT_EQ(run_on(*engine_, request_for("sys1", a)).cached, 0);
-  const Reply second = run_on(*engine_, request_for("sys2", b));
+  EXPECT_EQ(run_on(*engine_, rendered_request("sys1", a, 8)).cached, 0);
+  const Reply second = run_on(*engine_, rendered_request("sys2", b, 8));
   EXPECT_EQ(second.cached, b.system_tokens / 64 * 64);
-  const Reply fresh = run_on(fresh_engine(), request_for("sys3", b));
+  const Reply fresh = run_on(fresh_engine(), rendered_request("sys3", b, 8));
   EXPECT_EQ(second.text, fresh.text);
   EXPECT_EQ(second.logprobs, fresh.logprobs);
   // A chat without a system message has no block to keep.
@@ -761,20 +763,15 @@ TEST_F(PromptReuseTest, ImagesMatchByTheirPixels) {
   ASSERT_NE(a.media, nullptr);
   const int64_t first = a.media->positions.front(), last = a.media->positions.back();
   ASSERT_GT(static_cast<int64_t>(a.tokens.size()) - 1, (last / 64 + 1) * 64) << "text after the picture";
-  auto request_for = [&](const std::string& id, const RenderedPrompt& p) {
-    GenerationRequest g = sampled(id, p.tokens, 6);
-    g.media = p.media;
-    return g;
-  };
-  EXPECT_EQ(run_on(*engine_, request_for("img1", a)).cached, 0);
-  const Reply again = run_on(*engine_, request_for("img2", same));
+  EXPECT_EQ(run_on(*engine_, rendered_request("img1", a, 6)).cached, 0);
+  const Reply again = run_on(*engine_, rendered_request("img2", same, 6));
   EXPECT_GT(again.cached, last) << "resumed past the picture";
-  const Reply fresh = run_on(fresh_engine(), request_for("img3", same));
+  const Reply fresh = run_on(fresh_engine(), rendered_request("img3", same, 6));
   EXPECT_EQ(again.text, fresh.text);
   EXPECT_EQ(again.logprobs, fresh.logprobs);
-  const Reply differs = run_on(*engine_, request_for("img4", other));
+  const Reply differs = run_on(*engine_, rendered_request("img4", other, 6));
   EXPECT_LE(differs.cached, first) << "never past a different picture";
-  const Reply differs_fresh = run_on(fresh_engine(), request_for("img5", other));
+  const Reply differs_fresh = run_on(fresh_engine(), rendered_request("img5", other, 6));
   EXPECT_EQ(differs.text, differs_fresh.text);
   EXPECT_EQ(differs.logprobs, differs_fresh.logprobs);
 }
