@@ -103,6 +103,11 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
     out += usage_name + "{" + ml + "} " + fmt_double(usage) + "\n";
     header(out, prefix + "prompt_tokens_total", "counter", "Prompt tokens processed.");
     out += prefix + "prompt_tokens_total{" + ml + "} " + std::to_string(prompt_tokens_) + "\n";
+    // Prompt reuse as vLLM reports its prefix cache: prompt tokens asked for, and those resumed.
+    header(out, prefix + "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prompt cache.");
+    out += prefix + "prefix_cache_queries_total{" + ml + "} " + std::to_string(h.prompt_tokens_total) + "\n";
+    header(out, prefix + "prefix_cache_hits_total", "counter", "Prompt tokens resumed from kept prompt states.");
+    out += prefix + "prefix_cache_hits_total{" + ml + "} " + std::to_string(h.cached_tokens_total) + "\n";
     header(out, prefix + "generation_tokens_total", "counter", "Tokens generated.");
     out += prefix + "generation_tokens_total{" + ml + "} " + std::to_string(generation_tokens_) + "\n";
     header(out, prefix + "request_success_total", "counter", "Finished generation requests by finish reason.");
@@ -128,8 +133,6 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   out += "tensorfold:kept_prompts " + std::to_string(h.kept_prompts) + "\n";
   header(out, "tensorfold:kept_prompt_tokens", "gauge", "Prompt tokens the kept prompt states cover.");
   out += "tensorfold:kept_prompt_tokens " + std::to_string(h.kept_prompt_tokens) + "\n";
-  header(out, "tensorfold:prompt_tokens_cached_total", "counter", "Prompt tokens resumed from kept states instead of run.");
-  out += "tensorfold:prompt_tokens_cached_total " + std::to_string(h.cached_tokens_total) + "\n";
   header(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.");
   out += "tensorfold:streams_decoding " + std::to_string(h.streams_decoding) + "\n";
   header(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.");

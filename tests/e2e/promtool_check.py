@@ -18,7 +18,8 @@ import json, re, subprocess, sys, threading, time, urllib.request, urllib.error
 
 REQUIRED = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
             "vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
-            "vllm:prompt_tokens_total", "vllm:generation_tokens_total"]
+            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total",
+            "vllm:prefix_cache_hits_total", "tensorfold:kept_prompts"]
 
 
 def wait_port(proc, timeout_s=120):

@@ -74,6 +74,10 @@ class FakeEngine : public EngineApi {
     h.context_length = context_length;
     h.pool_tokens = 10000;
     h.pool_free_tokens = 10000 - 100 * active_;
+    h.prompt_tokens_total = 700;
+    h.cached_tokens_total = 512;
+    h.kept_prompts = 2;
+    h.kept_prompt_tokens = 512;
     return h;
   }
 

@@ -391,6 +391,9 @@ TEST(ServerHttp, HealthFields) {
   EXPECT_EQ(h["pool_tokens"], 10000);
   EXPECT_EQ(h["pool_free_tokens"], 10000);
   EXPECT_EQ(h["context_length"], 4096);
+  EXPECT_EQ(h["kept_prompts"], 2);
+  EXPECT_EQ(h["kept_prompt_tokens"], 512);
+  EXPECT_EQ(h["cached_tokens_total"], 512);
 }
 
 TEST(ServerHttp, MetricsExposition) {
@@ -408,7 +411,10 @@ TEST(ServerHttp, MetricsExposition) {
                              "tensorfold:http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1",
                              "tensorfold:http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1",
                              "vllm:generation_tokens_total{model_name=\"fake-model\"} 11",
-                             "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1"})
+                             "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1",
+                             "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 700",
+                             "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 512",
+                             "tensorfold:kept_prompts 2", "tensorfold:kept_prompt_tokens 512"})
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
 }
 
