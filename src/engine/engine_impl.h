@@ -89,12 +89,11 @@ struct LiveChoice {
   std::vector<int64_t> keep_at;
 };
 
-// A kept prompt: a fork of a sequence after its first `tokens` prompt tokens, holding a
-// reservation of their pages in the budget (evicted when the pool needs them).
+// A kept prompt: a fork of a sequence after its first tokens (kept_index has them), holding
+// a reservation of their pages in the budget (evicted when the pool needs them).
 struct KeptPrompt {
   std::unique_ptr<Glm5Sequence> sequence;
   CacheHandle handle;
-  int64_t pages = 0;
 };
 
 struct Engine::Impl {

@@ -107,9 +107,8 @@ void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {
     }
     const uint64_t id = next_id++;
     if (tp) tp->sequence_forked(id, c->id);
-    KeptPrompt k{std::move(*forked), *handle, budget->pages_for(c->prefilled)};
-    kept_pages += k.pages;
-    kept.emplace(id, std::move(k));
+    kept_pages += budget->pages_for(c->prefilled);
+    kept.emplace(id, KeptPrompt{std::move(*forked), *handle});
     kept_index.add(id, std::vector<int32_t>(tokens.begin(), tokens.end()));
   }
 }
@@ -139,9 +138,10 @@ int64_t Engine::system_block_tokens(const ChatPrompt& chat, std::span<const int3
 
 void Engine::Impl::evict_kept(uint64_t id) {
   auto it = kept.find(id);
+  const int64_t pages = budget->pages_for(kept_index.tokens(id));
   kept_index.remove(id);
   if (it == kept.end()) return;
-  kept_pages -= it->second.pages;
+  kept_pages -= pages;
   budget->release(it->second.handle);
   if (tp) tp->sequence_dropped(id);
   kept.erase(it);
