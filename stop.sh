@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # Stops the tensorfold server started by start.sh: warns about requests in flight, sends
-# SIGTERM, waits up to STOP_TIMEOUT seconds, then SIGKILL.
+# SIGTERM, waits up to STOP_TIMEOUT seconds, then SIGKILL. With WORKER set, then ends
+# whatever rank is left on the workers (their GPU memory is free when this returns).
 set -euo pipefail
 source "$(dirname "$0")/scripts/config.sh"
+source "$TF_ROOT/scripts/workers.sh"
+
+stop_workers() {
+  local w
+  tf_workers
+  for w in "${TF_WORKERS[@]}"; do
+    tf_stop_worker_ranks "$w" || echo "warning: could not reach the worker $w to end its ranks"
+  done
+}
+
 if ! pid=$(tf_running_pid); then
   echo "tensorfold is not running"
   rm -f "$(tf_pid_file)"
+  stop_workers
   exit 0
 fi
 running=$(curl -sf --max-time 2 "http://127.0.0.1:$PORT/health" |
@@ -22,3 +34,4 @@ if kill -0 "$pid" 2>/dev/null; then
 fi
 rm -f "$(tf_pid_file)"
 echo "tensorfold stopped (pid $pid)"
+stop_workers

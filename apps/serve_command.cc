@@ -36,11 +36,30 @@ struct ServeOptions {
   std::exit(2);
 }
 
+// The demo checkpoint when no --model was given (rank 0, and a rank on a worker).
+void resolve_demo(ServeOptions& o) {
+  if (!o.engine.model_dir.empty()) return;
+  TF_LOG_INFO("no --model given: serving the built-in demo checkpoint (random weights; the text is gibberish)");
+  auto dir = ensure_demo_checkpoint(o.cache_dir);
+  if (!dir) fail(dir.status().to_string());
+  o.engine.model_dir = dir->string();
+  if (o.engine.served_name.empty()) o.engine.served_name = "GLM-5.3-Flash-demo";
+}
+
 int serve(ServeOptions& o) {
   if (o.tp < 1) fail("--tp must be >= 1, got " + std::to_string(o.tp));
+  if (o.tp_process.rank == 0) {
+    auto world = world_with_workers(o.tp, o.tp_process.workers.size());
+    if (!world) fail(world.status().message());
+    o.tp = *world;
+  }
   o.tp_process.world = o.tp;
   // A rank that rank 0 started (--rank r): it follows, it does not serve.
-  if (o.tp > 1 && o.tp_process.rank > 0) return run_tp_follower(o.engine, o.tp_process);
+  if (o.tp > 1 && o.tp_process.rank > 0) {
+    init_logging(o.tp_process.rank);
+    resolve_demo(o);
+    return run_tp_follower(o.engine, o.tp_process);
+  }
   // SIGINT/SIGTERM are handled by one thread (sigwait), so every other thread
   // (HTTP, engine) starts with them blocked.
   sigset_t stop_signals;
@@ -50,13 +69,9 @@ int serve(ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  if (o.engine.model_dir.empty()) {
-    TF_LOG_INFO("no --model given: serving the built-in demo checkpoint (random weights; the text is gibberish)");
-    auto dir = ensure_demo_checkpoint(o.cache_dir);
-    if (!dir) fail(dir.status().to_string());
-    o.engine.model_dir = dir->string();
-    if (o.engine.served_name.empty()) o.engine.served_name = "GLM-5.3-Flash-demo";
-  }
+  // The workers' copy of the checkpoint: where scripts/prepare.sh put it, else the same path.
+  if (o.tp_process.worker_model.empty()) o.tp_process.worker_model = o.engine.model_dir;
+  resolve_demo(o);
   std::unique_ptr<TpLeader> tp_leader;  // --tp N > 1: ranks 1..N-1 run as child processes
   if (o.tp > 1) {
     auto leader = TpLeader::start(o.engine, o.tp_process);
@@ -193,9 +208,27 @@ void add_serve_command(CLI::App& app) {
                   "--tp: seconds a rank may wait for the others in one step (covers uneven loading)")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  cmd->add_option("--worker", o->tp_process.workers,
+                  "run a rank on another machine, over SSH (user@host; repeat or comma-separate for more); "
+                  "--tp defaults to 1 + workers")
+      ->envname("WORKER")
+      ->delimiter(',');
+  cmd->add_option("--fabric-peer", o->tp_process.fabric_peers,
+                  "--worker: the first worker's address on the link between the machines, when SSH goes over "
+                  "another network (the ranks talk over the route to it)")
+      ->envname("FABRIC_PEER")
+      ->delimiter(',');
+  cmd->add_option("--worker-dir", o->tp_process.worker_dir,
+                  "--worker: the tensorfold folder on the workers (tensorfold, lib/; scripts/prepare.sh fills it)")
+      ->envname("WORKER_DIR")
+      ->capture_default_str();
+  cmd->add_option("--worker-model", o->tp_process.worker_model,
+                  "--worker: the checkpoint folder on the workers (default: --model's path)")
+      ->envname("WORKER_MODEL_DIR");
   // Internal: what rank 0 passes to the ranks it starts (serve_tp.h).
   cmd->add_option("--rank", o->tp_process.rank)->group("");
   cmd->add_option("--rendezvous", o->tp_process.rendezvous)->group("");
+  cmd->add_option("--gpu", o->tp_process.gpu)->group("");
   cmd->add_option("--device", o->engine.device,
                   "compute device: cpu, or cuda (GPU 0; GPUs 0..N-1 with --tp N; needs the CUDA build)")
       ->envname("DEVICE")
@@ -205,6 +238,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--cache-dir", o->cache_dir, "where the demo checkpoint is written")
       ->envname("TF_CACHE_DIR")
       ->capture_default_str();
+  for (const CLI::Option* opt : cmd->get_options()) {
+    if (!opt->get_envname().empty()) o->tp_process.option_env_names.push_back(opt->get_envname());
+  }
   cmd->callback([o] { std::exit(serve(*o)); });
 }
 

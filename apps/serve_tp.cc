@@ -10,7 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "comm/route_address.h"
+#include "comm/tcp_rendezvous.h"
 #include "core/logging.h"
+#include "engine/remote_rank.h"
 #include "engine/tp_follower.h"
 #if TF_HAVE_CUDA
 #include "comm/nccl_communicator.h"
@@ -50,7 +53,7 @@ CommOptions comm_options(const TpServeOptions& tp) {
   o.rendezvous = tp.rendezvous;
   o.timeout = kJoinTimeout;
   o.op_timeout = std::chrono::seconds(tp.timeout_s);
-  o.cuda_device = tp.rank;  // one GPU per rank (NCCL only)
+  o.cuda_device = tp.gpu >= 0 ? tp.gpu : tp.rank;  // one GPU per rank (NCCL only)
   return o;
 }
 
@@ -83,7 +86,64 @@ Status check_devices(const engine::EngineOptions& engine, int world) {
 #endif
 }
 
+// Options a follower must not get from rank 0's command line: rank 0's own
+// (a follower given them would start ranks itself) and those each rank gets anew.
+const std::vector<std::string> kRankZeroOptions = {"--worker", "--fabric-peer", "--worker-dir", "--worker-model",
+                                                   "--tp", "--rank", "--rendezvous", "--gpu"};
+// ... and, on a worker, what names paths or ports of this machine.
+const std::vector<std::string> kThisMachineOptions = {"--model", "-m", "--cache-dir", "--host", "--port",
+                                                      "--api-key"};
+// Settings rank 0's environment gives that a worker gets otherwise (or not at all).
+const std::vector<std::string> kNotForwarded = {"MODEL_DIR", "TF_CACHE_DIR", "HOST", "PORT", "API_KEY",
+                                                "TP", "WORKER", "FABRIC_PEER", "WORKER_DIR", "WORKER_MODEL_DIR"};
+
+std::string host_port(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// Where the other ranks reach rank 0: loopback on one machine; with workers,
+// this machine's address toward the first of them (its fabric address when given).
+Expected<std::string> rank_zero_address(const TpServeOptions& tp) {
+  if (tp.workers.empty()) return std::string("127.0.0.1");
+  const bool fabric = !tp.fabric_peers.empty();
+  const std::string peer = fabric ? tp.fabric_peers.front() : engine::ssh_host(tp.workers.front());
+  auto address = local_address_toward(peer);
+  if (!address) {
+    return address.status().with_context(
+        fabric ? "--fabric-peer " + peer
+               : "--worker " + tp.workers.front() +
+                     " (set FABRIC_PEER / --fabric-peer to the worker's address on the link between the machines)");
+  }
+  return *address;
+}
+
+// The ranks on workers: the last tp.workers.size() ranks, each on GPU 0 of its
+// machine (GPU k for the k-th repeat of a destination).
+std::vector<engine::RemoteRank> remote_ranks(const TpServeOptions& tp) {
+  std::vector<engine::RemoteRank> out;
+  const int first = tp.world - static_cast<int>(tp.workers.size());
+  for (size_t i = 0; i < tp.workers.size(); ++i) {
+    int gpu = 0;
+    for (size_t j = 0; j < i; ++j) gpu += tp.workers[j] == tp.workers[i] ? 1 : 0;
+    out.push_back({first + static_cast<int>(i), tp.workers[i], gpu});
+  }
+  return out;
+}
+
 }  // namespace
+
+Expected<int> world_with_workers(int tp, size_t workers) {
+  if (workers == 0) return tp;
+  const int needed = 1 + static_cast<int>(workers);
+  if (tp == 1) return needed;
+  if (tp < needed) {
+    return invalid_argument("--tp " + std::to_string(tp) + " with " + std::to_string(workers) +
+                            " worker(s): rank 0 stays on this machine, so --tp must be at least " +
+                            std::to_string(needed));
+  }
+  return tp;
+}
 
 int run_tp_follower(const engine::EngineOptions& engine, const TpServeOptions& tp) {
   init_logging(tp.rank);
@@ -116,25 +176,58 @@ Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engin
     return invalid_argument("TpLeader: --tp " + std::to_string(tp.world) + " needs no followers");
   if (tp.timeout_s < 1)
     return invalid_argument("--tp-timeout must be >= 1 s, got " + std::to_string(tp.timeout_s));
-  TF_RETURN_IF_ERROR(check_devices(engine, tp.world));
+  for (const std::string& w : tp.workers) {
+    if (w.empty() || w.front() == '-' || w.find_first_of(" \t\n'\"") != std::string::npos)
+      return invalid_argument("--worker '" + w + "' is not an SSH destination (user@host or host)");
+  }
+  const int local_ranks = tp.world - static_cast<int>(tp.workers.size());
+  if (local_ranks < 1) return world_with_workers(tp.world, tp.workers.size()).status();
+  TF_RETURN_IF_ERROR(check_devices(engine, local_ranks));
   init_logging(0);
   TF_ASSIGN_OR_RETURN(std::vector<std::string> args, own_arguments());
+  TF_ASSIGN_OR_RETURN(const std::string address, rank_zero_address(tp));
   std::unique_ptr<TpLeader> leader(new TpLeader());
   TpLeader* raw = leader.get();
 
+  // Every follower: rank 0's arguments (less its own options), then its rank's.
+  const std::vector<std::string> shared(args.begin() + 1, args.end());
+  const std::vector<std::string> local_args = engine::without_options(shared, kRankZeroOptions);
+  std::vector<std::string> remote_args = engine::without_options(local_args, kThisMachineOptions);
+  engine::RemotePlan plan;
+  plan.ssh = engine::ssh_command_from(std::getenv("TF_SSH"));
+  plan.dir = tp.worker_dir;
+  plan.model_dir = tp.worker_model;
+  plan.env = engine::forwarded_environment(tp.option_env_names, kNotForwarded);
+  if (!plan.model_dir.empty()) plan.env.push_back({"MODEL_DIR", plan.model_dir});
+  if (engine.device == "cuda" && std::getenv("NCCL_NVLS_ENABLE") == nullptr) plan.env.push_back({"NCCL_NVLS_ENABLE", "0"});
+  const std::vector<engine::RemoteRank> remotes = remote_ranks(tp);
+
   TpServeOptions self = tp;
   self.rank = 0;
-  self.rendezvous = "127.0.0.1:0";
+  self.rendezvous = host_port(address, 0);
   CommOptions co = comm_options(self);
   // Runs on this (the main) thread once the rendezvous listens: the children's
   // PR_SET_PDEATHSIG is tied to this thread, which lives as long as the process.
   co.on_listening = [&, raw](int port) {
+    const std::string rendezvous = host_port(address, port);
+    auto rank_options = [&tp, rendezvous](int rank) {
+      return std::vector<std::string>{"--tp", std::to_string(tp.world), "--rank", std::to_string(rank),
+                                      "--rendezvous", rendezvous};
+    };
     engine::RankLaunchOptions lo;
-    lo.argv = args;
+    lo.argv = {args.front()};
+    lo.argv.insert(lo.argv.end(), local_args.begin(), local_args.end());
     lo.world_size = tp.world;
-    lo.rank_args = [port](int rank) {
-      return std::vector<std::string>{"--rank", std::to_string(rank), "--rendezvous",
-                                      "127.0.0.1:" + std::to_string(port)};
+    lo.rank_args = rank_options;
+    lo.rank_command = [&](int rank) {
+      if (rank < local_ranks) return std::vector<std::string>();
+      const engine::RemoteRank& remote = remotes[rank - local_ranks];
+      std::vector<std::string> a = remote_args;
+      for (std::string& o : rank_options(rank)) a.push_back(std::move(o));
+      a.push_back("--gpu");
+      a.push_back(std::to_string(remote.gpu));
+      TF_LOG_INFO("rank {}: {} (GPU {}), in {}", rank, remote.target, remote.gpu, plan.dir);
+      return engine::remote_rank_command(plan, remote, a);
     };
     lo.env = {{"MODEL_DIR", engine.model_dir}};
     // NVLink multicast can wedge shared GPUs: off unless the user decided otherwise
@@ -155,6 +248,10 @@ Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engin
     std::lock_guard<std::mutex> lock(raw->mu_);
     raw->launcher_ = std::move(*launcher);
   };
+  if (!tp.workers.empty()) {
+    TF_LOG_INFO("tensor parallelism: {} rank(s) here, {} on other machines; rank 0 at {}", local_ranks,
+                tp.workers.size(), address);
+  }
   if (engine.device == "cuda") {
     TF_LOG_INFO("tensor parallelism: starting {} CUDA ranks (GPUs 0..{}; steps over Gloo, the model over NCCL)",
                 tp.world, tp.world - 1);

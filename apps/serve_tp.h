@@ -1,4 +1,6 @@
-// `tensorfold serve --tp N` on one host (issue #7): one process per rank.
+// `tensorfold serve --tp N` (issue #7): one process per rank, on this host
+// and, with --worker, on other machines (one rank per worker, over SSH:
+// engine/remote_rank.h; scripts/prepare.sh copies what a worker needs).
 //
 // Rank 0 is the process the user started. It joins a Gloo world on
 // 127.0.0.1 (a free port), starting ranks 1..N-1 as copies of itself with the
@@ -14,6 +16,14 @@
 // memory), the model's all-reduces and all-gathers run on NCCL on the device.
 // NCCL_NVLS_ENABLE=0 unless set.
 //
+// --worker user@host (repeatable; WORKER=a,b): ranks N-W..N-1 run on those
+// machines (W workers; --tp defaults to 1 + W, and ranks 0..N-W-1 stay here).
+// The rendezvous then listens on this machine's address toward the first
+// worker (toward --fabric-peer when SSH goes over another network), every
+// rank's Gloo and NCCL sockets use the interface toward rank 0, and a rank on
+// a worker computes on that machine's GPU 0 (1, 2, ... for a destination named
+// again).
+//
 // Failure: if any rank dies (rank 0's watcher sees the exit: "rank r exited
 // (exit code 1)") or the world breaks (a collective fails: a peer died or hung
 // past --tp-timeout), rank 0 logs it, stops the HTTP server (the port is
@@ -26,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "core/status.h"
@@ -41,7 +52,20 @@ struct TpServeOptions {
   // --tp-timeout: how long a rank waits for the others in one collective; it
   // covers uneven shard loading. A dead rank is noticed at once regardless.
   int timeout_s = 120;
+  int gpu = -1;  // --gpu: set by rank 0 on the ranks it starts on workers; -1: GPU `rank`
+
+  // Ranks on other machines (rank 0 only).
+  std::vector<std::string> workers;       // --worker: SSH destinations, one rank each
+  std::vector<std::string> fabric_peers;  // --fabric-peer: the first worker's address on the rank link
+  std::string worker_dir = ".cache/tensorfold";  // --worker-dir: the tensorfold folder on each worker
+  std::string worker_model;  // --worker-model: the checkpoint there (serve: --model's path); empty: the demo
+  // The environment variables serve's options read (forwarded to the workers).
+  std::vector<std::string> option_env_names;
 };
+
+// --tp with --worker: 1 + workers when --tp was left at 1; otherwise --tp, which
+// must leave at least rank 0 on this machine. kInvalidArgument says why.
+Expected<int> world_with_workers(int tp, size_t workers);
 
 // A follower process (rank > 0): joins rank 0's world, loads its shard and
 // follows until rank 0 stops. Returns the process exit code (0: stopped by

@@ -8,7 +8,7 @@ TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS VISION
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
-  WORKER FABRIC_PEER TF_CUDA)
+  WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
 # The environment as the user gave it (these win over everything).
 declare -A tf_env_given=()
@@ -73,6 +73,30 @@ done
 : "${STOP_TIMEOUT:=30}"
 : "${FOREGROUND:=0}"
 : "${PREPARE:=auto}"
+# Ranks on other machines (WORKER=user@host[,user@host...]): the tensorfold folder there, relative to
+# the SSH login's home unless absolute, and the SSH client (key-based logins only).
+: "${WORKER_DIR:=.cache/tensorfold}"
+: "${TF_SSH:=ssh -o BatchMode=yes -o ServerAliveInterval=10 -o ServerAliveCountMax=3 -T}"
+export TF_SSH
+
+# WORKER as a list (comma- or space-separated).
+tf_workers() {
+  local w
+  TF_WORKERS=()
+  local list=${WORKER:-}
+  for w in ${list//,/ }; do TF_WORKERS+=("$w"); done
+}
+
+# Where the workers' copy of the checkpoint lives: WORKER_MODEL_DIR when given (the user keeps it
+# there, e.g. a shared filesystem: nothing is copied), else a copy in WORKER_DIR/models/ that
+# prepare.sh keeps in step with MODEL_DIR; empty for the demo (each worker makes its own).
+tf_worker_model_dir() {
+  if [[ -n "${WORKER_MODEL_DIR:-}" ]]; then
+    echo "$WORKER_MODEL_DIR"
+  elif [[ -n "${MODEL_DIR:-}" ]]; then
+    echo "$WORKER_DIR/models/$(basename "$(cd "$MODEL_DIR" && pwd)")"
+  fi
+}
 
 tf_fail() { echo "error: $*" >&2; exit 1; }
 
@@ -103,8 +127,15 @@ tf_validate_settings() {
   if [[ -n "${MODEL_DIR:-}" && ! -f "$MODEL_DIR/config.json" ]]; then
     tf_fail "MODEL_DIR=$MODEL_DIR has no config.json"
   fi
-  if [[ -n "${WORKER:-}" ]]; then
-    tf_fail "WORKER=$WORKER: ranks on a second node are not supported yet (TP>1 runs one process per rank on this host)"
+  tf_workers
+  local w
+  for w in "${TF_WORKERS[@]}"; do
+    case "$w" in
+      -* | *[[:space:]\'\"\;\`\$\|\&\<\>\(\)\\]*) tf_fail "WORKER: '$w' is not an SSH destination (user@host or host)" ;;
+    esac
+  done
+  if ((${#TF_WORKERS[@]} > 0 && TP != 1 && TP < ${#TF_WORKERS[@]} + 1)); then
+    tf_fail "TP=$TP with ${#TF_WORKERS[@]} worker(s): rank 0 stays here, so TP must be at least $((${#TF_WORKERS[@]} + 1)) (or unset)"
   fi
 }
 
@@ -123,6 +154,16 @@ tf_serve_args() {
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
   [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")
+  # Ranks on other machines, one per worker (TP defaults to 1 + workers).
+  tf_workers
+  if ((${#TF_WORKERS[@]} > 0)); then
+    local w wm
+    for w in "${TF_WORKERS[@]}"; do TF_SERVE_ARGS+=(--worker "$w"); done
+    TF_SERVE_ARGS+=(--worker-dir "$WORKER_DIR")
+    wm=$(tf_worker_model_dir)
+    [[ -n "$wm" ]] && TF_SERVE_ARGS+=(--worker-model "$wm")
+    [[ -n "${FABRIC_PEER:-}" ]] && TF_SERVE_ARGS+=(--fabric-peer "$FABRIC_PEER")
+  fi
   return 0
 }
 

@@ -2,7 +2,8 @@
 # Installs the Debian packages tensorfold needs, only when one is missing
 # (idempotent; DEPENDENCIES.md says why each is needed).
 #   scripts/deps.sh          build + run dependencies
-#   scripts/deps.sh --test   also what the tests need (node/npm, python3-jinja2, clang, promtool)
+#   scripts/deps.sh --test   also what the tests need (node/npm, python3-jinja2, clang, promtool, rsync)
+#   scripts/deps.sh --worker also what serving with ranks on other machines needs (ssh, rsync)
 set -euo pipefail
 
 BUILD_PKGS=(
@@ -14,14 +15,22 @@ BUILD_PKGS=(
   libgtest-dev libgmock-dev   # every configuration configures the test targets
 )
 # prometheus ships promtool: `promtool check metrics` validates /metrics (server_promtool_metrics).
-TEST_PKGS=(libbenchmark-dev clang libclang-rt-14-dev nodejs npm prometheus)
+# rsync: serve_workers copies a worker's folder as scripts/sync_workers.sh does.
+TEST_PKGS=(libbenchmark-dev clang libclang-rt-14-dev nodejs npm prometheus rsync)
+WORKER_PKGS=(openssh-client rsync)
 
 want=("${BUILD_PKGS[@]}")
-if [[ "${1:-}" == "--test" ]]; then
-  want+=("${TEST_PKGS[@]}")
-  # Python's jinja2 is the reference for template tests; Debian's package if python3 lacks it.
-  python3 -c 'import jinja2' 2>/dev/null || want+=(python3-jinja2)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --test)
+      want+=("${TEST_PKGS[@]}")
+      # Python's jinja2 is the reference for template tests; Debian's package if python3 lacks it.
+      python3 -c 'import jinja2' 2>/dev/null || want+=(python3-jinja2)
+      ;;
+    --worker) want+=("${WORKER_PKGS[@]}") ;;
+    *) echo "deps.sh: unknown argument '$arg' (--test, --worker)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${want[@]}"; do

@@ -1,9 +1,13 @@
 // make_communicator(s): validates CommOptions, runs the TCP rendezvous and hands
 // it to the chosen backend(s). The rendezvous lives only for the bootstrap.
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/route_address.h"
 #include "comm/tcp_rendezvous.h"
+#include "core/logging.h"
 #if TF_HAVE_GLOO
 #include "comm/gloo_communicator.h"
 #endif
@@ -77,6 +81,21 @@ Expected<std::unique_ptr<Communicator>> connect_backend(CommBackend backend, Tcp
   return internal_error(std::string("communicator: unhandled backend ") + comm_backend_name(backend));
 }
 
+// Ranks on several machines: NCCL's bootstrap and socket transport would pick the
+// first interface that is up, which may be another network than the one the
+// ranks reach each other over. Pin them to the interface of this rank's
+// rendezvous connection (as Gloo binds to its address), unless the user chose one.
+void pin_nccl_interface(const std::string& local_address) {
+  if (is_loopback_address(local_address) || std::getenv("NCCL_SOCKET_IFNAME") != nullptr) return;
+  auto name = interface_with_address(local_address);
+  if (!name) {
+    TF_LOG_WARN("NCCL: {} (NCCL picks its interface itself)", name.status().message());
+    return;
+  }
+  TF_LOG_INFO("NCCL: sockets on {} ({}, the interface toward rank 0)", *name, local_address);
+  ::setenv("NCCL_SOCKET_IFNAME", ("=" + *name).c_str(), 1);  // "=": exactly this interface
+}
+
 }  // namespace
 
 Expected<std::vector<std::unique_ptr<Communicator>>> make_communicators(const CommOptions& options,
@@ -102,6 +121,9 @@ Expected<std::vector<std::unique_ptr<Communicator>>> make_communicators(const Co
   r.timeout = options.timeout;
   r.on_listening = options.on_listening;
   TF_ASSIGN_OR_RETURN(std::unique_ptr<TcpRendezvous> rendezvous, TcpRendezvous::connect(r));
+  if (std::find(backends.begin(), backends.end(), CommBackend::kNccl) != backends.end()) {
+    pin_nccl_interface(rendezvous->local_address());
+  }
   // Each communicator's keys and barriers have their own names ("gloo/...",
   // "nccl/1/..."), so they bootstrap one after the other over the same rendezvous.
   for (size_t i = 0; i < backends.size(); ++i) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -89,6 +90,23 @@ Expected<pid_t> spawn_one(const std::string& executable, std::vector<std::string
   return pid;
 }
 
+// `program` as execve needs it: a name without '/' is looked up on PATH.
+Expected<std::string> program_path(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return not_found(program + ": not found on PATH (" + dirs + ")");
+}
+
 }  // namespace
 
 Status check_rank_gpus(int world, int visible, const char* visible_env, const std::string& why_none) {
@@ -123,11 +141,19 @@ Expected<std::unique_ptr<RankLauncher>> RankLauncher::spawn(RankLaunchOptions op
   const RankLaunchOptions& o = l->options_;
   const std::vector<std::string> env = child_environment(o.env);
   for (int rank = 1; rank < o.world_size; ++rank) {
-    std::vector<std::string> args = o.argv;
-    if (o.rank_args) {
-      for (std::string& a : o.rank_args(rank)) args.push_back(std::move(a));
+    std::string executable = o.executable;
+    std::vector<std::string> args = o.rank_command ? o.rank_command(rank) : std::vector<std::string>();
+    if (!args.empty()) {
+      auto path = program_path(args.front());
+      if (!path) return path.status().with_context("rank " + std::to_string(rank));
+      executable = *path;
+    } else {
+      args = o.argv;
+      if (o.rank_args) {
+        for (std::string& a : o.rank_args(rank)) args.push_back(std::move(a));
+      }
     }
-    auto pid = spawn_one(o.executable, std::move(args), env);
+    auto pid = spawn_one(executable, std::move(args), env);
     if (!pid)
       return pid.status().with_context("rank " + std::to_string(rank));  // ~RankLauncher kills the others
     l->children_.push_back({rank, *pid, false, 0});

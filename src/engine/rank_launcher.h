@@ -44,6 +44,10 @@ struct RankLaunchOptions {
   std::vector<std::string> argv;                                // argv[0] and the arguments every rank gets
   int world_size = 1;                                           // ranks 1..world_size-1 are spawned
   std::function<std::vector<std::string>(int rank)> rank_args;  // appended per rank
+  // When set and not empty for a rank, that rank runs this command instead of
+  // executable + argv + rank_args: argv[0] is looked up on PATH unless it holds
+  // a '/' (e.g. ssh to a rank on another machine, remote_rank.h).
+  std::function<std::vector<std::string>(int rank)> rank_command;
   std::vector<std::pair<std::string, std::string>> env;         // set (or overridden) in the children
   std::function<void(const RankExit&)> on_unexpected_exit;      // watcher thread
   std::chrono::milliseconds poll_interval{20};

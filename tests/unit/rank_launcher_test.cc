@@ -87,6 +87,37 @@ TEST(RankLauncherTest, ArgumentsAndEnvironmentReachEachRank) {
   fs::remove_all(dir, ec);
 }
 
+// A rank with a command of its own (how ranks on other machines start: ssh ...)
+// runs that, found on PATH; the other ranks run executable + argv + rank_args.
+TEST(RankLauncherTest, ARankCommandReplacesTheExecutableForThatRank) {
+  const fs::path dir = fs::temp_directory_path() / ("tf-rank-command-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  Exits exits;
+  RankLaunchOptions o = shell("echo local \"$1\" > \"$TF_LAUNCH_DIR/rank$1\"", 3, &exits);
+  o.env = {{"TF_LAUNCH_DIR", dir.string()}};
+  o.rank_command = [](int rank) {
+    if (rank != 2) return std::vector<std::string>();
+    // "sh" without a '/': looked up on PATH.
+    return std::vector<std::string>{"sh", "-c", "echo own \"$0\" > \"$TF_LAUNCH_DIR/rank2\"; exit 5", "two"};
+  };
+  auto l = RankLauncher::spawn(o);
+  ASSERT_TRUE(l.has_value()) << l.status().to_string();
+  ASSERT_TRUE(exits.wait_for_count(2));  // any exit before expect_exits() is reported
+  for (const RankExit& e : exits.get()) EXPECT_EQ(e.describe(), e.rank == 2 ? "exit code 5" : "exit code 0");
+  (*l)->wait_all(10s);
+  EXPECT_EQ(slurp(dir / "rank1"), "local 1\n");
+  EXPECT_EQ(slurp(dir / "rank2"), "own two\n");
+
+  // A program that is nowhere on PATH: the spawn fails naming it and the rank.
+  o.rank_command = [](int) { return std::vector<std::string>{"tf-no-such-program-anywhere"}; };
+  auto bad = RankLauncher::spawn(o);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.status().message().find("rank 1: tf-no-such-program-anywhere: not found on PATH"), std::string::npos)
+      << bad.status().to_string();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 TEST(RankLauncherTest, UnexpectedExitsAreReportedOnceWithWhatEndedThem) {
   Exits exits;
   // Rank 1 fails at once with code 7; rank 2 runs until killed.

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""`tensorfold serve --worker user@host`: a rank on another machine, started over SSH (system.md: WORKER).
+
+The "other machine" is this one through tests/tools/fake_ssh.sh (TF_SSH): it runs the remote command in a
+home folder of its own with a login's environment, not rank 0's, as ssh would. The worker's folder holds only
+the tensorfold binary (as scripts/prepare.sh leaves it); the worker makes its own demo checkpoint there.
+
+- greedy replies (text and image, alone and together) equal `--tp 1`'s; the settings rank 0 read from its
+  environment (DENSE=f32) reach the worker, else its shard would be q4 and the replies differ;
+- SSH was asked for the destination given, the rank wrote its pid file in the worker's folder, and leaves
+  when rank 0 stops (exit 0);
+- the rank on the worker dying (SIGKILL through its pid file) makes rank 0 exit non-zero, naming the rank;
+- a worker folder without tensorfold: rank 0 exits non-zero and its log says what is missing where;
+- options that cannot work are refused before anything starts: --tp smaller than 1 + workers, a destination
+  that is an ssh option.
+
+Usage: serve_workers_test.py TENSORFOLD_BINARY FAKE_SSH WORK_DIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+BIN, FAKE_SSH, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+START_TIMEOUT = 150
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+HOME = os.path.join(WORK, "worker-home")
+WORKER_DIR = os.path.join(HOME, ".cache", "tensorfold")
+os.makedirs(WORKER_DIR)
+os.symlink(BIN, os.path.join(WORKER_DIR, "tensorfold"))
+SSH_LOG = os.path.join(WORK, "ssh.log")
+HEAD_CACHE = os.path.join(WORK, "head-cache")
+
+
+class Server:
+    def __init__(self, extra, env_extra=None, expect_listen=True):
+        args = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--parallel", "2",
+                "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", HEAD_CACHE] + list(extra)
+        env = dict(os.environ, TF_SSH=FAKE_SSH, FAKE_SSH_HOME=HOME, FAKE_SSH_LOG=SSH_LOG, **(env_extra or {}))
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines = []
+        self.port = None
+        self.listening = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if not expect_listen:
+            return
+        if not self.listening.wait(START_TIMEOUT):
+            self.kill()
+            raise RuntimeError("did not listen within %d s:\n%s" % (START_TIMEOUT, self.log()))
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % self.port, timeout=30) as r:
+            self.model = json.loads(r.read())["data"][0]["id"]
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            m = re.search(r"listening on http://[^\s:]+:(\d+)", line)
+            if m and self.port is None:
+                self.port = int(m.group(1))
+                self.listening.set()
+
+    def log(self):
+        return "".join(self.lines[-80:])
+
+    def chat(self, content, max_tokens):
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": content}],
+                           "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % self.port, data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            j = json.loads(r.read())
+        msg = j["choices"][0]["message"]
+        return (msg.get("reasoning_content") or "") + "|" + (msg.get("content") or ""), j["usage"]["completion_tokens"]
+
+    def wait(self, seconds):
+        try:
+            return self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid, seconds):
+    deadline = time.time() + seconds
+    while pid_alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def remote_pid():
+    """The pid the rank on the worker wrote (the shell that exec'd tensorfold)."""
+    path = os.path.join(WORKER_DIR, "rank1.pid")
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+            if text:
+                return int(text)
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return None
+
+
+PROMPTS = [("Tell me about the lighthouse keeper and the storm.", 16), ("Hi there", 10)]
+
+
+def replies(server):
+    alone = server.chat(*PROMPTS[0])
+    together = [None, None]
+
+    def run(i):
+        together[i] = server.chat(*PROMPTS[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return alone, together
+
+
+t0 = time.time()
+
+# Refused before anything starts.
+for extra, pattern, what in [
+        (["--tp", "2", "--worker", "a@x,b@y"], r"--tp must be at least 3", "--tp 2 with two workers"),
+        (["--worker", "-oProxyCommand=touch /tmp/x"], r"is not an SSH destination", "a destination that is an option")]:
+    r = subprocess.run([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--cache-dir", HEAD_CACHE] + extra,
+                       env=dict(os.environ, TF_SSH=FAKE_SSH, FAKE_SSH_HOME=HOME), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=START_TIMEOUT)
+    check(r.returncode != 0 and "listening" not in r.stdout and re.search(pattern, r.stdout) is not None,
+          "%s is refused (exit %d): %s" % (what, r.returncode, r.stdout.strip()[-300:]))
+
+one = Server(["--dense", "f32"])
+try:
+    ref = replies(one)
+finally:
+    one.proc.send_signal(signal.SIGTERM)
+    check(one.wait(30) == 0, "--tp 1 stops on SIGTERM with exit code 0")
+
+two = Server(["--worker", "tester@localhost"], env_extra={"DENSE": "f32"})
+try:
+    pid = remote_pid()
+    check(pid is not None and pid_alive(pid), "the rank on the worker wrote its pid file (%s)" % pid)
+    with open(SSH_LOG) as f:
+        check(f.read().split() == ["tester@localhost"], "SSH was asked for the destination given")
+    check(re.search(r"rank 1: tester@localhost \(GPU 0\)", two.log()) is not None, "rank 0 says where rank 1 runs")
+    check(os.path.isdir(os.path.join(WORKER_DIR, "cache")), "the worker made its own demo checkpoint in its folder")
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            environ = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+    except OSError:
+        environ = {}
+    check(environ.get(b"DENSE") == b"f32" and environ.get(b"TF_CACHE_DIR") == os.path.join(WORKER_DIR, "cache").encode() and b"MODEL_DIR" not in environ,
+          "the worker got rank 0's DENSE, its own cache folder and no MODEL_DIR of rank 0's machine (%s)"
+          % {k: v for k, v in environ.items() if k in (b"DENSE", b"TF_CACHE_DIR", b"MODEL_DIR")})
+    got = replies(two)
+    check(got == ref, "replies with a rank on a worker equal --tp 1's:\n  worker %r\n  tp1    %r" % (got, ref))
+    two.proc.send_signal(signal.SIGTERM)
+    check(two.wait(30) == 0, "rank 0 stops on SIGTERM with exit code 0")
+    check(pid is not None and wait_gone(pid, 10), "the rank on the worker left with rank 0")
+finally:
+    two.kill()
+    if failures:
+        print(two.log(), file=sys.stderr)
+
+three = Server(["--worker", "tester@localhost", "--dense", "f32"])
+try:
+    pid = remote_pid()
+    three.chat("Warm up", 2)
+    os.kill(pid, signal.SIGKILL)
+    code = three.wait(15)
+    check(code is not None and code != 0, "rank 0 exits non-zero once the rank on the worker dies (code %s)" % code)
+    three.reader.join(5)
+    check(re.search(r"rank 1 exited", three.log()) is not None, "rank 0 says which rank exited")
+finally:
+    three.kill()
+    if failures:
+        print(three.log(), file=sys.stderr)
+
+four = Server(["--worker", "tester@localhost", "--worker-dir", "nowhere"], expect_listen=False)
+try:
+    code = four.wait(30)
+    four.reader.join(5)
+    check(code is not None and code != 0, "a worker without the folder: rank 0 exits non-zero (code %s)" % code)
+    check(re.search(r"no folder nowhere on \S+ \(scripts/prepare.sh copies it there\)", four.log()) is not None,
+          "... and the log says what is missing where")
+finally:
+    four.kill()
+    if failures:
+        print(four.log(), file=sys.stderr)
+
+print("serve_workers: %d failure(s), %.1f s" % (len(failures), time.time() - t0))
+sys.exit(1 if failures else 0)
