@@ -23,6 +23,11 @@ fi
 tf_validate_settings
 tf_serve_args
 
+# One start.sh (or restart) at a time.
+mkdir -p "$STATE_DIR"
+exec 9>"$STATE_DIR/start.lock"
+flock -n 9 || tf_fail "another ./start.sh is running (lock $STATE_DIR/start.lock)"
+
 if pid=$(tf_running_pid); then
   if [[ "$mode" != restart ]]; then
     echo "tensorfold is already running (pid $pid, port $PORT); use ./start.sh restart or ./stop.sh"
@@ -46,7 +51,7 @@ mkdir -p "$LOG_DIR" "$STATE_DIR"
 log="$LOG_DIR/tensorfold-$(date +%Y%m%d-%H%M%S).log"
 ln -sfn "$(basename "$log")" "$LOG_DIR/tensorfold.log"
 echo "starting: $bin serve ${TF_SERVE_ARGS[*]} $*"
-nohup "$bin" serve "${TF_SERVE_ARGS[@]}" "$@" >"$log" 2>&1 </dev/null &
+nohup "$bin" serve "${TF_SERVE_ARGS[@]}" "$@" >"$log" 2>&1 </dev/null 9>&- &
 pid=$!
 echo "$pid" >"$(tf_pid_file)"
 echo "log: $log"
@@ -91,6 +96,8 @@ PY
 echo
 echo "✔ $model is now LIVE! on port $PORT"
 echo "  API:     http://$(hostname -I 2>/dev/null | awk '{print $1}' || echo 127.0.0.1):$PORT/v1  (model \"$model\")"
+tf_workers
+((${#TF_WORKERS[@]})) && echo "  ranks:   rank 0 here, then ${TF_WORKERS[*]} (WORKER_DIR $WORKER_DIR)"
 echo "  log:     $log"
 echo "  restart: ./start.sh restart    stop: ./stop.sh"
 if [[ "$FOREGROUND" == 1 ]]; then

@@ -3,6 +3,7 @@
 // SIGINT/SIGTERM. Every flag also reads its environment variable (the names of
 // ../shared/spec/system.md), so `PARALLEL=2 tensorfold serve` works; a flag
 // given on the command line wins over the environment.
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -80,7 +81,10 @@ int serve(ServeOptions& o) {
   }
   TF_LOG_INFO("loading {}", o.engine.model_dir);
   auto eng = engine::Engine::create(o.engine);
-  if (!eng) fail(eng.status().to_string());
+  if (!eng) {
+    if (tp_leader) tp_leader->wait_for_lost_rank(std::chrono::milliseconds(1000));
+    fail(eng.status().to_string());
+  }
   server::HttpServer http(**eng, o.http);
   if (Status s = http.bind(); !s.is_ok()) fail(s.to_string());
   const auto info = (*eng)->model_info();
@@ -176,6 +180,16 @@ void add_serve_command(CLI::App& app) {
                   "the cache pool and media parts are refused")
       ->envname("VISION")
       ->capture_default_str();
+  cmd->add_option("--vision-urls", o->engine.vision_urls,
+                  "media parts: 0 data: URLs only; 1 also fetch https:// URLs from public addresses; lan also "
+                  "from private networks")
+      ->envname("VISION_URLS")
+      ->check(CLI::IsMember({"0", "1", "lan"}))
+      ->capture_default_str();
+  cmd->add_option("--vision-urls-ca", o->engine.vision_urls_ca,
+                  "--vision-urls: trust the certificates in this file instead of the system's")
+      ->envname("VISION_URLS_CA")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--kept-prompts", o->engine.kept_prompts,
                   "prompt states kept for reuse: a prompt that starts like a kept one resumes from it (0: no "
                   "prompt reuse; SHARED_PREFIX=0)")

@@ -336,6 +336,13 @@ void TpLeader::set_stop(std::function<void()> stop) {
   if (already) stop();
 }
 
+void TpLeader::wait_for_lost_rank(std::chrono::milliseconds limit) const {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!failed() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 bool TpLeader::failed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failed_;

@@ -32,6 +32,7 @@
 // close (and SIGTERM through PR_SET_PDEATHSIG) when it dies.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -83,6 +84,10 @@ class TpLeader {
   // How to stop the server once it is up (runs at once if the world already broke).
   void set_stop(std::function<void()> stop);
   bool failed() const;
+  // Starting failed in a way a lost rank explains (a collective broke): gives the
+  // launcher's watcher up to `limit` to see the exit, so that the message names
+  // the rank and how it ended (fail() then exits the process) rather than the socket.
+  void wait_for_lost_rank(std::chrono::milliseconds limit) const;
   // The server stops on purpose: the followers' exits are expected from now on.
   // Call before the engine is destroyed (its thread sends the stop command).
   void begin_shutdown();

@@ -6,7 +6,7 @@
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
-  SHARED_PREFIX KEPT_PROMPTS VISION
+  SHARED_PREFIX KEPT_PROMPTS VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
@@ -64,6 +64,7 @@ done
 : "${SHARED_PREFIX:=1}"
 : "${KEPT_PROMPTS:=16}"
 : "${VISION:=1}"
+: "${VISION_URLS:=0}"
 : "${TP:=1}"
 : "${DEVICE:=cpu}"
 : "${BUILD_DIR:=$TF_ROOT/build}"
@@ -118,6 +119,8 @@ tf_validate_settings() {
   [[ "$MAX_TOKENS" =~ ^[0-9]+$ ]] || tf_fail "MAX_TOKENS must be a number, got '$MAX_TOKENS'"
   [[ "$SHARED_PREFIX" =~ ^[01]$ ]] || tf_fail "SHARED_PREFIX must be 0 or 1, got '$SHARED_PREFIX'"
   [[ "$VISION" =~ ^[01]$ ]] || tf_fail "VISION must be 0 or 1, got '$VISION'"
+  [[ "$VISION_URLS" =~ ^(0|1|lan)$ ]] || tf_fail "VISION_URLS must be 0, 1 or lan, got '$VISION_URLS'"
+  [[ -z "${VISION_URLS_CA:-}" || -f "$VISION_URLS_CA" ]] || tf_fail "VISION_URLS_CA=$VISION_URLS_CA is not a file"
   [[ "$KEPT_PROMPTS" =~ ^[0-9]+$ ]] && ((KEPT_PROMPTS <= 4096)) ||
     tf_fail "KEPT_PROMPTS must be a number in 0..4096, got '$KEPT_PROMPTS'"
   [[ "$TP" =~ ^[0-9]+$ ]] && ((TP >= 1)) || tf_fail "TP must be >= 1, got '$TP'"
@@ -143,13 +146,14 @@ tf_validate_settings() {
 tf_serve_args() {
   TF_SERVE_ARGS=(--host "$HOST" --port "$PORT" --parallel "$PARALLEL" --context "$CONTEXT" --kv "$KV"
     --memory-reserve-gib "$MEMORY_RESERVE_GIB" --kv-pool-gib "$KV_POOL_GIB" --max-tokens "$MAX_TOKENS"
-    --max-waiting "$MAX_QUEUED" --tp "$TP" --device "$DEVICE" --vision "$VISION")
+    --max-waiting "$MAX_QUEUED" --tp "$TP" --device "$DEVICE" --vision "$VISION" --vision-urls "$VISION_URLS")
   # SHARED_PREFIX=0 turns prompt reuse off; KEPT_PROMPTS is how many prompt states it keeps.
   if [[ "$SHARED_PREFIX" == 0 ]]; then TF_SERVE_ARGS+=(--kept-prompts 0); else TF_SERVE_ARGS+=(--kept-prompts "$KEPT_PROMPTS"); fi
   [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")
   [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
   [[ -n "${DENSE:-}" ]] && TF_SERVE_ARGS+=(--dense "$DENSE")
   [[ -n "${LM_HEAD:-}" ]] && TF_SERVE_ARGS+=(--lm-head "$LM_HEAD")
+  [[ -n "${VISION_URLS_CA:-}" ]] && TF_SERVE_ARGS+=(--vision-urls-ca "$VISION_URLS_CA")
   [[ -n "${EXACT_ROWS:-}" ]] && TF_SERVE_ARGS+=(--exact-rows "$EXACT_ROWS")
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
   [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"

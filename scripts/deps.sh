@@ -12,11 +12,13 @@ BUILD_PKGS=(
   libgloo-dev
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev   # video decoding (src/media)
   libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev   # image decoding (src/media)
+  libcurl4-openssl-dev   # media from https:// URLs when VISION_URLS allows it (src/media/url_fetch)
   libgtest-dev libgmock-dev   # every configuration configures the test targets
 )
 # prometheus ships promtool: `promtool check metrics` validates /metrics (server_promtool_metrics).
 # rsync: serve_workers copies a worker's folder as scripts/sync_workers.sh does.
-TEST_PKGS=(libbenchmark-dev clang libclang-rt-14-dev nodejs npm prometheus rsync)
+# openssl: serve_vision_urls makes a certificate authority and an HTTPS server's certificate.
+TEST_PKGS=(libbenchmark-dev clang libclang-rt-14-dev nodejs npm prometheus rsync openssl)
 WORKER_PKGS=(openssh-client rsync)
 
 want=("${BUILD_PKGS[@]}")

@@ -288,6 +288,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                    static_cast<int32_t>(c.image_start_token_id), static_cast<int32_t>(c.image_end_token_id),
                    static_cast<int32_t>(c.video_start_token_id), static_cast<int32_t>(c.video_end_token_id)};
   }
+  // VISION_URLS: media parts may also be https:// URLs, fetched while the request is rendered.
+  m.media_limits.fetch_urls = options.vision_urls == "1" || options.vision_urls == "lan";
+  m.media_limits.fetch.allow_private = options.vision_urls == "lan";
+  m.media_limits.fetch.ca_file = options.vision_urls_ca;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t file_bytes = 0;  // the checkpoint's safetensors files: what the load rate is of
   {

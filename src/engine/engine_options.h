@@ -34,6 +34,11 @@ struct EngineOptions {
   // VISION=0: the vision tower is not loaded (its memory goes to the cache pool); image and
   // video parts are then refused with a 400 that says so.
   bool vision = true;
+  // VISION_URLS: "0" media parts are data: URLs only; "1" https:// URLs are fetched too, from
+  // public addresses; "lan" also from private networks. vision_urls_ca: the certificates to
+  // trust instead of the system's (VISION_URLS_CA).
+  std::string vision_urls = "0";
+  std::string vision_urls_ca;
   int64_t page_size = 64;
   // KEPT_PROMPTS: prompt states kept for reuse (engine_prompt_reuse.cc); 0 turns prompt reuse
   // off (SHARED_PREFIX=0). Each holds one stream's KDA state (in the memory plan) and its

@@ -87,13 +87,34 @@ Status check_patch_bytes(const Expected<media::VisionPatches>& grid, int64_t bud
   return Status::ok();
 }
 
-Expected<Decoded> decode_part(const MediaPart& part, const MediaLimits& limits, int64_t budget) {
+// The part's media bytes: a data: URL's payload, or with VISION_URLS an https:// URL's body.
+Expected<std::string> part_bytes(const MediaPart& part, const MediaLimits& limits) {
+  if (limits.fetch_urls && media::is_https_url(part.url)) {
+    media::UrlFetchOptions o = limits.fetch;
+    o.max_bytes = part.video ? limits.max_fetched_video_bytes : limits.max_fetched_image_bytes;
+    auto fetched = media::fetch_media_url(part.url, o);
+    if (!fetched) return fetched.status().with_context(part.where);
+    return std::move(fetched->bytes);
+  }
   auto url = media::parse_data_url(part.url, limits.max_url_bytes);
-  if (!url) return url.status().with_context(part.where);
+  if (!url) {
+    const bool remote = media::is_https_url(part.url) || part.url.rfind("http://", 0) == 0;
+    const std::string hint = !remote          ? ""
+                             : limits.fetch_urls ? " (only https:// URLs are fetched)"
+                                                 : " (VISION_URLS=1 lets the server fetch https:// URLs)";
+    const Status s = url.status().with_context(part.where);
+    return Status(s.code(), s.message() + hint);
+  }
+  return std::move(url->bytes);
+}
+
+Expected<Decoded> decode_part(const MediaPart& part, const MediaLimits& limits, int64_t budget) {
+  auto bytes = part_bytes(part, limits);
+  if (!bytes) return bytes.status();
   Decoded d;
   d.item.video = part.video;
   if (!part.video) {
-    auto img = media::decode_image(url->bytes);
+    auto img = media::decode_image(*bytes);
     if (!img) return img.status().with_context(part.where);
     media::VisionPreprocessConfig cfg;
     cfg.max_tokens = limits.max_image_tokens;
@@ -105,7 +126,7 @@ Expected<Decoded> decode_part(const MediaPart& part, const MediaLimits& limits, 
   }
   media::VideoLimits video_limits;
   video_limits.max_output_bytes = limits.max_pixel_bytes;
-  auto video = media::decode_video(url->bytes, video_limits);
+  auto video = media::decode_video(*bytes, video_limits);
   if (!video) return video.status().with_context(part.where);
   if (video->frames.empty()) return invalid_argument(part.where + ": the video has no frames");
   media::VisionPreprocessConfig cfg;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "media/url_fetch.h"
 #include "engine/engine_api.h"
 #include "media/vision_preprocess.h"
 
@@ -54,6 +55,11 @@ struct MediaLimits {
   // (f32: 1176 floats per patch, 4 patches per token): memory is refused up front, not
   // run out of. 512 MiB is ~28k tokens (an 8000-token image takes 150 MB).
   int64_t max_pixel_bytes = int64_t{512} << 20;
+  // VISION_URLS: https:// URLs are fetched (media/url_fetch.h), at most these many bytes each.
+  bool fetch_urls = false;
+  media::UrlFetchOptions fetch;
+  size_t max_fetched_image_bytes = size_t{10} << 20;
+  size_t max_fetched_video_bytes = size_t{64} << 20;
 };
 
 // The messages' image and video parts in order: {video?, url}. Parts as the server

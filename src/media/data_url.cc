@@ -127,8 +127,7 @@ Expected<DataUrl> parse_data_url(std::string_view url, size_t max_bytes) {
   if (!iequals(scheme, "data")) {
     std::string got = scheme.empty() || scheme.size() > 16 ? std::string("a value that is not a URL")
                                                            : "a URL with scheme '" + std::string(scheme) + "'";
-    return invalid_argument("only data: URLs are accepted (e.g. \"data:image/png;base64,...\"); got " + got +
-                            " (the server does not fetch remote URLs)");
+    return invalid_argument("only data: URLs are accepted (e.g. \"data:image/png;base64,...\"); got " + got);
   }
   std::string_view rest = url.substr(colon + 1);
   size_t comma = rest.find(',');

@@ -1,6 +1,6 @@
 // data: URLs (RFC 2397) as sent in OpenAI/Anthropic image and video parts:
-// "data:image/png;base64,iVBOR...". The server never fetches remote URLs, so
-// anything that is not a data: URL is refused with a message that says so.
+// "data:image/png;base64,iVBOR...". Anything else is refused with a message that
+// says so (https:// URLs are fetched only with VISION_URLS: media/url_fetch.h).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "server/media_parts.h"
 
+#include <cctype>
 #include <set>
 
 #include "server/api_error.h"
@@ -19,10 +20,23 @@ std::string url_field(const Json& part, const char* field, const std::string& pp
   return {};
 }
 
+// "https://..." in any letter case: handed on to the engine (the server layer sees no media code).
+bool https_url(const std::string& url) {
+  static const std::string kScheme = "https://";
+  if (url.size() <= kScheme.size()) return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(url[i])) != kScheme[i]) return false;
+  }
+  return true;
+}
+
 Json checked(const std::string& url, bool video, const std::string& pp) {
-  if (url.rfind("data:", 0) != 0) {
+  // https:// URLs go on to the engine, which fetches them when the server runs with
+  // VISION_URLS=1 and otherwise refuses them saying so (engine/prompt_media.cc).
+  if (url.rfind("data:", 0) != 0 && !https_url(url)) {
     throw bad_request("'" + pp + "': only data: URLs are accepted for " + (video ? "videos" : "images") +
-                          " (the server does not fetch remote media); send the bytes as data:<mime>;base64,...",
+                          " (and https:// URLs when the server runs with VISION_URLS=1); send the bytes as "
+                          "data:<mime>;base64,...",
                       pp, "invalid_image_url");
   }
   const char* key = video ? "video_url" : "image_url";

@@ -94,7 +94,7 @@ await run.check('errors: typed SDK errors carrying Anthropic error objects', asy
   const cases = [
     [{ model, messages }, /max_tokens/],                                                        // required
     [{ model, max_tokens: 8, messages: [] }, /messages/],
-    [{ model, max_tokens: 8, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } }] }] }, /data: URLs/],
+    [{ model, max_tokens: 8, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'http://example.com/a.png' } }] }] }, /data: URLs/],
     [{ model, max_tokens: 8, messages: [{ role: 'robot', content: 'x' }] }, /role/],
     [{ model, max_tokens: 8, messages, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, /web_search/],
     [{ model, max_tokens: 8, messages, thinking: { type: 'enabled' } }, /budget_tokens/],

@@ -3,6 +3,8 @@
 // and clear errors for what cannot be served.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -165,6 +167,33 @@ TEST(PromptMedia, ErrorsNameThePart) {
   auto out = expand_prompt_media({kIds.image, kIds.image}, two, kIds, few, no_text);
   ASSERT_FALSE(out.has_value());
   EXPECT_NE(out.status().message().find("at most 1"), std::string::npos) << out.status().to_string();
+}
+
+// An https:// URL: without VISION_URLS the refusal says how to allow it; with it, the
+// URL is fetched (here: a host that cannot resolve, so the error names the fetch).
+TEST(PromptMedia, HttpsUrlsAreFetchedOnlyWhenAllowed) {
+  const std::vector<int32_t> one = {1, kIds.image, 2};
+  const MediaPart part{false, "https://no-such-host.invalid/a.png", "messages[0].content[1]"};
+  auto off = expand_prompt_media(one, {part}, kIds, MediaLimits{}, no_text);
+  ASSERT_FALSE(off.has_value());
+  EXPECT_EQ(off.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(off.status().message().find("messages[0].content[1]: only data: URLs are accepted"), std::string::npos)
+      << off.status().to_string();
+  EXPECT_NE(off.status().message().find("(VISION_URLS=1 lets the server fetch https:// URLs)"), std::string::npos)
+      << off.status().to_string();
+  MediaLimits on;
+  on.fetch_urls = true;
+  on.fetch.connect_timeout = std::chrono::seconds(5);
+  auto fetched = expand_prompt_media(one, {part}, kIds, on, no_text);
+  ASSERT_FALSE(fetched.has_value());
+  EXPECT_NE(fetched.status().message().find("messages[0].content[1]: fetching https://no-such-host.invalid/a.png"),
+            std::string::npos)
+      << fetched.status().to_string();
+  // Other schemes are not fetched, and say so.
+  auto http = expand_prompt_media(one, {{false, "http://example.com/a.png", "m"}}, kIds, on, no_text);
+  ASSERT_FALSE(http.has_value());
+  EXPECT_NE(http.status().message().find("(only https:// URLs are fetched)"), std::string::npos)
+      << http.status().to_string();
 }
 
 }  // namespace

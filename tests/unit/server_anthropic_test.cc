@@ -99,7 +99,7 @@ TEST(ServerAnthropic, RefusalsNameTheAnthropicField) {
   Json b = ok;
   b["messages"][0]["content"] = {{{"type", "image"}, {"source", {{"type", "base64"}}}}};  // no media_type / data
   refused(b, "messages[0].content[0].source");
-  b["messages"][0]["content"] = {{{"type", "image"}, {"source", {{"type", "url"}, {"url", "https://example.com/a.png"}}}}};
+  b["messages"][0]["content"] = {{{"type", "image"}, {"source", {{"type", "url"}, {"url", "http://example.com/a.png"}}}}};
   refused(b, "messages[0].content[0].source.url");
   b["messages"][0]["content"] = {{{"type", "document"}, {"source", {{"type", "base64"}}}}};
   refused(b, "messages[0].content[0].type");

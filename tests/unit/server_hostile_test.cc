@@ -43,7 +43,7 @@ std::vector<Case> cases() {
       {C, R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role"},
       {C, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content"},
       {C, R"({"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AA","format":"wav"}}]}]})", 400, "messages[0].content[0].type"},
-      {C, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]})", 400, "messages[0].content[0]"},
+      {C, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://example.com/a.png"}}]}]})", 400, "messages[0].content[0]"},
       {C, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", 400, "messages[0].content[0].image_url.url"},
       {C, R"({"messages":[{"role":"user","content":[{"type":"bogus"}]}]})", 400, "messages[0].content[0].type"},
       {C, R"({"messages":[{"role":"user"}]})", 400, "messages[0].content"},
