@@ -6,12 +6,14 @@ set -euo pipefail
 source "$(dirname "$0")/scripts/config.sh"
 source "$TF_ROOT/scripts/workers.sh"
 
+# The workers in parallel (each may wait STOP_TIMEOUT for its rank).
 stop_workers() {
   local w
   tf_workers
   for w in "${TF_WORKERS[@]}"; do
-    tf_stop_worker_ranks "$w" || echo "warning: could not reach the worker $w to end its ranks"
+    (tf_stop_worker_ranks "$w" || echo "warning: could not reach the worker $w to end its ranks") &
   done
+  wait
 }
 
 if ! pid=$(tf_running_pid); then

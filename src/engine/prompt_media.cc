@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <utility>
 
 #include "media/data_url.h"
@@ -108,8 +109,30 @@ Expected<std::string> part_bytes(const MediaPart& part, const MediaLimits& limit
   return std::move(url->bytes);
 }
 
-Expected<Decoded> decode_part(const MediaPart& part, const MediaLimits& limits, int64_t budget) {
-  auto bytes = part_bytes(part, limits);
+// Every part's bytes, in order; the https:// ones fetched a few at a time in parallel
+// (their waits overlap), the data: URLs decoded here.
+std::vector<Expected<std::string>> all_part_bytes(const std::vector<MediaPart>& parts, const MediaLimits& limits) {
+  constexpr size_t kParallelFetches = 8;
+  std::vector<Expected<std::string>> out(parts.size(), Expected<std::string>(std::string()));
+  std::vector<std::pair<size_t, std::future<Expected<std::string>>>> running;
+  auto finish = [&] {
+    for (auto& [k, f] : running) out[k] = f.get();
+    running.clear();
+  };
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (limits.fetch_urls && media::is_https_url(parts[k].url)) {
+      running.emplace_back(k, std::async(std::launch::async, part_bytes, std::cref(parts[k]), std::cref(limits)));
+      if (running.size() == kParallelFetches) finish();
+    } else {
+      out[k] = part_bytes(parts[k], limits);
+    }
+  }
+  finish();
+  return out;
+}
+
+Expected<Decoded> decode_part(const MediaPart& part, const Expected<std::string>& bytes, const MediaLimits& limits,
+                              int64_t budget) {
   if (!bytes) return bytes.status();
   Decoded d;
   d.item.video = part.video;
@@ -205,8 +228,10 @@ Expected<RenderedPrompt> expand_prompt_media(std::vector<int32_t> tokens, const 
   auto media = std::make_shared<PromptMedia>();
   std::vector<std::vector<double>> seconds;
   int64_t pixel_bytes = 0;
-  for (const MediaPart& p : parts) {
-    auto d = decode_part(p, limits, limits.max_pixel_bytes - pixel_bytes);
+  const std::vector<Expected<std::string>> bytes = all_part_bytes(parts, limits);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const MediaPart& p = parts[k];
+    auto d = decode_part(p, bytes[k], limits, limits.max_pixel_bytes - pixel_bytes);
     if (!d) return d.status();
     pixel_bytes += static_cast<int64_t>(d->item.patches.values.size() * sizeof(float));
     media->items.push_back(std::move(d->item));

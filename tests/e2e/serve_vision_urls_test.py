@@ -6,6 +6,7 @@ HTTPS server whose certificate comes from a test authority (openssl; --vision-ur
   (chat completions, a redirect to it, and Anthropic's url image source);
 - what cannot be fetched is a 400 naming the part and why, and the server keeps serving: HTTP 404, a body over
   the 10 MiB image limit, a redirect to http://, a redirect loop, a certificate the server does not trust;
+- the images of one request are fetched at the same time (the HTTPS server sees three requests in flight at once);
 - VISION_URLS=1 fetches from public addresses only: 127.0.0.1 is refused before any connection.
 
 Usage: serve_vision_urls_test.py TENSORFOLD_BINARY WORK_DIR
@@ -55,6 +56,10 @@ openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key"
         "server.pem", "-days", "2", "-extfile", "san.ext")
 
 
+in_flight = {"now": 0, "most": 0}
+in_flight_cv = threading.Condition()
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -74,6 +79,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         port = self.server.server_address[1]
         if self.path == "/img.png":
             self.send(200, IMAGE, [("Content-Type", "image/png")])
+        elif self.path.startswith("/together.png"):
+            # Held until three are in flight (or 5 s pass): how many the fetcher runs at once.
+            with in_flight_cv:
+                in_flight["now"] += 1
+                in_flight["most"] = max(in_flight["most"], in_flight["now"])
+                in_flight_cv.notify_all()
+                in_flight_cv.wait_for(lambda: in_flight["now"] >= 3, timeout=5)
+            self.send(200, IMAGE, [("Content-Type", "image/png")])
+            with in_flight_cv:
+                in_flight["now"] -= 1
         elif self.path == "/redirect":
             self.send(302, headers=[("Location", "/img.png")])
         elif self.path == "/redirect-http":
@@ -172,6 +187,11 @@ try:
         code, body = lan.chat(BASE + path)
         check(code == 400 and re.search(pattern, error_message(body)) is not None,
               "%s: 400 saying why (%d): %s" % (what, code, error_message(body)[:300]))
+    code, three = lan.post("/v1/chat/completions", {
+        "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": BASE + "/together.png?%d" % i}} for i in range(3)]}]})
+    check(code == 200 and in_flight["most"] == 3,
+          "a request's three images are fetched at the same time (%d; at most %d in flight)" % (code, in_flight["most"]))
     code, again = lan.chat(BASE + "/img.png")
     check(code == 200 and reply(again) == reply(ref), "the server keeps serving after the refusals")
 finally:
