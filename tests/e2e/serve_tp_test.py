@@ -21,58 +21,22 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from serve_process import START_TIMEOUT, Checks, ServeProcess, chats_together, wait_gone  # noqa: E402
 
 BIN, CACHE = sys.argv[1], sys.argv[2]
-START_TIMEOUT = 150  # covers generating the demo checkpoint on first use
-failures = []
+check = Checks()
+failures = check.failures
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-class Server:
+class Server(ServeProcess):
     def __init__(self, tp, extra=()):
-        args = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--parallel", "2",
-                "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", CACHE, "--tp", str(tp),
-                # exact weights: DENSE=q4 groups would follow the TP shard boundaries (TP=2 != TP=1)
-                "--dense", "f32"] + list(extra)
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines = []
-        self.port = None
-        self.listening = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self.listening.wait(START_TIMEOUT):
-            self.kill()
-            raise RuntimeError("--tp %d did not listen within %d s:\n%s" % (tp, START_TIMEOUT, self.log()))
-        with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % self.port, timeout=30) as r:
-            self.model = json.loads(r.read())["data"][0]["id"]
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            m = re.search(r"listening on http://[^\s:]+:(\d+)", line)
-            if m and self.port is None:
-                self.port = int(m.group(1))
-                self.listening.set()
-
-    def log(self):
-        return "".join(self.lines[-60:])
-
-    def chat(self, content, max_tokens):
-        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-                           "temperature": 0, "ignore_eos": True}).encode()
-        req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % self.port, data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            j = json.loads(r.read())
-        msg = j["choices"][0]["message"]
-        return (msg.get("reasoning_content") or "") + "|" + (msg.get("content") or ""), j["usage"]["completion_tokens"]
+        super().__init__([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--parallel", "2",
+                          "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", CACHE, "--tp", str(tp),
+                          # exact weights: DENSE=q4 groups would follow the TP shard boundaries (TP=2 != TP=1)
+                          "--dense", "f32"] + list(extra))
 
     def children(self):
         """Pids whose parent is this server (its follower ranks)."""
@@ -89,30 +53,6 @@ class Server:
             if int(fields[1]) == self.proc.pid:
                 kids.append(int(d))
         return kids
-
-    def wait(self, seconds):
-        try:
-            return self.proc.wait(seconds)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone for our purpose (its parent has not reaped it yet).
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def port_free(port):
@@ -138,17 +78,7 @@ with open(_PNG, "rb") as _f:
 
 def replies(server):
     alone = (server.chat(*PROMPTS[0]), server.chat(*IMAGE_PROMPT))
-    together = [None, None]
-
-    def run(i):
-        together[i] = server.chat(*PROMPTS[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return alone, together
+    return alone, chats_together(server, PROMPTS)
 
 
 t0 = time.time()
@@ -183,10 +113,7 @@ try:
     two.proc.send_signal(signal.SIGTERM)
     code = two.wait(30)
     check(code == 0, "--tp 2 stops on SIGTERM with exit code 0 (%s)" % code)
-    deadline = time.time() + 10
-    while kids and any(pid_alive(k) for k in kids) and time.time() < deadline:
-        time.sleep(0.05)
-    check(not any(pid_alive(k) for k in kids), "the follower left with rank 0")
+    check(wait_gone(kids, 10), "the follower left with rank 0")
     check("rank 0 stopped" in two.log(), "the follower logged rank 0's stop command")
 finally:
     two.kill()
@@ -221,10 +148,7 @@ try:
     check(len(kids) == 1, "--tp 2 (third start) runs one follower process")
     four.proc.kill()  # rank 0 dies without a word
     four.proc.wait()
-    deadline = time.time() + 10
-    while kids and any(pid_alive(k) for k in kids) and time.time() < deadline:
-        time.sleep(0.05)
-    check(kids and not any(pid_alive(k) for k in kids), "the follower exits when rank 0 is killed")
+    check(kids and wait_gone(kids, 10), "the follower exits when rank 0 is killed")
 finally:
     four.kill()
     for k in four.children():
@@ -273,5 +197,4 @@ check(re.search(r"^tp 2: \d+ model steps, \d+ all-reduces", bench.stdout, re.M) 
 if failures:
     print(bench.stdout[-3000:], file=sys.stderr)
 
-print("serve_tp: %d failure(s), %.1f s" % (len(failures), time.time() - t0))
-sys.exit(1 if failures else 0)
+check.finish("serve_tp", t0)

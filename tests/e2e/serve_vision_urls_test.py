@@ -13,7 +13,6 @@ Usage: serve_vision_urls_test.py TENSORFOLD_BINARY WORK_DIR
 """
 import base64
 import http.server
-import json
 import os
 import re
 import shutil
@@ -22,19 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from serve_process import Checks, ServeProcess  # noqa: E402
 
 BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-START_TIMEOUT = 150
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
+check = Checks()
 
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
@@ -109,47 +101,19 @@ threading.Thread(target=httpd.serve_forever, daemon=True).start()
 BASE = "https://127.0.0.1:%d" % httpd.server_address[1]
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, extra):
-        args = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "2048", "--served-name", "m",
-                "--cache-dir", os.path.join(WORK, "cache")] + extra
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines, self.port, ready = [], None, threading.Event()
-
-        def read():
-            for line in self.proc.stdout:
-                self.lines.append(line)
-                m = re.search(r"listening on http://[^\s:]+:(\d+)", line)
-                if m and self.port is None:
-                    self.port = int(m.group(1))
-                    ready.set()
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(START_TIMEOUT):
-            self.stop()
-            raise RuntimeError("did not listen:\n" + "".join(self.lines[-40:]))
+        super().__init__([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "2048", "--served-name",
+                          "m", "--cache-dir", os.path.join(WORK, "cache")] + extra)
 
     def post(self, path, body):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
+        return super().post(path, body, {"anthropic-version": "2023-06-01"})
 
     def chat(self, url):
         return self.post("/v1/chat/completions", {
             "model": "m", "max_tokens": 8, "temperature": 0, "ignore_eos": True,
             "messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
                                                        {"type": "image_url", "image_url": {"url": url}}]}]})
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 def reply(body):
@@ -214,5 +178,4 @@ finally:
     untrusted.stop()
 
 httpd.shutdown()
-print("serve_vision_urls: %d failure(s), %.1f s" % (len(failures), time.time() - t0))
-sys.exit(1 if failures else 0)
+check.finish("serve_vision_urls", t0)

@@ -16,27 +16,21 @@ the tensorfold binary (as scripts/prepare.sh leaves it); the worker makes its ow
 
 Usage: serve_workers_test.py TENSORFOLD_BINARY FAKE_SSH WORK_DIR
 """
-import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from serve_process import (START_TIMEOUT, Checks, ServeProcess, chats_together, pid_alive,  # noqa: E402
+                           wait_gone)
 
 BIN, FAKE_SSH, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
-START_TIMEOUT = 150
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
+check = Checks()
+failures = check.failures
 
 shutil.rmtree(WORK, ignore_errors=True)
 HOME = os.path.join(WORK, "worker-home")
@@ -47,75 +41,13 @@ SSH_LOG = os.path.join(WORK, "ssh.log")
 HEAD_CACHE = os.path.join(WORK, "head-cache")
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, extra, env_extra=None, expect_listen=True):
-        args = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--parallel", "2",
-                "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", HEAD_CACHE] + list(extra)
-        env = dict(os.environ, TF_SSH=FAKE_SSH, FAKE_SSH_HOME=HOME, FAKE_SSH_LOG=SSH_LOG, **(env_extra or {}))
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.lines = []
-        self.port = None
-        self.listening = threading.Event()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        if not expect_listen:
-            return
-        if not self.listening.wait(START_TIMEOUT):
-            self.kill()
-            raise RuntimeError("did not listen within %d s:\n%s" % (START_TIMEOUT, self.log()))
-        with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % self.port, timeout=30) as r:
-            self.model = json.loads(r.read())["data"][0]["id"]
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            m = re.search(r"listening on http://[^\s:]+:(\d+)", line)
-            if m and self.port is None:
-                self.port = int(m.group(1))
-                self.listening.set()
-
-    def log(self):
-        return "".join(self.lines[-80:])
-
-    def chat(self, content, max_tokens):
-        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": content}],
-                           "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}).encode()
-        req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % self.port, data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            j = json.loads(r.read())
-        msg = j["choices"][0]["message"]
-        return (msg.get("reasoning_content") or "") + "|" + (msg.get("content") or ""), j["usage"]["completion_tokens"]
-
-    def wait(self, seconds):
-        try:
-            return self.proc.wait(seconds)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pid, seconds):
-    deadline = time.time() + seconds
-    while pid_alive(pid) and time.time() < deadline:
-        time.sleep(0.05)
-    return not pid_alive(pid)
+        super().__init__([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--parallel", "2",
+                          "--kv-pool-gib", "0.05", "--memory-reserve-gib", "0", "--cache-dir", HEAD_CACHE] + list(extra),
+                         env=dict(os.environ, TF_SSH=FAKE_SSH, FAKE_SSH_HOME=HOME, FAKE_SSH_LOG=SSH_LOG,
+                                  **(env_extra or {})),
+                         wait=expect_listen)
 
 
 def remote_pid():
@@ -139,17 +71,7 @@ PROMPTS = [("Tell me about the lighthouse keeper and the storm.", 16), ("Hi ther
 
 def replies(server):
     alone = server.chat(*PROMPTS[0])
-    together = [None, None]
-
-    def run(i):
-        together[i] = server.chat(*PROMPTS[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return alone, together
+    return alone, chats_together(server, PROMPTS)
 
 
 t0 = time.time()
@@ -191,7 +113,7 @@ try:
     check(got == ref, "replies with a rank on a worker equal --tp 1's:\n  worker %r\n  tp1    %r" % (got, ref))
     two.proc.send_signal(signal.SIGTERM)
     check(two.wait(30) == 0, "rank 0 stops on SIGTERM with exit code 0")
-    check(pid is not None and wait_gone(pid, 10), "the rank on the worker left with rank 0")
+    check(pid is not None and wait_gone([pid], 10), "the rank on the worker left with rank 0")
 finally:
     two.kill()
     if failures:
@@ -223,5 +145,4 @@ finally:
     if failures:
         print(four.log(), file=sys.stderr)
 
-print("serve_workers: %d failure(s), %.1f s" % (len(failures), time.time() - t0))
-sys.exit(1 if failures else 0)
+check.finish("serve_workers", t0)

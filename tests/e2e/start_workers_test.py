@@ -23,13 +23,11 @@ import time
 import urllib.request
 
 ROOT, BUILD, FAKE_SSH, FAKE_LDD, WORK = (os.path.abspath(a) for a in sys.argv[1:6])
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from serve_process import Checks  # noqa: E402
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+check = Checks()
+failures = check.failures
 
 
 def free_port():
@@ -137,5 +135,4 @@ for extra, pattern, what in [
     check(code != 0 and pattern in out, "%s: sync_workers.sh fails saying so (exit %d): %s"
           % (what, code, out.strip()[-300:]))
 
-print("start_workers: %d failure(s), %.1f s" % (len(failures), time.time() - t0))
-sys.exit(1 if failures else 0)
+check.finish("start_workers", t0)
