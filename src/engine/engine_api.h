@@ -67,6 +67,9 @@ struct ChatPrompt {
   std::string reasoning_effort;                       // "", none, low, high, max, ...
   bool add_generation_prompt = true;
   bool continue_final_message = false;
+  // render_chat_media also renders the system block alone (RenderedPrompt::system_tokens,
+  // for prompt reuse); /tokenize, which only counts, turns that extra render off.
+  bool find_system_block = true;
 };
 
 // The images and videos of a rendered chat prompt: decoded and preprocessed by

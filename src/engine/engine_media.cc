@@ -18,7 +18,7 @@ Expected<RenderedPrompt> Engine::render_chat_media(const ChatPrompt& chat) const
   auto rendered =
       expand_prompt_media(std::move(*tokens), *parts, impl_->media_ids, impl_->media_limits,
                           [&tok](const std::string& s) { return tok.encode(s, /*add_special_tokens=*/false); });
-  if (rendered) rendered->system_tokens = system_block_tokens(chat, rendered->tokens);
+  if (rendered && chat.find_system_block) rendered->system_tokens = system_block_tokens(chat, rendered->tokens);
   return rendered;
 }
 

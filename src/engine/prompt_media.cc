@@ -202,9 +202,12 @@ Expected<RenderedPrompt> expand_prompt_media(std::vector<int32_t> tokens, const 
     out.tokens = std::move(tokens);
     return out;
   }
-  if (static_cast<int>(parts.size()) > limits.max_items)
-    return invalid_argument("a request may carry at most " + std::to_string(limits.max_items) +
-                            " images and videos, this one has " + std::to_string(parts.size()));
+  const auto videos = std::count_if(parts.begin(), parts.end(), [](const MediaPart& p) { return p.video; });
+  const auto images = static_cast<int64_t>(parts.size()) - videos;
+  if (images > limits.max_images || videos > limits.max_videos)
+    return invalid_argument("a request may carry at most " + std::to_string(limits.max_images) + " images and " +
+                            std::to_string(limits.max_videos) + " videos, this one has " + std::to_string(images) +
+                            " and " + std::to_string(videos));
   // The template's placeholders, in order: <|image|> outside a video span is an image,
   // <|video|> a video.
   std::vector<bool> placeholder_is_video;

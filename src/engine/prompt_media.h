@@ -48,7 +48,8 @@ struct MediaTokenIds {
 
 struct MediaLimits {
   size_t max_url_bytes = size_t{64} << 20;  // one data URL, before base64 decoding
-  int max_items = 32;                       // images + videos in one request
+  int max_images = 50;                      // images in one request (as the reference deployment)
+  int max_videos = 4;                       // videos in one request
   int64_t max_image_tokens = 8000;          // per image (the processor's default)
   int64_t max_video_tokens = 240000;        // per video (the processor's default)
   // Decoded frames of a video, and the patches of all of a request's media together

@@ -378,6 +378,7 @@ struct HttpServer::Impl {
     check_model(r.model);
     Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
     if (r.is_chat) {
+      r.chat.find_system_block = false;  // only the tokens are wanted
       auto rendered = engine.render_chat_media(r.chat);
       ids = rendered ? Expected<std::vector<int32_t>>(std::move(rendered->tokens)) : rendered.status();
     } else {

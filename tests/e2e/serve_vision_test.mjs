@@ -140,10 +140,10 @@ await run.check('bad media are 400s with OpenAI error objects; the server keeps 
     assertErrorObject(assert, r, what);
     assert.match(r.json.error.message, re, what);
   }
-  const many = Array.from({ length: 33 }, () => imagePart(TINY));
+  const many = Array.from({ length: 51 }, () => imagePart(TINY));
   const r = await postJson(server, '/v1/chat/completions', chat(userWith(...many)));
   assert.equal(r.status, 400, r.text.slice(0, 300));
-  assert.match(r.json.error.message, /at most 32/);
+  assert.match(r.json.error.message, /at most 50 images and 4 videos, this one has 51 and 0/);
   const ok = await client.chat.completions.create(chat([{ role: 'user', content: 'still there?' }], { max_tokens: 4 }));
   assert.equal(ok.usage.completion_tokens, 4);
 });

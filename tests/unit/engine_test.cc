@@ -723,6 +723,17 @@ TEST_F(PromptReuseTest, SecondChatWithTheSameSystemPromptResumes) {
     return *r;
   };
   const RenderedPrompt a = chat_with("first question"), b = chat_with("second question");
+  {
+    // Asked not to (/tokenize), the system block is not rendered: no mark, the same tokens.
+    ChatPrompt counting;
+    counting.messages = nlohmann::json::array({{{"role", "system"}, {"content", long_text("instructions", 90)}},
+                                               {{"role", "user"}, {"content", long_text("first question", 30)}}});
+    counting.find_system_block = false;
+    auto c = engine_->render_chat_media(counting);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_EQ(c->system_tokens, 0);
+    EXPECT_EQ(c->tokens, a.tokens);
+  }
   ASSERT_GE(a.system_tokens, 128);
   EXPECT_EQ(a.system_tokens, b.system_tokens);
   ASSERT_LT(a.system_tokens, static_cast<int64_t>(a.tokens.size()));

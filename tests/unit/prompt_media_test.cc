@@ -162,11 +162,19 @@ TEST(PromptMedia, ErrorsNameThePart) {
   small.max_pixel_bytes = 80 * 4704;
   EXPECT_TRUE(expand_prompt_media(one, {{false, png_url("a_tiny_20x30.png"), "m"}}, kIds, small, no_text).has_value());
   MediaLimits few;
-  few.max_items = 1;
+  few.max_images = 1;
   std::vector<MediaPart> two(2, MediaPart{false, png_url("a_tiny_20x30.png"), "m"});
   auto out = expand_prompt_media({kIds.image, kIds.image}, two, kIds, few, no_text);
   ASSERT_FALSE(out.has_value());
-  EXPECT_NE(out.status().message().find("at most 1"), std::string::npos) << out.status().to_string();
+  EXPECT_NE(out.status().message().find("at most 1 images and 4 videos, this one has 2 and 0"), std::string::npos)
+      << out.status().to_string();
+  // Videos have their own count (checked before anything is decoded).
+  few.max_images = 50;
+  few.max_videos = 0;
+  auto video = expand_prompt_media({kIds.video}, {{true, "data:video/mp4;base64,AAAA", "m"}}, kIds, few, no_text);
+  ASSERT_FALSE(video.has_value());
+  EXPECT_NE(video.status().message().find("at most 50 images and 0 videos, this one has 0 and 1"), std::string::npos)
+      << video.status().to_string();
 }
 
 // An https:// URL: without VISION_URLS the refusal says how to allow it; with it, the
