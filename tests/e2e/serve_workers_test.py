@@ -12,7 +12,8 @@ the tensorfold binary (as scripts/prepare.sh leaves it); the worker makes its ow
 - the rank on the worker dying (SIGKILL through its pid file) makes rank 0 exit non-zero, naming the rank;
 - a worker folder without tensorfold: rank 0 exits non-zero and its log says what is missing where;
 - options that cannot work are refused before anything starts: --tp smaller than 1 + workers, a destination
-  that is an ssh option.
+  that is an ssh option;
+- three workers (four ranks, one destination named twice: its ranks take GPUs 0 and 1) give --tp 1's replies.
 
 Usage: serve_workers_test.py TENSORFOLD_BINARY FAKE_SSH WORK_DIR
 """
@@ -144,5 +145,20 @@ finally:
     four.kill()
     if failures:
         print(four.log(), file=sys.stderr)
+
+# Four ranks: three workers, one destination named twice (its second rank takes that machine's GPU 1).
+wide = Server(["--worker", "a@localhost,a@localhost", "--worker", "b@localhost", "--dense", "f32"])
+try:
+    log = wide.log(200)
+    check(all(re.search(p, log) for p in (r"rank 1: a@localhost \(GPU 0\)", r"rank 2: a@localhost \(GPU 1\)",
+                                            r"rank 3: b@localhost \(GPU 0\)", r"1 rank\(s\) here, 3 on other machines")),
+          "--worker a,a --worker b: ranks 1-3 on the workers, GPUs by destination")
+    got = replies(wide)
+    check(got == ref, "replies with three ranks on workers equal --tp 1's:\n  tp4 %r\n  tp1 %r" % (got, ref))
+    check(wide.stop() == 0, "rank 0 of four stops on SIGTERM with exit code 0")
+finally:
+    wide.kill()
+    if failures:
+        print(wide.log(), file=sys.stderr)
 
 check.finish("serve_workers", t0)
