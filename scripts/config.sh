@@ -77,7 +77,7 @@ done
 # Ranks on other machines (WORKER=user@host[,user@host...]): the tensorfold folder there, relative to
 # the SSH login's home unless absolute, and the SSH client (key-based logins only).
 : "${WORKER_DIR:=.cache/tensorfold}"
-: "${TF_SSH:=ssh -o BatchMode=yes -o ServerAliveInterval=10 -o ServerAliveCountMax=3 -T}"
+: "${TF_SSH:=ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o ServerAliveInterval=10 -o ServerAliveCountMax=3 -T}"
 export TF_SSH
 
 # WORKER as a list (comma- or space-separated).

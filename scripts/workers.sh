@@ -18,7 +18,7 @@ tf_worker_reachable() {
   local dest=$1 out
   if ! out=$(tf_on_worker "$dest" 'echo ok' 2>&1) || [[ "$out" != *ok* ]]; then
     tf_fail "cannot reach the worker $dest over SSH without a password ($TF_SSH): ${out:-no answer}
-  (set up a key: ssh-keygen; ssh-copy-id $dest)"
+  (set up a key: ssh-keygen; ssh-copy-id $dest; a changed host key needs ssh-keygen -R HOST)"
   fi
 }
 

@@ -16,7 +16,8 @@ bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(
 }  // namespace
 
 std::vector<std::string> ssh_default_command() {
-  return {"ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3", "-T"};
+  return {"ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new", "-o", "ServerAliveInterval=10",
+          "-o", "ServerAliveCountMax=3", "-T"};
 }
 
 std::vector<std::string> ssh_command_from(const char* tf_ssh) {

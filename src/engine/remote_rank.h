@@ -38,7 +38,8 @@ struct RemoteRank {
 };
 
 // `ssh -o BatchMode=yes ...`: key-based logins only (a password prompt would hang
-// the launch), and a dead link ends the session within ~30 s.
+// the launch), a worker's host key is accepted the first time (never a changed
+// one), and a dead link ends the session within ~30 s.
 std::vector<std::string> ssh_default_command();
 // TF_SSH split at white space (no quoting), or the default when unset or empty.
 std::vector<std::string> ssh_command_from(const char* tf_ssh);
