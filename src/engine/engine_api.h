@@ -180,6 +180,10 @@ struct EngineHealth {
   double tp_all_reduce_seconds = 0.0;
   // Tokens chosen by the device sampler (Ops::sample_rows) rather than on the host.
   int64_t sampled_on_device_total = 0;
+  // Image/video patches the vision tower encoded, and those it did not need to: the pictures
+  // before the point a prompt resumed from (prompt reuse).
+  int64_t vision_patches_total = 0;
+  int64_t vision_patches_skipped_total = 0;
 };
 
 struct ModelInfo {

@@ -61,6 +61,11 @@ struct LiveRequest {
   int64_t media_group = 0;   // its next temporal group,
   int64_t media_row = 0;     // and the next feature row
   int media_prefills_left = 0;
+  // Prompt reuse: the items before media_first_item (feature rows [0, media_skipped_rows))
+  // were not encoded, the prompt being expected to resume past them; should a prefill need
+  // them after all (the kept prompt was evicted before admission), encode_skipped_media().
+  size_t media_first_item = 0;
+  int64_t media_skipped_rows = 0;
   // Prompt reuse: the prompt as kept prompts are matched against it, with each media
   // placeholder replaced by its key (PromptMedia::reuse_keys); empty: the prompt itself.
   std::vector<int32_t> reuse_tokens;
@@ -190,6 +195,15 @@ struct Engine::Impl {
   // prompt, and the release of the features once every choice has prefilled.
   void encode_pending_media();
   Expected<bool> encode_media_step(LiveRequest& r, int64_t patch_budget);
+  // Encodes groups [group, group + groups) of item `item` into feature rows from `row`;
+  // returns the rows written.
+  Expected<int64_t> encode_media_groups(LiveRequest& r, size_t item, int64_t group, int64_t groups, int64_t row);
+  // Prompt reuse: starts the encoding past the items wholly before where the prompt will resume.
+  void skip_media_before_resume(LiveRequest& r);
+  // The items skip_media_before_resume left, when a prefill from `from` needs them.
+  Status encode_skipped_media(LiveRequest& r, int64_t from);
+  // LiveRequest::reuse_tokens from its media's reuse keys (once).
+  void set_reuse_tokens(LiveRequest& r) const;
   bool cancel_pending_media(const std::string& request_id);
   std::vector<StepEntry::EmbedRun> media_runs(const LiveRequest& r, int64_t from, int64_t count) const;
   void media_prefill_done(LiveRequest& r);

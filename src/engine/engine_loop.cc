@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <future>
 #include <limits>
+#include <stdexcept>
 
 #include "core/logging.h"
 #include "engine/engine_impl.h"
@@ -95,10 +96,12 @@ void Engine::Impl::take_inbox() {
   }
   // A request with images or videos is encoded first (encode_pending_media), then admitted.
   for (auto& r : fresh) {
-    if (r->req.media)
+    if (r->req.media) {
+      set_reuse_tokens(*r);
       media_pending.push_back(r);
-    else
+    } else {
       admit(r);
+    }
   }
   for (const std::string& rid : cancel_ids) {
     if (cancel_pending_media(rid)) continue;
@@ -129,11 +132,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
   r->media_prefills_left = g.media ? g.n : 0;
   // The kept prompt this request will resume from counts as used now, so that reservations
   // made before its admission evict others first.
-  if (reuse_grain > 0 && g.media && g.media->reuse_keys.size() == g.media->positions.size()) {
-    r->reuse_tokens = g.prompt_tokens;
-    for (size_t k = 0; k < g.media->positions.size(); ++k)
-      r->reuse_tokens[static_cast<size_t>(g.media->positions[k])] = g.media->reuse_keys[k];
-  }
+  set_reuse_tokens(*r);
   if (reuse_grain > 0) (void)kept_index.longest_prefix(r->reuse_prompt(), reuse_limit(*r));
   for (int i = 0; i < g.n; ++i) {
     const RequestId id = next_id++;
@@ -287,6 +286,9 @@ void Engine::Impl::step_once() {
       e.tokens = std::span<const int32_t>(c.request->req.prompt_tokens).subspan(static_cast<size_t>(c.prefilled),
                                                                                  static_cast<size_t>(a.tokens));
       std::vector<StepEntry::EmbedRun>& runs = embed_runs[batch.size()];
+      // A failure here is the vision tower's on pictures it encoded before (the device):
+      // the step's handler fails what is in flight.
+      if (Status s = encode_skipped_media(*c.request, c.prefilled); !s.is_ok()) throw std::runtime_error(s.to_string());
       runs = media_runs(*c.request, c.prefilled, a.tokens);
       if (!runs.empty()) {
         e.embed_runs = runs;

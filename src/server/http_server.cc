@@ -425,7 +425,9 @@ struct HttpServer::Impl {
                 {"pool_tokens", h.pool_tokens},
                 {"pool_free_tokens", h.pool_free_tokens},
                 {"kept_prompts", h.kept_prompts},
-                {"kept_prompt_tokens", h.kept_prompt_tokens}};
+                {"kept_prompt_tokens", h.kept_prompt_tokens},
+                {"vision_patches_total", h.vision_patches_total},
+                {"vision_patches_skipped_total", h.vision_patches_skipped_total}};
     write_json(res, h.ok && !h.loading ? 200 : 503, out);
   }
 

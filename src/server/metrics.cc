@@ -133,6 +133,11 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   out += "tensorfold:kept_prompts " + std::to_string(h.kept_prompts) + "\n";
   header(out, "tensorfold:kept_prompt_tokens", "gauge", "Prompt tokens the kept prompt states cover.");
   out += "tensorfold:kept_prompt_tokens " + std::to_string(h.kept_prompt_tokens) + "\n";
+  header(out, "tensorfold:vision_patches_total", "counter", "Image and video patches the vision tower encoded.");
+  out += "tensorfold:vision_patches_total " + std::to_string(h.vision_patches_total) + "\n";
+  header(out, "tensorfold:vision_patches_skipped_total", "counter",
+         "Patches not encoded: pictures before the point a prompt resumed from.");
+  out += "tensorfold:vision_patches_skipped_total " + std::to_string(h.vision_patches_skipped_total) + "\n";
   header(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.");
   out += "tensorfold:streams_decoding " + std::to_string(h.streams_decoding) + "\n";
   header(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.");

@@ -754,37 +754,89 @@ TEST_F(PromptReuseTest, SecondChatWithTheSameSystemPromptResumes) {
 
 // Through an image: a chat with the same picture resumes past it; with another picture of the
 // same size (the same placeholder tokens) it resumes no further than before the picture.
-TEST_F(PromptReuseTest, ImagesMatchByTheirPixels) {
+// A user turn with a picture between two texts, rendered by `e`.
+RenderedPrompt image_chat(const Engine& e, const std::string& file) {
   const fs::path images = fs::path(TF_TEST_DATA_DIR) / "model" / "tiny-vision" / "images";
-  auto chat_with = [&](const std::string& file) {
-    ChatPrompt chat;
-    chat.reasoning_effort = "none";
-    chat.messages = nlohmann::json::array(
-        {{{"role", "user"},
-          {"content",
-           {{{"type", "text"}, {"text", long_text("look here", 40)}},
-            {{"type", "image_url"}, {"image_url", {{"url", data_url_of(images / file, "image/png")}}}},
-            {{"type", "text"}, {"text", long_text("and describe", 60)}}}}}});
-    auto r = engine_->render_chat_media(chat);
-    EXPECT_TRUE(r.has_value()) << r.status().to_string();
-    return *r;
-  };
-  const RenderedPrompt a = chat_with("b_pad_130x90.png"), same = chat_with("b_pad_130x90.png");
-  const RenderedPrompt other = chat_with("c_down_300x400.png");
+  ChatPrompt chat;
+  chat.reasoning_effort = "none";
+  chat.messages = nlohmann::json::array(
+      {{{"role", "user"},
+        {"content",
+         {{{"type", "text"}, {"text", "look here: " + std::string(120, 'x')}},
+          {{"type", "image_url"}, {"image_url", {{"url", data_url_of(images / file, "image/png")}}}},
+          {{"type", "text"}, {"text", "and describe: " + std::string(180, 'y')}}}}}});
+  auto r = e.render_chat_media(chat);
+  EXPECT_TRUE(r.has_value()) << r.status().to_string();
+  return r.has_value() ? *r : RenderedPrompt{};
+}
+
+// The patches of a rendered prompt's pictures (what the vision tower encodes for them).
+int64_t patches_of(const RenderedPrompt& p) {
+  int64_t n = 0;
+  for (const PromptMediaItem& item : p.media->items) n += item.patches.grid_t * item.patches.grid_h * item.patches.grid_w;
+  return n;
+}
+
+TEST_F(PromptReuseTest, ImagesMatchByTheirPixels) {
+  const RenderedPrompt a = image_chat(*engine_, "b_pad_130x90.png"), same = image_chat(*engine_, "b_pad_130x90.png");
+  const RenderedPrompt other = image_chat(*engine_, "c_down_300x400.png");
   ASSERT_NE(a.media, nullptr);
   const int64_t first = a.media->positions.front(), last = a.media->positions.back();
   ASSERT_GT(static_cast<int64_t>(a.tokens.size()) - 1, (last / 64 + 1) * 64) << "text after the picture";
+  const EngineHealth h0 = engine_->health();
   EXPECT_EQ(run_on(*engine_, rendered_request("img1", a, 6)).cached, 0);
+  EXPECT_EQ(engine_->health().vision_patches_total - h0.vision_patches_total, patches_of(a));
   const Reply again = run_on(*engine_, rendered_request("img2", same, 6));
   EXPECT_GT(again.cached, last) << "resumed past the picture";
+  // ... so its picture was not encoded again.
+  EXPECT_EQ(engine_->health().vision_patches_total - h0.vision_patches_total, patches_of(a));
+  EXPECT_EQ(engine_->health().vision_patches_skipped_total - h0.vision_patches_skipped_total, patches_of(a));
   const Reply fresh = run_on(fresh_engine(), rendered_request("img3", same, 6));
   EXPECT_EQ(again.text, fresh.text);
   EXPECT_EQ(again.logprobs, fresh.logprobs);
   const Reply differs = run_on(*engine_, rendered_request("img4", other, 6));
   EXPECT_LE(differs.cached, first) << "never past a different picture";
+  EXPECT_EQ(engine_->health().vision_patches_total - h0.vision_patches_total, patches_of(a) + patches_of(other));
   const Reply differs_fresh = run_on(fresh_engine(), rendered_request("img5", other, 6));
   EXPECT_EQ(differs.text, differs_fresh.text);
   EXPECT_EQ(differs.logprobs, differs_fresh.logprobs);
+}
+
+// A picture skipped because its prompt was to resume past it is encoded after all when the
+// kept state is gone by the time the request is admitted. PARALLEL 1, a pool of 32 pages:
+// a 1,000-token request queued before the repeat keeps its own state (15 pages) beside its
+// 16 and so evicts the picture prompt's, while the repeat waits with its picture skipped.
+TEST_F(PromptReuseTest, SkippedPicturesAreEncodedWhenTheResumeIsLost) {
+  EngineOptions o = demo_options();
+  o.parallel = 1;
+  o.context = 1024;
+  o.kept_prompts = 2;
+  auto small = Engine::create(o);
+  ASSERT_TRUE(small.has_value()) << small.status().to_string();
+  Engine& e = **small;
+  const RenderedPrompt a = image_chat(e, "b_pad_130x90.png");
+  ASSERT_NE(a.media, nullptr);
+  EXPECT_EQ(run_on(e, rendered_request("pic1", a, 4)).cached, 0);
+  ASSERT_EQ(e.health().kept_prompts, 1);
+  std::vector<int32_t> big = prompt(long_text("big one", 400));
+  ASSERT_GE(big.size(), 1000u);
+  big.resize(1000);
+  Collector first, second;
+  ASSERT_TRUE(e.submit(sampled("big", big, 8), first.sink()).is_ok());
+  ASSERT_TRUE(e.submit(rendered_request("pic2", a, 6), second.sink()).is_ok());
+  ASSERT_TRUE(first.wait());
+  ASSERT_TRUE(second.wait());
+  ASSERT_FALSE(first.error) << first.status.to_string();
+  ASSERT_FALSE(second.error) << second.status.to_string();
+  EXPECT_EQ(second.finish[0].cached_prompt_tokens, 0) << "its kept state gave way to the big request's";
+  const EngineHealth h = e.health();
+  EXPECT_EQ(h.vision_patches_total, 2 * patches_of(a)) << "skipped at first, then encoded for the prefill";
+  EXPECT_EQ(h.vision_patches_skipped_total, 0);
+  const Reply fresh = run_on(fresh_engine(), rendered_request("pic3", a, 6));
+  std::vector<double> logprobs;
+  for (const auto& l : second.logprobs[0]) logprobs.push_back(l.logprob);
+  EXPECT_EQ(second.text[0], fresh.text);
+  EXPECT_EQ(logprobs, fresh.logprobs);
 }
 
 TEST_F(PromptReuseTest, KeptPromptsOffReusesNothing) {

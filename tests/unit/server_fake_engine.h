@@ -78,6 +78,8 @@ class FakeEngine : public EngineApi {
     h.cached_tokens_total = 512;
     h.kept_prompts = 2;
     h.kept_prompt_tokens = 512;
+    h.vision_patches_total = 1200;
+    h.vision_patches_skipped_total = 300;
     return h;
   }
 

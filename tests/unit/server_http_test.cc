@@ -394,6 +394,8 @@ TEST(ServerHttp, HealthFields) {
   EXPECT_EQ(h["kept_prompts"], 2);
   EXPECT_EQ(h["kept_prompt_tokens"], 512);
   EXPECT_EQ(h["cached_tokens_total"], 512);
+  EXPECT_EQ(h["vision_patches_total"], 1200);
+  EXPECT_EQ(h["vision_patches_skipped_total"], 300);
 }
 
 TEST(ServerHttp, MetricsExposition) {
@@ -414,7 +416,8 @@ TEST(ServerHttp, MetricsExposition) {
                              "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1",
                              "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 700",
                              "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 512",
-                             "tensorfold:kept_prompts 2", "tensorfold:kept_prompt_tokens 512"})
+                             "tensorfold:kept_prompts 2", "tensorfold:kept_prompt_tokens 512",
+                             "tensorfold:vision_patches_total 1200", "tensorfold:vision_patches_skipped_total 300"})
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
 }
 
