@@ -63,6 +63,35 @@ print("prompt reuse: prompt %d tokens, cached %s, same reply and logprobs: %s" %
 sys.exit(0 if same and cached[0] == 0 and cached[1] > 0 else 1)
 PY
 }
+# Prompt reuse past a picture: a chat with an image and a long text after it, sent twice; the second
+# resumes past the picture, whose patches the vision tower then skips, with the same reply and logprobs.
+image_reuse_check() {
+  python3 - "$port" <<'PY'
+import base64, json, sys, urllib.request
+png = base64.b64encode(open("tests/data/model/tiny-vision/images/c_down_300x400.png", "rb").read()).decode()
+words = " ".join("item%d" % ((i * 53) % 307) for i in range(700))
+body = {"model": "GLM-5.3-Flash-demo", "temperature": 1, "max_tokens": 12, "logprobs": True, "ignore_eos": True,
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}},
+                                                  {"type": "text", "text": "List these: " + words}]}]}
+base = "http://127.0.0.1:%s" % sys.argv[1]
+def ask():
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=300).read())
+health = lambda: json.loads(urllib.request.urlopen(base + "/health", timeout=30).read())
+h0 = health()
+a, b = ask(), ask()
+h1 = health()
+cached = [r["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) for r in (a, b)]
+lp = lambda r: [t["logprob"] for t in r["choices"][0]["logprobs"]["content"]]
+same = a["choices"][0]["message"] == b["choices"][0]["message"] and lp(a) == lp(b)
+skipped = h1["vision_patches_skipped_total"] - h0["vision_patches_skipped_total"]
+encoded = h1["vision_patches_total"] - h0["vision_patches_total"]
+print("prompt reuse past a picture: prompt %d tokens, cached %s, patches encoded %d, skipped %d, same reply and logprobs: %s"
+      % (a["usage"]["prompt_tokens"], cached, encoded, skipped, same))
+sys.exit(0 if same and cached[0] == 0 and cached[1] > 0 and skipped > 0 and skipped == encoded else 1)
+PY
+}
 for dev in cpu cuda-exact cuda; do
   if ! start "$dev"; then rc=1; continue; fi
   chat >"$work/$dev.json"
@@ -70,6 +99,7 @@ for dev in cpu cuda-exact cuda; do
   image_chat >"$work/$dev.image.json" || rc=1
   echo "== $dev image reply: $(head -c 600 "$work/$dev.image.json")"
   reuse_check || rc=1
+  image_reuse_check || rc=1
   if [[ "$dev" == cuda ]]; then
     for c in 1 4 16; do
       echo "== bench --device cuda, concurrency $c"
