@@ -31,8 +31,9 @@ if [[ -f "$build"/bench/libtf_cupti_trace.so ]]; then
 fi
 # Debug info would take the carried tree past its 64 MiB limit (symbols stay for backtraces).
 find .gpurun -maxdepth 1 -type f -exec strip --strip-debug {} +
-# (`|| continue`: a trailing `[[ -f lib ]]` must not fail the loop under pipefail.)
+# (`|| continue`: a trailing `[[ -f lib ]]` must not fail the loop under pipefail.) libcurl stays the
+# machine's own: on LD_LIBRARY_PATH, Debian 12's would shadow it for the machine's newer curl tool.
 for b in .gpurun/*; do [[ -f "$b" ]] || continue; ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
-  grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|libcuda\.so|libnccl|libcublas' |
+  grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|libcuda\.so|libnccl|libcublas|libcurl' |
   while read -r lib; do cp -L "$lib" .gpurun/lib/; done
 du -sh .gpurun
