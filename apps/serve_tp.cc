@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "comm/route_address.h"
-#include "comm/tcp_rendezvous.h"
 #include "core/logging.h"
 #include "engine/remote_rank.h"
 #include "engine/tp_follower.h"
@@ -199,7 +198,9 @@ Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engin
   plan.model_dir = tp.worker_model;
   plan.env = engine::forwarded_environment(tp.option_env_names, kNotForwarded);
   if (!plan.model_dir.empty()) plan.env.push_back({"MODEL_DIR", plan.model_dir});
-  if (engine.device == "cuda" && std::getenv("NCCL_NVLS_ENABLE") == nullptr) plan.env.push_back({"NCCL_NVLS_ENABLE", "0"});
+  if (engine.device == "cuda" && std::getenv("NCCL_NVLS_ENABLE") == nullptr) {
+    plan.env.push_back({"NCCL_NVLS_ENABLE", "0"});
+  }
   const std::vector<engine::RemoteRank> remotes = remote_ranks(tp);
 
   TpServeOptions self = tp;

@@ -286,8 +286,8 @@ void Engine::Impl::step_once() {
       e.tokens = std::span<const int32_t>(c.request->req.prompt_tokens).subspan(static_cast<size_t>(c.prefilled),
                                                                                  static_cast<size_t>(a.tokens));
       std::vector<StepEntry::EmbedRun>& runs = embed_runs[batch.size()];
-      // A failure here is the vision tower's on pictures it encoded before (the device):
-      // the step's handler fails what is in flight.
+      // Pictures prompt reuse skipped, needed after all. A failure is the vision tower's (the
+      // device's, as these pictures decoded and sized fine): the step's handler fails what is in flight.
       if (Status s = encode_skipped_media(*c.request, c.prefilled); !s.is_ok()) throw std::runtime_error(s.to_string());
       runs = media_runs(*c.request, c.prefilled, a.tokens);
       if (!runs.empty()) {
