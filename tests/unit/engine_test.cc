@@ -634,6 +634,16 @@ class PromptReuseTest : public EngineTest {
     for (const auto& l : c.logprobs[0]) r.logprobs.push_back(l.logprob);
     return r;
   }
+  // PARALLEL 1, a 1,024-token window and 2 kept prompts: a pool of two windows (32 pages).
+  static std::unique_ptr<Engine> small_engine() {
+    EngineOptions o = demo_options();
+    o.parallel = 1;
+    o.context = 1024;
+    o.kept_prompts = 2;
+    auto e = Engine::create(o);
+    EXPECT_TRUE(e.has_value()) << e.status().to_string();
+    return e.has_value() ? std::move(*e) : nullptr;
+  }
   // The same checkpoint without prompt reuse: what every reply must equal, bit for bit.
   static Engine& fresh_engine() {
     if (!fresh_) {
@@ -807,13 +817,9 @@ TEST_F(PromptReuseTest, ImagesMatchByTheirPixels) {
 // a 1,000-token request queued before the repeat keeps its own state (15 pages) beside its
 // 16 and so evicts the picture prompt's, while the repeat waits with its picture skipped.
 TEST_F(PromptReuseTest, SkippedPicturesAreEncodedWhenTheResumeIsLost) {
-  EngineOptions o = demo_options();
-  o.parallel = 1;
-  o.context = 1024;
-  o.kept_prompts = 2;
-  auto small = Engine::create(o);
-  ASSERT_TRUE(small.has_value()) << small.status().to_string();
-  Engine& e = **small;
+  const std::unique_ptr<Engine> small = small_engine();
+  ASSERT_NE(small, nullptr);
+  Engine& e = *small;
   const RenderedPrompt a = image_chat(e, "b_pad_130x90.png");
   ASSERT_NE(a.media, nullptr);
   EXPECT_EQ(run_on(e, rendered_request("pic1", a, 4)).cached, 0);
@@ -850,13 +856,9 @@ TEST_F(PromptReuseTest, KeptPromptsOffReusesNothing) {
 // 1,024-token window: a pool of two windows (32 pages). Prompts of 300 tokens are kept at 256
 // (4 pages), prompts of 1,000 at 960 (15 pages).
 TEST_F(PromptReuseTest, KeptPromptsAreCappedAndGiveWay) {
-  EngineOptions o = demo_options();
-  o.parallel = 1;
-  o.context = 1024;
-  o.kept_prompts = 2;
-  auto small = Engine::create(o);
-  ASSERT_TRUE(small.has_value()) << small.status().to_string();
-  Engine& e = **small;
+  const std::unique_ptr<Engine> small = small_engine();
+  ASSERT_NE(small, nullptr);
+  Engine& e = *small;
   ASSERT_EQ(e.health().pool_tokens, 2048);
   auto text_of = [&](const std::string& topic, size_t tokens) {
     std::vector<int32_t> p = prompt(long_text(topic, 400));
