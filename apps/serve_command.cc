@@ -70,6 +70,7 @@ int serve(ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  o.http.https_media = o.engine.vision_urls != "0";  // the engine fetches them (VISION_URLS)
   // The workers' copy of the checkpoint: where scripts/prepare.sh put it, else the same path.
   if (o.tp_process.worker_model.empty()) o.tp_process.worker_model = o.engine.model_dir;
   resolve_demo(o);

@@ -32,7 +32,7 @@ struct MessagesRequest {
 };
 
 // count_tokens: the same body without max_tokens (and nothing to generate).
-MessagesRequest parse_messages_request(const Json& body, bool count_tokens = false);
+MessagesRequest parse_messages_request(const Json& body, bool count_tokens = false, MediaUrlPolicy policy = {});
 
 // {"type":"error","error":{"type":..., "message":...}} and the HTTP status Anthropic uses.
 Json anthropic_error_json(const ApiError& e);

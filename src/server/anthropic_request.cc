@@ -47,7 +47,7 @@ std::string text_of(const Json& content, const std::string& pp) {
   return out;
 }
 
-void user_message(const Json& content, const std::string& pp, Json& messages) {
+void user_message(const Json& content, const std::string& pp, Json& messages, MediaUrlPolicy policy) {
   if (content.is_string()) {
     messages.push_back({{"role", "user"}, {"content", content}});
     return;
@@ -65,7 +65,7 @@ void user_message(const Json& content, const std::string& pp, Json& messages) {
     if (type == "text") {
       parts.push_back({{"type", "text"}, {"text", required_string(content[j], "text", bp)}});
     } else if (type == "image") {
-      parts.push_back(anthropic_image_part(content[j], bp));
+      parts.push_back(anthropic_image_part(content[j], bp, policy));
     } else if (type == "tool_result") {
       flush();  // blocks keep their order
       const std::string id = required_string(content[j], "tool_use_id", bp);
@@ -175,7 +175,7 @@ void output_config_to_chat(const Json& oc, Json& chat) {
 
 }  // namespace
 
-MessagesRequest parse_messages_request(const Json& body, bool count_tokens) {
+MessagesRequest parse_messages_request(const Json& body, bool count_tokens, MediaUrlPolicy policy) {
   require_object(body, "body");
   const Json* messages = json_field(body, "messages");
   if (!messages || !messages->is_array() || messages->empty())
@@ -190,7 +190,7 @@ MessagesRequest parse_messages_request(const Json& body, bool count_tokens) {
     const std::string role = required_string(m, "role", pp);
     const Json* content = json_field(m, "content");
     if (!content) throw bad_request("'" + pp + ".content' is required", pp + ".content");
-    if (role == "user") user_message(*content, pp + ".content", chat_messages);
+    if (role == "user") user_message(*content, pp + ".content", chat_messages, policy);
     else if (role == "assistant") assistant_message(*content, pp + ".content", chat_messages);
     else if (role == "system") chat_messages.push_back({{"role", "system"}, {"content", text_of(*content, pp + ".content")}});
     else throw bad_request("'" + pp + ".role' must be user or assistant", pp + ".role");
@@ -220,7 +220,7 @@ MessagesRequest parse_messages_request(const Json& body, bool count_tokens) {
   if (const Json* thinking = json_field(body, "thinking")) thinking_to_chat(*thinking, chat);
   if (const Json* oc = json_field(body, "output_config")) output_config_to_chat(*oc, chat);
   MessagesRequest req;
-  req.chat = parse_chat_request(chat);
+  req.chat = parse_chat_request(chat, policy);
   return req;
 }
 

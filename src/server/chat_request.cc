@@ -13,7 +13,7 @@ namespace tf::server {
 namespace {
 
 // The content as the template and the engine read it (image/video parts normalized).
-Json validated_content(const Json& content, const std::string& param, bool allow_null) {
+Json validated_content(const Json& content, const std::string& param, bool allow_null, MediaUrlPolicy policy) {
   if (content.is_null()) {
     if (!allow_null) throw bad_request("'" + param + "' must not be null", param);
     return content;
@@ -30,7 +30,7 @@ Json validated_content(const Json& content, const std::string& param, bool allow
       if (!json_string(part, "text")) throw bad_request("'" + pp + ".text' is required", pp + ".text");
       out.push_back(part);
     } else if (is_media_part_type(type)) {
-      out.push_back(normalized_media_part(part, type, pp));
+      out.push_back(normalized_media_part(part, type, pp, policy));
     } else if (type == "input_audio" || type == "file" || type == "audio_url" || type == "image_embeds" ||
                type == "input_file") {
       throw bad_request("content part type '" + type + "' is not supported (text, images and videos are)",
@@ -88,7 +88,7 @@ std::optional<std::string> message_string(const Json& m, const char* name, const
 
 }  // namespace
 
-Json validate_messages(const Json& messages, const std::string& param) {
+Json validate_messages(const Json& messages, const std::string& param, MediaUrlPolicy policy) {
   if (!messages.is_array()) throw bad_request("'" + param + "' must be an array of messages", param);
   if (messages.empty()) throw bad_request("'" + param + "' must not be empty", param);
   static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool", "function"};
@@ -111,7 +111,7 @@ Json validate_messages(const Json& messages, const std::string& param) {
     if (!m.contains("content")) {
       if (!allow_null) throw bad_request("'" + pp + ".content' is required", pp + ".content");
     } else {
-      msg["content"] = validated_content(m["content"], pp + ".content", allow_null);
+      msg["content"] = validated_content(m["content"], pp + ".content", allow_null, policy);
     }
     message_string(m, "name", pp);
     // Both spellings of the reasoning field reach the template (api.md §1.1).
@@ -124,7 +124,7 @@ Json validate_messages(const Json& messages, const std::string& param) {
   return out;
 }
 
-ChatRequest parse_chat_request(const Json& body) {
+ChatRequest parse_chat_request(const Json& body, MediaUrlPolicy policy) {
   require_object(body, "body");
   ChatRequest req;
   for (const char* unsupported : {"audio", "prediction", "web_search_options", "functions", "function_call"})
@@ -138,7 +138,7 @@ ChatRequest parse_chat_request(const Json& body) {
   }
   const Json* messages = json_field(body, "messages");
   if (!messages) throw bad_request("'messages' is required", "messages");
-  req.chat.messages = validate_messages(*messages, "messages");
+  req.chat.messages = validate_messages(*messages, "messages", policy);
   parse_common(body, req, /*chat_logprobs=*/true);
   req.max_tokens = parse_max_tokens(body, "max_completion_tokens", "max_tokens", 1);
 

@@ -69,7 +69,7 @@ CompletionRequest parse_completion_request(const Json& body) {
   return req;
 }
 
-TokenizeRequest parse_tokenize_request(const Json& body) {
+TokenizeRequest parse_tokenize_request(const Json& body, MediaUrlPolicy policy) {
   require_object(body, "body");
   TokenizeRequest req;
   req.model = json_string(body, "model");
@@ -79,7 +79,7 @@ TokenizeRequest parse_tokenize_request(const Json& body) {
     // (tools, chat_template_kwargs, reasoning_effort, generation-prompt flags), so its
     // count equals that request's usage.prompt_tokens.
     req.is_chat = true;
-    req.chat = parse_chat_request(body).chat;
+    req.chat = parse_chat_request(body, policy).chat;
     req.add_special_tokens = json_bool(body, "add_special_tokens").value_or(false);
   } else {
     auto prompt = json_string(body, "prompt");

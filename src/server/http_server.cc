@@ -223,8 +223,10 @@ struct HttpServer::Impl {
     return g;
   }
 
+  MediaUrlPolicy media_policy() const { return {options.https_media}; }
+
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    ChatRequest r = parse_chat_request(parse_body(req));
+    ChatRequest r = parse_chat_request(parse_body(req), media_policy());
     check_model(r.model);
     auto prompt = engine.render_chat_media(r.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
@@ -312,7 +314,7 @@ struct HttpServer::Impl {
   }
 
   void responses(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    ResponsesRequest r = parse_responses_request(parse_body(req));
+    ResponsesRequest r = parse_responses_request(parse_body(req), media_policy());
     check_model(r.model);
     auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
@@ -339,7 +341,7 @@ struct HttpServer::Impl {
 
   // POST /v1/messages (Anthropic): any model name is accepted (see anthropic_messages.h).
   void messages(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    MessagesRequest r = parse_messages_request(parse_body(req));
+    MessagesRequest r = parse_messages_request(parse_body(req), false, media_policy());
     auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     const auto prompt_tokens = static_cast<int64_t>(prompt->tokens.size());
@@ -367,14 +369,14 @@ struct HttpServer::Impl {
   }
 
   void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
-    MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true);
+    MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true, media_policy());
     auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     write_json(res, 200, {{"input_tokens", prompt->tokens.size()}});
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
-    TokenizeRequest r = parse_tokenize_request(parse_body(req));
+    TokenizeRequest r = parse_tokenize_request(parse_body(req), media_policy());
     check_model(r.model);
     Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
     if (r.is_chat) {

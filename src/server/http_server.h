@@ -21,6 +21,7 @@ struct ServerOptions {
   int64_t default_max_tokens = 4096;  // chat/responses cap when the request sets none; 0: fill the window
   size_t max_body_bytes = size_t{96} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
+  bool https_media = false;        // VISION_URLS: https:// media URLs go on to the engine (it fetches them)
 };
 
 class HttpServer {

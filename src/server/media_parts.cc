@@ -30,13 +30,13 @@ bool https_url(const std::string& url) {
   return true;
 }
 
-Json checked(const std::string& url, bool video, const std::string& pp) {
-  // https:// URLs go on to the engine, which fetches them when the server runs with
-  // VISION_URLS=1 and otherwise refuses them saying so (engine/prompt_media.cc).
-  if (url.rfind("data:", 0) != 0 && !https_url(url)) {
-    throw bad_request("'" + pp + "': only data: URLs are accepted for " + (video ? "videos" : "images") +
-                          " (and https:// URLs when the server runs with VISION_URLS=1); send the bytes as "
-                          "data:<mime>;base64,...",
+Json checked(const std::string& url, bool video, const std::string& pp, MediaUrlPolicy policy) {
+  // https:// URLs go on to the engine, which fetches them (engine/prompt_media.cc).
+  if (url.rfind("data:", 0) != 0 && !(policy.https && https_url(url))) {
+    const std::string https = policy.https ? " and https:// URLs"
+                                           : " (https:// URLs too when the server runs with VISION_URLS=1)";
+    throw bad_request("'" + pp + "': only data: URLs" + https + " are accepted for " + (video ? "videos" : "images") +
+                          "; send the bytes as data:<mime>;base64,...",
                       pp, "invalid_image_url");
   }
   const char* key = video ? "video_url" : "image_url";
@@ -50,7 +50,8 @@ bool is_media_part_type(const std::string& type) {
   return kTypes.count(type) > 0;
 }
 
-Json normalized_media_part(const Json& part, const std::string& type, const std::string& pp) {
+Json normalized_media_part(const Json& part, const std::string& type, const std::string& pp,
+                           MediaUrlPolicy policy) {
   const bool video = type == "video_url" || type == "input_video" || type == "video";
   std::string url = url_field(part, video ? "video_url" : "image_url", pp);
   if (url.empty()) url = url_field(part, video ? "video" : "image", pp);
@@ -60,10 +61,10 @@ Json normalized_media_part(const Json& part, const std::string& type, const std:
     throw bad_request("'" + pp + "' needs the " + std::string(video ? "video" : "image") + " as a data: URL in '" +
                           (video ? "video_url" : "image_url") + "'",
                       pp);
-  return checked(url, video, pp);
+  return checked(url, video, pp, policy);
 }
 
-Json anthropic_image_part(const Json& block, const std::string& pp) {
+Json anthropic_image_part(const Json& block, const std::string& pp, MediaUrlPolicy policy) {
   const Json* source = json_field(block, "source");
   if (!source || !source->is_object()) throw bad_request("'" + pp + ".source' is required", pp + ".source");
   const std::string kind = json_string(*source, "type").value_or("");
@@ -72,12 +73,12 @@ Json anthropic_image_part(const Json& block, const std::string& pp) {
     auto data = json_string(*source, "data");
     if (!mime || !data)
       throw bad_request("'" + pp + ".source' needs 'media_type' and 'data' strings", pp + ".source");
-    return checked("data:" + *mime + ";base64," + *data, false, pp + ".source");
+    return checked("data:" + *mime + ";base64," + *data, false, pp + ".source", policy);
   }
   if (kind == "url") {
     auto url = json_string(*source, "url");
     if (!url) throw bad_request("'" + pp + ".source.url' is required", pp + ".source.url");
-    return checked(*url, false, pp + ".source.url");
+    return checked(*url, false, pp + ".source.url", policy);
   }
   throw bad_request("'" + pp + ".source.type' must be base64 or url", pp + ".source.type");
 }

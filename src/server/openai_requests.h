@@ -12,6 +12,7 @@
 
 #include "server/engine_api.h"
 #include "server/json_fields.h"
+#include "server/media_parts.h"
 
 namespace tf::server {
 
@@ -72,7 +73,7 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs);
 // max_completion_tokens (primary) wins over max_tokens (secondary, may be null); >= lo.
 std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, const char* secondary, int64_t lo);
 // Validates OpenAI messages (roles, content parts) for a text-only model.
-Json validate_messages(const Json& messages, const std::string& param);
+Json validate_messages(const Json& messages, const std::string& param, MediaUrlPolicy policy = {});
 
 // The json_schema constraint of a raw request body as JSON text with its keys in the
 // order the client sent them ("" when there is none): guided_json, structured_outputs.json,
@@ -80,10 +81,10 @@ Json validate_messages(const Json& messages, const std::string& param);
 // output_config.format.schema.
 std::string ordered_schema_text(const std::string& body);
 
-ChatRequest parse_chat_request(const Json& body);
+ChatRequest parse_chat_request(const Json& body, MediaUrlPolicy policy = {});
 CompletionRequest parse_completion_request(const Json& body);
-ResponsesRequest parse_responses_request(const Json& body);
-TokenizeRequest parse_tokenize_request(const Json& body);
+ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy = {});
+TokenizeRequest parse_tokenize_request(const Json& body, MediaUrlPolicy policy = {});
 DetokenizeRequest parse_detokenize_request(const Json& body);
 
 }  // namespace tf::server

@@ -9,7 +9,7 @@ namespace tf::server {
 
 namespace {
 
-Json content_to_chat(const Json& content, const std::string& param) {
+Json content_to_chat(const Json& content, const std::string& param, MediaUrlPolicy policy) {
   if (content.is_string()) return content;
   if (!content.is_array()) throw bad_request("'" + param + "' must be a string or an array", param);
   Json parts = Json::array();
@@ -25,7 +25,7 @@ Json content_to_chat(const Json& content, const std::string& param) {
     } else if (type == "reasoning_text") {
       continue;
     } else if (is_media_part_type(type)) {
-      parts.push_back(normalized_media_part(p, type, pp));
+      parts.push_back(normalized_media_part(p, type, pp, policy));
     } else {
       throw bad_request("content part type '" + type + "' is not supported (text, images and videos are)",
                         pp + ".type");
@@ -34,7 +34,7 @@ Json content_to_chat(const Json& content, const std::string& param) {
   return parts;
 }
 
-Json input_to_messages(const Json& input) {
+Json input_to_messages(const Json& input, MediaUrlPolicy policy) {
   Json messages = Json::array();
   if (input.is_string()) {
     messages.push_back({{"role", "user"}, {"content", input}});
@@ -51,7 +51,7 @@ Json input_to_messages(const Json& input) {
       if (!role) throw bad_request("'" + pp + ".role' is required", pp + ".role");
       const Json* content = json_field(item, "content");
       if (!content) throw bad_request("'" + pp + ".content' is required", pp + ".content");
-      messages.push_back({{"role", *role}, {"content", content_to_chat(*content, pp + ".content")}});
+      messages.push_back({{"role", *role}, {"content", content_to_chat(*content, pp + ".content", policy)}});
     } else if (type == "function_call") {
       auto call_id = json_string(item, "call_id");
       auto name = json_string(item, "name");
@@ -83,7 +83,7 @@ Json input_to_messages(const Json& input) {
 
 }  // namespace
 
-ResponsesRequest parse_responses_request(const Json& body) {
+ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy) {
   require_object(body, "body");
   if (json_field(body, "prompt")) throw bad_request("'prompt' templates are not supported", "prompt");
   if (json_bool(body, "background").value_or(false))
@@ -93,7 +93,7 @@ ResponsesRequest parse_responses_request(const Json& body) {
   const Json* input = json_field(body, "input");
   if (!input) throw bad_request("'input' is required", "input");
   Json chat = Json::object();
-  Json messages = input_to_messages(*input);
+  Json messages = input_to_messages(*input, policy);
   if (auto instructions = json_string(body, "instructions"))
     messages.insert(messages.begin(), Json{{"role", "system"}, {"content", *instructions}});
   chat["messages"] = messages;
@@ -141,7 +141,7 @@ ResponsesRequest parse_responses_request(const Json& body) {
     if (auto effort = json_string(*reasoning, "effort")) chat["reasoning_effort"] = *effort;
   }
   ResponsesRequest req;
-  req.chat = parse_chat_request(chat);
+  req.chat = parse_chat_request(chat, policy);
   static_cast<CommonRequest&>(req) = static_cast<const CommonRequest&>(req.chat);
   for (const char* f : {"instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "text",
                         "reasoning", "max_output_tokens", "previous_response_id", "store", "metadata"})

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/api_error.h"
+#include "server/anthropic_messages.h"
 #include "server/openai_requests.h"
 
 namespace tf::server {
@@ -112,6 +113,49 @@ TEST(ServerParse, ResponsesMapOntoChat) {
   EXPECT_THROW(parse_responses_request(b), ApiError);
   b.erase("text");
   EXPECT_EQ(parse_responses_request(b).chat.tool_choice, "f");
+}
+
+// Media URLs: data: always; https:// only when the server fetches them (VISION_URLS), in all
+// three APIs; other schemes never. A refusal names the part and, when off, the setting.
+TEST(ServerParse, HttpsMediaUrlsOnlyWhenTheServerFetchesThem) {
+  auto with_url = [](const char* text, const std::string& url) {
+    std::string body = text;
+    body.replace(body.find("URL"), 3, url);
+    return Json::parse(body);
+  };
+  auto chat = [&](const std::string& url) {
+    return with_url(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"URL"}}]}]})", url);
+  };
+  auto responses = [&](const std::string& url) {
+    return with_url(R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"URL"}]}]})", url);
+  };
+  auto anthropic = [&](const std::string& url) {
+    return with_url(
+        R"({"max_tokens":4,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"URL"}}]}]})",
+        url);
+  };
+  const std::string https = "https://example.com/a.png";
+  const MediaUrlPolicy on{true};
+  EXPECT_EQ(parse_chat_request(chat(https), on).chat.messages[0]["content"][0]["image_url"]["url"], https);
+  EXPECT_EQ(parse_responses_request(responses(https), on).chat.chat.messages[0]["content"][0]["image_url"]["url"], https);
+  EXPECT_EQ(parse_messages_request(anthropic(https), false, on).chat.chat.messages[0]["content"][0]["image_url"]["url"], https);
+  auto refused = [](auto&& parse, const std::string& param, const std::string& says) {
+    try {
+      parse();
+      ADD_FAILURE() << param << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.http_status(), 400);
+      EXPECT_EQ(e.param().value_or(""), param);
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  const std::string off_says = "(https:// URLs too when the server runs with VISION_URLS=1)";
+  refused([&] { parse_chat_request(chat(https)); }, "messages[0].content[0]", off_says);
+  refused([&] { parse_responses_request(responses(https)); }, "input[0].content[0]", off_says);
+  refused([&] { parse_messages_request(anthropic(https)); }, "messages[0].content[0].source.url", off_says);
+  refused([&] { parse_chat_request(chat("http://example.com/a.png"), on); }, "messages[0].content[0]",
+          "only data: URLs and https:// URLs are accepted for images");
+  refused([&] { parse_chat_request(chat("file:///etc/passwd"), on); }, "messages[0].content[0]", "only data: URLs");
 }
 
 TEST(ServerParse, ErrorObjectShape) {
