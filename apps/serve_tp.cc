@@ -94,7 +94,8 @@ const std::vector<std::string> kThisMachineOptions = {"--model", "-m", "--cache-
                                                       "--api-key"};
 // Settings rank 0's environment gives that a worker gets otherwise (or not at all).
 const std::vector<std::string> kNotForwarded = {"MODEL_DIR", "TF_CACHE_DIR", "HOST", "PORT", "API_KEY",
-                                                "TP", "WORKER", "FABRIC_PEER", "WORKER_DIR", "WORKER_MODEL_DIR"};
+                                                "TP", "WORKER", "FABRIC_PEER", "WORKER_DIR", "WORKER_MODEL_DIR",
+                                                "TF_LOG_FILE"};
 
 std::string host_port(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos;

@@ -8,7 +8,8 @@
 
 namespace tf {
 
-// Level from TF_LOG_LEVEL (trace, debug, info, warn, error) unless given.
+// Level from TF_LOG_LEVEL (trace, debug, info, warn, error) unless given; with
+// TF_LOG_FILE set, the log is also appended to that file.
 void init_logging(int rank = 0, const std::string& level = "");
 
 }  // namespace tf

@@ -106,8 +106,11 @@ std::string remote_rank_script(const RemotePlan& plan, const RemoteRank& rank,
   s += "d=$(cd " + dir + " 2>/dev/null && pwd) || { echo \"tensorfold: no folder \"" + dir + missing + "exit 126; }\n";
   s += "[ -x \"$d/tensorfold\" ] || { echo \"tensorfold: no tensorfold binary in \"" + dir + missing + "exit 127; }\n";
   s += "echo $$ > \"$d/rank" + std::to_string(rank.rank) + ".pid\"\n";
-  s += "exec env LD_LIBRARY_PATH=\"$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\" TF_CACHE_DIR=\"$d/cache\"";
+  s += "mkdir -p \"$d/logs\"\n";
+  s += "exec env LD_LIBRARY_PATH=\"$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"";
   for (const auto& [name, value] : plan.env) s += " " + shell_quote(name + "=" + value);
+  // The folder's own settings last (they win over anything forwarded).
+  s += " TF_CACHE_DIR=\"$d/cache\" TF_LOG_FILE=\"$d/logs/rank" + std::to_string(rank.rank) + ".log\"";
   s += " \"$d/tensorfold\"";
   for (const std::string& a : follower_args) s += " " + shell_quote(a);
   s += "\n";

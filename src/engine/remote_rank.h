@@ -65,8 +65,9 @@ std::vector<std::pair<std::string, std::string>> forwarded_environment(const std
 
 // The shell script a worker runs for one rank, in the login's home: find the
 // folder and its binary (or say what is missing), write the pid file, then exec
-// `DIR/tensorfold ARGS` with the plan's settings, DIR/lib on the library path and
-// DIR/cache as the cache folder. `follower_args` starts with the
+// `DIR/tensorfold ARGS` with the plan's settings, DIR/lib on the library path,
+// DIR/cache as the cache folder and DIR/logs/rank<r>.log as its own log (TF_LOG_FILE;
+// its lines also reach rank 0's log through SSH). `follower_args` starts with the
 // subcommand ("serve") and ends with the rank's own options.
 std::string remote_rank_script(const RemotePlan& plan, const RemoteRank& rank,
                                const std::vector<std::string>& follower_args);

@@ -114,6 +114,12 @@ try:
     check(got == ref, "replies with a rank on a worker equal --tp 1's:\n  worker %r\n  tp1    %r" % (got, ref))
     two.proc.send_signal(signal.SIGTERM)
     check(two.wait(30) == 0, "rank 0 stops on SIGTERM with exit code 0")
+    try:
+        worker_log = open(os.path.join(WORKER_DIR, "logs", "rank1.log")).read()
+    except OSError as e:
+        worker_log = str(e)
+    check("[rank 1] info rank 1 of 2: loaded its shard" in worker_log and "rank 0 stopped" in worker_log,
+          "the worker keeps its rank's own log (WORKER_DIR/logs/rank1.log): %s" % worker_log[-300:])
     check(pid is not None and wait_gone([pid], 10), "the rank on the worker left with rank 0")
 finally:
     two.kill()

@@ -98,12 +98,12 @@ TEST(RemoteRank, TheScriptRunsInTheLoginHome) {
   {
     std::ofstream f(home / "tf dir" / "tensorfold");
     f << "#!/bin/sh\necho \"args:$*\"\necho \"lib:$LD_LIBRARY_PATH\"\necho \"cache:$TF_CACHE_DIR\"\n"
-         "echo \"dense:$DENSE\"\necho \"model:$MODEL_DIR\"\necho \"pwd:$PWD\"\n";
+         "echo \"dense:$DENSE\"\necho \"model:$MODEL_DIR\"\necho \"pwd:$PWD\"\necho \"log:$TF_LOG_FILE\"\n";
   }
   fs::permissions(home / "tf dir" / "tensorfold", fs::perms::owner_all);
   RemotePlan plan;
   plan.dir = "tf dir";  // relative to the login's home
-  plan.env = {{"DENSE", "f32"}, {"MODEL_DIR", "models/it's"}};
+  plan.env = {{"DENSE", "f32"}, {"MODEL_DIR", "models/it's"}, {"TF_CACHE_DIR", "/head/cache"}};
   RemoteRank rank{3, "me@host", 1};
   const std::string script = remote_rank_script(plan, rank, {"serve", "--rank", "3", "--x=a b"});
   auto [out, code] = run_sh(script, home);
@@ -111,7 +111,9 @@ TEST(RemoteRank, TheScriptRunsInTheLoginHome) {
   const std::string d = (home / "tf dir").string();
   EXPECT_NE(out.find("args:serve --rank 3 --x=a b\n"), std::string::npos) << out;
   EXPECT_NE(out.find("lib:" + d + "/lib\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("cache:" + d + "/cache\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("cache:" + d + "/cache\n"), std::string::npos) << out;  // the folder's, not a forwarded one
+  EXPECT_NE(out.find("log:" + d + "/logs/rank3.log\n"), std::string::npos) << out;
+  EXPECT_TRUE(fs::is_directory(home / "tf dir" / "logs"));
   EXPECT_NE(out.find("dense:f32\nmodel:models/it's\n"), std::string::npos) << out;
   EXPECT_NE(out.find("pwd:" + home.string() + "\n"), std::string::npos) << out;  // relative paths from home
   std::ifstream pid(home / "tf dir" / "rank3.pid");
