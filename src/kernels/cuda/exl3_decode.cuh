@@ -25,6 +25,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/mma_bf16.cuh"  // mma_f16_16816: D += A * B, f16 in, f32 accumulation
+
 namespace tf::cuda::exl3 {
 
 // Codebook ids as template arguments (Exl3Codebook's order).
@@ -275,15 +277,6 @@ __device__ __forceinline__ void load_fragment_words(const uint32_t* __restrict__
   } else {
     load_lane_words_generic<K>(tw, lane, own);
   }
-}
-
-// D += A * B for mma.m16n8k16, f16 inputs, f32 accumulation.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 }  // namespace tf::cuda::exl3

@@ -116,8 +116,8 @@ __device__ __forceinline__ void gemv_warp(const uint32_t* __restrict__ tw0, int6
         const int r = rt * 8 + g;
         if (rt * 8 >= rows) break;  // warp-uniform
         const uint4 xv = r < rows ? __ldg(xr + r * xr_stride + (i0 + u) * 4 + t) : make_uint4(0, 0, 0, 0);
-        mma_16816(acc[rt], a, xv.x, xv.y);
-        mma_16816(acc[rt], a, xv.z, xv.w);
+        mma_f16_16816(acc[rt], a, xv.x, xv.y);
+        mma_f16_16816(acc[rt], a, xv.z, xv.w);
       }
     }
   }

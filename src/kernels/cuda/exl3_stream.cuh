@@ -291,8 +291,8 @@ struct WarpStream {
       for (int rt = 0; rt < RT; ++rt) {
         if ((!kTrim || rt > 0) && rt * 8 >= rows) break;  // warp-uniform
         const uint4 xv = xs[rt][u * 4];
-        mma_16816(acc[rt], a, xv.x, xv.y);
-        mma_16816(acc[rt], a, xv.z, xv.w);
+        mma_f16_16816(acc[rt], a, xv.x, xv.y);
+        mma_f16_16816(acc[rt], a, xv.z, xv.w);
       }
     }
   }
@@ -488,9 +488,9 @@ struct WarpStream {
               decode_smem_tile<K, CB, (Mode & kFmaPack) != 0, (Mode & kDupStates) != 0, (Mode & kWordHash) != 0>(
                   st + (kk * IC + i) * 8 * K, lane, a[i]);
 #pragma unroll
-            for (int i = 0; i < IC; ++i) mma_16816(sums[i][0], a[i], xv.x, xv.y);
+            for (int i = 0; i < IC; ++i) mma_f16_16816(sums[i][0], a[i], xv.x, xv.y);
 #pragma unroll
-            for (int i = 0; i < IC; ++i) mma_16816(sums[i][0], a[i], xv.z, xv.w);
+            for (int i = 0; i < IC; ++i) mma_f16_16816(sums[i][0], a[i], xv.z, xv.w);
           }
         }
         rslot += stage_words<K, ST>();
@@ -540,8 +540,8 @@ struct WarpStream {
             // its zeroing and a divergent branch out of the loop (H200 SASS count, run2s6).
             const int r = min(rt * 8 + g, rows - 1);
             const uint4 xv = xf[r * xs + i * 4 + t];
-            mma_16816(acc[rt], a, xv.x, xv.y);
-            mma_16816(acc[rt], a, xv.z, xv.w);
+            mma_f16_16816(acc[rt], a, xv.x, xv.y);
+            mma_f16_16816(acc[rt], a, xv.z, xv.w);
           }
         }
       }
