@@ -172,6 +172,7 @@ Tensor Glm5Model::mla_forward(const LayerWeights& lw, int mla_index, const Tenso
     Tensor indices;
     if (w.indexer) {
       Glm5Sequence::IndexerState& st = mtp ? sp.seq->mtp_indexer_ : sp.seq->indexer_[mla_index];
+      if (sp.speculative && !mtp) note_indexer_before(mla_index, sp, irows, st);
       indices = indexer_forward(*w.indexer, irows, sp, st);
       shared_topk[s] = indices;
     } else {
@@ -233,7 +234,10 @@ void Glm5Model::prepare_decode_rows(const std::vector<Span>& spans, int64_t pad_
   int64_t max_pools = 0;
   for (size_t s = 0; s < spans.size();) {
     size_t e = s;
-    while (e < spans.size() && spans[e].rows == 1 && spans[e].row0 == spans[s].row0 + static_cast<int64_t>(e - s)) ++e;
+    // A speculative span runs on its own even at one row (glm5_speculation.cc).
+    while (e < spans.size() && spans[e].rows == 1 && !spans[e].speculative &&
+           spans[e].row0 == spans[s].row0 + static_cast<int64_t>(e - s))
+      ++e;
     if (e == s) {
       ++s;
       continue;

@@ -53,6 +53,11 @@ Tensor Glm5Model::kda_core(int layer, int kda_index, const std::vector<Tensor>& 
       continue;
     }
     const Span& sp = spans[s++];
+    if (sp.speculative) {
+      Tensor out = core.slice(0, sp.row0, sp.row0 + sp.rows);
+      kda_core_speculative(layer, kda_index, proj, sp, out);
+      continue;
+    }
     Glm5Sequence::KdaState& st = sp.seq->kda_[kda_index];
     const int64_t r0 = sp.row0, r1 = sp.row0 + sp.rows;
     Tensor cq = ops_.empty({sp.rows, c}), ck = ops_.empty({sp.rows, c}), cv = ops_.empty({sp.rows, c});

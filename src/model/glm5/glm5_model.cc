@@ -577,9 +577,20 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
         if (t < 0 || t >= cfg_.vocab_size)
           return out_of_range("step: token id " + std::to_string(t) + " outside the vocabulary of " +
                               std::to_string(cfg_.vocab_size));
+      if (e.sequence->spec_.pending)
+        return invalid_argument("step: entry " + std::to_string(i) +
+                                "'s sequence has a speculative step not committed (commit_speculation)");
       spans.push_back({e.sequence, static_cast<int64_t>(ids.size()), static_cast<int64_t>(e.tokens.size()),
-                       e.sequence->length_});
+                       e.sequence->length_, e.speculative});
       ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
+    }
+    for (const Span& sp : spans) {
+      if (!sp.speculative) continue;
+      Glm5Sequence::Speculation& spec = sp.seq->spec_;
+      spec.pos0 = sp.pos0;
+      spec.rows = sp.rows;
+      spec.kda.assign(sp.seq->kda_.size(), {});
+      spec.indexer.assign(sp.seq->indexer_.size(), {});
     }
     if (num_mla_ > 0)
       for (const Span& sp : spans) {
@@ -589,7 +600,8 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
     const int64_t n = static_cast<int64_t>(ids.size());
     // A decode step (one token per sequence) runs padded to a bucket of rows, as
     // captured graphs (the attention cores included); anything else runs eagerly.
-    const bool decode = n == static_cast<int64_t>(spans.size());
+    bool decode = n == static_cast<int64_t>(spans.size());
+    for (const Span& sp : spans) decode = decode && !sp.speculative;
     const int64_t bucket = graphs_ && graphs_->enabled() && decode ? StepGraphs::bucket_for(n) : 0;
     // Decode rows' MLA/indexer (graph step: also KDA) metadata: one upload (glm5_attention.cc).
     prepare_decode_rows(spans, bucket);
@@ -703,7 +715,10 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       if (batch[i].host_logits) out[i].logits = logits_h.slice(0, r0, r1);
       if (batch[i].want_hidden) out[i].hidden = hidden_h.slice(0, r0, r1);
     }
-    for (const Span& sp : spans) sp.seq->length_ = sp.pos0 + sp.rows;
+    for (const Span& sp : spans) {
+      sp.seq->length_ = sp.pos0 + sp.rows;
+      sp.seq->spec_.pending = sp.speculative;
+    }
     return out;
   } catch (const StatusError& e) {
     return e.status().with_context("glm5 step");

@@ -114,6 +114,29 @@ class Glm5Sequence {
   int64_t mtp_length_ = 0;
   std::vector<int32_t> mtp_pages_;
   IndexerState mtp_indexer_;
+
+  // Speculative decoding (StepEntry::speculative): a verified span whose drafts may be
+  // rejected leaves what Glm5Model::commit_speculation needs to keep only its first rows.
+  // The latent cache needs nothing (rows past the length are dead); the recurrent states
+  // are updated on a second set of states (a full accept swaps them in) with the inputs
+  // kept, so that a partial accept replays the kept rows onto the untouched states.
+  struct KdaJournal {
+    Tensor x_q, x_k, x_v;       // the span's pre-conv rows [T, C]
+    Tensor q, k, v, g, beta;    // the recurrence's inputs (after the conv) [T, ...]
+  };
+  struct IndexerJournal {
+    Tensor ring_before;  // a copy of the ring before the span
+    int64_t ring_rows = 0, pools = 0;
+    Tensor key, gate;    // the span's rows [T, Di]
+  };
+  struct Speculation {
+    bool pending = false;
+    int64_t pos0 = 0, rows = 0;
+    std::vector<KdaJournal> kda;          // by KDA layer
+    std::vector<IndexerJournal> indexer;  // by MLA layer (empty entries for shared layers)
+  };
+  Speculation spec_;
+  std::vector<KdaState> spec_kda_;  // the states after the whole span (allocated at the first speculation)
 };
 
 struct StepEntry {
@@ -122,6 +145,11 @@ struct StepEntry {
   bool all_logits = false;  // logits for every position of the span, not only the last
   bool host_logits = true;  // download this entry's logits to StepResult::logits
   bool want_hidden = false;  // download the final hidden states to StepResult::hidden (MTP drafts)
+  // Speculative decoding: the span is the pending token and drafts after it, verified in
+  // this step. Its rows run the decode arithmetic (the recurrence token by token), so row j
+  // gives bit for bit what serial decoding would; the sequence must then see
+  // commit_speculation (which keeps the span's first rows) before any other step.
+  bool speculative = false;
   // Rows of `tokens` whose input embedding is given instead of looked up: image and
   // video features at their placeholder tokens (transformers' masked_scatter). Each
   // run puts rows [src, src + count) of `embeds` at span rows [row, row + count).
@@ -165,6 +193,11 @@ class Glm5Model {
   // Advances every entry (distinct sequences) by its tokens; results in entry order.
   // On error no sequence has advanced its length (its states may be partly updated).
   Expected<std::vector<StepResult>> step(std::span<const StepEntry> batch);
+  // After a speculative step of `seq` (StepEntry::speculative): keeps the first `rows` rows
+  // of its span (1 <= rows <= the span), as if only they had been stepped: the length, the
+  // KDA states and the indexer pools and ring then equal those of a serial run.
+  Status commit_speculation(Glm5Sequence& seq, int64_t rows);
+  bool speculation_pending(const Glm5Sequence& seq) const { return seq.spec_.pending; }
 
   // MTP draft (speculative decoding; math inferred, spec §5): for one sequence,
   // hidden [T, H] (main model final hidden states at positions p..p+T-1) and the
@@ -179,6 +212,7 @@ class Glm5Model {
   struct Span {
     Glm5Sequence* seq;
     int64_t row0, rows, pos0;  // rows [row0, row0+rows) of the batch, positions from pos0
+    bool speculative = false;  // StepEntry::speculative: keep what commit_speculation needs
   };
   // Sublayers: input x [N, H] (after the pre-norm), output [N, H] (already all-reduced).
   // KDA in three parts: row-only projections {q, k, v, g, beta, gate}, the stateful
@@ -186,6 +220,7 @@ class Glm5Model {
   std::vector<Tensor> kda_project(int layer, const Tensor& x);
   Tensor kda_core(int layer, int kda_index, const std::vector<Tensor>& proj, const std::vector<Span>& spans);
   Tensor kda_output(int layer, const Tensor& core, const Tensor& gate);
+
   Tensor mla_forward(const LayerWeights& lw, int mla_index, const Tensor& x, const std::vector<Span>& spans,
                      std::vector<Tensor>& shared_topk, bool mtp);
   // The indexer's projections of all rows of a step (one matmul each, whatever the
@@ -231,6 +266,13 @@ class Glm5Model {
                              std::vector<Tensor>& shared_topk);
   void ensure_indexer_ring(Glm5Sequence::IndexerState& st);
   void ensure_pool_capacity(Glm5Sequence::IndexerState& st, int64_t pools);
+  // Speculative spans (glm5_speculation.cc): the conv and recurrence of one span on the
+  // sequence's second set of states, the inputs journaled; and the indexer state noted
+  // before a span is appended to it.
+  void kda_core_speculative(int layer, int kda_index, const std::vector<Tensor>& proj, const Span& sp, Tensor& out);
+  void note_indexer_before(int mla_index, const Span& sp, const IndexerRows& rows, Glm5Sequence::IndexerState& st);
+  // A conv state [K-1, C] as it would be after the first `keep` rows of x [T, C].
+  void keep_conv_rows(Tensor& state, const Tensor& x, int64_t keep);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
   // A dense MLP or expert; with sum_into, its output is added to *sum_into (returned).
   Tensor mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into = nullptr);

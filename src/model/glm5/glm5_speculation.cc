@@ -1,0 +1,143 @@
+// Speculative spans of Glm5Model (StepEntry::speculative) and commit_speculation.
+//
+// A verify step runs the pending token and its drafts as one span. Every row of it must
+// give what serial decoding would, and after the engine compares the samples with the
+// drafts, the sequence must hold the state after the kept rows only:
+// - the latent cache is indexed by position, so rows past the new length are dead (and
+//   are written again later);
+// - the KDA conv and recurrent states are updated in place by serial decoding, so the span
+//   runs on a second set of states (copies of the states before it), token by token like
+//   decode rows, and keeps its inputs: a full accept swaps the second set in; a partial
+//   one replays the kept rows' recurrence onto the untouched states and takes the conv
+//   state from the kept rows' inputs (the conv state is the last K-1 pre-conv rows);
+// - the indexer's pooled keys are appended per completed pool, so a pool completed by
+//   kept rows is right and later ones are dropped by the count; its ring of the
+//   incomplete pool's rows is rebuilt from a copy taken before the span and the span's
+//   own key rows.
+#include <string>
+#include <utility>
+
+#include "model/glm5/glm5_model.h"
+
+namespace tf {
+
+void Glm5Model::kda_core_speculative(int layer, int kda_index, const std::vector<Tensor>& proj, const Span& sp,
+                                     Tensor& out) {
+  const KdaWeights& w = weights_.layers[layer].kda;
+  const int64_t c = w.heads * cfg_.linear_head_dim, r0 = sp.row0, r1 = sp.row0 + sp.rows;
+  Glm5Sequence& seq = *sp.seq;
+  const size_t ki = static_cast<size_t>(kda_index);
+  if (seq.spec_kda_.size() != seq.kda_.size()) {
+    // The second set of states, shaped like the first (kept for the sequence's life).
+    seq.spec_kda_.clear();
+    for (const Glm5Sequence::KdaState& st : seq.kda_) {
+      Glm5Sequence::KdaState s2;
+      s2.conv = ops_.empty(st.conv.shape());
+      s2.conv_q = s2.conv.select(0, 0);
+      s2.conv_k = s2.conv.select(0, 1);
+      s2.conv_v = s2.conv.select(0, 2);
+      s2.recurrent = ops_.empty(st.recurrent.shape());
+      seq.spec_kda_.push_back(std::move(s2));
+    }
+  }
+  const Glm5Sequence::KdaState& before = seq.kda_[ki];
+  Glm5Sequence::KdaState& after = seq.spec_kda_[ki];
+  ops_.copy(after.conv, before.conv);
+  ops_.copy(after.recurrent, before.recurrent);
+  Glm5Sequence::KdaJournal& j = seq.spec_.kda[ki];
+  j.x_q = proj[0].slice(0, r0, r1);
+  j.x_k = proj[1].slice(0, r0, r1);
+  j.x_v = proj[2].slice(0, r0, r1);
+  j.g = proj[3].slice(0, r0, r1);
+  j.beta = proj[4].slice(0, r0, r1);
+  j.q = ops_.empty({sp.rows, c});
+  j.k = ops_.empty({sp.rows, c});
+  j.v = ops_.empty({sp.rows, c});
+  ops_.causal_conv1d_silu(j.q, j.x_q, after.conv_q, w.q_conv);
+  ops_.causal_conv1d_silu(j.k, j.x_k, after.conv_k, w.k_conv);
+  ops_.causal_conv1d_silu(j.v, j.x_v, after.conv_v, w.v_conv);
+  // Token by token, as decode rows run (not the chunked prefill form): the same bits.
+  ops_.kda_recurrent(out, j.q, j.k, j.v, j.g, j.beta, after.recurrent);
+}
+
+void Glm5Model::note_indexer_before(int mla_index, const Span& sp, const IndexerRows& rows,
+                                    Glm5Sequence::IndexerState& st) {
+  ensure_indexer_ring(st);
+  Glm5Sequence::IndexerJournal& j = sp.seq->spec_.indexer[static_cast<size_t>(mla_index)];
+  j.ring_before = ops_.empty(st.ring.shape());
+  ops_.copy(j.ring_before, st.ring);
+  j.ring_rows = st.ring_rows;
+  j.pools = st.pools;
+  j.key = rows.key.slice(0, sp.row0, sp.row0 + sp.rows);
+  j.gate = rows.gate.slice(0, sp.row0, sp.row0 + sp.rows);
+}
+
+void Glm5Model::keep_conv_rows(Tensor& state, const Tensor& x, int64_t keep) {
+  const int64_t k1 = state.size(0);
+  if (k1 == 0) return;
+  if (keep >= k1) {
+    ops_.copy(state, x.slice(0, keep - k1, keep));
+    return;
+  }
+  // The oldest k1 - keep rows of the state move up, then the kept rows follow.
+  Tensor old = ops_.empty(state.shape());
+  ops_.copy(old, state);
+  Tensor head = state.slice(0, 0, k1 - keep), tail = state.slice(0, k1 - keep, k1);
+  ops_.copy(head, old.slice(0, keep, k1));
+  ops_.copy(tail, x.slice(0, 0, keep));
+}
+
+Status Glm5Model::commit_speculation(Glm5Sequence& seq, int64_t keep) {
+  Glm5Sequence::Speculation& sp = seq.spec_;
+  if (!sp.pending) return invalid_argument("commit_speculation: the sequence has no speculative step to commit");
+  if (keep < 1 || keep > sp.rows)
+    return invalid_argument("commit_speculation: keeps " + std::to_string(keep) + " rows of a span of " +
+                            std::to_string(sp.rows));
+  try {
+    for (size_t i = 0; i < seq.kda_.size(); ++i) {
+      if (keep == sp.rows) {
+        std::swap(seq.kda_[i], seq.spec_kda_[i]);
+        continue;
+      }
+      const Glm5Sequence::KdaJournal& j = sp.kda[i];
+      Glm5Sequence::KdaState& st = seq.kda_[i];
+      Tensor out = ops_.empty({keep, j.v.size(1)});
+      ops_.kda_recurrent(out, j.q.slice(0, 0, keep), j.k.slice(0, 0, keep), j.v.slice(0, 0, keep),
+                         j.g.slice(0, 0, keep), j.beta.slice(0, 0, keep), st.recurrent);
+      keep_conv_rows(st.conv_q, j.x_q, keep);
+      keep_conv_rows(st.conv_k, j.x_k, keep);
+      keep_conv_rows(st.conv_v, j.x_v, keep);
+    }
+    const int64_t kp = cfg_.index_kpool, length = sp.pos0 + keep;
+    for (size_t i = 0; i < sp.indexer.size() && i < seq.indexer_.size(); ++i) {
+      const Glm5Sequence::IndexerJournal& j = sp.indexer[i];
+      if (j.key.is_null()) continue;  // a layer sharing another's top-k
+      Glm5Sequence::IndexerState& st = seq.indexer_[i];
+      const int64_t pools = length / kp, ring_rows = length % kp;
+      ops_.copy(st.ring, j.ring_before);
+      if (pools == j.pools) {
+        // No pool completed by the kept rows: they follow the ring's rows.
+        if (ring_rows > j.ring_rows)
+          for (auto [ring, fresh] : {std::pair{&st.ring_k, &j.key}, {&st.ring_gate, &j.gate}}) {
+            Tensor dst = ring->slice(0, j.ring_rows, ring_rows);
+            ops_.copy(dst, fresh->slice(0, 0, ring_rows - j.ring_rows));
+          }
+      } else if (ring_rows > 0) {
+        // The new incomplete pool holds the last kept rows only.
+        for (auto [ring, fresh] : {std::pair{&st.ring_k, &j.key}, {&st.ring_gate, &j.gate}}) {
+          Tensor dst = ring->slice(0, 0, ring_rows);
+          ops_.copy(dst, fresh->slice(0, keep - ring_rows, keep));
+        }
+      }
+      st.pools = pools;
+      st.ring_rows = ring_rows;
+    }
+    seq.length_ = length;
+    sp = Glm5Sequence::Speculation{};
+    return Status::ok();
+  } catch (const StatusError& e) {
+    return e.status().with_context("glm5 commit_speculation");
+  }
+}
+
+}  // namespace tf
