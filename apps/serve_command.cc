@@ -166,6 +166,19 @@ void add_serve_command(CLI::App& app) {
       ->envname("EXACT_ROWS")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  cmd->add_option("--copy", o->engine.copy_drafts,
+                  "1: copy drafts: a stream repeating earlier tokens verifies what followed them in its next step "
+                  "(the same replies in fewer steps); 0: off")
+      ->envname("COPY")
+      ->capture_default_str();
+  cmd->add_option("--copy-max", o->engine.copy_max, "copy drafts verified per step at most")
+      ->envname("COPY_MAX")
+      ->check(CLI::Range(1, 63))
+      ->capture_default_str();
+  cmd->add_option("--copy-match", o->engine.copy_match, "tokens that must recur before a copy draft is made")
+      ->envname("COPY_MATCH")
+      ->check(CLI::Range(2, 64))
+      ->capture_default_str();
   cmd->add_option("--dense", o->engine.dense,
                   "projection matrices: q4 (default) or fp8 (the large dense ones re-quantized at load), bf16 (BF16 on "
                   "the GPU, f32 on the CPU backend) or f32")

@@ -184,6 +184,11 @@ struct EngineHealth {
   // before the point a prompt resumed from (prompt reuse).
   int64_t vision_patches_total = 0;
   int64_t vision_patches_skipped_total = 0;
+  // Speculative decoding (COPY): decode steps that verified drafts, the drafts verified,
+  // and those kept (each kept draft is a token that cost no step of its own).
+  int64_t spec_steps_total = 0;
+  int64_t drafted_tokens_total = 0;
+  int64_t accepted_tokens_total = 0;
 };
 
 struct ModelInfo {

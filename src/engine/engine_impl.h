@@ -92,6 +92,11 @@ struct LiveChoice {
   // lengths at which this choice's state is kept (engine_prompt_reuse.cc).
   int64_t cached = 0;
   std::vector<int64_t> keep_at;
+  // Speculative decoding (engine_speculation.cc): the prompt and reply so far, where copy
+  // drafts are searched (empty when they are off), and the span of this step's verify
+  // entry (the pending token, then the drafts).
+  std::vector<int32_t> history;
+  std::vector<int32_t> verify_tokens;
 };
 
 // A kept prompt: a fork of a sequence after its first tokens (kept_index has them), holding
@@ -233,6 +238,19 @@ struct Engine::Impl {
                                                   std::vector<StepResult>& results,
                                                   std::span<const std::optional<SampleRowParams>> device);
   int device_sampling = -1;  // engine thread only: -1 not decided yet, else 0/1
+
+  // A sampled token's effects on its choice (emitted text, stop conditions, structured
+  // output); false when the choice ended (it is gone then).
+  bool take_token(LiveChoice& c, const SequenceStep& st);
+  // Speculative decoding (engine_speculation.cc). draft_rows_for: how many draft rows the
+  // step may add (none beside a prompt chunk; within EXACT_ROWS); drafts_for: the copy
+  // drafts of a decoding choice, at most `rows`; verify_drafts: samples a verify entry's
+  // rows as serial decoding would, one after the other while each sample equals the next
+  // row's draft, and commits the rows kept.
+  int64_t draft_rows_for(const StepPlan& plan) const;
+  std::vector<int32_t> drafts_for(const LiveChoice& c, int64_t rows) const;
+  void verify_drafts(LiveChoice& c, StepResult& result);
+  Sampler spec_sampler;
 };
 
 }  // namespace tf::engine

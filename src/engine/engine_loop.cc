@@ -141,6 +141,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     c.request = r;
     c.index = i;
     c.sampler = std::make_unique<SequenceSampler>(*params, g.prompt_tokens, eos_ids, static_cast<uint32_t>(i));
+    if (options.copy_drafts) c.history = g.prompt_tokens;
     ChoiceOutputOptions oo;
     oo.skip_special_tokens = g.sampling.skip_special_tokens;
     oo.stop = g.sampling.stop;
@@ -278,6 +279,7 @@ void Engine::Impl::step_once() {
   std::vector<std::optional<SampleRowParams>> device_params;
   std::vector<std::vector<StepEntry::EmbedRun>> embed_runs(plan.advances.size());
   batch.reserve(plan.advances.size());
+  int64_t draft_rows = draft_rows_for(plan);
   for (const Advance& a : plan.advances) {
     LiveChoice& c = choices.at(a.id);
     StepEntry e;
@@ -294,12 +296,20 @@ void Engine::Impl::step_once() {
         e.embed_runs = runs;
         e.embeds = &c.request->media_features;
       }
+    } else if (std::vector<int32_t> drafts = drafts_for(c, draft_rows); !drafts.empty()) {
+      // A verify step: the pending token and the drafts, every row's logits to the host.
+      draft_rows -= static_cast<int64_t>(drafts.size());
+      c.verify_tokens.assign(1, c.last_token);
+      c.verify_tokens.insert(c.verify_tokens.end(), drafts.begin(), drafts.end());
+      e.tokens = c.verify_tokens;
+      e.all_logits = true;
+      e.speculative = true;
     } else {
       e.tokens = std::span<const int32_t>(&c.last_token, 1);
     }
     rows.push_back(&c);
     // A row sampled on the device (or not sampled at all) needs no host copy of its logits.
-    device_params.push_back(a.samples ? device_row(c) : std::nullopt);
+    device_params.push_back(a.samples && !e.speculative ? device_row(c) : std::nullopt);
     if (device_params.back() || (!a.samples && device_sampling_on())) e.host_logits = false;
     batch.push_back(e);
   }
@@ -310,6 +320,7 @@ void Engine::Impl::step_once() {
     for (size_t i = 0; i < batch.size(); ++i) {
       StepCommandEntry ce{rows[i]->id, std::vector<int32_t>(batch[i].tokens.begin(), batch[i].tokens.end()),
                           batch[i].all_logits};
+      ce.speculative = batch[i].speculative;
       // The followers get this chunk's image/video features (they hold no vision tower).
       if (!batch[i].embed_runs.empty()) {
         const Tensor& f = *batch[i].embeds;
@@ -360,51 +371,62 @@ void Engine::Impl::step_once() {
       LiveRequest& r = *rows[i]->request;
       if (r.req.media && rows[i]->prefilled >= static_cast<int64_t>(r.req.prompt_tokens.size())) media_prefill_done(r);
     }
-    if (a.samples) sampling_rows.push_back(i);
+    if (a.samples && !batch[i].speculative) sampling_rows.push_back(i);
   }
   if (reuse_grain > 0) keep_prompt_states(prefilled);
   std::vector<Expected<SequenceStep>> steps = sample_step(rows, sampling_rows, *results, device_params);
 
   for (size_t k = 0; k < sampling_rows.size(); ++k) {
     LiveChoice& c = *rows[sampling_rows[k]];
-    const RequestId id = c.id;
     if (!steps[k]) {
-      fail_choice(id, steps[k].status().with_context("sampling"));
+      fail_choice(c.id, steps[k].status().with_context("sampling"));
       continue;
     }
-    const SequenceStep& st = *steps[k];
-    const int32_t token = st.sampled.token;
-    c.last_token = token;
-    LiveRequest& r = *c.request;
-    const bool stop_token = st.finish == tf::FinishReason::kStop;
-    if (c.constraint) {
-      if (c.constraint_active) {
-        if (Status s = c.constraint->accept(token); !s.is_ok()) {
-          fail_choice(id, s);
-          continue;
-        }
-      } else if (think_end_id && token == *think_end_id) {
-        c.constraint_active = true;
+    (void)take_token(c, *steps[k]);
+  }
+  // Verify steps: their rows sampled one after the other while the drafts hold.
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i].speculative) verify_drafts(*rows[i], (*results)[i]);
+  publish_health();
+}
+
+bool Engine::Impl::take_token(LiveChoice& c, const SequenceStep& st) {
+  const RequestId id = c.id;
+  const int32_t token = st.sampled.token;
+  c.last_token = token;
+  if (!c.history.empty()) c.history.push_back(token);
+  LiveRequest& r = *c.request;
+  const bool stop_token = st.finish == tf::FinishReason::kStop;
+  if (c.constraint) {
+    if (c.constraint_active) {
+      if (Status s = c.constraint->accept(token); !s.is_ok()) {
+        fail_choice(id, s);
+        return false;
       }
-    }
-    if (stop_token) {
-      GenerationEvent ev = c.output->add_stop_token(token, st.sampled);
-      if (has_payload(ev)) emit(r, std::move(ev));
-      finish_choice(id, FinishReason::kStop, true);
-      continue;
-    }
-    bool stopped = false;
-    GenerationEvent ev = c.output->add(token, st.sampled, stopped);
-    if (has_payload(ev)) emit(r, std::move(ev));
-    // A structured answer that is complete and cannot go on ends here, end token or not
-    // (ignore_eos, min_tokens and a banned end token cannot stretch it).
-    if (stopped || (c.constraint_active && c.constraint->finished())) {
-      finish_choice(id, FinishReason::kStop, true);
-    } else if (st.finish == tf::FinishReason::kLength) {
-      finish_choice(id, FinishReason::kLength, true);
+    } else if (think_end_id && token == *think_end_id) {
+      c.constraint_active = true;
     }
   }
-  publish_health();
+  if (stop_token) {
+    GenerationEvent ev = c.output->add_stop_token(token, st.sampled);
+    if (has_payload(ev)) emit(r, std::move(ev));
+    finish_choice(id, FinishReason::kStop, true);
+    return false;
+  }
+  bool stopped = false;
+  GenerationEvent ev = c.output->add(token, st.sampled, stopped);
+  if (has_payload(ev)) emit(r, std::move(ev));
+  // A structured answer that is complete and cannot go on ends here, end token or not
+  // (ignore_eos, min_tokens and a banned end token cannot stretch it).
+  if (stopped || (c.constraint_active && c.constraint->finished())) {
+    finish_choice(id, FinishReason::kStop, true);
+    return false;
+  }
+  if (st.finish == tf::FinishReason::kLength) {
+    finish_choice(id, FinishReason::kLength, true);
+    return false;
+  }
+  return true;
 }
 
 bool Engine::Impl::tp_send(std::vector<StepCommandEntry> entries) {

@@ -20,6 +20,10 @@ Status EngineOptions::validate() const {
   if (prefill_chunk < 0)
     return invalid_argument("--prefill-chunk must be >= 1 (or 0: the default), got " + std::to_string(prefill_chunk));
   if (page_size < 1) return invalid_argument("page size must be >= 1");
+  if (copy_max < 1 || copy_max > 63)
+    return invalid_argument("COPY_MAX (--copy-max) must be in 1..63, got " + std::to_string(copy_max));
+  if (copy_match < 2 || copy_match > 64)
+    return invalid_argument("COPY_MATCH (--copy-match) must be in 2..64, got " + std::to_string(copy_match));
   if (kept_prompts < 0 || kept_prompts > 4096)
     return invalid_argument("KEPT_PROMPTS (--kept-prompts) must be in 0..4096, got " + std::to_string(kept_prompts));
   if (device != "cpu" && device != "cuda") {

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "core/status.h"
@@ -60,6 +62,18 @@ struct EngineOptions {
   // row-independent kernels (a reply does not depend on its batch-mates); larger
   // steps use BF16 tensor cores (cuBLAS). 0..64.
   int32_t exact_rows = 8;
+  // COPY: copy drafts (spec/copy_drafter.h). A decoding stream whose last COPY_MATCH tokens
+  // occurred before verifies what followed them (up to COPY_MAX tokens) in its next step
+  // and keeps those the model samples itself, so replies are the same token for token,
+  // in fewer steps. Drafts go only into steps without a prompt chunk, and only as many
+  // as keep the step within EXACT_ROWS rows on the GPU (the rows then equal serial
+  // decoding's bit for bit).
+  bool copy_drafts = true;
+  int32_t copy_max = 7;
+  int32_t copy_match = 8;
+  // Tests: a drafter used instead of copy drafts (COPY on): up to `max` drafts for a choice's
+  // prompt + reply so far (an oracle that replays a serial run, or one that errs on purpose).
+  std::function<std::vector<int32_t>(std::span<const int32_t> tokens, int max)> drafter;
   // Tensor parallelism (issue #7): this engine is rank 0 of tp_comm's world and
   // broadcasts every step to the followers (tp_follower.h). Null: one rank.
   // tp_comm is the host channel (Gloo: step commands, the model setup); the

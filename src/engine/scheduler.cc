@@ -93,6 +93,13 @@ bool Scheduler::finish(RequestId id) {
   return true;
 }
 
+bool Scheduler::add_samples(RequestId id, int64_t extra) {
+  auto r = std::find_if(running_.begin(), running_.end(), [&](const Entry& e) { return e.spec.id == id; });
+  if (r == running_.end()) return false;
+  r->sampled += extra;
+  return true;
+}
+
 std::vector<RunningView> Scheduler::running_views() const {
   std::vector<RunningView> views;
   views.reserve(running_.size());

@@ -90,6 +90,9 @@ class Scheduler {
   [[nodiscard]] StepPlan schedule();
   // The engine ends a request (EOS, stop string, error). Returns false if unknown.
   bool finish(RequestId id);
+  // Speculative decoding: a decode step of `id` yielded `extra` tokens beyond the one
+  // its plan counted (kept drafts). Returns false if unknown.
+  bool add_samples(RequestId id, int64_t extra);
   // Thread-safe. Takes effect at the next schedule(): a waiting request leaves
   // the queue, a running one gives back its slot and cache.
   void cancel(RequestId id);

@@ -156,11 +156,14 @@ std::vector<uint8_t> encode_step_command(const StepCommand& command) {
   for (const auto& f : command.forks) forks.insert(forks.end(), f.begin(), f.end());
   write_ids(w, forks);
   write_ids(w, command.drop);
+  std::vector<uint64_t> commits;
+  for (const auto& c : command.commits) commits.insert(commits.end(), c.begin(), c.end());
+  write_ids(w, commits);
   w.u64(command.entries.size());
   for (const StepCommandEntry& e : command.entries) {
     w.u64(e.sequence);
     const bool embeds = !e.embed_runs.empty();
-    w.u8(static_cast<uint8_t>((e.all_logits ? 1 : 0) | (embeds ? 2 : 0)));
+    w.u8(static_cast<uint8_t>((e.all_logits ? 1 : 0) | (embeds ? 2 : 0) | (e.speculative ? 4 : 0)));
     w.u64(e.tokens.size());
     for (int32_t t : e.tokens) w.i32(t);
     if (!embeds) continue;
@@ -190,6 +193,14 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
   if (forks.size() % 2 != 0) return invalid_argument("step command: fork ids are not pairs");
   for (size_t i = 0; i < forks.size(); i += 2) c.forks.push_back({forks[i], forks[i + 1]});
   TF_RETURN_IF_ERROR(read_ids(r, c.drop, "drop count"));
+  std::vector<uint64_t> commits;
+  TF_RETURN_IF_ERROR(read_ids(r, commits, "commit count"));
+  if (commits.size() % 2 != 0) return invalid_argument("step command: commits are not pairs");
+  for (size_t i = 0; i < commits.size(); i += 2) {
+    if (commits[i + 1] == 0 || commits[i + 1] > (uint64_t{1} << 20))
+      return invalid_argument("step command: a commit keeps " + std::to_string(commits[i + 1]) + " rows");
+    c.commits.push_back({commits[i], commits[i + 1]});
+  }
   uint64_t entries = 0;
   TF_RETURN_IF_ERROR(r.count(entries, 17, "entry count"));  // id + flags + token count
   c.entries.resize(entries);
@@ -197,8 +208,9 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
     TF_RETURN_IF_ERROR(r.u64(e.sequence, "entry sequence"));
     uint8_t flags = 0;
     TF_RETURN_IF_ERROR(r.u8(flags, "entry flags"));
-    if (flags > 3) return invalid_argument("step command: entry flags " + std::to_string(flags));
+    if (flags > 7) return invalid_argument("step command: entry flags " + std::to_string(flags));
     e.all_logits = (flags & 1) != 0;
+    e.speculative = (flags & 4) != 0;
     uint64_t tokens = 0;
     TF_RETURN_IF_ERROR(r.count(tokens, 4, "entry token count"));
     e.tokens.resize(tokens);
@@ -226,7 +238,7 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
     for (float& v : e.embeds) TF_RETURN_IF_ERROR(r.f32(v, "entry embedding"));
   }
   if (c.kind == StepCommandKind::kStop &&
-      (!c.create.empty() || !c.forks.empty() || !c.drop.empty() || !c.entries.empty())) {
+      (!c.create.empty() || !c.forks.empty() || !c.drop.empty() || !c.commits.empty() || !c.entries.empty())) {
     return invalid_argument("step command: a stop command carries sequences");
   }
   TF_RETURN_IF_ERROR(r.finish());

@@ -5,8 +5,8 @@
 // and must run exactly the same model steps, in the same order, so that the
 // step's all-reduces and all-gathers line up. Before each step rank 0
 // broadcasts a StepCommand: the sequences created, forked and dropped since the last
-// command (ids are the engine's RequestIds, never reused) and the batch (each
-// entry: a sequence id and its token ids). A command without a batch is a
+// command (ids are the engine's RequestIds, never reused), the rows kept of their
+// speculative steps, and the batch (each entry: a sequence id and its token ids). A command without a batch is a
 // heartbeat: rank 0 sends one every second while idle, so that the followers'
 // collective never waits longer than the communicator's op_timeout, and so
 // that rank 0 notices a dead follower even with no traffic. kStop ends the
@@ -46,6 +46,7 @@ struct StepCommandEntry {
   uint64_t sequence = 0;
   std::vector<int32_t> tokens;
   bool all_logits = false;
+  bool speculative = false;  // StepEntry::speculative: a verify step (committed by a later command)
   // Image/video features at placeholder rows (StepEntry::embed_runs): runs of
   // {row in the span, rows, first row of embeds}, and embeds [rows, embed_width] f32.
   std::vector<std::array<int64_t, 3>> embed_runs;
@@ -61,6 +62,9 @@ struct StepCommand {
   // Sequences made as Glm5Model::fork of another (prompt reuse), after the creates and in
   // this order: {new id, source id}. A fork may take a fork of the same command as source.
   std::vector<std::array<uint64_t, 2>> forks;
+  // Speculative decoding: {sequence id, rows kept} of the last verify step of each, applied
+  // first (Glm5Model::commit_speculation, the rows rank 0 kept after sampling).
+  std::vector<std::array<uint64_t, 2>> commits;
   std::vector<uint64_t> drop;    // finished sequences (after the forks), before the step
   std::vector<StepCommandEntry> entries;
 
@@ -103,6 +107,9 @@ class StepBroadcaster {
   void sequence_created(uint64_t id) { pending_.create.push_back(id); }
   void sequence_forked(uint64_t id, uint64_t from) { pending_.forks.push_back({id, from}); }
   void sequence_dropped(uint64_t id) { pending_.drop.push_back(id); }
+  void sequence_committed(uint64_t id, int64_t rows) {
+    pending_.commits.push_back({id, static_cast<uint64_t>(rows)});
+  }
   // Sends the pending creates/drops with this batch; the batch must be what
   // rank 0 is about to pass to model->step.
   Status send_step(std::vector<StepCommandEntry> entries);

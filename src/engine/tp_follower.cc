@@ -47,6 +47,17 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
                   sequences.size());
       return Status::ok();
     }
+    for (const auto& [id, rows] : command->commits) {
+      auto it = sequences.find(id);
+      if (it == sequences.end()) {
+        return internal_error(rank_name(comm) + ": rank 0 committed sequence " + std::to_string(id) +
+                              ", which this rank does not hold");
+      }
+      // Rank 0 committed the same verify step on the same state: a failure is its too.
+      if (Status s = model.commit_speculation(*it->second, static_cast<int64_t>(rows)); !s.is_ok())
+        TF_LOG_WARN("{}: commit of sequence {} failed (rank 0 fails its request): {}", rank_name(comm), id,
+                    s.to_string());
+    }
     for (uint64_t id : command->create) {
       if (sequences.count(id)) {
         return internal_error(rank_name(comm) + ": rank 0 created sequence " + std::to_string(id) + " twice");
@@ -87,6 +98,7 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
       entry.sequence = it->second.get();
       entry.tokens = e.tokens;
       entry.all_logits = e.all_logits;
+      entry.speculative = e.speculative;
       // A follower throws the logits away: no download ([rows, vocab] f32 per step, which
       // grows with the rows and delayed this rank's next step, so rank 0's collectives).
       entry.host_logits = false;

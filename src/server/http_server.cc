@@ -429,7 +429,10 @@ struct HttpServer::Impl {
                 {"kept_prompts", h.kept_prompts},
                 {"kept_prompt_tokens", h.kept_prompt_tokens},
                 {"vision_patches_total", h.vision_patches_total},
-                {"vision_patches_skipped_total", h.vision_patches_skipped_total}};
+                {"vision_patches_skipped_total", h.vision_patches_skipped_total},
+                {"speculation", {{"steps_total", h.spec_steps_total},
+                                 {"drafted_tokens_total", h.drafted_tokens_total},
+                                 {"accepted_tokens_total", h.accepted_tokens_total}}}};
     write_json(res, h.ok && !h.loading ? 200 : 503, out);
   }
 

@@ -138,6 +138,13 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   header(out, "tensorfold:vision_patches_skipped_total", "counter",
          "Patches not encoded: pictures before the point a prompt resumed from.");
   out += "tensorfold:vision_patches_skipped_total " + std::to_string(h.vision_patches_skipped_total) + "\n";
+  header(out, "tensorfold:spec_steps_total", "counter", "Decode steps that verified drafts (speculative decoding).");
+  out += "tensorfold:spec_steps_total " + std::to_string(h.spec_steps_total) + "\n";
+  header(out, "tensorfold:drafted_tokens_total", "counter", "Draft tokens verified.");
+  out += "tensorfold:drafted_tokens_total " + std::to_string(h.drafted_tokens_total) + "\n";
+  header(out, "tensorfold:accepted_tokens_total", "counter",
+         "Draft tokens kept: tokens that cost no decode step of their own.");
+  out += "tensorfold:accepted_tokens_total " + std::to_string(h.accepted_tokens_total) + "\n";
   header(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.");
   out += "tensorfold:streams_decoding " + std::to_string(h.streams_decoding) + "\n";
   header(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.");

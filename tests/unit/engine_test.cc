@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "data_url_test_util.h"
+#include "draft_oracle.h"
 #include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
 #include "engine/prompt_media.h"
@@ -883,6 +884,156 @@ TEST_F(PromptReuseTest, KeptPromptsAreCappedAndGiveWay) {
   EXPECT_EQ(h.pool_free_tokens, h.pool_tokens);
   EXPECT_EQ(run_on(e, sampled("big2-again", text_of("big two", 1000), 4)).cached, 960);
   EXPECT_EQ(run_on(e, sampled("big1-again", text_of("big one", 1000), 4)).cached, 0) << "it was evicted";
+}
+
+}  // namespace
+}  // namespace tf::engine
+
+namespace tf::engine {
+namespace {
+
+// Speculative decoding against the same checkpoint without it (COPY=0): every reply, its
+// logprobs, finish reason and token count are the same. The demo's random weights never
+// repeat their context, so copy drafts would rarely fire; the drafts come from a recorder
+// (a first run notes each choice's prompt + reply) replayed as an oracle, right at every
+// row, or wrong at one row that moves from step to step (every position rejected in turn).
+class SpeculationTest : public EngineTest {
+ protected:
+  struct Reply {
+    std::string text;
+    std::vector<float> logprobs;
+    FinishReason finish = FinishReason::kStop;
+    int64_t tokens = 0;
+    bool operator==(const Reply&) const = default;
+  };
+  static Reply reply(Engine& e, GenerationRequest g) {
+    Collector c;
+    EXPECT_TRUE(e.submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    Reply r{c.text[0], {}, c.finish[0].finish_reason, c.finish[0].completion_tokens};
+    for (const auto& l : c.logprobs[0]) r.logprobs.push_back(l.logprob);
+    return r;
+  }
+  static std::unique_ptr<Engine> engine_with(DraftOracle& o) {
+    EngineOptions opts = demo_options();
+    opts.drafter = [&o](std::span<const int32_t> t, int max) { return o.drafts(t, max); };
+    auto e = Engine::create(opts);
+    EXPECT_TRUE(e.has_value()) << e.status().to_string();
+    return e.has_value() ? std::move(*e) : nullptr;
+  }
+  static Engine& serial_engine() {
+    if (!serial_) {
+      EngineOptions o = demo_options();
+      o.copy_drafts = false;
+      auto e = Engine::create(o);
+      EXPECT_TRUE(e.has_value()) << e.status().to_string();
+      serial_ = std::move(*e);
+    }
+    return *serial_;
+  }
+  static void TearDownTestSuite() {
+    serial_.reset();
+    EngineTest::TearDownTestSuite();
+  }
+  static std::vector<GenerationRequest> requests() {
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 3; ++i) {
+      for (double temperature : {0.0, 1.0}) {
+        GenerationRequest g = request("spec" + std::to_string(i) + "-" + std::to_string(temperature),
+                                      "Request " + std::to_string(i) + ": tell me about the sea.", 40, temperature);
+        g.sampling.logprobs = true;
+        g.sampling.top_logprobs = 2;
+        if (i == 1) g.sampling.seed = 42;
+        if (i == 2) g.sampling.repetition_penalty = 1.3;  // penalties count the drafts before each row
+        reqs.push_back(std::move(g));
+      }
+    }
+    return reqs;
+  }
+  static inline std::unique_ptr<Engine> serial_;
+};
+
+TEST_F(SpeculationTest, RepliesEqualSerialDecodingWhateverTheDrafts) {
+  const std::vector<GenerationRequest> reqs = requests();
+  std::vector<Reply> serial;
+  for (const GenerationRequest& g : reqs) serial.push_back(reply(serial_engine(), g));
+  EXPECT_EQ(serial_engine().health().spec_steps_total, 0);  // COPY=0 verifies nothing
+  for (int wrong_at : {-1, 0, 3}) {
+    DraftOracle oracle;
+    oracle.wrong_at = wrong_at;
+    auto e = engine_with(oracle);
+    ASSERT_TRUE(e);
+    for (const GenerationRequest& g : reqs) EXPECT_EQ(reply(*e, g), serial[&g - reqs.data()]) << g.request_id;
+    EXPECT_EQ(e->health().spec_steps_total, 0);  // nothing drafted while recording
+    oracle.recording = false;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Reply r = reply(*e, reqs[i]);
+      EXPECT_EQ(r.text, serial[i].text) << reqs[i].request_id << " wrong at " << wrong_at;
+      EXPECT_EQ(r.logprobs, serial[i].logprobs) << reqs[i].request_id << " wrong at " << wrong_at;
+      EXPECT_EQ(r.finish, serial[i].finish) << reqs[i].request_id;
+      EXPECT_EQ(r.tokens, serial[i].tokens) << reqs[i].request_id;
+    }
+    const EngineHealth h = e->health();
+    std::printf("[drafts wrong at %d] %lld verify steps, %lld drafts, %lld kept, %lld model steps\n", wrong_at,
+                static_cast<long long>(h.spec_steps_total), static_cast<long long>(h.drafted_tokens_total),
+                static_cast<long long>(h.accepted_tokens_total), static_cast<long long>(h.model_steps));
+    EXPECT_GT(h.spec_steps_total, 0);
+    if (wrong_at != 0) {
+      EXPECT_GT(h.accepted_tokens_total, 0);  // wrong at 0: every first draft is rejected
+    }
+    EXPECT_LE(h.accepted_tokens_total, h.drafted_tokens_total);
+    // A right oracle keeps every draft; a wrong one loses some.
+    if (wrong_at < 0) {
+      EXPECT_EQ(h.accepted_tokens_total, h.drafted_tokens_total);
+    } else {
+      EXPECT_LT(h.accepted_tokens_total, h.drafted_tokens_total);
+    }
+  }
+}
+
+// Stops inside a verified run (a stop string, max_tokens) and n > 1 with several streams
+// verifying at once end exactly where serial decoding ends.
+TEST_F(SpeculationTest, StopsInsideAVerifiedRunAndConcurrentStreams) {
+  DraftOracle oracle;
+  auto e = engine_with(oracle);
+  ASSERT_TRUE(e);
+  GenerationRequest g = request("spec-len", "Which way to the harbour?", 37, 0.0);
+  const Reply serial = reply(serial_engine(), g);
+  ASSERT_GT(serial.text.size(), 40u);
+  GenerationRequest s = request("spec-stop", "Which way to the harbour?", 37, 0.0);
+  s.sampling.stop = {serial.text.substr(30, 6)};
+  const Reply serial_stop = reply(serial_engine(), s);
+  EXPECT_EQ(serial_stop.finish, FinishReason::kStop);
+  std::vector<GenerationRequest> many;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r = request("spec-many" + std::to_string(i), "Port " + std::to_string(i) + " of call?", 48, 1.0);
+    r.n = 2;
+    many.push_back(r);
+  }
+  auto run_all = [&](Engine& eng) {
+    std::vector<std::map<int, std::string>> out;
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (auto& r : many) {
+      cs.push_back(std::make_unique<Collector>());
+      cs.back()->expected = 2;
+      EXPECT_TRUE(eng.submit(r, cs.back()->sink()).is_ok());
+    }
+    for (auto& c : cs) {
+      EXPECT_TRUE(c->wait());
+      out.push_back(c->text);
+    }
+    return out;
+  };
+  const auto serial_many = run_all(serial_engine());
+  // Record (every request once), then replay.
+  (void)reply(*e, g);
+  (void)run_all(*e);
+  oracle.recording = false;
+  EXPECT_EQ(reply(*e, g), serial);
+  EXPECT_EQ(reply(*e, s), serial_stop);
+  EXPECT_EQ(run_all(*e), serial_many);
+  EXPECT_GT(e->health().accepted_tokens_total, 0);
 }
 
 }  // namespace

@@ -20,7 +20,9 @@ StepCommand sample_command() {
   c.create = {7, 8, 0xFFFFFFFFFFFFFFFFull};
   c.forks = {{11, 3}, {12, 11}};  // a kept prompt of 3, then a sequence resumed from it
   c.drop = {3};
+  c.commits = {{8, 3}, {7, 1}};  // rows kept of the last verify steps
   c.entries.push_back({7, {1, 2, 3, 4, 5}, false});
+  c.entries.back().speculative = true;
   c.entries.push_back({8, {std::numeric_limits<int32_t>::max()}, true});
   c.entries.push_back({0xFFFFFFFFFFFFFFFFull, {std::numeric_limits<int32_t>::min(), -1, 0}, false});
   c.entries.push_back({9, {}, false});  // an empty span survives too
@@ -68,8 +70,8 @@ TEST(StepCommandTest, HeartbeatAndStopRoundTrip) {
   EXPECT_FALSE(st->is_heartbeat());
   EXPECT_STREQ(step_command_kind_name(st->kind), "stop");
 
-  // The smallest payload: kind + four zero counts (creates, forks, drops, entries).
-  EXPECT_EQ(encode_step_command(StepCommand{}).size(), 1u + 4 * 8);
+  // The smallest payload: kind + five zero counts (creates, forks, drops, commits, entries).
+  EXPECT_EQ(encode_step_command(StepCommand{}).size(), 1u + 5 * 8);
 }
 
 TEST(StepCommandTest, EveryTruncationIsAnErrorNamingTheField) {
@@ -103,7 +105,7 @@ TEST(StepCommandTest, TrailingBytesAndBadKindsAndFlagsAreRefused) {
   StepCommand one;
   one.entries.push_back({5, {1}, false});
   std::vector<uint8_t> b = encode_step_command(one);
-  b[1 + 8 + 8 + 8 + 8 + 8] = 4;  // the entry's flags byte (1: all logits, 2: embeddings follow)
+  b[1 + 8 + 8 + 8 + 8 + 8 + 8] = 8;  // the entry's flags byte (1: all logits, 2: embeddings follow, 4: speculative)
   auto flags = decode_step_command(b);
   ASSERT_FALSE(flags.has_value());
   EXPECT_NE(flags.status().message().find("flags"), std::string::npos) << flags.status().to_string();
@@ -129,8 +131,8 @@ TEST(StepCommandTest, EmbeddingsThatDoNotFitTheirSpanAreRefused) {
 TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
   // Each count in turn claims 2^60 items: the decoder must refuse before resizing.
   const std::vector<uint8_t> base = encode_step_command(StepCommand{});
-  const char* fields[] = {"create count", "fork count", "drop count", "entry count"};
-  for (int k = 0; k < 4; ++k) {
+  const char* fields[] = {"create count", "fork count", "drop count", "commit count", "entry count"};
+  for (int k = 0; k < 5; ++k) {
     std::vector<uint8_t> b = base;
     put_u64(b, 1 + 8 * static_cast<size_t>(k), uint64_t{1} << 60);
     auto r = decode_step_command(b);
@@ -140,7 +142,7 @@ TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
   StepCommand one;
   one.entries.push_back({5, {1, 2}, false});
   std::vector<uint8_t> b = encode_step_command(one);
-  put_u64(b, 1 + 8 + 8 + 8 + 8 + 8 + 1, uint64_t{1} << 62);  // the entry's token count
+  put_u64(b, 1 + 8 + 8 + 8 + 8 + 8 + 8 + 1, uint64_t{1} << 62);  // the entry's token count
   auto r = decode_step_command(b);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("entry token count"), std::string::npos) << r.status().to_string();
@@ -156,6 +158,21 @@ TEST(StepCommandTest, ForkIdsThatAreNotPairsAreRefused) {
   auto r = decode_step_command(b);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("fork ids are not pairs"), std::string::npos) << r.status().to_string();
+}
+
+TEST(StepCommandTest, CommitsThatAreNotPairsOrKeepNothingAreRefused) {
+  StepCommand c;
+  c.commits = {{5, 0}};
+  auto zero = decode_step_command(encode_step_command(c));
+  ASSERT_FALSE(zero.has_value());
+  EXPECT_NE(zero.status().message().find("keeps 0 rows"), std::string::npos) << zero.status().to_string();
+  c.commits = {{5, 2}};
+  std::vector<uint8_t> b = encode_step_command(c);
+  put_u64(b, 1 + 8 + 8 + 8, 3);  // the commit list claims 3 ids
+  b.insert(b.begin() + 1 + 8 + 8 + 8 + 8 + 16, 8, uint8_t{0});
+  auto odd = decode_step_command(b);
+  ASSERT_FALSE(odd.has_value());
+  EXPECT_NE(odd.status().message().find("commits are not pairs"), std::string::npos) << odd.status().to_string();
 }
 
 TEST(StepCommandTest, StopCarryingSequencesIsRefused) {

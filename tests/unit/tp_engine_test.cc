@@ -25,6 +25,7 @@
 
 #include "comm/communicator.h"
 #include "engine/demo_checkpoint.h"
+#include "draft_oracle.h"
 #include "engine/engine.h"
 #include "engine/step_broadcast.h"
 #include "engine/tp_follower.h"
@@ -276,6 +277,43 @@ TEST_F(TpEngineTest, TwoRanksGiveTheSingleRankGreedyReplies) {
   EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
   EXPECT_TRUE(results[1].is_ok()) << "the follower did not stop cleanly: " << results[1].to_string();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// Speculative decoding at TP=2: the follower runs rank 0's verify steps and keeps the rows
+// rank 0 kept (StepCommand::commits), so replies with drafts that are right, and with drafts
+// wrong at moving positions, are the single rank's serial replies.
+TEST_F(TpEngineTest, VerifyStepsAndTheirCommitsReachTheFollower) {
+  std::vector<std::string> serial;
+  DraftOracle oracle;
+  {
+    EngineOptions o = options();
+    o.drafter = [&oracle](std::span<const int32_t> t, int max) { return oracle.drafts(t, max); };
+    auto single = Engine::create(o);  // records the runs, drafting nothing
+    ASSERT_TRUE(single.has_value()) << single.status().to_string();
+    serial = replies(**single, kPrompts);
+  }
+  oracle.recording = false;
+  for (int wrong_at : {-1, 2}) {
+    oracle.wrong_at = wrong_at;
+    auto results = run_world(2, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
+      if (rank == 1) return serve_follower(options(), *comm);
+      EngineOptions o = options();
+      o.drafter = [&oracle](std::span<const int32_t> t, int max) { return oracle.drafts(t, max); };
+      o.tp_comm = std::shared_ptr<Communicator>(std::move(comm));
+      auto e = Engine::create(o);
+      if (!e) return e.status();
+      EXPECT_EQ(replies(**e, kPrompts), serial) << "drafts wrong at " << wrong_at;
+      const EngineHealth h = (*e)->health();
+      EXPECT_GT(h.accepted_tokens_total, 0);
+      if (wrong_at >= 0) {
+        EXPECT_LT(h.accepted_tokens_total, h.drafted_tokens_total);
+      }
+      EXPECT_TRUE(h.ok);
+      return Status::ok();
+    });
+    EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
+    EXPECT_TRUE(results[1].is_ok()) << "the follower: " << results[1].to_string();
+  }
 }
 
 // Prompt reuse at TP=2: rank 0's kept prompts and the sequences resumed from them are

@@ -1,0 +1,96 @@
+// Speculative decoding in the engine loop: copy drafts (spec/copy_drafter.h) verified in a
+// decode step, sampled as serial decoding would sample them.
+//
+// A decoding choice whose recent tokens recur proposes what followed them. Its entry in
+// the step is then [pending token, d1 .. dk] (StepEntry::speculative), with every row's
+// logits. Row j is sampled exactly as the serial step would (the choice's sampler: its
+// penalties count the tokens before, its random draw is keyed by the position), and the
+// next row is used only if that sample equals its draft. So the reply is the serial
+// reply token for token (the model's rows equal serial decoding's bit for bit within
+// EXACT_ROWS), with up to k tokens more per step. The model keeps the rows used
+// (Glm5Model::commit_speculation; the followers get the same commit with the next command).
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "engine/engine_impl.h"
+#include "spec/copy_drafter.h"
+
+namespace tf::engine {
+
+int64_t Engine::Impl::draft_rows_for(const StepPlan& plan) const {
+  if (!options.copy_drafts) return 0;
+  int64_t decode_rows = 0;
+  for (const Advance& a : plan.advances) {
+    if (a.kind == AdvanceKind::kPrefill) return 0;  // a prompt chunk makes the step large already
+    ++decode_rows;
+  }
+  // Within EXACT_ROWS the step keeps every row equal to serial decoding's bits; with
+  // EXACT_ROWS 0 (tensor cores at any size) only COPY_MAX bounds each stream.
+  if (options.exact_rows == 0) return std::numeric_limits<int64_t>::max();
+  return std::max<int64_t>(0, options.exact_rows - decode_rows);
+}
+
+std::vector<int32_t> Engine::Impl::drafts_for(const LiveChoice& c, int64_t rows) const {
+  if (rows <= 0 || c.history.empty() || !c.sampler || c.constraint || c.request->req.reasoning_budget >= 0) return {};
+  // The last token a verify step may yield must still be within max_tokens (the cache
+  // reserved prompt + max_tokens positions).
+  const int64_t left = static_cast<int64_t>(c.request->req.sampling.max_tokens) - c.sampler->generated() - 1;
+  const int64_t k = std::min<int64_t>({rows, options.copy_max, left});
+  if (k <= 0) return {};
+  if (options.drafter) {
+    std::vector<int32_t> d = options.drafter(c.history, static_cast<int>(k));
+    if (static_cast<int64_t>(d.size()) > k) d.resize(static_cast<size_t>(k));
+    for (int32_t t : d)
+      if (t < 0 || t >= text_vocab) return {};  // not a token: no drafts this step
+    return d;
+  }
+  spec::CopyDraftOptions o;
+  o.min_match = options.copy_match;
+  o.reply_min_match = 2 * options.copy_match;
+  return spec::copy_drafts(c.history, static_cast<int64_t>(c.request->req.prompt_tokens.size()),
+                           static_cast<int>(k), o);
+}
+
+void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
+  const RequestId id = c.id;
+  const int64_t rows = static_cast<int64_t>(c.verify_tokens.size());
+  Tensor& logits = result.logits;
+  if (logits.is_null() || logits.size(0) != rows) {
+    fail_choice(id, internal_error("speculative step: the model returned no logits for every verified row"));
+    return;
+  }
+  const int64_t vocab = logits.size(1);
+  int64_t used = 0;
+  for (int64_t j = 0; j < rows; ++j) {
+    float* row = logits.data<float>() + j * vocab;
+    // Padding rows of the embedding are not tokens: never sample them.
+    for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
+    auto st = c.sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)), spec_sampler);
+    if (!st) {
+      fail_choice(id, st.status().with_context("sampling"));
+      return;
+    }
+    ++used;
+    const int32_t token = st->sampled.token;
+    {
+      std::lock_guard<std::mutex> lock(health_mu);
+      if (j == 0) {
+        ++health.spec_steps_total;
+        health.drafted_tokens_total += rows - 1;
+      } else {
+        ++health.accepted_tokens_total;
+      }
+    }
+    if (!take_token(c, *st)) return;  // the choice ended: its sequence goes with it
+    if (j + 1 == rows || token != c.verify_tokens[static_cast<size_t>(j + 1)]) break;
+  }
+  (void)scheduler->add_samples(id, used - 1);
+  if (Status s = model->commit_speculation(*c.sequence, used); !s.is_ok()) {
+    fail_choice(id, s.with_context("speculative step"));
+    return;
+  }
+  if (tp) tp->sequence_committed(id, used);
+}
+
+}  // namespace tf::engine
