@@ -5,7 +5,7 @@
 # Sourced, not run. Every setting is listed in README.md ("Configuration").
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
@@ -110,6 +110,11 @@ tf_validate_settings() {
   [[ -z "${EXACT_ROWS:-}" || ("$EXACT_ROWS" =~ ^[0-9]+$ && "$EXACT_ROWS" -le 64) ]] ||
     tf_fail "EXACT_ROWS must be a number in 0..64, got '$EXACT_ROWS'"
   [[ -z "${GRAPHS:-}" || "$GRAPHS" =~ ^[01]$ ]] || tf_fail "GRAPHS must be 0 or 1, got '$GRAPHS'"
+  [[ -z "${COPY:-}" || "$COPY" =~ ^[01]$ ]] || tf_fail "COPY must be 0 or 1, got '$COPY'"
+  [[ -z "${COPY_MAX:-}" || ("$COPY_MAX" =~ ^[0-9]+$ && "$COPY_MAX" -ge 1 && "$COPY_MAX" -le 63) ]] ||
+    tf_fail "COPY_MAX must be a number in 1..63, got '$COPY_MAX'"
+  [[ -z "${COPY_MATCH:-}" || ("$COPY_MATCH" =~ ^[0-9]+$ && "$COPY_MATCH" -ge 2 && "$COPY_MATCH" -le 64) ]] ||
+    tf_fail "COPY_MATCH must be a number in 2..64, got '$COPY_MATCH'"
   [[ -z "${DENSE:-}" || "$DENSE" =~ ^(q4|fp8|bf16|f32)$ ]] ||
     tf_fail "DENSE must be q4, fp8, bf16 or f32, got '$DENSE'"
   [[ -z "${LM_HEAD:-}" || "$LM_HEAD" =~ ^(dense|q4|fp8)$ ]] ||
@@ -155,6 +160,9 @@ tf_serve_args() {
   [[ -n "${LM_HEAD:-}" ]] && TF_SERVE_ARGS+=(--lm-head "$LM_HEAD")
   [[ -n "${VISION_URLS_CA:-}" ]] && TF_SERVE_ARGS+=(--vision-urls-ca "$VISION_URLS_CA")
   [[ -n "${EXACT_ROWS:-}" ]] && TF_SERVE_ARGS+=(--exact-rows "$EXACT_ROWS")
+  [[ -n "${COPY:-}" ]] && TF_SERVE_ARGS+=(--copy "$COPY")
+  [[ -n "${COPY_MAX:-}" ]] && TF_SERVE_ARGS+=(--copy-max "$COPY_MAX")
+  [[ -n "${COPY_MATCH:-}" ]] && TF_SERVE_ARGS+=(--copy-match "$COPY_MATCH")
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
   [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")

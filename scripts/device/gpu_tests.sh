@@ -2,7 +2,7 @@
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
 # TF_GPU_ONLY="kernels parity kdarows kdachain decoderows quant ring sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
-# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model", "reuse" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
+# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model", "spec", "reuse" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -151,6 +151,18 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
       --scenario decode-1 --output-tokens 32 --timeout 200; } > "$OUT/exl3_model_bench.log" 2>&1 || rc=1
   grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
   tail -n 5 "$OUT/exl3_model_bench.log"
+  rm -rf "$ck"
+fi
+# Speculative decoding on the exl3model configuration (bench/spec_decode_bench.cc): serial decoding
+# vs verify steps of right and wrong drafts (k = 1, 3, 7), side by side; every reply must equal the
+# serial one. Only when named: TF_GPU_ONLY="spec".
+if [[ " ${TF_GPU_ONLY:-} " == *" spec "* && -x .gpurun/spec_decode_bench ]]; then
+  ck=/dev/shm/tf-exl3-spec; rm -rf "$ck"
+  { timeout 240 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --experts "${EXL3_EXPERTS:-8}" --exl3 --bits 4 --codebook mcg &&
+    TF_CACHE_DIR="$(mktemp -d)" timeout 300 .gpurun/spec_decode_bench --model "$ck" --device cuda \
+      --tokens "${SPEC_TOKENS:-128}" --prompt-tokens 256; } > "$OUT/spec_bench.log" 2>&1 || rc=1
+  grep -E '^(\[spec\]|spec_decode_bench|error)' "$OUT/spec_bench.log"
+  tail -n 3 "$OUT/spec_bench.log"
   rm -rf "$ck"
 fi
 # Prompt reuse on the synthetic full geometry (EXL3 experts + DENSE=q4): one prompt of REUSE_TOKENS
@@ -339,7 +351,7 @@ fi
 if want graphs && [[ -x .gpurun/glm5_graphs_cuda_tests ]]; then
   timeout 120 .gpurun/glm5_graphs_cuda_tests > "$OUT/glm5_graphs_cuda_tests.log" 2>&1
   [[ $? -eq 0 ]] || rc=1
-  grep -E '^\[graphs\]|step graphs|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/glm5_graphs_cuda_tests.log" | tail -n 30
+  grep -E '^\[graphs\]|^\[cuda-spec\]|step graphs|^\[  FAILED |^\[==========\]|^\[  PASSED ' "$OUT/glm5_graphs_cuda_tests.log" | tail -n 40
   if [[ -x .gpurun/tensorfold ]]; then
     ck="$(mktemp -d /dev/shm/tf-graphs.XXXXXX 2>/dev/null || mktemp -d)"
     if timeout 120 .gpurun/tensorfold synth-checkpoint --out "$ck" --preset full --layers 4 --experts 8 --mtp-layers 0 \

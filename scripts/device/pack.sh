@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.gpurun/' .git/info/exclude 2>/dev/null || echo '/.gpurun/' >> .git/info/exclude
 build="${TF_BUILD_DIR:-build-cuda}"
-targets=(cuda_kernel_tests cuda_quant_tests cuda_quant_ring_tests cuda_fp8_gemm_tests cuda_ops_parity_tests comm_nccl_check cuda_ops_bench cuda_prefill_bench glm5_cuda_tests glm5_graphs_cuda_tests exl3_cuda_tests exl3_cuda_bench cuda_moe_tests cuda_moe_experts_bench cuda_mla_decode_bench cuda_smallops_bench cuda_pdl_bench cuda_matmul_many_tests cuda_kda_lowrank_bench cuda_l2_prefetch_bench cuda_kda_chain_bench tf_cupti_trace tensorfold)
+targets=(cuda_kernel_tests cuda_quant_tests cuda_quant_ring_tests cuda_fp8_gemm_tests cuda_ops_parity_tests comm_nccl_check cuda_ops_bench cuda_prefill_bench glm5_cuda_tests glm5_graphs_cuda_tests exl3_cuda_tests exl3_cuda_bench cuda_moe_tests cuda_moe_experts_bench cuda_mla_decode_bench cuda_smallops_bench cuda_pdl_bench cuda_matmul_many_tests cuda_kda_lowrank_bench cuda_l2_prefetch_bench cuda_kda_chain_bench spec_decode_bench tf_cupti_trace tensorfold)
 cmake -S . -B "$build" -G Ninja -DTF_CUDA=ON -DTF_WERROR=ON "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 rm -rf .gpurun && mkdir -p .gpurun/lib
@@ -21,7 +21,8 @@ cp "$build"/tests/kernels/cuda_kernel_tests "$build"/tests/kernels/cuda_quant_te
    "$build"/tests/unit/comm_nccl_check "$build"/bench/cuda_ops_bench "$build"/bench/cuda_prefill_bench "$build"/tests/model/glm5_cuda_tests "$build"/tests/model/glm5_graphs_cuda_tests "$build"/apps/tensorfold \
    "$build"/tests/kernels/exl3_cuda_tests "$build"/bench/exl3_cuda_bench \
    "$build"/tests/kernels/cuda_moe_tests "$build"/bench/cuda_moe_experts_bench "$build"/bench/cuda_mla_decode_bench "$build"/bench/cuda_smallops_bench "$build"/bench/cuda_pdl_bench "$build"/tests/kernels/cuda_matmul_many_tests \
-   "$build"/bench/cuda_kda_lowrank_bench "$build"/bench/cuda_l2_prefetch_bench "$build"/bench/cuda_kda_chain_bench .gpurun/
+   "$build"/bench/cuda_kda_lowrank_bench "$build"/bench/cuda_l2_prefetch_bench "$build"/bench/cuda_kda_chain_bench \
+   "$build"/bench/spec_decode_bench .gpurun/
 # The kernel tracer (part `trace`) and the CUPTI it was built against, apart from lib/ (the machine's own
 # CUDA libraries stay first for everything else).
 if [[ -f "$build"/bench/libtf_cupti_trace.so ]]; then

@@ -107,6 +107,7 @@ MemoryPlanInput memory_input(const EngineOptions& o, const Glm5Config& config, i
   in.state_bytes_per_stream = kda * (heads * dk * dk + 3 * (kw - 1) * heads * dk) * 4;
   in.parallel = o.parallel;
   in.kept_states = o.kept_prompts;
+  in.speculative_states = o.copy_drafts ? o.parallel : 0;
   in.context = o.context;
   in.model_max_context = t.max_position_embeddings;
   in.page_size = o.page_size;

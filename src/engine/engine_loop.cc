@@ -308,9 +308,11 @@ void Engine::Impl::step_once() {
       e.tokens = std::span<const int32_t>(&c.last_token, 1);
     }
     rows.push_back(&c);
-    // A row sampled on the device (or not sampled at all) needs no host copy of its logits.
+    // A row sampled on the device (or not sampled at all) needs no host copy of its logits;
+    // neither does a verify step whose rows the device samples (verify_drafts).
     device_params.push_back(a.samples && !e.speculative ? device_row(c) : std::nullopt);
-    if (device_params.back() || (!a.samples && device_sampling_on())) e.host_logits = false;
+    if (device_params.back() || (!a.samples && device_sampling_on()) || (e.speculative && device_row(c)))
+      e.host_logits = false;
     batch.push_back(e);
   }
   publish_health();

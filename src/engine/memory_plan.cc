@@ -25,7 +25,7 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
                             "context must be positive");
   }
   if (in.context < 0) return invalid_argument("CONTEXT must be >= 0 (0: the largest window that fits)");
-  const int64_t states = int64_t{in.parallel} + std::max(0, in.kept_states);
+  const int64_t states = int64_t{in.parallel} + std::max(0, in.kept_states) + std::max(0, in.speculative_states);
   int64_t budget = in.available_bytes - in.reserve_bytes - in.weight_bytes - states * in.state_bytes_per_stream;
   if (in.pool_cap_bytes > 0) budget = std::min(budget, in.pool_cap_bytes);
   const int64_t page_bytes = in.cache_bytes_per_token * in.page_size;
@@ -34,8 +34,10 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
                               " available, " + gib(in.reserve_bytes) + " kept free (MEMORY_RESERVE_GIB), " +
                               gib(in.weight_bytes) + " for the weights, " +
                               gib(states * in.state_bytes_per_stream) + " for " + std::to_string(in.parallel) +
-                              " streams' and " + std::to_string(std::max(0, in.kept_states)) +
-                              " kept prompts' state; lower MEMORY_RESERVE_GIB, PARALLEL or KEPT_PROMPTS, or free memory");
+                              " streams' (" + std::to_string(std::max(0, in.speculative_states)) +
+                              " more for speculative decoding) and " + std::to_string(std::max(0, in.kept_states)) +
+                              " kept prompts' state; lower MEMORY_RESERVE_GIB, PARALLEL or KEPT_PROMPTS, set COPY=0, or "
+                              "free memory");
   }
   MemoryPlan plan;
   plan.page_size = in.page_size;

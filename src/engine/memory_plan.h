@@ -37,6 +37,9 @@ struct MemoryPlanInput {
   int64_t state_bytes_per_stream = 0;  // KDA recurrent/conv states of one stream
   int32_t parallel = 1;
   int32_t kept_states = 0;             // KEPT_PROMPTS: prompt states kept for reuse (one stream's state each)
+  // COPY (speculative decoding): each stream's second set of states, where a verify step's
+  // span runs until the rows kept are known (Glm5Model::commit_speculation).
+  int32_t speculative_states = 0;
   int64_t context = 0;                 // CONTEXT; 0: largest that fits
   int64_t model_max_context = 0;       // max_position_embeddings
   int64_t page_size = 64;

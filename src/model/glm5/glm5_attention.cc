@@ -84,7 +84,14 @@ Tensor Glm5Model::indexer_forward(const IndexerWeights& iw, const IndexerRows& r
   // Selected pools become token indices on the device (no round trip through the host).
   const int64_t ksel = std::min<int64_t>(cfg_.index_topk / kp, pools);
   Tensor sel;
-  if (ksel > 0) {
+  if (ksel > 0 && ksel == pools && sp.speculative) {
+    // Every pool is kept whatever its score (a short context): in pool order without scoring,
+    // as the decode rows take them (a pool past a row's position gives -1s).
+    std::vector<int32_t> all(static_cast<size_t>(t * pools));
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t p = 0; p < pools; ++p) all[static_cast<size_t>(i * pools + p)] = static_cast<int32_t>(p);
+    sel = upload_i32(all).reshape({t, pools});
+  } else if (ksel > 0) {
     std::vector<int32_t> cand(t);
     for (int64_t i = 0; i < t; ++i) cand[i] = static_cast<int32_t>((sp.pos0 + i + 1) / kp);
     Tensor scores = ops_.empty({t, pools});

@@ -584,14 +584,8 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
                        e.sequence->length_, e.speculative});
       ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
     }
-    for (const Span& sp : spans) {
-      if (!sp.speculative) continue;
-      Glm5Sequence::Speculation& spec = sp.seq->spec_;
-      spec.pos0 = sp.pos0;
-      spec.rows = sp.rows;
-      spec.kda.assign(sp.seq->kda_.size(), {});
-      spec.indexer.assign(sp.seq->indexer_.size(), {});
-    }
+    for (const Span& sp : spans)
+      if (sp.speculative) begin_speculation(*sp.seq, sp.pos0, sp.rows);
     if (num_mla_ > 0)
       for (const Span& sp : spans) {
         TF_RETURN_IF_ERROR(pool_->reserve(sp.seq->pages_, sp.pos0 + sp.rows));

@@ -269,10 +269,9 @@ class Glm5Model {
   // Speculative spans (glm5_speculation.cc): the conv and recurrence of one span on the
   // sequence's second set of states, the inputs journaled; and the indexer state noted
   // before a span is appended to it.
+  void begin_speculation(Glm5Sequence& seq, int64_t pos0, int64_t rows);
   void kda_core_speculative(int layer, int kda_index, const std::vector<Tensor>& proj, const Span& sp, Tensor& out);
   void note_indexer_before(int mla_index, const Span& sp, const IndexerRows& rows, Glm5Sequence::IndexerState& st);
-  // A conv state [K-1, C] as it would be after the first `keep` rows of x [T, C].
-  void keep_conv_rows(Tensor& state, const Tensor& x, int64_t keep);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
   // A dense MLP or expert; with sum_into, its output is added to *sum_into (returned).
   Tensor mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into = nullptr);
