@@ -126,6 +126,7 @@ int main_impl(int argc, char** argv) {
       return 1;
     }
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed (a crash keeps what came before)
   Drafter drafter;
   EngineOptions o;
   o.model_dir = model;

@@ -32,6 +32,7 @@
 #include "model/glm5/glm5_vision.h"
 #include "sampling/sampler.h"
 #include "sampling/sequence_sampler.h"
+#include "spec/draft_policy.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -97,6 +98,7 @@ struct LiveChoice {
   // entry (the pending token, then the drafts).
   std::vector<int32_t> history;
   std::vector<int32_t> verify_tokens;
+  spec::DraftAcceptance acceptance;  // how often this choice's copy drafts were kept
 };
 
 // A kept prompt: a fork of a sequence after its first tokens (kept_index has them), holding
@@ -244,13 +246,15 @@ struct Engine::Impl {
   bool take_token(LiveChoice& c, const SequenceStep& st);
   // Speculative decoding (engine_speculation.cc). draft_rows_for: how many draft rows the
   // step may add (none beside a prompt chunk; within EXACT_ROWS); drafts_for: the copy
-  // drafts of a decoding choice, at most `rows`; verify_drafts: samples a verify entry's
+  // drafts of a decoding choice, at most `rows`, as many as pay in a step of `step_rows`
+  // rows so far (spec/draft_policy.h); verify_drafts: samples a verify entry's
   // rows as serial decoding would, one after the other while each sample equals the next
   // row's draft, and commits the rows kept.
   int64_t draft_rows_for(const StepPlan& plan) const;
-  std::vector<int32_t> drafts_for(const LiveChoice& c, int64_t rows) const;
+  std::vector<int32_t> drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows);
   void verify_drafts(LiveChoice& c, StepResult& result);
   Sampler spec_sampler;
+  spec::StepCost step_cost;  // a decode step's wall time by its rows (draft_policy.h)
 };
 
 }  // namespace tf::engine

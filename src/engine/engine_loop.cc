@@ -279,7 +279,7 @@ void Engine::Impl::step_once() {
   std::vector<std::optional<SampleRowParams>> device_params;
   std::vector<std::vector<StepEntry::EmbedRun>> embed_runs(plan.advances.size());
   batch.reserve(plan.advances.size());
-  int64_t draft_rows = draft_rows_for(plan);
+  int64_t draft_rows = draft_rows_for(plan), drafted_rows = 0;
   for (const Advance& a : plan.advances) {
     LiveChoice& c = choices.at(a.id);
     StepEntry e;
@@ -296,9 +296,12 @@ void Engine::Impl::step_once() {
         e.embed_runs = runs;
         e.embeds = &c.request->media_features;
       }
-    } else if (std::vector<int32_t> drafts = drafts_for(c, draft_rows); !drafts.empty()) {
+    } else if (std::vector<int32_t> drafts =
+                   drafts_for(c, draft_rows, static_cast<int64_t>(plan.advances.size()) + drafted_rows);
+               !drafts.empty()) {
       // A verify step: the pending token and the drafts, every row's logits to the host.
       draft_rows -= static_cast<int64_t>(drafts.size());
+      drafted_rows += static_cast<int64_t>(drafts.size());
       c.verify_tokens.assign(1, c.last_token);
       c.verify_tokens.insert(c.verify_tokens.end(), drafts.begin(), drafts.end());
       e.tokens = c.verify_tokens;
@@ -308,11 +311,11 @@ void Engine::Impl::step_once() {
       e.tokens = std::span<const int32_t>(&c.last_token, 1);
     }
     rows.push_back(&c);
-    // A row sampled on the device (or not sampled at all) needs no host copy of its logits;
-    // neither does a verify step whose rows the device samples (verify_drafts).
+    // A row sampled on the device (or not sampled at all) needs no host copy of its logits.
+    // A verify step's rows are sampled on the host one after the other (verify_drafts; the
+    // device sampler called per verify step measured slower on the H200).
     device_params.push_back(a.samples && !e.speculative ? device_row(c) : std::nullopt);
-    if (device_params.back() || (!a.samples && device_sampling_on()) || (e.speculative && device_row(c)))
-      e.host_logits = false;
+    if (device_params.back() || (!a.samples && device_sampling_on())) e.host_logits = false;
     batch.push_back(e);
   }
   publish_health();
@@ -350,6 +353,7 @@ void Engine::Impl::step_once() {
     masks = std::async(std::launch::async, [&masks_to_prepare] {
       for (grammar::StructuredConstraint* c : masks_to_prepare) c->prepare();
     });
+  const auto step_start = std::chrono::steady_clock::now();
   auto results = model->step(batch);
   if (masks.valid()) masks.wait();
   ++model_steps;
@@ -387,8 +391,17 @@ void Engine::Impl::step_once() {
     (void)take_token(c, *steps[k]);
   }
   // Verify steps: their rows sampled one after the other while the drafts hold.
-  for (size_t i = 0; i < batch.size(); ++i)
+  int64_t step_rows = 0;
+  bool decode_only = true;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    step_rows += static_cast<int64_t>(batch[i].tokens.size());
+    decode_only = decode_only && plan.advances[i].kind == AdvanceKind::kDecode;
     if (batch[i].speculative) verify_drafts(*rows[i], (*results)[i]);
+  }
+  // The draft policy's cost of a row: decode and verify steps (no prompt chunk), from the
+  // step's start to its tokens (the device's work included: sampling waits for it).
+  if (options.copy_drafts && decode_only)
+    step_cost.observe(step_rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
   publish_health();
 }
 

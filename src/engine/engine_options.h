@@ -71,8 +71,9 @@ struct EngineOptions {
   bool copy_drafts = true;
   int32_t copy_max = 7;
   int32_t copy_match = 8;
-  // Tests: a drafter used instead of copy drafts (COPY on): up to `max` drafts for a choice's
-  // prompt + reply so far (an oracle that replays a serial run, or one that errs on purpose).
+  // Tests and benchmarks: a drafter used instead of copy drafts (COPY on), asked every step for
+  // up to `max` drafts for a choice's prompt + reply so far without the draft policy's say (an
+  // oracle that replays a serial run, or one that errs on purpose).
   std::function<std::vector<int32_t>(std::span<const int32_t> tokens, int max)> drafter;
   // Tensor parallelism (issue #7): this engine is rank 0 of tp_comm's world and
   // broadcasts every step to the followers (tp_follower.h). Null: one rank.

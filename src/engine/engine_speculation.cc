@@ -13,7 +13,6 @@
 #include <limits>
 #include <string>
 
-#include "core/logging.h"
 #include "engine/engine_impl.h"
 #include "spec/copy_drafter.h"
 
@@ -32,13 +31,21 @@ int64_t Engine::Impl::draft_rows_for(const StepPlan& plan) const {
   return std::max<int64_t>(0, options.exact_rows - decode_rows);
 }
 
-std::vector<int32_t> Engine::Impl::drafts_for(const LiveChoice& c, int64_t rows) const {
+std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows) {
   if (rows <= 0 || c.history.empty() || !c.sampler || c.constraint || c.request->req.reasoning_budget >= 0) return {};
   // The last token a verify step may yield must still be within max_tokens (the cache
   // reserved prompt + max_tokens positions).
   const int64_t left = static_cast<int64_t>(c.request->req.sampling.max_tokens) - c.sampler->generated() - 1;
-  const int64_t k = std::min<int64_t>({rows, options.copy_max, left});
+  int64_t k = std::min<int64_t>({rows, options.copy_max, left});
   if (k <= 0) return {};
+  if (!options.drafter) {
+    // Only as many as pay for their rows (spec/draft_policy.h).
+    k = spec::best_draft_count(c.acceptance.value(), step_cost.draft_costs(step_rows, static_cast<int>(k)));
+    if (k == 0) {
+      c.acceptance.idle_step();
+      return {};
+    }
+  }
   if (options.drafter) {
     std::vector<int32_t> d = options.drafter(c.history, static_cast<int>(k));
     if (static_cast<int64_t>(d.size()) > k) d.resize(static_cast<size_t>(k));
@@ -56,51 +63,18 @@ std::vector<int32_t> Engine::Impl::drafts_for(const LiveChoice& c, int64_t rows)
 void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
   const RequestId id = c.id;
   const int64_t rows = static_cast<int64_t>(c.verify_tokens.size());
-  const Tensor& dl = result.device_logits;
-  if (dl.is_null() || dl.size(0) != rows) {
+  Tensor& logits = result.logits;
+  if (logits.is_null() || logits.size(0) != rows) {
     fail_choice(id, internal_error("speculative step: the model returned no logits for every verified row"));
     return;
   }
-  // Every row sampled on the device at once, as if the drafts before it were taken (the
-  // rows past the first rejected draft are thrown away); a row the device cannot or does
-  // not decide is sampled on the host from its downloaded logits.
-  std::vector<SampleRowResult> device(static_cast<size_t>(rows));
-  if (result.logits.is_null()) {
-    std::vector<Tensor> dev_rows;
-    std::vector<SampleRowParams> params;
-    std::vector<int64_t> at;
-    for (int64_t j = 0; j < rows; ++j) {
-      auto p = c.sampler->device_params_ahead(static_cast<int32_t>(text_vocab), j);
-      if (!p) continue;
-      dev_rows.push_back(dl.select(0, j));
-      params.push_back(*p);
-      at.push_back(j);
-    }
-    if (!at.empty()) {
-      std::vector<SampleRowResult> out(at.size());
-      try {
-        ops->sample_rows(out, dev_rows, params);
-        for (size_t i = 0; i < at.size(); ++i) device[static_cast<size_t>(at[i])] = out[i];
-      } catch (const StatusError& e) {
-        TF_LOG_WARN("device sampling failed, sampling on the host: {}", e.status().to_string());
-      }
-    }
-  }
+  const int64_t vocab = logits.size(1);
   int64_t used = 0;
   for (int64_t j = 0; j < rows; ++j) {
-    Expected<SequenceStep> st = internal_error("not sampled");
-    if (device[static_cast<size_t>(j)].status == SampleRowStatus::kOk) {
-      st = c.sampler->accept(device[static_cast<size_t>(j)]);
-      std::lock_guard<std::mutex> lock(health_mu);
-      ++health.sampled_on_device_total;
-    } else {
-      Tensor row = result.logits.is_null() ? ops->to_host(dl.slice(0, j, j + 1)) : result.logits.slice(0, j, j + 1);
-      const int64_t vocab = row.shape().back();
-      float* p = row.data<float>();
-      // Padding rows of the embedding are not tokens: never sample them.
-      for (int64_t t = text_vocab; t < vocab; ++t) p[t] = -std::numeric_limits<float>::infinity();
-      st = c.sampler->step(std::span<const float>(p, static_cast<size_t>(vocab)), spec_sampler);
-    }
+    float* row = logits.data<float>() + j * vocab;
+    // Padding rows of the embedding are not tokens: never sample them.
+    for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
+    auto st = c.sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)), spec_sampler);
     if (!st) {
       fail_choice(id, st.status().with_context("sampling"));
       return;
@@ -119,6 +93,7 @@ void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
     if (!take_token(c, *st)) return;  // the choice ended: its sequence goes with it
     if (j + 1 == rows || token != c.verify_tokens[static_cast<size_t>(j + 1)]) break;
   }
+  c.acceptance.observe(static_cast<int>(rows - 1), static_cast<int>(used - 1));
   (void)scheduler->add_samples(id, used - 1);
   if (Status s = model->commit_speculation(*c.sequence, used); !s.is_ok()) {
     fail_choice(id, s.with_context("speculative step"));

@@ -28,13 +28,8 @@ Expected<SequenceStep> SequenceSampler::step(std::span<const float> logits, Samp
 }
 
 std::optional<SampleRowParams> SequenceSampler::device_params(int32_t vocab_limit) const {
-  return device_params_ahead(vocab_limit, 0);
-}
-
-std::optional<SampleRowParams> SequenceSampler::device_params_ahead(int32_t vocab_limit, int64_t ahead) const {
-  if (finished() || ahead < 0) return std::nullopt;
-  return device_row_params(params_, seed_, position() + ahead,
-                           stop_.banned(generated() + static_cast<int32_t>(ahead)), vocab_limit);
+  if (finished()) return std::nullopt;
+  return device_row_params(params_, seed_, position(), stop_.banned(generated()), vocab_limit);
 }
 
 Expected<SequenceStep> SequenceSampler::accept(const SampleRowResult& device_result) {

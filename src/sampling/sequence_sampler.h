@@ -41,11 +41,6 @@ class SequenceSampler {
   // The device sampler's parameters for the next token (device_row.h), or nullopt
   // when only the host sampler can choose it (bias, penalties, banned ids now, ...).
   [[nodiscard]] std::optional<SampleRowParams> device_params(int32_t vocab_limit) const;
-  // The same for the token `ahead` positions after the next one, as if the tokens before it
-  // were recorded first (speculative decoding samples a verify step's rows at once). Device
-  // parameters depend on the history only through its length (a row with penalties is the
-  // host's), so these are exactly what device_params() will say then.
-  [[nodiscard]] std::optional<SampleRowParams> device_params_ahead(int32_t vocab_limit, int64_t ahead) const;
   // Records a token the device sampler chose (a kOk result for device_params()),
   // exactly as step() records its own.
   [[nodiscard]] Expected<SequenceStep> accept(const SampleRowResult& device_result);

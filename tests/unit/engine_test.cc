@@ -992,6 +992,32 @@ TEST_F(SpeculationTest, RepliesEqualSerialDecodingWhateverTheDrafts) {
   }
 }
 
+// The copy drafter itself (no oracle), made eager with 2-token matches on prompts that repeat
+// themselves: whatever it proposes and the policy lets through, replies are the serial ones.
+TEST_F(SpeculationTest, CopyDraftsGiveTheSerialReplies) {
+  EngineOptions o = demo_options();
+  o.copy_match = 2;
+  auto e = Engine::create(o);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  // The demo's random weights never repeat themselves; a logit bias that leaves them three
+  // tokens to choose from makes their reply repeat bigrams, so the drafter finds matches (the
+  // bias applies to every verified row exactly as to a serial step).
+  const std::vector<int32_t> few = prompt(" harbour light sea");
+  ASSERT_GE(few.size(), 2u);
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest g = request("copy" + std::to_string(i), "Say it again, harbour light " + std::to_string(i) + ":",
+                                  48, i % 2 == 0 ? 0.0 : 1.0);
+    for (int32_t t : few) g.sampling.logit_bias[t] = 30.0;
+    g.sampling.logprobs = true;
+    EXPECT_EQ(reply(**e, g), reply(serial_engine(), g)) << g.request_id;
+  }
+  const EngineHealth h = (*e)->health();
+  std::printf("[copy drafts, 2-token matches] %lld verify steps, %lld drafts, %lld kept\n",
+              static_cast<long long>(h.spec_steps_total), static_cast<long long>(h.drafted_tokens_total),
+              static_cast<long long>(h.accepted_tokens_total));
+  EXPECT_GT(h.spec_steps_total, 0);
+}
+
 // Stops inside a verified run (a stop string, max_tokens) and n > 1 with several streams
 // verifying at once end exactly where serial decoding ends.
 TEST_F(SpeculationTest, StopsInsideAVerifiedRunAndConcurrentStreams) {
