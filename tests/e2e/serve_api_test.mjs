@@ -13,7 +13,7 @@
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import {
-  serverCommand, startServer, makeRunner, post200, postJson, postSse, getJson, assertErrorObject, waitHealth, usageCore, health,
+  serverCommand, startServer, makeRunner, post200, postJson, postSse, getJson, assertErrorObject, waitHealth, usageCore, health, request,
 } from './lib/server.mjs';
 
 const require = createRequire(new URL('../package.json', import.meta.url));
@@ -295,6 +295,25 @@ await run.check('logit_bias +100 on one token makes greedy decoding repeat it', 
   // -100 bans it: the same request with the ban never produces that token first.
   const banned = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 1, temperature: 0, logit_bias: { [id]: -100 }, logprobs: 1 });
   assert.notEqual(banned.choices[0].logprobs.tokens[0], (await post200(server, '/detokenize', { model, tokens: [id] })).prompt);
+});
+
+await run.check('copy drafts: a reply that repeats itself is verified several tokens a step (/health, /metrics)', async () => {
+  // One token forced by logit_bias: once the reply has repeated it 16 times (COPY_MATCH 8, twice
+  // that inside the reply), its next tokens are copied as drafts and every one is kept.
+  const tk = await post200(server, '/tokenize', { model, prompt: ' harbor', add_special_tokens: false });
+  const id = tk.tokens[0];
+  const before = (await health(server)).speculation;
+  assert.ok(before && Number.isInteger(before.steps_total), JSON.stringify(before));
+  const r = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 64, temperature: 0, ignore_eos: true, logit_bias: { [id]: 100 } });
+  const expected = (await post200(server, '/detokenize', { model, tokens: Array(64).fill(id) })).prompt;
+  assert.equal(r.choices[0].text, expected);
+  assert.equal(r.usage.completion_tokens, 64);
+  const after = (await health(server)).speculation;
+  const kept = after.accepted_tokens_total - before.accepted_tokens_total;
+  assert.ok(after.steps_total > before.steps_total && kept > 0, JSON.stringify({ before, after }));
+  assert.ok(after.drafted_tokens_total - before.drafted_tokens_total >= kept, JSON.stringify({ before, after }));
+  const m = await request(server, 'GET', '/metrics');
+  assert.match(m.text, new RegExp(`^tensorfold:accepted_tokens_total ${after.accepted_tokens_total}$`, 'm'));
 });
 
 await run.check('unknown body fields are ignored; x-request-id is echoed; JSON content type', async () => {
