@@ -32,6 +32,7 @@
 #include "model/glm5/glm5_vision.h"
 #include "sampling/sampler.h"
 #include "sampling/sequence_sampler.h"
+#include "spec/copy_drafter.h"
 #include "spec/draft_policy.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -99,6 +100,7 @@ struct LiveChoice {
   std::vector<int32_t> history;
   std::vector<int32_t> verify_tokens;
   spec::DraftAcceptance acceptance;  // how often this choice's copy drafts were kept
+  std::unique_ptr<spec::CopyIndex> copy_index;  // where history's tokens are (made at the first draft)
 };
 
 // A kept prompt: a fork of a sequence after its first tokens (kept_index has them), holding

@@ -14,7 +14,6 @@
 #include <string>
 
 #include "engine/engine_impl.h"
-#include "spec/copy_drafter.h"
 
 namespace tf::engine {
 
@@ -53,11 +52,13 @@ std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64
       if (t < 0 || t >= text_vocab) return {};  // not a token: no drafts this step
     return d;
   }
-  spec::CopyDraftOptions o;
-  o.min_match = options.copy_match;
-  o.reply_min_match = 2 * options.copy_match;
-  return spec::copy_drafts(c.history, static_cast<int64_t>(c.request->req.prompt_tokens.size()),
-                           static_cast<int>(k), o);
+  if (!c.copy_index) {
+    spec::CopyDraftOptions o;
+    o.min_match = options.copy_match;
+    o.reply_min_match = 2 * options.copy_match;
+    c.copy_index = std::make_unique<spec::CopyIndex>(o);
+  }
+  return c.copy_index->drafts(c.history, static_cast<int64_t>(c.request->req.prompt_tokens.size()), static_cast<int>(k));
 }
 
 void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {

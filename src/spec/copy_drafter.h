@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace tf::spec {
@@ -23,5 +24,24 @@ struct CopyDraftOptions {
 // continuation. Empty when nothing recurs.
 std::vector<int32_t> copy_drafts(std::span<const int32_t> tokens, int64_t prompt_tokens, int max_drafts,
                                  const CopyDraftOptions& options = {});
+
+// copy_drafts for one sequence that only grows, without scanning the window at every step:
+// the positions holding the sequence's last token are the only places an occurrence can
+// end, and each indexed position links to the previous one holding the same token (the
+// window's positions indexed once, then each appended token). The same drafts as
+// copy_drafts, from the same occurrence.
+class CopyIndex {
+ public:
+  explicit CopyIndex(const CopyDraftOptions& options = {}) : options_(options) {}
+  // `tokens` extends the tokens of the previous call (the same sequence, more tokens).
+  std::vector<int32_t> drafts(std::span<const int32_t> tokens, int64_t prompt_tokens, int max_drafts);
+
+ private:
+  CopyDraftOptions options_;
+  std::unordered_map<int32_t, int64_t> latest_;  // token id -> its latest indexed position
+  std::vector<int64_t> previous_;                // position - first_ -> previous position of its token, or -1
+  int64_t first_ = 0;    // the first indexed position (the window's start at the first call)
+  int64_t indexed_ = 0;  // positions [first_, indexed_) are indexed
+};
 
 }  // namespace tf::spec

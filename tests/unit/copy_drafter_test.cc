@@ -2,6 +2,7 @@
 // and when nothing is proposed.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "spec/copy_drafter.h"
@@ -70,6 +71,42 @@ TEST(CopyDrafter, ARepeatingReplyCopiesItsOwnPeriod) {
   // A loop "1 2 3" in the reply: the continuation of the previous period.
   const V t = {9, 9, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2};
   EXPECT_EQ(copy_drafts(t, 2, 4, match(2, 5)), (V{3, 1, 2, 3}));
+}
+
+// The index finds the same drafts as the scan at every step of growing sequences (small
+// alphabets: many occurrences; windows shorter than the sequence; both match rules).
+TEST(CopyDrafter, TheIndexGivesTheScansDraftsAtEveryStep) {
+  std::mt19937 rng(11);
+  int64_t compared = 0, nonempty = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    CopyDraftOptions o;
+    o.min_match = 1 + static_cast<int>(rng() % 4);
+    o.reply_min_match = o.min_match + static_cast<int>(rng() % 4);
+    o.window = trial % 3 == 0 ? 50 : 65536;
+    const int alphabet = 2 + static_cast<int>(rng() % 6);
+    const int64_t prompt = static_cast<int64_t>(rng() % 120);
+    CopyIndex index(o);
+    V t;
+    for (int i = 0; i < 400; ++i) {
+      // Now and then a copy of an earlier stretch, as replies quote their prompt.
+      if (!t.empty() && rng() % 10 == 0) {
+        const size_t from = rng() % t.size();
+        for (size_t j = from; j < std::min(t.size(), from + 12); ++j) t.push_back(t[j]);
+      } else {
+        t.push_back(static_cast<int32_t>(rng() % alphabet));
+      }
+      const int max = 1 + static_cast<int>(rng() % 8);
+      const V a = copy_drafts(t, prompt, max, o), b = index.drafts(t, prompt, max);
+      ASSERT_EQ(a, b) << "trial " << trial << " at " << t.size();
+      ++compared;
+      nonempty += !a.empty();
+    }
+  }
+  EXPECT_GT(nonempty, compared / 4);
+  // A sequence that is not the one indexed (shorter) starts the index again.
+  CopyIndex index(match(1));
+  (void)index.drafts(V{1, 2, 3, 1, 2, 3, 1, 2}, 8, 2);
+  EXPECT_EQ(index.drafts(V{4, 5, 4}, 3, 1), (V{5}));
 }
 
 }  // namespace
