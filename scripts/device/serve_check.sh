@@ -11,9 +11,11 @@ set -uo pipefail
 bin=.gpurun/tensorfold
 work=$(mktemp -d)
 rc=0
-start() {  # $1 device (cuda-exact: cuda with --exact-rows 64) -> sets port, pid
+start() {  # $1 device (cuda-exact: cuda with --exact-rows 64; cuda-nocopy, cuda-copy2: COPY=0, COPY_MATCH=2) -> sets port, pid
   local dev="$1" extra=()
   [[ "$dev" == cuda-exact ]] && { dev=cuda; extra=(--exact-rows 64); }
+  [[ "$dev" == cuda-nocopy ]] && { dev=cuda; extra=(--copy 0); }
+  [[ "$dev" == cuda-copy2 ]] && { dev=cuda; extra=(--copy-match 2); }
   "$bin" serve --device "$dev" "${extra[@]}" --host 127.0.0.1 --port 0 --cache-dir "$work/cache" --context 4096 --parallel 4 \
     --kv f32 --memory-reserve-gib 0 >"$work/$1.log" 2>&1 &
   pid=$!
@@ -92,6 +94,43 @@ print("prompt reuse past a picture: prompt %d tokens, cached %s, patches encoded
 sys.exit(0 if same and cached[0] == 0 and cached[1] > 0 and skipped > 0 and skipped == encoded else 1)
 PY
 }
+# Copy drafts (speculative decoding): replies whose tokens are narrowed by logit_bias to a few, so they repeat
+# and copy drafts fire (COPY_MATCH 2 on one server), greedy and sampled with a seed and logprobs, and one forced
+# token; prints each reply's fingerprint and, with --count, the server's speculation counters after them.
+copy_check() {
+  python3 - "$port" "$@" <<'PY'
+import hashlib, json, sys, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+def post(path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=300).read())
+ids = post("/tokenize", {"model": "GLM-5.3-Flash-demo", "prompt": " harbour light sea", "add_special_tokens": False})["tokens"]
+out = []
+for temperature, seed, bias in ((0, None, ids), (1, 7, ids), (1, 11, ids[:1])):
+    body = {"model": "GLM-5.3-Flash-demo", "prompt": "Say it again:", "max_tokens": 96, "temperature": temperature,
+            "ignore_eos": True, "logprobs": 2, "logit_bias": {str(t): 30 for t in bias}}
+    if seed is not None:
+        body["seed"] = seed
+    r = post("/v1/completions", body)
+    c = r["choices"][0]
+    out.append(hashlib.sha256(json.dumps([c["text"], c["logprobs"]["token_logprobs"]]).encode()).hexdigest()[:16])
+print(" ".join(out))
+if "--count" in sys.argv:
+    h = json.loads(urllib.request.urlopen(base + "/health", timeout=30).read())
+    print("speculation:", json.dumps(h["speculation"]), file=sys.stderr)
+PY
+}
+for dev in cuda-nocopy cuda-copy2; do
+  if ! start "$dev"; then rc=1; continue; fi
+  copy_check --count >"$work/$dev.copy" || rc=1
+  echo "== $dev copy-draft replies: $(cat "$work/$dev.copy")"
+  kill "$pid"; wait "$pid" 2>/dev/null
+done
+if [[ -s "$work/cuda-nocopy.copy" ]] && cmp -s "$work/cuda-nocopy.copy" "$work/cuda-copy2.copy"; then
+  echo "copy drafts: replies and logprobs equal to COPY=0's (greedy, sampled with a seed, forced)"
+else
+  echo "copy drafts: replies differ from COPY=0's"; rc=1
+fi
 for dev in cpu cuda-exact cuda; do
   if ! start "$dev"; then rc=1; continue; fi
   chat >"$work/$dev.json"
