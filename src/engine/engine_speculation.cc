@@ -37,20 +37,18 @@ std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64
   const int64_t left = static_cast<int64_t>(c.request->req.sampling.max_tokens) - c.sampler->generated() - 1;
   int64_t k = std::min<int64_t>({rows, options.copy_max, left});
   if (k <= 0) return {};
-  if (!options.drafter) {
-    // Only as many as pay for their rows (spec/draft_policy.h).
-    k = spec::best_draft_count(c.acceptance.value(), step_cost.draft_costs(step_rows, static_cast<int>(k)));
-    if (k == 0) {
-      c.acceptance.idle_step();
-      return {};
-    }
-  }
-  if (options.drafter) {
+  if (options.drafter) {  // tests and benchmarks: asked every step, the policy not consulted
     std::vector<int32_t> d = options.drafter(c.history, static_cast<int>(k));
     if (static_cast<int64_t>(d.size()) > k) d.resize(static_cast<size_t>(k));
     for (int32_t t : d)
       if (t < 0 || t >= text_vocab) return {};  // not a token: no drafts this step
     return d;
+  }
+  // Only as many as pay for their rows (spec/draft_policy.h).
+  k = spec::best_draft_count(c.acceptance.value(), step_cost.draft_costs(step_rows, static_cast<int>(k)));
+  if (k == 0) {
+    c.acceptance.idle_step();
+    return {};
   }
   if (!c.copy_index) {
     spec::CopyDraftOptions o;

@@ -2,7 +2,9 @@
 // batched step.
 //
 // step() advances several sequences at once, each by a span of new tokens (a
-// prefill chunk of any length or one decode token). Per-token work (projections,
+// prefill chunk of any length, one decode token, or a speculative verify span: the
+// pending token and drafts, kept up to the first rejected one by commit_speculation,
+// glm5_speculation.cc). Per-token work (projections,
 // norms, mHC, MLP/MoE, lm_head) runs over all rows of the batch together; the
 // stateful parts (KDA conv + recurrence, MLA latent cache, indexer pools,
 // attention) run per sequence against its Glm5Sequence; runs of adjacent decode
