@@ -26,6 +26,18 @@ TEST(Glm5Speculation, VerifiedRowsEqualSerialDecodingWhateverIsKept) {
     auto comm = make_single_rank_communicator();
     auto model = load_model(f, *comm, small_pool());
     ASSERT_TRUE(model);
+    // The serving default too: DENSE=q4 matrices and an fp8 cache (its q4 matmuls at 1..8 rows).
+    Glm5Options q4 = small_pool();
+    q4.dense_quant = MatrixFormat::kQ4;
+    q4.latent_dtype = DType::kF8E4M3;
+    auto quantized = load_model(f, *comm, q4);
+    ASSERT_TRUE(quantized);
+    const SpeculationCheck qc = check_speculation(*quantized, f.prompt_ids, 9, {3, 6, 2, 8}, {2, 0, 1, 5}, true);
+    std::printf("[%s, DENSE=q4, fp8 cache] %lld verify steps: %lld of %lld rows differ from serial, max |d| %.3g\n",
+                f.name.c_str(), static_cast<long long>(qc.verify_steps), static_cast<long long>(qc.rows_differing),
+                static_cast<long long>(qc.rows_compared), qc.max_abs_diff);
+    ASSERT_EQ(qc.error, "") << f.name;
+    EXPECT_EQ(qc.rows_differing, 0) << f.name;
     const int64_t prefill = 9;  // not a pool boundary: rings start part full
     // Spans of 1..7 rows; keeps of 1 (everything after the pending token rejected), a
     // middle row, everything.
