@@ -76,6 +76,9 @@ struct Options {
   double kv_pool_gib = 0.0;
   double memory_reserve_gib = 4.0;
   int prefill_chunk = 0;   // 0: the engine's default
+  // COPY: off by default here, so that a decode step is one token per stream, as the
+  // roofline counts it (the served default, on, is measured with --copy 1).
+  bool copy = false;
   int tp = 1;              // --tp: tensor-parallel ranks (--offline)
   TpServeOptions tp_process;  // --rank, --rendezvous (set on the ranks rank 0 starts), --tp-timeout
   // The roofline's hardware.
@@ -268,6 +271,7 @@ engine::EngineOptions offline_engine_options(const Options& o) {
   eo.memory_reserve_gib = o.memory_reserve_gib;
   eo.max_waiting = 4096;
   if (o.prefill_chunk > 0) eo.prefill_chunk = o.prefill_chunk;
+  eo.copy_drafts = o.copy;
   return eo;
 }
 
@@ -444,6 +448,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--prefill-chunk", opt->prefill_chunk, "--offline: prompt tokens per request and step (0: default)")
       ->check(CLI::Range(0, 1 << 20))
       ->group(engine_group);
+  cmd->add_option("--copy", opt->copy,
+                  "--offline: 1 verifies copy drafts as the server does (COPY); 0 (default) decodes one token per "
+                  "step, as the roofline counts it")
+      ->capture_default_str();
   cmd->add_option("--tp", opt->tp, "--offline: tensor-parallel ranks, one process (and with cuda one GPU) each")
       ->check(CLI::Range(1, 64))
       ->group(engine_group)
