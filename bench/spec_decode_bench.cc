@@ -42,8 +42,8 @@ struct Drafter {
       run.assign(t.begin(), t.end());
       return {};
     }
-    const size_t n = std::min<size_t>(static_cast<size_t>(std::min(max, limit)),
-                                      run.size() > t.size() ? run.size() - t.size() : 0);
+    if (run.size() <= t.size()) return {};  // past the recorded reply
+    const size_t n = std::min<size_t>(static_cast<size_t>(std::min(max, limit)), run.size() - t.size());
     std::vector<int32_t> d(run.begin() + static_cast<std::ptrdiff_t>(t.size()),
                            run.begin() + static_cast<std::ptrdiff_t>(t.size() + n));
     if (mode == Mode::kWrong)

@@ -236,6 +236,8 @@ struct Engine::Impl {
   // TF_DEVICE_SAMPLING: 0 off, 1 on (also on the CPU backend: tests), unset: on for
   // every backend but the CPU one.
   bool device_sampling_on();
+  // A host logits row: the embedding's padding rows (ids >= text_vocab) masked out.
+  void mask_padding(std::span<float> row) const;
   std::optional<SampleRowParams> device_row(const LiveChoice& c);
   std::vector<Expected<SequenceStep>> sample_step(std::span<LiveChoice* const> rows,
                                                   std::span<const size_t> sampling_rows,

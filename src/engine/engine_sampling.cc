@@ -58,6 +58,11 @@ bool Engine::Impl::device_sampling_on() {
   return device_sampling == 1;
 }
 
+void Engine::Impl::mask_padding(std::span<float> row) const {
+  // Padding rows of the embedding are not tokens: never sample them.
+  for (size_t t = static_cast<size_t>(text_vocab); t < row.size(); ++t) row[t] = -std::numeric_limits<float>::infinity();
+}
+
 bool Engine::Impl::must_close_reasoning(const LiveChoice& c) const {
   const int64_t budget = c.request->req.reasoning_budget;
   return budget >= 0 && think_end_id && c.output->in_reasoning() && c.output->reasoning_tokens() >= budget;
@@ -129,8 +134,7 @@ std::vector<Expected<SequenceStep>> Engine::Impl::sample_step(std::span<LiveChoi
       Tensor& logits = results[i].logits;
       const int64_t vocab = logits.shape().back();
       float* row = logits.data<float>();
-      // Padding rows of the embedding are not tokens: never sample them.
-      for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
+      mask_padding(std::span<float>(row, static_cast<size_t>(vocab)));
       if (rows[i]->constraint_active) {
         if (Status s = rows[i]->constraint->mask(std::span<float>(row, static_cast<size_t>(text_vocab))); !s.is_ok()) {
           steps[static_cast<size_t>(k)] = s;

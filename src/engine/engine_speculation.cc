@@ -69,29 +69,31 @@ void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
   }
   const int64_t vocab = logits.size(1);
   int64_t used = 0;
+  // The counters once per step, whichever way the step ends.
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(health_mu);
+    ++health.spec_steps_total;
+    health.drafted_tokens_total += rows - 1;
+    health.accepted_tokens_total += std::max<int64_t>(0, used - 1);
+  };
   for (int64_t j = 0; j < rows; ++j) {
-    float* row = logits.data<float>() + j * vocab;
-    // Padding rows of the embedding are not tokens: never sample them.
-    for (int64_t t = text_vocab; t < vocab; ++t) row[t] = -std::numeric_limits<float>::infinity();
-    auto st = c.sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)), spec_sampler);
+    const std::span<float> row(logits.data<float>() + j * vocab, static_cast<size_t>(vocab));
+    mask_padding(row);
+    auto st = c.sampler->step(row, spec_sampler);
     if (!st) {
+      if (used > 0) count();
       fail_choice(id, st.status().with_context("sampling"));
       return;
     }
     ++used;
     const int32_t token = st->sampled.token;
-    {
-      std::lock_guard<std::mutex> lock(health_mu);
-      if (j == 0) {
-        ++health.spec_steps_total;
-        health.drafted_tokens_total += rows - 1;
-      } else {
-        ++health.accepted_tokens_total;
-      }
+    if (!take_token(c, *st)) {  // the choice ended: its sequence goes with it
+      count();
+      return;
     }
-    if (!take_token(c, *st)) return;  // the choice ended: its sequence goes with it
     if (j + 1 == rows || token != c.verify_tokens[static_cast<size_t>(j + 1)]) break;
   }
+  count();
   c.acceptance.observe(static_cast<int>(rows - 1), static_cast<int>(used - 1));
   (void)scheduler->add_samples(id, used - 1);
   if (Status s = model->commit_speculation(*c.sequence, used); !s.is_ok()) {

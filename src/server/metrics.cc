@@ -28,6 +28,12 @@ void header(std::string& out, const std::string& name, const char* type, const c
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
+// A metric without labels: its header and its one sample.
+void unlabelled(std::string& out, const std::string& name, const char* type, const char* help, int64_t value) {
+  header(out, name, type, help);
+  out += name + " " + std::to_string(value) + "\n";
+}
+
 const std::vector<double> kLatencyBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 640};
 const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
                                           0.75,  1.0,   2.5,  5.0,  7.5,  10,   20,   40,  80,   160};
@@ -125,32 +131,28 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
            std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
   header(out, "tensorfold:http_request_duration_seconds", "histogram", "HTTP request handling time.");
   http_latency_.write(out, "tensorfold:http_request_duration_seconds", "");
-  header(out, "tensorfold:pool_tokens", "gauge", "Capacity of the shared cache pool in tokens.");
-  out += "tensorfold:pool_tokens " + std::to_string(h.pool_tokens) + "\n";
-  header(out, "tensorfold:pool_free_tokens", "gauge", "Free tokens in the shared cache pool.");
-  out += "tensorfold:pool_free_tokens " + std::to_string(h.pool_free_tokens) + "\n";
-  header(out, "tensorfold:kept_prompts", "gauge", "Prompt states kept for reuse.");
-  out += "tensorfold:kept_prompts " + std::to_string(h.kept_prompts) + "\n";
-  header(out, "tensorfold:kept_prompt_tokens", "gauge", "Prompt tokens the kept prompt states cover.");
-  out += "tensorfold:kept_prompt_tokens " + std::to_string(h.kept_prompt_tokens) + "\n";
-  header(out, "tensorfold:vision_patches_total", "counter", "Image and video patches the vision tower encoded.");
-  out += "tensorfold:vision_patches_total " + std::to_string(h.vision_patches_total) + "\n";
-  header(out, "tensorfold:vision_patches_skipped_total", "counter",
-         "Patches not encoded: pictures before the point a prompt resumed from.");
-  out += "tensorfold:vision_patches_skipped_total " + std::to_string(h.vision_patches_skipped_total) + "\n";
-  header(out, "tensorfold:spec_steps_total", "counter", "Decode steps that verified drafts (speculative decoding).");
-  out += "tensorfold:spec_steps_total " + std::to_string(h.spec_steps_total) + "\n";
-  header(out, "tensorfold:drafted_tokens_total", "counter", "Draft tokens verified.");
-  out += "tensorfold:drafted_tokens_total " + std::to_string(h.drafted_tokens_total) + "\n";
-  header(out, "tensorfold:accepted_tokens_total", "counter",
-         "Draft tokens kept: tokens that cost no decode step of their own.");
-  out += "tensorfold:accepted_tokens_total " + std::to_string(h.accepted_tokens_total) + "\n";
-  header(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.");
-  out += "tensorfold:streams_decoding " + std::to_string(h.streams_decoding) + "\n";
-  header(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.");
-  out += "tensorfold:streams_prefilling " + std::to_string(h.streams_prefilling) + "\n";
-  header(out, "tensorfold:streams_max", "gauge", "Maximum concurrent decoding streams (PARALLEL).");
-  out += "tensorfold:streams_max " + std::to_string(h.streams_max) + "\n";
+  unlabelled(out, "tensorfold:pool_tokens", "gauge", "Capacity of the shared cache pool in tokens.",
+             h.pool_tokens);
+  unlabelled(out, "tensorfold:pool_free_tokens", "gauge", "Free tokens in the shared cache pool.",
+             h.pool_free_tokens);
+  unlabelled(out, "tensorfold:kept_prompts", "gauge", "Prompt states kept for reuse.", h.kept_prompts);
+  unlabelled(out, "tensorfold:kept_prompt_tokens", "gauge", "Prompt tokens the kept prompt states cover.",
+             h.kept_prompt_tokens);
+  unlabelled(out, "tensorfold:vision_patches_total", "counter",
+             "Image and video patches the vision tower encoded.", h.vision_patches_total);
+  unlabelled(out, "tensorfold:vision_patches_skipped_total", "counter",
+             "Patches not encoded: pictures before the point a prompt resumed from.",
+             h.vision_patches_skipped_total);
+  unlabelled(out, "tensorfold:spec_steps_total", "counter",
+             "Decode steps that verified drafts (speculative decoding).", h.spec_steps_total);
+  unlabelled(out, "tensorfold:drafted_tokens_total", "counter", "Draft tokens verified.",
+             h.drafted_tokens_total);
+  unlabelled(out, "tensorfold:accepted_tokens_total", "counter",
+             "Draft tokens kept: tokens that cost no decode step of their own.", h.accepted_tokens_total);
+  unlabelled(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.", h.streams_decoding);
+  unlabelled(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.", h.streams_prefilling);
+  unlabelled(out, "tensorfold:streams_max", "gauge", "Maximum concurrent decoding streams (PARALLEL).",
+             h.streams_max);
   header(out, "tensorfold:engine_up", "gauge", "1 when the engine is healthy.");
   out += std::string("tensorfold:engine_up ") + (h.ok ? "1" : "0") + "\n";
   return out;

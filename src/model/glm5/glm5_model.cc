@@ -97,13 +97,8 @@ std::unique_ptr<Glm5Sequence> Glm5Model::new_sequence() {
   for (const auto& lw : weights_.layers) {
     if (lw.attention == AttentionKind::kLinear) {
       const int64_t c = lw.kda.heads * dk;
-      Glm5Sequence::KdaState st;
-      st.conv = ops_.zeros({3, kw - 1, c});
-      st.conv_q = st.conv.select(0, 0);
-      st.conv_k = st.conv.select(0, 1);
-      st.conv_v = st.conv.select(0, 2);
-      st.recurrent = ops_.zeros({lw.kda.heads, dk, dk});
-      s->kda_.push_back(std::move(st));
+      s->kda_.push_back(
+          Glm5Sequence::KdaState::over(ops_.zeros({3, kw - 1, c}), ops_.zeros({lw.kda.heads, dk, dk})));
     } else {
       s->indexer_.emplace_back();
     }

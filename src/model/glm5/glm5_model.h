@@ -95,6 +95,16 @@ class Glm5Sequence {
     Tensor conv;                    // [3, K-1, C_local]: q, k, v (one address for the decode rows)
     Tensor conv_q, conv_k, conv_v;  // [K-1, C_local]: views of conv
     Tensor recurrent;               // [H_l, Dk, Dv]
+    // The state over these tensors, with conv's views.
+    static KdaState over(Tensor conv_qkv, Tensor recurrent_state) {
+      KdaState s;
+      s.conv = std::move(conv_qkv);
+      s.conv_q = s.conv.select(0, 0);
+      s.conv_k = s.conv.select(0, 1);
+      s.conv_v = s.conv.select(0, 2);
+      s.recurrent = std::move(recurrent_state);
+      return s;
+    }
   };
   // The counters always equal what the length gives (ring_rows = length % kp, pools =
   // length / kp); the decode-row ops derive them on the device from the position.

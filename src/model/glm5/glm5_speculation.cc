@@ -32,15 +32,9 @@ void Glm5Model::begin_speculation(Glm5Sequence& seq, int64_t pos0, int64_t rows)
   if (seq.spec_kda_.size() != seq.kda_.size()) {
     // The second set of states, shaped like the first (kept for the sequence's life).
     seq.spec_kda_.clear();
-    for (const Glm5Sequence::KdaState& st : seq.kda_) {
-      Glm5Sequence::KdaState s2;
-      s2.conv = ops_.empty(st.conv.shape());
-      s2.conv_q = s2.conv.select(0, 0);
-      s2.conv_k = s2.conv.select(0, 1);
-      s2.conv_v = s2.conv.select(0, 2);
-      s2.recurrent = ops_.empty(st.recurrent.shape());
-      seq.spec_kda_.push_back(std::move(s2));
-    }
+    for (const Glm5Sequence::KdaState& st : seq.kda_)
+      seq.spec_kda_.push_back(
+          Glm5Sequence::KdaState::over(ops_.empty(st.conv.shape()), ops_.empty(st.recurrent.shape())));
   }
   // The span runs on copies of the states before it (every layer's in one copy_many).
   std::vector<Tensor*> dst;
