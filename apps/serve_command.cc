@@ -179,6 +179,16 @@ void add_serve_command(CLI::App& app) {
       ->envname("COPY_MATCH")
       ->check(CLI::Range(2, 64))
       ->capture_default_str();
+  cmd->add_option("--drafter", o->engine.draft_model,
+                  "mtp: where no copy draft is made, the checkpoint's MTP layer drafts tokens verified in the next "
+                  "step (the same replies in fewer steps); none: off (dflash2 is served by the MTP layer)")
+      ->envname("DRAFTER")
+      ->check(CLI::IsMember({"mtp", "none", "dflash2"}))
+      ->capture_default_str();
+  cmd->add_option("--mtp-max", o->engine.mtp_max, "MTP drafts verified per step at most")
+      ->envname("MTP_MAX")
+      ->check(CLI::Range(1, 63))
+      ->capture_default_str();
   cmd->add_option("--dense", o->engine.dense,
                   "projection matrices: q4 (default) or fp8 (the large dense ones re-quantized at load), bf16 (BF16 on "
                   "the GPU, f32 on the CPU backend) or f32")

@@ -6,12 +6,14 @@
 // per step taken from that recording (all kept: the best case, what a long copy or a
 // perfect drafter gives), then with drafts that are all wrong (the worst case: every verify
 // step yields one token, at the cost of k + 1 rows). Every run's reply must equal the
-// serial one. Printed: decode tok/s per run, tokens per step, and the ratio to serial
-// measured side by side in this process; the break-even acceptance of each k follows
-// from the wrong-draft cost.
+// serial one. Then the MTP layer drafts (DRAFTER=mtp, k = 1 and 3 every step, an engine
+// of its own each): on a synthetic checkpoint its drafts are mostly wrong, so this measures
+// what the layer's passes add to a wrong-draft verify step of the same k. Printed: decode
+// tok/s per run, tokens per step, and the ratio to serial measured side by side in this
+// process; the break-even acceptance of each k follows from the wrong-draft cost.
 //
 //   spec_decode_bench --model DIR [--device cuda] [--tokens 128] [--prompt-tokens 256]
-//                     [--cases right1,right3,right7,wrong1,wrong3,wrong7]
+//                     [--cases right1,right3,right7,wrong1,wrong3,wrong7,mtp1,mtp3]
 //                     [--synth-experts N: first write the full-geometry synthetic checkpoint with
 //                      N EXL3 K=4 mcg experts per layer into --model]
 #include <chrono>
@@ -93,7 +95,7 @@ Run run_once(Engine& e, const GenerationRequest& g) {
 }
 
 int main_impl(int argc, char** argv) {
-  std::string model, device = "cuda", cases = "right1,right3,right7,wrong1,wrong3,wrong7";
+  std::string model, device = "cuda", cases = "right1,right3,right7,wrong1,wrong3,wrong7,mtp1,mtp3";
   int64_t tokens = 128, prompt_tokens = 256;
   int synth_experts = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -135,6 +137,7 @@ int main_impl(int argc, char** argv) {
   o.context = prompt_tokens + tokens + 64;
   o.memory_reserve_gib = 0;
   o.kept_prompts = 0;  // every run prefills the same way
+  o.draft_model = "none";  // the recorded drafts only (the MTP cases below have engines of their own)
   o.drafter = [&drafter](std::span<const int32_t> t, int max) { return drafter.drafts(t, max); };
   auto e = Engine::create(o);
   if (!e) {
@@ -181,6 +184,36 @@ int main_impl(int argc, char** argv) {
                 name.c_str(), tps, static_cast<double>(r.tokens - 1) / std::max<int64_t>(1, steps), tps / serial_tps,
                 static_cast<long long>(after.accepted_tokens_total - before.accepted_tokens_total),
                 static_cast<long long>(after.drafted_tokens_total - before.drafted_tokens_total),
+                r.text == serial.text ? "" : "  REPLY DIFFERS FROM SERIAL");
+    bad += r.text != serial.text;
+  }
+  const EngineOptions base = o;
+  (*e).reset();  // one engine's weights on the device at a time
+  for (int k : {1, 3}) {
+    if (cases.find("mtp" + std::to_string(k)) == std::string::npos) continue;
+    EngineOptions m = base;
+    m.drafter = nullptr;
+    m.draft_model = "mtp";
+    m.copy_drafts = false;
+    m.always_draft = true;
+    m.mtp_max = k;
+    auto me = Engine::create(m);
+    if (!me) {
+      std::fprintf(stderr, "MTP engine: %s\n", me.status().to_string().c_str());
+      return 1;
+    }
+    (void)run_once(**me, g);  // warm-up
+    const EngineHealth before = (*me)->health();
+    const Run r = run_once(**me, g);
+    const EngineHealth after = (*me)->health();
+    if (!r.ok) return 1;
+    const int64_t steps = after.model_steps - before.model_steps - 1;
+    const double tps = static_cast<double>(r.tokens - 1) / r.decode_s;
+    const std::string name = "MTP drafts, k = " + std::to_string(k);
+    std::printf("[spec] %-28s %8.1f tok/s  %6.2f tokens/step  ratio %.3f  (%lld of %lld drafts kept)%s\n",
+                name.c_str(), tps, static_cast<double>(r.tokens - 1) / std::max<int64_t>(1, steps), tps / serial_tps,
+                static_cast<long long>(after.mtp_accepted_tokens_total - before.mtp_accepted_tokens_total),
+                static_cast<long long>(after.mtp_drafted_tokens_total - before.mtp_drafted_tokens_total),
                 r.text == serial.text ? "" : "  REPLY DIFFERS FROM SERIAL");
     bad += r.text != serial.text;
   }

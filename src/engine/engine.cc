@@ -107,7 +107,7 @@ MemoryPlanInput memory_input(const EngineOptions& o, const Glm5Config& config, i
   in.state_bytes_per_stream = kda * (heads * dk * dk + 3 * (kw - 1) * heads * dk) * 4;
   in.parallel = o.parallel;
   in.kept_states = o.kept_prompts;
-  in.speculative_states = o.copy_drafts ? o.parallel : 0;
+  in.speculative_states = o.copy_drafts || o.mtp_on() ? o.parallel : 0;
   in.context = o.context;
   in.model_max_context = t.max_position_embeddings;
   in.page_size = o.page_size;
@@ -262,6 +262,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);
   if (!model) return model.status();
   m.model = std::move(*model);
+  m.mtp_drafting = options.mtp_on() && m.model->has_mtp();
+  if (options.draft_model == "dflash2")
+    TF_LOG_WARN("DRAFTER=dflash2: this server has no DFlash2 drafter; {}", m.mtp_drafting
+                    ? "the checkpoint's MTP layer drafts instead"
+                    : "the checkpoint has no MTP layer either, so only copy drafts are made");
   if (m.config.vision.present && !options.vision) {
     m.no_vision_reason = "the server runs without its vision tower (VISION=0)";
     TF_LOG_INFO("VISION=0: the vision tower is not loaded; images and videos are refused");

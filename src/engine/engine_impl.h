@@ -101,6 +101,13 @@ struct LiveChoice {
   std::vector<int32_t> verify_tokens;
   spec::DraftAcceptance acceptance;  // how often this choice's copy drafts were kept
   std::unique_ptr<spec::CopyIndex> copy_index;  // where history's tokens are (made at the first draft)
+  // MTP drafts (DRAFTER=mtp): whether the sequence keeps the MTP layer's cache (each of its
+  // steps then runs the layer over the rows whose next token is known), how often its
+  // drafts were kept, the drafts made and kept so far, and whether this step's are its.
+  bool mtp = false;
+  spec::DraftAcceptance mtp_acceptance;
+  int64_t mtp_drafted = 0, mtp_kept = 0;
+  bool drafts_from_mtp = false;
 };
 
 // A kept prompt: a fork of a sequence after its first tokens (kept_index has them), holding
@@ -256,9 +263,16 @@ struct Engine::Impl {
   // row's draft, and commits the rows kept.
   int64_t draft_rows_for(const StepPlan& plan) const;
   std::vector<int32_t> drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows);
+  // How many tokens the MTP layer drafts for c in this step (0: none), within `rows`.
+  int mtp_drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows);
+  // The most drafts c may verify in one step: none under a constraint or a reasoning budget,
+  // and the last token a verify step yields must stay within max_tokens.
+  int64_t draft_limit(const LiveChoice& c, int64_t rows, int64_t max) const;
   void verify_drafts(LiveChoice& c, StepResult& result);
   Sampler spec_sampler;
   spec::StepCost step_cost;  // a decode step's wall time by its rows (draft_policy.h)
+  bool mtp_drafting = false;  // DRAFTER=mtp and the checkpoint has the layer
+  spec::StepCost mtp_step_cost;  // the same for steps with MTP drafts (the layer's passes included)
 };
 
 }  // namespace tf::engine

@@ -142,6 +142,8 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     c.index = i;
     c.sampler = std::make_unique<SequenceSampler>(*params, g.prompt_tokens, eos_ids, static_cast<uint32_t>(i));
     if (options.copy_drafts) c.history = g.prompt_tokens;
+    // The MTP layer drafts where drafts may be verified at all (draft_limit).
+    c.mtp = mtp_drafting && !r->structured_grammar && g.reasoning_budget < 0;
     ChoiceOutputOptions oo;
     oo.skip_special_tokens = g.sampling.skip_special_tokens;
     oo.stop = g.sampling.stop;
@@ -284,6 +286,8 @@ void Engine::Impl::step_once() {
     LiveChoice& c = choices.at(a.id);
     StepEntry e;
     e.sequence = c.sequence.get();
+    e.mtp = c.mtp;
+    c.drafts_from_mtp = false;
     if (a.kind == AdvanceKind::kPrefill) {
       e.tokens = std::span<const int32_t>(c.request->req.prompt_tokens).subspan(static_cast<size_t>(c.prefilled),
                                                                                  static_cast<size_t>(a.tokens));
@@ -307,6 +311,17 @@ void Engine::Impl::step_once() {
       e.tokens = c.verify_tokens;
       e.all_logits = true;
       e.speculative = true;
+    } else if (const int k = mtp_drafts_for(c, draft_rows, static_cast<int64_t>(plan.advances.size()) + drafted_rows);
+               k > 0) {
+      // A verify step whose drafts the MTP layer makes inside the model step (verify_drafts
+      // then reads them from its result).
+      draft_rows -= k;
+      drafted_rows += k;
+      e.tokens = std::span<const int32_t>(&c.last_token, 1);
+      e.mtp_drafts = k;
+      e.all_logits = true;
+      e.speculative = true;
+      c.drafts_from_mtp = true;
     } else {
       e.tokens = std::span<const int32_t>(&c.last_token, 1);
     }
@@ -326,6 +341,8 @@ void Engine::Impl::step_once() {
       StepCommandEntry ce{rows[i]->id, std::vector<int32_t>(batch[i].tokens.begin(), batch[i].tokens.end()),
                           batch[i].all_logits};
       ce.speculative = batch[i].speculative;
+      ce.mtp = batch[i].mtp;
+      ce.mtp_drafts = batch[i].mtp_drafts;
       // The followers get this chunk's image/video features (they hold no vision tower).
       if (!batch[i].embed_runs.empty()) {
         const Tensor& f = *batch[i].embeds;
@@ -392,16 +409,20 @@ void Engine::Impl::step_once() {
   }
   // Verify steps: their rows sampled one after the other while the drafts hold.
   int64_t step_rows = 0;
-  bool decode_only = true;
+  bool decode_only = true, mtp_drafted = false;
   for (size_t i = 0; i < batch.size(); ++i) {
-    step_rows += static_cast<int64_t>(batch[i].tokens.size());
+    step_rows += static_cast<int64_t>(batch[i].tokens.size() + (*results)[i].drafts.size());
     decode_only = decode_only && plan.advances[i].kind == AdvanceKind::kDecode;
+    mtp_drafted = mtp_drafted || batch[i].mtp_drafts > 0;
     if (batch[i].speculative) verify_drafts(*rows[i], (*results)[i]);
   }
   // The draft policy's cost of a row: decode and verify steps (no prompt chunk), from the
-  // step's start to its tokens (the device's work included: sampling waits for it).
-  if (options.copy_drafts && decode_only)
-    step_cost.observe(step_rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+  // step's start to its tokens (the device's work included: sampling waits for it); steps
+  // with MTP drafts apart (the layer's passes are part of their cost).
+  if ((options.copy_drafts || mtp_drafting) && decode_only) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    (mtp_drafted ? mtp_step_cost : step_cost).observe(step_rows, secs);
+  }
   publish_health();
 }
 

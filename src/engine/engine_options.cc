@@ -24,6 +24,10 @@ Status EngineOptions::validate() const {
     return invalid_argument("COPY_MAX (--copy-max) must be in 1..63, got " + std::to_string(copy_max));
   if (copy_match < 2 || copy_match > 64)
     return invalid_argument("COPY_MATCH (--copy-match) must be in 2..64, got " + std::to_string(copy_match));
+  if (draft_model != "mtp" && draft_model != "none" && draft_model != "dflash2")
+    return invalid_argument("DRAFTER (--drafter) must be mtp or none, got '" + draft_model + "'");
+  if (mtp_max < 1 || mtp_max > 63)
+    return invalid_argument("MTP_MAX (--mtp-max) must be in 1..63, got " + std::to_string(mtp_max));
   if (kept_prompts < 0 || kept_prompts > 4096)
     return invalid_argument("KEPT_PROMPTS (--kept-prompts) must be in 0..4096, got " + std::to_string(kept_prompts));
   if (device != "cpu" && device != "cuda") {

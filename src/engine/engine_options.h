@@ -71,6 +71,16 @@ struct EngineOptions {
   bool copy_drafts = true;
   int32_t copy_max = 7;
   int32_t copy_match = 8;
+  // DRAFTER: "mtp" drafts with the checkpoint's own MTP layer (layer 45) where no copy draft
+  // is made, up to MTP_MAX tokens a step (only as many as its measured acceptance pays for);
+  // "none" turns it off. A checkpoint without the layer drafts nothing. The reference
+  // deployment's "dflash2" is accepted and served by the MTP layer (no DFlash2 drafter here).
+  std::string draft_model = "mtp";
+  int32_t mtp_max = 3;
+  // Tests and benchmarks: every stream drafts the most it may every step (COPY_MAX, MTP_MAX,
+  // max_tokens and EXACT_ROWS still bound it), the draft policy not consulted.
+  bool always_draft = false;
+  bool mtp_on() const { return draft_model == "mtp" || draft_model == "dflash2"; }
   // Tests and benchmarks: a drafter used instead of copy drafts (COPY on), asked every step for
   // up to `max` drafts for a choice's prompt + reply so far without the draft policy's say (an
   // oracle that replays a serial run, or one that errs on purpose).

@@ -1,7 +1,9 @@
-// Speculative decoding in the engine loop: copy drafts (spec/copy_drafter.h) verified in a
-// decode step, sampled as serial decoding would sample them.
+// Speculative decoding in the engine loop: copy drafts (spec/copy_drafter.h) or the MTP
+// layer's drafts (StepEntry::mtp_drafts, made inside the model step) verified in a decode
+// step, sampled as serial decoding would sample them.
 //
-// A decoding choice whose recent tokens recur proposes what followed them. Its entry in
+// A decoding choice whose recent tokens recur proposes what followed them; otherwise the
+// MTP layer drafts from the model's last hidden state. Its entry in
 // the step is then [pending token, d1 .. dk] (StepEntry::speculative), with every row's
 // logits. Row j is sampled exactly as the serial step would (the choice's sampler: its
 // penalties count the tokens before, its random draw is keyed by the position), and the
@@ -18,7 +20,7 @@
 namespace tf::engine {
 
 int64_t Engine::Impl::draft_rows_for(const StepPlan& plan) const {
-  if (!options.copy_drafts) return 0;
+  if (!options.copy_drafts && !mtp_drafting) return 0;
   int64_t decode_rows = 0;
   for (const Advance& a : plan.advances) {
     if (a.kind == AdvanceKind::kPrefill) return 0;  // a prompt chunk makes the step large already
@@ -30,12 +32,17 @@ int64_t Engine::Impl::draft_rows_for(const StepPlan& plan) const {
   return std::max<int64_t>(0, options.exact_rows - decode_rows);
 }
 
-std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows) {
-  if (rows <= 0 || c.history.empty() || !c.sampler || c.constraint || c.request->req.reasoning_budget >= 0) return {};
+int64_t Engine::Impl::draft_limit(const LiveChoice& c, int64_t rows, int64_t max) const {
+  if (rows <= 0 || !c.sampler || c.constraint || c.request->req.reasoning_budget >= 0) return 0;
   // The last token a verify step may yield must still be within max_tokens (the cache
   // reserved prompt + max_tokens positions).
   const int64_t left = static_cast<int64_t>(c.request->req.sampling.max_tokens) - c.sampler->generated() - 1;
-  int64_t k = std::min<int64_t>({rows, options.copy_max, left});
+  return std::max<int64_t>(0, std::min<int64_t>({rows, max, left}));
+}
+
+std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows) {
+  if (!options.copy_drafts || c.history.empty()) return {};
+  int64_t k = draft_limit(c, rows, options.copy_max);
   if (k <= 0) return {};
   if (options.drafter) {  // tests and benchmarks: asked every step, the policy not consulted
     std::vector<int32_t> d = options.drafter(c.history, static_cast<int>(k));
@@ -45,7 +52,8 @@ std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64
     return d;
   }
   // Only as many as pay for their rows (spec/draft_policy.h).
-  k = spec::best_draft_count(c.acceptance.value(), step_cost.draft_costs(step_rows, static_cast<int>(k)));
+  if (!options.always_draft)
+    k = spec::best_draft_count(c.acceptance.value(), step_cost.draft_costs(step_rows, static_cast<int>(k)));
   if (k == 0) {
     c.acceptance.idle_step();
     return {};
@@ -59,8 +67,30 @@ std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64
   return c.copy_index->drafts(c.history, static_cast<int64_t>(c.request->req.prompt_tokens.size()), static_cast<int>(k));
 }
 
+int Engine::Impl::mtp_drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows) {
+  if (!c.mtp) return 0;
+  const int64_t k = draft_limit(c, rows, options.mtp_max);
+  if (k <= 0 || options.always_draft) return static_cast<int>(k);
+  // A step with j MTP drafts against a plain one: measured where seen (the layer's passes
+  // included), else a verify row's prior cost and as much again for the pass that drafts it.
+  const double plain = step_cost.seconds(step_rows);
+  std::vector<double> cost(static_cast<size_t>(k) + 1, 1.0);
+  for (int64_t j = 1; j <= k; ++j) {
+    const double t = mtp_step_cost.seconds(step_rows + j);
+    cost[static_cast<size_t>(j)] =
+        plain > 0 && t > 0 ? t / plain : 1.0 + 2.0 * step_cost.prior_row() * static_cast<double>(j);
+  }
+  const int best = spec::best_draft_count(c.mtp_acceptance.value(), cost);
+  if (best == 0) c.mtp_acceptance.idle_step();
+  return best;
+}
+
 void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
   const RequestId id = c.id;
+  if (c.drafts_from_mtp) {  // the drafts the model made in the step
+    c.verify_tokens.assign(1, c.last_token);
+    c.verify_tokens.insert(c.verify_tokens.end(), result.drafts.begin(), result.drafts.end());
+  }
   const int64_t rows = static_cast<int64_t>(c.verify_tokens.size());
   Tensor& logits = result.logits;
   if (logits.is_null() || logits.size(0) != rows) {
@@ -75,6 +105,10 @@ void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
     ++health.spec_steps_total;
     health.drafted_tokens_total += rows - 1;
     health.accepted_tokens_total += std::max<int64_t>(0, used - 1);
+    if (c.drafts_from_mtp) {
+      health.mtp_drafted_tokens_total += rows - 1;
+      health.mtp_accepted_tokens_total += std::max<int64_t>(0, used - 1);
+    }
   };
   for (int64_t j = 0; j < rows; ++j) {
     const std::span<float> row(logits.data<float>() + j * vocab, static_cast<size_t>(vocab));
@@ -94,7 +128,18 @@ void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
     if (j + 1 == rows || token != c.verify_tokens[static_cast<size_t>(j + 1)]) break;
   }
   count();
-  c.acceptance.observe(static_cast<int>(rows - 1), static_cast<int>(used - 1));
+  const int drafted = static_cast<int>(rows - 1), kept = static_cast<int>(used - 1);
+  if (c.drafts_from_mtp) {
+    c.mtp_acceptance.observe(drafted, kept);
+    c.mtp_drafted += drafted;
+    c.mtp_kept += kept;
+    // A layer that does not predict this text (or a checkpoint whose layer is untrained)
+    // stops costing its passes: after 16 drafts with under 1 in 16 kept, this choice stops
+    // keeping the layer's cache.
+    if (!options.always_draft && c.mtp_drafted >= 16 && c.mtp_kept * 16 < c.mtp_drafted) c.mtp = false;
+  } else {
+    c.acceptance.observe(drafted, kept);
+  }
   (void)scheduler->add_samples(id, used - 1);
   if (Status s = model->commit_speculation(*c.sequence, used); !s.is_ok()) {
     fail_choice(id, s.with_context("speculative step"));

@@ -163,7 +163,10 @@ std::vector<uint8_t> encode_step_command(const StepCommand& command) {
   for (const StepCommandEntry& e : command.entries) {
     w.u64(e.sequence);
     const bool embeds = !e.embed_runs.empty();
-    w.u8(static_cast<uint8_t>((e.all_logits ? 1 : 0) | (embeds ? 2 : 0) | (e.speculative ? 4 : 0)));
+    const bool drafts = e.mtp_drafts != 0;
+    w.u8(static_cast<uint8_t>((e.all_logits ? 1 : 0) | (embeds ? 2 : 0) | (e.speculative ? 4 : 0) |
+                              (e.mtp ? 8 : 0) | (drafts ? 16 : 0)));
+    if (drafts) w.i32(e.mtp_drafts);
     w.u64(e.tokens.size());
     for (int32_t t : e.tokens) w.i32(t);
     if (!embeds) continue;
@@ -208,9 +211,15 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
     TF_RETURN_IF_ERROR(r.u64(e.sequence, "entry sequence"));
     uint8_t flags = 0;
     TF_RETURN_IF_ERROR(r.u8(flags, "entry flags"));
-    if (flags > 7) return invalid_argument("step command: entry flags " + std::to_string(flags));
+    if (flags > 31) return invalid_argument("step command: entry flags " + std::to_string(flags));
     e.all_logits = (flags & 1) != 0;
     e.speculative = (flags & 4) != 0;
+    e.mtp = (flags & 8) != 0;
+    if ((flags & 16) != 0) {
+      TF_RETURN_IF_ERROR(r.i32(e.mtp_drafts, "entry MTP drafts"));
+      if (e.mtp_drafts < 1 || e.mtp_drafts > 63)
+        return invalid_argument("step command: an entry asks for " + std::to_string(e.mtp_drafts) + " MTP drafts");
+    }
     uint64_t tokens = 0;
     TF_RETURN_IF_ERROR(r.count(tokens, 4, "entry token count"));
     e.tokens.resize(tokens);

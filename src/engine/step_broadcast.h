@@ -47,6 +47,8 @@ struct StepCommandEntry {
   std::vector<int32_t> tokens;
   bool all_logits = false;
   bool speculative = false;  // StepEntry::speculative: a verify step (committed by a later command)
+  bool mtp = false;          // StepEntry::mtp
+  int32_t mtp_drafts = 0;    // StepEntry::mtp_drafts (each rank drafts the same tokens itself)
   // Image/video features at placeholder rows (StepEntry::embed_runs): runs of
   // {row in the span, rows, first row of embeds}, and embeds [rows, embed_width] f32.
   std::vector<std::array<int64_t, 3>> embed_runs;

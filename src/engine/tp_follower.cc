@@ -99,6 +99,8 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
       entry.tokens = e.tokens;
       entry.all_logits = e.all_logits;
       entry.speculative = e.speculative;
+      entry.mtp = e.mtp;
+      entry.mtp_drafts = e.mtp_drafts;
       // A follower throws the logits away: no download ([rows, vocab] f32 per step, which
       // grows with the rows and delayed this rank's next step, so rank 0's collectives).
       entry.host_logits = false;

@@ -432,7 +432,9 @@ struct HttpServer::Impl {
                 {"vision_patches_skipped_total", h.vision_patches_skipped_total},
                 {"speculation", {{"steps_total", h.spec_steps_total},
                                  {"drafted_tokens_total", h.drafted_tokens_total},
-                                 {"accepted_tokens_total", h.accepted_tokens_total}}}};
+                                 {"accepted_tokens_total", h.accepted_tokens_total},
+                                 {"mtp_drafted_tokens_total", h.mtp_drafted_tokens_total},
+                                 {"mtp_accepted_tokens_total", h.mtp_accepted_tokens_total}}}};
     write_json(res, h.ok && !h.loading ? 200 : 503, out);
   }
 

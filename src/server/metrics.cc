@@ -149,6 +149,10 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
              h.drafted_tokens_total);
   unlabelled(out, "tensorfold:accepted_tokens_total", "counter",
              "Draft tokens kept: tokens that cost no decode step of their own.", h.accepted_tokens_total);
+  unlabelled(out, "tensorfold:mtp_drafted_tokens_total", "counter", "Draft tokens the MTP layer made.",
+             h.mtp_drafted_tokens_total);
+  unlabelled(out, "tensorfold:mtp_accepted_tokens_total", "counter", "MTP layer draft tokens kept.",
+             h.mtp_accepted_tokens_total);
   unlabelled(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.", h.streams_decoding);
   unlabelled(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.", h.streams_prefilling);
   unlabelled(out, "tensorfold:streams_max", "gauge", "Maximum concurrent decoding streams (PARALLEL).",

@@ -49,9 +49,12 @@ class StepCost {
   double ratio(int64_t base, int64_t rows) const;
   // cost[k] = ratio(base, base + k) for k = 0..max_drafts.
   std::vector<double> draft_costs(int64_t base, int max_drafts) const;
+  // The seconds of a step of `rows` rows: measured, or extrapolated; 0 when nothing is known.
+  double seconds(int64_t rows) const { return time(rows); }
+  double prior_row() const { return prior_row_; }
 
  private:
-  double time(int64_t rows) const;  // measured or extrapolated; 0 when nothing is known
+  double time(int64_t rows) const;
   double prior_row_, rate_;
   std::array<double, kMaxRows + 1> t_{};  // 0: not seen
 };

@@ -92,6 +92,53 @@ std::unique_ptr<Glm5Model> load_model(const Fixture& f, Communicator& comm, Glm5
   return m.has_value() ? std::move(*m) : nullptr;
 }
 
+bool add_mtp_layer(const Fixture& f, EditedWeights& w, Glm5Config& config) {
+  const Glm5TextConfig& t = f.config.text;
+  int src = -1;
+  for (int i = 0; i < t.num_hidden_layers; ++i)
+    if (t.layer_types[i] == AttentionKind::kSparseMla && t.indexer_types[i] == IndexerKind::kFull &&
+        t.mlp_layer_types[i] == MlpKind::kSparse)
+      src = i;
+  if (src < 0) return false;
+  const std::string from = "model.language_model.layers." + std::to_string(src) + ".";
+  const std::string to = "model.language_model.layers." + std::to_string(t.num_hidden_layers) + ".";
+  for (const std::string suffix :
+       {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_a_proj.weight",
+        "self_attn.q_a_layernorm.weight", "self_attn.q_b_proj.weight", "self_attn.kv_a_proj_with_mqa.weight",
+        "self_attn.kv_a_layernorm.weight", "self_attn.kv_b_proj.weight", "self_attn.o_proj.weight",
+        "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
+        "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight",
+        "self_attn.indexer.index_kpool_compress_ape", "self_attn.indexer.index_kpool_compress_gate",
+        "mlp.gate.weight", "mlp.gate.e_score_correction_bias", "mlp.shared_experts.gate_proj.weight",
+        "mlp.shared_experts.up_proj.weight", "mlp.shared_experts.down_proj.weight"})
+    w.alias[to + suffix] = from + suffix;
+  for (int e = 0; e < t.n_routed_experts; ++e)
+    for (const std::string p : {"gate_proj", "up_proj", "down_proj"}) {
+      const std::string s = "mlp.experts." + std::to_string(e) + "." + p + ".weight";
+      w.alias[to + s] = from + s;
+    }
+  const int64_t h = t.hidden_size;
+  std::vector<float> ones(h, 1.0f), eh(h * 2 * h);
+  for (size_t i = 0; i < eh.size(); ++i) eh[i] = 0.02f * static_cast<float>((i * 7919) % 101) / 101.0f - 0.01f;
+  for (const std::string n : {"enorm.weight", "hnorm.weight", "shared_head.norm.weight"})
+    w.extra[to + n] = Tensor::from_floats({h}, ones);
+  w.extra[to + "eh_proj.weight"] = Tensor::from_floats({h, 2 * h}, eh);
+  config = f.config;
+  config.text.num_nextn_predict_layers = 1;
+  return true;
+}
+
+std::unique_ptr<Glm5Model> load_model_with_mtp(const Fixture& f, Communicator& comm, Ops& ops, Glm5Options cache) {
+  auto ws = open_weights(f);
+  if (!ws) return nullptr;
+  EditedWeights w(*ws);
+  Glm5Config config;
+  if (!add_mtp_layer(f, w, config)) return nullptr;
+  auto m = Glm5Model::load(config, w, ops, comm, cache);
+  EXPECT_TRUE(m.has_value()) << m.status().to_string();
+  return m.has_value() ? std::move(*m) : nullptr;
+}
+
 namespace {
 
 // Threads of one process as ranks: each collective publishes the rank's tensor,

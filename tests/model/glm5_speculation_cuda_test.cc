@@ -8,6 +8,7 @@
 
 #include "cuda_test_ops.h"
 #include "glm5_fixture.h"
+#include "glm5_mtp_check.h"
 #include "glm5_speculation_check.h"
 
 namespace tf::test {
@@ -48,6 +49,40 @@ TEST(Glm5SpeculationCuda, VerifiedRowsEqualSerialDecoding) {
       }
     }
   }
+}
+
+// MTP drafts made inside the steps (glm5_mtp.cc) on the GPU: each is the layer's greedy
+// token for the pairs before it (the reference: mtp_step over serial decoding's hidden
+// states), and the verified rows equal serial decoding bit for bit.
+TEST(Glm5SpeculationCuda, MtpDraftsAreTheLayersGreedyTokens) {
+  int checked = 0;
+  for (const auto& dir : fixture_dirs()) {
+    Fixture f = load_fixture(dir);
+    auto comm = make_single_rank_communicator();
+    for (bool q4 : {false, true}) {
+      Glm5Options o;
+      o.page_size = 16;
+      o.num_pages = 512;
+      o.latent_dtype = q4 ? DType::kF8E4M3 : DType::kBF16;
+      o.weight_dtype = q4 ? DType::kBF16 : DType::kF32;
+      o.dense_quant = q4 ? MatrixFormat::kQ4 : MatrixFormat::kDense;
+      auto model = load_model_with_mtp(f, *comm, *gpu_ops(), o);
+      if (!model) continue;
+      const MtpCheck c = check_mtp_drafts(*model, f.prompt_ids, 9, 14, {3, 1, 0, 2, 5}, {1, 0, 2, 3, 0, 1}, 1e-3);
+      std::printf("[cuda-mtp] [%s%s] %lld verify steps, %lld drafts (%lld partial commits): %lld drafts off the "
+                  "reference's greedy token; %lld of %lld rows differ from serial, max |d| %.3g\n",
+                  f.name.c_str(), q4 ? ", bf16 weights, DENSE=q4, fp8 cache" : ", f32 weights",
+                  static_cast<long long>(c.verify_steps), static_cast<long long>(c.drafts),
+                  static_cast<long long>(c.partial_commits), static_cast<long long>(c.drafts_differing),
+                  static_cast<long long>(c.rows_differing), static_cast<long long>(c.rows_compared), c.max_abs_diff);
+      ASSERT_EQ(c.error, "") << f.name;
+      EXPECT_GT(c.drafts, 40) << f.name;
+      EXPECT_EQ(c.drafts_differing, 0) << f.name;
+      EXPECT_EQ(c.rows_differing, 0) << f.name;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 }  // namespace

@@ -224,37 +224,6 @@ TEST(Glm5Step, SharedIndexerLayerNeedsAFullDsaLayerBefore) {
   FAIL() << "no fixture with a DSA layer after layer 0";
 }
 
-// A WeightSource that hides, reshapes or adds tensors of another one.
-class EditedWeights final : public WeightSource {
- public:
-  explicit EditedWeights(const WeightSource& base) : base_(base) {}
-  std::string hide;
-  std::string misshape;
-  std::map<std::string, std::string> alias;  // name -> base name
-  std::map<std::string, Tensor> extra;
-  Expected<Tensor> get_f32(const std::string& name, const Shape& shape) const override {
-    if (name == hide) return not_found("tensor " + name + " is missing");
-    if (auto it = extra.find(name); it != extra.end()) return it->second;
-    if (name == misshape) {
-      TF_ASSIGN_OR_RETURN(Tensor t, base_.get_f32(name, {}));
-      Tensor bad = t.reshape({-1}).slice(0, 0, t.numel() - 1).contiguous();
-      if (!shape.empty() && bad.shape() != shape)
-        return invalid_argument("tensor " + name + " has shape " + shape_to_string(bad.shape()) + ", expected " +
-                                shape_to_string(shape));
-      return bad;
-    }
-    if (auto it = alias.find(name); it != alias.end()) return base_.get_f32(it->second, shape);
-    return base_.get_f32(name, shape);
-  }
-  bool has(const std::string& name) const override {
-    return name != hide && (extra.count(name) || alias.count(name) || base_.has(name));
-  }
-  std::vector<std::string> unknown_tensors() const override { return base_.unknown_tensors(); }
-
- private:
-  const WeightSource& base_;
-};
-
 TEST(Glm5Step, MissingOrMisshapedTensorIsNamed) {
   Fixture f = load_fixture(fixture_dirs().front());
   auto ws = open_weights(f);
@@ -275,44 +244,15 @@ TEST(Glm5Step, MissingOrMisshapedTensorIsNamed) {
   }
 }
 
-// The fixtures have no MTP layer; build one from a DSA+MoE layer's tensors plus
-// random eh_proj/enorm/hnorm/shared_head.norm, and check it loads and runs.
+// The fixtures have no MTP layer; one built from a DSA+MoE layer's tensors (add_mtp_layer)
+// loads and runs.
 TEST(Glm5Step, MtpLayerLoadsAndRuns) {
   Fixture f = load_fixture(fixture_dirs().front());
   const Glm5TextConfig& t = f.config.text;
-  int src = -1;
-  for (int i = 0; i < t.num_hidden_layers; ++i)
-    if (t.layer_types[i] == AttentionKind::kSparseMla && t.indexer_types[i] == IndexerKind::kFull &&
-        t.mlp_layer_types[i] == MlpKind::kSparse)
-      src = i;
-  ASSERT_GE(src, 0);
   auto ws = open_weights(f);
   EditedWeights w(*ws);
-  const std::string from = "model.language_model.layers." + std::to_string(src) + ".";
-  const std::string to = "model.language_model.layers." + std::to_string(t.num_hidden_layers) + ".";
-  for (const std::string suffix :
-       {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_a_proj.weight",
-        "self_attn.q_a_layernorm.weight", "self_attn.q_b_proj.weight", "self_attn.kv_a_proj_with_mqa.weight",
-        "self_attn.kv_a_layernorm.weight", "self_attn.kv_b_proj.weight", "self_attn.o_proj.weight",
-        "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
-        "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight",
-        "self_attn.indexer.index_kpool_compress_ape", "self_attn.indexer.index_kpool_compress_gate",
-        "mlp.gate.weight", "mlp.gate.e_score_correction_bias", "mlp.shared_experts.gate_proj.weight",
-        "mlp.shared_experts.up_proj.weight", "mlp.shared_experts.down_proj.weight"})
-    w.alias[to + suffix] = from + suffix;
-  for (int e = 0; e < t.n_routed_experts; ++e)
-    for (const std::string p : {"gate_proj", "up_proj", "down_proj"}) {
-      const std::string s = "mlp.experts." + std::to_string(e) + "." + p + ".weight";
-      w.alias[to + s] = from + s;
-    }
-  const int64_t h = t.hidden_size;
-  std::vector<float> ones(h, 1.0f), eh(h * 2 * h);
-  for (size_t i = 0; i < eh.size(); ++i) eh[i] = 0.02f * static_cast<float>((i * 7919) % 101) / 101.0f - 0.01f;
-  for (const std::string n : {"enorm.weight", "hnorm.weight", "shared_head.norm.weight"})
-    w.extra[to + n] = Tensor::from_floats({h}, ones);
-  w.extra[to + "eh_proj.weight"] = Tensor::from_floats({h, 2 * h}, eh);
   Glm5Config cfg = f.config;
-  cfg.text.num_nextn_predict_layers = 1;
+  ASSERT_TRUE(add_mtp_layer(f, w, cfg));
   auto comm = make_single_rank_communicator();
   auto m = Glm5Model::load(cfg, w, cpu_ops(), *comm, cache_of(DType::kF32));
   ASSERT_TRUE(m.has_value()) << m.status().to_string();
@@ -331,15 +271,16 @@ TEST(Glm5Step, MtpLayerLoadsAndRuns) {
   auto d2 = model.mtp_step(*seq, rows_of((*r)[0].hidden, 100, n),
                            std::span<const int32_t>(f.prompt_ids.data() + 101, n - 100));
   ASSERT_TRUE(d2.has_value()) << d2.status().to_string();
-  EXPECT_EQ(d1->size(0), 100);
-  EXPECT_EQ(d2->size(1), t.vocab_size);
-  for (float v : d2->to_vector()) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(d1->logits.size(0), 100);
+  EXPECT_EQ(d2->logits.size(1), t.vocab_size);
+  EXPECT_EQ(d2->hidden.size(1), t.hidden_size);
+  for (float v : d2->logits.to_vector()) ASSERT_TRUE(std::isfinite(v));
   // One-shot drafting over the same positions gives the same logits.
   auto seq2 = model.new_sequence();
   auto d_all = model.mtp_step(*seq2, rows_of((*r)[0].hidden, 0, n),
                               std::span<const int32_t>(f.prompt_ids.data() + 1, n));
   ASSERT_TRUE(d_all.has_value());
-  EXPECT_LE(rel_err(rows_of(*d_all, 100, n), *d2), 1e-5);
+  EXPECT_LE(rel_err(rows_of(d_all->logits, 100, n), d2->logits), 1e-5);
   // Without the layer, mtp_step says so.
   auto plain = load_model(f, *comm, cache_of(DType::kF32));
   auto s3 = plain->new_sequence();

@@ -363,9 +363,9 @@ TEST_F(DemoCheckpoint, MtpLayerDraftsFiniteLogits) {
   next.push_back(static_cast<int32_t>(std::max_element(last, last + logits.size(1)) - last));
   auto draft = (*model)->mtp_step(*seq, (*r)[0].hidden, next);
   ASSERT_TRUE(draft.has_value()) << draft.status().to_string();
-  ASSERT_EQ(draft->size(0), t);
-  ASSERT_EQ(draft->size(1), c.text.vocab_size);
-  const std::vector<float> v = draft->to_vector();
+  ASSERT_EQ(draft->logits.size(0), t);
+  ASSERT_EQ(draft->logits.size(1), c.text.vocab_size);
+  const std::vector<float> v = draft->logits.to_vector();
   EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }));
   // Not a constant output: the drafts differ between positions.
   EXPECT_NE(std::vector<float>(v.begin(), v.begin() + c.text.vocab_size),

@@ -917,6 +917,7 @@ class SpeculationTest : public EngineTest {
   }
   static std::unique_ptr<Engine> engine_with(DraftOracle& o) {
     EngineOptions opts = demo_options();
+    opts.draft_model = "none";  // only the oracle's drafts
     opts.drafter = [&o](std::span<const int32_t> t, int max) { return o.drafts(t, max); };
     auto e = Engine::create(opts);
     EXPECT_TRUE(e.has_value()) << e.status().to_string();
@@ -926,6 +927,7 @@ class SpeculationTest : public EngineTest {
     if (!serial_) {
       EngineOptions o = demo_options();
       o.copy_drafts = false;
+      o.draft_model = "none";
       auto e = Engine::create(o);
       EXPECT_TRUE(e.has_value()) << e.status().to_string();
       serial_ = std::move(*e);
@@ -1016,6 +1018,36 @@ TEST_F(SpeculationTest, CopyDraftsGiveTheSerialReplies) {
               static_cast<long long>(h.spec_steps_total), static_cast<long long>(h.drafted_tokens_total),
               static_cast<long long>(h.accepted_tokens_total));
   EXPECT_GT(h.spec_steps_total, 0);
+}
+
+// The MTP layer's drafts (DRAFTER=mtp, made inside the model step), made every step whatever
+// the policy would say: the demo's random layer is mostly wrong, some rows are kept, and the
+// replies, logprobs and finish reasons are the serial ones; structured output drafts nothing.
+TEST_F(SpeculationTest, MtpDraftsGiveTheSerialReplies) {
+  EngineOptions o = demo_options();
+  o.copy_drafts = false;
+  o.always_draft = true;
+  o.mtp_max = 3;
+  auto e = Engine::create(o);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  for (const GenerationRequest& g : requests()) EXPECT_EQ(reply(**e, g), reply(serial_engine(), g)) << g.request_id;
+  // The same with a bias that leaves three tokens to choose from (some drafts are then right).
+  const std::vector<int32_t> few = prompt(" harbour light sea");
+  for (int i = 0; i < 2; ++i) {
+    GenerationRequest g = request("mtp-few" + std::to_string(i), "Harbour light " + std::to_string(i) + ":", 40,
+                                  i == 0 ? 0.0 : 1.0);
+    for (int32_t t : few) g.sampling.logit_bias[t] = 30.0;
+    g.sampling.logprobs = true;
+    EXPECT_EQ(reply(**e, g), reply(serial_engine(), g)) << g.request_id;
+  }
+  const EngineHealth h = (*e)->health();
+  std::printf("[MTP drafts every step] %lld verify steps, %lld drafts, %lld kept, %lld model steps\n",
+              static_cast<long long>(h.spec_steps_total), static_cast<long long>(h.mtp_drafted_tokens_total),
+              static_cast<long long>(h.mtp_accepted_tokens_total), static_cast<long long>(h.model_steps));
+  EXPECT_GT(h.spec_steps_total, 20);
+  EXPECT_EQ(h.mtp_drafted_tokens_total, h.drafted_tokens_total);  // COPY=0: every draft is the layer's
+  EXPECT_GT(h.mtp_drafted_tokens_total, 2 * h.spec_steps_total);
+  EXPECT_LE(h.mtp_accepted_tokens_total, h.mtp_drafted_tokens_total);
 }
 
 // Stops inside a verified run (a stop string, max_tokens) and n > 1 with several streams

@@ -24,6 +24,11 @@ StepCommand sample_command() {
   c.entries.push_back({7, {1, 2, 3, 4, 5}, false});
   c.entries.back().speculative = true;
   c.entries.push_back({8, {std::numeric_limits<int32_t>::max()}, true});
+  c.entries.back().mtp = true;  // keeps the MTP layer's cache
+  c.entries.push_back({13, {42}, true});
+  c.entries.back().mtp = true;  // and drafts 5 tokens with it
+  c.entries.back().mtp_drafts = 5;
+  c.entries.back().speculative = true;
   c.entries.push_back({0xFFFFFFFFFFFFFFFFull, {std::numeric_limits<int32_t>::min(), -1, 0}, false});
   c.entries.push_back({9, {}, false});  // an empty span survives too
   // Image features at rows 1-2 and 4 of a 5-token span (two runs, width 3).
@@ -105,10 +110,18 @@ TEST(StepCommandTest, TrailingBytesAndBadKindsAndFlagsAreRefused) {
   StepCommand one;
   one.entries.push_back({5, {1}, false});
   std::vector<uint8_t> b = encode_step_command(one);
-  b[1 + 8 + 8 + 8 + 8 + 8 + 8] = 8;  // the entry's flags byte (1: all logits, 2: embeddings follow, 4: speculative)
+  // The entry's flags byte (1: all logits, 2: embeddings follow, 4: speculative, 8: MTP kept,
+  // 16: MTP drafts follow).
+  b[1 + 8 + 8 + 8 + 8 + 8 + 8] = 32;
   auto flags = decode_step_command(b);
   ASSERT_FALSE(flags.has_value());
   EXPECT_NE(flags.status().message().find("flags"), std::string::npos) << flags.status().to_string();
+  // A draft count out of range.
+  one.entries[0].mtp = true;
+  one.entries[0].mtp_drafts = 64;
+  auto drafts = decode_step_command(encode_step_command(one));
+  ASSERT_FALSE(drafts.has_value());
+  EXPECT_NE(drafts.status().message().find("MTP drafts"), std::string::npos) << drafts.status().to_string();
 }
 
 TEST(StepCommandTest, EmbeddingsThatDoNotFitTheirSpanAreRefused) {

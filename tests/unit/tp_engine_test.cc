@@ -316,6 +316,37 @@ TEST_F(TpEngineTest, VerifyStepsAndTheirCommitsReachTheFollower) {
   }
 }
 
+// MTP drafts at TP=2: every rank drafts the same tokens inside the step from the gathered
+// logits (StepCommandEntry::mtp / mtp_drafts), so the replies are the single rank's without
+// drafts.
+TEST_F(TpEngineTest, MtpDraftsAreMadeOnEveryRank) {
+  std::vector<std::string> serial;
+  {
+    EngineOptions o = options();
+    o.draft_model = "none";
+    o.copy_drafts = false;
+    auto single = Engine::create(o);
+    ASSERT_TRUE(single.has_value()) << single.status().to_string();
+    serial = replies(**single, kPrompts);
+  }
+  auto results = run_world(2, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
+    if (rank == 1) return serve_follower(options(), *comm);
+    EngineOptions o = options();
+    o.copy_drafts = false;
+    o.always_draft = true;
+    o.tp_comm = std::shared_ptr<Communicator>(std::move(comm));
+    auto e = Engine::create(o);
+    if (!e) return e.status();
+    EXPECT_EQ(replies(**e, kPrompts), serial);
+    const EngineHealth h = (*e)->health();
+    EXPECT_GT(h.mtp_drafted_tokens_total, 0);
+    EXPECT_TRUE(h.ok);
+    return Status::ok();
+  });
+  EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
+  EXPECT_TRUE(results[1].is_ok()) << "the follower: " << results[1].to_string();
+}
+
 // Prompt reuse at TP=2: rank 0's kept prompts and the sequences resumed from them are
 // forks on the follower too (StepCommand::forks), so a repeated prompt and a prompt that
 // extends it resume there and still give the single rank's replies; evictions (KEPT_PROMPTS

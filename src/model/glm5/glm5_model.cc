@@ -118,29 +118,30 @@ Expected<std::unique_ptr<Glm5Sequence>> Glm5Model::fork(const Glm5Sequence& src)
       ops_.copy(s->kda_[i].conv, src.kda_[i].conv);
       ops_.copy(s->kda_[i].recurrent, src.kda_[i].recurrent);
     }
-    for (size_t i = 0; i < s->indexer_.size(); ++i) {
-      const Glm5Sequence::IndexerState& from = src.indexer_[i];
-      Glm5Sequence::IndexerState& to = s->indexer_[i];
-      if (!from.ring.is_null()) {
-        ensure_indexer_ring(to);
-        ops_.copy(to.ring, from.ring);
-        to.ring_rows = from.ring_rows;
-      }
-      if (from.pools > 0) {
-        ensure_pool_capacity(to, from.pools);
-        Tensor dst = to.pool_keys.slice(0, 0, from.pools);
-        ops_.copy(dst, from.pool_keys.slice(0, 0, from.pools));
-        to.pools = from.pools;
-      }
-    }
+    for (size_t i = 0; i < s->indexer_.size(); ++i) copy_indexer_state(src.indexer_[i], s->indexer_[i]);
     pool_->share(src.pages_, src.length_ / ps, s->pages_);
     if (!s->pages_.empty()) s->pages_dev_ = upload_i32(s->pages_);
     s->length_ = src.length_;
+    fork_mtp(src, *s);
     return s;
   } catch (const StatusError& e) {
     return e.status().with_context("fork");
   } catch (const std::exception& e) {
     return resource_exhausted(std::string("fork: ") + e.what());
+  }
+}
+
+void Glm5Model::copy_indexer_state(const Glm5Sequence::IndexerState& from, Glm5Sequence::IndexerState& to) {
+  if (!from.ring.is_null()) {
+    ensure_indexer_ring(to);
+    ops_.copy(to.ring, from.ring);
+    to.ring_rows = from.ring_rows;
+  }
+  if (from.pools > 0) {
+    ensure_pool_capacity(to, from.pools);
+    Tensor dst = to.pool_keys.slice(0, 0, from.pools);
+    ops_.copy(dst, from.pool_keys.slice(0, 0, from.pools));
+    to.pools = from.pools;
   }
 }
 
@@ -575,9 +576,35 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       if (e.sequence->spec_.pending)
         return invalid_argument("step: entry " + std::to_string(i) +
                                 "'s sequence has a speculative step not committed (commit_speculation)");
-      spans.push_back({e.sequence, static_cast<int64_t>(ids.size()), static_cast<int64_t>(e.tokens.size()),
-                       e.sequence->length_, e.speculative});
-      ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
+      if (e.mtp && !weights_.mtp)
+        return invalid_argument("step: entry " + std::to_string(i) +
+                                " asks for MTP drafts, but the checkpoint has no MTP layer");
+      if (e.mtp_drafts < 0 || e.mtp_drafts > 63 || (e.mtp_drafts > 0 && (!e.mtp || e.tokens.size() != 1)))
+        return invalid_argument("step: entry " + std::to_string(i) + " asks for " + std::to_string(e.mtp_drafts) +
+                                " MTP drafts (0..63, after one token, with mtp)");
+    }
+    // MTP drafts first: they are the rest of their entries' spans.
+    std::vector<std::vector<int32_t>> drafts(batch.size());
+    bool any_drafts = false;
+    for (const StepEntry& e : batch) any_drafts = any_drafts || e.mtp_drafts > 0;
+    if (any_drafts) drafts = mtp_draft(batch);
+    std::vector<std::vector<int32_t>> own(batch.size());
+    std::vector<std::span<const int32_t>> tokens(batch.size());
+    std::vector<bool> all_logits(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const StepEntry& e = batch[i];
+      tokens[i] = e.tokens;
+      all_logits[i] = e.all_logits;
+      bool speculative = e.speculative;
+      if (e.mtp_drafts > 0) {
+        own[i].assign(e.tokens.begin(), e.tokens.end());
+        own[i].insert(own[i].end(), drafts[i].begin(), drafts[i].end());
+        tokens[i] = own[i];
+        all_logits[i] = speculative = true;
+      }
+      spans.push_back({e.sequence, static_cast<int64_t>(ids.size()), static_cast<int64_t>(tokens[i].size()),
+                       e.sequence->length_, speculative});
+      ids.insert(ids.end(), tokens[i].begin(), tokens[i].end());
     }
     for (const Span& sp : spans)
       if (sp.speculative) begin_speculation(*sp.seq, sp.pos0, sp.rows);
@@ -659,7 +686,7 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
     std::vector<int32_t> wanted;
     for (size_t i = 0; i < spans.size(); ++i) {
       const Span& sp = spans[i];
-      const int64_t r0 = batch[i].all_logits ? sp.row0 : sp.row0 + sp.rows - 1;
+      const int64_t r0 = all_logits[i] ? sp.row0 : sp.row0 + sp.rows - 1;
       for (int64_t r = r0; r < sp.row0 + sp.rows; ++r) wanted.push_back(static_cast<int32_t>(r));
       first_row[i + 1] = static_cast<int64_t>(wanted.size());
     }
@@ -668,6 +695,10 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
         g.run(seg_key_final(cfg_.num_hidden_layers), bucket, n, {{cur[0], true}, {mean_w_.slice(0, 0, rows), true}},
               [this, all_rows](const std::vector<Tensor>& in) { return seg_final(in, all_rows); });
     if (bucket > 0) watch_graph_step();
+    // The MTP layer's pairs this step completes (its own forward, after the main one).
+    bool any_mtp = false;
+    for (const StepEntry& e : batch) any_mtp = any_mtp || e.mtp;
+    if (any_mtp) mtp_keep(batch, spans, tokens, real(head[0]));
     // One lm_head call for every wanted row of every sequence.
     Tensor hidden, logits;
     if (all_rows) {
@@ -703,6 +734,7 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       out[i].device_logits = logits.slice(0, r0, r1);
       if (batch[i].host_logits) out[i].logits = logits_h.slice(0, r0, r1);
       if (batch[i].want_hidden) out[i].hidden = hidden_h.slice(0, r0, r1);
+      out[i].drafts = std::move(drafts[i]);
     }
     for (const Span& sp : spans) {
       sp.seq->length_ = sp.pos0 + sp.rows;

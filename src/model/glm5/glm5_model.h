@@ -122,10 +122,15 @@ class Glm5Sequence {
   Tensor pages_dev_, mtp_pages_dev_;  // the page tables on the ops device (int32)
   std::vector<KdaState> kda_;          // by KDA layer order
   std::vector<IndexerState> indexer_;  // by MLA layer order (unused for shared layers)
-  // MTP draft layer: its own latent pages and indexer.
+  // MTP draft layer (glm5_mtp.cc): its own latent pages and indexer, holding the pairs
+  // (h_i, t_{i+1}) of positions i < mtp_length_. The main model's final hidden rows of the
+  // positions after that wait in mtp_pending_ until their next token is known (one row
+  // after a plain step; a verify span's rows until its commit), their own tokens beside.
   int64_t mtp_length_ = 0;
   std::vector<int32_t> mtp_pages_;
   IndexerState mtp_indexer_;
+  Tensor mtp_pending_;                      // [rows, H] on the ops device, or null
+  std::vector<int32_t> mtp_pending_tokens_;  // the tokens at those rows' positions
 
   // Speculative decoding (StepEntry::speculative): a verified span whose drafts may be
   // rejected leaves what Glm5Model::commit_speculation needs to keep only its first rows.
@@ -156,7 +161,15 @@ struct StepEntry {
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every position of the span, not only the last
   bool host_logits = true;  // download this entry's logits to StepResult::logits
-  bool want_hidden = false;  // download the final hidden states to StepResult::hidden (MTP drafts)
+  bool want_hidden = false;  // download the final hidden states to StepResult::hidden
+  // MTP drafter (glm5_mtp.cc): `mtp` keeps the MTP layer's cache in step with the sequence
+  // (every step of the sequence must then have it: the layer reads each position's pair).
+  // mtp_drafts = k > 0 (with mtp and one token) drafts k tokens after that token with the
+  // layer and verifies them in this step: the span becomes [token, d1 .. dk], speculative
+  // with every row's logits, and StepResult::drafts gives d1 .. dk (none when the layer has
+  // nothing to draft from yet; the entry is then a speculative span of one row).
+  bool mtp = false;
+  int mtp_drafts = 0;
   // Speculative decoding: the span is the pending token and drafts after it, verified in
   // this step. Its rows run the decode arithmetic (the recurrence token by token), so row j
   // gives bit for bit what serial decoding would; the sequence must then see
@@ -180,6 +193,7 @@ struct StepResult {
   // The same logits rows on the backend's device: a view of the step's one logits
   // tensor, valid until the next step.
   Tensor device_logits;
+  std::vector<int32_t> drafts;  // StepEntry::mtp_drafts: the drafts verified after the entry's token
 };
 
 class Glm5Model {
@@ -200,7 +214,7 @@ class Glm5Model {
   // a kept prompt, and each sequence resumed from it): the KDA and indexer states are
   // copied, the latent pages shared (LatentCachePool::share). src's length must be a
   // whole number of pages (a shared page is full, so never written again); kInvalidArgument
-  // otherwise. The MTP draft layer's cache is not carried: the fork's starts empty.
+  // otherwise. The MTP draft layer's cache goes along (its full pages shared, the last copied).
   Expected<std::unique_ptr<Glm5Sequence>> fork(const Glm5Sequence& src);
   // Advances every entry (distinct sequences) by its tokens; results in entry order.
   // On error no sequence has advanced its length (its states may be partly updated).
@@ -211,12 +225,17 @@ class Glm5Model {
   Status commit_speculation(Glm5Sequence& seq, int64_t rows);
   bool speculation_pending(const Glm5Sequence& seq) const { return seq.spec_.pending; }
 
-  // MTP draft (speculative decoding; math inferred, spec §5): for one sequence,
-  // hidden [T, H] (main model final hidden states at positions p..p+T-1) and the
-  // next tokens [T] (tokens at p+1..p+T) -> draft logits [T, vocab]. The layer keeps
-  // its own latent cache in `seq`, positions aligned with the main model's.
-  // `hidden` may be on the host or the ops device; the logits come back on the host.
-  Expected<Tensor> mtp_step(Glm5Sequence& seq, const Tensor& hidden, std::span<const int32_t> next_tokens);
+  // MTP draft layer (speculative decoding; math inferred, spec §5) on one sequence's own
+  // MTP cache, as StepEntry::mtp runs it: hidden [T, H] (main model final hidden states at
+  // positions p..p+T-1, p = the layer's length so far) and the next tokens [T] (the tokens
+  // at p+1..p+T) -> draft logits [T, vocab] and the layer's normed output rows [T, H] (the
+  // hidden a chained draft step feeds back). `hidden` may be on the host or the ops device;
+  // the results come back on the host.
+  struct MtpStepResult {
+    Tensor logits, hidden;
+  };
+  Expected<MtpStepResult> mtp_step(Glm5Sequence& seq, const Tensor& hidden, std::span<const int32_t> next_tokens);
+  int64_t mtp_length(const Glm5Sequence& seq) const { return seq.mtp_length_; }
 
  private:
   Glm5Model(const Glm5TextConfig& cfg, Ops& ops, Communicator& comm) : cfg_(cfg), ops_(ops), comm_(comm) {}
@@ -284,6 +303,27 @@ class Glm5Model {
   void begin_speculation(Glm5Sequence& seq, int64_t pos0, int64_t rows);
   void kda_core_speculative(int layer, int kda_index, const std::vector<Tensor>& proj, const Span& sp, Tensor& out);
   void note_indexer_before(int mla_index, const Span& sp, const IndexerRows& rows, Glm5Sequence::IndexerState& st);
+  // The MTP layer (glm5_mtp.cc) over rows of several sequences: each item's hidden rows
+  // [r, H] (ops device) at its next positions, with the tokens after them -> the normed
+  // output of each item's last row [items, H] and, when asked, its logits [items, V].
+  struct MtpRows {
+    Glm5Sequence* seq = nullptr;
+    Tensor hidden;
+    std::vector<int32_t> next;
+  };
+  struct MtpOut {
+    Tensor last_hidden, last_logits, hidden;  // hidden: every row's normed output [N, H]
+  };
+  MtpOut mtp_forward(const std::vector<MtpRows>& items, bool logits);
+  // A step's MTP parts: the drafts of the entries that ask (before the main forward), and
+  // the pairs its rows complete (after it).
+  std::vector<std::vector<int32_t>> mtp_draft(std::span<const StepEntry> batch);
+  void mtp_keep(std::span<const StepEntry> batch, const std::vector<Span>& spans,
+                const std::vector<std::span<const int32_t>>& tokens, const Tensor& hidden);
+  // Greedy tokens of logits rows [r, V] on the ops device (the lowest id among ties).
+  std::vector<int32_t> argmax_rows(const Tensor& logits);
+  void copy_indexer_state(const Glm5Sequence::IndexerState& from, Glm5Sequence::IndexerState& to);
+  void fork_mtp(const Glm5Sequence& src, Glm5Sequence& dst);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
   // A dense MLP or expert; with sum_into, its output is added to *sum_into (returned).
   Tensor mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into = nullptr);

@@ -153,6 +153,11 @@ Status Glm5Model::commit_speculation(Glm5Sequence& seq, int64_t keep) {
     if (!dst1.empty()) ops_.copy_many(dst1, src1);
     if (!dst2.empty()) ops_.copy_many(dst2, src2);
     seq.length_ = length;
+    // The MTP layer's waiting rows are the span's (StepEntry::mtp): the kept ones stay.
+    if (!seq.mtp_pending_.is_null() && seq.mtp_pending_.size(0) > keep) {
+      seq.mtp_pending_ = seq.mtp_pending_.slice(0, 0, keep);
+      seq.mtp_pending_tokens_.resize(static_cast<size_t>(keep));
+    }
     sp = Glm5Sequence::Speculation{};
     return Status::ok();
   } catch (const StatusError& e) {

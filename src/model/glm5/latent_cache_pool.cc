@@ -40,6 +40,21 @@ void LatentCachePool::share(const std::vector<int32_t>& from, int64_t pages, std
   }
 }
 
+void LatentCachePool::copy_page(Ops& ops, int32_t from, int32_t to) {
+  std::vector<Tensor> views;
+  views.reserve(static_cast<size_t>(4 * storage_.size(0)));
+  std::vector<Tensor*> dst;
+  std::vector<const Tensor*> src;
+  for (int64_t l = 0; l < storage_.size(0); ++l)
+    for (const Tensor* t : {&storage_, &scales_}) {
+      views.push_back(t->select(0, l).select(0, to));
+      dst.push_back(&views.back());
+      views.push_back(t->select(0, l).select(0, from));
+      src.push_back(&views.back());
+    }
+  ops.copy_many(dst, src);
+}
+
 void LatentCachePool::release(std::vector<int32_t>& table) {
   for (auto it = table.rbegin(); it != table.rend(); ++it) {
     if (--holders_[static_cast<size_t>(*it)] == 0) free_.push_back(*it);

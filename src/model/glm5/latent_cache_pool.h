@@ -37,6 +37,8 @@ class LatentCachePool {
   // Appends the first `pages` pages of `from` to `to` (which must be empty), each now
   // held once more: the tables share them until each is released.
   void share(const std::vector<int32_t>& from, int64_t pages, std::vector<int32_t>& to);
+  // Copies page `from`'s rows (every layer's, with their scales) onto page `to`.
+  void copy_page(Ops& ops, int32_t from, int32_t to);
   // Drops `table`'s hold on each of its pages (a page no table holds goes back to the
   // free list) and clears it.
   void release(std::vector<int32_t>& table);
