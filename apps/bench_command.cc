@@ -79,6 +79,7 @@ struct Options {
   // COPY: off by default here, so that a decode step is one token per stream, as the
   // roofline counts it (the served default, on, is measured with --copy 1).
   bool copy = false;
+  std::string drafter = "none";  // --offline: DRAFTER (none: one token per step, as the roofline counts it)
   int tp = 1;              // --tp: tensor-parallel ranks (--offline)
   TpServeOptions tp_process;  // --rank, --rendezvous (set on the ranks rank 0 starts), --tp-timeout
   // The roofline's hardware.
@@ -272,6 +273,7 @@ engine::EngineOptions offline_engine_options(const Options& o) {
   eo.max_waiting = 4096;
   if (o.prefill_chunk > 0) eo.prefill_chunk = o.prefill_chunk;
   eo.copy_drafts = o.copy;
+  eo.draft_model = o.drafter;
   return eo;
 }
 
@@ -451,6 +453,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--copy", opt->copy,
                   "--offline: 1 verifies copy drafts as the server does (COPY); 0 (default) decodes one token per "
                   "step, as the roofline counts it")
+      ->capture_default_str();
+  cmd->add_option("--drafter", opt->drafter,
+                  "--offline: mtp drafts with the checkpoint's MTP layer as the server does (DRAFTER); none "
+                  "(default) decodes one token per step, as the roofline counts it")
+      ->check(CLI::IsMember({"mtp", "none"}))
       ->capture_default_str();
   cmd->add_option("--tp", opt->tp, "--offline: tensor-parallel ranks, one process (and with cuda one GPU) each")
       ->check(CLI::Range(1, 64))

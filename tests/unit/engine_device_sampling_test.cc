@@ -132,6 +132,7 @@ std::vector<Reply> run_all(const fs::path& dir, int64_t& on_device) {
   o.prefill_chunk = 32;
   o.memory_reserve_gib = 0;
   o.device = TF_TEST_DEVICE;
+  o.draft_model = "none";  // every token through the sampler under test (verified rows sample on the host)
   auto e = Engine::create(o);
   EXPECT_TRUE(e.has_value()) << e.status().to_string();
   if (!e.has_value()) return {};

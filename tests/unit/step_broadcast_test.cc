@@ -25,10 +25,6 @@ StepCommand sample_command() {
   c.entries.back().speculative = true;
   c.entries.push_back({8, {std::numeric_limits<int32_t>::max()}, true});
   c.entries.back().mtp = true;  // keeps the MTP layer's cache
-  c.entries.push_back({13, {42}, true});
-  c.entries.back().mtp = true;  // and drafts 5 tokens with it
-  c.entries.back().mtp_drafts = 5;
-  c.entries.back().speculative = true;
   c.entries.push_back({0xFFFFFFFFFFFFFFFFull, {std::numeric_limits<int32_t>::min(), -1, 0}, false});
   c.entries.push_back({9, {}, false});  // an empty span survives too
   // Image features at rows 1-2 and 4 of a 5-token span (two runs, width 3).
@@ -37,6 +33,10 @@ StepCommand sample_command() {
   media.embed_width = 3;
   media.embeds = {0.5f, -1.25f, 3e-38f, 1e30f, -0.0f, 7.f, 1.f, 2.f, 3.f, -4.f, -5.f, 6.5f};
   c.entries.push_back(media);
+  c.entries.push_back({13, {42}, true});
+  c.entries.back().mtp = true;  // keeps the MTP layer's cache and drafts 5 tokens with it
+  c.entries.back().mtp_drafts = 5;
+  c.entries.back().speculative = true;
   return c;
 }
 
