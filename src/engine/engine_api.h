@@ -189,7 +189,9 @@ struct EngineHealth {
   int64_t spec_steps_total = 0;
   int64_t drafted_tokens_total = 0;
   int64_t accepted_tokens_total = 0;
-  // Of those, the MTP layer's drafts (DRAFTER=mtp) and the ones kept.
+  // Of those, the MTP layer's drafts (DRAFTER=mtp) and the ones kept; and the streams that
+  // ran the layer (a server whose layer's drafts do not pay stops running it for new ones).
+  int64_t mtp_streams_total = 0;
   int64_t mtp_drafted_tokens_total = 0;
   int64_t mtp_accepted_tokens_total = 0;
 };

@@ -107,6 +107,7 @@ struct LiveChoice {
   bool mtp = false;
   spec::DraftAcceptance mtp_acceptance;
   int64_t mtp_drafted = 0, mtp_kept = 0;
+  int64_t mtp_idle_steps = 0;  // decode steps since its last MTP draft
   bool drafts_from_mtp = false;
 };
 
@@ -265,6 +266,12 @@ struct Engine::Impl {
   std::vector<int32_t> drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows);
   // How many tokens the MTP layer drafts for c in this step (0: none), within `rows`.
   int mtp_drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows);
+  // For a new choice: false when the layer's drafts have proved worthless on this server (under
+  // 1 in 16 of 16 or more kept: an untrained or mismatched layer; logged once) or a step with
+  // a draft costs more than a likely draft gains, else sets `acceptance` to start from the
+  // share kept so far.
+  bool mtp_outlook(spec::DraftAcceptance& acceptance);
+  bool mtp_given_up = false;
   // The most drafts c may verify in one step: none under a constraint or a reasoning budget,
   // and the last token a verify step yields must stay within max_tokens.
   int64_t draft_limit(const LiveChoice& c, int64_t rows, int64_t max) const;

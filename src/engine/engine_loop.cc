@@ -142,8 +142,13 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     c.index = i;
     c.sampler = std::make_unique<SequenceSampler>(*params, g.prompt_tokens, eos_ids, static_cast<uint32_t>(i));
     if (options.copy_drafts) c.history = g.prompt_tokens;
-    // The MTP layer drafts where drafts may be verified at all (draft_limit).
-    c.mtp = mtp_drafting && !r->structured_grammar && g.reasoning_budget < 0;
+    // The MTP layer drafts where drafts may be verified at all (draft_limit), starting from
+    // what the layer's drafts have been worth so far (mtp_outlook).
+    c.mtp = mtp_drafting && !r->structured_grammar && g.reasoning_budget < 0 && mtp_outlook(c.mtp_acceptance);
+    if (c.mtp) {
+      std::lock_guard<std::mutex> lock(health_mu);
+      ++health.mtp_streams_total;
+    }
     ChoiceOutputOptions oo;
     oo.skip_special_tokens = g.sampling.skip_special_tokens;
     oo.stop = g.sampling.stop;

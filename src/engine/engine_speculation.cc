@@ -15,6 +15,7 @@
 #include <limits>
 #include <string>
 
+#include "core/logging.h"
 #include "engine/engine_impl.h"
 
 namespace tf::engine {
@@ -67,6 +68,36 @@ std::vector<int32_t> Engine::Impl::drafts_for(LiveChoice& c, int64_t rows, int64
   return c.copy_index->drafts(c.history, static_cast<int64_t>(c.request->req.prompt_tokens.size()), static_cast<int>(k));
 }
 
+bool Engine::Impl::mtp_outlook(spec::DraftAcceptance& acceptance) {
+  if (options.always_draft) return true;
+  int64_t drafted = 0, kept = 0;
+  {
+    std::lock_guard<std::mutex> lock(health_mu);
+    drafted = health.mtp_drafted_tokens_total;
+    kept = health.mtp_accepted_tokens_total;
+  }
+  // Under 1 in 16 kept of 16 or more: a trained layer keeps most (a run of 16 misses from
+  // the start is below 1e-8 at its usual 60-90%), while the per-step pass that keeps its
+  // cache costs every stream a few percent of each step.
+  if (drafted >= 16 && kept * 16 < drafted) {
+    if (!mtp_given_up)
+      TF_LOG_WARN("MTP drafts: {} of {} kept; new requests draft without the MTP layer (copy drafts go on)", kept,
+                  drafted);
+    mtp_given_up = true;
+    return false;
+  }
+  // Where a step with one MTP draft costs more than even a 90% draft would gain (the CPU
+  // backend: every row costs as much as the step), the layer's passes would only cost.
+  const double plain = step_cost.seconds(1), with_one = mtp_step_cost.seconds(2);
+  if (plain > 0 && with_one > 0) {
+    const double cost[] = {1.0, with_one / plain};
+    if (spec::best_draft_count(0.9, cost) == 0) return false;
+  }
+  if (drafted < 16) return true;  // the policy's prior until enough is known
+  acceptance = spec::DraftAcceptance(std::clamp(static_cast<double>(kept) / static_cast<double>(drafted), 0.05, 0.95));
+  return true;
+}
+
 int Engine::Impl::mtp_drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows) {
   if (!c.mtp) return 0;
   const int64_t k = draft_limit(c, rows, options.mtp_max);
@@ -81,8 +112,14 @@ int Engine::Impl::mtp_drafts_for(LiveChoice& c, int64_t rows, int64_t step_rows)
         plain > 0 && t > 0 ? t / plain : 1.0 + 2.0 * step_cost.prior_row() * static_cast<double>(j);
   }
   const int best = spec::best_draft_count(c.mtp_acceptance.value(), cost);
-  if (best == 0) c.mtp_acceptance.idle_step();
-  return best;
+  if (best > 0) {
+    c.mtp_idle_steps = 0;
+    return best;
+  }
+  c.mtp_acceptance.idle_step();
+  // A stream that has not drafted for 64 steps stops paying for the layer's cache.
+  if (++c.mtp_idle_steps >= 64) c.mtp = false;
+  return 0;
 }
 
 void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {

@@ -433,6 +433,7 @@ struct HttpServer::Impl {
                 {"speculation", {{"steps_total", h.spec_steps_total},
                                  {"drafted_tokens_total", h.drafted_tokens_total},
                                  {"accepted_tokens_total", h.accepted_tokens_total},
+                                 {"mtp_streams_total", h.mtp_streams_total},
                                  {"mtp_drafted_tokens_total", h.mtp_drafted_tokens_total},
                                  {"mtp_accepted_tokens_total", h.mtp_accepted_tokens_total}}}};
     write_json(res, h.ok && !h.loading ? 200 : 503, out);

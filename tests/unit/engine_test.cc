@@ -1050,6 +1050,34 @@ TEST_F(SpeculationTest, MtpDraftsGiveTheSerialReplies) {
   EXPECT_LE(h.mtp_accepted_tokens_total, h.mtp_drafted_tokens_total);
 }
 
+// The default policy where the layer's drafts do not pay (the demo's random MTP layer; on the
+// CPU backend every verify row costs as much as a step): streams draft less as their drafts
+// fail or cost, and soon new requests stop running the layer at all (its per-step pass only
+// costs); the replies stay the serial ones throughout.
+TEST_F(SpeculationTest, AnMtpLayerThatDoesNotPayIsGivenUp) {
+  EngineOptions o = demo_options();
+  o.copy_drafts = false;
+  auto e = Engine::create(o);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  int64_t last = -1, quiet = 0;
+  int requests = 0;
+  for (; requests < 40 && quiet < 3; ++requests) {
+    GenerationRequest g = request("giveup" + std::to_string(requests), "Tell me about ships " + std::to_string(requests),
+                                  24, 0.0);
+    EXPECT_EQ(reply(**e, g), reply(serial_engine(), g)) << g.request_id;
+    const int64_t streams = (*e)->health().mtp_streams_total;
+    quiet = streams == last ? quiet + 1 : 0;
+    last = streams;
+  }
+  const EngineHealth h = (*e)->health();
+  std::printf("[MTP policy, drafts that do not pay] %d requests, %lld ran the layer, %lld drafts, %lld kept\n",
+              requests, static_cast<long long>(h.mtp_streams_total), static_cast<long long>(h.mtp_drafted_tokens_total),
+              static_cast<long long>(h.mtp_accepted_tokens_total));
+  EXPECT_EQ(quiet, 3) << "new requests still run the layer after " << requests << " requests";
+  EXPECT_GE(h.mtp_streams_total, 1);
+  EXPECT_LT(h.mtp_streams_total, 30);
+}
+
 // Stops inside a verified run (a stop string, max_tokens) and n > 1 with several streams
 // verifying at once end exactly where serial decoding ends.
 TEST_F(SpeculationTest, StopsInsideAVerifiedRunAndConcurrentStreams) {
