@@ -11,10 +11,13 @@ set -uo pipefail
 bin=.gpurun/tensorfold
 work=$(mktemp -d)
 rc=0
-start() {  # $1 device (cuda-exact: cuda with --exact-rows 64; cuda-nocopy, cuda-copy2: COPY=0, COPY_MATCH=2) -> sets port, pid
+# $1 device (cuda-exact: cuda with --exact-rows 64; cuda-nocopy: no drafts (COPY=0, DRAFTER=none); cuda-copy2:
+# COPY_MATCH=2; cuda-mtp: MTP drafts only (COPY=0, DRAFTER=mtp)) -> sets port, pid
+start() {
   local dev="$1" extra=()
   [[ "$dev" == cuda-exact ]] && { dev=cuda; extra=(--exact-rows 64); }
-  [[ "$dev" == cuda-nocopy ]] && { dev=cuda; extra=(--copy 0); }
+  [[ "$dev" == cuda-nocopy ]] && { dev=cuda; extra=(--copy 0 --drafter none); }
+  [[ "$dev" == cuda-mtp ]] && { dev=cuda; extra=(--copy 0 --drafter mtp); }
   [[ "$dev" == cuda-copy2 ]] && { dev=cuda; extra=(--copy-match 2); }
   "$bin" serve --device "$dev" "${extra[@]}" --host 127.0.0.1 --port 0 --cache-dir "$work/cache" --context 4096 --parallel 4 \
     --kv f32 --memory-reserve-gib 0 >"$work/$1.log" 2>&1 &
@@ -120,17 +123,19 @@ if "--count" in sys.argv:
     print("speculation:", json.dumps(h["speculation"]), file=sys.stderr)
 PY
 }
-for dev in cuda-nocopy cuda-copy2; do
+for dev in cuda-nocopy cuda-copy2 cuda-mtp; do
   if ! start "$dev"; then rc=1; continue; fi
   copy_check --count >"$work/$dev.copy" || rc=1
   echo "== $dev copy-draft replies: $(cat "$work/$dev.copy")"
   kill "$pid"; wait "$pid" 2>/dev/null
 done
-if [[ -s "$work/cuda-nocopy.copy" ]] && cmp -s "$work/cuda-nocopy.copy" "$work/cuda-copy2.copy"; then
-  echo "copy drafts: replies and logprobs equal to COPY=0's (greedy, sampled with a seed, forced)"
-else
-  echo "copy drafts: replies differ from COPY=0's"; rc=1
-fi
+for dev in cuda-copy2 cuda-mtp; do
+  if [[ -s "$work/cuda-nocopy.copy" ]] && cmp -s "$work/cuda-nocopy.copy" "$work/$dev.copy"; then
+    echo "$dev: replies and logprobs equal to those without drafts (greedy, sampled with a seed, forced)"
+  else
+    echo "$dev: replies differ from those without drafts"; rc=1
+  fi
+done
 for dev in cpu cuda-exact cuda; do
   if ! start "$dev"; then rc=1; continue; fi
   chat >"$work/$dev.json"
