@@ -162,6 +162,22 @@ int main_impl(int argc, char** argv) {
   const double serial_tps = static_cast<double>(serial.tokens - 1) / serial.decode_s;
   std::printf("[spec] %-28s %8.1f tok/s  %6.2f tokens/step  ratio %.3f\n", "serial (no drafts)", serial_tps, 1.0, 1.0);
   int bad = 0;
+  // One measured run: its line beside serial's, and whether its reply is serial's.
+  auto measure = [&](Engine& engine, const std::string& name) {
+    const EngineHealth before = engine.health();
+    const Run r = run_once(engine, g);
+    const EngineHealth after = engine.health();
+    if (!r.ok) return false;
+    const int64_t steps = after.model_steps - before.model_steps - 1;  // less the prefill
+    const double tps = static_cast<double>(r.tokens - 1) / r.decode_s;
+    std::printf("[spec] %-28s %8.1f tok/s  %6.2f tokens/step  ratio %.3f  (%lld of %lld drafts kept)%s\n",
+                name.c_str(), tps, static_cast<double>(r.tokens - 1) / std::max<int64_t>(1, steps), tps / serial_tps,
+                static_cast<long long>(after.accepted_tokens_total - before.accepted_tokens_total),
+                static_cast<long long>(after.drafted_tokens_total - before.drafted_tokens_total),
+                r.text == serial.text ? "" : "  REPLY DIFFERS FROM SERIAL");
+    bad += r.text != serial.text;
+    return true;
+  };
   struct Case {
     Drafter::Mode mode;
     int k;
@@ -172,20 +188,9 @@ int main_impl(int argc, char** argv) {
     if (cases.find(tag) == std::string::npos) continue;
     drafter.mode = c.mode;
     drafter.limit = c.k;
-    const EngineHealth before = (*e)->health();
-    const Run r = run_once(**e, g);
-    const EngineHealth after = (*e)->health();
-    if (!r.ok) return 1;
-    const int64_t steps = after.model_steps - before.model_steps - 1;  // less the prefill
-    const double tps = static_cast<double>(r.tokens - 1) / r.decode_s;
-    const std::string name = std::string(c.mode == Drafter::Mode::kRight ? "right" : "wrong") + " drafts, k = " +
-                             std::to_string(c.k);
-    std::printf("[spec] %-28s %8.1f tok/s  %6.2f tokens/step  ratio %.3f  (%lld of %lld drafts kept)%s\n",
-                name.c_str(), tps, static_cast<double>(r.tokens - 1) / std::max<int64_t>(1, steps), tps / serial_tps,
-                static_cast<long long>(after.accepted_tokens_total - before.accepted_tokens_total),
-                static_cast<long long>(after.drafted_tokens_total - before.drafted_tokens_total),
-                r.text == serial.text ? "" : "  REPLY DIFFERS FROM SERIAL");
-    bad += r.text != serial.text;
+    if (!measure(**e, std::string(c.mode == Drafter::Mode::kRight ? "right" : "wrong") + " drafts, k = " +
+                          std::to_string(c.k)))
+      return 1;
   }
   const EngineOptions base = o;
   (*e).reset();  // one engine's weights on the device at a time
@@ -203,19 +208,7 @@ int main_impl(int argc, char** argv) {
       return 1;
     }
     (void)run_once(**me, g);  // warm-up
-    const EngineHealth before = (*me)->health();
-    const Run r = run_once(**me, g);
-    const EngineHealth after = (*me)->health();
-    if (!r.ok) return 1;
-    const int64_t steps = after.model_steps - before.model_steps - 1;
-    const double tps = static_cast<double>(r.tokens - 1) / r.decode_s;
-    const std::string name = "MTP drafts, k = " + std::to_string(k);
-    std::printf("[spec] %-28s %8.1f tok/s  %6.2f tokens/step  ratio %.3f  (%lld of %lld drafts kept)%s\n",
-                name.c_str(), tps, static_cast<double>(r.tokens - 1) / std::max<int64_t>(1, steps), tps / serial_tps,
-                static_cast<long long>(after.mtp_accepted_tokens_total - before.mtp_accepted_tokens_total),
-                static_cast<long long>(after.mtp_drafted_tokens_total - before.mtp_drafted_tokens_total),
-                r.text == serial.text ? "" : "  REPLY DIFFERS FROM SERIAL");
-    bad += r.text != serial.text;
+    if (!measure(**me, "MTP drafts, k = " + std::to_string(k))) return 1;
   }
   std::printf("[spec] a verify step of k+1 rows costs (serial / wrong-draft tok/s) serial steps; it pays when the "
               "mean tokens per step exceed that\n");

@@ -92,6 +92,14 @@ std::unique_ptr<Glm5Model> load_model(const Fixture& f, Communicator& comm, Glm5
   return m.has_value() ? std::move(*m) : nullptr;
 }
 
+Glm5Options small_pool() {
+  Glm5Options o;
+  o.page_size = 16;
+  o.num_pages = 256;
+  o.latent_dtype = DType::kBF16;
+  return o;
+}
+
 bool add_mtp_layer(const Fixture& f, EditedWeights& w, Glm5Config& config) {
   const Glm5TextConfig& t = f.config.text;
   int src = -1;

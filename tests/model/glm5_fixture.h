@@ -33,6 +33,8 @@ Fixture load_fixture(const std::string& dir);
 Ops& cpu_ops();
 std::unique_ptr<WeightSource> open_weights(const Fixture& f);
 std::unique_ptr<Glm5Model> load_model(const Fixture& f, Communicator& comm, Glm5Options cache = {});
+// A pool of 256 16-token pages, bf16 latents: pool and page boundaries within a fixture's prompt.
+Glm5Options small_pool();
 
 // A WeightSource that hides, reshapes or adds tensors of another one.
 class EditedWeights final : public WeightSource {

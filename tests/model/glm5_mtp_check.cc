@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -67,6 +68,17 @@ bool ranks_first(const float* row, int64_t vocab, int32_t token, double toleranc
 }
 
 }  // namespace
+
+std::string describe(const MtpCheck& c) {
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%lld verify steps, %lld drafts (%lld partial commits): %lld drafts off the reference's greedy token; "
+                "%lld of %lld rows differ from serial, max |d| %.3g",
+                static_cast<long long>(c.verify_steps), static_cast<long long>(c.drafts),
+                static_cast<long long>(c.partial_commits), static_cast<long long>(c.drafts_differing),
+                static_cast<long long>(c.rows_differing), static_cast<long long>(c.rows_compared), c.max_abs_diff);
+  return line;
+}
 
 MtpCheck check_mtp_drafts(Glm5Model& model, const std::vector<int32_t>& ids, int64_t prefill, int64_t steps,
                           const std::vector<int>& ks, const std::vector<int>& keeps, double tolerance) {

@@ -28,6 +28,9 @@ struct MtpCheck {
 // and a fresh sequence's mtp_step over the pairs before each step, chained as the model
 // chains, gives the drafts the step should have made: each draft must be the reference's
 // greedy token, or within `tolerance` (relative to the row's largest magnitude) of it.
+// One line: the steps, drafts and commits checked, the drafts and rows that differ.
+std::string describe(const MtpCheck& c);
+
 MtpCheck check_mtp_drafts(Glm5Model& model, const std::vector<int32_t>& ids, int64_t prefill, int64_t steps,
                           const std::vector<int>& ks, const std::vector<int>& keeps, double tolerance);
 

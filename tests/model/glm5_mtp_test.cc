@@ -13,14 +13,6 @@
 namespace tf::test {
 namespace {
 
-Glm5Options small_pool() {
-  Glm5Options o;
-  o.page_size = 16;
-  o.num_pages = 256;
-  o.latent_dtype = DType::kBF16;
-  return o;
-}
-
 TEST(Glm5Mtp, DraftsAreTheLayersGreedyTokensAndVerifiedRowsEqualSerial) {
   int checked = 0;
   for (const auto& dir : fixture_dirs()) {
@@ -36,12 +28,8 @@ TEST(Glm5Mtp, DraftsAreTheLayersGreedyTokensAndVerifiedRowsEqualSerial) {
       // k = 0 steps keep the layer's cache without drafting; keeps of 1 (every draft
       // rejected), a middle row and all.
       const MtpCheck c = check_mtp_drafts(*model, f.prompt_ids, 9, 14, {3, 1, 0, 2, 5}, {1, 0, 2, 3, 0, 1}, 1e-4);
-      std::printf("[%s%s] %lld verify steps, %lld drafts (%lld partial commits): %lld drafts off the reference's "
-                  "greedy token; %lld of %lld rows differ from serial, max |d| %.3g\n",
-                  f.name.c_str(), o.dense_quant == MatrixFormat::kQ4 ? ", DENSE=q4, fp8 cache" : "",
-                  static_cast<long long>(c.verify_steps), static_cast<long long>(c.drafts),
-                  static_cast<long long>(c.partial_commits), static_cast<long long>(c.drafts_differing),
-                  static_cast<long long>(c.rows_differing), static_cast<long long>(c.rows_compared), c.max_abs_diff);
+      std::printf("[%s%s] %s\n", f.name.c_str(), o.dense_quant == MatrixFormat::kQ4 ? ", DENSE=q4, fp8 cache" : "",
+                  describe(c).c_str());
       ASSERT_EQ(c.error, "") << f.name;
       EXPECT_GT(c.drafts, 40) << f.name;
       EXPECT_GT(c.partial_commits, 5) << f.name;

@@ -69,12 +69,8 @@ TEST(Glm5SpeculationCuda, MtpDraftsAreTheLayersGreedyTokens) {
       auto model = load_model_with_mtp(f, *comm, *gpu_ops(), o);
       if (!model) continue;
       const MtpCheck c = check_mtp_drafts(*model, f.prompt_ids, 9, 14, {3, 1, 0, 2, 5}, {1, 0, 2, 3, 0, 1}, 1e-3);
-      std::printf("[cuda-mtp] [%s%s] %lld verify steps, %lld drafts (%lld partial commits): %lld drafts off the "
-                  "reference's greedy token; %lld of %lld rows differ from serial, max |d| %.3g\n",
-                  f.name.c_str(), q4 ? ", bf16 weights, DENSE=q4, fp8 cache" : ", f32 weights",
-                  static_cast<long long>(c.verify_steps), static_cast<long long>(c.drafts),
-                  static_cast<long long>(c.partial_commits), static_cast<long long>(c.drafts_differing),
-                  static_cast<long long>(c.rows_differing), static_cast<long long>(c.rows_compared), c.max_abs_diff);
+      std::printf("[cuda-mtp] [%s%s] %s\n", f.name.c_str(), q4 ? ", bf16 weights, DENSE=q4, fp8 cache" : ", f32 weights",
+                  describe(c).c_str());
       ASSERT_EQ(c.error, "") << f.name;
       EXPECT_GT(c.drafts, 40) << f.name;
       EXPECT_EQ(c.drafts_differing, 0) << f.name;

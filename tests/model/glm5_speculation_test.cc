@@ -12,14 +12,6 @@
 namespace tf::test {
 namespace {
 
-Glm5Options small_pool() {
-  Glm5Options o;
-  o.page_size = 16;
-  o.num_pages = 256;
-  o.latent_dtype = DType::kBF16;
-  return o;
-}
-
 TEST(Glm5Speculation, VerifiedRowsEqualSerialDecodingWhateverIsKept) {
   for (const auto& dir : fixture_dirs()) {
     Fixture f = load_fixture(dir);
