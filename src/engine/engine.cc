@@ -64,7 +64,8 @@ Expected<SamplingDefaults> sampling_defaults(const nlohmann::json& g, const fs::
 // the matrices DENSE re-quantizes at their format's bytes).
 int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DType matrix_dtype,
                               MatrixFormat dense = MatrixFormat::kDense, MatrixFormat head = MatrixFormat::kDense,
-                              const Exl3DenseLinears& exl3_dense = {}) {
+                              const Exl3DenseLinears& exl3_dense = {},
+                              MatrixFormat draft_head = MatrixFormat::kDense) {
   WeightBytesInput in;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -75,7 +76,8 @@ int64_t estimate_weight_bytes(const fs::path& dir, const Glm5Config& config, DTy
   in.dense = dense;
   if (dense != MatrixFormat::kDense) in.requantized_elements = dense_requantized_elements(config);
   in.head = head;
-  if (head != MatrixFormat::kDense) in.head_elements = lm_head_elements(config);
+  if (head != MatrixFormat::kDense || draft_head != MatrixFormat::kDense) in.head_elements = lm_head_elements(config);
+  in.draft_head = draft_head;
   if (in.fp8_checkpoint) in.fp8_kept_elements = routed_expert_elements(config);
   in.exl3_dense_elements = exl3_dense.elements;
   in.exl3_dense_file_bytes = exl3_dense.file_bytes;
@@ -209,8 +211,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                   exl3_dense.linears, exl3_dense.file_bytes / 1e9, dense,
                   options.lm_head.empty() ? "dense" : options.lm_head);
   }
+  // The MTP drafts read a q4 copy of a dense lm_head (MtpWeights::draft_head: ~0.34 GB held
+  // for a draft pass ~4x cheaper on its largest matrix).
+  const MatrixFormat draft_head_quant = options.mtp_on() && m.config.text.num_nextn_predict_layers > 0 &&
+                                                head_quant == MatrixFormat::kDense
+                                            ? MatrixFormat::kQ4
+                                            : MatrixFormat::kDense;
   const int64_t weight_bytes =
-      estimate_weight_bytes(dir, m.config, matrix_dtype, dense_quant, head_quant, exl3_dense);
+      estimate_weight_bytes(dir, m.config, matrix_dtype, dense_quant, head_quant, exl3_dense, draft_head_quant);
   // Weights, cache pool and stream states live where the model computes.
   int64_t available = host_available_bytes();
 #if TF_HAVE_CUDA
@@ -241,7 +249,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     // The followers size their pools from ours (tp_follower.h), whatever memory they saw.
     Status sent = send_model_setup(*options.tp_comm,
                                    {m.plan.page_size, m.plan.num_pages, latent_dtype(options.kv), matrix_dtype,
-                                    static_cast<uint8_t>(dense_quant), static_cast<uint8_t>(head_quant)});
+                                    static_cast<uint8_t>(dense_quant), static_cast<uint8_t>(head_quant),
+                                    static_cast<uint8_t>(draft_head_quant)});
     if (!sent.is_ok()) return sent.with_context("sending the model setup to the follower ranks");
   }
   for (const std::string& note : m.plan.notes) TF_LOG_WARN("{}", note);
@@ -257,6 +266,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   mo.weight_dtype = matrix_dtype;
   mo.dense_quant = dense_quant;
   mo.head_quant = head_quant;
+  mo.draft_head_quant = draft_head_quant;
   mo.page_size = m.plan.page_size;
   mo.num_pages = m.plan.num_pages;
   auto model = Glm5Model::load(m.config, progress, *m.ops, *m.comm, mo);

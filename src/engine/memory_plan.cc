@@ -88,7 +88,10 @@ int64_t estimate_weight_bytes(const WeightBytesInput& in) {
     return static_cast<double>(elements) * (matrix - matrix_format_bytes_per_weight(format, matrix));
   };
   const double total_saved = saved(in.requantized_elements, in.dense) + saved(in.head_elements, in.head);
-  return std::max<int64_t>(0, held_kept - static_cast<int64_t>(std::llround(total_saved)));
+  const double draft_head = in.draft_head == MatrixFormat::kDense || in.draft_head == in.head
+                                ? 0.0
+                                : static_cast<double>(in.head_elements) * matrix_format_bytes_per_weight(in.draft_head, matrix);
+  return std::max<int64_t>(0, held_kept - static_cast<int64_t>(std::llround(total_saved - draft_head)));
 }
 
 int64_t dense_requantized_elements(const Glm5Config& config) {

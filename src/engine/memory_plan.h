@@ -73,6 +73,8 @@ struct WeightBytesInput {
   int64_t fp8_kept_elements = 0;
   int64_t head_elements = 0;                  // lm_head_elements(): the stored lm_head
   MatrixFormat head = MatrixFormat::kDense;   // LM_HEAD's format for it
+  // The MTP drafts' copy of lm_head (Glm5Options::draft_head_quant), held beside it.
+  MatrixFormat draft_head = MatrixFormat::kDense;
   // Of an EXL3 checkpoint: the linears outside the routed experts stored EXL3, which the
   // loader dequantizes (exl3_dense_linears()): their elements (padded) and file bytes.
   // Counted as if the file held them in BF16, as the official release does.

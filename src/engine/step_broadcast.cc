@@ -271,6 +271,7 @@ Status send_model_setup(Communicator& comm, const TpModelSetup& setup) {
   w.u8(static_cast<uint8_t>(setup.weight_dtype));
   w.u8(setup.dense_quant);
   w.u8(setup.head_quant);
+  w.u8(setup.draft_head_quant);
   return send_message(comm, MessageKind::kSetup, w.take());
 }
 
@@ -278,15 +279,18 @@ Expected<TpModelSetup> receive_model_setup(Communicator& comm) {
   TF_ASSIGN_OR_RETURN(std::vector<uint8_t> payload, receive_message(comm, MessageKind::kSetup));
   Reader r(payload);
   uint64_t page_size = 0, num_pages = 0;
-  uint8_t dtype = 0, weights = 0, quant = 0, head = 0;
+  uint8_t dtype = 0, weights = 0, quant = 0, head = 0, draft_head = 0;
   TF_RETURN_IF_ERROR(r.u64(page_size, "setup page size"));
   TF_RETURN_IF_ERROR(r.u64(num_pages, "setup page count"));
   TF_RETURN_IF_ERROR(r.u8(dtype, "setup latent dtype"));
   TF_RETURN_IF_ERROR(r.u8(weights, "setup weight dtype"));
   TF_RETURN_IF_ERROR(r.u8(quant, "setup dense quantization"));
   TF_RETURN_IF_ERROR(r.u8(head, "setup lm_head quantization"));
+  TF_RETURN_IF_ERROR(r.u8(draft_head, "setup MTP draft head quantization"));
   if (quant > 2) return invalid_argument("model setup: dense quantization " + std::to_string(quant) + " is unknown");
   if (head > 2) return invalid_argument("model setup: lm_head quantization " + std::to_string(head) + " is unknown");
+  if (draft_head > 2)
+    return invalid_argument("model setup: MTP draft head quantization " + std::to_string(draft_head) + " is unknown");
   TF_RETURN_IF_ERROR(r.finish());
   const auto wt = static_cast<DType>(weights);
   if (wt != DType::kF32 && wt != DType::kBF16) {
@@ -302,7 +306,7 @@ Expected<TpModelSetup> receive_model_setup(Communicator& comm) {
     return invalid_argument("model setup: page size " + std::to_string(page_size) + ", pages " +
                             std::to_string(num_pages));
   }
-  return TpModelSetup{static_cast<int64_t>(page_size), static_cast<int64_t>(num_pages), dt, wt, quant, head};
+  return TpModelSetup{static_cast<int64_t>(page_size), static_cast<int64_t>(num_pages), dt, wt, quant, head, draft_head};
 }
 
 Status StepBroadcaster::send_step(std::vector<StepCommandEntry> entries) {

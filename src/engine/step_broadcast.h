@@ -90,6 +90,7 @@ struct TpModelSetup {
   // as a MatrixFormat value (0 = dense).
   uint8_t dense_quant = 0;
   uint8_t head_quant = 0;  // LM_HEAD=q4 / fp8 (Glm5Options::head_quant), likewise
+  uint8_t draft_head_quant = 0;  // the MTP drafts' head (Glm5Options::draft_head_quant), likewise
 
   bool operator==(const TpModelSetup&) const = default;
 };

@@ -195,6 +195,7 @@ Status serve_follower(const EngineOptions& options, Communicator& comm) {
   mo.weight_dtype = setup->weight_dtype;
   mo.dense_quant = static_cast<MatrixFormat>(setup->dense_quant);
   mo.head_quant = static_cast<MatrixFormat>(setup->head_quant);
+  mo.draft_head_quant = static_cast<MatrixFormat>(setup->draft_head_quant);
   mo.page_size = setup->page_size;
   mo.num_pages = setup->num_pages;
   const auto t0 = std::chrono::steady_clock::now();

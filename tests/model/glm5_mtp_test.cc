@@ -21,6 +21,7 @@ TEST(Glm5Mtp, DraftsAreTheLayersGreedyTokensAndVerifiedRowsEqualSerial) {
     Glm5Options q4 = small_pool();
     q4.dense_quant = MatrixFormat::kQ4;
     q4.latent_dtype = DType::kF8E4M3;
+    q4.draft_head_quant = MatrixFormat::kQ4;  // the drafts' own q4 head (the serving default)
     for (const Glm5Options& o : {small_pool(), q4}) {
       // The fixtures have no MTP layer: one built from a DSA + MoE layer (add_mtp_layer).
       auto model = load_model_with_mtp(f, *comm, cpu_ops(), o);
@@ -28,7 +29,8 @@ TEST(Glm5Mtp, DraftsAreTheLayersGreedyTokensAndVerifiedRowsEqualSerial) {
       // k = 0 steps keep the layer's cache without drafting; keeps of 1 (every draft
       // rejected), a middle row and all.
       const MtpCheck c = check_mtp_drafts(*model, f.prompt_ids, 9, 14, {3, 1, 0, 2, 5}, {1, 0, 2, 3, 0, 1}, 1e-4);
-      std::printf("[%s%s] %s\n", f.name.c_str(), o.dense_quant == MatrixFormat::kQ4 ? ", DENSE=q4, fp8 cache" : "",
+      std::printf("[%s%s] %s\n", f.name.c_str(),
+                  o.dense_quant == MatrixFormat::kQ4 ? ", DENSE=q4, fp8 cache, q4 draft head" : "",
                   describe(c).c_str());
       ASSERT_EQ(c.error, "") << f.name;
       EXPECT_GT(c.drafts, 40) << f.name;

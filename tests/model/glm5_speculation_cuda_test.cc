@@ -66,10 +66,11 @@ TEST(Glm5SpeculationCuda, MtpDraftsAreTheLayersGreedyTokens) {
       o.latent_dtype = q4 ? DType::kF8E4M3 : DType::kBF16;
       o.weight_dtype = q4 ? DType::kBF16 : DType::kF32;
       o.dense_quant = q4 ? MatrixFormat::kQ4 : MatrixFormat::kDense;
+      o.draft_head_quant = q4 ? MatrixFormat::kQ4 : MatrixFormat::kDense;
       auto model = load_model_with_mtp(f, *comm, *gpu_ops(), o);
       if (!model) continue;
       const MtpCheck c = check_mtp_drafts(*model, f.prompt_ids, 9, 14, {3, 1, 0, 2, 5}, {1, 0, 2, 3, 0, 1}, 1e-3);
-      std::printf("[cuda-mtp] [%s%s] %s\n", f.name.c_str(), q4 ? ", bf16 weights, DENSE=q4, fp8 cache" : ", f32 weights",
+      std::printf("[cuda-mtp] [%s%s] %s\n", f.name.c_str(), q4 ? ", bf16 weights, DENSE=q4, fp8 cache, q4 draft head" : ", f32 weights",
                   describe(c).c_str());
       ASSERT_EQ(c.error, "") << f.name;
       EXPECT_GT(c.drafts, 40) << f.name;

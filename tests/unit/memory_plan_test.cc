@@ -243,6 +243,20 @@ TEST(WeightBytes, LmHeadFormatFreesItsBytes) {
             21 * kGiB - std::llround((static_cast<double>(head) + 7.0 * (kGiB / 2)) * (2.0 - 4.25 / 8)));
 }
 
+// The MTP drafts' q4 copy of a dense lm_head is held beside it: its q4 bytes are added; with
+// LM_HEAD=q4 the drafts read lm_head itself and nothing is added.
+TEST(WeightBytes, MtpDraftHeadAddsItsBytes) {
+  WeightBytesInput in;
+  in.file_bytes = 20 * kGiB;
+  in.matrix_dtype = DType::kBF16;
+  const int64_t head = 154880LL * 4096;
+  in.head_elements = head;
+  in.draft_head = MatrixFormat::kQ4;
+  EXPECT_EQ(estimate_weight_bytes(in), 21 * kGiB + std::llround(static_cast<double>(head) * 4.25 / 8));
+  in.head = MatrixFormat::kQ4;
+  EXPECT_EQ(estimate_weight_bytes(in), 21 * kGiB - std::llround(static_cast<double>(head) * (2.0 - 4.25 / 8)));
+}
+
 // EXL3 linears outside the routed experts are dequantized at load: counted as the BF16
 // they become (2 bytes per padded element), not as their ~4-bit file bytes, so the pool
 // is planned around what the weights will really take.

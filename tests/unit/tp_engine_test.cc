@@ -79,7 +79,8 @@ TEST(StepBroadcastGlooTest, CommandsReachEveryFollowerExactly) {
   step.create = {1, 2};
   step.entries.push_back({1, {10, 11, 12}, false});
   step.entries.push_back({2, {13}, true});
-  const TpModelSetup setup{64, 123, DType::kF8E4M3, DType::kBF16, /*dense_quant=*/2, /*head_quant=*/1};
+  const TpModelSetup setup{64, 123, DType::kF8E4M3, DType::kBF16, /*dense_quant=*/2, /*head_quant=*/1,
+                           /*draft_head_quant=*/2};
   auto results = run_world(3, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
     if (rank == 0) {
       TF_RETURN_IF_ERROR(send_model_setup(*comm, setup));

@@ -42,7 +42,7 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
   m->indexer_ties_ = cache.indexer_ties;
   TF_ASSIGN_OR_RETURN(m->weights_,
                       load_glm5_weights(weights, cfg, comm.rank(), comm.world_size(), cache.weight_dtype,
-                                        cache.dense_quant, cache.head_quant));
+                                        cache.dense_quant, cache.head_quant, cache.draft_head_quant));
   // Weights go to the backend's device once (a no-op on the CPU backend).
   TF_RETURN_IF_ERROR(upload_glm5_weights(m->weights_, ops));
   m->device_ = ops_device(ops);
@@ -175,10 +175,10 @@ void Glm5Model::watch_graph_step() {
   if (!st.is_ok()) throw StatusError(st.with_context("tensor-parallel graph step"));
 }
 
-Tensor Glm5Model::logits_for(const Tensor& hidden_rows) {
+Tensor Glm5Model::logits_for(const Tensor& hidden_rows, const Matrix* head) {
   const int64_t r = hidden_rows.size(0), v = cfg_.vocab_size, vl = weights_.vocab.size();
   Tensor local = ops_.empty({r, vl});
-  ops_.matmul(local, hidden_rows, weights_.lm_head);
+  ops_.matmul(local, hidden_rows, head != nullptr ? *head : weights_.lm_head);
   const int world = comm_.world_size();
   if (world == 1) return local;
   // Uneven vocab shards: pad every shard to the largest, gather, then unpad.

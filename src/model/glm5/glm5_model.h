@@ -68,6 +68,9 @@ struct Glm5Options {
   MatrixFormat dense_quant = MatrixFormat::kDense;
   // LM_HEAD=q4 / fp8: lm_head re-quantized at load the same way; kDense keeps it weight_dtype.
   MatrixFormat head_quant = MatrixFormat::kDense;
+  // The head the MTP layer's drafts read (MtpWeights::draft_head): a copy of lm_head in this
+  // format, made at load when it differs from head_quant; kDense: lm_head itself.
+  MatrixFormat draft_head_quant = MatrixFormat::kDense;
   // Decode steps (every entry one token, at most 64 rows) replay captured graphs of
   // their row-only segments (step_graphs.h). kAuto: when the backend has real
   // graphs (CUDA), TF_GRAPHS=1/0 decides, unset the build's default
@@ -229,8 +232,9 @@ class Glm5Model {
   // MTP cache, as StepEntry::mtp runs it: hidden [T, H] (main model final hidden states at
   // positions p..p+T-1, p = the layer's length so far) and the next tokens [T] (the tokens
   // at p+1..p+T) -> draft logits [T, vocab] and the layer's normed output rows [T, H] (the
-  // hidden a chained draft step feeds back). `hidden` may be on the host or the ops device;
-  // the results come back on the host.
+  // hidden a chained draft step feeds back; the logits through the drafts' head,
+  // Glm5Options::draft_head_quant). `hidden` may be on the host or the ops device; the
+  // results come back on the host.
   struct MtpStepResult {
     Tensor logits, hidden;
   };
@@ -320,6 +324,9 @@ class Glm5Model {
   std::vector<std::vector<int32_t>> mtp_draft(std::span<const StepEntry> batch);
   void mtp_keep(std::span<const StepEntry> batch, const std::vector<Span>& spans,
                 const std::vector<std::span<const int32_t>>& tokens, const Tensor& hidden);
+  const Matrix* draft_head() const {
+    return weights_.mtp && !weights_.mtp->draft_head.is_null() ? &weights_.mtp->draft_head : nullptr;
+  }
   // Greedy tokens of logits rows [r, V] on the ops device (the lowest id among ties).
   std::vector<int32_t> argmax_rows(const Tensor& logits);
   void copy_indexer_state(const Glm5Sequence::IndexerState& from, Glm5Sequence::IndexerState& to);
@@ -336,7 +343,8 @@ class Glm5Model {
   void all_reduce(Tensor& t);
   // Ends a graph step at TP > 1: waits for its replays' collectives, bounded (glm5_model.cc).
   void watch_graph_step();
-  Tensor logits_for(const Tensor& hidden_rows);
+  // lm_head (or `head`, with the same rows: the MTP drafts' head) over the rows, all-gathered.
+  Tensor logits_for(const Tensor& hidden_rows, const Matrix* head = nullptr);
   // The step's row-only segments (bodies of StepGraphs segments, also run eagerly).
   std::vector<Tensor> seg_first(int64_t m, const Tensor& x);
   std::vector<Tensor> seg_layer(int layer, const std::vector<Tensor>& in);

@@ -92,7 +92,7 @@ Glm5Model::MtpOut Glm5Model::mtp_forward(const std::vector<MtpRows>& items, bool
     out.last_hidden = ops_.empty({static_cast<int64_t>(last_rows.size()), h});
     ops_.gather_rows(out.last_hidden, out.hidden, upload_i32(last_rows));
   }
-  if (want_logits) out.last_logits = logits_for(out.last_hidden);
+  if (want_logits) out.last_logits = logits_for(out.last_hidden, draft_head());
   for (const Span& sp : spans) sp.seq->mtp_length_ += sp.rows;
   return out;
 }
@@ -257,7 +257,7 @@ Expected<Glm5Model::MtpStepResult> Glm5Model::mtp_step(Glm5Sequence& seq, const 
     MtpOut out = mtp_forward({{&seq, on_device(hidden), {next_tokens.begin(), next_tokens.end()}}}, false);
     MtpStepResult r;
     r.hidden = to_host(out.hidden);
-    r.logits = to_host(logits_for(out.hidden));
+    r.logits = to_host(logits_for(out.hidden, draft_head()));
     return r;
   } catch (const StatusError& err) {
     return err.status().with_context("glm5 mtp_step");

@@ -121,6 +121,7 @@ Status upload_glm5_weights(Glm5Weights& w, Ops& ops) {
       up.put(m.hnorm, "mtp.hnorm");
       up.put(m.shared_head_norm, "mtp.shared_head.norm");
       up.put(m.eh_proj, "mtp.eh_proj");
+      if (!m.draft_head.is_null()) up.put(m.draft_head, "mtp.draft_head");
       up.layer(m.block, "mtp.");
     }
     return Status::ok();

@@ -493,7 +493,8 @@ class Loader {
 }  // namespace
 
 Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
-                                        DType matrix_dtype, MatrixFormat dense_quant, MatrixFormat head_quant) {
+                                        DType matrix_dtype, MatrixFormat dense_quant, MatrixFormat head_quant,
+                                        MatrixFormat draft_head_quant) {
   if (matrix_dtype != DType::kF32 && matrix_dtype != DType::kBF16)
     return invalid_argument(std::string("weight matrices in ") + dtype_name(matrix_dtype) + " (expected f32 or bf16)");
   if (world < 1 || rank < 0 || rank >= world)
@@ -538,13 +539,16 @@ Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5Te
     TF_ASSIGN_OR_RETURN(Tensor embed, ld.native("model.language_model.embed_tokens.weight", {v, h}));
     TF_ASSIGN_OR_RETURN(w.norm, ld.get("model.language_model.norm.weight", {h}));
     w.vocab = shard_range(v, rank, world);
+    Tensor head_rows;
+    std::string head_name = "lm_head.weight";
     if (ld.has("lm_head.weight") || !cfg.tie_word_embeddings) {
       TF_ASSIGN_OR_RETURN(Tensor head, ld.native("lm_head.weight", {v, h}));
-      TF_ASSIGN_OR_RETURN(w.lm_head, ld.qmat_as(rows(head, w.vocab.begin, w.vocab.end), head_quant, "lm_head.weight"));
+      head_rows = rows(head, w.vocab.begin, w.vocab.end);
     } else {
-      TF_ASSIGN_OR_RETURN(w.lm_head, ld.qmat_as(rows(embed, w.vocab.begin, w.vocab.end), head_quant,
-                                                "model.language_model.embed_tokens.weight (the tied lm_head)"));
+      head_rows = rows(embed, w.vocab.begin, w.vocab.end);
+      head_name = "model.language_model.embed_tokens.weight (the tied lm_head)";
     }
+    TF_ASSIGN_OR_RETURN(w.lm_head, ld.qmat_as(head_rows, head_quant, head_name));
     w.embed = ld.mat(embed);
     if (!with_mtp) return Status::ok();
     const std::string p = "model.language_model.layers." + std::to_string(cfg.num_hidden_layers) + ".";
@@ -554,6 +558,9 @@ Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5Te
     TF_ASSIGN_OR_RETURN(m.shared_head_norm, ld.get(p + "shared_head.norm.weight", {h}));
     TF_ASSIGN_OR_RETURN(Tensor eh, ld.native(p + "eh_proj.weight", {h, 2 * h}));
     TF_ASSIGN_OR_RETURN(m.eh_proj, ld.qmat(eh, p + "eh_proj.weight"));
+    if (draft_head_quant != MatrixFormat::kDense && draft_head_quant != head_quant) {
+      TF_ASSIGN_OR_RETURN(m.draft_head, ld.qmat_as(head_rows, draft_head_quant, head_name + " (the MTP drafts' head)"));
+    }
     w.mtp = std::move(m);
     return Status::ok();
   });

@@ -116,6 +116,10 @@ struct MtpWeights {
   Tensor enorm, hnorm, shared_head_norm;  // [H]
   Matrix eh_proj;                         // [H, 2H]
   LayerWeights block;                     // MLA + indexer attention and MoE, no mHC
+  // The head the drafts read: lm_head re-quantized for them (draft_head_quant), or null
+  // (lm_head itself). A draft needs only its greedy token, so a q4 head (~4x fewer bytes
+  // than BF16's 1.27 GB) makes each draft pass much cheaper at a small cost in agreement.
+  Matrix draft_head;
 };
 
 struct Glm5Weights {
@@ -142,6 +146,7 @@ struct Glm5Weights {
 Expected<Glm5Weights> load_glm5_weights(const WeightSource& source, const Glm5TextConfig& cfg, int rank, int world,
                                         DType matrix_dtype = DType::kF32,
                                         MatrixFormat dense_quant = MatrixFormat::kDense,
-                                        MatrixFormat head_quant = MatrixFormat::kDense);
+                                        MatrixFormat head_quant = MatrixFormat::kDense,
+                                        MatrixFormat draft_head_quant = MatrixFormat::kDense);
 
 }  // namespace tf
