@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""start.sh's settings (scripts/config.sh): the speculative-decoding knobs reach `tensorfold serve`
+as flags, the environment wins over .env, and bad values stop before anything starts with a
+message naming the setting.
+
+Usage: start_settings_test.py REPO_ROOT WORK_DIR
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+root, work = sys.argv[1], sys.argv[2]
+shutil.rmtree(work, ignore_errors=True)
+# A copy of the scripts under a folder of our own, so that a .env can sit beside them.
+os.makedirs(os.path.join(work, "scripts"))
+shutil.copy(os.path.join(root, "scripts", "config.sh"), os.path.join(work, "scripts", "config.sh"))
+failures = []
+
+
+def settings(env_extra, dotenv=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("COPY", "COPY_MAX", "COPY_MATCH", "DRAFTER", "MTP_MAX")}
+    env.update(env_extra)
+    dot = os.path.join(work, ".env")
+    if dotenv is None:
+        if os.path.exists(dot):
+            os.remove(dot)
+    else:
+        with open(dot, "w") as f:
+            f.write(dotenv)
+    script = ('source "%s/scripts/config.sh" && tf_validate_settings && tf_serve_args && '
+              'printf "%%s\\n" "${TF_SERVE_ARGS[@]}"' % work)
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+
+
+def check(name, ok, detail):
+    print(("ok   " if ok else "FAIL ") + name)
+    if not ok:
+        failures.append(name + ": " + detail)
+
+
+r = settings({"DRAFTER": "none", "MTP_MAX": "5", "COPY": "0"})
+args = r.stdout.split("\n")
+check("DRAFTER, MTP_MAX and COPY become serve flags", r.returncode == 0 and "--drafter" in args and
+      args[args.index("--drafter") + 1] == "none" and args[args.index("--mtp-max") + 1] == "5" and
+      args[args.index("--copy") + 1] == "0", r.stdout + r.stderr)
+
+r = settings({}, dotenv="DRAFTER=mtp\nMTP_MAX=2  # a comment\n")
+args = r.stdout.split("\n")
+check(".env settings reach serve", r.returncode == 0 and args[args.index("--drafter") + 1] == "mtp" and
+      args[args.index("--mtp-max") + 1] == "2", r.stdout + r.stderr)
+
+r = settings({"MTP_MAX": "7"}, dotenv="MTP_MAX=2\n")
+args = r.stdout.split("\n")
+check("the environment wins over .env", r.returncode == 0 and args[args.index("--mtp-max") + 1] == "7",
+      r.stdout + r.stderr)
+
+r = settings({})
+check("unset knobs leave serve's defaults", r.returncode == 0 and "--drafter" not in r.stdout.split("\n") and
+      "--mtp-max" not in r.stdout.split("\n"), r.stdout + r.stderr)
+
+for key, value in (("DRAFTER", "eagle"), ("DRAFTER", "mtp;rm"), ("MTP_MAX", "0"), ("MTP_MAX", "64"),
+                   ("MTP_MAX", "three"), ("COPY_MAX", "99"), ("COPY", "yes")):
+    r = settings({key: value})
+    check("%s=%s is refused, naming it" % (key, value), r.returncode != 0 and key in r.stderr and
+          "--" not in r.stdout, "rc %d, stdout %r, stderr %r" % (r.returncode, r.stdout, r.stderr))
+
+if failures:
+    print("\n".join(failures), file=sys.stderr)
+    sys.exit(1)
+print("start settings: all checks passed")
