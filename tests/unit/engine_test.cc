@@ -938,6 +938,18 @@ class SpeculationTest : public EngineTest {
     serial_.reset();
     EngineTest::TearDownTestSuite();
   }
+  // The demo's random weights never repeat themselves; a logit bias that leaves them three
+  // tokens to choose from makes their reply repeat bigrams, so drafts find matches (the bias
+  // applies to every verified row exactly as to a serial step). With logprobs.
+  static GenerationRequest few_token_request(const std::string& id, const std::string& text, int max_tokens,
+                                             double temperature) {
+    GenerationRequest g = request(id, text, max_tokens, temperature);
+    const std::vector<int32_t> few = prompt(" harbour light sea");
+    EXPECT_GE(few.size(), 2u);
+    for (int32_t t : few) g.sampling.logit_bias[t] = 30.0;
+    g.sampling.logprobs = true;
+    return g;
+  }
   static std::vector<GenerationRequest> requests() {
     std::vector<GenerationRequest> reqs;
     for (int i = 0; i < 3; ++i) {
@@ -1001,16 +1013,9 @@ TEST_F(SpeculationTest, CopyDraftsGiveTheSerialReplies) {
   o.copy_match = 2;
   auto e = Engine::create(o);
   ASSERT_TRUE(e.has_value()) << e.status().to_string();
-  // The demo's random weights never repeat themselves; a logit bias that leaves them three
-  // tokens to choose from makes their reply repeat bigrams, so the drafter finds matches (the
-  // bias applies to every verified row exactly as to a serial step).
-  const std::vector<int32_t> few = prompt(" harbour light sea");
-  ASSERT_GE(few.size(), 2u);
   for (int i = 0; i < 4; ++i) {
-    GenerationRequest g = request("copy" + std::to_string(i), "Say it again, harbour light " + std::to_string(i) + ":",
-                                  48, i % 2 == 0 ? 0.0 : 1.0);
-    for (int32_t t : few) g.sampling.logit_bias[t] = 30.0;
-    g.sampling.logprobs = true;
+    const GenerationRequest g = few_token_request(
+        "copy" + std::to_string(i), "Say it again, harbour light " + std::to_string(i) + ":", 48, i % 2 == 0 ? 0.0 : 1.0);
     EXPECT_EQ(reply(**e, g), reply(serial_engine(), g)) << g.request_id;
   }
   const EngineHealth h = (*e)->health();
@@ -1022,7 +1027,7 @@ TEST_F(SpeculationTest, CopyDraftsGiveTheSerialReplies) {
 
 // The MTP layer's drafts (DRAFTER=mtp, made inside the model step), made every step whatever
 // the policy would say: the demo's random layer is mostly wrong, some rows are kept, and the
-// replies, logprobs and finish reasons are the serial ones; structured output drafts nothing.
+// replies, logprobs and finish reasons are the serial ones.
 TEST_F(SpeculationTest, MtpDraftsGiveTheSerialReplies) {
   EngineOptions o = demo_options();
   o.copy_drafts = false;
@@ -1032,12 +1037,9 @@ TEST_F(SpeculationTest, MtpDraftsGiveTheSerialReplies) {
   ASSERT_TRUE(e.has_value()) << e.status().to_string();
   for (const GenerationRequest& g : requests()) EXPECT_EQ(reply(**e, g), reply(serial_engine(), g)) << g.request_id;
   // The same with a bias that leaves three tokens to choose from (some drafts are then right).
-  const std::vector<int32_t> few = prompt(" harbour light sea");
   for (int i = 0; i < 2; ++i) {
-    GenerationRequest g = request("mtp-few" + std::to_string(i), "Harbour light " + std::to_string(i) + ":", 40,
-                                  i == 0 ? 0.0 : 1.0);
-    for (int32_t t : few) g.sampling.logit_bias[t] = 30.0;
-    g.sampling.logprobs = true;
+    const GenerationRequest g =
+        few_token_request("mtp-few" + std::to_string(i), "Harbour light " + std::to_string(i) + ":", 40, i == 0 ? 0.0 : 1.0);
     EXPECT_EQ(reply(**e, g), reply(serial_engine(), g)) << g.request_id;
   }
   const EngineHealth h = (*e)->health();
