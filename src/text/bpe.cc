@@ -24,8 +24,7 @@ BpeModel::BpeModel(BpeModel&& o) noexcept
       end_of_word_suffix_(std::move(o.end_of_word_suffix_)),
       byte_fallback_(o.byte_fallback_),
       ignore_merges_(o.ignore_merges_),
-      fuse_unk_(o.fuse_unk_),
-      have_byte_tokens_(o.have_byte_tokens_) {
+      fuse_unk_(o.fuse_unk_) {
   std::copy(std::begin(o.byte_tokens_), std::end(o.byte_tokens_), std::begin(byte_tokens_));
 }
 
@@ -66,16 +65,11 @@ Expected<BpeModel> BpeModel::from_json(const json& m) {
     bpe.byte_fallback_ = m.value("byte_fallback", false) == true;
     bpe.ignore_merges_ = m.contains("ignore_merges") && m.at("ignore_merges").is_boolean() && m.at("ignore_merges").get<bool>();
     bpe.fuse_unk_ = m.contains("fuse_unk") && m.at("fuse_unk").is_boolean() && m.at("fuse_unk").get<bool>();
-    bpe.have_byte_tokens_ = true;
     for (int b = 0; b < 256; ++b) {
       char name[8];
       std::snprintf(name, sizeof(name), "<0x%02X>", b);
       auto it = bpe.vocab_.find(name);
-      if (it == bpe.vocab_.end()) {
-        bpe.have_byte_tokens_ = false;
-        break;
-      }
-      bpe.byte_tokens_[b] = it->second;
+      bpe.byte_tokens_[b] = it == bpe.vocab_.end() ? kNoByteToken : it->second;
     }
 
     const json& merges = m.contains("merges") ? m.at("merges") : json::array();
@@ -178,7 +172,14 @@ void BpeModel::merge_word(std::string_view word, std::vector<TokenId>& out) cons
       last_unk = false;
       continue;
     }
-    if (byte_fallback_ && have_byte_tokens_) {
+    // Byte fallback only when every byte of the character has its token, else unk (as both the Rust
+    // tokenizers and transformers.js do).
+    const auto has_byte_token = [&](size_t k) {
+      return byte_tokens_[static_cast<uint8_t>(word[chars[ci].first + k])] != kNoByteToken;
+    };
+    bool bytes_ok = byte_fallback_;
+    for (size_t k = 0; bytes_ok && k < chars[ci].second; ++k) bytes_ok = has_byte_token(k);
+    if (bytes_ok) {
       for (size_t k = 0; k < chars[ci].second; ++k) {
         syms.push_back({byte_tokens_[static_cast<uint8_t>(word[chars[ci].first + k])],
                         static_cast<int>(syms.size()) - 1, -1, true});

@@ -62,8 +62,9 @@ class BpeModel {
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
   bool fuse_unk_ = false;
+  // <0xNN> ids; kNoByteToken where the vocabulary lacks that byte (some vocabularies miss a few).
+  static constexpr TokenId kNoByteToken = -1;
   TokenId byte_tokens_[256];
-  bool have_byte_tokens_ = false;
 
   // word -> ids, for words up to kMaxCachedWordBytes; cleared when it grows past kCacheCapacity.
   static constexpr size_t kMaxCachedWordBytes = 256;

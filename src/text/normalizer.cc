@@ -14,14 +14,15 @@ namespace {
 
 using json = nlohmann::json;
 
-class NfcNormalizer final : public Normalizer {
+// NFC, NFD, NFKC or NFKD.
+class UnicodeFormNormalizer final : public Normalizer {
  public:
-  std::string normalize(std::string_view t) const override { return nfc(t); }
-};
+  using Form = std::string (*)(std::string_view);
+  explicit UnicodeFormNormalizer(Form form) : form_(form) {}
+  std::string normalize(std::string_view t) const override { return form_(t); }
 
-class NfdNormalizer final : public Normalizer {
- public:
-  std::string normalize(std::string_view t) const override { return nfd(t); }
+ private:
+  Form form_;
 };
 
 class LowercaseNormalizer final : public Normalizer {
@@ -98,8 +99,10 @@ Expected<std::unique_ptr<Normalizer>> build(const json& c) {
   if (c.is_null()) return std::unique_ptr<Normalizer>();
   if (!c.is_object() || !c.contains("type")) return invalid_argument("normalizer: expected an object with \"type\"");
   const std::string type = c.at("type").get<std::string>();
-  if (type == "NFC") return std::unique_ptr<Normalizer>(new NfcNormalizer());
-  if (type == "NFD") return std::unique_ptr<Normalizer>(new NfdNormalizer());
+  if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeFormNormalizer(&nfc));
+  if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeFormNormalizer(&nfd));
+  if (type == "NFKC") return std::unique_ptr<Normalizer>(new UnicodeFormNormalizer(&nfkc));
+  if (type == "NFKD") return std::unique_ptr<Normalizer>(new UnicodeFormNormalizer(&nfkd));
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new LowercaseNormalizer());
   if (type == "Prepend") return std::unique_ptr<Normalizer>(new PrependNormalizer(c.at("prepend").get<std::string>()));
   if (type == "Strip") {

@@ -1,6 +1,7 @@
 // NFC = canonical decomposition, canonical ordering by combining class, then canonical composition
-// (UAX #15). Tables are sorted by code point and searched with std::lower_bound; a quick check
-// returns ASCII-only text untouched, which is the common case on the hot path.
+// (UAX #15); NFKC / NFKD use the compatibility decompositions as well. Tables are sorted by code
+// point and searched with std::lower_bound; a quick check returns ASCII-only text untouched, which
+// is the common case on the hot path.
 #include "text/unicode.h"
 
 #include <algorithm>
@@ -19,6 +20,10 @@ struct CccRange {
 };
 struct Decomposition {
   char32_t cp, first, second;
+};
+struct CompatDecomposition {
+  char32_t cp;
+  uint16_t offset, count;  // a slice of kCompatCodePoints
 };
 struct Composition {
   char32_t first, second, composite;
@@ -41,7 +46,16 @@ const Decomposition* find_decomposition(char32_t cp) {
   return (it != end && it->cp == cp) ? it : nullptr;
 }
 
-void decompose(char32_t cp, std::vector<char32_t>& out) {
+const CompatDecomposition* find_compat_decomposition(char32_t cp) {
+  const auto* end = std::end(kCompatDecompositions);
+  const auto* it = std::lower_bound(std::begin(kCompatDecompositions), end, cp,
+                                    [](const CompatDecomposition& d, char32_t c) { return d.cp < c; });
+  return (it != end && it->cp == cp) ? it : nullptr;
+}
+
+// Full decomposition of one code point: canonical mappings, and with `compat` the compatibility
+// ones too, applied recursively.
+void decompose(char32_t cp, std::vector<char32_t>& out, bool compat) {
   if (cp >= kSBase && cp < kSBase + kSCount) {
     const char32_t s = cp - kSBase;
     out.push_back(kLBase + s / kNCount);
@@ -49,13 +63,19 @@ void decompose(char32_t cp, std::vector<char32_t>& out) {
     if (s % kTCount != 0) out.push_back(kTBase + s % kTCount);
     return;
   }
+  if (compat) {
+    if (const CompatDecomposition* k = find_compat_decomposition(cp)) {
+      for (uint16_t i = 0; i < k->count; ++i) decompose(kCompatCodePoints[k->offset + i], out, compat);
+      return;
+    }
+  }
   const Decomposition* d = find_decomposition(cp);
   if (d == nullptr) {
     out.push_back(cp);
     return;
   }
-  decompose(d->first, out);
-  if (d->second != 0) decompose(d->second, out);
+  decompose(d->first, out, compat);
+  if (d->second != 0) decompose(d->second, out, compat);
 }
 
 char32_t compose_pair(char32_t a, char32_t b) {
@@ -74,10 +94,11 @@ char32_t compose_pair(char32_t a, char32_t b) {
   return (it != end && it->first == a && it->second == b) ? it->composite : 0;
 }
 
-std::vector<char32_t> canonical_decomposition(std::string_view s) {
+// Decomposition (canonical, or compatibility with `compat`) followed by canonical ordering.
+std::vector<char32_t> decomposition(std::string_view s, bool compat) {
   std::vector<char32_t> out;
   out.reserve(s.size());
-  for (char32_t cp : to_code_points(s)) decompose(cp, out);
+  for (char32_t cp : to_code_points(s)) decompose(cp, out, compat);
   // Canonical ordering: stable sort of each run of non-starters by combining class.
   size_t i = 0;
   while (i < out.size()) {
@@ -110,16 +131,11 @@ int combining_class(char32_t cp) {
   return (cp >= it->first && cp <= it->last) ? it->ccc : 0;
 }
 
-std::string nfd(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
-  return from_code_points(canonical_decomposition(s));
-}
+namespace {
 
-std::string nfc(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
-  std::vector<char32_t> d = canonical_decomposition(s);
-  // Canonical composition: each character may combine with the last starter when it is not
-  // blocked (no character in between has a class >= its own, or class 0).
+// Canonical composition: each character may combine with the last starter when it is not blocked
+// (no character in between has a class >= its own, or class 0).
+std::string compose(const std::vector<char32_t>& d) {
   std::vector<char32_t> out;
   out.reserve(d.size());
   ptrdiff_t starter = -1;
@@ -145,6 +161,28 @@ std::string nfc(std::string_view s) {
     out.push_back(cp);
   }
   return from_code_points(out);
+}
+
+}  // namespace
+
+std::string nfd(std::string_view s) {
+  if (is_ascii(s)) return std::string(s);
+  return from_code_points(decomposition(s, false));
+}
+
+std::string nfkd(std::string_view s) {
+  if (is_ascii(s)) return std::string(s);
+  return from_code_points(decomposition(s, true));
+}
+
+std::string nfc(std::string_view s) {
+  if (is_ascii(s)) return std::string(s);
+  return compose(decomposition(s, false));
+}
+
+std::string nfkc(std::string_view s) {
+  if (is_ascii(s)) return std::string(s);
+  return compose(decomposition(s, true));
 }
 
 std::string to_lower(std::string_view s) {

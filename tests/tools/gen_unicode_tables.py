@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generates src/text/unicode_tables.inc from Python's unicodedata.
 
-The tokenizer needs NFC (Qwen-family normalizer) and a lowercase mapping without ICU. The tables are
-small (canonical decompositions, combining classes, lowercase mappings) and are derived here from the
+The tokenizer needs NFC (Qwen-family normalizer), NFKC / NFKD and a lowercase mapping without ICU. The
+tables are small (canonical and compatibility decompositions, combining classes, lowercase mappings) and are derived here from the
 Unicode Character Database bundled with Python; rerun when moving to a newer Unicode version:
     python3 tests/tools/gen_unicode_tables.py > src/text/unicode_tables.inc
 """
@@ -16,6 +16,7 @@ def main():
     ccc = []            # (first, last, class) ranges of non-zero canonical combining classes
     decomp = []         # (cp, first, second) canonical decompositions (second = 0 for singletons)
     compose = []        # (first, second, composite) primary composites
+    compat = []         # (cp, [code points]) compatibility decompositions (the "<tag>" ones)
     lower = []          # (cp, [lowercase code points]) where lower() differs
     run = None
     for cp in range(0x110000):
@@ -32,7 +33,9 @@ def main():
         if SBASE <= cp < SBASE + SCOUNT:
             continue  # Hangul syllables are algorithmic
         d = unicodedata.decomposition(ch)
-        if d and not d.startswith("<"):
+        if d.startswith("<"):
+            compat.append((cp, [int(x, 16) for x in d.split()[1:]]))
+        elif d:
             parts = [int(x, 16) for x in d.split()]
             first, second = parts[0], (parts[1] if len(parts) > 1 else 0)
             decomp.append((cp, first, second))
@@ -55,6 +58,19 @@ def main():
     out.write("static const Decomposition kDecompositions[] = {\n")
     for cp, a, b in decomp:
         out.write("{0x%X,0x%X,0x%X},\n" % (cp, a, b))
+    out.write("};\n")
+    # One flat array of code points; each entry names its slice (offset, count).
+    out.write("static const char32_t kCompatCodePoints[] = {\n")
+    offsets = []
+    at = 0
+    for cp, parts in compat:
+        offsets.append((cp, at, len(parts)))
+        out.write(",".join("0x%X" % x for x in parts) + ",\n")
+        at += len(parts)
+    out.write("};\n")
+    out.write("static const CompatDecomposition kCompatDecompositions[] = {\n")
+    for cp, off, n in offsets:
+        out.write("{0x%X,%d,%d},\n" % (cp, off, n))
     out.write("};\n")
     out.write("static const Composition kCompositions[] = {\n")
     for a, b, cp in sorted(compose):

