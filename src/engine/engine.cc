@@ -10,6 +10,8 @@
 #include "core/logging.h"
 #include "engine/engine_impl.h"
 #include "engine/load_progress.h"
+#include "engine/structured_output.h"
+#include "engine/tool_call_grammar.h"
 #include "engine/tp_follower.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/dense_quant.h"
@@ -416,12 +418,28 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
   if (!params) return params.status();
   // Compiled before the request counts as waiting: a refusal leaves nothing behind.
   std::shared_ptr<const grammar::Grammar> structured;
-  if (request.structured.kind != StructuredOutput::Kind::kNone) {
+  std::shared_ptr<const grammar::TokenVocabulary> vocab;
+  // A forced tool call wins over a response format: the answer is then calls only (as OpenAI
+  // treats tool_choice "required" next to response_format).
+  if (request.forces_tool_call()) {
+    ToolCallGrammarOptions to;
+    if (request.named_tool_choice) to.function = request.tool_choice;
+    to.parallel = request.parallel_tool_calls;
+    auto text = tool_call_gbnf(request.tools, to);
+    if (!text) return text.status();
+    auto compiled = grammar::compile_gbnf(*text);
+    if (!compiled) return compiled.status().with_context("tool_choice");
+    structured = std::move(*compiled);
+    std::lock_guard<std::mutex> lock(m.grammar_vocab_mu);
+    if (!m.tool_grammar_vocab) m.tool_grammar_vocab = grammar_vocabulary(*m.tokenizer, m.text_vocab, kToolCallMarkers);
+    vocab = m.tool_grammar_vocab;
+  } else if (request.structured.kind != StructuredOutput::Kind::kNone) {
     auto compiled = compile_structured_output(request.structured);
     if (!compiled) return compiled.status();
     structured = std::move(*compiled);
     std::lock_guard<std::mutex> lock(m.grammar_vocab_mu);
     if (!m.grammar_vocab) m.grammar_vocab = grammar_vocabulary(*m.tokenizer, m.text_vocab);
+    vocab = m.grammar_vocab;
   }
   const int64_t queued = m.queued_choices.fetch_add(request.n) + request.n;
   if (queued > m.options.max_waiting) {
@@ -431,6 +449,7 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
   }
   auto live = std::make_shared<LiveRequest>();
   live->structured_grammar = std::move(structured);
+  live->grammar_vocab = std::move(vocab);
   live->req = std::move(request);
   live->sink = std::move(sink);
   {

@@ -103,7 +103,10 @@ struct GenerationRequest {
   bool thinking_enabled = true;
   nlohmann::json tools;                // null: no tool parsing
   std::string tool_choice = "none";    // none, auto, required, or a function name
+  bool named_tool_choice = false;      // tool_choice is a function's name
   bool parallel_tool_calls = true;
+  // tool_choice "required" or named: the answer must be tool calls (tool_call_grammar.h).
+  bool forces_tool_call() const { return !tools.is_null() && (named_tool_choice || tool_choice == "required"); }
   // Reasoning tokens allowed before the engine closes the reasoning itself (</think>);
   // -1: no limit. Only with parse_reasoning.
   int64_t reasoning_budget = -1;

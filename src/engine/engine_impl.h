@@ -55,6 +55,7 @@ struct LiveRequest {
   int open_choices = 0;
   bool failed = false;
   std::shared_ptr<const grammar::Grammar> structured_grammar;  // null: no structured output
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;  // the token bytes it masks over
   // Images/videos (req.media): their features [placeholders, hidden] f32 on the ops
   // device, encoded a bounded number of patches per engine step before the request
   // reaches the scheduler, and released once every choice has prefilled (engine_media.cc).
@@ -128,8 +129,10 @@ struct Engine::Impl {
   std::vector<int32_t> eos_ids;
   std::optional<int32_t> think_start_id;
   std::optional<int32_t> think_end_id;
-  // The vocabulary's bytes for structured output's token masks (built at the first such request).
+  // The vocabulary's bytes for structured output's token masks (built at the first such request);
+  // tool_grammar_vocab also gives the tool-call markers their text (tool_call_grammar.h).
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;
+  std::shared_ptr<const grammar::TokenVocabulary> tool_grammar_vocab;
   std::mutex grammar_vocab_mu;
   int64_t text_vocab = 0;  // ids >= this are padding rows: never sampled
 

@@ -160,7 +160,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     oo.logprobs = params->logprobs;
     c.output = std::make_unique<ChoiceOutput>(*tokenizer, std::move(oo), i);
     if (r->structured_grammar) {
-      c.constraint = std::make_unique<grammar::StructuredConstraint>(r->structured_grammar, grammar_vocab, eos_ids);
+      c.constraint = std::make_unique<grammar::StructuredConstraint>(r->structured_grammar, r->grammar_vocab, eos_ids);
       // The constraint is on the answer: a choice that opens in its reasoning starts it at </think>.
       c.constraint_active = !starts_in_reasoning;
     }
@@ -203,7 +203,10 @@ void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release
   GenerationEvent fin;
   fin.kind = GenerationEvent::Kind::kFinish;
   fin.choice = c.index;
-  fin.finish_reason = reason == FinishReason::kStop && c.output->made_tool_calls() ? FinishReason::kToolCalls : reason;
+  // A named tool_choice ends with "stop", as OpenAI's API does (api.md §6).
+  fin.finish_reason = reason == FinishReason::kStop && c.output->made_tool_calls() && !r.req.named_tool_choice
+                          ? FinishReason::kToolCalls
+                          : reason;
   fin.completion_tokens = c.sampler->generated();
   fin.cached_prompt_tokens = c.cached;
   fin.reasoning_tokens = std::min<int64_t>(c.output->reasoning_tokens(), fin.completion_tokens);

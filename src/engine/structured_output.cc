@@ -1,6 +1,8 @@
 // See structured_output.h.
 #include "engine/structured_output.h"
 
+#include <algorithm>
+
 #include "sampling/grammar/json_schema_gbnf.h"
 #include "sampling/grammar/regex_gbnf.h"
 
@@ -37,11 +39,17 @@ Expected<std::shared_ptr<const grammar::Grammar>> compile_structured_output(cons
   return grammar::compile_gbnf(*text);
 }
 
-std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const text::Tokenizer& tokenizer, int64_t vocab) {
+std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const text::Tokenizer& tokenizer, int64_t vocab,
+                                                                   const std::vector<std::string>& markers) {
   std::vector<std::string> bytes(static_cast<size_t>(vocab));
   for (int64_t id = 0; id < vocab; ++id) {
     const auto t = static_cast<text::TokenId>(id);
-    if (tokenizer.added_token(t) != nullptr || tokenizer.is_special(t)) continue;
+    if (const text::AddedToken* added = tokenizer.added_token(t)) {
+      if (std::find(markers.begin(), markers.end(), added->content) != markers.end())
+        bytes[static_cast<size_t>(id)] = added->content;
+      continue;
+    }
+    if (tokenizer.is_special(t)) continue;
     bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(t);
   }
   return std::make_shared<grammar::TokenVocabulary>(std::move(bytes));

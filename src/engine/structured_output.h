@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/engine_api.h"
@@ -18,7 +20,9 @@ namespace tf::engine {
 Expected<std::shared_ptr<const grammar::Grammar>> compile_structured_output(const StructuredOutput& structured);
 
 // Token ids [0, vocab) with their bytes; added and special tokens (end of text, the
-// reasoning and tool-call markers) get none, so no grammar ever allows them.
-std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const text::Tokenizer& tokenizer, int64_t vocab);
+// reasoning and tool-call markers) get none, so no grammar ever allows them, except the
+// added tokens whose text is one of `markers` (the tool-call grammar's tags).
+std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const text::Tokenizer& tokenizer, int64_t vocab,
+                                                                   const std::vector<std::string>& markers = {});
 
 }  // namespace tf::engine

@@ -9,7 +9,9 @@ const char* stop_reason(const ChoiceState& c, AnthropicLimit limit) {
   switch (c.finish_reason) {
     case FinishReason::kLength: return limit == AnthropicLimit::kContextWindow ? "model_context_window_exceeded" : "max_tokens";
     case FinishReason::kToolCalls: return "tool_use";
-    case FinishReason::kStop: return c.stop_string.empty() ? "end_turn" : "stop_sequence";
+    // A forced call (tool_choice tool) ends with "stop" on the OpenAI side; Anthropic says tool_use.
+    case FinishReason::kStop:
+      return !c.tool_calls.empty() ? "tool_use" : c.stop_string.empty() ? "end_turn" : "stop_sequence";
     case FinishReason::kAbort: break;
   }
   return "end_turn";

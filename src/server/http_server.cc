@@ -218,6 +218,7 @@ struct HttpServer::Impl {
     g.thinking_enabled = r.thinking_enabled;
     g.tools = r.tool_choice == "none" ? Json() : r.chat.tools;
     g.tool_choice = r.tool_choice;
+    g.named_tool_choice = r.named_tool_choice;
     g.parallel_tool_calls = r.parallel_tool_calls;
     g.reasoning_budget = r.reasoning_budget.value_or(-1);
     return g;

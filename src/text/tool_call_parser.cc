@@ -32,7 +32,9 @@ std::string json_string(std::string_view s) {
   return out;
 }
 
-bool schema_is_string(const nlohmann::json& schema) {
+}  // namespace
+
+bool tool_parameter_is_string(const nlohmann::json& schema) {
   if (!schema.is_object()) return false;
   if (auto t = schema.find("type"); t != schema.end()) {
     if (t->is_string() && t->get<std::string>() == "string") return true;
@@ -43,12 +45,10 @@ bool schema_is_string(const nlohmann::json& schema) {
   for (const char* key : {"anyOf", "oneOf"}) {
     if (auto alt = schema.find(key); alt != schema.end() && alt->is_array())
       for (const auto& x : *alt)
-        if (schema_is_string(x)) return true;
+        if (tool_parameter_is_string(x)) return true;
   }
   return false;
 }
-
-}  // namespace
 
 GlmToolCallParser::GlmToolCallParser(const nlohmann::json& tools)
     : tools_(tools.is_array() ? tools : nlohmann::json::array()) {}
@@ -63,7 +63,7 @@ bool GlmToolCallParser::is_string_param(const std::string& tool, const std::stri
     auto props = params->find("properties");
     if (props == params->end() || !props->is_object()) return false;
     auto prop = props->find(key);
-    return prop != props->end() && schema_is_string(*prop);
+    return prop != props->end() && tool_parameter_is_string(*prop);
   }
   return false;
 }

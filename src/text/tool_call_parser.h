@@ -46,6 +46,10 @@ struct ToolParserDelta {
   std::vector<ToolCallDelta> calls;
 };
 
+// Whether a parameter with this JSON schema takes raw text (type "string", ["string", "null"],
+// or an anyOf / oneOf with a string branch); other parameters' values are JSON.
+bool tool_parameter_is_string(const nlohmann::json& schema);
+
 class GlmToolCallParser {
  public:
   // `tools`: the request's tools (OpenAI {type, function:{name, parameters}} or flat

@@ -45,6 +45,30 @@ await run.check('thinking disabled: text only; budget_tokens closes the reasonin
   assert.ok(blockTypes(on).includes('text'), JSON.stringify(on.content));
 });
 
+// The demo model's random weights never call a tool by themselves: the calls are the
+// tool-call grammar's (tool_choice tool / any is enforced).
+await run.check('tool_choice tool / any: a tool_use block, stop_reason tool_use (create and stream)', async () => {
+  const tools = [
+    { name: 'get_time', description: 'now', input_schema: { type: 'object', properties: {} } },
+    { name: 'pick', input_schema: { type: 'object', properties: { color: { enum: ['red', 'green'] } } } },
+  ];
+  const forced = body({ thinking: { type: 'disabled' }, max_tokens: 200, tools, tool_choice: { type: 'tool', name: 'get_time' } });
+  const m = await client.messages.create(forced);
+  assert.equal(m.stop_reason, 'tool_use');
+  const uses = m.content.filter((b) => b.type === 'tool_use');
+  assert.equal(uses.length, 1, JSON.stringify(m.content));
+  assert.equal(uses[0].name, 'get_time');
+  assert.deepEqual(uses[0].input, {});
+  const final = await client.messages.stream(forced).finalMessage();
+  assert.equal(final.stop_reason, 'tool_use');
+  assert.equal(final.content.filter((b) => b.type === 'tool_use')[0].name, 'get_time');
+  const any = await client.messages.create(body({ thinking: { type: 'disabled' }, max_tokens: 200, temperature: 0, tools, tool_choice: { type: 'any' } }));
+  if (any.stop_reason !== 'max_tokens') {
+    assert.equal(any.stop_reason, 'tool_use');
+    assert.ok(any.content.some((b) => b.type === 'tool_use' && ['get_time', 'pick'].includes(b.name)), JSON.stringify(any.content));
+  }
+});
+
 await run.check('stop_sequences: stop_reason stop_sequence names the one that matched', async () => {
   const plain = await client.messages.create(body({ thinking: { type: 'disabled' }, max_tokens: 32 }));
   const text = plain.content[0].text;

@@ -297,6 +297,58 @@ await run.check('logit_bias +100 on one token makes greedy decoding repeat it', 
   assert.notEqual(banned.choices[0].logprobs.tokens[0], (await post200(server, '/detokenize', { model, tokens: [id] })).prompt);
 });
 
+// The demo model's random weights never call a tool by themselves: these calls are the
+// tool-call grammar's (tool_choice required / named is enforced, api.md §6).
+await run.check('tool_choice required / named is enforced: chat, stream, SDK, Responses', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'get_time', description: 'now', parameters: { type: 'object', properties: {} } } },
+    { type: 'function', function: { name: 'pick', parameters: { type: 'object', properties: { color: { enum: ['red', 'green'] } } } } },
+  ];
+  const base = { model, messages: [{ role: 'user', content: 'What time is it?' }], tools, reasoning_effort: 'none', max_tokens: 200, temperature: 0 };
+  const named = await post200(server, '/v1/chat/completions', { ...base, tool_choice: { type: 'function', function: { name: 'get_time' } } });
+  const nc = named.choices[0];
+  assert.equal(nc.finish_reason, 'stop');  // OpenAI's finish_reason for a named choice
+  assert.equal(nc.message.tool_calls.length, 1);
+  assert.equal(nc.message.tool_calls[0].function.name, 'get_time');
+  assert.equal(nc.message.tool_calls[0].function.arguments, '{}');
+  assert.ok(!nc.message.content);
+  // The SDK's stream accumulator sees the same call.
+  const acc = await client.chat.completions.stream({ ...base, tool_choice: { type: 'function', function: { name: 'get_time' } } }).finalChatCompletion();
+  assert.equal(acc.choices[0].message.tool_calls[0].function.name, 'get_time');
+  assert.equal(acc.choices[0].finish_reason, 'stop');
+  let called = 0;
+  for (const seed of [1, 2, 3]) {
+    const r = await post200(server, '/v1/chat/completions', { ...base, tool_choice: 'required', temperature: 1, seed });
+    const c = r.choices[0];
+    if (c.finish_reason === 'length') continue;  // still inside a call when max_tokens ran out
+    assert.equal(c.finish_reason, 'tool_calls');
+    assert.ok(c.message.tool_calls.length >= 1);
+    for (const tc of c.message.tool_calls) {
+      assert.ok(['get_time', 'pick'].includes(tc.function.name), tc.function.name);
+      const args = JSON.parse(tc.function.arguments);
+      for (const [k, v] of Object.entries(args)) assert.ok(k === 'color' && ['red', 'green'].includes(v), tc.function.arguments);
+      ++called;
+    }
+  }
+  assert.ok(called >= 1, 'no seed finished its calls');
+  // parallel_tool_calls false: exactly one call.
+  const one = await post200(server, '/v1/chat/completions', { ...base, tool_choice: 'required', parallel_tool_calls: false, seed: 4, temperature: 1 });
+  if (one.choices[0].finish_reason !== 'length') assert.equal(one.choices[0].message.tool_calls.length, 1);
+  // Responses: a named function tool gives a function_call item.
+  const resp = await post200(server, '/v1/responses', {
+    model, input: 'What time is it?', max_output_tokens: 200, reasoning: { effort: 'none' },
+    tools: [{ type: 'function', name: 'get_time', parameters: { type: 'object', properties: {} } }], tool_choice: { type: 'function', name: 'get_time' },
+  });
+  const fc = resp.output.filter((o) => o.type === 'function_call');
+  assert.equal(fc.length, 1);
+  assert.equal(fc[0].name, 'get_time');
+  // Next to a response format, a forced call still wins: the answer is the call.
+  const both = await post200(server, '/v1/chat/completions', { ...base, tool_choice: { type: 'function', function: { name: 'get_time' } }, response_format: { type: 'text' } });
+  assert.equal(both.choices[0].message.tool_calls[0].function.name, 'get_time');
+  const req = await post200(server, '/v1/chat/completions', { ...base, tool_choice: 'required', parallel_tool_calls: false, response_format: { type: 'json_object' }, seed: 4, temperature: 1 });
+  if (req.choices[0].finish_reason !== 'length') assert.equal(req.choices[0].finish_reason, 'tool_calls');
+});
+
 await run.check('copy drafts: a reply that repeats itself is verified several tokens a step (/health, /metrics)', async () => {
   // One token forced by logit_bias: once the reply has repeated it 16 times (COPY_MATCH 8, twice
   // that inside the reply), its next tokens are copied as drafts and every one is kept.

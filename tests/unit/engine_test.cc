@@ -37,6 +37,7 @@ struct Collector {
   std::map<int, std::string> text;  // reasoning + content, per choice
   std::map<int, std::string> content;
   std::map<int, std::vector<TokenLogprob>> logprobs;
+  std::map<int, std::map<int, std::pair<std::string, std::string>>> calls;  // choice -> index -> name, arguments
   std::map<int, GenerationEvent> finish;
   int events = 0;
   int expected = 1;
@@ -56,6 +57,11 @@ struct Collector {
         text[ev.choice] += ev.reasoning + ev.content;
         content[ev.choice] += ev.content;
         for (auto& l : ev.logprobs) logprobs[ev.choice].push_back(l);
+        for (auto& d : ev.tool_calls) {
+          auto& call = calls[ev.choice][d.index];
+          call.first += d.name;
+          call.second += d.arguments;
+        }
       }
       cv.notify_all();
     };
@@ -369,6 +375,105 @@ TEST_F(StructuredOutputTest, AppliesAfterTheReasoning) {
   ASSERT_FALSE(c.error) << c.status.to_string();
   EXPECT_TRUE(c.content[0] == "yes" || c.content[0] == "no") << c.content[0];
   EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kStop);
+}
+
+// tool_choice "required" / named: the demo model's random weights never call a tool by
+// themselves, so every call below is the tool-call grammar's doing. Reasoning is closed at once
+// (a bias on </think>), as in AppliesAfterTheReasoning. The parameters are enums: a random
+// model would write a free string until max_tokens.
+class ToolChoiceTest : public EngineTest {
+ protected:
+  static nlohmann::json tools() {
+    return nlohmann::json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"enum": ["Paris", "Oslo"]}, "days": {"enum": [1, 2, 3]}}}}},
+      {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}])");
+  }
+  static GenerationRequest tool_request(const std::string& id, int64_t seed) {
+    auto think_end = engine_->tokenize("</think>", false);
+    EXPECT_TRUE(think_end.has_value() && think_end->size() == 1u);
+    ChatPrompt chat;
+    chat.messages = nlohmann::json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
+    chat.tools = tools();
+    auto ids = engine_->render_chat(chat);
+    EXPECT_TRUE(ids.has_value());
+    GenerationRequest g;
+    g.request_id = id;
+    g.prompt_tokens = *ids;
+    g.sampling.max_tokens = 200;
+    g.sampling.temperature = 1.0;
+    g.sampling.seed = seed;
+    g.sampling.logit_bias[(*think_end)[0]] = 100.0;
+    g.parse_reasoning = true;
+    g.tools = tools();
+    return g;
+  }
+};
+
+TEST_F(ToolChoiceTest, RequiredAlwaysCallsADeclaredFunction) {
+  int finished_calls = 0;
+  for (int64_t seed : {1, 2, 3, 4}) {
+    GenerationRequest g = tool_request("required" + std::to_string(seed), seed);
+    g.tool_choice = "required";
+    Collector c;
+    ASSERT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+    ASSERT_TRUE(c.wait());
+    ASSERT_FALSE(c.error) << c.status.to_string();
+    // No content: the answer is calls only (a call cut by max_tokens is no call at all).
+    EXPECT_EQ(c.content[0], "") << seed;
+    if (c.finish[0].finish_reason == FinishReason::kLength) continue;
+    EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kToolCalls) << seed;
+    ASSERT_FALSE(c.calls[0].empty()) << seed;
+    for (const auto& [index, call] : c.calls[0]) {
+      EXPECT_TRUE(call.first == "get_weather" || call.first == "get_time") << call.first;
+      const nlohmann::json args = nlohmann::json::parse(call.second, nullptr, false);
+      ASSERT_TRUE(args.is_object()) << call.second;
+      for (const auto& [k, v] : args.items()) {
+        EXPECT_EQ(call.first, "get_weather") << k;
+        EXPECT_TRUE((k == "city" && (v == "Paris" || v == "Oslo")) || (k == "days" && v.is_number_integer()))
+            << call.second;
+      }
+      ++finished_calls;
+    }
+  }
+  EXPECT_GE(finished_calls, 2);
+}
+
+TEST_F(ToolChoiceTest, ANamedChoiceCallsThatFunctionOnceAndStops) {
+  for (int64_t seed : {5, 6}) {
+    GenerationRequest g = tool_request("named" + std::to_string(seed), seed);
+    g.tool_choice = "get_time";
+    g.named_tool_choice = true;
+    g.sampling.ignore_eos = true;  // the closed call ends the answer by itself
+    Collector c;
+    ASSERT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+    ASSERT_TRUE(c.wait());
+    ASSERT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(c.finish[0].finish_reason, FinishReason::kStop);  // OpenAI: "stop" for a named choice
+    ASSERT_EQ(c.calls[0].size(), 1u);
+    EXPECT_EQ(c.calls[0][0].first, "get_time");
+    EXPECT_EQ(c.calls[0][0].second, "{}");
+  }
+}
+
+TEST_F(ToolChoiceTest, AutoLeavesTheAnswerFree) {
+  GenerationRequest g = tool_request("auto", 7);
+  g.tool_choice = "auto";
+  g.sampling.max_tokens = 24;
+  Collector c;
+  ASSERT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  EXPECT_TRUE(c.calls[0].empty());
+  EXPECT_NE(c.content[0], "");
+}
+
+TEST_F(ToolChoiceTest, ANamedFunctionNotInToolsIsRefused) {
+  GenerationRequest g = tool_request("missing", 1);
+  g.tool_choice = "get_tide";
+  g.named_tool_choice = true;
+  Status s = engine_->submit(std::move(g), [](GenerationEvent) {});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("get_tide"), std::string::npos) << s.message();
 }
 
 TEST_F(StructuredOutputTest, BadConstraintsAreRefusedAtSubmit) {

@@ -124,4 +124,40 @@ std::string gbnf_literal(std::string_view text) {
   return gbnf_string(cps);
 }
 
+std::string prefix_gbnf_rules(std::string_view gbnf, std::string_view prefix) {
+  const auto is_name_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  };
+  std::string out;
+  out.reserve(gbnf.size() * 2);
+  size_t i = 0;
+  // Copies a quoted literal or a class up to its unescaped closing character.
+  const auto copy_until = [&](char close) {
+    out.push_back(gbnf[i++]);
+    while (i < gbnf.size() && gbnf[i] != close) {
+      if (gbnf[i] == '\\' && i + 1 < gbnf.size()) out.push_back(gbnf[i++]);
+      out.push_back(gbnf[i++]);
+    }
+    if (i < gbnf.size()) out.push_back(gbnf[i++]);
+  };
+  while (i < gbnf.size()) {
+    const char c = gbnf[i];
+    if (c == '"') {
+      copy_until('"');
+    } else if (c == '[') {
+      copy_until(']');
+    } else if (c == '{') {
+      copy_until('}');  // a repetition count
+    } else if (c == '#') {
+      while (i < gbnf.size() && gbnf[i] != '\n') out.push_back(gbnf[i++]);
+    } else if (is_name_char(c)) {
+      out += prefix;
+      while (i < gbnf.size() && is_name_char(gbnf[i])) out.push_back(gbnf[i++]);
+    } else {
+      out.push_back(gbnf[i++]);
+    }
+  }
+  return out;
+}
+
 }  // namespace tf::grammar

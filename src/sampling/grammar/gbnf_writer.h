@@ -33,4 +33,9 @@ std::string gbnf_literal(std::string_view text);
 // a single code point as a literal.
 std::string gbnf_class(const std::vector<CharRange>& normalized);
 
+// `gbnf` with every rule name (definitions and references) prefixed by `prefix`, so that
+// several generated grammars (each with its own `root`, `ws`, ...) can live in one text.
+// Literals, classes, comments and repetition counts are left as they are.
+std::string prefix_gbnf_rules(std::string_view gbnf, std::string_view prefix);
+
 }  // namespace tf::grammar

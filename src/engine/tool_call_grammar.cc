@@ -1,0 +1,120 @@
+// See tool_call_grammar.h.
+#include "engine/tool_call_grammar.h"
+
+#include "sampling/grammar/gbnf_writer.h"
+#include "sampling/grammar/json_schema_gbnf.h"
+#include "text/tool_call_parser.h"
+
+namespace tf::engine {
+
+const std::vector<std::string> kToolCallMarkers = {"<tool_call>", "</tool_call>", "<arg_key>",
+                                                   "</arg_key>",  "<arg_value>",  "</arg_value>"};
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kValueEnd = "</arg_value>";
+
+// `raw`: any text in which kValueEnd does not occur (it may end with a part of it). Rule s<i>
+// is the state "the text ends with the first i characters of kValueEnd"; '<' occurs only
+// first in it, so a mismatch goes back to s1 on '<' and to s0 on anything else.
+std::string raw_text_rules() {
+  using grammar::CharRange;
+  const auto cls_not = [](std::initializer_list<char> cs) {
+    std::vector<CharRange> r;
+    for (char c : cs) r.push_back({static_cast<uint32_t>(c), static_cast<uint32_t>(c)});
+    return grammar::gbnf_class(grammar::complement_ranges(grammar::normalize_ranges(r)));
+  };
+  std::string out = "raw ::= s0\n";
+  out += "s0 ::= (" + cls_not({'<'}) + " s0 | \"<\" s1)?\n";
+  for (size_t i = 1; i < kValueEnd.size(); ++i) {
+    const char next = kValueEnd[i];
+    out += "s" + std::to_string(i) + " ::= (" + cls_not({'<', next}) + " s0 | \"<\" s1";
+    if (i + 1 < kValueEnd.size()) out += " | " + grammar::gbnf_literal(std::string(1, next)) + " s" + std::to_string(i + 1);
+    out += ")?\n";
+  }
+  return out;
+}
+
+const json* function_of(const json& tool) {
+  if (!tool.is_object()) return nullptr;
+  const json& fn = tool.contains("function") && tool["function"].is_object() ? tool["function"] : tool;
+  return fn.contains("name") && fn["name"].is_string() ? &fn : nullptr;
+}
+
+// The rules of one function's call body: NAME and its argument pairs.
+std::string function_rules(const json& fn, const std::string& rule, bool& uses_any_value) {
+  std::string out;
+  const std::string arg = rule + "-arg", kv = rule + "-kv";
+  const std::string name = grammar::gbnf_literal(fn["name"].get<std::string>());
+  const json* props = nullptr;
+  if (auto p = fn.find("parameters"); p != fn.end() && p->is_object()) {
+    if (auto q = p->find("properties"); q != p->end() && q->is_object()) props = &*q;
+  }
+  if (props != nullptr && props->empty()) {  // declares that it takes no arguments
+    out += rule + " ::= " + name + " \"\\n\"?\n";
+    return out;
+  }
+  out += rule + " ::= " + name + " \"\\n\"? " + arg + "*\n";
+  out += arg + " ::= \"<arg_key>\" " + kv + " \"</arg_value>\" \"\\n\"?\n";
+  if (props == nullptr) {  // no declared parameters: any keys
+    out += kv + " ::= [^<]+ \"</arg_key>\" \"<arg_value>\" raw\n";
+    return out;
+  }
+  std::string alts;
+  std::string values;
+  int index = 0;
+  for (const auto& [key, schema] : props->items()) {
+    const std::string value = rule + "-p" + std::to_string(index++);
+    if (!alts.empty()) alts += " | ";
+    alts += grammar::gbnf_literal(key) + " \"</arg_key>\" \"<arg_value>\" " + value;
+    if (tool_parameter_is_string(schema)) {
+      values += value + " ::= raw\n";
+      continue;
+    }
+    // A JSON value of the parameter's schema, its rules renamed into this grammar.
+    auto g = grammar::json_schema_to_gbnf(schema);
+    if (g) {
+      values += grammar::prefix_gbnf_rules(*g, value + "-");
+      values += value + " ::= " + value + "-root\n";
+    } else {
+      uses_any_value = true;
+      values += value + " ::= any-root\n";
+    }
+  }
+  out += kv + " ::= " + alts + "\n" + values;
+  return out;
+}
+
+}  // namespace
+
+Expected<std::string> tool_call_gbnf(const json& tools, const ToolCallGrammarOptions& options) {
+  if (!tools.is_array()) return invalid_argument("tool_choice: the request has no tools");
+  std::string functions, bodies;
+  bool uses_any_value = false;
+  int index = 0;
+  for (const json& tool : tools) {
+    const json* fn = function_of(tool);
+    if (fn == nullptr) continue;
+    if (options.function && (*fn)["name"] != *options.function) continue;
+    const std::string rule = "f" + std::to_string(index++);
+    functions += (functions.empty() ? "" : " | ") + rule;
+    bodies += function_rules(*fn, rule, uses_any_value);
+  }
+  if (functions.empty()) {
+    return invalid_argument(options.function ? "tool_choice names function '" + *options.function +
+                                                   "' which is not in 'tools'"
+                                             : std::string("tool_choice required: 'tools' has no function"));
+  }
+  std::string out;
+  const bool many = !options.function && options.parallel;
+  out += std::string("root ::= call") + (many ? " (\"\\n\"? call)*" : "") + "\n";
+  out += "call ::= \"<tool_call>\" (" + functions + ") \"</tool_call>\"\n";
+  out += bodies;
+  out += raw_text_rules();
+  if (uses_any_value) out += grammar::prefix_gbnf_rules(*grammar::json_schema_to_gbnf(json::object()), "any-");
+  return out;
+}
+
+}  // namespace tf::engine
