@@ -53,6 +53,9 @@ std::string require_string_arg(const Value& v, const char* what) {
 
 // select/reject/selectattr/rejectattr share this: args are (value, [attribute,] test, test args...).
 Value select_impl(const Value& input, CallArgs& args, bool with_attr, bool keep_on) {
+  // jinja2's select_or_reject starts with `if value:`: a falsy input (None, 0, "", []) selects nothing
+  // and its arguments are not even looked at.
+  if (!input.truthy()) return Value::iterator({});
   size_t next = 0;
   std::string attr;
   if (with_attr) {
@@ -71,32 +74,6 @@ Value select_impl(const Value& input, CallArgs& args, bool with_attr, bool keep_
     if (r == keep_on) out.push_back(item);
   }
   return Value::iterator(std::move(out));
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
 }
 
 std::vector<std::string> splitlines(const std::string& s) {
@@ -213,7 +190,9 @@ const std::unordered_map<std::string, Filter>& filters() {
       }
       return Value::iterator(std::move(out));
     };
-    f["capitalize"] = [](const Value& v, CallArgs&) { return Value(py_capitalize(v.to_str())); };
+    f["capitalize"] = [](const Value& v, CallArgs&) {
+      return as_markup_if(v.is_markup(), Value(py_capitalize(v.to_str())));
+    };
     f["center"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("center", a, {"width"});
       std::string s = v.to_str();
@@ -248,12 +227,18 @@ const std::unordered_map<std::string, Filter>& filters() {
       if (b.get(2, Value(false)).truthy()) std::reverse(items.begin(), items.end());
       return Value::list(std::move(items));
     };
-    f["escape"] = [](const Value& v, CallArgs&) { return Value(html_escape(v.to_str())); };
+    f["escape"] = [](const Value& v, CallArgs&) { return markup_escape(v); };
     f["e"] = f["escape"];
-    f["forceescape"] = f["escape"];
+    f["forceescape"] = [](const Value& v, CallArgs&) { return Value::markup(html_escape(v.to_str())); };
     f["format"] = [](const Value& v, CallArgs& a) {
       if (!a.keyword.empty())
         throw JinjaError("FilterArgumentError: format takes positional arguments only here");
+      if (v.is_markup()) {
+        std::vector<Value> args = a.positional;
+        for (auto& x : args)
+          if (x.is_string()) x = markup_escape(x);
+        return Value::markup(percent_format(v.to_str(), args));
+      }
       return Value(percent_format(v.to_str(), a.positional));
     };
     f["first"] = [](const Value& v, CallArgs&) {
@@ -262,7 +247,8 @@ const std::unordered_map<std::string, Filter>& filters() {
       return items.front();
     };
     f["last"] = [](const Value& v, CallArgs&) {
-      if (v.is_undefined() || v.is_iterator())
+      // reversed(Undefined) is empty in jinja2 (len 0), so `undefined | last` is Undefined too.
+      if (v.is_iterator())
         throw JinjaError(std::string("TypeError: '") + v.type_name() + "' object is not reversible");
       std::vector<Value> items = iterate(v);
       if (items.empty()) return Value::undefined("No last item, sequence was empty.");
@@ -317,10 +303,12 @@ const std::unordered_map<std::string, Filter>& filters() {
     f["length"] = [](const Value& v, CallArgs&) { return Value(length_of(v)); };
     f["count"] = f["length"];
     f["list"] = [](const Value& v, CallArgs&) { return Value::list(iterate(v)); };
-    f["lower"] = [](const Value& v, CallArgs&) { return Value(py_lower(v.to_str())); };
-    f["upper"] = [](const Value& v, CallArgs&) { return Value(py_upper(v.to_str())); };
+    // These go through soft_str, so a Markup input gives a Markup result.
+    f["lower"] = [](const Value& v, CallArgs&) { return as_markup_if(v.is_markup(), Value(py_lower(v.to_str()))); };
+    f["upper"] = [](const Value& v, CallArgs&) { return as_markup_if(v.is_markup(), Value(py_upper(v.to_str()))); };
     f["map"] = [](const Value& v, CallArgs& a) {
       std::vector<Value> out;
+      if (!v.truthy()) return Value::iterator({});  // jinja2's do_map: `if value:` first
       const Value* attr = nullptr;
       Value fallback;
       for (const auto& [k, val] : a.keyword) {
@@ -384,7 +372,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       double x = v.as_double() * scale;
       return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
     };
-    f["safe"] = [](const Value& v, CallArgs&) { return v.is_string() ? v : Value(v.to_str()); };
+    f["safe"] = [](const Value& v, CallArgs&) { return Value::markup(v.to_str()); };
     f["sort"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("sort", a, {"reverse", "case_sensitive", "attribute"});
       bool reverse = b.get(0, Value(false)).truthy();
@@ -399,7 +387,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       });
       return Value::list(std::move(items));
     };
-    f["string"] = [](const Value& v, CallArgs&) { return Value(v.to_str()); };
+    f["string"] = [](const Value& v, CallArgs&) { return v.is_markup() ? v : Value(v.to_str()); };
     f["sum"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("sum", a, {"attribute", "start"});
       Value attr = b.get(0, Value::none());
@@ -429,7 +417,7 @@ const std::unordered_map<std::string, Filter>& filters() {
         out += piece;
         i = j;
       }
-      return Value(out);
+      return as_markup_if(v.is_markup(), Value(out));
     };
     f["tojson"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"});
@@ -459,9 +447,10 @@ const std::unordered_map<std::string, Filter>& filters() {
     f["trim"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("trim", a, {"chars"});
       Value chars = b.get(0, Value::none());
-      return Value(py_strip(v.to_str(),
-                            chars.is_none() ? std::nullopt : std::optional<std::string>(chars.to_str()), true,
-                            true));
+      return as_markup_if(
+          v.is_markup(),
+          Value(py_strip(v.to_str(), chars.is_none() ? std::nullopt : std::optional<std::string>(chars.to_str()),
+                         true, true)));
     };
     f["unique"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("unique", a, {"case_sensitive", "attribute"});
@@ -480,7 +469,16 @@ const std::unordered_map<std::string, Filter>& filters() {
       return Value::iterator(std::move(out));
     };
     f["wordcount"] = [](const Value& v, CallArgs&) {
-      return Value(static_cast<int64_t>(py_split(v.to_str(), std::nullopt, -1).size()));
+      // jinja2 counts the matches of the regex \w+ (letters, digits and underscore runs).
+      std::u32string u = utf8_decode(v.to_str());
+      int64_t words = 0;
+      bool in_word = false;
+      for (char32_t c : u) {
+        bool w = py_is_word_char(c);
+        if (w && !in_word) ++words;
+        in_word = w;
+      }
+      return Value(words);
     };
     return f;
   }();

@@ -22,6 +22,20 @@ int64_t opt_int(const Value& v, int64_t fallback) {
   return v.as_int();
 }
 
+// s[start:end] (code points, Python's clamping) for the start/end arguments of find, count,
+// startswith...; the offset is where the window begins, or -1 when start lies past the end.
+std::pair<std::string, int64_t> window(const std::string& s, const Value& start, const Value& end) {
+  std::u32string u = utf8_decode(s);
+  int64_t n = static_cast<int64_t>(u.size());
+  int64_t b = opt_int(start, 0), e = opt_int(end, n);
+  if (b < 0) b = std::max<int64_t>(0, b + n);
+  if (e < 0) e = std::max<int64_t>(0, e + n);
+  e = std::min(e, n);
+  if (b > n) return {std::string(), -1};
+  if (e < b) e = b;
+  return {utf8_encode(std::u32string_view(u).substr(static_cast<size_t>(b), static_cast<size_t>(e - b))), b};
+}
+
 Value string_list(const std::vector<std::string>& parts) {
   std::vector<Value> out;
   out.reserve(parts.size());
@@ -89,13 +103,9 @@ Value string_method(const Value& self, const std::string& name) {
     return fn([s, prefix](CallArgs& a) {
       ArgBinder b(prefix ? "startswith" : "endswith", a, {"prefix", "start", "end"});
       if (b.has(1) || b.has(2)) {
-        std::u32string u = utf8_decode(s);
-        auto idx =
-            py_slice_indices(static_cast<int64_t>(u.size()), opt_int(b.get(1), 0),
-                             b.has(2) ? std::optional<int64_t>(opt_int(b.get(2), 0)) : std::nullopt, 1);
-        std::u32string part;
-        for (int64_t i : idx) part.push_back(u[static_cast<size_t>(i)]);
-        return Value(affix_match(utf8_encode(part), b.required(0), prefix));
+        auto [part, offset] = window(s, b.get(1), b.get(2));
+        if (offset < 0) return Value(false);
+        return Value(affix_match(part, b.required(0), prefix));
       }
       return Value(affix_match(s, b.required(0), prefix));
     });
@@ -133,20 +143,112 @@ Value string_method(const Value& self, const std::string& name) {
     bool reverse = name[0] == 'r';
     bool raise = name.find("index") != std::string::npos;
     return fn([s, reverse, raise](CallArgs& a) {
-      ArgBinder b("find", a, {"sub"});
+      ArgBinder b("find", a, {"sub", "start", "end"});
       const Value& sub = b.required(0);
-      if (!sub.is_string()) throw JinjaError("TypeError: must be str");
-      int64_t r = py_find(s, sub.str(), reverse);
+      if (!sub.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sub.type_name()));
+      auto [part, offset] = window(s, b.get(1), b.get(2));
+      int64_t r = offset < 0 ? -1 : py_find(part, sub.str(), reverse);
+      if (r >= 0) r += offset;
       if (r < 0 && raise) throw JinjaError("ValueError: substring not found");
       return Value(r);
     });
   }
   if (name == "count") {
     return fn([s](CallArgs& a) {
-      ArgBinder b("count", a, {"sub"});
+      ArgBinder b("count", a, {"sub", "start", "end"});
       const Value& sub = b.required(0);
-      if (!sub.is_string()) throw JinjaError("TypeError: must be str");
-      return Value(py_count(s, sub.str()));
+      if (!sub.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sub.type_name()));
+      auto [part, offset] = window(s, b.get(1), b.get(2));
+      return Value(offset < 0 ? int64_t{0} : py_count(part, sub.str()));
+    });
+  }
+  if (name == "partition" || name == "rpartition") {
+    bool right = name == "rpartition";
+    return fn([s, right](CallArgs& a) {
+      ArgBinder b("partition", a, {"sep"});
+      const Value& sep = b.required(0);
+      if (!sep.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sep.type_name()));
+      if (sep.str().empty()) throw JinjaError("ValueError: empty separator");
+      size_t p = right ? s.rfind(sep.str()) : s.find(sep.str());
+      if (p == std::string::npos)
+        return right ? Value::tuple({Value(""), Value(""), Value(s)}) : Value::tuple({Value(s), Value(""), Value("")});
+      return Value::tuple({Value(s.substr(0, p)), sep, Value(s.substr(p + sep.str().size()))});
+    });
+  }
+  if (name == "removeprefix" || name == "removesuffix") {
+    bool prefix = name == "removeprefix";
+    return fn([s, prefix](CallArgs& a) {
+      ArgBinder b(prefix ? "removeprefix" : "removesuffix", a, {"affix"});
+      const Value& x = b.required(0);
+      if (!x.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(x.type_name()));
+      const std::string& t = x.str();
+      if (t.size() <= s.size() && (prefix ? s.compare(0, t.size(), t) == 0
+                                          : s.compare(s.size() - t.size(), t.size(), t) == 0))
+        return Value(prefix ? s.substr(t.size()) : s.substr(0, s.size() - t.size()));
+      return Value(s);
+    });
+  }
+  if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
+    return fn([s, name](CallArgs& a) {
+      bool zfill = name == "zfill";
+      ArgBinder b(name.c_str(), a, {"width", "fillchar"});
+      const Value& w = b.required(0);
+      if (!w.is_int() && !w.is_bool())
+        throw JinjaError("TypeError: '" + std::string(w.type_name()) + "' object cannot be interpreted as an integer");
+      std::string fill = zfill ? std::string("0") : b.get(1, Value(" ")).to_str();
+      if (utf8_length(fill) != 1)
+        throw JinjaError("TypeError: The fill character must be exactly one character long");
+      int64_t len = static_cast<int64_t>(utf8_length(s));
+      int64_t pad = w.as_int() - len;
+      if (pad <= 0) return Value(s);
+      if (pad > (int64_t{1} << 24)) throw JinjaError("MemoryError: padded string is too large");
+      auto rep = [&](int64_t n) {
+        std::string out;
+        for (int64_t i = 0; i < n; ++i) out += fill;
+        return out;
+      };
+      if (name == "ljust") return Value(s + rep(pad));
+      if (name == "rjust") return Value(rep(pad) + s);
+      if (zfill) {
+        if (!s.empty() && (s[0] == '+' || s[0] == '-')) return Value(s.substr(0, 1) + rep(pad) + s.substr(1));
+        return Value(rep(pad) + s);
+      }
+      int64_t left = pad / 2 + (pad & w.as_int() & 1);  // CPython's str.center
+      return Value(rep(left) + s + rep(pad - left));
+    });
+  }
+  if (name == "swapcase") {
+    return fn([s](CallArgs&) {
+      std::string out;
+      for (char32_t c : utf8_decode(s)) {
+        std::string one;
+        utf8_append(one, c);
+        std::string up = py_upper(one), low = py_lower(one);
+        out += up != one ? up : low;
+      }
+      return Value(out);
+    });
+  }
+  if (name == "casefold") return fn([s](CallArgs&) { return Value(py_lower(py_replace(s, "\xc3\x9f", "ss", -1))); });
+  if (name == "expandtabs") {
+    return fn([s](CallArgs& a) {
+      ArgBinder b("expandtabs", a, {"tabsize"});
+      int64_t tab = opt_int(b.get(0), 8);
+      std::string out;
+      int64_t col = 0;
+      for (char32_t c : utf8_decode(s)) {
+        if (c == '\t') {
+          if (tab > 0) {
+            int64_t n = tab - col % tab;
+            out.append(static_cast<size_t>(n), ' ');
+            col += n;
+          }
+        } else {
+          utf8_append(out, c);
+          col = (c == '\n' || c == '\r') ? 0 : col + 1;
+        }
+      }
+      return Value(out);
     });
   }
   if (name == "join") {
@@ -167,33 +269,46 @@ Value string_method(const Value& self, const std::string& name) {
   }
   if (name == "format") return fn([s](CallArgs& a) { return Value(format_string(s, a)); });
   if (name == "splitlines") {
-    return fn([s](CallArgs&) {
+    return fn([s](CallArgs& a) {
+      ArgBinder b("splitlines", a, {"keepends"});
+      bool keep = b.get(0, Value(false)).truthy();
       std::vector<std::string> lines;
+      std::u32string u = utf8_decode(s);
       size_t start = 0;
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '\n' || s[i] == '\r') {
-          lines.push_back(s.substr(start, i - start));
-          if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-          start = i + 1;
-        }
+      for (size_t i = 0; i < u.size(); ++i) {
+        char32_t c = u[i];
+        bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
+                   c == 0x85 || c == 0x2028 || c == 0x2029;
+        if (!brk) continue;
+        size_t end = i;
+        if (c == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;
+        lines.push_back(utf8_encode(std::u32string_view(u).substr(start, (keep ? i + 1 : end) - start)));
+        start = i + 1;
       }
-      if (start < s.size()) lines.push_back(s.substr(start));
+      if (start < u.size()) lines.push_back(utf8_encode(std::u32string_view(u).substr(start)));
       return string_list(lines);
     });
   }
   auto predicate = [&](auto pred) {
     return fn([s, pred](CallArgs&) {
-      if (s.empty()) return Value(false);
-      return Value(std::all_of(s.begin(), s.end(), pred));
+      std::u32string u = utf8_decode(s);
+      if (u.empty()) return Value(false);
+      return Value(std::all_of(u.begin(), u.end(), pred));
     });
   };
-  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal")
-    return predicate([](char c) { return c >= '0' && c <= '9'; });
-  if (name == "isalpha")
-    return predicate([](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; });
-  if (name == "isalnum")
-    return predicate([](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; });
-  if (name == "isspace") return predicate([](char c) { return py_isspace(static_cast<unsigned char>(c)); });
+  if (name == "isdigit" || name == "isdecimal") return predicate([](char32_t c) { return py_isdecimal(c); });
+  if (name == "isnumeric") return predicate([](char32_t c) { return py_isnumeric(c); });
+  if (name == "isalpha") return predicate([](char32_t c) { return py_isalpha(c); });
+  if (name == "isalnum") return predicate([](char32_t c) { return py_isalpha(c) || py_isnumeric(c); });
+  if (name == "isspace") return predicate([](char32_t c) { return py_isspace(c); });
+  if (name == "isascii")
+    return fn([s](CallArgs&) { return Value(is_ascii(s)); });
+  if (name == "isprintable")
+    return fn([s](CallArgs&) {
+      std::u32string u = utf8_decode(s);
+      return Value(std::all_of(u.begin(), u.end(), [](char32_t c) { return py_isprintable(c); }));
+    });
+  if (name == "istitle") return fn([s](CallArgs&) { return Value(!s.empty() && py_str_title(s) == s && py_lower(s) != s); });
   if (name == "islower" || name == "isupper") {
     bool lower = name == "islower";
     return fn([s, lower](CallArgs&) {
@@ -213,11 +328,11 @@ Value string_method(const Value& self, const std::string& name) {
   return Value();
 }
 
+// ImmutableSandboxedEnvironment hands out an Undefined for a mutating method (`is defined` is false,
+// it prints as ""); only calling it raises SecurityError.
 Value unsafe_method(const Value& self, const std::string& name) {
-  std::string type = self.type_name();
-  return Value::function(type + "." + name, [type, name](CallArgs&) -> Value {
-    throw JinjaError("SecurityError: access to attribute '" + name + "' of '" + type + "' object is unsafe.");
-  });
+  return Value::undefined("SecurityError: access to attribute '" + name + "' of '" +
+                          std::string(self.type_name()) + "' object is unsafe.");
 }
 
 Value dict_method(const Value& self, const std::string& name) {
@@ -281,10 +396,43 @@ Value list_method(const Value& self, const std::string& name) {
 
 }  // namespace
 
+// Markup's overrides of str methods: the result is Markup again, and the arguments that end up in
+// the text (replace's `new`, the padding fill, join's items, format's arguments) are escaped first.
+Value markup_method(const Value& self, const std::string& name) {
+  static const char* const kKeep[] = {"capitalize", "title",      "lower",      "upper",        "replace",
+                                      "ljust",      "rjust",      "lstrip",     "rstrip",       "center",
+                                      "strip",      "expandtabs", "swapcase",   "zfill",        "casefold",
+                                      "removeprefix", "removesuffix", "partition", "rpartition", "split",
+                                      "rsplit",     "splitlines", "join",       "format"};
+  Value inner = string_method(self, name);
+  if (inner.is_undefined() || !inner.is_callable()) return inner;
+  bool keep = std::any_of(std::begin(kKeep), std::end(kKeep), [&](const char* k) { return name == k; });
+  if (!keep) return inner;
+  return Value::function("Markup." + name, [inner, name](CallArgs& a) {
+    CallArgs args = a;
+    auto esc = [](Value& v) {
+      if (v.is_string()) v = markup_escape(v);
+    };
+    if (name == "replace" && args.positional.size() >= 2) esc(args.positional[1]);
+    if ((name == "ljust" || name == "rjust" || name == "center") && args.positional.size() >= 2)
+      esc(args.positional[1]);
+    if (name == "format") {
+      for (auto& v : args.positional) v = v.is_string() || v.is_number() || v.is_none() ? markup_escape(v) : v;
+      for (auto& [k, v] : args.keyword) v = v.is_string() || v.is_number() || v.is_none() ? markup_escape(v) : v;
+    }
+    if (name == "join" && args.positional.size() == 1) {
+      std::vector<Value> items;
+      for (const auto& v : iterate(args.positional[0])) items.push_back(markup_escape(v));
+      args.positional[0] = Value::list(std::move(items));
+    }
+    return as_markup_if(true, inner.callable().fn(args));
+  });
+}
+
 Value get_method(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
     case Value::Kind::kString:
-      return string_method(obj, name);
+      return obj.is_markup() ? markup_method(obj, name) : string_method(obj, name);
     case Value::Kind::kDict:
       return dict_method(obj, name);
     case Value::Kind::kList:

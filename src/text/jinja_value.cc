@@ -27,6 +27,12 @@ Value::Value(int64_t v) : kind_(Kind::kInt), i_(v) {}
 Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
 Value::Value(std::string s) : kind_(Kind::kString), s_(std::move(s)) {}
 
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.b_ = true;
+  return v;
+}
+
 Value Value::list(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;

@@ -54,6 +54,9 @@ class Value {
   Value(double v);                                  // NOLINT
   Value(std::string s);                             // NOLINT
   Value(const char* s) : Value(std::string(s)) {}   // NOLINT
+  // markupsafe.Markup (what `|safe` and `|escape` return): a str whose `+`, `%`, join, replace and
+  // format HTML-escape the plain-str operands they take in (jinja2 behaviour templates rely on).
+  static Value markup(std::string s);
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
   // A one-shot iterable (Python generator/iterator): always truthy, has no len().
@@ -72,6 +75,7 @@ class Value {
   bool is_float() const { return kind_ == Kind::kFloat; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && b_; }
   bool is_list() const { return kind_ == Kind::kList; }  // lists, tuples and iterators
   bool is_tuple() const;
   bool is_iterator() const;
