@@ -18,7 +18,14 @@ namespace {
 using Filter = std::function<Value(const Value&, CallArgs&)>;
 using Test = std::function<bool(const Value&, CallArgs&)>;
 
-// jinja2's make_attrgetter: "a.b.0" looks up each part with getitem (item first, then attribute).
+// jinja2's make_attrgetter: "a.b.0" looks up each part with getitem (item first, then attribute);
+// an integer attribute is a single index.
+Value attribute_of(const Value& item, const std::string& path);
+Value attribute_of(const Value& item, const Value& attr) {
+  if (attr.is_int()) return get_item(item, attr);
+  return attribute_of(item, attr.to_str());
+}
+
 Value attribute_of(const Value& item, const std::string& path) {
   Value v = item;
   size_t start = 0;
@@ -231,8 +238,13 @@ const std::unordered_map<std::string, Filter>& filters() {
     f["e"] = f["escape"];
     f["forceescape"] = [](const Value& v, CallArgs&) { return Value::markup(html_escape(v.to_str())); };
     f["format"] = [](const Value& v, CallArgs& a) {
-      if (!a.keyword.empty())
-        throw JinjaError("FilterArgumentError: format takes positional arguments only here");
+      if (!a.keyword.empty() && !a.positional.empty())
+        throw JinjaError("FilterArgumentError: can't handle positional and keyword arguments at the same time");
+      if (!a.keyword.empty()) {  // `soft_str(value) % kwargs`
+        Value mapping = Value::dict();
+        for (const auto& [k, x] : a.keyword) mapping.dict_data().set(Value(k), x);
+        return as_markup_if(v.is_markup(), Value(percent_format(v.to_str(), {mapping})));
+      }
       if (v.is_markup()) {
         std::vector<Value> args = a.positional;
         for (auto& x : args)
@@ -279,6 +291,113 @@ const std::unordered_map<std::string, Filter>& filters() {
       }
       if (b.get(1, Value(false)).truthy()) rv = ind + rv;
       return Value(rv);
+    };
+    f["groupby"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("groupby", a, {"attribute", "default", "case_sensitive"});
+      Value attr = b.required(0);
+      Value fallback = b.get(1, Value::none());
+      bool cs = b.get(2, Value(false)).truthy();
+      auto key_of = [&](const Value& item) {
+        Value k = attribute_of(item, attr);
+        if (k.is_undefined() && !fallback.is_none()) k = fallback;
+        if (k.is_undefined()) fail_undefined(k);
+        return k;
+      };
+      std::vector<Value> items = iterate(v);
+      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+        return value_less(sort_key(key_of(x), cs), sort_key(key_of(y), cs));
+      });
+      std::vector<Value> out;
+      for (size_t i = 0; i < items.size();) {
+        Value group_key = sort_key(key_of(items[i]), cs);
+        std::vector<Value> members;
+        size_t j = i;
+        while (j < items.size() && values_equal(sort_key(key_of(items[j]), cs), group_key)) members.push_back(items[j++]);
+        // Without case_sensitive the grouper is the first member's own value, not the lowered key.
+        out.push_back(Value::named_tuple({"grouper", "list"}, {key_of(items[i]), Value::list(std::move(members))}));
+        i = j;
+      }
+      return Value::list(std::move(out));
+    };
+    f["slice"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("slice", a, {"slices", "fill_with"});
+      int64_t slices = b.required(0).as_int();
+      Value fill = b.get(1, Value::none());
+      std::vector<Value> seq = iterate(v);
+      int64_t length = static_cast<int64_t>(seq.size());
+      if (slices <= 0) throw JinjaError("ZeroDivisionError: integer division or modulo by zero");
+      int64_t per = length / slices, extra = length % slices, offset = 0;
+      std::vector<Value> out;
+      for (int64_t n = 0; n < slices; ++n) {
+        int64_t start = offset + n * per;
+        if (n < extra) ++offset;
+        int64_t end = offset + (n + 1) * per;
+        std::vector<Value> part(seq.begin() + start, seq.begin() + end);
+        if (!fill.is_none() && n >= extra) part.push_back(fill);
+        out.push_back(Value::list(std::move(part)));
+      }
+      return Value::iterator(std::move(out));
+    };
+    f["truncate"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("truncate", a, {"length", "killwords", "end", "leeway"});
+      std::u32string s = utf8_decode(v.to_str());
+      int64_t length = b.get(0, Value(int64_t{255})).as_int();
+      bool killwords = b.get(1, Value(false)).truthy();
+      std::u32string end = utf8_decode(b.get(2, Value("...")).to_str());
+      int64_t leeway = b.get(3, Value::none()).is_none() ? 5 : b.get(3).as_int();
+      int64_t n = static_cast<int64_t>(s.size()), e = static_cast<int64_t>(end.size());
+      if (length < e) throw JinjaError("AssertionError: expected length >= " + std::to_string(e) + ", got " + std::to_string(length));
+      if (leeway < 0) throw JinjaError("AssertionError: expected leeway >= 0, got " + std::to_string(leeway));
+      if (n <= length + leeway) return Value(v.to_str());
+      std::u32string head = s.substr(0, static_cast<size_t>(length - e));
+      if (!killwords) {
+        size_t sp = head.rfind(U' ');
+        if (sp != std::u32string::npos) head = head.substr(0, sp);
+      }
+      return Value(utf8_encode(head + end));
+    };
+    f["filesizeformat"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("filesizeformat", a, {"binary"});
+      bool binary = b.get(0, Value(false)).truthy();
+      double bytes = to_float(v, Value(0.0)).as_double();
+      double base = binary ? 1024 : 1000;
+      static const char* kDec[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+      static const char* kBin[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+      if (bytes == 1) return Value("1 Byte");
+      if (bytes < base) return Value(std::to_string(static_cast<int64_t>(bytes)) + " Bytes");
+      char buf[64];
+      for (int i = 0; i < 8; ++i) {
+        double unit = std::pow(base, i + 2);
+        if (bytes < unit || i == 7) {
+          std::snprintf(buf, sizeof(buf), "%.1f %s", base * bytes / unit, binary ? kBin[i] : kDec[i]);
+          return Value(std::string(buf));
+        }
+      }
+      return Value("");
+    };
+    f["pprint"] = [](const Value& v, CallArgs&) {
+      // pprint.pformat: repr with dict keys sorted; values whose repr exceeds 80 columns are wrapped
+      // over several lines, which is not implemented.
+      std::function<Value(const Value&)> sorted = [&](const Value& x) -> Value {
+        if (x.is_dict()) {
+          std::vector<std::pair<Value, Value>> entries = x.dict_data().entries;
+          std::stable_sort(entries.begin(), entries.end(),
+                           [](const auto& p, const auto& q) { return value_less(p.first, q.first); });
+          Value d = Value::dict();
+          for (auto& [k, val] : entries) d.dict_data().set(k, sorted(val));
+          return d;
+        }
+        if (x.is_list() && !x.is_iterator()) {
+          std::vector<Value> items;
+          for (const auto& i : x.items()) items.push_back(sorted(i));
+          return x.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+        }
+        return x;
+      };
+      std::string r = sorted(v).repr();
+      if (utf8_length(r) > 80 && (v.is_dict() || v.is_list()))
+        throw JinjaError("pprint: values longer than 80 columns (wrapped by Python's pprint) are not supported");
+      return Value(r);
     };
     f["items"] = [](const Value& v, CallArgs&) {
       if (v.is_undefined()) return Value::iterator({});
@@ -392,6 +511,10 @@ const std::unordered_map<std::string, Filter>& filters() {
       ArgBinder b("sum", a, {"attribute", "start"});
       Value attr = b.get(0, Value::none());
       Value total = b.get(1, Value(int64_t{0}));
+      if (!attr.is_none()) {
+        for (const auto& item : iterate(v)) total = binary_op("+", total, attribute_of(item, attr));
+        return total;
+      }
       for (const auto& item : iterate(v))
         total = binary_op("+", total, attr.is_none() ? item : attribute_of(item, attr.to_str()));
       return total;

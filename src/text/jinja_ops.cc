@@ -43,6 +43,11 @@ Value get_attr(const Value& obj, const std::string& name) {
   if (obj.is_dict() || obj.is_namespace()) {
     if (const Value* v = obj.dict_data().find(name)) return *v;
   }
+  if (obj.is_tuple()) {
+    const std::vector<std::string>& fields = obj.fields();
+    for (size_t i = 0; i < fields.size() && i < obj.items().size(); ++i)
+      if (fields[i] == name) return obj.items()[i];
+  }
   return missing_attribute(obj, name);
 }
 
@@ -223,7 +228,18 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
 std::string percent_format(const std::string& fmt, const std::vector<Value>& args) {
   std::string out;
   size_t next = 0;
+  // `'%(name)s' % mapping`: a single dict argument serves the keyed conversions.
+  const Value* mapping = args.size() == 1 && args[0].is_dict() ? &args[0] : nullptr;
+  bool used_mapping = false;
+  std::optional<std::string> key;
   auto take = [&]() -> const Value& {
+    if (key) {
+      if (!mapping) throw JinjaError("TypeError: format requires a mapping");
+      used_mapping = true;
+      const Value* v = mapping->dict_data().find(*key);
+      if (!v) throw JinjaError("KeyError: '" + *key + "'");
+      return *v;
+    }
     if (next >= args.size()) throw JinjaError("TypeError: not enough arguments for format string");
     return args[next++];
   };
@@ -233,6 +249,13 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
       continue;
     }
     size_t j = i + 1;
+    key.reset();
+    if (j < fmt.size() && fmt[j] == '(') {
+      size_t close = fmt.find(')', j);
+      if (close == std::string::npos) throw JinjaError("ValueError: incomplete format key");
+      key = fmt.substr(j + 1, close - j - 1);
+      j = close + 1;
+    }
     std::string flags;
     while (j < fmt.size() && std::string("-+ #0").find(fmt[j]) != std::string::npos)
       flags.push_back(fmt[j++]);
@@ -291,7 +314,8 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
     }
     out += piece;
   }
-  if (next < args.size()) throw JinjaError("TypeError: not all arguments converted during string formatting");
+  if (next < args.size() && !(used_mapping || (mapping && next == 0)))
+    throw JinjaError("TypeError: not all arguments converted during string formatting");
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Jinja parser (see jinja_parser.h). Method names follow jinja2.parser so the two can be compared.
 #include "text/jinja_parser.h"
 
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 
@@ -542,8 +543,9 @@ class Parser {
     if (t.type == TokenType::kInteger || t.type == TokenType::kFloat) {
       auto e = make(ExprKind::kConst, t);
       try {
+        // Python floats overflow to inf and underflow to 0 (strtod does the same; stod throws).
         e->constant = t.type == TokenType::kInteger ? Value(static_cast<int64_t>(std::stoll(t.value)))
-                                                    : Value(std::stod(t.value));
+                                                    : Value(std::strtod(t.value.c_str(), nullptr));
       } catch (const std::exception&) {
         fail("number literal out of range: " + t.value);
       }

@@ -47,6 +47,12 @@ Value Value::tuple(std::vector<Value> items) {
   return v;
 }
 
+Value Value::named_tuple(std::vector<std::string> fields, std::vector<Value> items) {
+  Value v = tuple(std::move(items));
+  v.list_->fields = std::move(fields);
+  return v;
+}
+
 Value Value::iterator(std::vector<Value> items) {
   Value v = list(std::move(items));
   v.list_->is_iterator = true;
@@ -111,6 +117,11 @@ static Value value_from_json(const Json& j) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
 Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
+
+const std::vector<std::string>& Value::fields() const {
+  static const std::vector<std::string> kNone;
+  return kind_ == Kind::kList ? list_->fields : kNone;
+}
 
 bool Value::is_tuple() const { return kind_ == Kind::kList && list_->is_tuple; }
 bool Value::is_iterator() const { return kind_ == Kind::kList && list_->is_iterator; }

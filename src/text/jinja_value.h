@@ -59,6 +59,7 @@ class Value {
   static Value markup(std::string s);
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
+  static Value named_tuple(std::vector<std::string> fields, std::vector<Value> items);
   // A one-shot iterable (Python generator/iterator): always truthy, has no len().
   static Value iterator(std::vector<Value> items);
   static Value dict();
@@ -90,6 +91,7 @@ class Value {
   std::vector<Value>& items() const;             // list/tuple/iterator elements
   DictData& dict_data() const;                   // dict or namespace
   const CallableData& callable() const;
+  const std::vector<std::string>& fields() const;  // named-tuple field names (empty otherwise)
   const void* identity() const;  // for `is sameas` and cycle detection
 
   bool truthy() const;
@@ -113,6 +115,8 @@ struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
   bool is_iterator = false;
+  // A namedtuple's field names (groupby's (grouper, list)); attribute access reads the items.
+  std::vector<std::string> fields;
 };
 
 // Insertion-ordered mapping with Python key equality (1 == 1.0 == True). Chat-template dicts are
