@@ -2,6 +2,10 @@
 // jinja2's ImmutableSandboxedEnvironment forbids methods that mutate a list or dict (append, pop,
 // update, ...): they raise SecurityError when called, and so do they here.
 #include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <cstdio>
+#include <cmath>
 
 #include "text/jinja_ops.h"
 #include "text/jinja_strings.h"
@@ -58,6 +62,112 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix) {
   return one(affix);
 }
 
+// One replacement field of str.format: the value formatted by Python's format-spec mini-language
+// ([[fill]align][sign][#][0][width][,][.precision][type]) for str, int and float values.
+std::string format_field(const Value& v, const std::string& spec) {
+  if (spec.empty()) return v.to_str();
+  size_t i = 0;
+  std::string fill = " ";
+  char align = 0;
+  std::u32string u = utf8_decode(spec);
+  auto is_align = [](char32_t c) { return c == '<' || c == '>' || c == '^' || c == '='; };
+  std::string rest;
+  if (u.size() >= 2 && is_align(u[1])) {
+    fill = utf8_encode(u.substr(0, 1));
+    align = static_cast<char>(u[1]);
+    rest = utf8_encode(u.substr(2));
+  } else if (!u.empty() && is_align(u[0])) {
+    align = static_cast<char>(u[0]);
+    rest = utf8_encode(u.substr(1));
+  } else {
+    rest = spec;
+  }
+  char sign = '-';
+  if (i < rest.size() && (rest[i] == '+' || rest[i] == '-' || rest[i] == ' ')) sign = rest[i++];
+  bool alt = false;
+  if (i < rest.size() && rest[i] == '#') alt = true, ++i;
+  if (i < rest.size() && rest[i] == '0' && !align) fill = "0", align = '=', ++i;
+  size_t width = 0;
+  while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) width = width * 10 + static_cast<size_t>(rest[i++] - '0');
+  bool grouping = false;
+  if (i < rest.size() && (rest[i] == ',' || rest[i] == '_')) grouping = true, ++i;
+  int precision = -1;
+  if (i < rest.size() && rest[i] == '.') {
+    ++i;
+    precision = 0;
+    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) precision = precision * 10 + (rest[i++] - '0');
+  }
+  char type = i < rest.size() ? rest[i++] : 0;
+  if (i != rest.size() || grouping || alt)
+    throw JinjaError("str.format: format spec '" + spec + "' is not supported");
+  std::string body, prefix;
+  if (v.is_string()) {
+    if (type && type != 's') throw JinjaError(std::string("ValueError: Unknown format code '") + type + "' for object of type 'str'");
+    if (sign != '-') throw JinjaError("ValueError: Sign not allowed in string format specifier");
+    body = v.str();
+    if (precision >= 0) {
+      std::u32string b = utf8_decode(body);
+      if (b.size() > static_cast<size_t>(precision)) body = utf8_encode(std::u32string_view(b).substr(0, static_cast<size_t>(precision)));
+    }
+    if (!align) align = '<';
+  } else if (v.is_number() && !v.is_none()) {
+    bool as_float = v.is_float() || (type && std::strchr("fFeEgG%", type));
+    if (!type && v.is_float() && precision >= 0)
+      throw JinjaError("str.format: format spec '" + spec + "' (float precision without a type) is not supported");
+    if (!as_float) {
+      if (precision >= 0) throw JinjaError("ValueError: Precision not allowed in integer format specifier");
+      int64_t n = v.as_int();
+      uint64_t mag = n < 0 ? static_cast<uint64_t>(-(n + 1)) + 1 : static_cast<uint64_t>(n);
+      char buf[80];
+      if (!type || type == 'd' || type == 'n') std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(mag));
+      else if (type == 'x' || type == 'X' || type == 'o') std::snprintf(buf, sizeof(buf), type == 'x' ? "%llx" : type == 'X' ? "%llX" : "%llo", static_cast<unsigned long long>(mag));
+      else if (type == 'b') {
+        std::string bits;
+        for (uint64_t m = mag; m; m >>= 1) bits.insert(bits.begin(), static_cast<char>('0' + (m & 1)));
+        std::snprintf(buf, sizeof(buf), "%s", bits.empty() ? "0" : bits.c_str());
+      } else if (type == 'c') {
+        std::string c;
+        utf8_append(c, static_cast<char32_t>(n));
+        std::snprintf(buf, sizeof(buf), "%s", c.c_str());
+      } else throw JinjaError(std::string("ValueError: Unknown format code '") + type + "' for object of type 'int'");
+      body = buf;
+      prefix = n < 0 ? "-" : (sign == '+' ? "+" : sign == ' ' ? " " : "");
+    } else {
+      double d = v.as_double();
+      std::string text;
+      if (!type) {
+        text = format_python_float(std::fabs(d));
+      } else {
+        char buf[400];
+        double x = std::fabs(d);
+        char t = type == '%' ? 'f' : type;
+        if (type == '%') x *= 100;
+        std::string f = "%." + std::to_string(precision < 0 ? 6 : precision) + t;
+        std::snprintf(buf, sizeof(buf), f.c_str(), x);
+        text = buf;
+        if (type == '%') text += "%";
+      }
+      body = text;
+      prefix = std::signbit(d) && !std::isnan(d) ? "-" : (sign == '+' ? "+" : sign == ' ' ? " " : "");
+    }
+    if (!align) align = '>';
+  } else {
+    throw JinjaError(std::string("TypeError: unsupported format string passed to ") + v.type_name() + ".__format__");
+  }
+  size_t len = utf8_length(prefix) + utf8_length(body);
+  if (len >= width) return prefix + body;
+  size_t pad = width - len;
+  auto rep = [&](size_t n) {
+    std::string out;
+    for (size_t k = 0; k < n; ++k) out += fill;
+    return out;
+  };
+  if (align == '<') return prefix + body + rep(pad);
+  if (align == '>') return rep(pad) + prefix + body;
+  if (align == '^') return rep(pad / 2) + prefix + body + rep(pad - pad / 2);
+  return prefix + rep(pad) + body;  // '=': padding after the sign
+}
+
 std::string format_string(const std::string& fmt, CallArgs& args) {
   std::string out;
   size_t auto_index = 0;
@@ -69,24 +179,41 @@ std::string format_string(const std::string& fmt, CallArgs& args) {
     } else if (c == '}' && i + 1 < fmt.size() && fmt[i + 1] == '}') {
       out.push_back('}');
       ++i;
+    } else if (c == '}') {
+      throw JinjaError("ValueError: Single '}' encountered in format string");
     } else if (c == '{') {
       size_t close = fmt.find('}', i);
       if (close == std::string::npos) throw JinjaError("ValueError: Single '{' encountered in format string");
       std::string field = fmt.substr(i + 1, close - i - 1);
-      if (field.find(':') != std::string::npos || field.find('!') != std::string::npos)
-        throw JinjaError("str.format: format specs and conversions are not supported");
+      std::string spec;
+      char conversion = 0;
+      if (size_t colon = field.find(':'); colon != std::string::npos) {
+        spec = field.substr(colon + 1);
+        field = field.substr(0, colon);
+      }
+      if (size_t bang = field.find('!'); bang != std::string::npos) {
+        if (bang + 2 != field.size() || (field[bang + 1] != 'r' && field[bang + 1] != 's'))
+          throw JinjaError("ValueError: str.format: unsupported conversion in '{" + field + "}'");
+        conversion = field[bang + 1];
+        field = field.substr(0, bang);
+      }
+      if (field.find_first_of(".[") != std::string::npos)
+        throw JinjaError("str.format: attribute and index fields ('" + field + "') are not supported");
       const Value* v = nullptr;
       if (field.empty()) {
         if (auto_index < args.positional.size()) v = &args.positional[auto_index++];
+        else throw JinjaError("IndexError: Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
       } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
         size_t k = std::stoul(field);
         if (k < args.positional.size()) v = &args.positional[k];
+        else throw JinjaError("IndexError: Replacement index " + field + " out of range for positional args tuple");
       } else {
         for (const auto& [key, val] : args.keyword)
           if (key == field) v = &val;
+        if (!v) throw JinjaError("KeyError: '" + field + "'");
       }
-      if (!v) throw JinjaError("IndexError: str.format has no argument for field '" + field + "'");
-      out += v->to_str();
+      Value shown = conversion == 'r' ? Value(v->repr()) : conversion == 's' ? Value(v->to_str()) : *v;
+      out += format_field(shown, spec);
       i = close;
     } else {
       out.push_back(c);

@@ -142,6 +142,9 @@ class Parser {
       expect_block_end();
       return s;
     }
+    if (name == "include" || name == "import" || name == "from" || name == "extends" || name == "block")
+      fail("Encountered unknown tag '" + name + "'. ('" + name +
+           "' is not supported: a chat template is rendered standalone, without a template loader)");
     fail("Encountered unknown tag '" + name + "'.");
   }
 
