@@ -54,10 +54,10 @@ enum class StmtKind {
   kText,         // text
   kOutput,       // expr
   kIf,           // conditions[i] guards bodies[i]; else_body
-  kFor,          // targets, expr = iterable, condition = loop filter, body, else_body
+  kFor,          // targets, expr = iterable, condition = loop filter, body, else_body, recursive
   kSet,          // targets (or ns_attr: targets = {ns}, attr), expr
   kSetBlock,     // targets = {name}, body, filters (kFilter chain with a == nullptr) in expr
-  kMacro,        // name, params, defaults (nullptr when none), body
+  kMacro,        // name, params, defaults (nullptr when none), body, uses_* (see below)
   kCallBlock,    // expr = the call, params/defaults = caller's parameters, body = caller's body
   kFilterBlock,  // expr = filter chain, body
   kWith,         // targets + values (conditions), body
@@ -82,6 +82,12 @@ struct Stmt {
   Body else_body;
   std::vector<std::string> params;
   std::vector<ExprPtr> defaults;
+  // Macros and call blocks: whether the body reads `varargs`, `kwargs` or `caller`. As in jinja2,
+  // only then does the macro accept extra positional/keyword arguments (or a caller).
+  bool uses_varargs = false;
+  bool uses_kwargs = false;
+  bool uses_caller = false;
+  bool recursive = false;  // `{% for ... recursive %}`
 };
 
 }  // namespace tf::jinja

@@ -18,7 +18,14 @@ namespace {
 using Filter = std::function<Value(const Value&, CallArgs&)>;
 using Test = std::function<bool(const Value&, CallArgs&)>;
 
-// jinja2's make_attrgetter: "a.b.0" looks up each part with getitem (item first, then attribute).
+// jinja2's make_attrgetter: "a.b.0" looks up each part with getitem (item first, then attribute);
+// an integer attribute is a single index.
+Value attribute_of(const Value& item, const std::string& path);
+Value attribute_of(const Value& item, const Value& attr) {
+  if (attr.is_int()) return get_item(item, attr);
+  return attribute_of(item, attr.to_str());
+}
+
 Value attribute_of(const Value& item, const std::string& path) {
   Value v = item;
   size_t start = 0;
@@ -53,6 +60,9 @@ std::string require_string_arg(const Value& v, const char* what) {
 
 // select/reject/selectattr/rejectattr share this: args are (value, [attribute,] test, test args...).
 Value select_impl(const Value& input, CallArgs& args, bool with_attr, bool keep_on) {
+  // jinja2's select_or_reject starts with `if value:`: a falsy input (None, 0, "", []) selects nothing
+  // and its arguments are not even looked at.
+  if (!input.truthy()) return Value::iterator({});
   size_t next = 0;
   std::string attr;
   if (with_attr) {
@@ -71,32 +81,6 @@ Value select_impl(const Value& input, CallArgs& args, bool with_attr, bool keep_
     if (r == keep_on) out.push_back(item);
   }
   return Value::iterator(std::move(out));
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
 }
 
 std::vector<std::string> splitlines(const std::string& s) {
@@ -213,7 +197,9 @@ const std::unordered_map<std::string, Filter>& filters() {
       }
       return Value::iterator(std::move(out));
     };
-    f["capitalize"] = [](const Value& v, CallArgs&) { return Value(py_capitalize(v.to_str())); };
+    f["capitalize"] = [](const Value& v, CallArgs&) {
+      return as_markup_if(v.is_markup(), Value(py_capitalize(v.to_str())));
+    };
     f["center"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("center", a, {"width"});
       std::string s = v.to_str();
@@ -248,12 +234,23 @@ const std::unordered_map<std::string, Filter>& filters() {
       if (b.get(2, Value(false)).truthy()) std::reverse(items.begin(), items.end());
       return Value::list(std::move(items));
     };
-    f["escape"] = [](const Value& v, CallArgs&) { return Value(html_escape(v.to_str())); };
+    f["escape"] = [](const Value& v, CallArgs&) { return markup_escape(v); };
     f["e"] = f["escape"];
-    f["forceescape"] = f["escape"];
+    f["forceescape"] = [](const Value& v, CallArgs&) { return Value::markup(html_escape(v.to_str())); };
     f["format"] = [](const Value& v, CallArgs& a) {
-      if (!a.keyword.empty())
-        throw JinjaError("FilterArgumentError: format takes positional arguments only here");
+      if (!a.keyword.empty() && !a.positional.empty())
+        throw JinjaError("FilterArgumentError: can't handle positional and keyword arguments at the same time");
+      if (!a.keyword.empty()) {  // `soft_str(value) % kwargs`
+        Value mapping = Value::dict();
+        for (const auto& [k, x] : a.keyword) mapping.dict_data().set(Value(k), x);
+        return as_markup_if(v.is_markup(), Value(percent_format(v.to_str(), {mapping})));
+      }
+      if (v.is_markup()) {
+        std::vector<Value> args = a.positional;
+        for (auto& x : args)
+          if (x.is_string()) x = markup_escape(x);
+        return Value::markup(percent_format(v.to_str(), args));
+      }
       return Value(percent_format(v.to_str(), a.positional));
     };
     f["first"] = [](const Value& v, CallArgs&) {
@@ -262,7 +259,8 @@ const std::unordered_map<std::string, Filter>& filters() {
       return items.front();
     };
     f["last"] = [](const Value& v, CallArgs&) {
-      if (v.is_undefined() || v.is_iterator())
+      // reversed(Undefined) is empty in jinja2 (len 0), so `undefined | last` is Undefined too.
+      if (v.is_iterator())
         throw JinjaError(std::string("TypeError: '") + v.type_name() + "' object is not reversible");
       std::vector<Value> items = iterate(v);
       if (items.empty()) return Value::undefined("No last item, sequence was empty.");
@@ -294,6 +292,113 @@ const std::unordered_map<std::string, Filter>& filters() {
       if (b.get(1, Value(false)).truthy()) rv = ind + rv;
       return Value(rv);
     };
+    f["groupby"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("groupby", a, {"attribute", "default", "case_sensitive"});
+      Value attr = b.required(0);
+      Value fallback = b.get(1, Value::none());
+      bool cs = b.get(2, Value(false)).truthy();
+      auto key_of = [&](const Value& item) {
+        Value k = attribute_of(item, attr);
+        if (k.is_undefined() && !fallback.is_none()) k = fallback;
+        if (k.is_undefined()) fail_undefined(k);
+        return k;
+      };
+      std::vector<Value> items = iterate(v);
+      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+        return value_less(sort_key(key_of(x), cs), sort_key(key_of(y), cs));
+      });
+      std::vector<Value> out;
+      for (size_t i = 0; i < items.size();) {
+        Value group_key = sort_key(key_of(items[i]), cs);
+        std::vector<Value> members;
+        size_t j = i;
+        while (j < items.size() && values_equal(sort_key(key_of(items[j]), cs), group_key)) members.push_back(items[j++]);
+        // Without case_sensitive the grouper is the first member's own value, not the lowered key.
+        out.push_back(Value::named_tuple({"grouper", "list"}, {key_of(items[i]), Value::list(std::move(members))}));
+        i = j;
+      }
+      return Value::list(std::move(out));
+    };
+    f["slice"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("slice", a, {"slices", "fill_with"});
+      int64_t slices = b.required(0).as_int();
+      Value fill = b.get(1, Value::none());
+      std::vector<Value> seq = iterate(v);
+      int64_t length = static_cast<int64_t>(seq.size());
+      if (slices <= 0) throw JinjaError("ZeroDivisionError: integer division or modulo by zero");
+      int64_t per = length / slices, extra = length % slices, offset = 0;
+      std::vector<Value> out;
+      for (int64_t n = 0; n < slices; ++n) {
+        int64_t start = offset + n * per;
+        if (n < extra) ++offset;
+        int64_t end = offset + (n + 1) * per;
+        std::vector<Value> part(seq.begin() + start, seq.begin() + end);
+        if (!fill.is_none() && n >= extra) part.push_back(fill);
+        out.push_back(Value::list(std::move(part)));
+      }
+      return Value::iterator(std::move(out));
+    };
+    f["truncate"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("truncate", a, {"length", "killwords", "end", "leeway"});
+      std::u32string s = utf8_decode(v.to_str());
+      int64_t length = b.get(0, Value(int64_t{255})).as_int();
+      bool killwords = b.get(1, Value(false)).truthy();
+      std::u32string end = utf8_decode(b.get(2, Value("...")).to_str());
+      int64_t leeway = b.get(3, Value::none()).is_none() ? 5 : b.get(3).as_int();
+      int64_t n = static_cast<int64_t>(s.size()), e = static_cast<int64_t>(end.size());
+      if (length < e) throw JinjaError("AssertionError: expected length >= " + std::to_string(e) + ", got " + std::to_string(length));
+      if (leeway < 0) throw JinjaError("AssertionError: expected leeway >= 0, got " + std::to_string(leeway));
+      if (n <= length + leeway) return Value(v.to_str());
+      std::u32string head = s.substr(0, static_cast<size_t>(length - e));
+      if (!killwords) {
+        size_t sp = head.rfind(U' ');
+        if (sp != std::u32string::npos) head = head.substr(0, sp);
+      }
+      return Value(utf8_encode(head + end));
+    };
+    f["filesizeformat"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("filesizeformat", a, {"binary"});
+      bool binary = b.get(0, Value(false)).truthy();
+      double bytes = to_float(v, Value(0.0)).as_double();
+      double base = binary ? 1024 : 1000;
+      static const char* kDec[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+      static const char* kBin[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+      if (bytes == 1) return Value("1 Byte");
+      if (bytes < base) return Value(std::to_string(static_cast<int64_t>(bytes)) + " Bytes");
+      char buf[64];
+      for (int i = 0; i < 8; ++i) {
+        double unit = std::pow(base, i + 2);
+        if (bytes < unit || i == 7) {
+          std::snprintf(buf, sizeof(buf), "%.1f %s", base * bytes / unit, binary ? kBin[i] : kDec[i]);
+          return Value(std::string(buf));
+        }
+      }
+      return Value("");
+    };
+    f["pprint"] = [](const Value& v, CallArgs&) {
+      // pprint.pformat: repr with dict keys sorted; values whose repr exceeds 80 columns are wrapped
+      // over several lines, which is not implemented.
+      std::function<Value(const Value&)> sorted = [&](const Value& x) -> Value {
+        if (x.is_dict()) {
+          std::vector<std::pair<Value, Value>> entries = x.dict_data().entries;
+          std::stable_sort(entries.begin(), entries.end(),
+                           [](const auto& p, const auto& q) { return value_less(p.first, q.first); });
+          Value d = Value::dict();
+          for (auto& [k, val] : entries) d.dict_data().set(k, sorted(val));
+          return d;
+        }
+        if (x.is_list() && !x.is_iterator()) {
+          std::vector<Value> items;
+          for (const auto& i : x.items()) items.push_back(sorted(i));
+          return x.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+        }
+        return x;
+      };
+      std::string r = sorted(v).repr();
+      if (utf8_length(r) > 80 && (v.is_dict() || v.is_list()))
+        throw JinjaError("pprint: values longer than 80 columns (wrapped by Python's pprint) are not supported");
+      return Value(r);
+    };
     f["items"] = [](const Value& v, CallArgs&) {
       if (v.is_undefined()) return Value::iterator({});
       if (!v.is_dict()) throw JinjaError("TypeError: Can only get item pairs from a mapping.");
@@ -317,10 +422,12 @@ const std::unordered_map<std::string, Filter>& filters() {
     f["length"] = [](const Value& v, CallArgs&) { return Value(length_of(v)); };
     f["count"] = f["length"];
     f["list"] = [](const Value& v, CallArgs&) { return Value::list(iterate(v)); };
-    f["lower"] = [](const Value& v, CallArgs&) { return Value(py_lower(v.to_str())); };
-    f["upper"] = [](const Value& v, CallArgs&) { return Value(py_upper(v.to_str())); };
+    // These go through soft_str, so a Markup input gives a Markup result.
+    f["lower"] = [](const Value& v, CallArgs&) { return as_markup_if(v.is_markup(), Value(py_lower(v.to_str()))); };
+    f["upper"] = [](const Value& v, CallArgs&) { return as_markup_if(v.is_markup(), Value(py_upper(v.to_str()))); };
     f["map"] = [](const Value& v, CallArgs& a) {
       std::vector<Value> out;
+      if (!v.truthy()) return Value::iterator({});  // jinja2's do_map: `if value:` first
       const Value* attr = nullptr;
       Value fallback;
       for (const auto& [k, val] : a.keyword) {
@@ -384,7 +491,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       double x = v.as_double() * scale;
       return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
     };
-    f["safe"] = [](const Value& v, CallArgs&) { return v.is_string() ? v : Value(v.to_str()); };
+    f["safe"] = [](const Value& v, CallArgs&) { return Value::markup(v.to_str()); };
     f["sort"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("sort", a, {"reverse", "case_sensitive", "attribute"});
       bool reverse = b.get(0, Value(false)).truthy();
@@ -399,11 +506,15 @@ const std::unordered_map<std::string, Filter>& filters() {
       });
       return Value::list(std::move(items));
     };
-    f["string"] = [](const Value& v, CallArgs&) { return Value(v.to_str()); };
+    f["string"] = [](const Value& v, CallArgs&) { return v.is_markup() ? v : Value(v.to_str()); };
     f["sum"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("sum", a, {"attribute", "start"});
       Value attr = b.get(0, Value::none());
       Value total = b.get(1, Value(int64_t{0}));
+      if (!attr.is_none()) {
+        for (const auto& item : iterate(v)) total = binary_op("+", total, attribute_of(item, attr));
+        return total;
+      }
       for (const auto& item : iterate(v))
         total = binary_op("+", total, attr.is_none() ? item : attribute_of(item, attr.to_str()));
       return total;
@@ -429,7 +540,7 @@ const std::unordered_map<std::string, Filter>& filters() {
         out += piece;
         i = j;
       }
-      return Value(out);
+      return as_markup_if(v.is_markup(), Value(out));
     };
     f["tojson"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"});
@@ -459,9 +570,10 @@ const std::unordered_map<std::string, Filter>& filters() {
     f["trim"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("trim", a, {"chars"});
       Value chars = b.get(0, Value::none());
-      return Value(py_strip(v.to_str(),
-                            chars.is_none() ? std::nullopt : std::optional<std::string>(chars.to_str()), true,
-                            true));
+      return as_markup_if(
+          v.is_markup(),
+          Value(py_strip(v.to_str(), chars.is_none() ? std::nullopt : std::optional<std::string>(chars.to_str()),
+                         true, true)));
     };
     f["unique"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("unique", a, {"case_sensitive", "attribute"});
@@ -480,7 +592,16 @@ const std::unordered_map<std::string, Filter>& filters() {
       return Value::iterator(std::move(out));
     };
     f["wordcount"] = [](const Value& v, CallArgs&) {
-      return Value(static_cast<int64_t>(py_split(v.to_str(), std::nullopt, -1).size()));
+      // jinja2 counts the matches of the regex \w+ (letters, digits and underscore runs).
+      std::u32string u = utf8_decode(v.to_str());
+      int64_t words = 0;
+      bool in_word = false;
+      for (char32_t c : u) {
+        bool w = py_is_word_char(c);
+        if (w && !in_word) ++words;
+        in_word = w;
+      }
+      return Value(words);
     };
     return f;
   }();

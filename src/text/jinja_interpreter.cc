@@ -1,6 +1,9 @@
 // Tree-walking renderer (see jinja_interpreter.h).
 #include "text/jinja_interpreter.h"
 
+#include <memory>
+#include <optional>
+
 #include "text/jinja_builtins.h"
 #include "text/jinja_ops.h"
 
@@ -138,8 +141,11 @@ void Interpreter::exec(const Stmt& s, std::string& out) {
   }
 }
 
-void Interpreter::exec_for(const Stmt& s, std::string& out) {
-  std::vector<Value> items = iterate(eval(*s.expr));
+void Interpreter::exec_for(const Stmt& s, std::string& out) { run_loop(s, eval(*s.expr), 1, out); }
+
+void Interpreter::run_loop(const Stmt& s, const Value& iterable, int64_t depth, std::string& out) {
+  if (depth > kMaxDepth) throw JinjaError("RecursionError: recursive loop nests too deeply");
+  std::vector<Value> items = iterate(iterable);
   if (s.condition) {
     std::vector<Value> kept;
     for (auto& item : items) {
@@ -154,6 +160,8 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
     return;
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  // loop.changed(*values) compares with the values of its previous call in this loop.
+  auto last_changed = std::make_shared<std::optional<Value>>();
   for (int64_t i = 0; i < n; ++i) {
     ScopeGuard guard(scope_, child_of(scope_));
     Value loop = Value::dict();
@@ -165,14 +173,34 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
     d.set(Value("first"), Value(i == 0));
     d.set(Value("last"), Value(i == n - 1));
     d.set(Value("length"), Value(n));
-    d.set(Value("depth"), Value(int64_t{1}));
-    d.set(Value("depth0"), Value(int64_t{0}));
+    d.set(Value("depth"), Value(depth));
+    d.set(Value("depth0"), Value(depth - 1));
     if (i > 0) d.set(Value("previtem"), items[static_cast<size_t>(i - 1)]);
     if (i + 1 < n) d.set(Value("nextitem"), items[static_cast<size_t>(i + 1)]);
     d.set(Value("cycle"), Value::function("loop.cycle", [i](CallArgs& a) {
             if (a.positional.empty()) throw JinjaError("TypeError: no items for cycling given");
             return a.positional[static_cast<size_t>(i) % a.positional.size()];
           }));
+    d.set(Value("changed"), Value::function("loop.changed", [last_changed](CallArgs& a) {
+            Value now = Value::list(a.positional);
+            if (last_changed->has_value() && values_equal(**last_changed, now)) return Value(false);
+            *last_changed = now;
+            return Value(true);
+          }));
+    if (s.recursive) {
+      Interpreter* self = this;
+      const Stmt* stmt = &s;
+      d.set(Value("__call__"), Value::function("loop", [self, stmt, depth](CallArgs& a) {
+              if (a.positional.size() != 1 || !a.keyword.empty())
+                throw JinjaError("TypeError: loop() takes exactly one argument (the iterable)");
+              std::string inner;
+              Control saved = self->control_;
+              self->control_ = Control::kNone;
+              self->run_loop(*stmt, a.positional[0], depth + 1, inner);
+              self->control_ = saved;
+              return Value(std::move(inner));
+            }));
+    }
     assign("loop", loop);
     assign_targets(s.targets, items[static_cast<size_t>(i)]);
     exec_body(s.body, out);
@@ -224,8 +252,11 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, con
       if (i < params.size()) {
         scope->vars[params[i]] = args.positional[i];
         given[i] = true;
-      } else {
+      } else if (stmt->uses_varargs) {
         varargs.push_back(args.positional[i]);
+      } else {
+        throw JinjaError("TypeError: macro '" + name + "' takes not more than " +
+                         std::to_string(params.size()) + " argument(s)");
       }
     }
     Value kwargs = Value::dict();
@@ -242,12 +273,16 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, con
         }
       }
       if (!matched) {
-        if (key == "caller")
+        if (key == "caller" && stmt->uses_caller)
           scope->vars["caller"] = value;
-        else
+        else if (stmt->uses_kwargs)
           kwargs.dict_data().set(Value(key), value);
+        else
+          throw JinjaError("TypeError: macro '" + name + "' takes no keyword argument '" + key + "'");
       }
     }
+    if (stmt->uses_caller && !scope->vars.count("caller"))
+      scope->vars["caller"] = Value::undefined("No caller defined");
     scope->vars["varargs"] = Value::tuple(std::move(varargs));
     scope->vars["kwargs"] = kwargs;
     ScopeGuard guard(self->scope_, scope);

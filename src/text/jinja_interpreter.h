@@ -32,6 +32,7 @@ class Interpreter {
   void exec_body(const Body& body, std::string& out);
   void exec(const Stmt& s, std::string& out);
   void exec_for(const Stmt& s, std::string& out);
+  void run_loop(const Stmt& s, const Value& iterable, int64_t depth, std::string& out);
   void exec_set(const Stmt& s, std::string& out);
   void exec_call_block(const Stmt& s, std::string& out);
   Value make_macro(const Stmt& s, std::shared_ptr<Scope> closure, const std::string& name);

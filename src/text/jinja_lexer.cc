@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 #include "text/jinja_strings.h"
 #include "text/jinja_value.h"
@@ -222,6 +223,34 @@ class Lexer {
 
   size_t lex_number(size_t p) {
     const size_t n = src_.size();
+    // 0x.., 0o.., 0b.. (with optional _ between digits), as jinja2's integer_re; emitted in decimal.
+    if (src_[p] == '0' && p + 2 < n && std::strchr("xXoObB", src_[p + 1]) != nullptr) {
+      char kind = static_cast<char>(std::tolower(static_cast<unsigned char>(src_[p + 1])));
+      int base = kind == 'x' ? 16 : kind == 'o' ? 8 : 2;
+      auto digit_value = [&](char c) -> int {
+        int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+                : std::isxdigit(static_cast<unsigned char>(c)) ? std::tolower(static_cast<unsigned char>(c)) - 'a' + 10
+                                                                : 99;
+        return d < base ? d : -1;
+      };
+      size_t q = p + 2;
+      uint64_t value = 0;
+      bool any = false, overflow = false;
+      while (q < n) {
+        if (src_[q] == '_' && q + 1 < n && digit_value(src_[q + 1]) >= 0) ++q;
+        int d = digit_value(src_[q]);
+        if (d < 0) break;
+        if (value > (UINT64_MAX - static_cast<uint64_t>(d)) / static_cast<uint64_t>(base)) overflow = true;
+        value = value * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
+        any = true;
+        ++q;
+      }
+      if (any) {
+        if (overflow || value > static_cast<uint64_t>(INT64_MAX)) fail("integer literal too large", p);
+        emit(TokenType::kInteger, std::to_string(value), p);
+        return q;
+      }
+    }
     auto digits = [&](size_t q) {  // (\d+_)*\d+
       size_t e = q;
       while (e < n && (is_digit(src_[e]) || (src_[e] == '_' && e + 1 < n && is_digit(src_[e + 1]) && e > q)))

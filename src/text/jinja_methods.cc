@@ -2,6 +2,10 @@
 // jinja2's ImmutableSandboxedEnvironment forbids methods that mutate a list or dict (append, pop,
 // update, ...): they raise SecurityError when called, and so do they here.
 #include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <cstdio>
+#include <cmath>
 
 #include "text/jinja_ops.h"
 #include "text/jinja_strings.h"
@@ -20,6 +24,20 @@ int64_t opt_int(const Value& v, int64_t fallback) {
   if (!v.is_int() && !v.is_bool())
     throw JinjaError(std::string("TypeError: an integer is required, got ") + v.type_name());
   return v.as_int();
+}
+
+// s[start:end] (code points, Python's clamping) for the start/end arguments of find, count,
+// startswith...; the offset is where the window begins, or -1 when start lies past the end.
+std::pair<std::string, int64_t> window(const std::string& s, const Value& start, const Value& end) {
+  std::u32string u = utf8_decode(s);
+  int64_t n = static_cast<int64_t>(u.size());
+  int64_t b = opt_int(start, 0), e = opt_int(end, n);
+  if (b < 0) b = std::max<int64_t>(0, b + n);
+  if (e < 0) e = std::max<int64_t>(0, e + n);
+  e = std::min(e, n);
+  if (b > n) return {std::string(), -1};
+  if (e < b) e = b;
+  return {utf8_encode(std::u32string_view(u).substr(static_cast<size_t>(b), static_cast<size_t>(e - b))), b};
 }
 
 Value string_list(const std::vector<std::string>& parts) {
@@ -44,6 +62,112 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix) {
   return one(affix);
 }
 
+// One replacement field of str.format: the value formatted by Python's format-spec mini-language
+// ([[fill]align][sign][#][0][width][,][.precision][type]) for str, int and float values.
+std::string format_field(const Value& v, const std::string& spec) {
+  if (spec.empty()) return v.to_str();
+  size_t i = 0;
+  std::string fill = " ";
+  char align = 0;
+  std::u32string u = utf8_decode(spec);
+  auto is_align = [](char32_t c) { return c == '<' || c == '>' || c == '^' || c == '='; };
+  std::string rest;
+  if (u.size() >= 2 && is_align(u[1])) {
+    fill = utf8_encode(u.substr(0, 1));
+    align = static_cast<char>(u[1]);
+    rest = utf8_encode(u.substr(2));
+  } else if (!u.empty() && is_align(u[0])) {
+    align = static_cast<char>(u[0]);
+    rest = utf8_encode(u.substr(1));
+  } else {
+    rest = spec;
+  }
+  char sign = '-';
+  if (i < rest.size() && (rest[i] == '+' || rest[i] == '-' || rest[i] == ' ')) sign = rest[i++];
+  bool alt = false;
+  if (i < rest.size() && rest[i] == '#') alt = true, ++i;
+  if (i < rest.size() && rest[i] == '0' && !align) fill = "0", align = '=', ++i;
+  size_t width = 0;
+  while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) width = width * 10 + static_cast<size_t>(rest[i++] - '0');
+  bool grouping = false;
+  if (i < rest.size() && (rest[i] == ',' || rest[i] == '_')) grouping = true, ++i;
+  int precision = -1;
+  if (i < rest.size() && rest[i] == '.') {
+    ++i;
+    precision = 0;
+    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) precision = precision * 10 + (rest[i++] - '0');
+  }
+  char type = i < rest.size() ? rest[i++] : 0;
+  if (i != rest.size() || grouping || alt)
+    throw JinjaError("str.format: format spec '" + spec + "' is not supported");
+  std::string body, prefix;
+  if (v.is_string()) {
+    if (type && type != 's') throw JinjaError(std::string("ValueError: Unknown format code '") + type + "' for object of type 'str'");
+    if (sign != '-') throw JinjaError("ValueError: Sign not allowed in string format specifier");
+    body = v.str();
+    if (precision >= 0) {
+      std::u32string b = utf8_decode(body);
+      if (b.size() > static_cast<size_t>(precision)) body = utf8_encode(std::u32string_view(b).substr(0, static_cast<size_t>(precision)));
+    }
+    if (!align) align = '<';
+  } else if (v.is_number() && !v.is_none()) {
+    bool as_float = v.is_float() || (type && std::strchr("fFeEgG%", type));
+    if (!type && v.is_float() && precision >= 0)
+      throw JinjaError("str.format: format spec '" + spec + "' (float precision without a type) is not supported");
+    if (!as_float) {
+      if (precision >= 0) throw JinjaError("ValueError: Precision not allowed in integer format specifier");
+      int64_t n = v.as_int();
+      uint64_t mag = n < 0 ? static_cast<uint64_t>(-(n + 1)) + 1 : static_cast<uint64_t>(n);
+      char buf[80];
+      if (!type || type == 'd' || type == 'n') std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(mag));
+      else if (type == 'x' || type == 'X' || type == 'o') std::snprintf(buf, sizeof(buf), type == 'x' ? "%llx" : type == 'X' ? "%llX" : "%llo", static_cast<unsigned long long>(mag));
+      else if (type == 'b') {
+        std::string bits;
+        for (uint64_t m = mag; m; m >>= 1) bits.insert(bits.begin(), static_cast<char>('0' + (m & 1)));
+        std::snprintf(buf, sizeof(buf), "%s", bits.empty() ? "0" : bits.c_str());
+      } else if (type == 'c') {
+        std::string c;
+        utf8_append(c, static_cast<char32_t>(n));
+        std::snprintf(buf, sizeof(buf), "%s", c.c_str());
+      } else throw JinjaError(std::string("ValueError: Unknown format code '") + type + "' for object of type 'int'");
+      body = buf;
+      prefix = n < 0 ? "-" : (sign == '+' ? "+" : sign == ' ' ? " " : "");
+    } else {
+      double d = v.as_double();
+      std::string text;
+      if (!type) {
+        text = format_python_float(std::fabs(d));
+      } else {
+        char buf[400];
+        double x = std::fabs(d);
+        char t = type == '%' ? 'f' : type;
+        if (type == '%') x *= 100;
+        std::string f = "%." + std::to_string(precision < 0 ? 6 : precision) + t;
+        std::snprintf(buf, sizeof(buf), f.c_str(), x);
+        text = buf;
+        if (type == '%') text += "%";
+      }
+      body = text;
+      prefix = std::signbit(d) && !std::isnan(d) ? "-" : (sign == '+' ? "+" : sign == ' ' ? " " : "");
+    }
+    if (!align) align = '>';
+  } else {
+    throw JinjaError(std::string("TypeError: unsupported format string passed to ") + v.type_name() + ".__format__");
+  }
+  size_t len = utf8_length(prefix) + utf8_length(body);
+  if (len >= width) return prefix + body;
+  size_t pad = width - len;
+  auto rep = [&](size_t n) {
+    std::string out;
+    for (size_t k = 0; k < n; ++k) out += fill;
+    return out;
+  };
+  if (align == '<') return prefix + body + rep(pad);
+  if (align == '>') return rep(pad) + prefix + body;
+  if (align == '^') return rep(pad / 2) + prefix + body + rep(pad - pad / 2);
+  return prefix + rep(pad) + body;  // '=': padding after the sign
+}
+
 std::string format_string(const std::string& fmt, CallArgs& args) {
   std::string out;
   size_t auto_index = 0;
@@ -55,24 +179,41 @@ std::string format_string(const std::string& fmt, CallArgs& args) {
     } else if (c == '}' && i + 1 < fmt.size() && fmt[i + 1] == '}') {
       out.push_back('}');
       ++i;
+    } else if (c == '}') {
+      throw JinjaError("ValueError: Single '}' encountered in format string");
     } else if (c == '{') {
       size_t close = fmt.find('}', i);
       if (close == std::string::npos) throw JinjaError("ValueError: Single '{' encountered in format string");
       std::string field = fmt.substr(i + 1, close - i - 1);
-      if (field.find(':') != std::string::npos || field.find('!') != std::string::npos)
-        throw JinjaError("str.format: format specs and conversions are not supported");
+      std::string spec;
+      char conversion = 0;
+      if (size_t colon = field.find(':'); colon != std::string::npos) {
+        spec = field.substr(colon + 1);
+        field = field.substr(0, colon);
+      }
+      if (size_t bang = field.find('!'); bang != std::string::npos) {
+        if (bang + 2 != field.size() || (field[bang + 1] != 'r' && field[bang + 1] != 's'))
+          throw JinjaError("ValueError: str.format: unsupported conversion in '{" + field + "}'");
+        conversion = field[bang + 1];
+        field = field.substr(0, bang);
+      }
+      if (field.find_first_of(".[") != std::string::npos)
+        throw JinjaError("str.format: attribute and index fields ('" + field + "') are not supported");
       const Value* v = nullptr;
       if (field.empty()) {
         if (auto_index < args.positional.size()) v = &args.positional[auto_index++];
+        else throw JinjaError("IndexError: Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
       } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
         size_t k = std::stoul(field);
         if (k < args.positional.size()) v = &args.positional[k];
+        else throw JinjaError("IndexError: Replacement index " + field + " out of range for positional args tuple");
       } else {
         for (const auto& [key, val] : args.keyword)
           if (key == field) v = &val;
+        if (!v) throw JinjaError("KeyError: '" + field + "'");
       }
-      if (!v) throw JinjaError("IndexError: str.format has no argument for field '" + field + "'");
-      out += v->to_str();
+      Value shown = conversion == 'r' ? Value(v->repr()) : conversion == 's' ? Value(v->to_str()) : *v;
+      out += format_field(shown, spec);
       i = close;
     } else {
       out.push_back(c);
@@ -89,13 +230,9 @@ Value string_method(const Value& self, const std::string& name) {
     return fn([s, prefix](CallArgs& a) {
       ArgBinder b(prefix ? "startswith" : "endswith", a, {"prefix", "start", "end"});
       if (b.has(1) || b.has(2)) {
-        std::u32string u = utf8_decode(s);
-        auto idx =
-            py_slice_indices(static_cast<int64_t>(u.size()), opt_int(b.get(1), 0),
-                             b.has(2) ? std::optional<int64_t>(opt_int(b.get(2), 0)) : std::nullopt, 1);
-        std::u32string part;
-        for (int64_t i : idx) part.push_back(u[static_cast<size_t>(i)]);
-        return Value(affix_match(utf8_encode(part), b.required(0), prefix));
+        auto [part, offset] = window(s, b.get(1), b.get(2));
+        if (offset < 0) return Value(false);
+        return Value(affix_match(part, b.required(0), prefix));
       }
       return Value(affix_match(s, b.required(0), prefix));
     });
@@ -133,20 +270,112 @@ Value string_method(const Value& self, const std::string& name) {
     bool reverse = name[0] == 'r';
     bool raise = name.find("index") != std::string::npos;
     return fn([s, reverse, raise](CallArgs& a) {
-      ArgBinder b("find", a, {"sub"});
+      ArgBinder b("find", a, {"sub", "start", "end"});
       const Value& sub = b.required(0);
-      if (!sub.is_string()) throw JinjaError("TypeError: must be str");
-      int64_t r = py_find(s, sub.str(), reverse);
+      if (!sub.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sub.type_name()));
+      auto [part, offset] = window(s, b.get(1), b.get(2));
+      int64_t r = offset < 0 ? -1 : py_find(part, sub.str(), reverse);
+      if (r >= 0) r += offset;
       if (r < 0 && raise) throw JinjaError("ValueError: substring not found");
       return Value(r);
     });
   }
   if (name == "count") {
     return fn([s](CallArgs& a) {
-      ArgBinder b("count", a, {"sub"});
+      ArgBinder b("count", a, {"sub", "start", "end"});
       const Value& sub = b.required(0);
-      if (!sub.is_string()) throw JinjaError("TypeError: must be str");
-      return Value(py_count(s, sub.str()));
+      if (!sub.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sub.type_name()));
+      auto [part, offset] = window(s, b.get(1), b.get(2));
+      return Value(offset < 0 ? int64_t{0} : py_count(part, sub.str()));
+    });
+  }
+  if (name == "partition" || name == "rpartition") {
+    bool right = name == "rpartition";
+    return fn([s, right](CallArgs& a) {
+      ArgBinder b("partition", a, {"sep"});
+      const Value& sep = b.required(0);
+      if (!sep.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sep.type_name()));
+      if (sep.str().empty()) throw JinjaError("ValueError: empty separator");
+      size_t p = right ? s.rfind(sep.str()) : s.find(sep.str());
+      if (p == std::string::npos)
+        return right ? Value::tuple({Value(""), Value(""), Value(s)}) : Value::tuple({Value(s), Value(""), Value("")});
+      return Value::tuple({Value(s.substr(0, p)), sep, Value(s.substr(p + sep.str().size()))});
+    });
+  }
+  if (name == "removeprefix" || name == "removesuffix") {
+    bool prefix = name == "removeprefix";
+    return fn([s, prefix](CallArgs& a) {
+      ArgBinder b(prefix ? "removeprefix" : "removesuffix", a, {"affix"});
+      const Value& x = b.required(0);
+      if (!x.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(x.type_name()));
+      const std::string& t = x.str();
+      if (t.size() <= s.size() && (prefix ? s.compare(0, t.size(), t) == 0
+                                          : s.compare(s.size() - t.size(), t.size(), t) == 0))
+        return Value(prefix ? s.substr(t.size()) : s.substr(0, s.size() - t.size()));
+      return Value(s);
+    });
+  }
+  if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
+    return fn([s, name](CallArgs& a) {
+      bool zfill = name == "zfill";
+      ArgBinder b(name.c_str(), a, {"width", "fillchar"});
+      const Value& w = b.required(0);
+      if (!w.is_int() && !w.is_bool())
+        throw JinjaError("TypeError: '" + std::string(w.type_name()) + "' object cannot be interpreted as an integer");
+      std::string fill = zfill ? std::string("0") : b.get(1, Value(" ")).to_str();
+      if (utf8_length(fill) != 1)
+        throw JinjaError("TypeError: The fill character must be exactly one character long");
+      int64_t len = static_cast<int64_t>(utf8_length(s));
+      int64_t pad = w.as_int() - len;
+      if (pad <= 0) return Value(s);
+      if (pad > (int64_t{1} << 24)) throw JinjaError("MemoryError: padded string is too large");
+      auto rep = [&](int64_t n) {
+        std::string out;
+        for (int64_t i = 0; i < n; ++i) out += fill;
+        return out;
+      };
+      if (name == "ljust") return Value(s + rep(pad));
+      if (name == "rjust") return Value(rep(pad) + s);
+      if (zfill) {
+        if (!s.empty() && (s[0] == '+' || s[0] == '-')) return Value(s.substr(0, 1) + rep(pad) + s.substr(1));
+        return Value(rep(pad) + s);
+      }
+      int64_t left = pad / 2 + (pad & w.as_int() & 1);  // CPython's str.center
+      return Value(rep(left) + s + rep(pad - left));
+    });
+  }
+  if (name == "swapcase") {
+    return fn([s](CallArgs&) {
+      std::string out;
+      for (char32_t c : utf8_decode(s)) {
+        std::string one;
+        utf8_append(one, c);
+        std::string up = py_upper(one), low = py_lower(one);
+        out += up != one ? up : low;
+      }
+      return Value(out);
+    });
+  }
+  if (name == "casefold") return fn([s](CallArgs&) { return Value(py_lower(py_replace(s, "\xc3\x9f", "ss", -1))); });
+  if (name == "expandtabs") {
+    return fn([s](CallArgs& a) {
+      ArgBinder b("expandtabs", a, {"tabsize"});
+      int64_t tab = opt_int(b.get(0), 8);
+      std::string out;
+      int64_t col = 0;
+      for (char32_t c : utf8_decode(s)) {
+        if (c == '\t') {
+          if (tab > 0) {
+            int64_t n = tab - col % tab;
+            out.append(static_cast<size_t>(n), ' ');
+            col += n;
+          }
+        } else {
+          utf8_append(out, c);
+          col = (c == '\n' || c == '\r') ? 0 : col + 1;
+        }
+      }
+      return Value(out);
     });
   }
   if (name == "join") {
@@ -167,33 +396,46 @@ Value string_method(const Value& self, const std::string& name) {
   }
   if (name == "format") return fn([s](CallArgs& a) { return Value(format_string(s, a)); });
   if (name == "splitlines") {
-    return fn([s](CallArgs&) {
+    return fn([s](CallArgs& a) {
+      ArgBinder b("splitlines", a, {"keepends"});
+      bool keep = b.get(0, Value(false)).truthy();
       std::vector<std::string> lines;
+      std::u32string u = utf8_decode(s);
       size_t start = 0;
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '\n' || s[i] == '\r') {
-          lines.push_back(s.substr(start, i - start));
-          if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-          start = i + 1;
-        }
+      for (size_t i = 0; i < u.size(); ++i) {
+        char32_t c = u[i];
+        bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
+                   c == 0x85 || c == 0x2028 || c == 0x2029;
+        if (!brk) continue;
+        size_t end = i;
+        if (c == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;
+        lines.push_back(utf8_encode(std::u32string_view(u).substr(start, (keep ? i + 1 : end) - start)));
+        start = i + 1;
       }
-      if (start < s.size()) lines.push_back(s.substr(start));
+      if (start < u.size()) lines.push_back(utf8_encode(std::u32string_view(u).substr(start)));
       return string_list(lines);
     });
   }
   auto predicate = [&](auto pred) {
     return fn([s, pred](CallArgs&) {
-      if (s.empty()) return Value(false);
-      return Value(std::all_of(s.begin(), s.end(), pred));
+      std::u32string u = utf8_decode(s);
+      if (u.empty()) return Value(false);
+      return Value(std::all_of(u.begin(), u.end(), pred));
     });
   };
-  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal")
-    return predicate([](char c) { return c >= '0' && c <= '9'; });
-  if (name == "isalpha")
-    return predicate([](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; });
-  if (name == "isalnum")
-    return predicate([](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; });
-  if (name == "isspace") return predicate([](char c) { return py_isspace(static_cast<unsigned char>(c)); });
+  if (name == "isdigit" || name == "isdecimal") return predicate([](char32_t c) { return py_isdecimal(c); });
+  if (name == "isnumeric") return predicate([](char32_t c) { return py_isnumeric(c); });
+  if (name == "isalpha") return predicate([](char32_t c) { return py_isalpha(c); });
+  if (name == "isalnum") return predicate([](char32_t c) { return py_isalpha(c) || py_isnumeric(c); });
+  if (name == "isspace") return predicate([](char32_t c) { return py_isspace(c); });
+  if (name == "isascii")
+    return fn([s](CallArgs&) { return Value(is_ascii(s)); });
+  if (name == "isprintable")
+    return fn([s](CallArgs&) {
+      std::u32string u = utf8_decode(s);
+      return Value(std::all_of(u.begin(), u.end(), [](char32_t c) { return py_isprintable(c); }));
+    });
+  if (name == "istitle") return fn([s](CallArgs&) { return Value(!s.empty() && py_str_title(s) == s && py_lower(s) != s); });
   if (name == "islower" || name == "isupper") {
     bool lower = name == "islower";
     return fn([s, lower](CallArgs&) {
@@ -213,11 +455,11 @@ Value string_method(const Value& self, const std::string& name) {
   return Value();
 }
 
+// ImmutableSandboxedEnvironment hands out an Undefined for a mutating method (`is defined` is false,
+// it prints as ""); only calling it raises SecurityError.
 Value unsafe_method(const Value& self, const std::string& name) {
-  std::string type = self.type_name();
-  return Value::function(type + "." + name, [type, name](CallArgs&) -> Value {
-    throw JinjaError("SecurityError: access to attribute '" + name + "' of '" + type + "' object is unsafe.");
-  });
+  return Value::undefined("SecurityError: access to attribute '" + name + "' of '" +
+                          std::string(self.type_name()) + "' object is unsafe.");
 }
 
 Value dict_method(const Value& self, const std::string& name) {
@@ -281,10 +523,43 @@ Value list_method(const Value& self, const std::string& name) {
 
 }  // namespace
 
+// Markup's overrides of str methods: the result is Markup again, and the arguments that end up in
+// the text (replace's `new`, the padding fill, join's items, format's arguments) are escaped first.
+Value markup_method(const Value& self, const std::string& name) {
+  static const char* const kKeep[] = {"capitalize", "title",      "lower",      "upper",        "replace",
+                                      "ljust",      "rjust",      "lstrip",     "rstrip",       "center",
+                                      "strip",      "expandtabs", "swapcase",   "zfill",        "casefold",
+                                      "removeprefix", "removesuffix", "partition", "rpartition", "split",
+                                      "rsplit",     "splitlines", "join",       "format"};
+  Value inner = string_method(self, name);
+  if (inner.is_undefined() || !inner.is_callable()) return inner;
+  bool keep = std::any_of(std::begin(kKeep), std::end(kKeep), [&](const char* k) { return name == k; });
+  if (!keep) return inner;
+  return Value::function("Markup." + name, [inner, name](CallArgs& a) {
+    CallArgs args = a;
+    auto esc = [](Value& v) {
+      if (v.is_string()) v = markup_escape(v);
+    };
+    if (name == "replace" && args.positional.size() >= 2) esc(args.positional[1]);
+    if ((name == "ljust" || name == "rjust" || name == "center") && args.positional.size() >= 2)
+      esc(args.positional[1]);
+    if (name == "format") {
+      for (auto& v : args.positional) v = v.is_string() || v.is_number() || v.is_none() ? markup_escape(v) : v;
+      for (auto& [k, v] : args.keyword) v = v.is_string() || v.is_number() || v.is_none() ? markup_escape(v) : v;
+    }
+    if (name == "join" && args.positional.size() == 1) {
+      std::vector<Value> items;
+      for (const auto& v : iterate(args.positional[0])) items.push_back(markup_escape(v));
+      args.positional[0] = Value::list(std::move(items));
+    }
+    return as_markup_if(true, inner.callable().fn(args));
+  });
+}
+
 Value get_method(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
     case Value::Kind::kString:
-      return string_method(obj, name);
+      return obj.is_markup() ? markup_method(obj, name) : string_method(obj, name);
     case Value::Kind::kDict:
       return dict_method(obj, name);
     case Value::Kind::kList:

@@ -10,8 +10,25 @@
 namespace tf::jinja {
 
 [[noreturn]] void fail_undefined(const Value& undefined) {
+  if (undefined.str().rfind("SecurityError: ", 0) == 0) throw JinjaError(undefined.str());
   throw JinjaError("UndefinedError: " +
                    (undefined.str().empty() ? std::string("value is undefined") : undefined.str()));
+}
+
+Value markup_escape(const Value& v) {
+  if (v.is_markup()) return v;
+  return Value::markup(html_escape(v.to_str()));
+}
+
+Value as_markup_if(bool markup, Value v) {
+  if (!markup) return v;
+  if (v.is_string()) return Value::markup(v.str());
+  if (v.is_list() && !v.is_iterator()) {
+    std::vector<Value> items;
+    for (const auto& x : v.items()) items.push_back(x.is_string() ? Value::markup(x.str()) : x);
+    return v.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+  }
+  return v;
 }
 
 static Value missing_attribute(const Value& obj, const std::string& name) {
@@ -26,6 +43,11 @@ Value get_attr(const Value& obj, const std::string& name) {
   if (obj.is_dict() || obj.is_namespace()) {
     if (const Value* v = obj.dict_data().find(name)) return *v;
   }
+  if (obj.is_tuple()) {
+    const std::vector<std::string>& fields = obj.fields();
+    for (size_t i = 0; i < fields.size() && i < obj.items().size(); ++i)
+      if (fields[i] == name) return obj.items()[i];
+  }
   return missing_attribute(obj, name);
 }
 
@@ -39,9 +61,10 @@ Value get_item(const Value& obj, const Value& key) {
       if (i < 0) i += n;
       if (i >= 0 && i < n) {
         if (obj.is_list()) return obj.items()[static_cast<size_t>(i)];
-        if (is_ascii(obj.str())) return Value(std::string(1, obj.str()[static_cast<size_t>(i)]));
+        if (is_ascii(obj.str()))
+          return as_markup_if(obj.is_markup(), Value(std::string(1, obj.str()[static_cast<size_t>(i)])));
         std::u32string u = utf8_decode(obj.str());
-        return Value(utf8_encode(std::u32string_view(&u[static_cast<size_t>(i)], 1)));
+        return as_markup_if(obj.is_markup(), Value(utf8_encode(std::u32string_view(&u[static_cast<size_t>(i)], 1))));
       }
     }
   }
@@ -66,7 +89,7 @@ Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<in
     std::u32string out;
     for (int64_t i : py_slice_indices(static_cast<int64_t>(u.size()), start, stop, step))
       out.push_back(u[static_cast<size_t>(i)]);
-    return Value(utf8_encode(out));
+    return as_markup_if(obj.is_markup(), Value(utf8_encode(out)));
   }
   return Value::undefined("'" + std::string(obj.type_name()) + " object' is not subscriptable");
 }
@@ -118,7 +141,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       return checked(overflow, r);
     }
     if (numbers) return Value(a.as_double() + b.as_double());
-    if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      if (a.is_markup() || b.is_markup()) return Value::markup(markup_escape(a).str() + markup_escape(b).str());
+      return Value(a.str() + b.str());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_iterator() && !b.is_iterator()) {
       std::vector<Value> out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());
@@ -146,9 +172,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     }
     if (numbers) return Value(a.as_double() * b.as_double());
     if ((a.is_string() || (a.is_list() && !a.is_iterator())) && (b.is_int() || b.is_bool()))
-      return repeat(a, b.as_int());
+      return as_markup_if(a.is_markup(), repeat(a, b.as_int()));
     if ((b.is_string() || (b.is_list() && !b.is_iterator())) && (a.is_int() || a.is_bool()))
-      return repeat(b, a.as_int());
+      return as_markup_if(b.is_markup(), repeat(b, a.as_int()));
     throw JinjaError(type_error("*", a, b));
   }
   if (op == "/") {
@@ -158,8 +184,15 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "//" || op == "%") {
     if (!numbers) {
-      if (op == "%" && a.is_string())
-        return Value(percent_format(a.str(), b.is_tuple() ? b.items() : std::vector<Value>{b}));
+      if (op == "%" && a.is_string()) {
+        std::vector<Value> args = b.is_tuple() ? b.items() : std::vector<Value>{b};
+        if (a.is_markup()) {  // Markup % args escapes the string arguments
+          for (auto& x : args)
+            if (x.is_string()) x = markup_escape(x);
+          return Value::markup(percent_format(a.str(), args));
+        }
+        return Value(percent_format(a.str(), args));
+      }
       throw JinjaError(type_error(op.c_str(), a, b));
     }
     if (b.as_double() == 0)
@@ -195,7 +228,18 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
 std::string percent_format(const std::string& fmt, const std::vector<Value>& args) {
   std::string out;
   size_t next = 0;
+  // `'%(name)s' % mapping`: a single dict argument serves the keyed conversions.
+  const Value* mapping = args.size() == 1 && args[0].is_dict() ? &args[0] : nullptr;
+  bool used_mapping = false;
+  std::optional<std::string> key;
   auto take = [&]() -> const Value& {
+    if (key) {
+      if (!mapping) throw JinjaError("TypeError: format requires a mapping");
+      used_mapping = true;
+      const Value* v = mapping->dict_data().find(*key);
+      if (!v) throw JinjaError("KeyError: '" + *key + "'");
+      return *v;
+    }
     if (next >= args.size()) throw JinjaError("TypeError: not enough arguments for format string");
     return args[next++];
   };
@@ -205,6 +249,13 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
       continue;
     }
     size_t j = i + 1;
+    key.reset();
+    if (j < fmt.size() && fmt[j] == '(') {
+      size_t close = fmt.find(')', j);
+      if (close == std::string::npos) throw JinjaError("ValueError: incomplete format key");
+      key = fmt.substr(j + 1, close - j - 1);
+      j = close + 1;
+    }
     std::string flags;
     while (j < fmt.size() && std::string("-+ #0").find(fmt[j]) != std::string::npos)
       flags.push_back(fmt[j++]);
@@ -263,7 +314,8 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
     }
     out += piece;
   }
-  if (next < args.size()) throw JinjaError("TypeError: not all arguments converted during string formatting");
+  if (next < args.size() && !(used_mapping || (mapping && next == 0)))
+    throw JinjaError("TypeError: not all arguments converted during string formatting");
   return out;
 }
 
@@ -359,6 +411,11 @@ int64_t length_of(const Value& v) {
 
 Value call_value(const Value& fn, CallArgs& args) {
   if (fn.is_undefined()) fail_undefined(fn);
+  // A recursive loop's `loop` object: a mapping that is also callable (its hidden `__call__`).
+  if (fn.is_dict()) {
+    if (const Value* call = fn.dict_data().find(std::string("__call__")); call && call->is_callable())
+      return call->callable().fn(args);
+  }
   if (!fn.is_callable())
     throw JinjaError(std::string("TypeError: '") + fn.type_name() + "' object is not callable");
   return fn.callable().fn(args);

@@ -28,6 +28,11 @@ bool contains(const Value& container, const Value& item);
 // Python's printf-style `fmt % args` (flags, width, precision; s r d i f F e E g G x X o c %).
 std::string percent_format(const std::string& fmt, const std::vector<Value>& args);
 
+// markupsafe.escape(v): a Markup stays as it is, anything else is str()-ed and HTML-escaped.
+Value markup_escape(const Value& v);
+// The same value marked as Markup when `markup` (strings, and the strings inside a list/tuple).
+Value as_markup_if(bool markup, Value v);
+
 // Python iter(): list items, dict keys, string characters; Undefined iterates as empty.
 std::vector<Value> iterate(const Value& v);
 // Python len(); throws for values without a length (generators, numbers, None).

@@ -1,6 +1,7 @@
 // Jinja parser (see jinja_parser.h). Method names follow jinja2.parser so the two can be compared.
 #include "text/jinja_parser.h"
 
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 
@@ -141,6 +142,9 @@ class Parser {
       expect_block_end();
       return s;
     }
+    if (name == "include" || name == "import" || name == "from" || name == "extends" || name == "block")
+      fail("Encountered unknown tag '" + name + "'. ('" + name +
+           "' is not supported: a chat template is rendered standalone, without a template loader)");
     fail("Encountered unknown tag '" + name + "'.");
   }
 
@@ -180,7 +184,7 @@ class Parser {
     expect_name("in");
     s->expr = parse_tuple(false, false, "recursive");
     if (skip_name("if")) s->condition = parse_expression(true);
-    if (is_name("recursive")) fail("recursive for loops are not supported");
+    if (skip_name("recursive")) s->recursive = true;
     expect_block_end();
     s->body = subparse({"endfor", "else"});
     if (skip_name("else")) {
@@ -222,16 +226,46 @@ class Parser {
 
   void parse_signature(Stmt& s) {
     expect_op("(");
+    bool any_default = false;
     while (!is_op(")")) {
       if (!s.params.empty()) expect_op(",");
       s.params.push_back(expect_identifier());
       if (skip_op("=")) {
         s.defaults.push_back(parse_expression(true));
+        any_default = true;
       } else {
+        if (any_default) fail("non-default argument follows default argument");
         s.defaults.push_back(nullptr);
       }
     }
     advance();
+  }
+
+  // jinja2 (find_undeclared): a macro takes extra positional arguments only if its body reads
+  // `varargs`, extra keyword arguments only if it reads `kwargs`, and a caller only if it reads `caller`.
+  static void scan_names(const Expr* e, Stmt& m) {
+    if (!e) return;
+    if (e->kind == ExprKind::kName) {
+      if (e->name == "varargs") m.uses_varargs = true;
+      if (e->name == "kwargs") m.uses_kwargs = true;
+      if (e->name == "caller") m.uses_caller = true;
+    }
+    scan_names(e->a.get(), m);
+    scan_names(e->b.get(), m);
+    scan_names(e->c.get(), m);
+    for (const auto& x : e->args) scan_names(x.get(), m);
+    for (const auto& [k, x] : e->kwargs) scan_names(x.get(), m);
+  }
+  static void scan_names(const Body& body, Stmt& m) {
+    for (const auto& st : body) {
+      scan_names(st->expr.get(), m);
+      scan_names(st->condition.get(), m);
+      for (const auto& x : st->conditions) scan_names(x.get(), m);
+      for (const auto& x : st->defaults) scan_names(x.get(), m);
+      for (const auto& b : st->bodies) scan_names(b, m);
+      scan_names(st->body, m);
+      scan_names(st->else_body, m);
+    }
   }
 
   StmtPtr parse_macro() {
@@ -241,6 +275,7 @@ class Parser {
     parse_signature(*s);
     expect_block_end();
     s->body = subparse({"endmacro"});
+    scan_names(s->body, *s);
     advance();
     if (cur().type == TokenType::kName && cur().value == s->name) advance();
     expect_block_end();
@@ -255,6 +290,7 @@ class Parser {
     if (s->expr->kind != ExprKind::kCall) fail("expected call");
     expect_block_end();
     s->body = subparse({"endcall"});
+    scan_names(s->body, *s);
     advance();
     expect_block_end();
     return s;
@@ -510,8 +546,9 @@ class Parser {
     if (t.type == TokenType::kInteger || t.type == TokenType::kFloat) {
       auto e = make(ExprKind::kConst, t);
       try {
+        // Python floats overflow to inf and underflow to 0 (strtod does the same; stod throws).
         e->constant = t.type == TokenType::kInteger ? Value(static_cast<int64_t>(std::stoll(t.value)))
-                                                    : Value(std::stod(t.value));
+                                                    : Value(std::strtod(t.value.c_str(), nullptr));
       } catch (const std::exception&) {
         fail("number literal out of range: " + t.value);
       }

@@ -2,8 +2,13 @@
 #include "text/jinja_strings.h"
 
 #include <algorithm>
+#include <cctype>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "text/jinja_value.h"
+#include "text/regex.h"
 #include "text/utf8.h"
 
 namespace tf::jinja {
@@ -287,6 +292,86 @@ int64_t py_find(std::string_view s, std::string_view sub, bool reverse) {
   return static_cast<int64_t>(utf8_length(s.substr(0, p)));
 }
 
+
+namespace {
+
+// Whether one code point matches a PCRE2 (UCP) character class; used for the non-ASCII cases of
+// Python's str predicates. The classes are compiled once.
+bool class_matches(const char* pattern, char32_t c) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::unique_ptr<tf::text::Regex>> cache;
+  const tf::text::Regex* re = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = cache[pattern];
+    if (!slot) {
+      auto compiled = tf::text::Regex::compile(pattern);
+      if (!compiled.has_value()) return false;
+      slot = std::make_unique<tf::text::Regex>(std::move(*compiled));
+    }
+    re = slot.get();
+  }
+  std::string one;
+  utf8_append(one, c);
+  return !re->find_all(one).empty();
+}
+
+}  // namespace
+
+bool py_is_word_char(char32_t c) {
+  if (c < 0x80) return std::isalnum(static_cast<int>(c)) != 0 || c == '_';
+  return class_matches("^[\\p{L}\\p{N}\\p{Mn}_]$", c);
+}
+
+bool py_isalpha(char32_t c) {
+  if (c < 0x80) return std::isalpha(static_cast<int>(c)) != 0;
+  return class_matches("^\\p{L}$", c);
+}
+
+bool py_isdecimal(char32_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  return class_matches("^\\p{Nd}$", c);
+}
+
+bool py_isnumeric(char32_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  return class_matches("^\\p{N}$", c);
+}
+
+bool py_isprintable(char32_t c) {
+  if (c < 0x80) return c >= 0x20 && c < 0x7F;
+  if (c < 0xA0) return false;
+  // Python: not printable = categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs (except the ASCII space).
+  return !class_matches("^[\\p{C}\\p{Z}]$", c);
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
 std::string py_repr_string(std::string_view s) {
   bool has_single = s.find('\'') != std::string_view::npos;
   bool has_double = s.find('"') != std::string_view::npos;
@@ -303,10 +388,15 @@ std::string py_repr_string(std::string_view s) {
       out += "\\r";
     } else if (c == '\t') {
       out += "\\t";
-    } else if (c < 0x20 || c == 0x7F || (c >= 0x80 && c < 0xA0)) {
+    } else if (c < 0x100 && !py_isprintable(c)) {
       out += "\\x";
       out.push_back(kHex[(c >> 4) & 0xF]);
       out.push_back(kHex[c & 0xF]);
+    } else if (c >= 0x100 && !py_isprintable(c)) {
+      // CPython: \uXXXX below U+10000, \UXXXXXXXX above (e.g. U+200B, U+2028, U+E000).
+      int digits = c < 0x10000 ? 4 : 8;
+      out += digits == 4 ? "\\u" : "\\U";
+      for (int shift = (digits - 1) * 4; shift >= 0; shift -= 4) out.push_back(kHex[(c >> shift) & 0xF]);
     } else {
       utf8_append(out, c);
     }

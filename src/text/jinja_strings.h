@@ -19,6 +19,13 @@ bool is_ascii(std::string_view s);
 size_t utf8_length(std::string_view s);
 
 bool py_isspace(char32_t c);
+// Python's character classes beyond ASCII (Unicode general categories, via PCRE2's tables):
+// re's \w, str.isalpha, str.isdecimal, str.isnumeric and str.isprintable (which repr() uses).
+bool py_is_word_char(char32_t c);
+bool py_isalpha(char32_t c);
+bool py_isdecimal(char32_t c);
+bool py_isnumeric(char32_t c);
+bool py_isprintable(char32_t c);
 // str.strip/lstrip/rstrip: `chars` unset strips whitespace.
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 // str.split / str.rsplit: `sep` unset splits on whitespace runs; maxsplit < 0 means no limit.
@@ -34,6 +41,9 @@ std::string py_str_title(std::string_view s);  // str.title()
 int64_t py_count(std::string_view s, std::string_view sub);
 // str.find in code points, or -1.
 int64_t py_find(std::string_view s, std::string_view sub, bool reverse);
+
+// markupsafe.escape of a str: & < > " ' become &amp; &lt; &gt; &#34; &#39;.
+std::string html_escape(std::string_view s);
 
 // Python repr() of a string: quotes and escapes as CPython does.
 std::string py_repr_string(std::string_view s);

@@ -64,6 +64,50 @@ Value make_namespace(const NamespaceRegistry& registry) {
   });
 }
 
+// jinja2's cycler(*items): .next() returns the current item and advances, .reset(), .current.
+// Its methods refer back to the object, a cycle the registry breaks after rendering.
+Value make_cycler(const NamespaceRegistry& registry) {
+  std::weak_ptr<std::vector<Value>> weak = registry;
+  return Value::function("cycler", [weak](CallArgs& a) {
+    if (!a.keyword.empty()) throw JinjaError("TypeError: cycler() takes no keyword arguments");
+    if (a.positional.empty()) throw JinjaError("RuntimeError: at least one item has to be provided");
+    Value obj = Value::new_namespace();
+    if (auto r = weak.lock()) r->push_back(obj);
+    auto items = std::make_shared<std::vector<Value>>(a.positional);
+    auto pos = std::make_shared<size_t>(0);
+    DictData& d = obj.dict_data();
+    d.set(Value("current"), (*items)[0]);
+    d.set(Value("next"), Value::function("cycler.next", [obj, items, pos](CallArgs&) {
+            Value rv = (*items)[*pos];
+            *pos = (*pos + 1) % items->size();
+            obj.dict_data().set(Value("current"), (*items)[*pos]);
+            return rv;
+          }));
+    d.set(Value("reset"), Value::function("cycler.reset", [obj, items, pos](CallArgs&) {
+            *pos = 0;
+            obj.dict_data().set(Value("current"), (*items)[0]);
+            return Value::none();
+          }));
+    return obj;
+  });
+}
+
+// jinja2's joiner(sep=", "): returns "" the first time it is called, then `sep`.
+Value make_joiner() {
+  return Value::function("joiner", [](CallArgs& a) {
+    ArgBinder b("joiner", a, {"sep"});
+    std::string sep = b.get(0, Value(", ")).to_str();
+    auto used = std::make_shared<bool>(false);
+    return Value::function("joiner", [sep, used](CallArgs&) {
+      if (!*used) {
+        *used = true;
+        return Value("");
+      }
+      return Value(sep);
+    });
+  });
+}
+
 Value make_dict() {
   return Value::function("dict", [](CallArgs& a) {
     Value d = Value::dict();
@@ -124,6 +168,8 @@ Expected<std::string> Template::render(const nlohmann::ordered_json& context,
     g.set(Value("range"), make_range());
     g.set(Value("namespace"), make_namespace(registry));
     g.set(Value("dict"), make_dict());
+    g.set(Value("cycler"), make_cycler(registry));
+    g.set(Value("joiner"), make_joiner());
     g.set(Value("raise_exception"), Value::function("raise_exception", [](CallArgs& a) -> Value {
             ArgBinder b("raise_exception", a, {"message"});
             throw JinjaError("raise_exception: " + b.required(0).to_str());

@@ -27,6 +27,12 @@ Value::Value(int64_t v) : kind_(Kind::kInt), i_(v) {}
 Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
 Value::Value(std::string s) : kind_(Kind::kString), s_(std::move(s)) {}
 
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.b_ = true;
+  return v;
+}
+
 Value Value::list(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
@@ -38,6 +44,12 @@ Value Value::list(std::vector<Value> items) {
 Value Value::tuple(std::vector<Value> items) {
   Value v = list(std::move(items));
   v.list_->is_tuple = true;
+  return v;
+}
+
+Value Value::named_tuple(std::vector<std::string> fields, std::vector<Value> items) {
+  Value v = tuple(std::move(items));
+  v.list_->fields = std::move(fields);
   return v;
 }
 
@@ -105,6 +117,11 @@ static Value value_from_json(const Json& j) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
 Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
+
+const std::vector<std::string>& Value::fields() const {
+  static const std::vector<std::string> kNone;
+  return kind_ == Kind::kList ? list_->fields : kNone;
+}
 
 bool Value::is_tuple() const { return kind_ == Kind::kList && list_->is_tuple; }
 bool Value::is_iterator() const { return kind_ == Kind::kList && list_->is_iterator; }

@@ -54,8 +54,12 @@ class Value {
   Value(double v);                                  // NOLINT
   Value(std::string s);                             // NOLINT
   Value(const char* s) : Value(std::string(s)) {}   // NOLINT
+  // markupsafe.Markup (what `|safe` and `|escape` return): a str whose `+`, `%`, join, replace and
+  // format HTML-escape the plain-str operands they take in (jinja2 behaviour templates rely on).
+  static Value markup(std::string s);
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
+  static Value named_tuple(std::vector<std::string> fields, std::vector<Value> items);
   // A one-shot iterable (Python generator/iterator): always truthy, has no len().
   static Value iterator(std::vector<Value> items);
   static Value dict();
@@ -72,6 +76,7 @@ class Value {
   bool is_float() const { return kind_ == Kind::kFloat; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && b_; }
   bool is_list() const { return kind_ == Kind::kList; }  // lists, tuples and iterators
   bool is_tuple() const;
   bool is_iterator() const;
@@ -86,6 +91,7 @@ class Value {
   std::vector<Value>& items() const;             // list/tuple/iterator elements
   DictData& dict_data() const;                   // dict or namespace
   const CallableData& callable() const;
+  const std::vector<std::string>& fields() const;  // named-tuple field names (empty otherwise)
   const void* identity() const;  // for `is sameas` and cycle detection
 
   bool truthy() const;
@@ -109,6 +115,8 @@ struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
   bool is_iterator = false;
+  // A namedtuple's field names (groupby's (grouper, list)); attribute access reads the items.
+  std::vector<std::string> fields;
 };
 
 // Insertion-ordered mapping with Python key equality (1 == 1.0 == True). Chat-template dicts are
