@@ -85,6 +85,13 @@ TEST(GrammarGbnf, ByteAtATimeAcrossUtf8Characters) {
   EXPECT_FALSE(ascii.accept("\xF0"));
   EXPECT_FALSE(ascii.accept("\xE0\x80"));
   EXPECT_TRUE(ascii.accept("\xE0\xA0"));  // U+0800..U+083F
+  // ED A0..BF can only go on to surrogates, which are not text: such a prefix is dead even
+  // under a class that admits everything, so a token mask never leads into it.
+  GrammarMatcher wide(compile("root ::= [^<]*"));
+  EXPECT_FALSE(GrammarMatcher(wide).accept("\xED\xA0"));
+  EXPECT_FALSE(GrammarMatcher(wide).accept("\xED\xBF"));
+  EXPECT_TRUE(GrammarMatcher(wide).accept("\xED\x9F"));          // U+D7C0..U+D7FF
+  EXPECT_TRUE(GrammarMatcher(wide).accept("\xED\x9F\xBF"));      // U+D7FF
   GrammarMatcher astral(compile("root ::= [\U0001F600-\U0001F64F]"));
   EXPECT_TRUE(astral.accept("\xF0\x9F"));
   EXPECT_FALSE(GrammarMatcher(astral).accept("\x9A"));   // F0 9F 9A: U+1F680 and up

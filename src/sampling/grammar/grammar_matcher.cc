@@ -91,8 +91,18 @@ bool GrammarMatcher::pending_feasible(const MatchState& s) const {
   static constexpr uint32_t kShortest[5] = {0, 0, 0x80, 0x800, 0x10000};
   const uint32_t clo = std::max(decode(lo), kShortest[len]), chi = std::min<uint32_t>(decode(hi), 0x10FFFF);
   if (clo > chi) return false;
-  for (const std::vector<uint32_t>& st : s.stacks)
-    if (!st.empty() && g.classes[g.elements[st.back()].value].matches_any(clo, chi)) return true;
+  // Surrogates are not text either (ED A0..BF leads only to them): the completions are the
+  // interval's parts outside U+D800..U+DFFF.
+  std::pair<uint32_t, uint32_t> parts[2];
+  int n = 0;
+  if (clo < 0xD800) parts[n++] = {clo, std::min<uint32_t>(chi, 0xD7FF)};
+  if (chi > 0xDFFF) parts[n++] = {std::max<uint32_t>(clo, 0xE000), chi};
+  for (const std::vector<uint32_t>& st : s.stacks) {
+    if (st.empty()) continue;
+    const CharClass& cls = g.classes[g.elements[st.back()].value];
+    for (int i = 0; i < n; ++i)
+      if (cls.matches_any(parts[i].first, parts[i].second)) return true;
+  }
   return false;
 }
 
