@@ -16,12 +16,11 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/status.h"
+#include "text/model.h"
 
 namespace tf::text {
 
-using TokenId = int32_t;
-
-class BpeModel {
+class BpeModel final : public Model {
  public:
   // Reads a tokenizer.json "model" object whose "type" is "BPE" (or absent, with merges).
   static Expected<BpeModel> from_json(const nlohmann::json& model);
@@ -30,13 +29,16 @@ class BpeModel {
   BpeModel& operator=(BpeModel&&) = delete;
 
   // Appends the ids of one pre-tokenized word.
-  void encode_word(std::string_view word, std::vector<TokenId>& out) const;
+  void encode_word(std::string_view word, std::vector<TokenId>& out) const override;
 
-  std::optional<TokenId> token_to_id(std::string_view token) const;
+  std::optional<TokenId> token_to_id(std::string_view token) const override;
   // Empty optional for ids outside the vocabulary.
-  const std::string* id_to_token(TokenId id) const;
+  const std::string* id_to_token(TokenId id) const override;
   // One past the largest id of the vocabulary.
-  size_t vocab_size() const { return id_to_token_.size(); }
+  size_t vocab_size() const override { return id_to_token_.size(); }
+  std::optional<TokenId> unk_id() const override { return unk_; }
+  bool fuse_unk() const override { return fuse_unk_; }
+  const std::string& end_of_word_suffix() const override { return end_of_word_suffix_; }
 
  private:
   BpeModel() = default;

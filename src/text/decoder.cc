@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/normalizer.h"
 #include "text/pre_tokenizer.h"
+#include "text/tokenizer.h"
 #include "text/regex.h"
 #include "text/utf8.h"
 
@@ -14,6 +16,18 @@ namespace tf::text {
 namespace {
 
 using json = nlohmann::json;
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  if (from.empty()) return std::string(text);
+  std::string out;
+  size_t pos = 0;
+  for (size_t f; (f = text.find(from, pos)) != std::string_view::npos; pos = f + from.size()) {
+    out.append(text.substr(pos, f - pos));
+    out.append(to);
+  }
+  out.append(text.substr(pos));
+  return out;
+}
 
 class ByteLevelDecoder final : public Decoder {
  public:
@@ -129,27 +143,88 @@ class StripDecoder final : public Decoder {
   size_t start_, stop_;
 };
 
+// transformers.js's Metaspace decoder: the replacement becomes a space in every token, and the
+// first token loses one leading space when add_prefix_space is true (prepend_scheme is not read).
 class MetaspaceDecoder final : public Decoder {
  public:
-  MetaspaceDecoder(char32_t replacement, bool strip_first) : replacement_(replacement), strip_first_(strip_first) {}
+  MetaspaceDecoder(std::string replacement, bool strip_first)
+      : replacement_(std::move(replacement)), strip_first_(strip_first) {}
   void decode_chain(std::vector<DecodePiece>& pieces) const override {
     for (size_t i = 0; i < pieces.size(); ++i) {
-      std::string out;
-      for (char32_t cp : to_code_points(pieces[i].text)) {
-        if (cp == replacement_) {
-          if (i == 0 && strip_first_) continue;  // the prefix space added at encoding time
-          out.push_back(' ');
-        } else {
-          append_utf8(out, cp);
-        }
-      }
+      std::string out = replace_all(pieces[i].text, replacement_, " ");
+      if (i == 0 && strip_first_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
       pieces[i].text = std::move(out);
     }
   }
 
  private:
-  char32_t replacement_;
+  std::string replacement_;
   bool strip_first_;
+};
+
+// WordPiece: every token but the first gets a space in front unless it starts with the prefix
+// ("##"), which is removed; cleanup applies clean_up_tokenization to each token.
+class WordPieceDecoder final : public Decoder {
+ public:
+  WordPieceDecoder(std::string prefix, bool cleanup) : prefix_(std::move(prefix)), cleanup_(cleanup) {}
+  void decode_chain(std::vector<DecodePiece>& pieces) const override {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      std::string& t = pieces[i].text;
+      if (i != 0) {
+        if (t.starts_with(prefix_)) {
+          t.erase(0, prefix_.size());
+        } else {
+          t = std::string(1, ' ') + t;
+        }
+      }
+      if (cleanup_) t = clean_up_tokenization(t);
+    }
+  }
+
+ private:
+  std::string prefix_;
+  bool cleanup_;
+};
+
+// CTC: runs of the same token collapse to one, pad (blank) tokens go, and with cleanup the text is
+// cleaned up, the word delimiter becomes a space and the result is trimmed. One piece out.
+class CtcDecoder final : public Decoder {
+ public:
+  CtcDecoder(std::string pad, std::string delimiter, bool cleanup)
+      : pad_(std::move(pad)), delimiter_(std::move(delimiter)), cleanup_(cleanup) {}
+  void decode_chain(std::vector<DecodePiece>& pieces) const override {
+    if (pieces.empty()) {
+      pieces.assign(1, DecodePiece{});
+      return;
+    }
+    std::string text;
+    const std::string* prev = nullptr;
+    for (const DecodePiece& p : pieces) {
+      if (prev != nullptr && p.text == *prev) continue;
+      prev = &p.text;
+      if (p.text != pad_) text += p.text;
+    }
+    if (cleanup_) text = js_trim(replace_all(clean_up_tokenization(text), delimiter_, " "));
+    pieces.assign(1, DecodePiece{std::move(text), false});
+  }
+
+ private:
+  std::string pad_, delimiter_;
+  bool cleanup_;
+};
+
+// BPEDecoder: the suffix (e.g. "</w>") becomes a space, or nothing in the last token.
+class BpeDecoder final : public Decoder {
+ public:
+  explicit BpeDecoder(std::string suffix) : suffix_(std::move(suffix)) {}
+  void decode_chain(std::vector<DecodePiece>& pieces) const override {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      pieces[i].text = replace_all(pieces[i].text, suffix_, i + 1 == pieces.size() ? "" : " ");
+    }
+  }
+
+ private:
+  std::string suffix_;
 };
 
 class SequenceDecoder final : public Decoder {
@@ -168,6 +243,14 @@ class SequenceDecoder final : public Decoder {
  private:
   std::vector<std::unique_ptr<Decoder>> parts_;
 };
+
+std::string string_field(const json& c, const char* key, const char* def) {
+  return (c.contains(key) && c.at(key).is_string()) ? c.at(key).get<std::string>() : std::string(def);
+}
+
+bool bool_field(const json& c, const char* key, bool def) {
+  return (c.contains(key) && c.at(key).is_boolean()) ? c.at(key).get<bool>() : def;
+}
 
 char32_t single_char(const std::string& s) {
   const std::vector<char32_t> cps = to_code_points(s);
@@ -193,10 +276,18 @@ Expected<std::unique_ptr<Decoder>> build(const json& c) {
     return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(*re), c.at("content").get<std::string>()));
   }
   if (type == "Metaspace") {
-    std::string scheme = c.value("prepend_scheme", std::string());
-    const bool strip = scheme.empty() ? c.value("add_prefix_space", true) : scheme != "never";
-    return std::unique_ptr<Decoder>(new MetaspaceDecoder(single_char(c.value("replacement", std::string("\u2581"))), strip));
+    const bool strip = c.contains("add_prefix_space") && c.at("add_prefix_space").is_boolean() &&
+                       c.at("add_prefix_space").get<bool>();
+    return std::unique_ptr<Decoder>(new MetaspaceDecoder(c.value("replacement", std::string("\u2581")), strip));
   }
+  if (type == "WordPiece") {
+    return std::unique_ptr<Decoder>(new WordPieceDecoder(string_field(c, "prefix", "##"), bool_field(c, "cleanup", true)));
+  }
+  if (type == "CTC") {
+    return std::unique_ptr<Decoder>(new CtcDecoder(string_field(c, "pad_token", "<pad>"),
+                                                   string_field(c, "word_delimiter_token", "|"), bool_field(c, "cleanup", true)));
+  }
+  if (type == "BPEDecoder") return std::unique_ptr<Decoder>(new BpeDecoder(string_field(c, "suffix", "</w>")));
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Decoder>> parts;
     for (const json& d : c.at("decoders")) {

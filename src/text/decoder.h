@@ -1,5 +1,5 @@
 // Decoders of a Hugging Face tokenizer.json ("decoder" field): ByteLevel, Replace, ByteFallback,
-// Fuse, Strip, Metaspace and Sequence. A decoder turns the token strings of a sequence of ids into
+// Fuse, Strip, Metaspace, WordPiece, CTC, BPEDecoder and Sequence. A decoder turns the token strings of a sequence of ids into
 // text; each stage maps a list of pieces to a list of pieces, and the final text is their
 // concatenation.
 #pragma once

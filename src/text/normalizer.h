@@ -1,5 +1,6 @@
-// Normalizers of a Hugging Face tokenizer.json ("normalizer" field): NFC, NFD, Lowercase, Prepend,
-// Replace, Strip and Sequence. They map valid UTF-8 to valid UTF-8; offsets are not tracked
+// Normalizers of a Hugging Face tokenizer.json ("normalizer" field): NFC, NFD, NFKC, NFKD,
+// Lowercase, Prepend, Replace, Strip, StripAccents, BertNormalizer, Precompiled and Sequence, with
+// transformers.js's behaviour (JavaScript's toLowerCase, trim and \s; see each class). They map valid UTF-8 to valid UTF-8; offsets are not tracked
 // because nothing in the server needs them.
 #pragma once
 
@@ -25,5 +26,16 @@ Expected<std::unique_ptr<Normalizer>> make_normalizer(const nlohmann::json& conf
 
 // Rust's char::is_whitespace (the Unicode White_Space property).
 bool is_unicode_whitespace(char32_t cp);
+
+// JavaScript's \s and String.prototype.trim's whitespace: White_Space minus U+0085, plus U+FEFF.
+bool is_js_whitespace(char32_t cp);
+// JavaScript's trim / trimStart / trimEnd.
+std::string js_trim(std::string_view s, bool left = true, bool right = true);
+// JavaScript's String.prototype.toLowerCase: the full lowercase mapping, with Greek capital sigma
+// becoming final sigma at the end of a word (the Final_Sigma context of SpecialCasing.txt).
+std::string js_to_lower(std::string_view s);
+// transformers.js's BERT "Chinese character" test (the CJK ideograph blocks; it looks at UTF-16
+// code units, so only the blocks of the Basic Multilingual Plane count).
+bool is_bert_chinese_char(char32_t cp);
 
 }  // namespace tf::text

@@ -1,8 +1,9 @@
-// Split behaviours follow the Hugging Face tokenizers semantics (SplitDelimiterBehavior):
-// the text is cut into alternating match / non-match segments covering it entirely, `invert`
-// swaps the two roles, and the behaviour decides what happens to the delimiters (matches):
-// Removed drops them, Isolated keeps them alone, MergedWithPrevious / MergedWithNext glue each to
-// its neighbour, Contiguous glues runs of adjacent delimiters together.
+// split_one() implements the Hugging Face tokenizers semantics (SplitDelimiterBehavior): the text
+// is cut into alternating match / non-match segments covering it entirely, `invert` swaps the two
+// roles, and the behaviour decides what happens to the delimiters (matches): Removed drops them,
+// Isolated keeps them alone, MergedWithPrevious / MergedWithNext glue each to its neighbour,
+// Contiguous glues runs of adjacent delimiters together. The Split pre-tokenizer itself follows
+// transformers.js (the reference), which only knows Removed and Isolated (see its builder).
 #include "text/pre_tokenizer.h"
 
 #include <algorithm>
@@ -162,41 +163,80 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
   std::unique_ptr<Regex> re_;
 };
 
-// Metaspace: spaces become the replacement character (usually U+2581), optionally prefixed, and
-// the text is split before each replacement character (MergedWithNext).
+// Metaspace as transformers.js does it: every " " becomes the replacement string (str_rep when
+// given), a replacement is put in front when add_prefix_space is true, the text does not already
+// start with it and prepend_scheme ("always" by default) allows it ("first": only in the first
+// section of the input). The text is not split ("split" is ignored, as in transformers.js).
 class MetaspacePreTokenizer final : public PreTokenizer {
  public:
   enum class Prepend { kAlways, kFirst, kNever };
-  MetaspacePreTokenizer(std::string replacement, Prepend prepend, bool split, Regex re)
-      : replacement_(std::move(replacement)), prepend_(prepend), split_(split), re_(std::move(re)) {}
+  MetaspacePreTokenizer(std::string replacement, std::string str_rep, bool add_prefix_space, Prepend prepend)
+      : replacement_(std::move(replacement)), str_rep_(std::move(str_rep)), add_prefix_space_(add_prefix_space),
+        prepend_(prepend) {}
   void pre_tokenize(std::vector<std::string>& pieces, bool first_section) const override {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < pieces.size(); ++i) {
+    for (std::string& piece : pieces) {
       std::string s;
-      for (char c : pieces[i]) {
+      s.reserve(piece.size() + 8);
+      for (char c : piece) {
         if (c == ' ') {
-          s += replacement_;
+          s += str_rep_;
         } else {
           s.push_back(c);
         }
       }
-      const bool want = prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && first_section && i == 0);
-      if (want && s.rfind(replacement_, 0) != 0) s = replacement_ + s;
-      if (split_) {
-        split_one(re_, SplitBehavior::kMergedWithNext, false, s, out);
-      } else if (!s.empty()) {
-        out.push_back(std::move(s));
+      const bool want = add_prefix_space_ && (prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && first_section));
+      if (want && s.rfind(replacement_, 0) != 0) s = str_rep_ + s;
+      piece = std::move(s);
+    }
+  }
+
+ private:
+  std::string replacement_, str_rep_;
+  bool add_prefix_space_;
+  Prepend prepend_;
+};
+
+// Replace (transformers.js's custom pre-tokenizer, for BlenderbotSmall): each piece with every
+// match of the pattern replaced; no splitting.
+class ReplacePreTokenizer final : public PreTokenizer {
+ public:
+  ReplacePreTokenizer(Regex re, std::string content) : re_(std::move(re)), content_(std::move(content)) {}
+  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
+    for (std::string& p : pieces) p = re_.replace_all(p, content_);
+  }
+
+ private:
+  Regex re_;
+  std::string content_;
+};
+
+// Keeps only the matches of `re` (JavaScript's text.match(/.../g)); empty matches are dropped.
+class MatchPreTokenizer final : public PreTokenizer {
+ public:
+  explicit MatchPreTokenizer(Regex re) : re_(std::move(re)) {}
+  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    for (const std::string& p : pieces) {
+      for (auto [b, e] : re_.find_all(p)) {
+        if (e > b) out.emplace_back(p, b, e - b);
       }
     }
     pieces = std::move(out);
   }
 
  private:
-  std::string replacement_;
-  Prepend prepend_;
-  bool split_;
   Regex re_;
 };
+
+// JavaScript's \s (inside a character class) and transformers.js's punctuation class.
+constexpr std::string_view kJsSpace =
+    R"(\t\n\x{B}\x{C}\r \x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x{FEFF})";
+constexpr std::string_view kPunct = R"(\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E})";
+
+Expected<std::unique_ptr<PreTokenizer>> match_pre_tokenizer(const std::string& pattern) {
+  TF_ASSIGN_OR_RETURN(Regex re, Regex::compile(pattern));
+  return std::unique_ptr<PreTokenizer>(new MatchPreTokenizer(std::move(re)));
+}
 
 class SequencePreTokenizer final : public PreTokenizer {
  public:
@@ -227,7 +267,13 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
                                                : Regex::literal(pat.at("String").get<std::string>());
     if (!re) return re.status().with_context("pre_tokenizer Split");
     TF_ASSIGN_OR_RETURN(SplitBehavior b, parse_behavior(c.value("behavior", std::string("Isolated"))));
-    return std::unique_ptr<PreTokenizer>(new SplitPreTokenizer(std::move(*re), b, c.value("invert", false)));
+    // transformers.js: with invert only the matches are kept; "Removed" drops the delimiters,
+    // except for a String pattern (which it wraps in a capturing group, so split() keeps them);
+    // every other behaviour isolates them.
+    if (c.value("invert", false)) return std::unique_ptr<PreTokenizer>(new MatchPreTokenizer(std::move(*re)));
+    const bool removed = b == SplitBehavior::kRemoved && pat.contains("Regex");
+    return std::unique_ptr<PreTokenizer>(
+        new SplitPreTokenizer(std::move(*re), removed ? SplitBehavior::kRemoved : SplitBehavior::kIsolated, false));
   }
   if (type == "ByteLevel") {
     std::unique_ptr<Regex> re;
@@ -237,31 +283,48 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
     }
     return std::unique_ptr<PreTokenizer>(new ByteLevelPreTokenizer(c.value("add_prefix_space", false), std::move(re)));
   }
+  // The next four use JavaScript's regex classes, as transformers.js does: \d and \w are ASCII,
+  // \s is JavaScript's whitespace.
   if (type == "Digits") {
-    // Rust's char::is_numeric is the Unicode N category.
-    TF_ASSIGN_OR_RETURN(Regex re, Regex::compile(R"(\p{N})"));
-    const bool individual = c.value("individual_digits", false);
-    return std::unique_ptr<PreTokenizer>(new SplitPreTokenizer(
-        std::move(re), individual ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, false));
+    return match_pre_tokenizer(c.value("individual_digits", false) ? "[^0-9]+|[0-9]" : "[^0-9]+|[0-9]+");
   }
   if (type == "Whitespace") {
-    TF_ASSIGN_OR_RETURN(Regex re, Regex::compile(R"(\w+|[^\w\s]+)"));
-    return std::unique_ptr<PreTokenizer>(new SplitPreTokenizer(std::move(re), SplitBehavior::kRemoved, true));
+    return match_pre_tokenizer("[A-Za-z0-9_]+|[^A-Za-z0-9_" + std::string(kJsSpace) + "]+");
   }
-  if (type == "WhitespaceSplit") {
-    TF_ASSIGN_OR_RETURN(Regex re, Regex::compile(R"(\s+)"));
-    return std::unique_ptr<PreTokenizer>(new SplitPreTokenizer(std::move(re), SplitBehavior::kRemoved, false));
+  if (type == "WhitespaceSplit") return match_pre_tokenizer("[^" + std::string(kJsSpace) + "]+");
+  if (type == "BertPreTokenizer") {
+    // Whitespace removed, each punctuation character alone.
+    return match_pre_tokenizer("[^" + std::string(kJsSpace) + std::string(kPunct) + "]+|[" + std::string(kPunct) + "]");
+  }
+  if (type == "Punctuation") {
+    // transformers.js ignores "behavior": runs of punctuation and runs of the rest.
+    return match_pre_tokenizer("[^" + std::string(kPunct) + "]+|[" + std::string(kPunct) + "]+");
+  }
+  if (type == "Replace") {
+    const json& pat = c.at("pattern");
+    if (!pat.is_object() || !(pat.contains("Regex") || pat.contains("String"))) {
+      return invalid_argument("pre_tokenizer Replace: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}");
+    }
+    Expected<Regex> re = pat.contains("Regex") ? Regex::compile(pat.at("Regex").get<std::string>())
+                                               : Regex::literal(pat.at("String").get<std::string>());
+    if (!re) return re.status().with_context("pre_tokenizer Replace");
+    return std::unique_ptr<PreTokenizer>(new ReplacePreTokenizer(std::move(*re), c.at("content").get<std::string>()));
   }
   if (type == "Metaspace") {
     const std::string replacement = c.value("replacement", std::string("\u2581"));
-    std::string scheme = c.value("prepend_scheme", std::string());
-    if (scheme.empty()) scheme = c.value("add_prefix_space", true) ? "always" : "never";
+    std::string str_rep = replacement;
+    if (c.contains("str_rep") && c.at("str_rep").is_string() && !c.at("str_rep").get<std::string>().empty()) {
+      str_rep = c.at("str_rep").get<std::string>();
+    }
+    const std::string scheme = (c.contains("prepend_scheme") && c.at("prepend_scheme").is_string())
+                                   ? c.at("prepend_scheme").get<std::string>()
+                                   : std::string("always");
     MetaspacePreTokenizer::Prepend p = scheme == "always" ? MetaspacePreTokenizer::Prepend::kAlways
                                        : scheme == "first" ? MetaspacePreTokenizer::Prepend::kFirst
                                                            : MetaspacePreTokenizer::Prepend::kNever;
-    TF_ASSIGN_OR_RETURN(Regex re, Regex::literal(replacement));
-    return std::unique_ptr<PreTokenizer>(
-        new MetaspacePreTokenizer(replacement, p, c.value("split", true), std::move(re)));
+    const bool add_prefix_space = c.contains("add_prefix_space") && c.at("add_prefix_space").is_boolean() &&
+                                  c.at("add_prefix_space").get<bool>();
+    return std::unique_ptr<PreTokenizer>(new MetaspacePreTokenizer(replacement, str_rep, add_prefix_space, p));
   }
   return unimplemented("pre_tokenizer type \"" + type + "\" is not supported");
 }

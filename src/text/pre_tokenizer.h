@@ -1,6 +1,8 @@
 // Pre-tokenizers of a Hugging Face tokenizer.json ("pre_tokenizer" field): ByteLevel, Split,
-// Digits, Metaspace, Whitespace/WhitespaceSplit and Sequence. A pre-tokenizer turns one piece of
-// normalized text into the list of "words" that the BPE model encodes independently.
+// Digits, Metaspace, Whitespace/WhitespaceSplit, BertPreTokenizer, Punctuation, Replace and
+// Sequence. A pre-tokenizer turns one piece of normalized text into the list of "words" that the
+// model encodes independently. Digits, Whitespace, WhitespaceSplit, BertPreTokenizer, Punctuation
+// and Metaspace behave as in transformers.js (ASCII \d and \w, JavaScript's \s, no Metaspace split).
 #pragma once
 
 #include <memory>

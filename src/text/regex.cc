@@ -91,4 +91,16 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   return out;
 }
 
+std::string Regex::replace_all(std::string_view text, std::string_view content) const {
+  std::string out;
+  size_t prev = 0;
+  for (auto [b, e] : find_all(text)) {
+    out.append(text.substr(prev, b - prev));
+    out.append(content);
+    prev = e;
+  }
+  out.append(text.substr(prev));
+  return out;
+}
+
 }  // namespace tf::text

@@ -28,6 +28,11 @@ class Regex {
   // advances by one character, as in Rust's regex find_iter and JavaScript's matchAll.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
 
+  // `text` with every match replaced by `content` (taken literally).
+  std::string replace_all(std::string_view text, std::string_view content) const;
+  // True when the pattern matches somewhere in `text`.
+  bool contains_match(std::string_view text) const { return !find_all(text).empty(); }
+
   const std::string& pattern() const { return pattern_; }
 
  private:

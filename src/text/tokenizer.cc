@@ -56,8 +56,7 @@ Status Tokenizer::init(const json& j) {
     static const json kNull;
     return j.contains(key) ? j.at(key) : kNull;
   };
-  TF_ASSIGN_OR_RETURN(BpeModel model, BpeModel::from_json(j.at("model")));
-  model_ = std::make_unique<BpeModel>(std::move(model));
+  TF_ASSIGN_OR_RETURN(model_, make_model(j.at("model"), config_.unk_token));
   TF_ASSIGN_OR_RETURN(normalizer_, make_normalizer(field("normalizer")));
   TF_ASSIGN_OR_RETURN(pre_tokenizer_, make_pre_tokenizer(field("pre_tokenizer")));
   TF_ASSIGN_OR_RETURN(post_processor_, make_post_processor(field("post_processor")));
@@ -106,7 +105,18 @@ Status Tokenizer::init(const json& j) {
 void Tokenizer::encode_segment(std::string_view text, bool first_section, std::vector<TokenId>& out) const {
   std::vector<std::string> words{std::string(text)};
   if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(words, first_section);
+  const size_t first = out.size();
   for (const std::string& w : words) model_->encode_word(w, out);
+  // transformers.js fuses unknown tokens over the whole section, across its words.
+  const std::optional<TokenId> unk = model_->unk_id();
+  if (unk && model_->fuse_unk()) {
+    size_t w = first;
+    for (size_t r = first; r < out.size(); ++r) {
+      if (out[r] == *unk && w > first && out[w - 1] == *unk) continue;
+      out[w++] = out[r];
+    }
+    out.resize(w);
+  }
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view input, bool add_special_tokens) const {
@@ -153,6 +163,19 @@ std::string Tokenizer::decode_raw(std::span<const TokenId> ids, bool skip_specia
     decoder_->decode_chain(pieces);
     std::string out;
     for (const DecodePiece& p : pieces) out += p.text;
+    // transformers.js turns BPE's end_of_word_suffix into spaces after the decoder (and trims when
+    // special tokens are skipped).
+    const std::string& suffix = model_->end_of_word_suffix();
+    if (!suffix.empty()) {
+      std::string replaced;
+      size_t pos = 0;
+      for (size_t f; (f = out.find(suffix, pos)) != std::string::npos; pos = f + suffix.size()) {
+        replaced.append(out, pos, f - pos);
+        replaced.push_back(' ');
+      }
+      replaced.append(out, pos, std::string::npos);
+      out = skip_special_tokens ? js_trim(replaced) : std::move(replaced);
+    }
     return out;
   }
   // No decoder: tokens joined by spaces (Hugging Face's default).

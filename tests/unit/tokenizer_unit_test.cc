@@ -140,12 +140,17 @@ TEST(Bpe, ByteFallbackTemplateAndSentencePieceDecoders) {
 }
 
 TEST(Decoders, MetaspaceRestoresSpacesAndDropsThePrefix) {
+  // transformers.js: the first token loses one leading space only when add_prefix_space is true
+  // (prepend_scheme is not read by its decoder).
   json j;
-  j["model"] = {{"type", "BPE"}, {"vocab", {{"\u2581Hey", 0}, {"\u2581friend", 1}, {"!", 2}}}, {"merges", json::array()}};
-  j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}};
+  j["model"] = {{"type", "BPE"}, {"vocab", {{"\u2581Hey", 0}, {"\u2581friend", 1}, {"!", 2}, {"\u2581\u2581", 3}}}, {"merges", json::array()}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "always"}};
   auto t = build(j);
   EXPECT_EQ(t->decode(Ids{0, 1, 2}), "Hey friend!");
-  j["decoder"]["prepend_scheme"] = "never";
+  EXPECT_EQ(t->decode(Ids{3, 0}), "  Hey");  // "▁▁" first: one space dropped, one kept
+  j["decoder"]["add_prefix_space"] = false;
+  EXPECT_EQ(build(j)->decode(Ids{0, 1, 2}), " Hey friend!");
+  j["decoder"].erase("add_prefix_space");
   EXPECT_EQ(build(j)->decode(Ids{0, 1, 2}), " Hey friend!");
 }
 
@@ -269,9 +274,13 @@ TEST(Tokenizer, BadFilesAreErrorsNamingTheProblem) {
   EXPECT_FALSE(Tokenizer::from_json(json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})")));
   Expected<std::unique_ptr<Tokenizer>> uni = Tokenizer::from_json(json::parse(R"({"model": {"type": "Unigram", "vocab": []}})"));
   ASSERT_FALSE(uni);
-  EXPECT_EQ(uni.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(uni.status().message().find("model.vocab"), std::string::npos) << uni.status().to_string();
+  Expected<std::unique_ptr<Tokenizer>> odd = Tokenizer::from_json(json::parse(R"({"model": {"type": "Hexagram", "vocab": {}}})"));
+  ASSERT_FALSE(odd);
+  EXPECT_EQ(odd.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(odd.status().message().find("Hexagram"), std::string::npos);
   json bad_norm = byte_level_tokenizer();
-  bad_norm["normalizer"] = {{"type", "Precompiled"}};
+  bad_norm["normalizer"] = {{"type", "Precompiled"}};  // no precompiled_charsmap
   EXPECT_FALSE(Tokenizer::from_json(bad_norm));
   bad_norm["normalizer"] = {{"type", "Replace"}, {"pattern", 5}};
   EXPECT_FALSE(Tokenizer::from_json(bad_norm));
