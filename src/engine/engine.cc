@@ -361,10 +361,10 @@ Expected<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool ad
 
 Expected<std::vector<int32_t>> Engine::render_chat(const ChatPrompt& chat) const {
   ChatTemplateRequest tr;
-  tr.messages = nlohmann::ordered_json::parse(chat.messages.dump());
-  if (!chat.tools.is_null()) tr.tools = nlohmann::ordered_json::parse(chat.tools.dump());
+  tr.messages = chat.messages;
+  if (!chat.tools.is_null()) tr.tools = chat.tools;
   tr.add_generation_prompt = chat.add_generation_prompt && !chat.continue_final_message;
-  tr.kwargs = nlohmann::ordered_json::parse(chat.chat_template_kwargs.dump());
+  tr.kwargs = chat.chat_template_kwargs;
   if (!chat.reasoning_effort.empty()) tr.kwargs["reasoning_effort"] = chat.reasoning_effort;
   auto prompt = impl_->chat_template->render(tr);
   if (!prompt) return invalid_argument("chat template: " + prompt.status().message());

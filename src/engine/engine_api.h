@@ -61,9 +61,11 @@ struct StructuredOutput {
 
 // A chat conversation, rendered into prompt tokens by the engine's chat template.
 struct ChatPrompt {
-  nlohmann::json messages = nlohmann::json::array();  // OpenAI messages, validated
-  nlohmann::json tools;                               // null or the OpenAI tools array
-  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  // Insertion-ordered: the template renders dicts (tool schemas, arguments) in the client's
+  // key order, as transformers does.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // OpenAI messages, validated
+  nlohmann::ordered_json tools;                                       // null or the OpenAI tools array
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   std::string reasoning_effort;                       // "", none, low, high, max, ...
   bool add_generation_prompt = true;
   bool continue_final_message = false;
@@ -101,7 +103,7 @@ struct GenerationRequest {
   // Chat: split reasoning (<think>) from content and parse tool calls with `tools`.
   bool parse_reasoning = false;
   bool thinking_enabled = true;
-  nlohmann::json tools;                // null: no tool parsing
+  nlohmann::ordered_json tools;        // null: no tool parsing (the client's key order)
   std::string tool_choice = "none";    // none, auto, required, or a function name
   bool named_tool_choice = false;      // tool_choice is a function's name
   bool parallel_tool_calls = true;

@@ -1,6 +1,8 @@
 // See tool_call_grammar.h.
 #include "engine/tool_call_grammar.h"
 
+#include <set>
+
 #include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/json_schema_gbnf.h"
 #include "text/tool_call_parser.h"
@@ -12,7 +14,7 @@ const std::vector<std::string> kToolCallMarkers = {"<tool_call>", "</tool_call>"
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr std::string_view kValueEnd = "</arg_value>";
 
@@ -46,7 +48,6 @@ const json* function_of(const json& tool) {
 // The rules of one function's call body: NAME and its argument pairs.
 std::string function_rules(const json& fn, const std::string& rule, bool& uses_any_value) {
   std::string out;
-  const std::string arg = rule + "-arg", kv = rule + "-kv";
   const std::string name = grammar::gbnf_literal(fn["name"].get<std::string>());
   const json* props = nullptr;
   if (auto p = fn.find("parameters"); p != fn.end() && p->is_object()) {
@@ -56,19 +57,26 @@ std::string function_rules(const json& fn, const std::string& rule, bool& uses_a
     out += rule + " ::= " + name + " \"\\n\"?\n";
     return out;
   }
-  out += rule + " ::= " + name + " \"\\n\"? " + arg + "*\n";
-  out += arg + " ::= \"<arg_key>\" " + kv + " \"</arg_value>\" \"\\n\"?\n";
   if (props == nullptr) {  // no declared parameters: any keys
-    out += kv + " ::= [^<]+ \"</arg_key>\" \"<arg_value>\" raw\n";
+    const std::string arg = rule + "-arg";
+    out += rule + " ::= " + name + " \"\\n\"? " + arg + "*\n";
+    out += arg + " ::= \"<arg_key>\" [^<]+ \"</arg_key>\" \"<arg_value>\" raw \"</arg_value>\" \"\\n\"?\n";
     return out;
   }
-  std::string alts;
-  std::string values;
+  std::set<std::string> required;
+  const json& params = fn.at("parameters");
+  if (auto r = params.find("required"); r != params.end() && r->is_array()) {
+    for (const json& k : *r)
+      if (k.is_string()) required.insert(k.get<std::string>());
+  }
+  // The declared parameters in order, each optional unless required.
+  std::string seq, values;
   int index = 0;
   for (const auto& [key, schema] : props->items()) {
-    const std::string value = rule + "-p" + std::to_string(index++);
-    if (!alts.empty()) alts += " | ";
-    alts += grammar::gbnf_literal(key) + " \"</arg_key>\" \"<arg_value>\" " + value;
+    const std::string pair = rule + "-p" + std::to_string(index++), value = pair + "-v";
+    seq += " " + pair + (required.count(key) ? "" : "?");
+    out += pair + " ::= \"<arg_key>\" " + grammar::gbnf_literal(key) + " \"</arg_key>\" \"<arg_value>\" " + value +
+           " \"</arg_value>\" \"\\n\"?\n";
     if (tool_parameter_is_string(schema)) {
       values += value + " ::= raw\n";
       continue;
@@ -83,7 +91,7 @@ std::string function_rules(const json& fn, const std::string& rule, bool& uses_a
       values += value + " ::= any-root\n";
     }
   }
-  out += kv + " ::= " + alts + "\n" + values;
+  out += rule + " ::= " + name + " \"\\n\"?" + seq + "\n" + values;
   return out;
 }
 

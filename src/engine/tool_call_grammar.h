@@ -4,11 +4,12 @@
 //
 //   <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
 //
-// NAME is one of the request's functions (or the named one); K one of that function's declared
-// parameters (none when `properties` is empty; any key without '<' when the function has no
-// `properties` at all); V raw text without "</arg_value>" for a string parameter
-// (tool_parameter_is_string), else a JSON value of the parameter's schema (any JSON value
-// where json_schema_gbnf.h cannot express the schema).
+// NAME is one of the request's functions (or the named one). Its arguments are the declared
+// parameters in declaration order, each at most once, the `required` ones always (as
+// json_schema_gbnf.h writes an object's members); none when `properties` is empty; any keys
+// (without '<') when the function has no `properties` at all. V is raw text without
+// "</arg_value>" for a string parameter (tool_parameter_is_string), else a JSON value of the
+// parameter's schema (any JSON value where json_schema_gbnf.h cannot express the schema).
 // "required" allows one call, or several when parallel_tool_calls is on; a named choice
 // exactly one. The answer starts with the first call (no text); a newline may come between
 // calls and after NAME or a value (the GLM-4.5 layout the parser also reads). The markers are
@@ -32,7 +33,7 @@ struct ToolCallGrammarOptions {
 
 // GBNF for the calls `tools` (the OpenAI tools array: {type, function: {name, parameters}})
 // allows. kInvalidArgument when there is no function to call, or the named one is missing.
-Expected<std::string> tool_call_gbnf(const nlohmann::json& tools, const ToolCallGrammarOptions& options);
+Expected<std::string> tool_call_gbnf(const nlohmann::ordered_json& tools, const ToolCallGrammarOptions& options);
 
 // The tool-call markers the grammar writes as literals.
 extern const std::vector<std::string> kToolCallMarkers;

@@ -5,8 +5,8 @@
 
 namespace tf::server {
 
-nlohmann::json ApiError::to_json() const {
-  nlohmann::json e = {{"message", what()}, {"type", type_}, {"param", nullptr}, {"code", nullptr}};
+nlohmann::ordered_json ApiError::to_json() const {
+  nlohmann::ordered_json e = {{"message", what()}, {"type", type_}, {"param", nullptr}, {"code", nullptr}};
   if (param_) e["param"] = *param_;
   if (code_) e["code"] = *code_;
   return {{"error", e}};

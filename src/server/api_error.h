@@ -27,7 +27,7 @@ class ApiError : public std::runtime_error {
   const std::string& type() const { return type_; }
   const std::optional<std::string>& param() const { return param_; }
   const std::optional<std::string>& code() const { return code_; }
-  nlohmann::json to_json() const;
+  nlohmann::ordered_json to_json() const;
 
  private:
   int http_status_;

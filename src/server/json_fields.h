@@ -12,7 +12,10 @@
 
 namespace tf::server {
 
-using Json = nlohmann::json;
+// Insertion-ordered, so that what clients send (messages, tool schemas, arguments) reaches the
+// chat template in their key order, as transformers renders it; replies keep the order they
+// are built in.
+using Json = nlohmann::ordered_json;
 
 // The member or nullptr when absent or null. `obj` must be an object.
 const Json* json_field(const Json& obj, const char* name);

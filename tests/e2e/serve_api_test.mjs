@@ -141,6 +141,25 @@ await run.check('usage.prompt_tokens equals /tokenize (chat form) of the same me
   assert.notEqual(tk3.count, greedy.usage.prompt_tokens);
 });
 
+// Python's json.dumps(x, ensure_ascii=False): what transformers' tojson writes, keys in insertion order.
+const pyDumps = (x) => Array.isArray(x) ? `[${x.map(pyDumps).join(', ')}]`
+  : x !== null && typeof x === 'object' ? `{${Object.entries(x).map(([k, v]) => `${JSON.stringify(k)}: ${pyDumps(v)}`).join(', ')}}`
+    : JSON.stringify(x);
+
+await run.check('the chat template sees the client\'s key order (tool schemas, arguments), as transformers renders it', async () => {
+  const fn = { name: 'search', description: 'd', parameters: { type: 'object', properties: { query: { type: 'string' }, limit: { type: 'integer' } }, required: ['query'] } };
+  const body = {
+    model, tools: [{ type: 'function', function: fn }],
+    messages: [{ role: 'user', content: 'hi' },
+      { role: 'assistant', content: '', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'search', arguments: { query: 'x', limit: 3 } } }] },
+      { role: 'tool', tool_call_id: 'c1', content: 'ok' }],
+  };
+  const tk = await post200(server, '/tokenize', body);
+  const text = (await post200(server, '/detokenize', { model, tokens: tk.tokens })).prompt;
+  assert.ok(text.includes(pyDumps(fn)), `${pyDumps(fn)} not in\n${text}`);
+  assert.ok(text.includes('<arg_key>query</arg_key><arg_value>x</arg_value><arg_key>limit</arg_key>'), text);
+});
+
 await run.check('/tokenize completion form and /detokenize round trip, token strings', async () => {
   const text = 'Hello, lighthouse keeper! 123 ünïcödé ✓';
   const tk = await post200(server, '/tokenize', { model, prompt: text, add_special_tokens: false, return_token_strs: true });

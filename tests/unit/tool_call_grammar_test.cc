@@ -15,7 +15,7 @@
 namespace tf::engine {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 const json kTools = json::parse(R"([
   {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
@@ -56,16 +56,22 @@ TEST(ToolCallGrammar, RequiredAcceptsCallsOfTheDeclaredFunctions) {
   EXPECT_TRUE(accepts(g, "<tool_call>get_time\n</tool_call>"));                   // GLM-4.5 layout
   EXPECT_TRUE(accepts(g, "<tool_call>free<arg_key>any key</arg_key><arg_value>x</arg_value></tool_call>"));
   // A string parameter takes raw text, a JSON one a JSON value (the schema's enum, integer).
-  EXPECT_TRUE(accepts(g, "<tool_call>get_weather<arg_key>note</arg_key><arg_value></arg_value></tool_call>"));
+  const std::string city = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value>";
+  EXPECT_TRUE(accepts(g, city + "<arg_key>note</arg_key><arg_value></arg_value></tool_call>"));
   // A schema json_schema_gbnf refuses (multipleOf) still takes a JSON value.
-  EXPECT_TRUE(accepts(g, "<tool_call>get_weather<arg_key>odd</arg_key><arg_value>[1]</arg_value></tool_call>"));
+  EXPECT_TRUE(accepts(g, city + "<arg_key>odd</arg_key><arg_value>[1]</arg_value></tool_call>"));
+  // Parameters come in declaration order, each at most once, the required ones always.
+  EXPECT_FALSE(accepts(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>units</arg_key><arg_value>\"c\"</arg_value>"
+                                 "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"));
 
   EXPECT_FALSE(accepts(g, ""));                                                        // no call
   EXPECT_FALSE(accepts(g, "Sure! " + kWeather));                                       // text first
   EXPECT_FALSE(accepts(g, "<tool_call>get_wether</tool_call>"));                       // unknown function
-  EXPECT_FALSE(accepts(g, "<tool_call>get_weather<arg_key>town</arg_key><arg_value>x</arg_value></tool_call>"));
-  EXPECT_FALSE(accepts(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>three</arg_value></tool_call>"));
-  EXPECT_FALSE(accepts(g, "<tool_call>get_weather<arg_key>units</arg_key><arg_value>\"k\"</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>town</arg_key><arg_value>x</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>days</arg_key><arg_value>three</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>units</arg_key><arg_value>\"k\"</arg_value></tool_call>"));
   EXPECT_FALSE(accepts(g, "<tool_call>get_time<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>"));
   EXPECT_FALSE(accepts(g, kWeather.substr(0, kWeather.size() - 1)));                   // unfinished
   EXPECT_FALSE(accepts(g, kWeather + " done"));                                        // text after
