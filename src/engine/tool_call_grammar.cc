@@ -45,6 +45,23 @@ const json* function_of(const json& tool) {
   return fn.contains("name") && fn["name"].is_string() ? &fn : nullptr;
 }
 
+// A string parameter's raw text: one of its values when the schema lists them (enum / const of
+// strings: "red" is written red), else any text without "</arg_value>".
+std::string string_value(const json& schema) {
+  std::vector<std::string> options;
+  if (auto c = schema.find("const"); c != schema.end() && c->is_string()) options.push_back(c->get<std::string>());
+  if (auto e = schema.find("enum"); e != schema.end() && e->is_array()) {
+    for (const json& v : *e) {
+      if (!v.is_string()) return "raw";  // e.g. [..., null]: not only strings
+      options.push_back(v.get<std::string>());
+    }
+  }
+  if (options.empty()) return "raw";
+  std::string alts;
+  for (const std::string& o : options) alts += (alts.empty() ? "(" : " | ") + grammar::gbnf_literal(o);
+  return alts + ")";
+}
+
 // The rules of one function's call body: NAME and its argument pairs.
 std::string function_rules(const json& fn, const std::string& rule, bool& uses_any_value) {
   std::string out;
@@ -78,7 +95,7 @@ std::string function_rules(const json& fn, const std::string& rule, bool& uses_a
     out += pair + " ::= \"<arg_key>\" " + grammar::gbnf_literal(key) + " \"</arg_key>\" \"<arg_value>\" " + value +
            " \"</arg_value>\" \"\\n\"?\n";
     if (tool_parameter_is_string(schema)) {
-      values += value + " ::= raw\n";
+      values += value + " ::= " + string_value(schema) + "\n";
       continue;
     }
     // A JSON value of the parameter's schema, its rules renamed into this grammar.

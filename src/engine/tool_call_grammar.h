@@ -7,9 +7,10 @@
 // NAME is one of the request's functions (or the named one). Its arguments are the declared
 // parameters in declaration order, each at most once, the `required` ones always (as
 // json_schema_gbnf.h writes an object's members); none when `properties` is empty; any keys
-// (without '<') when the function has no `properties` at all. V is raw text without
-// "</arg_value>" for a string parameter (tool_parameter_is_string), else a JSON value of the
-// parameter's schema (any JSON value where json_schema_gbnf.h cannot express the schema).
+// (without '<') when the function has no `properties` at all. V is raw text for a string
+// parameter (tool_parameter_is_string): one of its `enum` / `const` strings when it lists them,
+// else any text without "</arg_value>"; for other parameters a JSON value of their schema (any
+// JSON value where json_schema_gbnf.h cannot express the schema).
 // "required" allows one call, or several when parallel_tool_calls is on; a named choice
 // exactly one. The answer starts with the first call (no text); a newline may come between
 // calls and after NAME or a value (the GLM-4.5 layout the parser also reads). The markers are

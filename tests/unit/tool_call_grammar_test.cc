@@ -21,7 +21,8 @@ const json kTools = json::parse(R"([
   {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
     "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
                    "units": {"enum": ["c", "f"]}, "note": {"type": ["string", "null"]},
-                   "odd": {"type": "integer", "multipleOf": 3}},
+                   "odd": {"type": "integer", "multipleOf": 3},
+                   "mode": {"type": "string", "enum": ["fast", "a<b"]}, "tag": {"type": "string", "const": "x"}},
     "required": ["city"]}}},
   {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
   {"type": "function", "function": {"name": "free", "description": "no parameters at all"}}
@@ -60,6 +61,13 @@ TEST(ToolCallGrammar, RequiredAcceptsCallsOfTheDeclaredFunctions) {
   EXPECT_TRUE(accepts(g, city + "<arg_key>note</arg_key><arg_value></arg_value></tool_call>"));
   // A schema json_schema_gbnf refuses (multipleOf) still takes a JSON value.
   EXPECT_TRUE(accepts(g, city + "<arg_key>odd</arg_key><arg_value>[1]</arg_value></tool_call>"));
+  // A string parameter that lists its values takes one of them, written raw.
+  EXPECT_TRUE(accepts(g, city + "<arg_key>mode</arg_key><arg_value>a<b</arg_value></tool_call>"));
+  EXPECT_TRUE(accepts(g, city + "<arg_key>mode</arg_key><arg_value>fast</arg_value>"
+                                 "<arg_key>tag</arg_key><arg_value>x</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>mode</arg_key><arg_value>\"fast\"</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>mode</arg_key><arg_value>slow</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(g, city + "<arg_key>tag</arg_key><arg_value>y</arg_value></tool_call>"));
   // Parameters come in declaration order, each at most once, the required ones always.
   EXPECT_FALSE(accepts(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"));
   EXPECT_FALSE(accepts(g, city + "<arg_key>units</arg_key><arg_value>\"c\"</arg_value>"
