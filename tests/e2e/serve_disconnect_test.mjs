@@ -31,7 +31,14 @@ async function timed(n) {
   await post200(server, '/v1/chat/completions', { model, messages, max_tokens: n, ignore_eos: true });
   return Date.now() - t;
 }
-const tokensPerSecond = 64 / Math.max(0.001, ((await timed(72)) - (await timed(8))) / 1000);
+// The fastest of three runs of each length: a busy machine (ctest runs suites side by side) only
+// ever adds time, and one slow short run would make the difference, and so the rate, absurd.
+async function fastest(n) {
+  let best = Infinity;
+  for (let i = 0; i < 3; ++i) best = Math.min(best, await timed(n));
+  return best;
+}
+const tokensPerSecond = 128 / Math.max(0.001, ((await fastest(136)) - (await fastest(8))) / 1000);
 console.log(`     one request alone: ${tokensPerSecond.toFixed(0)} tok/s`);
 await run.check('streaming client disconnect mid-stream: pool_free_tokens back to idle within 1 s', async () => {
   const { res, req } = await openStream(server, '/v1/chat/completions',
