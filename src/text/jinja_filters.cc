@@ -376,8 +376,8 @@ const std::unordered_map<std::string, Filter>& filters() {
       return Value("");
     };
     f["pprint"] = [](const Value& v, CallArgs&) {
-      // pprint.pformat: repr with dict keys sorted; values whose repr exceeds 80 columns are wrapped
-      // over several lines, which is not implemented.
+      // pprint.pformat: repr with dict keys sorted. A list or dict whose repr exceeds 80 columns,
+      // which Python wraps over several lines, is refused with an error saying so.
       std::function<Value(const Value&)> sorted = [&](const Value& x) -> Value {
         if (x.is_dict()) {
           std::vector<std::pair<Value, Value>> entries = x.dict_data().entries;
