@@ -2,7 +2,7 @@
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
 # TF_GPU_ONLY="kernels parity kdarows kdachain decoderows quant ring sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
-# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model", "spec", "reuse" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
+# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model", "prefillmoe", "spec", "reuse" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -152,6 +152,11 @@ if [[ " ${TF_GPU_ONLY:-} " == *" exl3model "* && -x .gpurun/tensorfold ]]; then
   grep -E '^(wrote|== scenario|bench: (probe|roofline)|  figure|  decode|error|scenario .* FAILED)' "$OUT/exl3_model_bench.log" | head -n 30
   tail -n 5 "$OUT/exl3_model_bench.log"
   rm -rf "$ck"
+fi
+# Where an EXL3 prompt's prefill goes (scripts/device/prefill_moe.sh; PF_RUNS picks the A/B runs).
+# Only when named: TF_GPU_ONLY="prefillmoe".
+if [[ " ${TF_GPU_ONLY:-} " == *" prefillmoe "* && -x .gpurun/tensorfold ]]; then
+  timeout 560 scripts/device/prefill_moe.sh || rc=1
 fi
 # Speculative decoding on the exl3model configuration (bench/spec_decode_bench.cc): serial decoding
 # vs verify steps of right and wrong drafts (k = 1, 3, 7), side by side; every reply must equal the

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -338,14 +339,17 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
     Exl3ExpertTable host = expert_table(experts, hidden, inter, cb == Exl3Codebook::kMcg ? 4 : 3, cb);
     Exl3ExpertTable dev = host;
     ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
-    double worst[2] = {0, 0};
-    // Prefill (more than 64 tokens) through the grouped body in pieces (bits equal to a token's
-    // decode-sized call) and through W_hat + cuBLAS (within f32 rounding of it).
-    for (int path : {cuda::kExl3PrefillPieces, cuda::kExl3PrefillCublas}) {
+    double worst[3] = {0, 0, 0};
+    // Prefill (more than 64 tokens) through the wide GEMV and through the grouped body, in
+    // pieces (bits equal to a token's decode-sized call), and through W_hat + cuBLAS (within
+    // f32 rounding of it).
+    for (int path : {cuda::kExl3PrefillWide, cuda::kExl3PrefillPieces, cuda::kExl3PrefillCublas}) {
       cuda::exl3_set_prefill_path(path);
-      const bool pieces = path == cuda::kExl3PrefillPieces;
-      for (int64_t tokens : {1, 5, 8, 33, 64, 80, 300, 516}) {
-        if (!pieces && tokens <= 64) continue;  // the same kernels as the pieces pass
+      const bool pieces = path != cuda::kExl3PrefillCublas;
+      const int wi = path == cuda::kExl3PrefillWide ? 0 : path == cuda::kExl3PrefillPieces ? 1 : 2;
+      // 1,100 tokens: two wide pieces (1,024 + 76); 1,030: a last piece of 6 (decode-sized kernels).
+      for (int64_t tokens : {1, 5, 8, 33, 64, 80, 300, 516, 1030, 1100}) {
+        if (path != cuda::kExl3PrefillWide && tokens <= 64) continue;  // the same kernels as the first pass
         Tensor ids, wts;
         random_routing(tokens, k, experts, static_cast<uint32_t>(tokens), ids, wts);
         const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 77));
@@ -355,8 +359,8 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
         gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
         const Tensor got = gpu().to_host(out);
         const double e = rel_err(want, got);
-        worst[pieces ? 0 : 1] = std::max(worst[pieces ? 0 : 1], e);
-        EXPECT_LT(e, 1e-4) << exl3_codebook_name(cb) << " tokens=" << tokens << (pieces ? " pieces" : " cublas");
+        worst[wi] = std::max(worst[wi], e);
+        EXPECT_LT(e, 1e-4) << exl3_codebook_name(cb) << " tokens=" << tokens << " path " << path;
         if (!pieces) {
           // The H200's cuBLAS 13 refuses the grouped GEMM for f16 inputs with f32 outputs
           // (run4s18): the per-expert GEMMs then run, with the same products.
@@ -380,19 +384,20 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
         }
       }
     }
-    cuda::exl3_set_prefill_path(cuda::kExl3PrefillPieces);
-    std::printf("[exl3] moe_experts_exl3 vs CPU (%s, 1-516 tokens, 16 experts top-4): max rel err %.3g pieces, "
-                "%.3g W_hat + cuBLAS\n",
-                exl3_codebook_name(cb), worst[0], worst[1]);
+    cuda::exl3_set_prefill_path(cuda::kExl3PrefillWide);
+    std::printf("[exl3] moe_experts_exl3 vs CPU (%s, 1-1100 tokens, 16 experts top-4): max rel err %.3g wide, "
+                "%.3g grouped pieces, %.3g W_hat + cuBLAS\n",
+                exl3_codebook_name(cb), worst[0], worst[1], worst[2]);
   }
 }
 
-// The W_hat + cuBLAS prefill path with what routing may hold: a token naming an expert
-// twice, skewed routing (one expert in every token: more rows than the rest together,
-// several batches of experts), a bias, gate and up in different formats, and an id
-// outside [0, E) (the pair adds nothing, the context's error word is set: the op fails).
-TEST(Exl3CudaMoe, CublasPrefillHandlesRepeatsSkewAndFormats) {
-  const int64_t experts = 20, hidden = 256, inter = 200, i_pad = 256, k = 3, tokens = 300;
+// The wide and the W_hat + cuBLAS prefill paths with what routing may hold: a token naming
+// an expert twice, skewed routing (one expert in every token: more rows than the rest
+// together, several wide passes and batches of experts), a bias, gate and up in different
+// formats, and an id outside [0, E) (the pair adds nothing, the context's error word is set:
+// the op fails). The wide path's tokens keep their decode-sized bits.
+TEST(Exl3CudaMoe, PrefillPathsHandleRepeatsSkewAndFormats) {
+  const int64_t experts = 20, hidden = 256, inter = 200, i_pad = 256, k = 3;
   Exl3ExpertTable host = expert_table(experts, hidden, inter, 4, Exl3Codebook::kMcg);
   for (int64_t e = 0; e < experts; ++e) {
     host.gate[e] = synthetic(hidden, i_pad, 4, Exl3Codebook::kMcg, 7000 + 3 * e, true);
@@ -401,29 +406,48 @@ TEST(Exl3CudaMoe, CublasPrefillHandlesRepeatsSkewAndFormats) {
   }
   Exl3ExpertTable dev = host;
   ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
-  cuda::exl3_set_prefill_path(cuda::kExl3PrefillCublas);
-  Tensor ids, wts;
-  random_routing(tokens, k, experts, 4242, ids, wts);
-  for (int64_t t = 0; t < tokens; ++t) ids.data<int32_t>()[t * k] = 3;  // expert 3 in every token
-  ids.data<int32_t>()[1] = 3;                                           // token 0 names it twice
-  const Tensor x = randn({tokens, hidden}, 99);
-  Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
-  cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
-  Tensor out = gpu().empty({tokens, hidden});
-  gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
-  EXPECT_TRUE(is_cublas_path(cuda::exl3_moe_prefill_last_path())) << cuda::exl3_moe_prefill_last_path();
-  const double e = rel_err(want, gpu().to_host(out));
-  EXPECT_LT(e, 1e-4);
-  std::printf("[exl3] W_hat + cuBLAS prefill, repeats + skew + bias + mixed formats: rel err %.3g\n", e);
-  ids.data<int32_t>()[5 * k + 1] = static_cast<int32_t>(experts);  // out of range
-  Tensor bad = gpu().empty({tokens, hidden});
-  EXPECT_THROW(
-      {
-        gpu().moe_experts_exl3(bad, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
-        (void)gpu().to_host(bad);
-      },
-      StatusError);
-  cuda::exl3_set_prefill_path(cuda::kExl3PrefillPieces);
+  // 200 tokens: 30 rows per expert on average (the wide GEMV's 48-row passes), 300: 45 (128-row
+  // passes); expert 3 has a row in every token either way (several passes).
+  for (auto [path, tokens] : {std::pair{cuda::kExl3PrefillWide, int64_t{200}}, {cuda::kExl3PrefillWide, int64_t{300}},
+                              {cuda::kExl3PrefillCublas, int64_t{300}}}) {
+    const bool wide = path == cuda::kExl3PrefillWide;
+    cuda::exl3_set_prefill_path(path);
+    Tensor ids, wts;
+    random_routing(tokens, k, experts, 4242, ids, wts);
+    for (int64_t t = 0; t < tokens; ++t) ids.data<int32_t>()[t * k] = 3;  // expert 3 in every token
+    ids.data<int32_t>()[1] = 3;                                           // token 0 names it twice
+    const Tensor x = randn({tokens, hidden}, 99);
+    Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
+    cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
+    Tensor out = gpu().empty({tokens, hidden});
+    gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
+    if (!wide) {
+      EXPECT_TRUE(is_cublas_path(cuda::exl3_moe_prefill_last_path())) << cuda::exl3_moe_prefill_last_path();
+    }
+    const Tensor got = gpu().to_host(out);
+    const double e = rel_err(want, got);
+    EXPECT_LT(e, 1e-4) << (wide ? "wide" : "cublas") << " tokens=" << tokens;
+    std::printf("[exl3] %s prefill, %lld tokens, repeats + skew + bias + mixed formats: rel err %.3g\n",
+                wide ? "wide" : "W_hat + cuBLAS", static_cast<long long>(tokens), e);
+    if (wide) {
+      for (int64_t t : {int64_t{0}, int64_t{1}, tokens - 1}) {  // token 0 names expert 3 twice
+        Tensor one = gpu().empty({1, hidden});
+        gpu().moe_experts_exl3(one, gpu().to_device(x.slice(0, t, t + 1)), gpu().to_device(ids.slice(0, t, t + 1)),
+                               gpu().to_device(wts.slice(0, t, t + 1)), dev, 7.0f);
+        EXPECT_EQ(std::memcmp(gpu().to_host(one).raw(), got.data<float>() + t * hidden, hidden * 4), 0)
+            << "token " << t << " of " << tokens << " differs alone";
+      }
+    }
+    ids.data<int32_t>()[5 * k + 1] = static_cast<int32_t>(experts);  // out of range
+    Tensor bad = gpu().empty({tokens, hidden});
+    EXPECT_THROW(
+        {
+          gpu().moe_experts_exl3(bad, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
+          (void)gpu().to_host(bad);
+        },
+        StatusError);
+  }
+  cuda::exl3_set_prefill_path(cuda::kExl3PrefillWide);
 }
 
 // The flat body (up to 8 tokens, exl3_moe_flat.cuh) against the grouped one: the same

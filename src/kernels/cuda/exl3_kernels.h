@@ -105,13 +105,19 @@ enum Exl3MoeVariant : int {
 };
 void exl3_set_moe_variant(int variant);
 
-// Path of calls of more than 64 tokens (prefill; TF_EXL3_PREFILL=cublas|experts at start):
-// pieces (the default) = the grouped body in pieces of 512 tokens (a token's bits equal its
-// decode-sized result); cublas = W_hat decoded once per call for cuBLAS (exl3_moe_prefill.h;
-// the pieces while a graph is captured or where cuBLAS refuses). Not the default until it
-// has been measured and tested on a GPU (written in session 16 without device time);
+// Path of calls of more than 64 tokens (prefill; TF_EXL3_PREFILL=pieces|cublas|experts at start):
+// wide (the default) = pieces of 1,024 tokens through the wide GEMV (exl3_moe_wide.cuh: each
+// tile decoded once per 128 of an expert's rows); pieces = the decode-sized grouped body in
+// pieces of 512 tokens (both: a token's bits equal its decode-sized result); cublas = W_hat
+// decoded once per call for cuBLAS (exl3_moe_prefill.h; the pieces while a graph is captured
+// or where cuBLAS refuses; a token's sums then depend on its expert's rows in the call);
 // experts = Ops' per-expert default (exl3_moe_experts returns false).
-enum Exl3PrefillPath : int { kExl3PrefillPieces = 0, kExl3PrefillCublas = 1, kExl3PrefillExperts = 2 };
+enum Exl3PrefillPath : int {
+  kExl3PrefillPieces = 0,
+  kExl3PrefillCublas = 1,
+  kExl3PrefillExperts = 2,
+  kExl3PrefillWide = 3
+};
 void exl3_set_prefill_path(int path);
 
 // The routed EXL3 experts of a MoE layer (Ops::moe_experts_exl3's contract): up to 64

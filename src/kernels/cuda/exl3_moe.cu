@@ -51,6 +51,7 @@
 #include "kernels/cuda/exl3_moe_flat.cuh"
 #include "kernels/cuda/exl3_moe_prefill.h"
 #include "kernels/cuda/exl3_moe_rows.cuh"
+#include "kernels/cuda/exl3_moe_wide.cuh"
 #include "kernels/cuda/exl3_stream.cuh"
 #include "kernels/cuda/moe_grouping.cuh"
 
@@ -62,16 +63,17 @@ using exl3::kGemvWarps;
 using exl3::kMoeSplits;
 
 constexpr int64_t kMoeMaxTokens = 64;  // one grouped call up to here (decode batches)
-// Prefill (more tokens): the grouped body on pieces of this many tokens, one set of six
-// launches per piece for all of the layer's experts, each active expert's tiles decoded
-// once per 64 of its rows in the piece. The per-expert path (Ops' default, TF_EXL3_PREFILL=experts)
-// launched ~12 kernels per active expert. Scratch ~170 KB per (token, expert) pair: ~700 MB
-// at 512 tokens x top-8, reused call to call. H200 prefill-8k, 8-layer 288-expert synthetic
-// (run5s15): per expert 4,740 tok/s, pieces of 256 6,465, of 512 7,519 (one k-split instead of
-// kMoeSplits, to keep less scratch: 7,064 at 512 and 7,637 at 1,024, but 817 vs 1,025 tok/s on
-// the 45-layer 8-expert one, whose few experts then fill too few blocks).
-// TF_EXL3_PREFILL_PIECE (65..4096) overrides it for A/B runs.
+// Prefill (more tokens): pieces of this many tokens, one set of six launches per piece for
+// all of the layer's experts. The wide GEMV (exl3_moe_wide.cuh, the default) decodes each
+// active expert's tiles once per 128 of its rows in the piece and keeps ~72 KB of scratch
+// per (token, expert) pair (~590 MB at 1,024 tokens x top-8, reused call to call); the
+// decode-sized grouped GEMV (TF_EXL3_PREFILL=pieces) once per 64 rows, with ~170 KB per
+// pair, hence its 512-token pieces. H200 prefill-8k, 8-layer 288-expert synthetic (run5s15):
+// per expert (Ops' default, TF_EXL3_PREFILL=experts: ~12 launches per active expert) 4,740
+// tok/s, grouped pieces of 256 6,465, of 512 7,519. TF_EXL3_PREFILL_PIECE (65..4096)
+// overrides both for A/B runs.
 constexpr int64_t kPrefillPieceTokens = 512;
+constexpr int64_t kWidePieceTokens = 1024;
 constexpr int64_t kFlatMaxTokens = 8;  // up to here the flat three-launch body (exl3_moe_flat.cuh)
 constexpr int kGate = exl3::kProjGate, kUp = exl3::kProjUp, kDown = exl3::kProjDown;
 
@@ -134,8 +136,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(GroupedAr
   }
 }
 
-template <typename Kernel>
-void launch_grouped(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GroupedArgs& a) {
+template <typename Kernel, typename Args>
+void launch_grouped(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const Args& a) {
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e == cudaSuccess) {
     cudaLaunchConfig_t cfg = {};
@@ -156,17 +158,62 @@ void launch_grouped(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, 
 
 template <int K, int CB>
 struct GroupedKernels {
-  static void launch(bool wide, dim3 grid, cudaStream_t s, const GroupedArgs& a) {
+  static void launch(bool rows8, dim3 grid, cudaStream_t s, const GroupedArgs& a) {
     const size_t smem = static_cast<size_t>(kGemvWarps) * exl3::ring_words<K>() * 4;
-    if (wide) launch_grouped(grouped_gemv_kernel<K, CB, 8>, grid, smem, s, a);
+    if (rows8) launch_grouped(grouped_gemv_kernel<K, CB, 8>, grid, smem, s, a);
     else launch_grouped(grouped_gemv_kernel<K, CB, 1>, grid, smem, s, a);
   }
 };
 
-// grid (h_pad/128, T): out[t, c] = sum_j w[t, j] * y(row(t, j))[c] in j order.
+// The prefill-sized calls' GEMV (exl3_moe_wide.cuh) for one (K, codebook).
+// Passes of 48 rows (6 row tiles, 4 stages: ~64 KB of shared memory at K = 4, 3 blocks per SM)
+// where experts average few rows, else of 128 (16 row tiles, 3 stages: ~108 KB, 2 blocks per SM).
+// TF_EXL3_WIDE=1..4 picks another shape for the few-rows case (K = 4 mcg only; A/B runs).
+template <int K, int CB>
+struct WideKernels {
+  template <int RT, int NS, int MinBlocks>
+  static void run(dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
+    launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks>, grid, exl3::wide_smem_bytes<K, RT, NS>(), s, a);
+  }
+  static void launch(bool small, int shape, dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
+    if (!small) return run<16, 3, 2>(grid, s, a);
+    if constexpr (K == 4 && CB == exl3::kCbMcg) {
+      if (shape == 1) return run<6, 4, 2>(grid, s, a);
+      if (shape == 2) return run<4, 6, 3>(grid, s, a);
+      if (shape == 3) return run<8, 4, 2>(grid, s, a);
+      if (shape == 4) return run<4, 4, 4>(grid, s, a);
+    }
+    run<6, 4, 3>(grid, s, a);
+  }
+};
+
+int wide_shape() {
+  static const int v = [] {
+    const char* e = std::getenv("TF_EXL3_WIDE");
+    return e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+
+// Whether a wide call takes the 48-row passes: experts average at most kWideSmallRows rows
+// (TF_EXL3_WIDE_ROWS=48|128 forces one, for A/B).
+constexpr int64_t kWideSmallRows = 40;
+bool wide_small_passes(int64_t pairs, int64_t experts) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_EXL3_WIDE_ROWS");
+    return e ? std::atoi(e) : 0;
+  }();
+  if (forced == 48) return true;
+  if (forced == 128) return false;
+  return pairs <= kWideSmallRows * std::min(experts, pairs);
+}
+
+// grid (h_pad/128, T): out[t, c] = sum_j w[t, j] * y(row(t, j))[c] in j order; Src: the down
+// products (SplitPartials or SummedProducts).
+template <typename Src>
 __global__ void __launch_bounds__(128)
-    combine_kernel(float* __restrict__ out, const float* __restrict__ pd, int64_t prows, int64_t h_pad, int64_t h,
-                   const float* __restrict__ w, int k, const ExpertPtrs* __restrict__ table, Layout lay) {
+    combine_kernel(float* __restrict__ out, Src pd, int64_t h_pad, int64_t h, const float* __restrict__ w, int k,
+                   const ExpertPtrs* __restrict__ table, Layout lay) {
   __shared__ float smem[128];
   const int t = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x;
@@ -175,7 +222,7 @@ __global__ void __launch_bounds__(128)
     const int row = lay.pair_row[t * k + j];
     if (row < 0) continue;  // block-uniform
     const ExpertPtrs& p = table[lay.row_expert[row]];
-    const float y = exl3::finish(exl3::SplitPartials{pd, prows}, h_pad, row, c, p.svh[kDown], p.bias[kDown], smem);
+    const float y = exl3::finish(pd, h_pad, row, c, p.svh[kDown], p.bias[kDown], smem);
     acc = __fadd_rn(acc, __fmul_rn(w[t * k + j], y));
   }
   if (c < h) out[static_cast<int64_t>(t) * h + c] = acc;
@@ -381,17 +428,18 @@ int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 std::atomic<int> g_prefill_path{-1};
 
 int prefill_path() {
-  return knob(g_prefill_path, "TF_EXL3_PREFILL", {{"experts", kExl3PrefillExperts}, {"cublas", kExl3PrefillCublas}},
-              kExl3PrefillPieces);
+  return knob(g_prefill_path, "TF_EXL3_PREFILL",
+              {{"experts", kExl3PrefillExperts}, {"cublas", kExl3PrefillCublas}, {"pieces", kExl3PrefillPieces}},
+              kExl3PrefillWide);
 }
 
-int64_t prefill_piece_tokens() {
+int64_t prefill_piece_tokens(bool wide) {
   static const int64_t v = [] {
     const char* e = std::getenv("TF_EXL3_PREFILL_PIECE");
     const int64_t n = e ? std::atoll(e) : 0;
-    return n > kMoeMaxTokens && n <= 4096 ? n : kPrefillPieceTokens;
+    return n > kMoeMaxTokens && n <= 4096 ? n : 0;
   }();
-  return v;
+  return v > 0 ? v : wide ? kWidePieceTokens : kPrefillPieceTokens;
 }
 
 const DeviceTable& device_table(const CudaContext& ctx, const Exl3ExpertTable& ex) {
@@ -547,9 +595,10 @@ const ExpertPtrs* check_call(CudaContext& ctx, const Tensor& out, const Tensor& 
   return static_cast<const ExpertPtrs*>(device_table(ctx, ex).ptrs.raw());
 }
 
-// One call of the flat or grouped body: at most kPrefillPieceTokens tokens.
+// One call of the flat or grouped body (at most one prefill piece of tokens); `wide`: a
+// prefill piece through the wide GEMV (exl3_moe_wide.cuh), the same bits.
 void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-              const Exl3ExpertTable& ex, float swiglu_limit) {
+              const Exl3ExpertTable& ex, float swiglu_limit, bool wide = false) {
   const ExpertPtrs* table = check_call(ctx, out, x, ids, weights, ex);
   const int64_t h = ex.hidden, inter = ex.intermediate, experts = ex.num_experts();
   const int64_t tokens = x.size(0), k = ids.size(1), pairs = tokens * k;
@@ -618,7 +667,9 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   }
 
   // Scratch: layout ints, then xr gate/up [P, h_pad*4 B], xr down [P, i_pad*4 B],
-  // partials gate/up [S, P, i_pad], down [S, P, h_pad] (f32).
+  // partials gate/up [S, P, i_pad], down [S, P, h_pad] (f32; S = kMoeSplits, or 1 when wide:
+  // the wide GEMV sums the splits itself).
+  const int64_t splits = wide ? 1 : kMoeSplits;
   const int64_t slots = moe_max_slots(experts, pairs);
   const int64_t n_ints = moe_groups_ints(experts, pairs, 0);
   int64_t off = round_up(n_ints * 4, 256);
@@ -629,11 +680,11 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   const int64_t xd_off = off;
   off += round_up(pairs * i_pad * 4, 256);
   const int64_t pg_off = off;
-  off += round_up(kMoeSplits * pairs * i_pad * 4, 256);
+  off += round_up(splits * pairs * i_pad * 4, 256);
   const int64_t pu_off = off;
-  off += round_up(kMoeSplits * pairs * i_pad * 4, 256);
+  off += round_up(splits * pairs * i_pad * 4, 256);
   const int64_t pd_off = off;
-  off += round_up(kMoeSplits * pairs * h_pad * 4, 256);
+  off += round_up(splits * pairs * h_pad * 4, 256);
   Tensor scratch = ctx.scratch(off);
   char* base = static_cast<char*>(scratch.raw());
   const Layout lay = moe_groups_at(reinterpret_cast<int*>(base), experts, pairs, 0);
@@ -650,7 +701,44 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
                              ctx.stream>>>(exl3::FragmentSink{xg, h_pad}, exl3::FragmentSink{xu, h_pad},
                                            x.data<float>(), h, 0, table, lay);
   check_launch("moe_experts_exl3 (rotate)");
-  const bool wide = tokens > 8;
+  if (wide) {
+    // One launch per projection group: gate and up together when their formats agree.
+    auto gemv = [&](const Exl3Weight& w, int proj0, int nproj, const uint4* xr0, const uint4* xr1, float* s0,
+                    float* s1) {
+      exl3::WideArgs a;
+      a.table = table;
+      a.proj0 = proj0;
+      a.xr[0] = xr0;
+      a.xr[1] = xr1;
+      a.sum[0] = s0;
+      a.sum[1] = s1;
+      a.tiles_k = w.trellis.size(0);
+      a.tiles_n = w.trellis.size(1);
+      a.per = static_cast<int>((a.tiles_k + kMoeSplits - 1) / kMoeSplits);
+      a.lay = lay;
+      const dim3 grid(static_cast<unsigned>(a.tiles_n / kGemvWarps), static_cast<unsigned>(slots),
+                      static_cast<unsigned>(nproj));
+      const bool small = wide_small_passes(pairs, experts);
+      exl3_dispatch<WideKernels>(w.bits, w.codebook,
+                                 [&](auto kernels) { decltype(kernels)::launch(small, wide_shape(), grid, ctx.stream, a); });
+    };
+    if (g0.bits == u0.bits && g0.codebook == u0.codebook) {
+      gemv(g0, kGate, 2, xg, xu, pg, pu);
+    } else {
+      gemv(g0, kGate, 1, xg, nullptr, pg, nullptr);
+      gemv(u0, kUp, 1, xu, nullptr, pu, nullptr);
+    }
+    exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0, ctx.stream>>>(
+        exl3::FragmentSink{xd, i_pad}, exl3::SummedProducts{pg}, exl3::SummedProducts{pu}, i_pad, inter, 0, table, lay,
+        swiglu_limit);
+    check_launch("moe_experts_exl3 (act)");
+    gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
+    combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(
+        out.data<float>(), exl3::SummedProducts{pd}, h_pad, h, weights.data<float>(), static_cast<int>(k), table, lay);
+    check_launch("moe_experts_exl3 (combine)");
+    return;
+  }
+  const bool rows8 = tokens > 8;  // 8 row tiles per pass (else 1)
   // One launch per projection group: gate and up together when their formats agree.
   auto gemv = [&](const Exl3Weight& w, int proj0, int nproj, const uint4* xr0, const uint4* xr1, float* p0,
                   float* p1) {
@@ -669,7 +757,7 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
     const dim3 grid(static_cast<unsigned>(a.tiles_n / kGemvWarps * kMoeSplits), static_cast<unsigned>(slots),
                     static_cast<unsigned>(nproj));
     exl3_dispatch<GroupedKernels>(w.bits, w.codebook, [&](auto kernels) {
-      decltype(kernels)::launch(wide, grid, ctx.stream, a);
+      decltype(kernels)::launch(rows8, grid, ctx.stream, a);
     });
   };
   if (g0.bits == u0.bits && g0.codebook == u0.codebook) {
@@ -684,7 +772,8 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   check_launch("moe_experts_exl3 (act)");
   gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
   combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(
-      out.data<float>(), pd, pairs, h_pad, h, weights.data<float>(), static_cast<int>(k), table, lay);
+      out.data<float>(), exl3::SplitPartials{pd, pairs}, h_pad, h, weights.data<float>(), static_cast<int>(k), table,
+      lay);
   check_launch("moe_experts_exl3 (combine)");
 }
 
@@ -707,8 +796,9 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     const ExpertPtrs* table = check_call(ctx, out, x, ids, weights, ex);
     if (exl3_moe_prefill(ctx, out, x, ids, weights, ex, table, swiglu_limit)) return true;
   }
-  // Pieces of the call: a token's rows go through the same grouped kernels (the same k-splits)
-  // in any piece, so its bits do not depend on how the call is cut.
+  // Pieces of the call: a token's rows get the same products (the same k-splits, summed in
+  // the same order) in any piece and from either GEMV, so its bits do not depend on how the
+  // call is cut.
   if (ids.dim() != 2 || ids.size(0) != tokens || !ids.is_contiguous())
     throw StatusError(invalid_argument("moe_experts_exl3: ids " + ids.describe() + " is not [T, k]"));
   if (weights.numel() != tokens * k || !weights.is_contiguous() || out.numel() != tokens * h || !out.is_contiguous() ||
@@ -717,11 +807,14 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
                                        " do not match x " + x.describe() + " and ids " + ids.describe()));
   const Tensor w2 = weights.reshape({tokens, k});
   Tensor o2 = out.reshape({tokens, h});
-  const int64_t piece = prefill_piece_tokens();
+  const bool wide = path == kExl3PrefillWide;
+  const int64_t piece = prefill_piece_tokens(wide);
   for (int64_t t0 = 0; t0 < tokens; t0 += piece) {
     const int64_t t1 = std::min(tokens, t0 + piece);
     Tensor o = o2.slice(0, t0, t1);
-    moe_call(ctx, o, x.slice(0, t0, t1), ids.slice(0, t0, t1), w2.slice(0, t0, t1), ex, swiglu_limit);
+    // A last piece of decode size goes through the decode-sized kernels: the same bits.
+    moe_call(ctx, o, x.slice(0, t0, t1), ids.slice(0, t0, t1), w2.slice(0, t0, t1), ex, swiglu_limit,
+             wide && t1 - t0 > kMoeMaxTokens);
   }
   return true;
 }

@@ -31,6 +31,13 @@ struct SplitPartials {
   }
 };
 
+// The wide prefill kernel's products with the splits already summed, [rows][n]
+// (exl3_moe_wide.cuh): the value SplitPartials::sum gives for the same row.
+struct SummedProducts {
+  const float* p;
+  __device__ __forceinline__ float sum(int row, int64_t n, int64_t c) const { return p[row * n + c]; }
+};
+
 // cuBLAS products of interleaved hi/lo rows: rows 2(r - row0) (x's fp16 hi part) and
 // 2(r - row0) + 1 (its lo part) of p [.., n], summed hi + lo.
 struct HiLoProducts {

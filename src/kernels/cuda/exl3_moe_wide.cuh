@@ -1,0 +1,169 @@
+// The grouped EXL3 MoE GEMV for prefill-sized calls (exl3_moe.cu, more than 64 tokens):
+// each tile is decoded once for up to kWideRows of its expert's rows, and a block runs
+// its column of tiles over all of k, summing the k-splits itself.
+//
+// Why: the decode-sized grouped kernel (grid split in kMoeSplits along k, at most 64 rows
+// per pass) decoded every tile of an expert once per 64 of its rows per call, read its
+// rows' activations from L1/L2 once per warp, and left kMoeSplits f32 partials per row
+// for the epilogue (~170 KB of scratch per (token, expert) pair). On the H200 a 1,024-token
+// prefill chunk spent ~20 ms per MoE layer there (71% of the chunk, run1s24), ~4x the
+// decode alone.
+//
+// The same bits as the grouped kernel: a row's products are the same MMAs (hi then lo
+// fragment, per k-tile in k order, one accumulator per k-split), and the splits are
+// summed in split order from 0 (SplitPartials::sum: ((0 + s0) + s1) + ...), here into the
+// row's one f32 value as each split ends. So a token's result still does not depend on
+// the call it is in (decode-sized calls go through the other kernels).
+//
+// A block: 8 warps, one 16-column n-tile each (a 128-column block), one expert, one
+// projection, passes of 8 * RT rows. Each warp streams its column of tiles through its
+// cp.async ring (exl3_stream.cuh, NS stages of kStageTiles tiles); the pass's activation
+// fragments of each stage's k-tiles ride in the same cp.async groups into NS block-wide
+// buffers ([k-tile][row][quad]: conflict-free reads), so one barrier per stage serves both.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/exl3_gemv.cuh"
+#include "kernels/cuda/exl3_moe_flat.cuh"
+#include "kernels/cuda/exl3_stream.cuh"
+#include "kernels/cuda/moe_grouping.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace tf::cuda::exl3 {
+
+struct WideArgs {
+  const ExpertPtrs* table;
+  int proj0;            // projection of blockIdx.z == 0 (gate and up share a launch)
+  const uint4* xr[2];   // per blockIdx.z: the rows' input fragments [rows][tiles_k * 4]
+  float* sum[2];        // per blockIdx.z: the rows' split-summed products [rows][n]
+  int64_t tiles_k, tiles_n;
+  int per;              // k-tiles per split (kMoeSplits splits, the decode-sized kernels')
+  MoeGroups lay;
+};
+
+// Shared memory of one block: the warps' rings, then NS stages of a pass's fragments.
+template <int K, int RT, int NS>
+constexpr size_t wide_smem_bytes() {
+  return static_cast<size_t>(kGemvWarps) * ring_words<K, kStageTiles, NS>() * 4 +
+         static_cast<size_t>(NS) * kStageTiles * 8 * RT * 64;
+}
+
+// Issues the cp.async copies of the pass's rows' fragments of k-tiles k0 .. k0 + nk - 1 into
+// xs [kStageTiles][8 * RT][4], by the whole block (no commit).
+template <int RT>
+__device__ __forceinline__ void issue_rows(uint4* xs, const uint4* src, int64_t stride, int rows, int64_t k0,
+                                           int nk) {
+  constexpr int kRows = 8 * RT, kPerRow = kStageTiles * 4;  // uint4s of one row in a stage
+  for (int i = threadIdx.x; i < kRows * kPerRow; i += kGemvWarps * 32) {
+    const int row = i / kPerRow, q = i % kPerRow, u = q >> 2;
+    if (row < rows && u < nk) cp_async16(xs + (u * kRows + row) * 4 + (q & 3), src + row * stride + k0 * 4 + q);
+  }
+}
+
+// Adds a lane's C fragments into the rows' sums (store_partial's layout); the first split
+// stores 0 + its value (SplitPartials::sum starts from 0).
+template <int RT>
+__device__ __forceinline__ void add_split(float* __restrict__ sum, int64_t n, int64_t n0, int rows, bool first,
+                                          const float (&acc)[RT][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  auto add = [&](int r, int64_t c, float v) {
+    float* p = sum + r * n + c;
+    *p = __fadd_rn(first ? 0.0f : *p, v);
+  };
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt) {
+    const int r0 = rt * 8 + 2 * t;
+    if (r0 < rows) {
+      add(r0, n0 + g, acc[rt][0]);
+      add(r0, n0 + g + 8, acc[rt][2]);
+    }
+    if (r0 + 1 < rows) {
+      add(r0 + 1, n0 + g, acc[rt][1]);
+      add(r0 + 1, n0 + g + 8, acc[rt][3]);
+    }
+  }
+}
+
+// grid (tiles_n / kGemvWarps, expert slots, projections), kGemvWarps * 32 threads,
+// wide_smem_bytes<K, RT, NS>() of dynamic shared memory; compiled for MinBlocks blocks per SM.
+template <int K, int CB, int RT, int NS, int MinBlocks>
+__global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(WideArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kRows = 8 * RT, kStageX = kStageTiles * kRows * 4;  // uint4s of one fragment stage
+  const int slot = blockIdx.y;
+  if (slot >= *a.lay.num_active) return;  // block-uniform
+  const int z = blockIdx.z, proj = a.proj0 + z;
+  const int e = a.lay.slot_expert[slot], first = a.lay.slot_first[slot], cnt = a.lay.slot_count[slot];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t tn = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  const int64_t tile_words = 8 * K, n = a.tiles_n * 16, xstride = a.tiles_k * 4;
+  uint32_t* ring = reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, kStageTiles, NS>();
+  uint4* xs = reinterpret_cast<uint4*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, kStageTiles, NS>() * 4);
+  const WarpStream<K, kStageTiles, NS> ws{a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
+                                          static_cast<int>(a.tiles_k), ring};
+  const int ns = ws.stages();
+  pdl_wait();  // the fragments ride with the weights: nothing is issued before the wait
+  for (int r0 = 0; r0 < cnt; r0 += kRows) {
+    const int rows = min(cnt - r0, kRows);
+    const uint4* src = a.xr[z] + (first + r0) * xstride;
+    float* sum = a.sum[z] + static_cast<int64_t>(first + r0) * n;
+    // Stage s: its fragments, then its tiles (issue() commits the group, also past the end).
+    auto issue = [&](int s) {
+      if (s < ns) {
+        const int64_t k0 = static_cast<int64_t>(s) * kStageTiles;
+        issue_rows<RT>(xs + (s % NS) * kStageX, src, xstride, rows, k0,
+                       static_cast<int>(min(static_cast<int64_t>(kStageTiles), a.tiles_k - k0)));
+      }
+      ws.issue(s, lane);
+    };
+#pragma unroll
+    for (int s = 0; s < NS - 1; ++s) issue(s);
+    float acc[RT][4];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[rt][i] = 0.0f;
+    int split_end = a.per;
+    bool first_split = true;
+    for (int s = 0; s < ns; ++s) {
+      cp_async_wait<NS - 2>();
+      // Stage s has landed for every thread, and every warp is done with stage s - 1, whose
+      // buffers the next issue refills.
+      __syncthreads();
+      issue(s + NS - 1);
+      const uint32_t* st = ring + (s % NS) * stage_words<K>();
+      const uint4* xst = xs + (s % NS) * kStageX;
+#pragma unroll
+      for (int u = 0; u < kStageTiles; ++u) {
+        const int i = s * kStageTiles + u;
+        if (i >= a.tiles_k) break;  // block-uniform
+        uint32_t w[4];
+        decode_smem_tile<K, CB>(st + u * 8 * K, lane, w);
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          if (rt * 8 >= rows) break;  // block-uniform
+          // Rows past `rows` read a staged row (see run_v1): their columns are never stored.
+          const uint4 xv = xst[(u * kRows + min(rt * 8 + g, rows - 1)) * 4 + t];
+          mma_f16_16816(acc[rt], w, xv.x, xv.y);
+          mma_f16_16816(acc[rt], w, xv.z, xv.w);
+        }
+        if (i + 1 == split_end || i + 1 == a.tiles_k) {  // a k-split ends: into the rows' sums
+          add_split<RT>(sum, n, tn * 16, rows, first_split, acc);
+          first_split = false;
+          split_end += a.per;
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[rt][q] = 0.0f;
+        }
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the next pass refills every buffer
+  }
+}
+
+}  // namespace tf::cuda::exl3
