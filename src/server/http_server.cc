@@ -14,40 +14,20 @@
 #include "server/openai_requests.h"
 #include "server/peer_socket.h"
 #include "server/stream_formatters.h"
+#include "text/json_parse.h"
 
 namespace tf::server {
 
 namespace {
 
-constexpr int kMaxJsonDepth = 256;
 constexpr int kThreads = 64;
 
-// Rejects absurdly deep nesting before parsing (nlohmann's dump/copy recurse).
-void check_json_depth(const std::string& body) {
-  int depth = 0;
-  bool in_string = false, escape = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) throw bad_request("JSON body nests deeper than 256 levels", "body");
-    } else if (c == ']' || c == '}') --depth;
-  }
-}
-
+// Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep.
 Json parse_body(const httplib::Request& req) {
   if (req.body.empty()) throw bad_request("request body is empty; expected a JSON object", "body");
-  check_json_depth(req.body);
-  try {
-    return Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
-    throw bad_request(std::string("invalid JSON body: ") + e.what(), "body");
-  }
+  Expected<Json> body = text::parse_json(req.body);
+  if (!body) throw bad_request("invalid JSON body: " + body.status().message(), "body");
+  return std::move(*body);
 }
 
 void write_json(httplib::Response& res, int status, const Json& body) {

@@ -27,6 +27,9 @@ const chat = (extra) => ({ model, messages: user, max_tokens: 4, ...extra });
 const comp = (extra) => ({ model, prompt: 'hi', max_tokens: 4, ...extra });
 const resp = (extra) => ({ model, input: 'hi', max_output_tokens: 4, ...extra });
 const deep = (n) => '['.repeat(n) + ']'.repeat(n);
+const deepObject = (n) => `${'{"a":'.repeat(n)}1${'}'.repeat(n)}`;
+const toolCallTurn = (args) => [user[0], { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] },
+  { role: 'tool', tool_call_id: 'c1', content: 'x' }];
 
 // [name, path, body, status, param?, code?]
 const CASES = [
@@ -46,6 +49,9 @@ const CASES = [
   ['deep array nesting', C, deep(5000), 400, 'body'],
   ['deep object nesting in a field', C, `{"messages":[{"role":"user","content":"hi"}],"metadata":${'{"a":'.repeat(3000)}1${'}'.repeat(3000)}}`, 400, 'body'],
   ['NUL bytes', C, '\u0000\u0000\u0000', 400, 'body'],
+  // -- JSON sent inside strings is parsed with the same bounds (it used to crash the server)
+  ['guided_json string nesting 10^5 levels', C, chat({ guided_json: deep(100000) }), 400, 'guided_json'],
+  ['tool call arguments nesting 10^5 levels', C, { model, max_tokens: 4, messages: toolCallTurn(deepObject(100000)) }, 400],
   // -- messages
   ['no messages', C, { model }, 400, 'messages'],
   ['messages a string', C, { model, messages: 'hi' }, 400, 'messages'],
@@ -267,6 +273,18 @@ await run.check(`Anthropic: ${ANTHROPIC_CASES.length} malformed /v1/messages bod
   const ok = await request(server, 'POST', M, { body: msg() });
   assert.equal(ok.status, 200, ok.text);
   assert.equal(ok.json.type, 'message');
+});
+
+// nlohmann's ordered_json parse scanned an object's keys on every insert: quadratic, a
+// minute of CPU per 200k members. The body parser is linear.
+await run.check('an object of 500,000 members is parsed in linear time (400 within 10 s)', async () => {
+  const members = Array.from({ length: 500000 }, (_, i) => `"k${i}":${i}`).join(',');
+  const t0 = Date.now();
+  const r = await request(server, 'POST', C, { body: `{"messages":"hi","metadata":{${members}}}`, timeoutMs: 60000 });
+  const ms = Date.now() - t0;
+  assert.equal(r.status, 400, r.text.slice(0, 200));
+  assert.equal(r.json.error.param, 'messages');
+  assert.ok(ms < 10000, `took ${ms} ms`);
 });
 
 await run.check('context_length_exceeded message names the window', async () => {

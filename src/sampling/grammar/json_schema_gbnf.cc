@@ -11,6 +11,7 @@
 #include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/grammar.h"
 #include "sampling/grammar/regex_gbnf.h"
+#include "text/json_parse.h"
 
 namespace tf::grammar {
 namespace {
@@ -779,13 +780,9 @@ Expected<std::string> json_schema_to_gbnf(const nlohmann::json& schema) {
 }
 
 Expected<std::string> json_schema_to_gbnf(std::string_view schema_text) {
-  Json schema;
-  try {
-    schema = Json::parse(schema_text);
-  } catch (const nlohmann::json::exception& e) {  // not JSON, or a number out of range
-    return invalid_argument(std::string("json_schema: invalid JSON: ") + e.what());
-  }
-  return json_schema_to_gbnf(schema);
+  Expected<Json> schema = text::parse_json(schema_text);
+  if (!schema) return invalid_argument("json_schema: invalid JSON: " + schema.status().message());
+  return json_schema_to_gbnf(*schema);
 }
 
 }  // namespace tf::grammar
