@@ -28,6 +28,11 @@ const comp = (extra) => ({ model, prompt: 'hi', max_tokens: 4, ...extra });
 const resp = (extra) => ({ model, input: 'hi', max_output_tokens: 4, ...extra });
 const deep = (n) => '['.repeat(n) + ']'.repeat(n);
 const deepObject = (n) => `${'{"a":'.repeat(n)}1${'}'.repeat(n)}`;
+// $defs a0 -> a1 -> ... -> aN by $ref: a chain that the JSON's own nesting does not show.
+const refChain = (n) => ({
+  $defs: Object.fromEntries(Array.from({ length: n + 1 }, (_, i) => [`a${i}`, i < n ? { $ref: `#/$defs/a${i + 1}` } : { type: 'string' }])),
+  $ref: '#/$defs/a0',
+});
 const toolCallTurn = (args) => [user[0], { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] },
   { role: 'tool', tool_call_id: 'c1', content: 'x' }];
 
@@ -52,6 +57,7 @@ const CASES = [
   // -- JSON sent inside strings is parsed with the same bounds (it used to crash the server)
   ['guided_json string nesting 10^5 levels', C, chat({ guided_json: deep(100000) }), 400, 'guided_json'],
   ['tool call arguments nesting 10^5 levels', C, { model, max_tokens: 4, messages: toolCallTurn(deepObject(100000)) }, 400],
+  ['json_schema $ref chain of 20000 $defs', C, chat({ guided_json: refChain(20000) }), 400],
   // -- messages
   ['no messages', C, { model }, 400, 'messages'],
   ['messages a string', C, { model, messages: 'hi' }, 400, 'messages'],
