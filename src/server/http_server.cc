@@ -110,6 +110,16 @@ struct HttpServer::Impl {
     if (name && !name->empty() && *name != model.id) throw model_not_found(*name);
   }
 
+  // A request for more choices than may wait at once would get 429 however idle the
+  // server is, and clients retry 429s: refuse it as the client's mistake instead.
+  void check_queued_choices(int64_t choices, const char* param) const {
+    const int64_t most = model.max_queued_choices;
+    if (most > 0 && choices > most)
+      throw bad_request("this request asks for " + std::to_string(choices) + " choices; the server queues at most " +
+                            std::to_string(most) + " at once (MAX_QUEUED)",
+                        param);
+  }
+
   Json model_json() const {
     // OpenAI's model object plus Anthropic's fields (type, display_name, created_at): both SDKs read it.
     return {{"id", model.id},        {"object", "model"}, {"created", model.created}, {"owned_by", "tensorfold"},
@@ -209,6 +219,7 @@ struct HttpServer::Impl {
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     ChatRequest r = parse_chat_request(parse_body(req), media_policy());
     check_model(r.model);
+    check_queued_choices(r.n, "n");
     auto prompt = engine.render_chat_media(r.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
@@ -232,6 +243,7 @@ struct HttpServer::Impl {
     CompletionRequest r = parse_completion_request(parse_body(req));
     if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(req.body);
     check_model(r.model);
+    check_queued_choices(static_cast<int64_t>(r.prompts.size()) * r.n, r.prompts.size() > 1 ? "prompt" : "n");
     ResponseMeta meta = meta_for("cmpl-", model.id);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;
