@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <ctime>
 #include <thread>
 
@@ -20,7 +21,9 @@ namespace tf::server {
 
 namespace {
 
-constexpr int kThreads = 64;
+// HTTP workers beyond those that requests in the engine hold (/health, /metrics, tokenize,
+// requests being read or refused with 429).
+constexpr int64_t kSpareThreads = 64;
 
 // Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep.
 Json parse_body(const httplib::Request& req) {
@@ -478,7 +481,12 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
-  impl_->http.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  // Every running or queued request holds a worker while it waits: with fewer workers than
+  // the engine admits (PARALLEL + MAX_QUEUED), a busy server stopped answering /health and
+  // never reached its 429, the rest of the connections waiting unseen in httplib's queue.
+  const size_t threads = static_cast<size_t>(kSpareThreads + impl_->model.max_queued_choices +
+                                             std::max<int64_t>(engine.health().streams_max, 0));
+  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_read_timeout(impl_->options.read_timeout_s, 0);
   impl_->http.set_write_timeout(30, 0);

@@ -9,8 +9,9 @@
 // body, partial headers, chunked garbage) follow the table.
 // Usage: node serve_hostile_test.mjs BINARY [ARGS...]   (see lib/server.mjs)
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import {
-  serverCommand, startServer, makeRunner, request, postJson, rawExchange, assertErrorObject, health, sleep, post200,
+  serverCommand, startServer, makeRunner, request, postJson, rawExchange, assertErrorObject, health, sleep, post200, waitHealth,
 } from './lib/server.mjs';
 
 const cmd = serverCommand();
@@ -369,6 +370,32 @@ await run.check('queue full -> 429 rate_limit_exceeded with Retry-After (PARALLE
     assert.equal((await post200(small, C, { ...body, max_tokens: 2 })).choices.length, 1);
   } finally {
     await small.stop();
+  }
+});
+
+// Every running or waiting request holds an HTTP worker. There were 64 workers whatever
+// PARALLEL + MAX_QUEUED admit: past 64 held requests /health stopped answering and the
+// queue's 429 was never reached (connections waited unseen in httplib's queue).
+await run.check('PARALLEL=1, MAX_QUEUED=80: more than 64 requests are held at once and /health answers at once', async () => {
+  const busy = await startServer(cmd, { env: { PARALLEL: '1', MAX_QUEUED: '80' } });
+  const socks = [];
+  try {
+    const payload = JSON.stringify({ model: busy.model, messages: user, max_tokens: 2000, ignore_eos: true, stream: true });
+    const head = `POST ${C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n`;
+    for (let i = 0; i < 81; ++i) {
+      const sock = net.connect(busy.port, busy.host, () => sock.write(head + payload));
+      sock.on('error', () => {});
+      socks.push(sock);
+    }
+    // One runs at a time, so few finish meanwhile; each /health call must answer within 10 s.
+    const held = await waitHealth(busy, (h) => h.requests_running + h.requests_waiting >= 72, 30000);
+    assert.ok(held.ok, `held: ${JSON.stringify(held.last)}`);
+    const t0 = Date.now();
+    await health(busy);
+    assert.ok(Date.now() - t0 < 5000, `/health took ${Date.now() - t0} ms`);
+  } finally {
+    for (const s of socks) s.destroy();
+    await busy.stop();
   }
 });
 
