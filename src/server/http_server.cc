@@ -465,11 +465,17 @@ struct HttpServer::Impl {
       }));
     // Errors produced by httplib itself (404 route, 413 body, 400 framing) get an
     // OpenAI error body too; our own error responses already have one.
+    // httplib also parses application/x-www-form-urlencoded bodies (curl -d's default type)
+    // and refuses those over 8 KiB with 413: name that limit, not the 96 MiB one.
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
-                        : res.status == 413 ? std::string("request body exceeds 96 MiB")
-                                            : "HTTP error " + std::to_string(res.status);
+      const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+      std::string msg = res.status == 404           ? "no route for " + req.method + " " + req.path
+                        : res.status == 413 && form ? std::string("a Content-Type: application/x-www-form-urlencoded "
+                                                                  "body is limited to 8 KiB; send "
+                                                                  "Content-Type: application/json")
+                        : res.status == 413         ? std::string("request body exceeds 96 MiB")
+                                                    : "HTTP error " + std::to_string(res.status);
       write_error(res, ApiError(res.status, msg, res.status >= 500 ? "server_error" : "invalid_request_error"),
                   is_anthropic_path(req.path));
     });
