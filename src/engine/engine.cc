@@ -338,6 +338,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   m.info.root = options.model_dir;
   m.info.context_length = m.plan.context;
   m.info.vocab_size = m.text_vocab;
+  m.info.max_queued_choices = options.max_waiting;
   m.info.created = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch()).count();
   m.publish_health();
@@ -395,6 +396,10 @@ Expected<std::vector<std::string>> Engine::token_strings(const std::vector<int32
 Status Engine::submit(GenerationRequest request, EventSink sink) {
   Impl& m = *impl_;
   if (request.n < 1) return invalid_argument("n must be >= 1");
+  // More choices than may wait at once would be refused as busy (429) forever, however idle.
+  if (request.n > m.options.max_waiting)
+    return invalid_argument("n (" + std::to_string(request.n) + ") is more than the " +
+                            std::to_string(m.options.max_waiting) + " choices this server queues at once (MAX_QUEUED)");
   if (request.prompt_tokens.empty()) return invalid_argument("the prompt is empty");
   for (int32_t t : request.prompt_tokens) {
     if (t < 0 || t >= m.text_vocab) {

@@ -207,6 +207,7 @@ struct ModelInfo {
   int64_t context_length = 0;
   int64_t vocab_size = 0;
   int64_t created = 0;       // unix seconds
+  int64_t max_queued_choices = 0;  // choices that may wait at once (MAX_QUEUED); 0: no limit
 };
 
 class EngineApi {

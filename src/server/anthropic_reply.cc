@@ -1,5 +1,6 @@
 // Anthropic replies: message objects, SSE events and error objects (see anthropic_messages.h).
 #include "server/anthropic_messages.h"
+#include "text/json_parse.h"
 
 namespace tf::server {
 
@@ -32,8 +33,8 @@ Json usage_json(const UsageTotals& u) {
 
 // A tool call's arguments (a JSON text from the tool-call parser) as tool_use.input.
 Json tool_input(const std::string& arguments) {
-  Json input = Json::parse(arguments.empty() ? "{}" : arguments, nullptr, /*allow_exceptions=*/false);
-  return input.is_object() ? input : Json::object();
+  Expected<Json> input = text::parse_json(arguments.empty() ? "{}" : arguments);
+  return input && input->is_object() ? std::move(*input) : Json::object();
 }
 
 Json message_shell(const ResponseMeta& meta) {

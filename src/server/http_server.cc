@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <ctime>
 #include <thread>
 
@@ -14,40 +15,22 @@
 #include "server/openai_requests.h"
 #include "server/peer_socket.h"
 #include "server/stream_formatters.h"
+#include "text/json_parse.h"
 
 namespace tf::server {
 
 namespace {
 
-constexpr int kMaxJsonDepth = 256;
-constexpr int kThreads = 64;
+// HTTP workers beyond those that requests in the engine hold (/health, /metrics, tokenize,
+// requests being read or refused with 429).
+constexpr int64_t kSpareThreads = 64;
 
-// Rejects absurdly deep nesting before parsing (nlohmann's dump/copy recurse).
-void check_json_depth(const std::string& body) {
-  int depth = 0;
-  bool in_string = false, escape = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) throw bad_request("JSON body nests deeper than 256 levels", "body");
-    } else if (c == ']' || c == '}') --depth;
-  }
-}
-
+// Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep.
 Json parse_body(const httplib::Request& req) {
   if (req.body.empty()) throw bad_request("request body is empty; expected a JSON object", "body");
-  check_json_depth(req.body);
-  try {
-    return Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
-    throw bad_request(std::string("invalid JSON body: ") + e.what(), "body");
-  }
+  Expected<Json> body = text::parse_json(req.body);
+  if (!body) throw bad_request("invalid JSON body: " + body.status().message(), "body");
+  return std::move(*body);
 }
 
 void write_json(httplib::Response& res, int status, const Json& body) {
@@ -128,6 +111,16 @@ struct HttpServer::Impl {
 
   void check_model(const std::optional<std::string>& name) const {
     if (name && !name->empty() && *name != model.id) throw model_not_found(*name);
+  }
+
+  // A request for more choices than may wait at once would get 429 however idle the
+  // server is, and clients retry 429s: refuse it as the client's mistake instead.
+  void check_queued_choices(int64_t choices, const char* param) const {
+    const int64_t most = model.max_queued_choices;
+    if (most > 0 && choices > most)
+      throw bad_request("this request asks for " + std::to_string(choices) + " choices; the server queues at most " +
+                            std::to_string(most) + " at once (MAX_QUEUED)",
+                        param);
   }
 
   Json model_json() const {
@@ -229,6 +222,7 @@ struct HttpServer::Impl {
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     ChatRequest r = parse_chat_request(parse_body(req), media_policy());
     check_model(r.model);
+    check_queued_choices(r.n, "n");
     auto prompt = engine.render_chat_media(r.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
@@ -252,6 +246,7 @@ struct HttpServer::Impl {
     CompletionRequest r = parse_completion_request(parse_body(req));
     if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(req.body);
     check_model(r.model);
+    check_queued_choices(static_cast<int64_t>(r.prompts.size()) * r.n, r.prompts.size() > 1 ? "prompt" : "n");
     ResponseMeta meta = meta_for("cmpl-", model.id);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;
@@ -470,11 +465,17 @@ struct HttpServer::Impl {
       }));
     // Errors produced by httplib itself (404 route, 413 body, 400 framing) get an
     // OpenAI error body too; our own error responses already have one.
+    // httplib also parses application/x-www-form-urlencoded bodies (curl -d's default type)
+    // and refuses those over 8 KiB with 413: name that limit, not the 96 MiB one.
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
-                        : res.status == 413 ? std::string("request body exceeds 96 MiB")
-                                            : "HTTP error " + std::to_string(res.status);
+      const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+      std::string msg = res.status == 404           ? "no route for " + req.method + " " + req.path
+                        : res.status == 413 && form ? std::string("a Content-Type: application/x-www-form-urlencoded "
+                                                                  "body is limited to 8 KiB; send "
+                                                                  "Content-Type: application/json")
+                        : res.status == 413         ? std::string("request body exceeds 96 MiB")
+                                                    : "HTTP error " + std::to_string(res.status);
       write_error(res, ApiError(res.status, msg, res.status >= 500 ? "server_error" : "invalid_request_error"),
                   is_anthropic_path(req.path));
     });
@@ -486,7 +487,12 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
-  impl_->http.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  // Every running or queued request holds a worker while it waits: with fewer workers than
+  // the engine admits (PARALLEL + MAX_QUEUED), a busy server stopped answering /health and
+  // never reached its 429, the rest of the connections waiting unseen in httplib's queue.
+  const size_t threads = static_cast<size_t>(kSpareThreads + impl_->model.max_queued_choices +
+                                             std::max<int64_t>(engine.health().streams_max, 0));
+  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_read_timeout(impl_->options.read_timeout_s, 0);
   impl_->http.set_write_timeout(30, 0);

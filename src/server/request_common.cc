@@ -7,6 +7,7 @@
 
 #include "server/api_error.h"
 #include "server/openai_requests.h"
+#include "text/json_parse.h"
 
 namespace tf::server {
 
@@ -23,11 +24,9 @@ void parse_structured_field(const Json& body, const char* name, StructuredOutput
   switch (kind) {
     case StructuredOutput::Kind::kJsonSchema:
       if (v->is_string()) {
-        try {
-          out.schema = Json::parse(v->get<std::string>());
-        } catch (const std::exception&) {
-          throw bad_request(std::string("'") + name + "' is not valid JSON", name);
-        }
+        Expected<Json> schema = text::parse_json(v->get<std::string>());
+        if (!schema) throw bad_request(std::string("'") + name + "' is not valid JSON: " + schema.status().message(), name);
+        out.schema = std::move(*schema);
       } else if (v->is_object() || v->is_boolean()) {
         out.schema = *v;
       } else {
@@ -166,8 +165,9 @@ std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, c
 }
 
 std::string ordered_schema_text(const std::string& body) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "";
+  Expected<nlohmann::ordered_json> parsed = text::parse_json(body);
+  if (!parsed || !parsed->is_object()) return "";
+  const nlohmann::ordered_json& j = *parsed;
   auto at = [](const nlohmann::ordered_json& o, std::initializer_list<const char*> path) -> const nlohmann::ordered_json* {
     const nlohmann::ordered_json* cur = &o;
     for (const char* key : path) {

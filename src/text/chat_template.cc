@@ -1,5 +1,6 @@
 // Chat-template rendering with transformers' variables (see chat_template.h).
 #include "text/chat_template.h"
+#include "text/json_parse.h"
 
 #include <fstream>
 #include <sstream>
@@ -47,8 +48,9 @@ Status normalise_message(ordered_json& m, size_t index) {
       ordered_json* fn =
           tc.is_object() && tc.contains("function") && tc["function"].is_object() ? &tc["function"] : &tc;
       if (!fn->is_object() || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) continue;
-      ordered_json parsed = ordered_json::parse((*fn)["arguments"].get<std::string>(), nullptr, false);
-      if (!parsed.is_discarded() && parsed.is_object()) (*fn)["arguments"] = std::move(parsed);
+      // Bounded: the arguments are client text, and rendering recurses into them.
+      Expected<ordered_json> parsed = text::parse_json((*fn)["arguments"].get<std::string>());
+      if (parsed && parsed->is_object()) (*fn)["arguments"] = std::move(*parsed);
     }
   }
   return Status::ok();

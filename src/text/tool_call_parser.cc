@@ -5,6 +5,7 @@
 
 #include "text/jinja_strings.h"
 #include "text/jinja_value.h"
+#include "text/json_parse.h"
 #include "text/reasoning_parser.h"
 
 namespace tf {
@@ -72,10 +73,10 @@ std::string GlmToolCallParser::typed_value(const std::string& tool, const std::s
                                            const std::string& raw) const {
   if (is_string_param(tool, key)) return json_string(raw);
   std::string stripped = trim(raw);
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(stripped, nullptr, false);
-  if (!parsed.is_discarded()) {
+  Expected<nlohmann::ordered_json> parsed = text::parse_json(stripped);
+  if (parsed) {
     jinja::JsonDumpOptions options;  // json.dumps defaults with ensure_ascii=False
-    return jinja::json_dumps(jinja::Value::from_json(parsed), options);
+    return jinja::json_dumps(jinja::Value::from_json(*parsed), options);
   }
   if (stripped == "True") return "true";
   if (stripped == "False") return "false";

@@ -9,8 +9,9 @@
 // body, partial headers, chunked garbage) follow the table.
 // Usage: node serve_hostile_test.mjs BINARY [ARGS...]   (see lib/server.mjs)
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import {
-  serverCommand, startServer, makeRunner, request, postJson, rawExchange, assertErrorObject, health, sleep, post200,
+  serverCommand, startServer, makeRunner, request, postJson, rawExchange, assertErrorObject, health, sleep, post200, waitHealth,
 } from './lib/server.mjs';
 
 const cmd = serverCommand();
@@ -27,6 +28,14 @@ const chat = (extra) => ({ model, messages: user, max_tokens: 4, ...extra });
 const comp = (extra) => ({ model, prompt: 'hi', max_tokens: 4, ...extra });
 const resp = (extra) => ({ model, input: 'hi', max_output_tokens: 4, ...extra });
 const deep = (n) => '['.repeat(n) + ']'.repeat(n);
+const deepObject = (n) => `${'{"a":'.repeat(n)}1${'}'.repeat(n)}`;
+// $defs a0 -> a1 -> ... -> aN by $ref: a chain that the JSON's own nesting does not show.
+const refChain = (n) => ({
+  $defs: Object.fromEntries(Array.from({ length: n + 1 }, (_, i) => [`a${i}`, i < n ? { $ref: `#/$defs/a${i + 1}` } : { type: 'string' }])),
+  $ref: '#/$defs/a0',
+});
+const toolCallTurn = (args) => [user[0], { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] },
+  { role: 'tool', tool_call_id: 'c1', content: 'x' }];
 
 // [name, path, body, status, param?, code?]
 const CASES = [
@@ -46,6 +55,10 @@ const CASES = [
   ['deep array nesting', C, deep(5000), 400, 'body'],
   ['deep object nesting in a field', C, `{"messages":[{"role":"user","content":"hi"}],"metadata":${'{"a":'.repeat(3000)}1${'}'.repeat(3000)}}`, 400, 'body'],
   ['NUL bytes', C, '\u0000\u0000\u0000', 400, 'body'],
+  // -- JSON sent inside strings is parsed with the same bounds (it used to crash the server)
+  ['guided_json string nesting 10^5 levels', C, chat({ guided_json: deep(100000) }), 400, 'guided_json'],
+  ['tool call arguments nesting 10^5 levels', C, { model, max_tokens: 4, messages: toolCallTurn(deepObject(100000)) }, 400],
+  ['json_schema $ref chain of 20000 $defs', C, chat({ guided_json: refChain(20000) }), 400],
   // -- messages
   ['no messages', C, { model }, 400, 'messages'],
   ['messages a string', C, { model, messages: 'hi' }, 400, 'messages'],
@@ -87,6 +100,7 @@ const CASES = [
   ['n negative', C, chat({ n: -1 }), 400, 'n'],
   ['n huge', C, chat({ n: 100000 }), 400, 'n'],
   ['n a string', C, chat({ n: 'two' }), 400, 'n'],
+  ['n above MAX_QUEUED (64): never admitted, so 400 and not 429', C, chat({ n: 65 }), 400, 'n'],
   ['presence_penalty 5', C, chat({ presence_penalty: 5 }), 400, 'presence_penalty'],
   ['frequency_penalty -3', C, chat({ frequency_penalty: -3 }), 400, 'frequency_penalty'],
   ['repetition_penalty zero', C, chat({ repetition_penalty: 0 }), 400, 'repetition_penalty'],
@@ -145,6 +159,7 @@ const CASES = [
   ['completions prompt an object', P, comp({ prompt: { a: 1 } }), 400, 'prompt'],
   ['completions token id past the vocabulary', P, comp({ prompt: [2 ** 31 - 1] }), 400, 'prompt'],
   ['completions suffix', P, comp({ suffix: 'y' }), 400, 'suffix'],
+  ['completions 65 prompts, above MAX_QUEUED (64)', P, comp({ prompt: Array(65).fill('hi') }), 400, 'prompt'],
   ['completions logprobs 30', P, comp({ logprobs: 30 }), 400, 'logprobs'],
   ['completions best_of 0', P, comp({ best_of: 0 }), 400, 'best_of'],
   ['completions max_tokens 0 without echo', P, comp({ max_tokens: 0 }), 400, 'max_tokens'],
@@ -269,6 +284,18 @@ await run.check(`Anthropic: ${ANTHROPIC_CASES.length} malformed /v1/messages bod
   assert.equal(ok.json.type, 'message');
 });
 
+// nlohmann's ordered_json parse scanned an object's keys on every insert: quadratic, a
+// minute of CPU per 200k members. The body parser is linear.
+await run.check('an object of 500,000 members is parsed in linear time (400 within 10 s)', async () => {
+  const members = Array.from({ length: 500000 }, (_, i) => `"k${i}":${i}`).join(',');
+  const t0 = Date.now();
+  const r = await request(server, 'POST', C, { body: `{"messages":"hi","metadata":{${members}}}`, timeoutMs: 60000 });
+  const ms = Date.now() - t0;
+  assert.equal(r.status, 400, r.text.slice(0, 200));
+  assert.equal(r.json.error.param, 'messages');
+  assert.ok(ms < 10000, `took ${ms} ms`);
+});
+
 await run.check('context_length_exceeded message names the window', async () => {
   const r = await postJson(server, C, chat({ max_tokens: CTX }));
   assert.equal(r.status, 400);
@@ -281,6 +308,16 @@ await run.check('body over 96 MiB -> 413 with an error object', async () => {
   const r = await request(server, 'POST', C, { body: big, timeoutMs: 60000 });
   assert.equal(r.status, 413, r.text.slice(0, 200));
   assertErrorObject(assert, r, '413');
+});
+
+// curl -d sends application/x-www-form-urlencoded; httplib refuses such bodies over 8 KiB
+// with 413, which used to blame the 96 MiB limit.
+await run.check('JSON over 8 KiB sent as application/x-www-form-urlencoded -> 413 naming that limit', async () => {
+  const body = chat({ messages: [{ role: 'user', content: 'x'.repeat(9000) }] });
+  const r = await request(server, 'POST', C, { body, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  assert.equal(r.status, 413, r.text.slice(0, 200));
+  assertErrorObject(assert, r, 'form body');
+  assert.match(r.json.error.message, /x-www-form-urlencoded.*8 KiB/);
 });
 
 await run.check('a body trickled in one byte per 20 ms is still parsed (400 for bad JSON)', async () => {
@@ -343,6 +380,32 @@ await run.check('queue full -> 429 rate_limit_exceeded with Retry-After (PARALLE
     assert.equal((await post200(small, C, { ...body, max_tokens: 2 })).choices.length, 1);
   } finally {
     await small.stop();
+  }
+});
+
+// Every running or waiting request holds an HTTP worker. There were 64 workers whatever
+// PARALLEL + MAX_QUEUED admit: past 64 held requests /health stopped answering and the
+// queue's 429 was never reached (connections waited unseen in httplib's queue).
+await run.check('PARALLEL=1, MAX_QUEUED=80: more than 64 requests are held at once and /health answers at once', async () => {
+  const busy = await startServer(cmd, { env: { PARALLEL: '1', MAX_QUEUED: '80' } });
+  const socks = [];
+  try {
+    const payload = JSON.stringify({ model: busy.model, messages: user, max_tokens: 2000, ignore_eos: true, stream: true });
+    const head = `POST ${C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n`;
+    for (let i = 0; i < 81; ++i) {
+      const sock = net.connect(busy.port, busy.host, () => sock.write(head + payload));
+      sock.on('error', () => {});
+      socks.push(sock);
+    }
+    // One runs at a time, so few finish meanwhile; each /health call must answer within 10 s.
+    const held = await waitHealth(busy, (h) => h.requests_running + h.requests_waiting >= 72, 30000);
+    assert.ok(held.ok, `held: ${JSON.stringify(held.last)}`);
+    const t0 = Date.now();
+    await health(busy);
+    assert.ok(Date.now() - t0 < 5000, `/health took ${Date.now() - t0} ms`);
+  } finally {
+    for (const s of socks) s.destroy();
+    await busy.stop();
   }
 });
 

@@ -481,6 +481,20 @@ TEST(JsonSchemaGbnf, RefCycleWithoutProgressIsRefused) {
   EXPECT_NE(error_of(R"({"$ref": "#"})").find("reaches itself"), std::string::npos);
 }
 
+// $defs a0 -> a1 -> ... -> a{n} by $ref: nesting that the JSON text does not show.
+std::string ref_chain(int n) {
+  std::string defs;
+  for (int i = 0; i < n; ++i) defs += "\"a" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/a" + std::to_string(i + 1) + "\"}, ";
+  return "{\"$defs\": {" + defs + "\"a" + std::to_string(n) + "\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/a0\"}";
+}
+
+// A chain of 20000 $defs recursed once per link and overflowed the stack.
+TEST(JsonSchemaGbnf, LongRefChainsAreRefusedNotRecursedInto) {
+  EXPECT_TRUE(matches(schema_grammar(ref_chain(100)), R"("x")"));
+  std::string error = error_of(ref_chain(20000));
+  EXPECT_NE(error.find("nest deeper than 256"), std::string::npos) << error;
+}
+
 TEST(JsonSchemaGbnf, PropertyCountsOnlyWhenAlreadySatisfied) {
   GrammarPtr g = schema_grammar(R"({"properties": {"a": {}, "b": {}}, "required": ["a", "b"],
       "minProperties": 2, "maxProperties": 2})");

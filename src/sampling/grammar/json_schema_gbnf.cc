@@ -11,6 +11,7 @@
 #include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/grammar.h"
 #include "sampling/grammar/regex_gbnf.h"
+#include "text/json_parse.h"
 
 namespace tf::grammar {
 namespace {
@@ -174,6 +175,9 @@ std::string repeat(const std::string& atom, uint64_t lo, std::optional<uint64_t>
 // The grammar core's (and regex_gbnf's) largest repetition count. A larger maximum
 // (maxLength, maxItems) is not enforced; a larger minimum is refused.
 constexpr uint64_t kMaxRepeat = 10000;
+// Nested definitions (schema nodes inside nodes, or $ref chains); JSON bodies nest at most
+// 256 levels, so only $ref chains reach it.
+constexpr int kMaxDefinitionDepth = 256;
 
 Status fit_bounds(uint64_t min, std::optional<uint64_t>& max, const char* what, const std::string& path) {
   if (max && min > *max) return schema_error(path, std::string("min") + what + " is greater than max" + what);
@@ -304,8 +308,16 @@ class Converter {
   }
 
   Status define(const std::string& name, const Json& node, const std::string& path) {
-    TF_ASSIGN_OR_RETURN(std::string body, node_body(node, name, path));
-    rules_[rule_index_.at(name)].body = std::move(body);
+    // Definitions nest through $ref chains as well as through the JSON: bound the
+    // recursion (a chain of 20000 $defs overflowed the stack).
+    if (open_definitions_ >= kMaxDefinitionDepth)
+      return schema_error(path, "definitions nest deeper than " + std::to_string(kMaxDefinitionDepth) +
+                                    " levels (through $ref or nesting)");
+    ++open_definitions_;
+    Expected<std::string> body = node_body(node, name, path);
+    --open_definitions_;
+    if (!body) return body.status();
+    rules_[rule_index_.at(name)].body = std::move(*body);
     return Status::ok();
   }
 
@@ -756,6 +768,7 @@ class Converter {
   std::set<std::string> fixed_used_;
   std::map<std::string, std::string> ref_rules_;  // $ref -> rule name
   std::vector<std::string> open_refs_;            // $refs being defined, since the last '{' or '['
+  int open_definitions_ = 0;                      // define() calls on the stack
 };
 
 }  // namespace
@@ -779,13 +792,9 @@ Expected<std::string> json_schema_to_gbnf(const nlohmann::json& schema) {
 }
 
 Expected<std::string> json_schema_to_gbnf(std::string_view schema_text) {
-  Json schema;
-  try {
-    schema = Json::parse(schema_text);
-  } catch (const nlohmann::json::exception& e) {  // not JSON, or a number out of range
-    return invalid_argument(std::string("json_schema: invalid JSON: ") + e.what());
-  }
-  return json_schema_to_gbnf(schema);
+  Expected<Json> schema = text::parse_json(schema_text);
+  if (!schema) return invalid_argument("json_schema: invalid JSON: " + schema.status().message());
+  return json_schema_to_gbnf(*schema);
 }
 
 }  // namespace tf::grammar

@@ -48,7 +48,8 @@
 // Refused with an error naming the schema path: any other keyword (multipleOf, not,
 // if/then/else, patternProperties, ...), $ref/anyOf/oneOf/allOf next to constraint
 // keywords (annotations are fine), a $ref cycle that reaches itself without entering an
-// object or array (left recursion), and unsatisfiable or unrepresentable bounds.
+// object or array (left recursion), definitions nested more than 256 deep (a long $ref
+// chain), and unsatisfiable or unrepresentable bounds.
 //
 // Whitespace between tokens is limited so a model cannot loop on it: nothing, one space,
 // or one newline followed by up to 20 spaces/tabs.
