@@ -16,7 +16,10 @@ Status EngineOptions::validate() const {
     return invalid_argument("MEMORY_RESERVE_GIB must be >= 0, got " + std::to_string(memory_reserve_gib));
   }
   if (!(kv_pool_gib >= 0.0)) return invalid_argument("KV_POOL_GIB must be >= 0, got " + std::to_string(kv_pool_gib));
-  if (max_waiting < 1) return invalid_argument("--max-waiting must be >= 1, got " + std::to_string(max_waiting));
+  // Every waiting request holds an HTTP worker thread (server/http_server.cc): bounded.
+  if (max_waiting < 1 || max_waiting > kMaxWaiting)
+    return invalid_argument("MAX_QUEUED (--max-waiting) must be 1.." + std::to_string(kMaxWaiting) + ", got " +
+                            std::to_string(max_waiting));
   if (prefill_chunk < 0)
     return invalid_argument("--prefill-chunk must be >= 1 (or 0: the default), got " + std::to_string(prefill_chunk));
   if (page_size < 1) return invalid_argument("page size must be >= 1");

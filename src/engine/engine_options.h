@@ -24,7 +24,8 @@ struct EngineOptions {
   std::string kv = "fp8";         // KV: latent cache storage, fp8 | bf16 | f32
   double memory_reserve_gib = 4.0;  // MEMORY_RESERVE_GIB: host memory left free for the OS and other work
   double kv_pool_gib = 0.0;       // KV_POOL_GIB: cap on the cache pool; 0 = no cap
-  int32_t max_waiting = 64;       // requests queued beyond PARALLEL before 429
+  int32_t max_waiting = 64;       // requests queued beyond PARALLEL before 429 (MAX_QUEUED, 1..kMaxWaiting)
+  static constexpr int32_t kMaxWaiting = 4096;
   // Tokens of one prompt per step (aligned: replies do not depend on batch-mates);
   // 0: the device's default (prefill_chunk_or_default).
   int32_t prefill_chunk = 0;

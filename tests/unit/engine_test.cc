@@ -502,6 +502,21 @@ TEST_F(StructuredOutputTest, BadConstraintsAreRefusedAtSubmit) {
 }
 
 }  // namespace
+// MAX_QUEUED: every waiting request holds an HTTP worker thread, so the queue is bounded.
+TEST(EngineOptionsTest, MaxQueuedIsBounded) {
+  EngineOptions o;
+  for (int32_t v : {0, -1, EngineOptions::kMaxWaiting + 1}) {
+    o.max_waiting = v;
+    const Status s = o.validate();
+    EXPECT_FALSE(s.is_ok()) << v;
+    EXPECT_NE(s.message().find("MAX_QUEUED"), std::string::npos) << s.to_string();
+  }
+  for (int32_t v : {1, 64, EngineOptions::kMaxWaiting}) {
+    o.max_waiting = v;
+    EXPECT_TRUE(o.validate().is_ok()) << v;
+  }
+}
+
 // LM_HEAD: unknown names are refused naming the setting; q4 serves (the demo's lm_head
 // re-quantized at load) and a greedy reply is as long as asked.
 TEST_F(EngineTest, LmHeadIsCheckedAndServes) {
