@@ -703,60 +703,25 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
                              ctx.stream>>>(exl3::FragmentSink{xg, h_pad}, exl3::FragmentSink{xu, h_pad},
                                            x.data<float>(), h, 0, table, lay);
   check_launch("moe_experts_exl3 (rotate)");
-  if (wide) {
-    // One launch per projection group: gate and up together when their formats agree.
-    auto gemv = [&](const Exl3Weight& w, int proj0, int nproj, const uint4* xr0, const uint4* xr1, float* s0,
-                    float* s1) {
-      exl3::WideArgs a;
-      a.table = table;
-      a.proj0 = proj0;
-      a.xr[0] = xr0;
-      a.xr[1] = xr1;
-      a.sum[0] = s0;
-      a.sum[1] = s1;
-      a.tiles_k = w.trellis.size(0);
-      a.tiles_n = w.trellis.size(1);
-      a.per = static_cast<int>((a.tiles_k + kMoeSplits - 1) / kMoeSplits);
-      a.lay = lay;
-      const dim3 grid(static_cast<unsigned>(a.tiles_n / kGemvWarps), static_cast<unsigned>(slots),
-                      static_cast<unsigned>(nproj));
-      const bool small = wide_small_passes(pairs, experts);
-      exl3_dispatch<WideKernels>(w.bits, w.codebook,
-                                 [&](auto kernels) { decltype(kernels)::launch(small, wide_shape(), grid, ctx.stream, a); });
-    };
-    if (g0.bits == u0.bits && g0.codebook == u0.codebook) {
-      gemv(g0, kGate, 2, xg, xu, pg, pu);
-    } else {
-      gemv(g0, kGate, 1, xg, nullptr, pg, nullptr);
-      gemv(u0, kUp, 1, xu, nullptr, pu, nullptr);
-    }
-    exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0, ctx.stream>>>(
-        exl3::FragmentSink{xd, i_pad}, exl3::SummedProducts{pg}, exl3::SummedProducts{pu}, i_pad, inter, 0, table, lay,
-        swiglu_limit);
-    check_launch("moe_experts_exl3 (act)");
-    gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
-    combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(
-        out.data<float>(), exl3::SummedProducts{pd}, h_pad, h, weights.data<float>(), static_cast<int>(k), table, lay);
-    check_launch("moe_experts_exl3 (combine)");
-    return;
-  }
-  const bool rows8 = tokens > 8;  // 8 row tiles per pass (else 1)
-  // One launch per projection group: gate and up together when their formats agree.
+  const bool rows8 = tokens > 8;  // grouped GEMV: 8 row tiles per pass (else 1)
+  // One launch per projection group (gate and up together when their formats agree): the
+  // wide GEMV into split-summed products, else the grouped one into kMoeSplits partials.
   auto gemv = [&](const Exl3Weight& w, int proj0, int nproj, const uint4* xr0, const uint4* xr1, float* p0,
                   float* p1) {
-    GroupedArgs a;
-    a.table = table;
-    a.proj0 = proj0;
-    a.xr[0] = xr0;
-    a.xr[1] = xr1;
-    a.part[0] = p0;
-    a.part[1] = p1;
-    a.tiles_k = w.trellis.size(0);
-    a.tiles_n = w.trellis.size(1);
-    a.per = static_cast<int>((a.tiles_k + kMoeSplits - 1) / kMoeSplits);
-    a.prows = pairs;
-    a.lay = lay;
-    const dim3 grid(static_cast<unsigned>(a.tiles_n / kGemvWarps * kMoeSplits), static_cast<unsigned>(slots),
+    const int64_t tiles_k = w.trellis.size(0), tiles_n = w.trellis.size(1);
+    const int per = static_cast<int>((tiles_k + kMoeSplits - 1) / kMoeSplits);
+    if (wide) {
+      const exl3::WideArgs a{table, proj0, {xr0, xr1}, {p0, p1}, tiles_k, tiles_n, per, lay};
+      const dim3 grid(static_cast<unsigned>(tiles_n / kGemvWarps), static_cast<unsigned>(slots),
+                      static_cast<unsigned>(nproj));
+      const bool small = wide_small_passes(pairs, experts);
+      exl3_dispatch<WideKernels>(w.bits, w.codebook, [&](auto kernels) {
+        decltype(kernels)::launch(small, wide_shape(), grid, ctx.stream, a);
+      });
+      return;
+    }
+    const GroupedArgs a{table, proj0, {xr0, xr1}, {p0, p1}, tiles_k, tiles_n, per, pairs, lay};
+    const dim3 grid(static_cast<unsigned>(tiles_n / kGemvWarps * kMoeSplits), static_cast<unsigned>(slots),
                     static_cast<unsigned>(nproj));
     exl3_dispatch<GroupedKernels>(w.bits, w.codebook, [&](auto kernels) {
       decltype(kernels)::launch(rows8, grid, ctx.stream, a);
@@ -768,15 +733,19 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
     gemv(g0, kGate, 1, xg, nullptr, pg, nullptr);
     gemv(u0, kUp, 1, xu, nullptr, pu, nullptr);
   }
-  exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0, ctx.stream>>>(
-      exl3::FragmentSink{xd, i_pad}, exl3::SplitPartials{pg, pairs}, exl3::SplitPartials{pu, pairs}, i_pad, inter, 0,
-      table, lay, swiglu_limit);
-  check_launch("moe_experts_exl3 (act)");
-  gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
-  combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(
-      out.data<float>(), exl3::SplitPartials{pd, pairs}, h_pad, h, weights.data<float>(), static_cast<int>(k), table,
-      lay);
-  check_launch("moe_experts_exl3 (combine)");
+  // SwiGLU + down's input rotation, down, combine; products(p): how the epilogues read the GEMV's sums.
+  auto rest = [&](auto products) {
+    exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0,
+                       ctx.stream>>>(exl3::FragmentSink{xd, i_pad}, products(pg), products(pu), i_pad, inter, 0, table,
+                                     lay, swiglu_limit);
+    check_launch("moe_experts_exl3 (act)");
+    gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
+    combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(
+        out.data<float>(), products(pd), h_pad, h, weights.data<float>(), static_cast<int>(k), table, lay);
+    check_launch("moe_experts_exl3 (combine)");
+  };
+  if (wide) rest([](const float* p) { return exl3::SummedProducts{p}; });
+  else rest([&](const float* p) { return exl3::SplitPartials{p, pairs}; });
 }
 
 }  // namespace
