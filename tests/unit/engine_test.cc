@@ -255,9 +255,10 @@ TEST_F(EngineTest, LimitsAreCleanRefusals) {
   Status s = engine_->submit(std::move(too_long), [](GenerationEvent) {});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   GenerationRequest many = request("m", "Hi", 4, 0.0);
-  many.n = 7;  // more choices than may wait (6)
+  many.n = 7;  // more choices than may ever wait (6): a 429 no retry could pass, so invalid
   s = engine_->submit(std::move(many), [](GenerationEvent) {});
-  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("MAX_QUEUED"), std::string::npos) << s.to_string();
   GenerationRequest bad = request("b", "Hi", 4, 0.0);
   bad.prompt_tokens.push_back(1 << 30);
   EXPECT_EQ(engine_->submit(std::move(bad), [](GenerationEvent) {}).code(), StatusCode::kInvalidArgument);
