@@ -1,13 +1,14 @@
 // The grouped EXL3 MoE GEMV for prefill-sized calls (exl3_moe.cu, more than 64 tokens):
-// each tile is decoded once for up to kWideRows of its expert's rows, and a block runs
-// its column of tiles over all of k, summing the k-splits itself.
+// each tile is decoded once per pass of up to 8 * RT of its expert's rows (48 or 128,
+// exl3_moe.cu WideKernels), and a block runs its column of tiles over all of k, summing the
+// k-splits itself.
 //
 // Why: the decode-sized grouped kernel (grid split in kMoeSplits along k, at most 64 rows
 // per pass) decoded every tile of an expert once per 64 of its rows per call, read its
 // rows' activations from L1/L2 once per warp, and left kMoeSplits f32 partials per row
 // for the epilogue (~170 KB of scratch per (token, expert) pair). On the H200 a 1,024-token
-// prefill chunk spent ~20 ms per MoE layer there (71% of the chunk, run1s24), ~4x the
-// decode alone.
+// prefill chunk spent ~20 ms per MoE layer there (71% of the chunk, run1s24); this kernel
+// ~9.6 ms (run3s24; bench/RESULTS.md session 24).
 //
 // The same bits as the grouped kernel: a row's products are the same MMAs (hi then lo
 // fragment, per k-tile in k order, one accumulator per k-split), and the splits are
