@@ -97,7 +97,9 @@ struct HttpServer::Impl {
       } catch (...) {
         write_error(res, ApiError(500, "internal error", "server_error"), anthropic);
       }
-      metrics.record_request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - t0).count());
+      // A handler that sets no status (streams, /metrics) answers 200: httplib fills it in after us.
+      metrics.record_request(endpoint, res.status == -1 ? 200 : res.status,
+                             std::chrono::duration<double>(Clock::now() - t0).count());
     };
   }
 
@@ -227,7 +229,7 @@ struct HttpServer::Impl {
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
     GenerationRequest g = chat_generation(r, *prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kChat);
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), static_cast<int64_t>(prompt->tokens.size()), t0);
     if (r.stream) {
@@ -244,7 +246,7 @@ struct HttpServer::Impl {
 
   void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     CompletionRequest r = parse_completion_request(parse_body(req));
-    if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(req.body);
+    if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kChat);
     check_model(r.model);
     check_queued_choices(static_cast<int64_t>(r.prompts.size()) * r.n, r.prompts.size() > 1 ? "prompt" : "n");
     ResponseMeta meta = meta_for("cmpl-", model.id);
@@ -316,7 +318,7 @@ struct HttpServer::Impl {
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
     GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kResponses);
     g.n = 1;
     g.request_id = make_id("resp_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
@@ -351,7 +353,7 @@ struct HttpServer::Impl {
     if (limit == AnthropicLimit::kContextWindow) r.chat.max_tokens = room;
     int64_t max_tokens = resolve_max_tokens(r.chat.max_tokens, prompt_tokens, true);
     GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kMessages);
     g.n = 1;
     g.request_id = make_id("msg_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};

@@ -76,10 +76,11 @@ std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, c
 Json validate_messages(const Json& messages, const std::string& param, MediaUrlPolicy policy = {});
 
 // The json_schema constraint of a raw request body as JSON text with its keys in the
-// order the client sent them ("" when there is none): guided_json, structured_outputs.json,
-// response_format.json_schema.schema, (Responses) text.format.schema or (Anthropic)
-// output_config.format.schema.
-std::string ordered_schema_text(const std::string& body);
+// order the client sent them ("" when there is none), from the fields the endpoint reads:
+// chat and completions guided_json, structured_outputs.json or response_format.json_schema
+// .schema; Responses text.format.schema; Anthropic output_config.format.schema.
+enum class SchemaSource { kChat, kResponses, kMessages };
+std::string ordered_schema_text(const std::string& body, SchemaSource source);
 
 ChatRequest parse_chat_request(const Json& body, MediaUrlPolicy policy = {});
 CompletionRequest parse_completion_request(const Json& body);

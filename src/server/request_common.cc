@@ -164,7 +164,7 @@ std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, c
   return a ? a : b;
 }
 
-std::string ordered_schema_text(const std::string& body) {
+std::string ordered_schema_text(const std::string& body, SchemaSource source) {
   Expected<nlohmann::ordered_json> parsed = text::parse_json(body);
   if (!parsed || !parsed->is_object()) return "";
   const nlohmann::ordered_json& j = *parsed;
@@ -176,12 +176,20 @@ std::string ordered_schema_text(const std::string& body) {
     }
     return cur->is_null() ? nullptr : cur;
   };
-  for (auto path : {std::initializer_list<const char*>{"guided_json"}, {"structured_outputs", "json"},
-                    {"response_format", "json_schema", "schema"}, {"text", "format", "schema"},
-                    {"output_config", "format", "schema"}}) {
-    if (const nlohmann::ordered_json* v = at(j, path)) return v->is_string() ? v->get<std::string>() : v->dump();
+  // Only the fields the endpoint's parser reads: another API's field in the body is ignored
+  // there and must not replace the schema the request's constraint came from.
+  using Path = std::initializer_list<const char*>;
+  auto first = [&](std::initializer_list<Path> paths) -> std::string {
+    for (Path path : paths)
+      if (const nlohmann::ordered_json* v = at(j, path)) return v->is_string() ? v->get<std::string>() : v->dump();
+    return "";
+  };
+  switch (source) {
+    case SchemaSource::kResponses: return first({Path{"text", "format", "schema"}});
+    case SchemaSource::kMessages: return first({Path{"output_config", "format", "schema"}});
+    case SchemaSource::kChat: break;
   }
-  return "";
+  return first({Path{"guided_json"}, Path{"structured_outputs", "json"}, Path{"response_format", "json_schema", "schema"}});
 }
 
 }  // namespace tf::server

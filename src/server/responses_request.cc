@@ -115,7 +115,9 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
       if (t.contains("parameters")) f["parameters"] = t["parameters"];
       nested.push_back({{"type", "function"}, {"function", f}});
     }
-    chat["tools"] = nested;
+    // The Responses API accepts an empty list (clients send one when no tool is defined);
+    // Chat Completions refuses it (api.md check 41), so it is not passed on.
+    if (!nested.empty()) chat["tools"] = nested;
   }
   if (const Json* tc = json_field(body, "tool_choice")) {
     if (tc->is_object() && tc->contains("name"))

@@ -399,6 +399,15 @@ async function copyDraftsCheck(server) {
   assert.match(m.text, new RegExp(`^tensorfold:accepted_tokens_total ${after.accepted_tokens_total}$`, 'm'));
 }
 
+await run.check('Responses accepts tools: [] (as OpenAI does); /metrics counts streamed answers as 200', async () => {
+  const r = await post200(server, '/v1/responses', { model, input: 'hi', max_output_tokens: 4, tools: [] });
+  assert.equal(r.object, 'response');
+  await postSse(server, '/v1/chat/completions', chatBody({ stream: true, max_tokens: 2 }));
+  const m = await request(server, 'GET', '/metrics');
+  assert.doesNotMatch(m.text, /status="-1"/);
+  assert.match(m.text, /tensorfold:http_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\}/);
+});
+
 await run.check('unknown body fields are ignored; x-request-id is echoed; JSON content type', async () => {
   const r = await postJson(server, '/v1/chat/completions', chatBody({ temperature: 0, some_extension: { a: 1 }, user: 'u1', metadata: { k: 'v' } }),
     { headers: { 'x-request-id': 'e2e-request-42' } });

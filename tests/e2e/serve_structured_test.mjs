@@ -94,6 +94,25 @@ await run.check('completions and the Responses API take the same constraints', a
   assert.ok(ajv.validate(lampSchema, JSON.parse(msg.content[0].text)), msg.content[0].text);
 });
 
+await run.check('Responses and Anthropic read only their own schema field: another API\'s in the body is ignored', async () => {
+  // A chat-only field (guided_json, response_format) beside text.format / output_config.format once
+  // replaced the schema the endpoint's own field declared.
+  const other = { type: 'object', properties: { zzz: { type: 'boolean' } }, required: ['zzz'], additionalProperties: false };
+  const r = await post200(server, '/v1/responses', {
+    model, input: 'Describe a lamp.', max_output_tokens: 160, reasoning: { effort: 'none' }, temperature: 1,
+    text: { format: { type: 'json_schema', name: 'lamp', schema: lampSchema } },
+    guided_json: other, response_format: { type: 'json_schema', json_schema: { name: 'o', schema: other } },
+  });
+  const msg = r.output.find((o) => o.type === 'message');
+  assert.ok(ajv.validate(lampSchema, JSON.parse(msg.content[0].text)), msg.content[0].text);
+  const a = await post200(server, '/v1/messages', {
+    model, max_tokens: 160, temperature: 1, messages: [{ role: 'user', content: 'Describe a lamp.' }],
+    thinking: { type: 'disabled' }, output_config: { format: { type: 'json_schema', schema: lampSchema } }, guided_json: other,
+  });
+  const text = a.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  assert.ok(ajv.validate(lampSchema, JSON.parse(text)), text);
+});
+
 await run.check('json_object: a finished answer is a JSON object', async () => {
   for (const seed of [1, 2]) {
     const r = await client.chat.completions.create(ask({ seed, max_tokens: 60, response_format: { type: 'json_object' } }));
