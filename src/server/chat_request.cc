@@ -54,6 +54,7 @@ void validate_tool_calls(const Json& calls, const std::string& param) {
     const Json* args = json_field(*f, "arguments");
     if (args && !args->is_string() && !args->is_object())
       throw bad_request("'" + pp + ".function.arguments' must be a JSON string", pp + ".function.arguments");
+    if (args && args->is_string()) check_call_arguments(args->get<std::string>(), pp + ".function.arguments");
   }
 }
 

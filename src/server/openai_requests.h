@@ -75,6 +75,10 @@ std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, c
 // Validates OpenAI messages (roles, content parts) for a text-only model.
 Json validate_messages(const Json& messages, const std::string& param, MediaUrlPolicy policy = {});
 
+// A replayed tool call's `arguments` string must hold a JSON object (the chat template walks
+// its members): else a 400 naming `param`. Blank text counts as no arguments.
+void check_call_arguments(const std::string& args, const std::string& param);
+
 // The json_schema constraint of a raw request body as JSON text with its keys in the
 // order the client sent them ("" when there is none), from the fields the endpoint reads:
 // chat and completions guided_json, structured_outputs.json or response_format.json_schema

@@ -164,6 +164,15 @@ std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, c
   return a ? a : b;
 }
 
+void check_call_arguments(const std::string& args, const std::string& param) {
+  if (args.find_first_not_of(" \t\r\n") == std::string::npos) return;
+  Expected<nlohmann::ordered_json> parsed = text::parse_json(args);
+  if (!parsed || !parsed->is_object())
+    throw bad_request("'" + param + "' must be a JSON object in a string" +
+                          (parsed ? std::string() : " (" + parsed.status().message() + ")"),
+                      param);
+}
+
 std::string ordered_schema_text(const std::string& body, SchemaSource source) {
   Expected<nlohmann::ordered_json> parsed = text::parse_json(body);
   if (!parsed || !parsed->is_object()) return "";

@@ -58,6 +58,7 @@ Json input_to_messages(const Json& input, MediaUrlPolicy policy) {
       auto args = json_string(item, "arguments");
       if (!call_id || !name || !args)
         throw bad_request("'" + pp + "' function_call needs call_id, name and arguments", pp);
+      check_call_arguments(*args, pp + ".arguments");
       Json call = {{"id", *call_id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", *args}}}};
       // Consecutive calls join one assistant message.
       if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls")) {

@@ -58,6 +58,7 @@ const CASES = [
   // -- JSON sent inside strings is parsed with the same bounds (it used to crash the server)
   ['guided_json string nesting 10^5 levels', C, chat({ guided_json: deep(100000) }), 400, 'guided_json'],
   ['tool call arguments nesting 10^5 levels', C, { model, max_tokens: 4, messages: toolCallTurn(deepObject(100000)) }, 400],
+  ['tool call arguments not JSON (the template walks them)', C, { model, max_tokens: 4, messages: toolCallTurn('not json') }, 400, 'messages[1].tool_calls[0].function.arguments'],
   ['json_schema $ref chain of 20000 $defs', C, chat({ guided_json: refChain(20000) }), 400],
   // -- messages
   ['no messages', C, { model }, 400, 'messages'],
@@ -167,6 +168,7 @@ const CASES = [
   ['completions token prompt over the window', P, comp({ prompt: Array(CTX + 1).fill(1), max_tokens: 1 }), 400, 'messages', 'context_length_exceeded'],
   // -- responses
   ['responses without input', R, { model }, 400, 'input'],
+  ['responses function_call arguments not JSON', R, resp({ input: [{ type: 'function_call', call_id: 'c1', name: 'f', arguments: 'not json' }] }), 400, 'input[0].arguments'],
   ['responses input a number', R, resp({ input: 5 }), 400, 'input'],
   ['responses item without role', R, resp({ input: [{ type: 'message' }] }), 400, 'input[0].role'],
   ['responses unknown item type', R, resp({ input: [{ type: 'weird' }] }), 400, 'input[0].type'],
