@@ -222,14 +222,15 @@ struct HttpServer::Impl {
   MediaUrlPolicy media_policy() const { return {options.https_media}; }
 
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    ChatRequest r = parse_chat_request(parse_body(req), media_policy());
+    const Json body = parse_body(req);
+    ChatRequest r = parse_chat_request(body, media_policy());
     check_model(r.model);
     check_queued_choices(r.n, "n");
     auto prompt = engine.render_chat_media(r.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
     GenerationRequest g = chat_generation(r, *prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kChat);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), static_cast<int64_t>(prompt->tokens.size()), t0);
     if (r.stream) {
@@ -245,8 +246,9 @@ struct HttpServer::Impl {
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    CompletionRequest r = parse_completion_request(parse_body(req));
-    if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kChat);
+    const Json body = parse_body(req);
+    CompletionRequest r = parse_completion_request(body);
+    if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
     check_model(r.model);
     check_queued_choices(static_cast<int64_t>(r.prompts.size()) * r.n, r.prompts.size() > 1 ? "prompt" : "n");
     ResponseMeta meta = meta_for("cmpl-", model.id);
@@ -312,13 +314,14 @@ struct HttpServer::Impl {
   }
 
   void responses(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    ResponsesRequest r = parse_responses_request(parse_body(req), media_policy());
+    const Json body = parse_body(req);
+    ResponsesRequest r = parse_responses_request(body, media_policy());
     check_model(r.model);
     auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
     GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kResponses);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kResponses);
     g.n = 1;
     g.request_id = make_id("resp_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
@@ -339,7 +342,8 @@ struct HttpServer::Impl {
 
   // POST /v1/messages (Anthropic): any model name is accepted (see anthropic_messages.h).
   void messages(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    MessagesRequest r = parse_messages_request(parse_body(req), false, media_policy());
+    const Json body = parse_body(req);
+    MessagesRequest r = parse_messages_request(body, false, media_policy());
     auto prompt = engine.render_chat_media(r.chat.chat);
     if (!prompt) throw api_error_from_status(prompt.status());
     const auto prompt_tokens = static_cast<int64_t>(prompt->tokens.size());
@@ -353,7 +357,7 @@ struct HttpServer::Impl {
     if (limit == AnthropicLimit::kContextWindow) r.chat.max_tokens = room;
     int64_t max_tokens = resolve_max_tokens(r.chat.max_tokens, prompt_tokens, true);
     GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(req.body, SchemaSource::kMessages);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kMessages);
     g.n = 1;
     g.request_id = make_id("msg_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};

@@ -79,12 +79,12 @@ Json validate_messages(const Json& messages, const std::string& param, MediaUrlP
 // its members): else a 400 naming `param`. Blank text counts as no arguments.
 void check_call_arguments(const std::string& args, const std::string& param);
 
-// The json_schema constraint of a raw request body as JSON text with its keys in the
-// order the client sent them ("" when there is none), from the fields the endpoint reads:
+// The json_schema constraint of a request body (parsed in the client's key order) as JSON
+// text with its keys in that order ("" when there is none), from the fields the endpoint reads:
 // chat and completions guided_json, structured_outputs.json or response_format.json_schema
 // .schema; Responses text.format.schema; Anthropic output_config.format.schema.
 enum class SchemaSource { kChat, kResponses, kMessages };
-std::string ordered_schema_text(const std::string& body, SchemaSource source);
+std::string ordered_schema_text(const Json& body, SchemaSource source);
 
 ChatRequest parse_chat_request(const Json& body, MediaUrlPolicy policy = {});
 CompletionRequest parse_completion_request(const Json& body);

@@ -173,10 +173,8 @@ void check_call_arguments(const std::string& args, const std::string& param) {
                       param);
 }
 
-std::string ordered_schema_text(const std::string& body, SchemaSource source) {
-  Expected<nlohmann::ordered_json> parsed = text::parse_json(body);
-  if (!parsed || !parsed->is_object()) return "";
-  const nlohmann::ordered_json& j = *parsed;
+std::string ordered_schema_text(const Json& j, SchemaSource source) {
+  if (!j.is_object()) return "";
   auto at = [](const nlohmann::ordered_json& o, std::initializer_list<const char*> path) -> const nlohmann::ordered_json* {
     const nlohmann::ordered_json* cur = &o;
     for (const char* key : path) {
