@@ -20,6 +20,27 @@ bench() {  # label, env assignments (space-separated, may be empty), extra bench
   echo "== $label ($envs $args): rc=$?"
   grep -E '^\[op-profile\]|prefill|TTFT|error' "$log" | head -n "${PF_LINES:-12}"
 }
+# PF_NCU=<kernel regex>: Nsight Compute on one launch of the matching kernel (after PF_NCU_SKIP
+# launches): the full section set as text, then the SASS lines with the most warp-stall samples.
+if [[ -n "${PF_NCU:-}" ]]; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [[ -z "$ncu_bin" ]]; then
+    echo "prefillmoe: no ncu on this machine"
+  else
+    run_ncu() {  # extra ncu args..., then the bench runs under it
+      env ${PF_NCU_ENV:-} TF_CACHE_DIR="$(mktemp -d)" timeout 300 "$ncu_bin" --kernel-name "regex:$PF_NCU" \
+        --launch-skip "${PF_NCU_SKIP:-4}" --launch-count 1 "$@" .gpurun/tensorfold bench --offline --device cuda \
+        --model-dir "$ck" --scenario "${PF_SCENARIO:-prefill-8k}" --timeout 250
+    }
+    run_ncu --set full > "$OUT/prefill_ncu.txt" 2>&1
+    echo "== ncu ($PF_NCU): rc=$?"
+    grep -E 'Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Issued Warp|Eligible Warps|Stall|Memory Throughput|Compute \(SM\)|L1/TEX Hit|L2 Hit|Block Limit|Theoretical Occ|Executed Ipc|Pipe' \
+      "$OUT/prefill_ncu.txt" | head -n 60
+    run_ncu --section WarpStateStats --section SourceCounters --page source --print-source sass --csv \
+      > "$OUT/prefill_ncu_sass.csv" 2>&1
+    python3 scripts/device/ncu_top_stalls.py "$OUT/prefill_ncu_sass.csv" 45 || true
+  fi
+fi
 if [[ -n "${PF_PROFILE:-1}" && "${PF_PROFILE:-1}" != 0 ]]; then
   PF_LINES=60 bench profile "TF_PROFILE_OPS=1 TF_PROFILE_OPS_EVERY=4" ""
 fi

@@ -26,6 +26,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_moe_flat.cuh"
@@ -64,9 +65,9 @@ __device__ __forceinline__ void issue_rows(uint4* xs, const uint4* src, int64_t 
   }
 }
 
-// Adds a lane's C fragments into the rows' sums (store_partial's layout); the first split
-// stores 0 + its value (SplitPartials::sum starts from 0).
-template <int RT>
+// Adds a lane's C fragments of the first NRT row tiles into the rows' sums (store_partial's
+// layout); the first split stores 0 + its value (SplitPartials::sum starts from 0).
+template <int RT, int NRT>
 __device__ __forceinline__ void add_split(float* __restrict__ sum, int64_t n, int64_t n0, int rows, bool first,
                                           const float (&acc)[RT][4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -75,7 +76,7 @@ __device__ __forceinline__ void add_split(float* __restrict__ sum, int64_t n, in
     *p = __fadd_rn(first ? 0.0f : *p, v);
   };
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt) {
+  for (int rt = 0; rt < NRT; ++rt) {
     const int r0 = rt * 8 + 2 * t;
     if (r0 < rows) {
       add(r0, n0 + g, acc[rt][0]);
@@ -85,6 +86,35 @@ __device__ __forceinline__ void add_split(float* __restrict__ sum, int64_t n, in
       add(r0 + 1, n0 + g, acc[rt][1]);
       add(r0 + 1, n0 + g + 8, acc[rt][3]);
     }
+  }
+}
+
+// One tile of a stage: decode it (the flat kernels' word hashes at K = 4: the same bits), then
+// its MMAs for the pass's first NRT row tiles (hi then lo fragment). Rows past the pass's last
+// read whatever their staged slot holds: their columns of D are never stored (D's column j
+// depends on x row j alone).
+template <int K, int CB, int RT, int NRT>
+__device__ __forceinline__ void wide_tile(const uint32_t* st, const uint4* xl, int lane, float (&acc)[RT][4]) {
+  uint32_t w[4];
+  decode_smem_tile<K, CB, false, false, true>(st, lane, w);
+#pragma unroll
+  for (int rt = 0; rt < NRT; ++rt) {
+    const uint4 xv = xl[rt * 8 * 4];
+    mma_f16_16816(acc[rt], w, xv.x, xv.y);
+    mma_f16_16816(acc[rt], w, xv.z, xv.w);
+  }
+}
+
+// Calls f(std::integral_constant<int, N>) for the least N in {Step, 2 Step, ..., RT} with
+// N >= nrt: one compiled loop per row-tile count, so a tile's MMAs carry no per-tile branches
+// (at Step 2 a pass may run one row tile of unused rows).
+template <int RT, int Step, int N = Step, typename F>
+__device__ __forceinline__ void with_row_tiles(int nrt, F&& f) {
+  if constexpr (N >= RT) {
+    f(std::integral_constant<int, RT>{});
+  } else {
+    if (nrt <= N) f(std::integral_constant<int, N>{});
+    else with_row_tiles<RT, Step, N + Step>(nrt, f);
   }
 }
 
@@ -105,7 +135,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
   uint4* xs = reinterpret_cast<uint4*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, kStageTiles, NS>() * 4);
   const WarpStream<K, kStageTiles, NS> ws{a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
                                           static_cast<int>(a.tiles_k), ring};
-  const int ns = ws.stages();
+  const int ns = ws.stages(), tiles_k = static_cast<int>(a.tiles_k);
   pdl_wait();  // the fragments ride with the weights: nothing is issued before the wait
   for (int r0 = 0; r0 < cnt; r0 += kRows) {
     const int rows = min(cnt - r0, kRows);
@@ -122,46 +152,47 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
     };
 #pragma unroll
     for (int s = 0; s < NS - 1; ++s) issue(s);
-    float acc[RT][4];
+    with_row_tiles<RT, (RT > 8 ? 2 : 1)>((rows + 7) / 8, [&](auto nrt_c) {
+      constexpr int NRT = decltype(nrt_c)::value;
+      float acc[RT][4];
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
+      for (int rt = 0; rt < NRT; ++rt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[rt][i] = 0.0f;
-    int split_end = a.per;
-    bool first_split = true;
-    for (int s = 0; s < ns; ++s) {
-      cp_async_wait<NS - 2>();
-      // Stage s has landed for every thread, and every warp is done with stage s - 1, whose
-      // buffers the next issue refills.
-      __syncthreads();
-      issue(s + NS - 1);
-      const uint32_t* st = ring + (s % NS) * stage_words<K>();
-      const uint4* xst = xs + (s % NS) * kStageX;
+        for (int i = 0; i < 4; ++i) acc[rt][i] = 0.0f;
+      int split_end = min(a.per, tiles_k);
+      bool first_split = true;
+      // A k-split ends after tile i: its sums into the rows', in split order.
+      auto end_split = [&]() {
+        add_split<RT, NRT>(sum, n, tn * 16, rows, first_split, acc);
+        first_split = false;
+        split_end = min(split_end + a.per, tiles_k);
 #pragma unroll
-      for (int u = 0; u < kStageTiles; ++u) {
-        const int i = s * kStageTiles + u;
-        if (i >= a.tiles_k) break;  // block-uniform
-        uint32_t w[4];
-        decode_smem_tile<K, CB>(st + u * 8 * K, lane, w);
+        for (int rt = 0; rt < NRT; ++rt)
 #pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-          if (rt * 8 >= rows) break;  // block-uniform
-          // Rows past `rows` read a staged row (see run_v1): their columns are never stored.
-          const uint4 xv = xst[(u * kRows + min(rt * 8 + g, rows - 1)) * 4 + t];
-          mma_f16_16816(acc[rt], w, xv.x, xv.y);
-          mma_f16_16816(acc[rt], w, xv.z, xv.w);
-        }
-        if (i + 1 == split_end || i + 1 == a.tiles_k) {  // a k-split ends: into the rows' sums
-          add_split<RT>(sum, n, tn * 16, rows, first_split, acc);
-          first_split = false;
-          split_end += a.per;
+          for (int q = 0; q < 4; ++q) acc[rt][q] = 0.0f;
+      };
+      for (int s = 0; s < ns; ++s) {
+        cp_async_wait<NS - 2>();
+        // Stage s has landed for every thread, and every warp is done with stage s - 1, whose
+        // buffers the next issue refills.
+        __syncthreads();
+        issue(s + NS - 1);
+        const uint32_t* st = ring + (s % NS) * stage_words<K>();
+        const uint4* xl = xs + (s % NS) * kStageX + g * 4 + t;  // the lane's fragment of row tile 0
+        const int i0 = s * kStageTiles;
+        if (i0 + kStageTiles <= split_end) {  // block-uniform: a whole stage inside one split
 #pragma unroll
-          for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) acc[rt][q] = 0.0f;
+          for (int u = 0; u < kStageTiles; ++u) wide_tile<K, CB, RT, NRT>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
+          if (i0 + kStageTiles == split_end) end_split();
+        } else {  // a split (or k) ends inside the stage: k not a multiple of 16 tiles
+#pragma unroll 1
+          for (int u = 0; u < kStageTiles && i0 + u < tiles_k; ++u) {
+            wide_tile<K, CB, RT, NRT>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
+            if (i0 + u + 1 == split_end) end_split();
+          }
         }
       }
-    }
+    });
     cp_async_wait<0>();
     __syncthreads();  // the next pass refills every buffer
   }
