@@ -166,26 +166,26 @@ struct GroupedKernels {
 };
 
 // The prefill-sized calls' GEMV (exl3_moe_wide.cuh) for one (K, codebook).
-// Passes of 48 rows (6 row tiles, 4 stages: ~64 KB of shared memory at K = 4) where experts
-// average few rows, else of 128 (16 row tiles, 3 stages: ~108 KB); 2 blocks per SM. H200
-// prefill-8k, 8 layers x 288 experts, 1,024-token chunks (run4s24, tok/s): 48 rows x 4 stages at
-// 2 blocks per SM 12,311 (no spills), at 3 (80 registers, spills) 11,649; 32 rows x 6 stages, 3
-// blocks 12,028; 64 rows x 4 stages 11,744; 32 rows x 4 stages, 4 blocks 12,160; 128 rows (run3s24)
-// 9,758. TF_EXL3_WIDE=1 runs the many-rows case in 64-row passes (no spills), 2 the few-rows
-// case at 3 blocks per SM (K = 4 mcg only; A/B runs).
+// Passes of 48 rows (6 row tiles; 3 stages of 8 k-tiles: ~96 KB of shared memory at K = 4)
+// where experts average few rows, else of 128 (16 row tiles, 3 stages of 4: ~108 KB); 2 blocks
+// per SM. H200 prefill-8k, 8 layers x 288 experts, 1,024-token chunks (session 25, run5s25,
+// tok/s): 48 rows x 3 stages of 8 at 2 blocks per SM 15,310 / 15,309; x 4 stages of 4 15,157 /
+// 15,175; x 4 stages of 4 at 3 blocks per SM (80 registers) 14,678 / 14,664; 32 rows x 4 stages
+// of 8 (run3s25) 14,630. TF_EXL3_WIDE=1 runs the many-rows case in 64-row passes (K = 4 mcg
+// only; A/B runs).
 template <int K, int CB>
 struct WideKernels {
-  template <int RT, int NS, int MinBlocks>
+  template <int RT, int NS, int MinBlocks, int ST>
   static void run(dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
-    launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks>, grid, exl3::wide_smem_bytes<K, RT, NS>(), s, a);
+    launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST>, grid, exl3::wide_smem_bytes<K, RT, NS, ST>(),
+                   s, a);
   }
   static void launch(bool small, int shape, dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
     if constexpr (K == 4 && CB == exl3::kCbMcg) {
-      if (shape == 1 && !small) return run<8, 4, 2>(grid, s, a);
-      if (shape == 2 && small) return run<6, 4, 3>(grid, s, a);
+      if (shape == 1 && !small) return run<8, 4, 2, 4>(grid, s, a);
     }
-    if (small) return run<6, 4, 2>(grid, s, a);
-    run<16, 3, 2>(grid, s, a);
+    if (small) return run<6, 3, 2, 8>(grid, s, a);
+    run<16, 3, 2, 4>(grid, s, a);
   }
 };
 

@@ -8,7 +8,8 @@
 // rows' activations from L1/L2 once per warp, and left kMoeSplits f32 partials per row
 // for the epilogue (~170 KB of scratch per (token, expert) pair). On the H200 a 1,024-token
 // prefill chunk spent ~20 ms per MoE layer there (71% of the chunk, run1s24); this kernel
-// ~9.6 ms (run3s24; bench/RESULTS.md session 24).
+// ~9.6 ms (run3s24), ~5.9 ms since its tiles carry no per-tile branches or index arithmetic
+// (148 -> 92 instructions per tile under ncu, run1s25-run4s25; bench/RESULTS.md session 25).
 //
 // The same bits as the grouped kernel: a row's products are the same MMAs (hi then lo
 // fragment, per k-tile in k order, one accumulator per k-split), and the splits are
@@ -18,7 +19,7 @@
 //
 // A block: 8 warps, one 16-column n-tile each (a 128-column block), one expert, one
 // projection, passes of 8 * RT rows. Each warp streams its column of tiles through its
-// cp.async ring (exl3_stream.cuh, NS stages of kStageTiles tiles); the pass's activation
+// cp.async ring (exl3_stream.cuh, NS stages of ST tiles); the pass's activation
 // fragments of each stage's k-tiles ride in the same cp.async groups into NS block-wide
 // buffers ([k-tile][row][quad]: conflict-free reads), so one barrier per stage serves both.
 #pragma once
@@ -47,21 +48,29 @@ struct WideArgs {
 };
 
 // Shared memory of one block: the warps' rings, then NS stages of a pass's fragments.
-template <int K, int RT, int NS>
+template <int K, int RT, int NS, int ST = kStageTiles>
 constexpr size_t wide_smem_bytes() {
-  return static_cast<size_t>(kGemvWarps) * ring_words<K, kStageTiles, NS>() * 4 +
-         static_cast<size_t>(NS) * kStageTiles * 8 * RT * 64;
+  return static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4 + static_cast<size_t>(NS) * ST * 8 * RT * 64;
 }
 
 // Issues the cp.async copies of the pass's rows' fragments of k-tiles k0 .. k0 + nk - 1 into
-// xs [kStageTiles][8 * RT][4], by the whole block (no commit).
-template <int RT>
+// xs [ST][8 * RT][4], by the whole block (no commit). A thread's copies share one k-tile and
+// quad and step by a fixed number of rows, so each costs a pointer add (the generic index
+// arithmetic cost ~35 instructions per tile of the stage loop, H200 ncu run3).
+template <int RT, int ST>
 __device__ __forceinline__ void issue_rows(uint4* xs, const uint4* src, int64_t stride, int rows, int64_t k0,
                                            int nk) {
-  constexpr int kRows = 8 * RT, kPerRow = kStageTiles * 4;  // uint4s of one row in a stage
-  for (int i = threadIdx.x; i < kRows * kPerRow; i += kGemvWarps * 32) {
-    const int row = i / kPerRow, q = i % kPerRow, u = q >> 2;
-    if (row < rows && u < nk) cp_async16(xs + (u * kRows + row) * 4 + (q & 3), src + row * stride + k0 * 4 + q);
+  constexpr int kRows = 8 * RT, kPerRow = ST * 4, kThreads = kGemvWarps * 32;  // uint4s of one row in a stage
+  static_assert(kThreads % kPerRow == 0 && kRows % (kThreads / kPerRow) == 0, "issue_rows: whole sweeps");
+  constexpr int kRowStep = kThreads / kPerRow;  // rows per sweep of the block
+  const int q = threadIdx.x % kPerRow, u = q >> 2, row0 = threadIdx.x / kPerRow;
+  if (u >= nk) return;
+  const uint4* g = src + row0 * stride + k0 * 4 + q;
+  uint4* d = xs + (u * kRows + row0) * 4 + (q & 3);
+  const int64_t g_step = kRowStep * stride;
+#pragma unroll
+  for (int j = 0; j < kRows / kRowStep; ++j) {
+    if (row0 + j * kRowStep < rows) cp_async16(d + j * kRowStep * 4, g + j * g_step);
   }
 }
 
@@ -120,10 +129,10 @@ __device__ __forceinline__ void with_row_tiles(int nrt, F&& f) {
 
 // grid (tiles_n / kGemvWarps, expert slots, projections), kGemvWarps * 32 threads,
 // wide_smem_bytes<K, RT, NS>() of dynamic shared memory; compiled for MinBlocks blocks per SM.
-template <int K, int CB, int RT, int NS, int MinBlocks>
+template <int K, int CB, int RT, int NS, int MinBlocks, int ST = kStageTiles>
 __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(WideArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int kRows = 8 * RT, kStageX = kStageTiles * kRows * 4;  // uint4s of one fragment stage
+  constexpr int kRows = 8 * RT, kStageX = ST * kRows * 4;  // uint4s of one fragment stage
   const int slot = blockIdx.y;
   if (slot >= *a.lay.num_active) return;  // block-uniform
   const int z = blockIdx.z, proj = a.proj0 + z;
@@ -131,9 +140,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t tn = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   const int64_t tile_words = 8 * K, n = a.tiles_n * 16, xstride = a.tiles_k * 4;
-  uint32_t* ring = reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, kStageTiles, NS>();
-  uint4* xs = reinterpret_cast<uint4*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, kStageTiles, NS>() * 4);
-  const WarpStream<K, kStageTiles, NS> ws{a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
+  uint32_t* ring = reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, ST, NS>();
+  uint4* xs = reinterpret_cast<uint4*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4);
+  const WarpStream<K, ST, NS> ws{a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
                                           static_cast<int>(a.tiles_k), ring};
   const int ns = ws.stages(), tiles_k = static_cast<int>(a.tiles_k);
   pdl_wait();  // the fragments ride with the weights: nothing is issued before the wait
@@ -144,9 +153,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
     // Stage s: its fragments, then its tiles (issue() commits the group, also past the end).
     auto issue = [&](int s) {
       if (s < ns) {
-        const int64_t k0 = static_cast<int64_t>(s) * kStageTiles;
-        issue_rows<RT>(xs + (s % NS) * kStageX, src, xstride, rows, k0,
-                       static_cast<int>(min(static_cast<int64_t>(kStageTiles), a.tiles_k - k0)));
+        const int64_t k0 = static_cast<int64_t>(s) * ST;
+        issue_rows<RT, ST>(xs + (s % NS) * kStageX, src, xstride, rows, k0,
+                       static_cast<int>(min(static_cast<int64_t>(ST), a.tiles_k - k0)));
       }
       ws.issue(s, lane);
     };
@@ -177,16 +186,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
         // buffers the next issue refills.
         __syncthreads();
         issue(s + NS - 1);
-        const uint32_t* st = ring + (s % NS) * stage_words<K>();
+        const uint32_t* st = ring + (s % NS) * stage_words<K, ST>();
         const uint4* xl = xs + (s % NS) * kStageX + g * 4 + t;  // the lane's fragment of row tile 0
-        const int i0 = s * kStageTiles;
-        if (i0 + kStageTiles <= split_end) {  // block-uniform: a whole stage inside one split
+        const int i0 = s * ST;
+        if (i0 + ST <= split_end) {  // block-uniform: a whole stage inside one split
 #pragma unroll
-          for (int u = 0; u < kStageTiles; ++u) wide_tile<K, CB, RT, NRT>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
-          if (i0 + kStageTiles == split_end) end_split();
-        } else {  // a split (or k) ends inside the stage: k not a multiple of 16 tiles
+          for (int u = 0; u < ST; ++u) wide_tile<K, CB, RT, NRT>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
+          if (i0 + ST == split_end) end_split();
+        } else {  // a split (or k) ends inside the stage: k not a multiple of 4 ST tiles
 #pragma unroll 1
-          for (int u = 0; u < kStageTiles && i0 + u < tiles_k; ++u) {
+          for (int u = 0; u < ST && i0 + u < tiles_k; ++u) {
             wide_tile<K, CB, RT, NRT>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
             if (i0 + u + 1 == split_end) end_split();
           }
