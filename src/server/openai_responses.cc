@@ -84,7 +84,7 @@ Json null_if_blank(const std::string& s) {
 
 }  // namespace
 
-Json chat_logprobs_json(const std::vector<TokenLogprob>& lps) {
+Json chat_logprobs_json(std::span<const TokenLogprob> lps) {
   Json content = Json::array();
   for (const TokenLogprob& lp : lps) {
     Json top = Json::array();
@@ -95,7 +95,7 @@ Json chat_logprobs_json(const std::vector<TokenLogprob>& lps) {
   return {{"content", content}, {"refusal", nullptr}};
 }
 
-Json completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset_base) {
+Json completion_logprobs_json(std::span<const TokenLogprob> lps, size_t text_offset_base) {
   Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
   size_t off = text_offset_base;
   for (const TokenLogprob& lp : lps) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,9 @@ Json completion_usage_json(const UsageTotals& u);
 std::string make_id(const std::string& prefix);  // prefix + 24 random hex chars
 int64_t unix_now();
 
-Json chat_logprobs_json(const std::vector<TokenLogprob>& lps);
+Json chat_logprobs_json(std::span<const TokenLogprob> lps);
 // Completions logprobs {tokens, token_logprobs, top_logprobs, text_offset}; offsets from base.
-Json completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset_base);
+Json completion_logprobs_json(std::span<const TokenLogprob> lps, size_t text_offset_base);
 
 struct ResponseMeta {
   std::string id;
