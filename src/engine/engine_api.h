@@ -125,6 +125,10 @@ struct TokenLogprob {
   double logprob = 0.0;
   std::vector<uint8_t> bytes;
   std::vector<TopLogprob> top;  // descending
+  // Code points of the choice's text before this token's text (/v1/completions
+  // text_offset): a token that shows no text (half a character, a skipped special token)
+  // adds none. -1 when unknown: the server then counts the text of the events before it.
+  int64_t text_offset = -1;
 };
 
 struct ToolCallDelta {

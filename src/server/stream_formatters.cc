@@ -73,18 +73,20 @@ std::string CompletionStreamFormatter::start() {
 
 std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
   const int index = index_offset_ + ev.choice;
-  auto take_logprobs = [&] {
+  auto take_logprobs = [&](size_t end) {
     if (!logprobs_) return Json();
-    auto [begin, end] = cursor_.take(ev.choice, state);
-    return completion_logprobs_json(std::span(state.logprobs).subspan(begin, end - begin), 0);
+    auto [begin, taken] = cursor_.take(ev.choice, state, end);
+    return completion_logprobs_json(state, begin, taken, echo_chars_);
   };
   if (ev.kind == GenerationEvent::Kind::kDelta) {
     if (ev.content.empty()) return "";  // its logprobs wait for the next chunk
-    return sse_data(text_completion_chunk_json(meta_, index, ev.content, nullptr, take_logprobs()));
+    size_t ready = state.logprobs.size();
+    while (ready > 0 && state.text_offsets[ready - 1] > state.content_chars) --ready;
+    return sse_data(text_completion_chunk_json(meta_, index, ev.content, nullptr, take_logprobs(ready)));
   }
   std::string out;
   if (logprobs_ && cursor_.pending(ev.choice, state))
-    out += sse_data(text_completion_chunk_json(meta_, index, "", nullptr, take_logprobs()));
+    out += sse_data(text_completion_chunk_json(meta_, index, "", nullptr, take_logprobs(SIZE_MAX)));
   return out + sse_data(text_completion_chunk_json(meta_, index, "", finish_reason_name(state.finish_reason)));
 }
 

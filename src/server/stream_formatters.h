@@ -20,7 +20,9 @@ class LogprobCursor {
  public:
   explicit LogprobCursor(int n) : sent_(static_cast<size_t>(n > 0 ? n : 1), 0) {}
   // The entries of `choice` not sent yet, up to `end` (all when end is past them); marks
-  // them sent. Returns the range [begin, end).
+  // them sent. Returns the range [begin, end). Completions keep back the entries whose
+  // text is still held back (their text_offset is past the text sent so far), so that an
+  // offset is never clamped before the final text is known.
   std::pair<size_t, size_t> take(int choice, const ChoiceState& state, size_t end = SIZE_MAX);
   bool pending(int choice, const ChoiceState& state) const {
     return sent_.at(static_cast<size_t>(choice)) < state.logprobs.size();
@@ -56,7 +58,8 @@ class CompletionStreamFormatter : public StreamFormatter {
   CompletionStreamFormatter(ResponseMeta meta, int n, bool include_usage, std::string echo, bool logprobs,
                             int index_offset, bool last, std::shared_ptr<UsageTotals> total)
       : meta_(std::move(meta)), n_(n), include_usage_(include_usage), echo_(std::move(echo)), logprobs_(logprobs),
-        index_offset_(index_offset), last_(last), total_(std::move(total)), cursor_(n) {}
+        index_offset_(index_offset), last_(last), total_(std::move(total)), cursor_(n),
+        echo_chars_(code_points(echo_)) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -72,6 +75,7 @@ class CompletionStreamFormatter : public StreamFormatter {
   bool last_;
   std::shared_ptr<UsageTotals> total_;
   LogprobCursor cursor_;
+  int64_t echo_chars_;  // text_offset of the first generated character
 };
 
 // Responses API events: created, in_progress, items (added / deltas / done), completed.

@@ -112,7 +112,10 @@ TEST(ServerLogprobs, CompletionStreamCarriesEveryTokenOnceInOrder) {
   const Json& expected = plain["choices"][0]["logprobs"];
   ASSERT_EQ(expected["tokens"].size(), 6u);
 
-  Json streamed = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}};
+  Json streamed = {{"tokens", Json::array()},
+                   {"token_logprobs", Json::array()},
+                   {"top_logprobs", Json::array()},
+                   {"text_offset", Json::array()}};
   std::string text;
   for (const Json& chunk : post_stream(c, "/v1/completions", body)) {
     for (const Json& choice : chunk["choices"]) {
@@ -122,13 +125,74 @@ TEST(ServerLogprobs, CompletionStreamCarriesEveryTokenOnceInOrder) {
       EXPECT_EQ(lp["tokens"].size(), lp["token_logprobs"].size());
       EXPECT_EQ(lp["tokens"].size(), lp["top_logprobs"].size());
       EXPECT_EQ(lp["tokens"].size(), lp["text_offset"].size());
-      for (const char* key : {"tokens", "token_logprobs", "top_logprobs"}) {
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
         for (const Json& v : lp[key]) streamed[key].push_back(v);
       }
     }
   }
   EXPECT_EQ(text, plain["choices"][0]["text"]);
-  for (const char* key : {"tokens", "token_logprobs", "top_logprobs"}) EXPECT_EQ(streamed[key], expected[key]) << key;
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    EXPECT_EQ(streamed[key], expected[key]) << key;
+}
+
+// The completions text_offset fields of a reply, streamed (joined over the chunks) or not.
+Json completion_offsets(httplib::Client& c, const Json& body, bool stream) {
+  if (!stream) return post_json(c, "/v1/completions", body)["choices"][0]["logprobs"]["text_offset"];
+  Json offsets = Json::array();
+  for (const Json& chunk : post_stream(c, "/v1/completions", body)) {
+    for (const Json& choice : chunk["choices"]) {
+      if (choice["logprobs"].is_null()) continue;
+      for (const Json& v : choice["logprobs"]["text_offset"]) offsets.push_back(v);
+    }
+  }
+  return offsets;
+}
+
+// vLLM's text_offset: code points (Python str indices) into the returned text, counted on
+// across chunks, after the echoed prompt; a token without text of its own adds nothing.
+TEST(ServerLogprobs, TextOffsetsAreCodePointsIntoTheReturnedText) {
+  TestServer ts;
+  script_tokens(ts.engine, tokens_of_hello());
+  auto c = ts.client();
+  Json body = {{"model", "fake-model"}, {"prompt", "ab"}, {"logprobs", 1}};
+  for (bool stream : {false, true}) {
+    // "He" | half of é | é | special | "llo" | end: "é" is one code point, two bytes.
+    EXPECT_EQ(completion_offsets(c, body, stream), Json({0, 2, 2, 3, 3, 6})) << "stream " << stream;
+    Json echoed = body;
+    echoed["prompt"] = "\xC3\xA9!";  // "é!": two code points, three bytes
+    echoed["echo"] = true;
+    EXPECT_EQ(completion_offsets(c, echoed, stream), Json({2, 4, 4, 5, 5, 8})) << "stream " << stream;
+  }
+}
+
+// Offsets the engine gives (TokenLogprob::text_offset) are used as they are: text held
+// back (a possible stop string) does not shift them; a token of a stop string that was cut
+// points at the end of the text, streamed or not.
+TEST(ServerLogprobs, EngineTextOffsetsSurviveHeldBackText) {
+  TestServer ts;
+  ts.engine.script.clear();
+  // Tokens "Hel" "lo" " wo" "rld" "!!"; "lo" is held back until " wo" comes, and "rld!!" is
+  // the stop string that was cut: the answer is "Hello wo".
+  const std::vector<std::pair<std::string, std::string>> events = {
+      {"Hel", "Hel"}, {"lo", ""}, {" wo", "lo wo"}, {"rld", ""}, {"!!", ""}};
+  int64_t offset = 0;
+  for (const auto& [token, content] : events) {
+    GenerationEvent ev;
+    ev.content = content;
+    TokenLogprob lp{token, -1.0, {}, {}};
+    lp.text_offset = offset;
+    offset += static_cast<int64_t>(token.size());
+    ev.logprobs.push_back(lp);
+    ts.engine.script.push_back(ev);
+  }
+  GenerationEvent fin;
+  fin.kind = GenerationEvent::Kind::kFinish;
+  fin.completion_tokens = 5;
+  ts.engine.script.push_back(fin);
+  auto c = ts.client();
+  Json body = {{"model", "fake-model"}, {"prompt", "ab"}, {"logprobs", 0}};
+  for (bool stream : {false, true})
+    EXPECT_EQ(completion_offsets(c, body, stream), Json({0, 3, 5, 8, 8})) << "stream " << stream;
 }
 
 }  // namespace
