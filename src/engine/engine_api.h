@@ -25,6 +25,10 @@
 
 namespace tf::engine {
 
+// repetition_penalty's range, the sampler's (SamplingParams::validate): (0, 2]. The
+// server refuses anything else, so the 400 names the field.
+inline constexpr double kMaxRepetitionPenalty = 2.0;
+
 // Sampling and stopping, already validated by the server (ranges per api.md §1.1).
 struct SamplingOptions {
   std::optional<double> temperature;  // unset: the model's generation_config default
