@@ -36,6 +36,7 @@ void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, Gene
   TokenLogprob lp;
   lp.token = token_text(token);
   lp.logprob = sampled.logprob;
+  lp.text_offset = text_chars_;
   const std::string bytes = tok_.token_bytes(token);
   lp.bytes.assign(bytes.begin(), bytes.end());
   for (const auto& t : sampled.top) {
@@ -47,6 +48,10 @@ void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, Gene
     lp.top.push_back(std::move(top));
   }
   ev.logprobs.push_back(std::move(lp));
+}
+
+void ChoiceOutput::count_text(const std::string& piece) {
+  for (char c : piece) text_chars_ += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // not a continuation byte
 }
 
 void ChoiceOutput::route_content(const std::string& content, bool final, GenerationEvent& ev) {
@@ -100,6 +105,7 @@ GenerationEvent ChoiceOutput::add(int32_t token, const SampledToken& sampled, bo
   if (drop) return ev;
   const std::string piece = detok_.add(token);
   if (piece.empty()) return ev;
+  count_text(piece);
   StopStringMatcher::Result r = stops_.feed(piece);
   route_text(r.text, false, ev);
   if (r.stopped) {

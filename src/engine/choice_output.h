@@ -65,6 +65,7 @@ class ChoiceOutput {
   void route_text(const std::string& text, bool final, GenerationEvent& ev);
   void route_content(const std::string& content, bool final, GenerationEvent& ev);
   void add_logprobs(int32_t token, const SampledToken& sampled, GenerationEvent& ev) const;
+  void count_text(const std::string& piece);
   std::string token_text(int32_t token) const;
 
   const text::Tokenizer& tok_;
@@ -79,6 +80,7 @@ class ChoiceOutput {
   size_t tool_calls_made_ = 0;
   bool stopped_ = false;
   int32_t stop_index_ = -1;
+  int64_t text_chars_ = 0;  // code points the detokenizer has produced (TokenLogprob::text_offset)
 };
 
 }  // namespace tf::engine

@@ -25,6 +25,10 @@
 
 namespace tf::engine {
 
+// repetition_penalty's range, the sampler's (SamplingParams::validate): (0, 2]. The
+// server refuses anything else, so the 400 names the field.
+inline constexpr double kMaxRepetitionPenalty = 2.0;
+
 // Sampling and stopping, already validated by the server (ranges per api.md §1.1).
 struct SamplingOptions {
   std::optional<double> temperature;  // unset: the model's generation_config default
@@ -125,6 +129,10 @@ struct TokenLogprob {
   double logprob = 0.0;
   std::vector<uint8_t> bytes;
   std::vector<TopLogprob> top;  // descending
+  // Code points of the choice's text before this token's text (/v1/completions
+  // text_offset): a token that shows no text (half a character, a skipped special token)
+  // adds none. -1 when unknown: the server then counts the text of the events before it.
+  int64_t text_offset = -1;
 };
 
 struct ToolCallDelta {

@@ -14,7 +14,8 @@ Expected<RenderedPrompt> Engine::render_chat_media(const ChatPrompt& chat) const
   auto parts = collect_media_parts(chat.messages);
   if (!parts) return parts.status();
   if (!parts->empty() && !impl_->vision)
-    return invalid_argument(impl_->no_vision_reason + ": image and video parts are not supported");
+    return invalid_argument(parts->front().where + ": " + impl_->no_vision_reason +
+                            ": image and video parts are not supported");
   auto tokens = render_chat(chat);
   if (!tokens) return tokens.status();
   const text::Tokenizer& tok = *impl_->tokenizer;

@@ -14,6 +14,9 @@
 
 namespace tf::engine {
 
+static_assert(kMaxRepetitionPenalty == static_cast<double>(tf::kMaxRepetitionPenalty),
+              "the server's repetition_penalty range (engine_api.h) must be the sampler's");
+
 Expected<SamplingParams> Engine::Impl::sampling_params(const GenerationRequest& r) const {
   const SamplingOptions& o = r.sampling;
   SamplingParams p;

@@ -54,7 +54,7 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   if (!std::isfinite(frequency_penalty) || frequency_penalty < -2.0f || frequency_penalty > 2.0f) {
     return field_error("frequency_penalty", "must be in [-2, 2], got " + num(frequency_penalty));
   }
-  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f || repetition_penalty > 2.0f) {
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f || repetition_penalty > kMaxRepetitionPenalty) {
     return field_error("repetition_penalty", "must be in (0, 2], got " + num(repetition_penalty));
   }
   for (const auto& [token, bias] : logit_bias) {

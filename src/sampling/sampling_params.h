@@ -31,6 +31,7 @@ enum class LogprobsMode : uint8_t { kRaw, kProcessed };
 
 inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr float kMaxLogitBias = 100.0f;
+inline constexpr float kMaxRepetitionPenalty = 2.0f;  // repetition_penalty is in (0, 2]
 inline constexpr float kGreedyBelowTemperature = 1e-5f;
 
 struct SamplingParams {

@@ -11,6 +11,7 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/generation_session.h"
+#include "server/media_parts.h"
 #include "server/metrics.h"
 #include "server/openai_requests.h"
 #include "server/peer_socket.h"
@@ -221,18 +222,26 @@ struct HttpServer::Impl {
 
   MediaUrlPolicy media_policy() const { return {options.https_media}; }
 
+  // The chat rendered with its images and videos decoded; an error about a media part
+  // names the client's path of the part (media_parts.h).
+  RenderedPrompt render_prompt(ChatPrompt& chat) {
+    const MediaSources sources = take_media_sources(chat.messages);
+    auto prompt = engine.render_chat_media(chat);
+    if (!prompt) throw media_error(prompt.status(), sources);
+    return std::move(*prompt);
+  }
+
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     const Json body = parse_body(req);
     ChatRequest r = parse_chat_request(body, media_policy());
     check_model(r.model);
     check_queued_choices(r.n, "n");
-    auto prompt = engine.render_chat_media(r.chat);
-    if (!prompt) throw api_error_from_status(prompt.status());
-    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
-    GenerationRequest g = chat_generation(r, *prompt, max_tokens);
+    auto prompt = render_prompt(r.chat);
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
+    GenerationRequest g = chat_generation(r, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
     ResponseMeta meta{g.request_id, unix_now(), model.id};
-    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->tokens.size()), t0);
+    auto session = start_session(std::move(g), static_cast<int64_t>(prompt.tokens.size()), t0);
     if (r.stream) {
       auto fmt = std::make_shared<ChatStreamFormatter>(meta, r.n, r.include_usage, r.include_reasoning,
                                                        r.sampling.logprobs);
@@ -317,17 +326,16 @@ struct HttpServer::Impl {
     const Json body = parse_body(req);
     ResponsesRequest r = parse_responses_request(body, media_policy());
     check_model(r.model);
-    auto prompt = engine.render_chat_media(r.chat.chat);
-    if (!prompt) throw api_error_from_status(prompt.status());
-    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt->tokens.size()), true);
-    GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
+    auto prompt = render_prompt(r.chat.chat);
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
+    GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kResponses);
     g.n = 1;
     g.request_id = make_id("resp_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     Json echo = r.echo;
     echo["max_output_tokens"] = r.max_tokens ? Json(*r.max_tokens) : Json();
-    auto session = start_session(std::move(g), static_cast<int64_t>(prompt->tokens.size()), t0);
+    auto session = start_session(std::move(g), static_cast<int64_t>(prompt.tokens.size()), t0);
     if (r.stream) {
       stream(res, {session}, {std::make_shared<ResponsesStreamFormatter>(meta, echo)});
       return;
@@ -344,9 +352,8 @@ struct HttpServer::Impl {
   void messages(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     const Json body = parse_body(req);
     MessagesRequest r = parse_messages_request(body, false, media_policy());
-    auto prompt = engine.render_chat_media(r.chat.chat);
-    if (!prompt) throw api_error_from_status(prompt.status());
-    const auto prompt_tokens = static_cast<int64_t>(prompt->tokens.size());
+    auto prompt = render_prompt(r.chat.chat);
+    const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
     // As Anthropic's API: max_tokens may reach past the window; the reply then stops at the
     // window with stop_reason model_context_window_exceeded (a prompt that fills it is a 400).
     const int64_t room = model.context_length - prompt_tokens;
@@ -356,7 +363,7 @@ struct HttpServer::Impl {
             : AnthropicLimit::kMaxTokens;
     if (limit == AnthropicLimit::kContextWindow) r.chat.max_tokens = room;
     int64_t max_tokens = resolve_max_tokens(r.chat.max_tokens, prompt_tokens, true);
-    GenerationRequest g = chat_generation(r.chat, *prompt, max_tokens);
+    GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kMessages);
     g.n = 1;
     g.request_id = make_id("msg_");
@@ -372,9 +379,8 @@ struct HttpServer::Impl {
 
   void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
     MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true, media_policy());
-    auto prompt = engine.render_chat_media(r.chat.chat);
-    if (!prompt) throw api_error_from_status(prompt.status());
-    write_json(res, 200, {{"input_tokens", prompt->tokens.size()}});
+    auto prompt = render_prompt(r.chat.chat);
+    write_json(res, 200, {{"input_tokens", prompt.tokens.size()}});
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
@@ -383,8 +389,7 @@ struct HttpServer::Impl {
     Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
     if (r.is_chat) {
       r.chat.find_system_block = false;  // only the tokens are wanted
-      auto rendered = engine.render_chat_media(r.chat);
-      ids = rendered ? Expected<std::vector<int32_t>>(std::move(rendered->tokens)) : rendered.status();
+      ids = std::move(render_prompt(r.chat).tokens);
     } else {
       ids = engine.tokenize(r.prompt, r.add_special_tokens);
     }

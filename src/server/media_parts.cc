@@ -9,6 +9,9 @@ namespace tf::server {
 
 namespace {
 
+// The member of a normalized part that holds the client's path of the part.
+constexpr const char* kClientPath = "_client_path";
+
 // The URL of `field`: a string, or an object with a "url" string.
 std::string url_field(const Json& part, const char* field, const std::string& pp) {
   const Json* v = json_field(part, field);
@@ -61,7 +64,12 @@ Json normalized_media_part(const Json& part, const std::string& type, const std:
     throw bad_request("'" + pp + "' needs the " + std::string(video ? "video" : "image") + " as a data: URL in '" +
                           (video ? "video_url" : "image_url") + "'",
                       pp);
-  return checked(url, video, pp, policy);
+  Json out = checked(url, video, pp, policy);
+  // A converted request's part keeps the path its converter marked. (A client that sends
+  // the mark itself only renames its own part in an error.)
+  const Json* mark = json_field(part, kClientPath);
+  out[kClientPath] = mark && mark->is_string() ? *mark : Json(pp);
+  return out;
 }
 
 Json anthropic_image_part(const Json& block, const std::string& pp, MediaUrlPolicy policy) {
@@ -73,14 +81,52 @@ Json anthropic_image_part(const Json& block, const std::string& pp, MediaUrlPoli
     auto data = json_string(*source, "data");
     if (!mime || !data)
       throw bad_request("'" + pp + ".source' needs 'media_type' and 'data' strings", pp + ".source");
-    return checked("data:" + *mime + ";base64," + *data, false, pp + ".source", policy);
+    Json out = checked("data:" + *mime + ";base64," + *data, false, pp + ".source", policy);
+    out[kClientPath] = pp;
+    return out;
   }
   if (kind == "url") {
     auto url = json_string(*source, "url");
     if (!url) throw bad_request("'" + pp + ".source.url' is required", pp + ".source.url");
-    return checked(*url, false, pp + ".source.url", policy);
+    Json out = checked(*url, false, pp + ".source.url", policy);
+    out[kClientPath] = pp;
+    return out;
   }
   throw bad_request("'" + pp + ".source.type' must be base64 or url", pp + ".source.type");
+}
+
+MediaSources take_media_sources(Json& messages) {
+  MediaSources sources;
+  if (!messages.is_array()) return sources;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    Json& m = messages[i];
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    Json& content = m["content"];
+    for (size_t j = 0; j < content.size(); ++j) {
+      Json& part = content[j];
+      if (!part.is_object() || !part.contains(kClientPath)) continue;
+      if (part[kClientPath].is_string()) {
+        sources.emplace_back("messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "]",
+                             part[kClientPath].get<std::string>());
+      }
+      part.erase(kClientPath);
+    }
+  }
+  return sources;
+}
+
+ApiError media_error(const Status& status, const MediaSources& sources) {
+  ApiError plain = api_error_from_status(status);
+  const std::string& message = status.message();
+  for (const auto& [converted, client] : sources) {
+    // The path must end there: messages[1].content[1] is not messages[1].content[10].
+    if (message.rfind(converted, 0) != 0) continue;
+    if (message.size() > converted.size() && message[converted.size()] != ':' && message[converted.size()] != '.')
+      continue;
+    return ApiError(plain.http_status(), client + message.substr(converted.size()), plain.type(), client,
+                    plain.code());
+  }
+  return plain;
 }
 
 }  // namespace tf::server

@@ -1,16 +1,23 @@
 // See metrics.h.
 #include "server/metrics.h"
 
-#include <cstdio>
+#include <charconv>
+#include <cmath>
+#include <limits>
 
 namespace tf::server {
 
 namespace {
 
+// The shortest text that reads back as `v` ("0.025", "1", "1e-07"), as Prometheus'
+// clients print bucket bounds and values ("%.17g" printed 0.025000000000000001);
+// infinities and NaN as the exposition format spells them.
 std::string fmt_double(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[32];
+  auto result = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, result.ptr);
 }
 
 std::string escape_label(const std::string& s) {
@@ -58,7 +65,8 @@ void Histogram::write(std::string& out, const std::string& name, const std::stri
     out += name + "_bucket{" + labels + sep + "le=\"" + fmt_double(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
   }
   cum += counts_.back();
-  out += name + "_bucket{" + labels + sep + "le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  out += name + "_bucket{" + labels + sep + "le=\"" + fmt_double(std::numeric_limits<double>::infinity()) + "\"} " +
+         std::to_string(cum) + "\n";
   std::string l = labels.empty() ? "" : "{" + labels + "}";
   out += name + "_sum" + l + " " + fmt_double(sum_) + "\n";
   out += name + "_count" + l + " " + std::to_string(count_) + "\n";

@@ -1,6 +1,7 @@
 // See openai_responses.h.
 #include "server/openai_responses.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -10,7 +11,9 @@ namespace tf::server {
 void ChoiceState::apply(const GenerationEvent& ev) {
   if (ev.kind == GenerationEvent::Kind::kDelta) {
     reasoning += ev.reasoning;
+    const int64_t chars_before = content_chars;
     content += ev.content;
+    content_chars += code_points(ev.content);
     for (const ToolCallDelta& d : ev.tool_calls) {
       if (d.index < 0 || d.index > 1024) continue;
       if (static_cast<size_t>(d.index) >= tool_calls.size()) tool_calls.resize(static_cast<size_t>(d.index) + 1);
@@ -19,7 +22,10 @@ void ChoiceState::apply(const GenerationEvent& ev) {
       if (!d.name.empty()) t.name = d.name;
       t.arguments += d.arguments;
     }
-    logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    for (const TokenLogprob& lp : ev.logprobs) {
+      logprobs.push_back(lp);
+      text_offsets.push_back(lp.text_offset >= 0 ? lp.text_offset : chars_before);
+    }
   } else if (ev.kind == GenerationEvent::Kind::kFinish) {
     finished = true;
     finish_reason = ev.finish_reason;
@@ -84,7 +90,7 @@ Json null_if_blank(const std::string& s) {
 
 }  // namespace
 
-Json chat_logprobs_json(const std::vector<TokenLogprob>& lps) {
+Json chat_logprobs_json(std::span<const TokenLogprob> lps) {
   Json content = Json::array();
   for (const TokenLogprob& lp : lps) {
     Json top = Json::array();
@@ -95,17 +101,22 @@ Json chat_logprobs_json(const std::vector<TokenLogprob>& lps) {
   return {{"content", content}, {"refusal", nullptr}};
 }
 
-Json completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset_base) {
+int64_t code_points(std::string_view utf8) {
+  int64_t n = 0;
+  for (char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // not a continuation byte
+  return n;
+}
+
+Json completion_logprobs_json(const ChoiceState& c, size_t begin, size_t end, int64_t echo_chars) {
   Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
-  size_t off = text_offset_base;
-  for (const TokenLogprob& lp : lps) {
+  for (size_t i = begin; i < end; ++i) {
+    const TokenLogprob& lp = c.logprobs[i];
     tokens.push_back(lp.token);
     token_lps.push_back(lp.logprob);
     Json top = Json::object();
     for (const TopLogprob& t : lp.top) top[t.token] = t.logprob;
     tops.push_back(top);
-    offsets.push_back(off);
-    off += lp.token.size();
+    offsets.push_back(echo_chars + std::min(c.text_offsets[i], c.content_chars));
   }
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
@@ -183,7 +194,9 @@ Json text_completion_json(const ResponseMeta& meta, const std::vector<ChoiceStat
     const std::string& prefix = echo_prefix.empty() ? std::string() : echo_prefix[i / static_cast<size_t>(n)];
     out.push_back({{"index", i},
                    {"text", prefix + choices[i].content},
-                   {"logprobs", want_logprobs ? completion_logprobs_json(choices[i].logprobs, prefix.size()) : Json()},
+                   {"logprobs", want_logprobs ? completion_logprobs_json(choices[i], 0, choices[i].logprobs.size(),
+                                                                         code_points(prefix))
+                                              : Json()},
                    {"finish_reason", finish_reason_name(choices[i].finish_reason)}});
   }
   return {{"id", meta.id},       {"object", "text_completion"}, {"created", meta.created},

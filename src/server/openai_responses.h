@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/engine_api.h"
@@ -25,6 +27,10 @@ struct ChoiceState {
   std::string content;
   std::vector<ToolCallState> tool_calls;
   std::vector<TokenLogprob> logprobs;
+  // Per logprobs entry: code points of `content` before its token (the engine's count,
+  // or the content of the events before it when the engine gives none).
+  std::vector<int64_t> text_offsets;
+  int64_t content_chars = 0;  // code points in `content`
   bool finished = false;
   FinishReason finish_reason = FinishReason::kStop;
   int64_t completion_tokens = 0;
@@ -47,9 +53,15 @@ Json completion_usage_json(const UsageTotals& u);
 std::string make_id(const std::string& prefix);  // prefix + 24 random hex chars
 int64_t unix_now();
 
-Json chat_logprobs_json(const std::vector<TokenLogprob>& lps);
-// Completions logprobs {tokens, token_logprobs, top_logprobs, text_offset}; offsets from base.
-Json completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset_base);
+// Unicode code points in UTF-8 text (Python's len(str), what text_offset counts).
+int64_t code_points(std::string_view utf8);
+
+Json chat_logprobs_json(std::span<const TokenLogprob> lps);
+// Completions logprobs {tokens, token_logprobs, top_logprobs, text_offset} of the choice's
+// entries [begin, end). text_offset is a code-point offset into the returned text: after
+// the echoed prompt (echo_chars), never past the choice's text so far (a token of a stop
+// string that was cut points at the end).
+Json completion_logprobs_json(const ChoiceState& c, size_t begin, size_t end, int64_t echo_chars);
 
 struct ResponseMeta {
   std::string id;

@@ -115,7 +115,12 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
   s.seed = json_int(body, "seed", INT64_MIN, INT64_MAX);
   s.presence_penalty = json_number(body, "presence_penalty", -2.0, 2.0).value_or(0.0);
   s.frequency_penalty = json_number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0);
-  s.repetition_penalty = json_number(body, "repetition_penalty", 1e-6, 100.0).value_or(1.0);
+  // The sampler's range (0, 2], checked here so that the 400 names the field; the sampler
+  // works in float, so a value too small to be one is refused too.
+  if (auto rp = json_number(body, "repetition_penalty", 0.0, kMaxRepetitionPenalty)) {
+    if (static_cast<float>(*rp) <= 0.0f) throw bad_request("'repetition_penalty' must be above 0", "repetition_penalty");
+    s.repetition_penalty = *rp;
+  }
   if (const Json* lb = json_field(body, "logit_bias")) {
     if (!lb->is_object()) throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
     for (auto it = lb->begin(); it != lb->end(); ++it) {

@@ -1,6 +1,9 @@
 // See stream_formatters.h.
 #include "server/stream_formatters.h"
 
+#include <algorithm>
+#include <span>
+
 #include "server/api_error.h"
 
 namespace tf::server {
@@ -8,6 +11,13 @@ namespace tf::server {
 namespace {
 const char* kDone = "data: [DONE]\n\n";
 }  // namespace
+
+std::pair<size_t, size_t> LogprobCursor::take(int choice, const ChoiceState& state, size_t end) {
+  size_t& sent = sent_.at(static_cast<size_t>(choice));
+  size_t begin = sent;
+  sent = std::max(begin, std::min(end, state.logprobs.size()));
+  return {begin, sent};
+}
 
 // ---- chat ----
 
@@ -21,11 +31,20 @@ std::string ChatStreamFormatter::start() {
 std::string ChatStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
   if (ev.kind == GenerationEvent::Kind::kDelta) {
     Json delta = chat_delta_json(ev, include_reasoning_);
-    if (delta.is_null()) return "";
-    Json lp = logprobs_ && !ev.logprobs.empty() ? chat_logprobs_json(ev.logprobs) : Json();
-    return sse_data(chat_chunk_json(meta_, ev.choice, delta, nullptr, lp));
+    if (delta.is_null()) return "";  // its logprobs wait for the next chunk
+    return sse_data(chat_chunk_json(meta_, ev.choice, delta, nullptr, take_logprobs(ev.choice, state)));
   }
-  return sse_data(chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason)));
+  std::string out;
+  if (logprobs_ && cursor_.pending(ev.choice, state))
+    out += sse_data(chat_chunk_json(meta_, ev.choice, Json::object(), nullptr, take_logprobs(ev.choice, state)));
+  return out + sse_data(chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason)));
+}
+
+Json ChatStreamFormatter::take_logprobs(int choice, const ChoiceState& state) {
+  if (!logprobs_) return Json();
+  auto [begin, end] = cursor_.take(choice, state);
+  if (begin == end) return Json();
+  return chat_logprobs_json(std::span(state.logprobs).subspan(begin, end - begin));
 }
 
 std::string ChatStreamFormatter::on_error(const Status& error) {
@@ -53,13 +72,22 @@ std::string CompletionStreamFormatter::start() {
 }
 
 std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
+  const int index = index_offset_ + ev.choice;
+  auto take_logprobs = [&](size_t end) {
+    if (!logprobs_) return Json();
+    auto [begin, taken] = cursor_.take(ev.choice, state, end);
+    return completion_logprobs_json(state, begin, taken, echo_chars_);
+  };
   if (ev.kind == GenerationEvent::Kind::kDelta) {
-    if (ev.content.empty()) return "";
-    Json lp = logprobs_ ? completion_logprobs_json(ev.logprobs, 0) : Json();
-    return sse_data(text_completion_chunk_json(meta_, index_offset_ + ev.choice, ev.content, nullptr, lp));
+    if (ev.content.empty()) return "";  // its logprobs wait for the next chunk
+    size_t ready = state.logprobs.size();
+    while (ready > 0 && state.text_offsets[ready - 1] > state.content_chars) --ready;
+    return sse_data(text_completion_chunk_json(meta_, index, ev.content, nullptr, take_logprobs(ready)));
   }
-  return sse_data(
-      text_completion_chunk_json(meta_, index_offset_ + ev.choice, "", finish_reason_name(state.finish_reason)));
+  std::string out;
+  if (logprobs_ && cursor_.pending(ev.choice, state))
+    out += sse_data(text_completion_chunk_json(meta_, index, "", nullptr, take_logprobs(SIZE_MAX)));
+  return out + sse_data(text_completion_chunk_json(meta_, index, "", finish_reason_name(state.finish_reason)));
 }
 
 std::string CompletionStreamFormatter::on_error(const Status& error) {

@@ -1,7 +1,9 @@
 // SSE formatters for the three generation endpoints (api.md §1.5, §2, §3 Streaming).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -9,20 +11,43 @@
 
 namespace tf::server {
 
+// Which of each choice's logprob entries (ChoiceState::logprobs) a stream has sent. A
+// token that shows no text yet (part of a multi-byte character, a skipped special token,
+// text held back) gets no chunk of its own: its entry rides on the choice's next chunk,
+// or on one sent just before the finish chunk, so the stream carries every entry of the
+// non-streaming reply exactly once, in order.
+class LogprobCursor {
+ public:
+  explicit LogprobCursor(int n) : sent_(static_cast<size_t>(n > 0 ? n : 1), 0) {}
+  // The entries of `choice` not sent yet, up to `end` (all when end is past them); marks
+  // them sent. Returns the range [begin, end). Completions keep back the entries whose
+  // text is still held back (their text_offset is past the text sent so far), so that an
+  // offset is never clamped before the final text is known.
+  std::pair<size_t, size_t> take(int choice, const ChoiceState& state, size_t end = SIZE_MAX);
+  bool pending(int choice, const ChoiceState& state) const {
+    return sent_.at(static_cast<size_t>(choice)) < state.logprobs.size();
+  }
+
+ private:
+  std::vector<size_t> sent_;
+};
+
 class ChatStreamFormatter : public StreamFormatter {
  public:
   ChatStreamFormatter(ResponseMeta meta, int n, bool include_usage, bool include_reasoning, bool logprobs)
       : meta_(std::move(meta)), n_(n), include_usage_(include_usage), include_reasoning_(include_reasoning),
-        logprobs_(logprobs) {}
+        logprobs_(logprobs), cursor_(n) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
   std::string on_done(const std::vector<ChoiceState>& choices, const UsageTotals& usage) override;
 
  private:
+  Json take_logprobs(int choice, const ChoiceState& state);
   ResponseMeta meta_;
   int n_;
   bool include_usage_, include_reasoning_, logprobs_;
+  LogprobCursor cursor_;
 };
 
 class CompletionStreamFormatter : public StreamFormatter {
@@ -33,7 +58,8 @@ class CompletionStreamFormatter : public StreamFormatter {
   CompletionStreamFormatter(ResponseMeta meta, int n, bool include_usage, std::string echo, bool logprobs,
                             int index_offset, bool last, std::shared_ptr<UsageTotals> total)
       : meta_(std::move(meta)), n_(n), include_usage_(include_usage), echo_(std::move(echo)), logprobs_(logprobs),
-        index_offset_(index_offset), last_(last), total_(std::move(total)) {}
+        index_offset_(index_offset), last_(last), total_(std::move(total)), cursor_(n),
+        echo_chars_(code_points(echo_)) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -48,6 +74,8 @@ class CompletionStreamFormatter : public StreamFormatter {
   int index_offset_;
   bool last_;
   std::shared_ptr<UsageTotals> total_;
+  LogprobCursor cursor_;
+  int64_t echo_chars_;  // text_offset of the first generated character
 };
 
 // Responses API events: created, in_progress, items (added / deltas / done), completed.

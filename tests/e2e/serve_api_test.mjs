@@ -497,6 +497,43 @@ await run.check('completions logprobs: parallel arrays of equal length, offsets 
   }
 });
 
+await run.check('streamed logprobs hold every token of the non-streamed reply (same seed), in order; text_offset agrees', async () => {
+  // Sampling at temperature 1 picks tokens that show no text on their own (half of a
+  // multi-byte character, special tokens): a stream once dropped their entries.
+  for (const seed of [1, 2, 3, 4]) {
+    const chat = chatBody({ temperature: 1, seed, logprobs: true, top_logprobs: 2, max_tokens: 24, skip_special_tokens: true });
+    const r = await post200(server, '/v1/chat/completions', chat);
+    assert.equal(r.choices[0].logprobs.content.length, r.usage.completion_tokens);
+    const s = await postSse(server, '/v1/chat/completions', { ...chat, stream: true });
+    const streamed = s.events.filter((e) => e.json?.choices?.[0]?.logprobs).flatMap((e) => e.json.choices[0].logprobs.content);
+    assert.deepEqual(streamed, r.choices[0].logprobs.content, `chat seed ${seed}`);
+
+    const body = { model, prompt: 'Once upon a time', logprobs: 2, temperature: 1, seed, max_tokens: 24 };
+    const c = await post200(server, '/v1/completions', body);
+    const lp = c.choices[0].logprobs;
+    assert.equal(lp.tokens.length, c.usage.completion_tokens);
+    const cs = await postSse(server, '/v1/completions', { ...body, stream: true });
+    // text_offset: code points into the returned text, never past it, never going back.
+    const chars = [...c.choices[0].text].length;
+    lp.text_offset.forEach((o, i) => assert.ok(o <= chars && (i === 0 || o >= lp.text_offset[i - 1]), `offset ${i}`));
+    const keys = ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'];
+    const joined = Object.fromEntries(keys.map((k) => [k, []]));
+    for (const e of cs.events) {
+      const l = e.json?.choices?.[0]?.logprobs;
+      if (l) for (const k of keys) joined[k].push(...l[k]);
+    }
+    for (const k of keys) assert.deepEqual(joined[k], lp[k], `completions ${k} seed ${seed}`);
+  }
+  // With echo, offsets count from the start of the echoed prompt (code points, not bytes).
+  const prompt = 'Café au lait, s’il vous plaît:';
+  const body = { model, prompt, echo: true, logprobs: 1, temperature: 0, ignore_eos: true, max_tokens: 4 };
+  const e = await post200(server, '/v1/completions', body);
+  assert.equal(e.choices[0].logprobs.text_offset[0], [...prompt].length);
+  const es = await postSse(server, '/v1/completions', { ...body, stream: true });
+  const streamedOffsets = es.events.flatMap((x) => x.json?.choices?.[0]?.logprobs?.text_offset ?? []);
+  assert.deepEqual(streamedOffsets, e.choices[0].logprobs.text_offset);
+});
+
 // Responses: normalises what legitimately differs between two runs (ids, timestamps).
 function normalizeResponse(r) {
   const j = JSON.parse(JSON.stringify(r));

@@ -105,6 +105,8 @@ const CASES = [
   ['presence_penalty 5', C, chat({ presence_penalty: 5 }), 400, 'presence_penalty'],
   ['frequency_penalty -3', C, chat({ frequency_penalty: -3 }), 400, 'frequency_penalty'],
   ['repetition_penalty zero', C, chat({ repetition_penalty: 0 }), 400, 'repetition_penalty'],
+  ['repetition_penalty 2.5 (the sampler allows (0, 2])', C, chat({ repetition_penalty: 2.5 }), 400, 'repetition_penalty'],
+  ['repetition_penalty 100', P, comp({ repetition_penalty: 100 }), 400, 'repetition_penalty'],
   ['seed a string', C, chat({ seed: 'abc' }), 400, 'seed'],
   ['seed 1e40', C, chat({ seed: 1e40 }), 400, 'seed'],
   ['stop a number', C, chat({ stop: 5 }), 400, 'stop'],

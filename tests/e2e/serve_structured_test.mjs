@@ -65,6 +65,35 @@ await run.check('json_schema stream: the deltas join to the non-streaming answer
   assert.ok(ajv.validate(lampSchema, JSON.parse(text)));
 });
 
+await run.check('json_schema numeric bounds are enforced (ajv judges every finished answer)', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      n: { type: 'integer', minimum: -15, maximum: 123 },
+      x: { type: 'number', exclusiveMinimum: 0, maximum: 1.5 },
+      k: { type: ['integer', 'null'], exclusiveMaximum: -7 },
+    },
+    required: ['n', 'x', 'k'],
+  };
+  const validate = ajv.compile(schema);
+  let finished = 0;
+  for (const seed of [1, 2, 3, 4, 5, 6]) {
+    const c = (await post200(server, '/v1/chat/completions', ask({
+      seed, response_format: { type: 'json_schema', json_schema: { name: 'bounds', schema } },
+    }))).choices[0];
+    if (c.finish_reason !== 'stop') continue;  // a long fraction may reach max_tokens
+    finished += 1;
+    assert.ok(validate(JSON.parse(c.message.content)), `${c.message.content}: ${JSON.stringify(validate.errors)}`);
+  }
+  assert.ok(finished > 0, 'no answer finished');
+  const r = await postJson(server, '/v1/chat/completions', ask({
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'integer', minimum: 5, maximum: 1 } } },
+  }));
+  assert.equal(r.status, 400, r.text);
+  assertErrorObject(assert, r, 'empty range');
+  assert.match(r.json.error.message, /minimum.*maximum/);
+});
+
 await run.check('guided_choice, guided_regex and a GBNF grammar', async () => {
   const choices = ['red', 'green light', 'grün', 'red!'];
   for (const seed of [1, 2, 3]) {

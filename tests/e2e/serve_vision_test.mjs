@@ -148,6 +148,31 @@ await run.check('bad media are 400s with OpenAI error objects; the server keeps 
   assert.equal(ok.usage.completion_tokens, 4);
 });
 
+await run.check('a bad image is named where the client put it, in the message and in param', async () => {
+  const junk = 'data:image/png;base64,' + Buffer.from('hello world, not an image').toString('base64');
+  // Chat: a system message first; the image is messages[1].content[1].
+  const c = await postJson(server, '/v1/chat/completions', chat([{ role: 'system', content: 'Be brief.' }, ...userWith(imagePart(junk))]));
+  assert.equal(c.status, 400, c.text.slice(0, 300));
+  assert.ok(c.json.error.message.startsWith('messages[1].content[1]: '), c.json.error.message);
+  assert.equal(c.json.error.param, 'messages[1].content[1]');
+  // Responses: instructions become a system message, yet the client's path is input[0].content[1].
+  const r = await postJson(server, '/v1/responses', {
+    model, instructions: 'Be brief.', max_output_tokens: 8, reasoning: { effort: 'none' },
+    input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' }, { type: 'input_image', image_url: junk }] }],
+  });
+  assert.equal(r.status, 400, r.text.slice(0, 300));
+  assert.ok(r.json.error.message.startsWith('input[0].content[1]: '), r.json.error.message);
+  assert.equal(r.json.error.param, 'input[0].content[1]');
+  // Anthropic: the system prompt is no message of the client's.
+  const a = await postJson(server, '/v1/messages', {
+    model, max_tokens: 8, system: 'Be brief.', messages: [{ role: 'user', content: [
+      { type: 'image', source: { type: 'base64', media_type: 'image/png', data: junk.split(',')[1] } },
+      { type: 'text', text: 'What is this?' }] }],
+  });
+  assert.equal(a.status, 400, a.text.slice(0, 300));
+  assert.ok(a.json.error.message.startsWith('messages[0].content[0]: '), a.json.error.message);
+});
+
 await run.check('a video becomes timed frame groups: 12 frames at 6 fps -> 2 groups of 12 features', async () => {
   const clip = fs.readFileSync(path.join(here, '..', 'data', 'media', 'clip_64x48_12f_6fps.mp4')).toString('base64');
   const video = { type: 'video_url', video_url: { url: `data:video/mp4;base64,${clip}` } };

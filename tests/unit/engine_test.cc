@@ -250,6 +250,36 @@ TEST_F(EngineTest, NChoicesAndLogprobs) {
   }
 }
 
+// text_offset counts code points of the text before each token: a token that shows no
+// text yet (half a character, a skipped special token) adds nothing, so with nothing held
+// back (no stop strings) it equals the text of the events before the token's own.
+TEST_F(EngineTest, LogprobTextOffsetsCountCodePointsOfTheTextBefore) {
+  for (int64_t seed : {1, 2, 3}) {
+    GenerationRequest g = request("offsets", "Once upon a time", 40, 1.0);
+    g.sampling.seed = seed;
+    g.sampling.logprobs = true;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    int64_t chars = 0;
+    std::vector<std::pair<int64_t, int64_t>> offsets;  // engine's, counted here
+    auto code_points = [](const std::string& s) {
+      return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+    };
+    ASSERT_TRUE(engine_->submit(std::move(g), [&](GenerationEvent ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const TokenLogprob& lp : ev.logprobs) offsets.emplace_back(lp.text_offset, chars);
+      chars += code_points(ev.content);
+      if (ev.kind != GenerationEvent::Kind::kDelta) done = true;
+      cv.notify_all();
+    }).is_ok());
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 120s, [&] { return done; }));
+    ASSERT_EQ(offsets.size(), 40u);
+    for (size_t i = 0; i < offsets.size(); ++i) EXPECT_EQ(offsets[i].first, offsets[i].second) << "seed " << seed << " token " << i;
+  }
+}
+
 TEST_F(EngineTest, LimitsAreCleanRefusals) {
   GenerationRequest too_long = request("l", "Hi", 2000, 0.0);
   Status s = engine_->submit(std::move(too_long), [](GenerationEvent) {});

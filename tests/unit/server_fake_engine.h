@@ -95,6 +95,28 @@ class FakeEngine : public EngineApi {
     }
     return std::vector<int32_t>(s.begin(), s.end());
   }
+  // Refuses the first image or video part as the engine refuses a bad one: named by its
+  // place in the messages it was given ("messages[1].content[0]: ..."). Keeps the
+  // messages it was given in `rendered_messages`.
+  bool refuse_media = false;
+  Expected<RenderedPrompt> render_chat_media(const ChatPrompt& chat) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rendered_messages = chat.messages;
+    }
+    for (size_t i = 0; refuse_media && i < chat.messages.size(); ++i) {
+      const auto& content = chat.messages[i].value("content", nlohmann::ordered_json());
+      for (size_t j = 0; content.is_array() && j < content.size(); ++j) {
+        const std::string type = content[j].value("type", "");
+        if (type == "image_url" || type == "video_url")
+          return invalid_argument("messages[" + std::to_string(i) + "].content[" + std::to_string(j) +
+                                  "]: the data is no PNG or JPEG image (fake)");
+      }
+    }
+    return EngineApi::render_chat_media(chat);
+  }
+  mutable nlohmann::ordered_json rendered_messages;
+
   Expected<std::string> detokenize(const std::vector<int32_t>& tokens) const override {
     std::string s;
     for (int32_t t : tokens) s.push_back(static_cast<char>(t));

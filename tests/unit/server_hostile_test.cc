@@ -66,6 +66,12 @@ std::vector<Case> cases() {
       {C, chat(R"("n":-1)"), 400, "n"},
       {C, chat(R"("presence_penalty":5)"), 400, "presence_penalty"},
       {C, chat(R"("frequency_penalty":-3)"), 400, "frequency_penalty"},
+      // The sampler's range is (0, 2]: beyond it the engine refused with param null.
+      {C, chat(R"("repetition_penalty":2.5)"), 400, "repetition_penalty"},
+      {C, chat(R"("repetition_penalty":100)"), 400, "repetition_penalty"},
+      {C, chat(R"("repetition_penalty":0)"), 400, "repetition_penalty"},
+      {C, chat(R"("repetition_penalty":1e-50)"), 400, "repetition_penalty"},
+      {P, R"({"prompt":"x","repetition_penalty":3})", 400, "repetition_penalty"},
       {C, chat(R"("seed":"abc")"), 400, "seed"},
       {C, chat(R"("seed":1e40)"), 400, "seed"},
       {C, chat(R"("stop":5)"), 400, "stop"},

@@ -2,9 +2,12 @@
 // health and metrics (api.md §1.4-§4).
 #include <gtest/gtest.h>
 
+#include <charconv>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
+#include "server/metrics.h"
 #include "server/openai_responses.h"
 #include "server_test_util.h"
 
@@ -419,6 +422,41 @@ TEST(ServerHttp, MetricsExposition) {
                              "tensorfold:kept_prompts 2", "tensorfold:kept_prompt_tokens 512",
                              "tensorfold:vision_patches_total 1200", "tensorfold:vision_patches_skipped_total 300"})
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
+}
+
+// Bucket bounds and sums print as the shortest text that reads back as the value, as
+// Prometheus' clients print them: le="0.025", not le="0.025000000000000001".
+TEST(ServerHttp, HistogramNumbersAreShortestRoundTrip) {
+  Histogram h({1e-7, 0.001, 0.025, 0.1, 1, 2.5, 640});
+  h.observe(0.1);
+  h.observe(0.2);
+  std::string out;
+  h.write(out, "h", "model_name=\"m\"");
+  for (const char* line : {"h_bucket{model_name=\"m\",le=\"0.001\"} 0\n", "h_bucket{model_name=\"m\",le=\"0.025\"} 0\n",
+                           "h_bucket{model_name=\"m\",le=\"0.1\"} 1\n", "h_bucket{model_name=\"m\",le=\"1\"} 2\n",
+                           "h_bucket{model_name=\"m\",le=\"2.5\"} 2\n", "h_bucket{model_name=\"m\",le=\"640\"} 2\n",
+                           "h_bucket{model_name=\"m\",le=\"1e-07\"} 0\n", "h_bucket{model_name=\"m\",le=\"+Inf\"} 2\n",
+                           "h_sum{model_name=\"m\"} 0.30000000000000004\n", "h_count{model_name=\"m\"} 2\n"})
+    EXPECT_NE(out.find(line), std::string::npos) << line << "in\n" << out;
+
+  TestServer ts;
+  auto c = ts.client();
+  post_json(c, "/v1/chat/completions", chat_body());
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("le=\"0.025\""), std::string::npos);
+  EXPECT_NE(res->body.find("le=\"1\""), std::string::npos);
+  // Every le label is the shortest text of its value.
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);) {
+    size_t at = line.find("le=\"");
+    if (at == std::string::npos) continue;
+    std::string le = line.substr(at + 4, line.find('"', at + 4) - at - 4);
+    if (le == "+Inf") continue;
+    char shortest[32];
+    auto end = std::to_chars(shortest, shortest + sizeof shortest, std::stod(le)).ptr;
+    EXPECT_EQ(le, std::string(shortest, end)) << line;
+  }
 }
 
 TEST(ServerHttp, ExpositionCheckerCatchesErrors) {

@@ -74,6 +74,26 @@ TEST(ServerParse, StructuredOutputs) {
   EXPECT_THROW(parse_chat_request(b), ApiError);  // two constraints
 }
 
+// The parser takes what the sampler takes (0, 2], so the engine never refuses a value
+// the parser let through (its 400 would name no field).
+TEST(ServerParse, RepetitionPenaltyRangeIsTheSamplers) {
+  Json b = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  for (double ok : {2.0, 1.0, 1e-6}) {
+    b["repetition_penalty"] = ok;
+    EXPECT_EQ(parse_chat_request(b).sampling.repetition_penalty, ok);
+  }
+  for (double bad : {2.000001, 100.0, 0.0, -1.0, 1e-300}) {
+    b["repetition_penalty"] = bad;
+    try {
+      parse_chat_request(b);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), "repetition_penalty") << bad;
+    }
+  }
+  EXPECT_EQ(kMaxRepetitionPenalty, 2.0);
+}
+
 TEST(ServerParse, CompletionsPromptForms) {
   CompletionRequest r = parse_completion_request({{"prompt", {{1, 2}, {3}}}});
   ASSERT_EQ(r.prompts.size(), 2u);

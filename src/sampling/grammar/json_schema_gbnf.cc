@@ -10,6 +10,7 @@
 
 #include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/grammar.h"
+#include "sampling/grammar/json_schema_numbers.h"
 #include "sampling/grammar/regex_gbnf.h"
 #include "text/json_parse.h"
 
@@ -375,6 +376,12 @@ class Converter {
           break;
         case Keyword::kAnnotation:
           break;
+        case Keyword::kNumber:
+          if (!item.value().is_number()) {
+            return schema_error(path, "'" + key + "' must be a number, got " + item.value().dump());
+          }
+          if (constraint.empty()) constraint = key;
+          break;
         default:
           if (constraint.empty()) constraint = key;
       }
@@ -483,10 +490,25 @@ class Converter {
     if (type == "object") return object_body(node, name, path);
     if (type == "array") return array_body(node, name, path);
     if (type == "string") return string_body(node, name, path);
-    if (type == "number") return use("number");
-    if (type == "integer") return use("integer");
+    if (type == "number" || type == "integer") return number_body(type == "integer", node, name, path);
     if (type == "boolean") return use("boolean");
     return use("null");
+  }
+
+  // --- Numbers ---
+
+  // JSON's number or integer rule, or digit-by-digit ranges when the node has bounds.
+  Expected<std::string> number_body(bool integer, const Json& node, const std::string& name,
+                                    const std::string& path) {
+    AddRule add_rule = [&](const std::string& body) {
+      std::string rule = reserve(name + "-range");
+      rules_[rule_index_.at(rule)].body = body;
+      return rule;
+    };
+    Expected<std::optional<std::string>> bounded = bounded_number_gbnf(node, integer, add_rule);
+    if (!bounded) return schema_error(path, bounded.status().message());
+    if (*bounded) return **bounded;
+    return use(integer ? "integer" : "number");
   }
 
   // --- Objects ---

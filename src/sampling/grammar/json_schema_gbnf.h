@@ -35,21 +35,26 @@
 //                                (^ or $) allows any text there. Characters the regex
 //                                allows that JSON must escape (", \, controls) are
 //                                emitted as their escape sequences.
+//   minimum, maximum,            integer: digit-by-digit ranges (fractional bounds round
+//   exclusiveMinimum,            inward: minimum 1.5 is 2); number: fixed-point texts in
+//   exclusiveMaximum             the range, without an exponent (number_range_gbnf.h).
+//                                Where a side has both forms the tighter bound applies.
 //   anyOf, oneOf                 alternatives (oneOf's exclusivity is not enforced)
 //   allOf                        with a single element only
 //   $ref                         "#", "#/$defs/NAME", "#/definitions/NAME"
 //   ignored annotations          $schema $id title description default examples $comment
 //                                deprecated readOnly writeOnly ($defs/definitions hold
 //                                definitions and are read only through $ref)
-// Not enforced (documented limitations): numeric bounds (minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum), uniqueItems, oneOf's "exactly one", a maxLength or
+// Not enforced (documented limitations): uniqueItems, oneOf's "exactly one", a maxLength or
 // maxItems above 10000 (the grammar's repetition limit; a larger minimum is refused);
 // enum/const nodes ignore their other keywords.
 // Refused with an error naming the schema path: any other keyword (multipleOf, not,
 // if/then/else, patternProperties, ...), $ref/anyOf/oneOf/allOf next to constraint
 // keywords (annotations are fine), a $ref cycle that reaches itself without entering an
 // object or array (left recursion), definitions nested more than 256 deep (a long $ref
-// chain), and unsatisfiable or unrepresentable bounds.
+// chain), unsatisfiable or unrepresentable bounds (a numeric range with no number, or no
+// integer for "integer"), and numeric bounds that are not numbers (draft 4's boolean
+// exclusiveMinimum included).
 //
 // Whitespace between tokens is limited so a model cannot loop on it: nothing, one space,
 // or one newline followed by up to 20 spaces/tabs.
