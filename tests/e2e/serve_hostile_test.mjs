@@ -401,8 +401,10 @@ await run.check('PARALLEL=1, MAX_QUEUED=80: more than 64 requests are held at on
       sock.on('error', () => {});
       socks.push(sock);
     }
-    // One runs at a time, so few finish meanwhile; each /health call must answer within 10 s.
-    const held = await waitHealth(busy, (h) => h.requests_running + h.requests_waiting >= 72, 30000);
+    // One runs at a time, so few finish meanwhile (on a loaded 2-core machine ~10 did before
+    // /health saw them all: the bound is what the check claims, more than 64, not 81 - 9);
+    // each /health call must answer within 10 s.
+    const held = await waitHealth(busy, (h) => h.requests_running + h.requests_waiting > 64, 30000);
     assert.ok(held.ok, `held: ${JSON.stringify(held.last)}`);
     const t0 = Date.now();
     await health(busy);
