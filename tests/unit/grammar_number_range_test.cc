@@ -67,7 +67,8 @@ TEST(NumberRangeGbnf, IntegerRangeFromTheBrief) {
     EXPECT_TRUE(matches(g, ok)) << ok;
   // "-0" is 0, in range, and the unbounded integer rule allows it too.
   EXPECT_TRUE(matches(g, "-0"));
-  for (const char* bad : {"-16", "-20", "124", "130", "200", "1000", "01", "-01", "00", "1.0", "1e2", "+5", ""})
+  for (const char* bad :
+       {"-16", "-20", "124", "130", "200", "1000", "01", "-01", "00", "1.0", "1e2", "+5", ""})
     EXPECT_FALSE(matches(g, bad)) << bad;
 }
 
@@ -81,7 +82,8 @@ void check_integers(const std::string& bounds, std::optional<int64_t> lo, std::o
   }
   bool zero_in = (!lo || 0 >= *lo) && (!hi || 0 <= *hi);
   EXPECT_EQ(matches(g, "-0"), zero_in) << bounds;
-  for (const char* bad : {"007", "-007", "1.0", "5e1", "--1", "-"}) EXPECT_FALSE(matches(g, bad)) << bounds << bad;
+  for (const char* bad : {"007", "-007", "1.0", "5e1", "--1", "-"})
+    EXPECT_FALSE(matches(g, bad)) << bounds << bad;
 }
 
 TEST(NumberRangeGbnf, IntegerRangesAgreeWithArithmetic) {
@@ -137,8 +139,10 @@ std::vector<std::string> number_texts() {
   for (int whole = 0; whole <= 12; ++whole) {
     std::vector<std::string> fractions = {""};
     for (int f = 0; f < 10; ++f) fractions.push_back("." + std::to_string(f));
-    for (int f = 0; f < 100; f += 7) fractions.push_back("." + std::string(f < 10 ? "0" : "") + std::to_string(f));
-    for (const char* f : {".250", ".500", ".499", ".501", ".001", ".000", ".999", ".750"}) fractions.push_back(f);
+    for (int f = 0; f < 100; f += 7)
+      fractions.push_back("." + std::string(f < 10 ? "0" : "") + std::to_string(f));
+    for (const char* f : {".250", ".500", ".499", ".501", ".001", ".000", ".999", ".750"})
+      fractions.push_back(f);
     for (const std::string& f : fractions) {
       out.push_back(std::to_string(whole) + f);
       out.push_back("-" + std::to_string(whole) + f);
@@ -226,9 +230,35 @@ TEST(NumberRangeGbnf, BoundsBesideOtherTypes) {
   EXPECT_FALSE(matches(object, R"({"age": -1})"));
 }
 
+// Draft 4 / OpenAPI 3.0: a boolean exclusiveMinimum / exclusiveMaximum makes the bound beside it
+// exclusive (FastAPI and other OpenAPI 3.0 generators still write them).
+TEST(NumberRangeGbnf, Draft4BooleanExclusiveBounds) {
+  GrammarPtr positive = schema_grammar(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true})");
+  EXPECT_FALSE(matches(positive, "0"));
+  EXPECT_FALSE(matches(positive, "-1"));
+  EXPECT_TRUE(matches(positive, "1"));
+  EXPECT_TRUE(matches(positive, "250"));
+  GrammarPtr below_one = schema_grammar(R"({"type": "number", "maximum": 1, "exclusiveMaximum": true})");
+  EXPECT_FALSE(matches(below_one, "1"));
+  EXPECT_FALSE(matches(below_one, "1.0"));
+  EXPECT_TRUE(matches(below_one, "0.99"));
+  EXPECT_TRUE(matches(below_one, "-3"));
+  GrammarPtr closed =
+      schema_grammar(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": false, "maximum": 2})");
+  EXPECT_TRUE(matches(closed, "0"));
+  EXPECT_TRUE(matches(closed, "2"));
+  EXPECT_FALSE(matches(closed, "3"));
+  // Without minimum beside it the flag bounds nothing.
+  GrammarPtr free = schema_grammar(R"({"type": "integer", "exclusiveMinimum": true})");
+  EXPECT_TRUE(matches(free, "-7"));
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 3, "exclusiveMinimum": true, "maximum": 3})"),
+            "json_schema: /: no integer satisfies 'minimum' 3 and 'maximum' 3 (the range is empty)");
+}
+
 TEST(NumberRangeGbnf, UnsatisfiableOrMalformedBoundsAreRefusedWithThePath) {
-  EXPECT_EQ(error_of(R"({"properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}})"),
-            "json_schema: /properties/n: no integer satisfies 'minimum' 5 and 'maximum' 1 (the range is empty)");
+  EXPECT_EQ(
+      error_of(R"({"properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}})"),
+      "json_schema: /properties/n: no integer satisfies 'minimum' 5 and 'maximum' 1 (the range is empty)");
   EXPECT_EQ(error_of(R"({"type": "number", "exclusiveMinimum": 1, "maximum": 1})"),
             "json_schema: /: no number satisfies 'exclusiveMinimum' 1 and 'maximum' 1 (the range is empty)");
   // Real numbers lie between 1 and 2, integers do not.
@@ -240,8 +270,9 @@ TEST(NumberRangeGbnf, UnsatisfiableOrMalformedBoundsAreRefusedWithThePath) {
   EXPECT_EQ(error_of(R"({"type": "number", "exclusiveMinimum": 1, "exclusiveMaximum": 2})"), "");
   EXPECT_EQ(error_of(R"({"items": {"type": "number", "maximum": "10"}})"),
             "json_schema: /items: 'maximum' must be a number, got \"10\"");
-  EXPECT_NE(error_of(R"({"type": "number", "minimum": 0, "exclusiveMinimum": true})").find("must be a number"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"type": "number", "minimum": 0, "exclusiveMinimum": "yes"})").find("must be a number"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"type": "integer", "minimum": null})").find("must be a number"), std::string::npos);
 }
 

@@ -377,7 +377,9 @@ class Converter {
         case Keyword::kAnnotation:
           break;
         case Keyword::kNumber:
-          if (!item.value().is_number()) {
+          // Draft 4 and OpenAPI 3.0 spell exclusiveMinimum / exclusiveMaximum as a boolean
+          // that makes minimum / maximum exclusive (json_schema_numbers.cc).
+          if (!item.value().is_number() && !(item.value().is_boolean() && key.rfind("exclusive", 0) == 0)) {
             return schema_error(path, "'" + key + "' must be a number, got " + item.value().dump());
           }
           if (constraint.empty()) constraint = key;

@@ -28,16 +28,26 @@ struct SchemaBounds {
   std::string lower_keyword, upper_keyword;
 };
 
+// Whether `key` is the draft-4 boolean true (exclusiveMinimum: true makes minimum exclusive;
+// false, or true without the bound beside it, changes nothing).
+bool draft4_flag(const Json& node, const char* key) {
+  auto it = node.find(key);
+  return it != node.end() && it->is_boolean() && it->get<bool>();
+}
+
 SchemaBounds schema_bounds(const Json& node) {
   SchemaBounds out;
+  const bool exclusive_min = draft4_flag(node, "exclusiveMinimum"),
+             exclusive_max = draft4_flag(node, "exclusiveMaximum");
   for (const BoundKeyword& keyword : kBoundKeywords) {
     auto it = node.find(keyword.name);
-    if (it == node.end()) continue;
+    if (it == node.end() || it->is_boolean()) continue;
     Decimal value = decimal_of(*it);
+    const bool inclusive = keyword.inclusive && !(keyword.lower ? exclusive_min : exclusive_max);
     std::optional<NumberBound>& side = keyword.lower ? out.range.lower : out.range.upper;
     int tighter = side ? compare(value, side->value) * (keyword.lower ? 1 : -1) : 1;
-    if (tighter > 0 || (tighter == 0 && !keyword.inclusive)) {
-      side = NumberBound{std::move(value), keyword.inclusive};
+    if (tighter > 0 || (tighter == 0 && !inclusive)) {
+      side = NumberBound{std::move(value), inclusive};
       (keyword.lower ? out.lower_keyword : out.upper_keyword) = keyword.name;
     }
   }
