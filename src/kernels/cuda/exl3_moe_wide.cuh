@@ -56,11 +56,12 @@ constexpr size_t wide_smem_bytes() {
 // Issues the cp.async copies of the pass's rows' fragments of k-tiles k0 .. k0 + nk - 1 into
 // xs [ST][8 * RT][4], by the whole block (no commit). A thread's copies share one k-tile and
 // quad and step by a fixed number of rows, so each costs a pointer add (the generic index
-// arithmetic cost ~35 instructions per tile of the stage loop, H200 ncu run3).
+// arithmetic cost ~35 instructions per tile of the stage loop, H200 ncu run2s25).
 template <int RT, int ST>
 __device__ __forceinline__ void issue_rows(uint4* xs, const uint4* src, int64_t stride, int rows, int64_t k0,
                                            int nk) {
-  constexpr int kRows = 8 * RT, kPerRow = ST * 4, kThreads = kGemvWarps * 32;  // uint4s of one row in a stage
+  constexpr int kRows = 8 * RT, kPerRow = ST * 4;  // kPerRow: uint4s of one row in a stage
+  constexpr int kThreads = kGemvWarps * 32;
   static_assert(kThreads % kPerRow == 0 && kRows % (kThreads / kPerRow) == 0, "issue_rows: whole sweeps");
   constexpr int kRowStep = kThreads / kPerRow;  // rows per sweep of the block
   const int q = threadIdx.x % kPerRow, u = q >> 2, row0 = threadIdx.x / kPerRow;
@@ -128,7 +129,7 @@ __device__ __forceinline__ void with_row_tiles(int nrt, F&& f) {
 }
 
 // grid (tiles_n / kGemvWarps, expert slots, projections), kGemvWarps * 32 threads,
-// wide_smem_bytes<K, RT, NS>() of dynamic shared memory; compiled for MinBlocks blocks per SM.
+// wide_smem_bytes<K, RT, NS, ST>() of dynamic shared memory; compiled for MinBlocks blocks per SM.
 template <int K, int CB, int RT, int NS, int MinBlocks, int ST = kStageTiles>
 __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(WideArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
   uint32_t* ring = reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, ST, NS>();
   uint4* xs = reinterpret_cast<uint4*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4);
   const WarpStream<K, ST, NS> ws{a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
-                                          static_cast<int>(a.tiles_k), ring};
+                                 static_cast<int>(a.tiles_k), ring};
   const int ns = ws.stages(), tiles_k = static_cast<int>(a.tiles_k);
   pdl_wait();  // the fragments ride with the weights: nothing is issued before the wait
   for (int r0 = 0; r0 < cnt; r0 += kRows) {
