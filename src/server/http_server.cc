@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "server/anthropic_messages.h"
@@ -15,6 +17,7 @@
 #include "server/metrics.h"
 #include "server/openai_requests.h"
 #include "server/peer_socket.h"
+#include "server/response_store.h"
 #include "server/stream_formatters.h"
 #include "text/json_parse.h"
 
@@ -66,6 +69,7 @@ struct HttpServer::Impl {
   ServerOptions options;
   ModelInfo model;
   ServerMetrics metrics;
+  ResponseStore response_store;
   httplib::Server http;
   std::thread thread;
   int bound_port = -1;
@@ -324,7 +328,15 @@ struct HttpServer::Impl {
 
   void responses(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     const Json body = parse_body(req);
-    ResponsesRequest r = parse_responses_request(body, media_policy());
+    std::optional<StoredResponse> previous;
+    if (const Json* prev = json_field(body, "previous_response_id")) {
+      if (!prev->is_string()) throw bad_request("'previous_response_id' must be a string", "previous_response_id");
+      previous = response_store.get(prev->get<std::string>());
+      if (!previous)
+        throw ApiError(404, "Previous response with id '" + prev->get<std::string>() + "' not found.",
+                       "invalid_request_error", "previous_response_id", "previous_response_not_found");
+    }
+    ResponsesRequest r = parse_responses_request(body, media_policy(), previous ? &previous->items : nullptr);
     check_model(r.model);
     auto prompt = render_prompt(r.chat.chat);
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
@@ -335,17 +347,44 @@ struct HttpServer::Impl {
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     Json echo = r.echo;
     echo["max_output_tokens"] = r.max_tokens ? Json(*r.max_tokens) : Json();
+    // store (OpenAI's default: true): the response and its conversation are kept for
+    // previous_response_id and GET /v1/responses/{id}.
+    std::function<void(const Json&)> keep;
+    if (!(echo["store"].is_boolean() && !echo["store"].get<bool>()))
+      keep = [this, id = meta.id, items = r.input_items](const Json& response) mutable {
+        for (const Json& item : response.value("output", Json::array())) items.push_back(item);
+        response_store.put(id, StoredResponse{response, std::move(items)});
+      };
     auto session = start_session(std::move(g), static_cast<int64_t>(prompt.tokens.size()), t0);
     if (r.stream) {
-      stream(res, {session}, {std::make_shared<ResponsesStreamFormatter>(meta, echo)});
+      stream(res, {session}, {std::make_shared<ResponsesStreamFormatter>(meta, echo, std::move(keep))});
       return;
     }
     wait_for(req, *session);
     const ChoiceState& c = session->choices()[0];
     bool incomplete = c.finish_reason == FinishReason::kLength;
-    write_json(res, 200,
-               response_object_json(meta, echo, incomplete ? "incomplete" : "completed",
-                                    response_output_items(c, meta.id.substr(5)), response_usage_json(session->usage())));
+    Json response =
+        response_object_json(meta, echo, incomplete ? "incomplete" : "completed",
+                             response_output_items(c, meta.id.substr(5)), response_usage_json(session->usage()));
+    if (keep) keep(response);
+    write_json(res, 200, response);
+  }
+
+  // GET / DELETE /v1/responses/{id}: a stored response (404 when never stored or forgotten).
+  void stored_response(const httplib::Request& req, httplib::Response& res, bool erase) {
+    const std::string id = req.matches[1];
+    auto not_found = [&] {
+      return ApiError(404, "Response with id '" + id + "' not found.", "invalid_request_error", std::nullopt,
+                      "response_not_found");
+    };
+    if (erase) {
+      if (!response_store.erase(id)) throw not_found();
+      write_json(res, 200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+      return;
+    }
+    std::optional<StoredResponse> stored = response_store.get(id);
+    if (!stored) throw not_found();
+    write_json(res, 200, stored->response);
   }
 
   // POST /v1/messages (Anthropic): any model name is accepted (see anthropic_messages.h).
@@ -463,6 +502,13 @@ struct HttpServer::Impl {
     bind_post("/v1/chat/completions", &Impl::chat_completions);
     bind_post("/v1/completions", &Impl::completions);
     bind_post("/v1/responses", &Impl::responses);
+    for (bool erase : {false, true}) {
+      auto fn = handle("/v1/responses/{id}", [this, erase](const auto& req, auto& res, auto) {
+        stored_response(req, res, erase);
+      });
+      if (erase) http.Delete(R"(/v1/responses/([^/]+))", fn);
+      else http.Get(R"(/v1/responses/([^/]+))", fn);
+    }
     bind_post("/v1/messages", &Impl::messages);
     bind_post("/v1/messages/count_tokens", &Impl::count_tokens);
     bind_post("/tokenize", &Impl::tokenize);

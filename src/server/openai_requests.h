@@ -52,6 +52,9 @@ struct CompletionRequest : CommonRequest {
 struct ResponsesRequest : CommonRequest {
   ChatRequest chat;          // input/instructions/tools mapped onto a chat request
   Json echo = Json::object();  // request fields echoed in the response object
+  // The conversation's input items: the previous response's (previous_response_id), then this
+  // request's `input` as items (instructions are not carried over, as in OpenAI's API).
+  Json input_items = Json::array();
 };
 
 struct TokenizeRequest {
@@ -88,7 +91,10 @@ std::string ordered_schema_text(const Json& body, SchemaSource source);
 
 ChatRequest parse_chat_request(const Json& body, MediaUrlPolicy policy = {});
 CompletionRequest parse_completion_request(const Json& body);
-ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy = {});
+// previous_items: the stored conversation `previous_response_id` names (ResponseStore), put
+// before `input`; without it a previous_response_id is refused.
+ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy = {},
+                                         const Json* previous_items = nullptr);
 TokenizeRequest parse_tokenize_request(const Json& body, MediaUrlPolicy policy = {});
 DetokenizeRequest parse_detokenize_request(const Json& body);
 

@@ -82,19 +82,34 @@ Json input_to_messages(const Json& input, MediaUrlPolicy policy) {
   return messages;
 }
 
+// `input` as a list of items (a string is one user message).
+Json input_items(const Json& input) {
+  if (input.is_string()) return Json::array({{{"type", "message"}, {"role", "user"}, {"content", input}}});
+  return input;
+}
+
 }  // namespace
 
-ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy) {
+ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy, const Json* previous_items) {
   require_object(body, "body");
   if (json_field(body, "prompt")) throw bad_request("'prompt' templates are not supported", "prompt");
   if (json_bool(body, "background").value_or(false))
     throw bad_request("'background' responses are not supported", "background");
-  if (json_field(body, "previous_response_id"))
-    throw bad_request("'previous_response_id' is not supported: responses are not stored", "previous_response_id");
+  if (json_field(body, "previous_response_id") && !previous_items)
+    throw bad_request("'previous_response_id' is not supported here", "previous_response_id");
   const Json* input = json_field(body, "input");
   if (!input) throw bad_request("'input' is required", "input");
   Json chat = Json::object();
   Json messages = input_to_messages(*input, policy);
+  ResponsesRequest req;
+  req.input_items = previous_items ? *previous_items : Json::array();
+  if (previous_items) {
+    // The stored conversation comes first (items the server built and checked when stored);
+    // the new input keeps its own indices in error messages.
+    Json earlier = input_to_messages(*previous_items, policy);
+    messages.insert(messages.begin(), earlier.begin(), earlier.end());
+  }
+  for (const Json& item : input_items(*input)) req.input_items.push_back(item);
   if (auto instructions = json_string(body, "instructions"))
     messages.insert(messages.begin(), Json{{"role", "system"}, {"content", *instructions}});
   chat["messages"] = messages;
@@ -143,7 +158,6 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
     require_object(*reasoning, "reasoning");
     if (auto effort = json_string(*reasoning, "effort")) chat["reasoning_effort"] = *effort;
   }
-  ResponsesRequest req;
   req.chat = parse_chat_request(chat, policy);
   static_cast<CommonRequest&>(req) = static_cast<const CommonRequest&>(req.chat);
   for (const char* f : {"instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "text",
@@ -152,7 +166,7 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
   if (req.echo["tools"].is_null()) req.echo["tools"] = Json::array();
   if (req.echo["tool_choice"].is_null()) req.echo["tool_choice"] = "auto";
   if (req.echo["parallel_tool_calls"].is_null()) req.echo["parallel_tool_calls"] = true;
-  if (req.echo["store"].is_null()) req.echo["store"] = false;
+  if (req.echo["store"].is_null()) req.echo["store"] = true;  // OpenAI's default
   if (req.echo["text"].is_null()) req.echo["text"] = {{"format", {{"type", "text"}}}};
   if (req.echo["metadata"].is_null()) req.echo["metadata"] = Json::object();
   return req;

@@ -212,6 +212,7 @@ std::string ResponsesStreamFormatter::on_done(const std::vector<ChoiceState>& ch
   bool incomplete = !choices.empty() && choices[0].finish_reason == FinishReason::kLength;
   Json r = response_object_json(meta_, echo_, incomplete ? "incomplete" : "completed", output_,
                                 response_usage_json(usage));
+  if (on_completed_) on_completed_(r);
   out += emit(incomplete ? "response.incomplete" : "response.completed", {{"response", r}});
   return out;
 }

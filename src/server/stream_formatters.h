@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <string>
@@ -81,7 +82,9 @@ class CompletionStreamFormatter : public StreamFormatter {
 // Responses API events: created, in_progress, items (added / deltas / done), completed.
 class ResponsesStreamFormatter : public StreamFormatter {
  public:
-  ResponsesStreamFormatter(ResponseMeta meta, Json echo) : meta_(std::move(meta)), echo_(std::move(echo)) {}
+  // on_completed: called with the final response object (the handler stores it).
+  ResponsesStreamFormatter(ResponseMeta meta, Json echo, std::function<void(const Json&)> on_completed = nullptr)
+      : meta_(std::move(meta)), echo_(std::move(echo)), on_completed_(std::move(on_completed)) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -100,6 +103,7 @@ class ResponsesStreamFormatter : public StreamFormatter {
   Json item_;        // the open item
   std::string text_; // its accumulated text or arguments
   Json output_ = Json::array();
+  std::function<void(const Json&)> on_completed_;
 };
 
 }  // namespace tf::server

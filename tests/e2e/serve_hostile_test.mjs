@@ -174,7 +174,7 @@ const CASES = [
   ['responses input a number', R, resp({ input: 5 }), 400, 'input'],
   ['responses item without role', R, resp({ input: [{ type: 'message' }] }), 400, 'input[0].role'],
   ['responses unknown item type', R, resp({ input: [{ type: 'weird' }] }), 400, 'input[0].type'],
-  ['responses previous_response_id', R, resp({ previous_response_id: 'resp_x' }), 400, 'previous_response_id'],
+  ['responses previous_response_id', R, resp({ previous_response_id: 'resp_x' }), 404, 'previous_response_id'],
   ['responses max_output_tokens negative', R, resp({ max_output_tokens: -3 }), 400, 'max_output_tokens'],
   ['responses over the window', R, resp({ max_output_tokens: CTX }), 400, 'messages', 'context_length_exceeded'],
   // -- tokenize / detokenize / routes

@@ -118,7 +118,7 @@ std::vector<Case> cases() {
       {R, R"({"input":5})", 400, "input"},
       {R, R"({"input":[{"type":"message"}]})", 400, "input[0].role"},
       {R, R"({"input":[{"type":"weird"}]})", 400, "input[0].type"},
-      {R, R"({"input":"hi","previous_response_id":"resp_x"})", 400, "previous_response_id"},
+      {R, R"({"input":"hi","previous_response_id":"resp_x"})", 404, "previous_response_id"},
       {R, R"({"input":"hi","max_output_tokens":-3})", 400, "max_output_tokens"},
       {"/tokenize", "{}", 400, "prompt"},
       {"/tokenize", R"({"prompt":7})", 400, "prompt"},
