@@ -35,6 +35,7 @@ void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, Gene
   if (!opt_.logprobs) return;
   TokenLogprob lp;
   lp.token = token_text(token);
+  lp.token_id = token;
   lp.logprob = sampled.logprob;
   lp.text_offset = text_chars_;
   const std::string bytes = tok_.token_bytes(token);

@@ -419,6 +419,8 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
       if (p < 0 || p >= static_cast<int64_t>(request.prompt_tokens.size()))
         return invalid_argument("an image placeholder position lies outside the prompt");
   }
+  if (request.prompt_logprobs > kMaxTopLogprobs)
+    return invalid_argument("prompt_logprobs must be at most " + std::to_string(kMaxTopLogprobs));
   auto params = m.sampling_params(request);
   if (!params) return params.status();
   // Compiled before the request counts as waiting: a refusal leaves nothing behind.

@@ -116,6 +116,10 @@ struct GenerationRequest {
   // Reasoning tokens allowed before the engine closes the reasoning itself (</think>);
   // -1: no limit. Only with parse_reasoning.
   int64_t reasoning_budget = -1;
+  // >= 0: score the prompt too (completions' echo with logprobs): every prompt token gets a
+  // logprob entry with this many top alternatives (GenerationEvent::prompt_logprobs), and the
+  // request runs its prompt even with max_tokens 0. -1: no prompt logprobs.
+  int prompt_logprobs = -1;
 };
 
 struct TopLogprob {
@@ -133,6 +137,7 @@ struct TokenLogprob {
   // text_offset): a token that shows no text (half a character, a skipped special token)
   // adds none. -1 when unknown: the server then counts the text of the events before it.
   int64_t text_offset = -1;
+  int32_t token_id = -1;  // the engine's (a fake engine may leave it unset)
 };
 
 struct ToolCallDelta {
@@ -154,6 +159,12 @@ struct GenerationEvent {
   std::string content;
   std::vector<ToolCallDelta> tool_calls;
   std::vector<TokenLogprob> logprobs;
+  // kDelta, once per choice before its first token's, when the request asked
+  // (GenerationRequest::prompt_logprobs): one entry per prompt token, under the model's own
+  // distribution (temperature 1, no penalties). The first token has nothing before it: its
+  // entry's logprob and top mean nothing (the API's null). text_offset counts code points
+  // of the prompt's text (its tokens decoded, special ones included) before the token.
+  std::vector<TokenLogprob> prompt_logprobs;
   // kFinish: per choice, exactly once.
   FinishReason finish_reason = FinishReason::kStop;
   int64_t completion_tokens = 0;

@@ -110,7 +110,13 @@ struct LiveChoice {
   int64_t mtp_drafted = 0, mtp_kept = 0;
   int64_t mtp_idle_steps = 0;  // decode steps since its last MTP draft
   bool drafts_from_mtp = false;
+  // Prompt logprobs (engine_prompt_logprobs.cc): the prompt tokens' entries scored so far.
+  std::vector<TokenLogprob> prompt_logprobs;
 };
+
+// Prompt logprobs: the most prompt rows whose logits one step brings to the host for a
+// request (a chunk's [rows, vocab] f32 logits: about 80 MB at a 150k-token vocabulary).
+inline constexpr int32_t kPromptLogprobsChunk = 128;
 
 // A kept prompt: a fork of a sequence after its first tokens (kept_index has them), holding
 // a reservation of their pages in the budget (evicted when the pool needs them).
@@ -239,6 +245,15 @@ struct Engine::Impl {
   // Prompt tokens that a kept state may cover: all but the last (which must run for the
   // first logits).
   int64_t reuse_limit(const LiveRequest& r) const;
+
+  // Prompt logprobs (engine_prompt_logprobs.cc): scores the prompt tokens that the rows of
+  // c's prefill chunk (all its logits, on the host) predict, and emits the prompt's entries
+  // once its last chunk ran; leaves the result's logits at the chunk's last row (sampling's).
+  void score_prompt_rows(LiveChoice& c, StepResult& result);
+  // The choice scores its prompt and generates nothing (max_tokens 0): it ends at the prompt's end.
+  static bool scores_prompt_only(const LiveChoice& c) {
+    return c.request->req.prompt_logprobs >= 0 && c.request->req.sampling.max_tokens <= 0;
+  }
 
   // Sampling of a step's rows (engine_sampling.cc). A row whose parameters the device
   // sampler supports (device_row) is sampled by Ops::sample_rows on the logits left on

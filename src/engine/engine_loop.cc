@@ -23,7 +23,8 @@ void emit(LiveRequest& r, GenerationEvent ev) {
 }
 
 bool has_payload(const GenerationEvent& ev) {
-  return !ev.reasoning.empty() || !ev.content.empty() || !ev.tool_calls.empty() || !ev.logprobs.empty();
+  return !ev.reasoning.empty() || !ev.content.empty() || !ev.tool_calls.empty() || !ev.logprobs.empty() ||
+         !ev.prompt_logprobs.empty();
 }
 
 std::string call_id_prefix(const std::string& request_id, int choice) {
@@ -133,7 +134,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
   // The kept prompt this request will resume from counts as used now, so that reservations
   // made before its admission evict others first.
   set_reuse_tokens(*r);
-  if (reuse_grain > 0) (void)kept_index.longest_prefix(r->reuse_prompt(), reuse_limit(*r));
+  if (reuse_grain > 0 && g.prompt_logprobs < 0) (void)kept_index.longest_prefix(r->reuse_prompt(), reuse_limit(*r));
   for (int i = 0; i < g.n; ++i) {
     const RequestId id = next_id++;
     LiveChoice c;
@@ -166,12 +167,15 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     }
     choices.emplace(id, std::move(c));
     by_request_id.emplace(g.request_id, id);
-    if (g.sampling.max_tokens <= 0) {  // e.g. completions with echo and max_tokens 0
+    // Completions with echo and max_tokens 0: nothing to run, unless the prompt is scored
+    // (it then runs, and ends at its last row: scores_prompt_only).
+    if (g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0) {
       finish_choice(id, FinishReason::kLength, false);
       continue;
     }
-    const SubmitResult sr = scheduler->submit(
-        {id, static_cast<int64_t>(g.prompt_tokens.size()), static_cast<int64_t>(params->max_tokens), 0});
+    RequestSpec spec{id, static_cast<int64_t>(g.prompt_tokens.size()), static_cast<int64_t>(params->max_tokens), 0};
+    if (g.prompt_logprobs >= 0) spec.max_prefill_chunk = kPromptLogprobsChunk;
+    const SubmitResult sr = scheduler->submit(spec);
     if (sr != SubmitResult::kQueued) {
       fail_choice(id, resource_exhausted(std::string("the request cannot be scheduled: ") + submit_result_name(sr)));
     }
@@ -308,6 +312,7 @@ void Engine::Impl::step_once() {
         e.embed_runs = runs;
         e.embeds = &c.request->media_features;
       }
+      e.all_logits = c.request->req.prompt_logprobs >= 0;  // every row is scored (score_prompt_rows)
     } else if (std::vector<int32_t> drafts =
                    drafts_for(c, draft_rows, static_cast<int64_t>(plan.advances.size()) + drafted_rows);
                !drafts.empty()) {
@@ -337,8 +342,10 @@ void Engine::Impl::step_once() {
     // A row sampled on the device (or not sampled at all) needs no host copy of its logits.
     // A verify step's rows are sampled on the host one after the other (verify_drafts; the
     // device sampler called per verify step measured slower on the H200).
-    device_params.push_back(a.samples && !e.speculative ? device_row(c) : std::nullopt);
-    if (device_params.back() || (!a.samples && device_sampling_on())) e.host_logits = false;
+    const bool samples = a.samples && !scores_prompt_only(c);
+    device_params.push_back(samples && !e.speculative ? device_row(c) : std::nullopt);
+    if (device_params.back() || (!samples && device_sampling_on())) e.host_logits = false;
+    if (e.all_logits && a.kind == AdvanceKind::kPrefill) e.host_logits = true;  // scored on the host
     batch.push_back(e);
   }
   publish_health();
@@ -394,15 +401,22 @@ void Engine::Impl::step_once() {
   // Sample the rows that yield a token, in parallel (each row is independent).
   std::vector<size_t> sampling_rows;
   std::vector<LiveChoice*> prefilled;
+  std::vector<RequestId> scored_only;  // prompts scored to their end that generate nothing
   for (size_t i = 0; i < plan.advances.size(); ++i) {
     const Advance& a = plan.advances[i];
     if (a.kind == AdvanceKind::kPrefill) {
+      if (batch[i].all_logits) {
+        // Before sampling: the prompt's entries come before the first token's, and the chunk's
+        // logits leave only its last row to sampling.
+        score_prompt_rows(*rows[i], (*results)[i]);
+        if (a.samples && scores_prompt_only(*rows[i])) scored_only.push_back(rows[i]->id);
+      }
       rows[i]->prefilled += a.tokens;
       prefilled.push_back(rows[i]);
       LiveRequest& r = *rows[i]->request;
       if (r.req.media && rows[i]->prefilled >= static_cast<int64_t>(r.req.prompt_tokens.size())) media_prefill_done(r);
     }
-    if (a.samples && !batch[i].speculative) sampling_rows.push_back(i);
+    if (a.samples && !batch[i].speculative && !scores_prompt_only(*rows[i])) sampling_rows.push_back(i);
   }
   if (reuse_grain > 0) keep_prompt_states(prefilled);
   std::vector<Expected<SequenceStep>> steps = sample_step(rows, sampling_rows, *results, device_params);
@@ -415,6 +429,7 @@ void Engine::Impl::step_once() {
     }
     (void)take_token(c, *steps[k]);
   }
+  for (RequestId id : scored_only) finish_choice(id, FinishReason::kLength, true);
   // Verify steps: their rows sampled one after the other while the drafts hold.
   int64_t step_rows = 0;
   bool decode_only = true, mtp_drafted = false;

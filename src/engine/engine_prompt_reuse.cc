@@ -59,6 +59,8 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
   auto it = choices.find(id);
   if (it == choices.end() || reuse_grain == 0) return 0;
   LiveChoice& c = it->second;
+  // A scored prompt runs every row, in chunks of its own (not the ones kept states end at).
+  if (c.request->req.prompt_logprobs >= 0) return 0;
   const std::vector<int32_t>& prompt = c.request->reuse_prompt();
   const int64_t limit = reuse_limit(*c.request);
   auto round_down = [this](int64_t n) { return n / reuse_grain * reuse_grain; };

@@ -37,7 +37,7 @@ bool Scheduler::known(RequestId id) const {
 }
 
 SubmitResult Scheduler::submit(const RequestSpec& spec) {
-  if (spec.prompt_tokens < 1 || spec.max_new_tokens < 1 || spec.cached_prompt_tokens < 0 ||
+  if (spec.prompt_tokens < 1 || spec.max_new_tokens < 1 || spec.cached_prompt_tokens < 0 || spec.max_prefill_chunk < 0 ||
       spec.cached_prompt_tokens >= spec.prompt_tokens || known(spec.id)) {
     return SubmitResult::kInvalid;
   }
@@ -103,7 +103,8 @@ bool Scheduler::add_samples(RequestId id, int64_t extra) {
 std::vector<RunningView> Scheduler::running_views() const {
   std::vector<RunningView> views;
   views.reserve(running_.size());
-  for (const Entry& e : running_) views.push_back({e.spec.prompt_tokens - e.prefilled, e.prefilled});
+  for (const Entry& e : running_)
+    views.push_back({e.spec.prompt_tokens - e.prefilled, e.prefilled, e.spec.max_prefill_chunk});
   return views;
 }
 

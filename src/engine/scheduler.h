@@ -41,6 +41,9 @@ struct RequestSpec {
   // after them. At most prompt_tokens - 1, since the last prompt token must
   // run to produce the first logits.
   int64_t cached_prompt_tokens = 0;
+  // This request's own cap on its prefill chunks when below the configured one (a request
+  // that downloads every prompt row's logits bounds them); 0: the configured cap.
+  int32_t max_prefill_chunk = 0;
   int64_t cache_tokens() const { return prompt_tokens + max_new_tokens; }
 };
 

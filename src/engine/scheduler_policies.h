@@ -13,6 +13,9 @@
 // boundaries then depend only on the request itself, so a reply is bit for bit
 // the same whether its request ran alone or beside others.
 //
+// A request may bring a smaller cap of its own (RunningView::chunk_cap): its chunks then
+// end at multiples of that cap instead.
+//
 // AdmissionPolicy: FIFO with head-of-line blocking. The oldest waiting
 // request is admitted when a stream slot is free, the step has tokens left to
 // start its prefill, and its whole cache need fits; otherwise it and everyone
@@ -29,6 +32,7 @@ namespace tf {
 struct RunningView {
   int64_t prefill_remaining = 0;  // prompt tokens not yet processed; 0 = decoding
   int64_t prefill_done = 0;       // prompt tokens already processed (cached ones included)
+  int32_t chunk_cap = 0;          // its own cap on a chunk, when below max_prefill_chunk; 0: none
 };
 
 struct StepTokenPolicy {

@@ -301,6 +301,7 @@ struct HttpServer::Impl {
       g.sampling.max_tokens = *r.max_tokens;
       g.structured = r.structured;
       g.n = r.n;
+      if (r.echo && r.logprobs >= 0) g.prompt_logprobs = r.logprobs;  // the echoed prompt is scored too
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
     }
     if (r.stream) {

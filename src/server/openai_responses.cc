@@ -22,6 +22,7 @@ void ChoiceState::apply(const GenerationEvent& ev) {
       if (!d.name.empty()) t.name = d.name;
       t.arguments += d.arguments;
     }
+    if (!ev.prompt_logprobs.empty()) prompt_logprobs = ev.prompt_logprobs;
     for (const TokenLogprob& lp : ev.logprobs) {
       logprobs.push_back(lp);
       text_offsets.push_back(lp.text_offset >= 0 ? lp.text_offset : chars_before);
@@ -121,6 +122,26 @@ Json completion_logprobs_json(const ChoiceState& c, size_t begin, size_t end, in
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+Json prompt_logprobs_json(std::span<const TokenLogprob> entries, int64_t echo_chars) {
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TokenLogprob& lp = entries[i];
+    tokens.push_back(lp.token);
+    Json top = Json::object();
+    for (const TopLogprob& t : lp.top) top[t.token] = t.logprob;
+    token_lps.push_back(i == 0 ? Json() : Json(lp.logprob));
+    tops.push_back(i == 0 ? Json() : top);
+    offsets.push_back(std::clamp<int64_t>(lp.text_offset, 0, echo_chars));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+Json concat_completion_logprobs(Json first, const Json& then) {
+  for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const Json& v : then[k]) first[k].push_back(v);
+  return first;
+}
+
 Json chat_completion_json(const ResponseMeta& meta, const std::vector<ChoiceState>& choices, const UsageTotals& usage,
                           bool include_reasoning, bool want_logprobs) {
   Json out_choices = Json::array();
@@ -192,11 +213,16 @@ Json text_completion_json(const ResponseMeta& meta, const std::vector<ChoiceStat
   Json out = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const std::string& prefix = echo_prefix.empty() ? std::string() : echo_prefix[i / static_cast<size_t>(n)];
+    Json logprobs;
+    if (want_logprobs) {
+      const ChoiceState& c = choices[i];
+      logprobs = completion_logprobs_json(c, 0, c.logprobs.size(), code_points(prefix));
+      if (!echo_prefix.empty() && !c.prompt_logprobs.empty())
+        logprobs = concat_completion_logprobs(prompt_logprobs_json(c.prompt_logprobs, code_points(prefix)), logprobs);
+    }
     out.push_back({{"index", i},
                    {"text", prefix + choices[i].content},
-                   {"logprobs", want_logprobs ? completion_logprobs_json(choices[i], 0, choices[i].logprobs.size(),
-                                                                         code_points(prefix))
-                                              : Json()},
+                   {"logprobs", logprobs},
                    {"finish_reason", finish_reason_name(choices[i].finish_reason)}});
   }
   return {{"id", meta.id},       {"object", "text_completion"}, {"created", meta.created},

@@ -30,6 +30,9 @@ struct ChoiceState {
   // Per logprobs entry: code points of `content` before its token (the engine's count,
   // or the content of the events before it when the engine gives none).
   std::vector<int64_t> text_offsets;
+  // Completions' echo with logprobs: one entry per prompt token (the first one's logprob
+  // null), before the generated tokens' (GenerationEvent::prompt_logprobs).
+  std::vector<TokenLogprob> prompt_logprobs;
   int64_t content_chars = 0;  // code points in `content`
   bool finished = false;
   FinishReason finish_reason = FinishReason::kStop;
@@ -62,6 +65,12 @@ Json chat_logprobs_json(std::span<const TokenLogprob> lps);
 // the echoed prompt (echo_chars), never past the choice's text so far (a token of a stop
 // string that was cut points at the end).
 Json completion_logprobs_json(const ChoiceState& c, size_t begin, size_t end, int64_t echo_chars);
+// The same arrays for the echoed prompt's tokens (ChoiceState::prompt_logprobs): the first
+// token's logprob and top_logprobs are null (nothing precedes it); offsets count into the
+// echoed prompt (echo_chars code points), never past it.
+Json prompt_logprobs_json(std::span<const TokenLogprob> entries, int64_t echo_chars);
+// `first`'s arrays followed by `then`'s (the echoed prompt's entries, then the reply's).
+Json concat_completion_logprobs(Json first, const Json& then);
 
 struct ResponseMeta {
   std::string id;

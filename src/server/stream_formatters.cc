@@ -66,12 +66,24 @@ std::string ChatStreamFormatter::on_done(const std::vector<ChoiceState>&, const 
 
 std::string CompletionStreamFormatter::start() {
   std::string out;
-  if (echo_.empty()) return out;
-  for (int i = 0; i < n_; ++i) out += sse_data(text_completion_chunk_json(meta_, index_offset_ + i, echo_, nullptr));
+  if (echo_.empty() || echo_waits_for_prompt_logprobs()) return out;
+  for (int i = 0; i < n_; ++i) out += echo_chunk(i, ChoiceState{});
   return out;
 }
 
+std::string CompletionStreamFormatter::echo_chunk(int choice, const ChoiceState& state) {
+  if (echoed_.at(static_cast<size_t>(choice))) return "";
+  echoed_[static_cast<size_t>(choice)] = true;
+  Json logprobs;
+  if (logprobs_) logprobs = prompt_logprobs_json(state.prompt_logprobs, echo_chars_);
+  return sse_data(text_completion_chunk_json(meta_, index_offset_ + choice, echo_, nullptr, logprobs));
+}
+
 std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
+  if (echo_waits_for_prompt_logprobs()) {
+    std::string echo = echo_chunk(ev.choice, state);
+    if (!echo.empty()) return echo + on_event(ev, state);
+  }
   const int index = index_offset_ + ev.choice;
   auto take_logprobs = [&](size_t end) {
     if (!logprobs_) return Json();

@@ -55,12 +55,13 @@ class CompletionStreamFormatter : public StreamFormatter {
  public:
   // One formatter per prompt of a multi-prompt request: choices are numbered from
   // index_offset; only the last prompt's formatter ends the stream, with the usage
-  // summed over all prompts in `total`.
+  // summed over all prompts in `total`. With echo and logprobs, a choice's echo chunk waits
+  // for its first event, which carries the prompt's logprobs (ChoiceState::prompt_logprobs).
   CompletionStreamFormatter(ResponseMeta meta, int n, bool include_usage, std::string echo, bool logprobs,
                             int index_offset, bool last, std::shared_ptr<UsageTotals> total)
       : meta_(std::move(meta)), n_(n), include_usage_(include_usage), echo_(std::move(echo)), logprobs_(logprobs),
         index_offset_(index_offset), last_(last), total_(std::move(total)), cursor_(n),
-        echo_chars_(code_points(echo_)) {}
+        echo_chars_(code_points(echo_)), echoed_(static_cast<size_t>(n > 0 ? n : 1), false) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -77,6 +78,9 @@ class CompletionStreamFormatter : public StreamFormatter {
   std::shared_ptr<UsageTotals> total_;
   LogprobCursor cursor_;
   int64_t echo_chars_;  // text_offset of the first generated character
+  std::vector<bool> echoed_;  // per choice: its echo chunk was sent
+  bool echo_waits_for_prompt_logprobs() const { return !echo_.empty() && logprobs_; }
+  std::string echo_chunk(int choice, const ChoiceState& state);
 };
 
 // Responses API events: created, in_progress, items (added / deltas / done), completed.

@@ -524,14 +524,71 @@ await run.check('streamed logprobs hold every token of the non-streamed reply (s
     }
     for (const k of keys) assert.deepEqual(joined[k], lp[k], `completions ${k} seed ${seed}`);
   }
-  // With echo, offsets count from the start of the echoed prompt (code points, not bytes).
+  // With echo, the prompt's tokens come first and the reply's offsets count from the start of
+  // the echoed prompt (code points, not bytes).
   const prompt = 'Café au lait, s’il vous plaît:';
   const body = { model, prompt, echo: true, logprobs: 1, temperature: 0, ignore_eos: true, max_tokens: 4 };
   const e = await post200(server, '/v1/completions', body);
-  assert.equal(e.choices[0].logprobs.text_offset[0], [...prompt].length);
+  const promptTokens = e.usage.prompt_tokens;
+  assert.equal(e.choices[0].logprobs.text_offset.length, promptTokens + 4);
+  assert.equal(e.choices[0].logprobs.text_offset[promptTokens], [...prompt].length);
   const es = await postSse(server, '/v1/completions', { ...body, stream: true });
   const streamedOffsets = es.events.flatMap((x) => x.json?.choices?.[0]?.logprobs?.text_offset ?? []);
   assert.deepEqual(streamedOffsets, e.choices[0].logprobs.text_offset);
+});
+
+// lm-evaluation-harness's local-completions scores a text with echo, logprobs 1 and max_tokens 0.
+await run.check('completions echo + logprobs scores every prompt token (max_tokens 0 and more; streamed the same)', async () => {
+  const prompt = 'Café au lait, s’il vous plaît: the lighthouse keeper said';
+  const keys = ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'];
+  const body = { model, prompt, echo: true, logprobs: 1, max_tokens: 0 };
+  const r = await post200(server, '/v1/completions', body);
+  const c = r.choices[0];
+  assert.equal(c.text, prompt);
+  assert.equal(r.usage.completion_tokens, 0);
+  const n = r.usage.prompt_tokens;
+  const lp = c.logprobs;
+  for (const k of keys) assert.equal(lp[k].length, n, k);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  const chars = [...prompt].length;
+  for (let i = 1; i < n; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0, `token ${i}`);
+    const tops = lp.top_logprobs[i];
+    assert.ok(Object.keys(tops).length >= 1 && Object.keys(tops).length <= 2, 'top 1 and the token');
+    assert.ok(lp.token_logprobs[i] <= Math.max(...Object.values(tops)) + 1e-6);
+    assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1] && lp.text_offset[i] <= chars, `offset ${i}`);
+  }
+  const streamed = await postSse(server, '/v1/completions', { ...body, stream: true });
+  const joined = Object.fromEntries(keys.map((k) => [k, []]));
+  let text = '';
+  for (const e of streamed.events) {
+    const ch = e.json?.choices?.[0];
+    if (!ch) continue;
+    text += ch.text;
+    if (ch.logprobs) for (const k of keys) joined[k].push(...ch.logprobs[k]);
+  }
+  assert.equal(text, prompt);
+  for (const k of keys) assert.deepEqual(joined[k], lp[k], `streamed ${k}`);
+  // The reply's tokens scored as part of a longer prompt get the logprobs the reply reported.
+  const g = await post200(server, '/v1/completions', { model, prompt, logprobs: 1, temperature: 0, ignore_eos: true, max_tokens: 6 });
+  const longer = await post200(server, '/v1/completions', { model, prompt: prompt + g.choices[0].text, echo: true, logprobs: 1, max_tokens: 0 });
+  const scored = longer.choices[0].logprobs;
+  const tail = scored.tokens.length - 6;
+  if (scored.tokens.slice(tail).join('') === g.choices[0].text) {  // the text tokenizes back to the same tokens
+    for (let j = 0; j < 6; j++) assert.ok(Math.abs(scored.token_logprobs[tail + j] - g.choices[0].logprobs.token_logprobs[j]) < 1e-3, `reply token ${j}`);
+  }
+  // Several prompts and n: each choice scores its own prompt.
+  const many = await post200(server, '/v1/completions', { model, prompt: [prompt, 'In a galaxy'], n: 2, echo: true, logprobs: 1, max_tokens: 2, temperature: 0, ignore_eos: true });
+  const small = await post200(server, '/v1/completions', { model, prompt: 'In a galaxy', echo: true, logprobs: 1, max_tokens: 0 });
+  assert.equal(many.choices.length, 4);
+  for (const [i, want] of [[0, lp], [1, lp], [2, small.choices[0].logprobs], [3, small.choices[0].logprobs]]) {
+    const got = many.choices[i].logprobs;
+    assert.equal(got.tokens.length, want.tokens.length + 2, `choice ${i}`);
+    assert.deepEqual(got.tokens.slice(0, want.tokens.length), want.tokens, `choice ${i}`);
+    assert.equal(got.token_logprobs[0], null);
+    for (let t = 1; t < want.tokens.length; t++) assert.ok(Math.abs(got.token_logprobs[t] - want.token_logprobs[t]) < 1e-4, `choice ${i} token ${t}`);
+  }
 });
 
 // Responses: normalises what legitimately differs between two runs (ids, timestamps).

@@ -37,6 +37,7 @@ struct Collector {
   std::map<int, std::string> text;  // reasoning + content, per choice
   std::map<int, std::string> content;
   std::map<int, std::vector<TokenLogprob>> logprobs;
+  std::map<int, std::vector<TokenLogprob>> prompt_logprobs;  // GenerationRequest::prompt_logprobs
   std::map<int, std::map<int, std::pair<std::string, std::string>>> calls;  // choice -> index -> name, arguments
   std::map<int, GenerationEvent> finish;
   int events = 0;
@@ -57,6 +58,7 @@ struct Collector {
         text[ev.choice] += ev.reasoning + ev.content;
         content[ev.choice] += ev.content;
         for (auto& l : ev.logprobs) logprobs[ev.choice].push_back(l);
+        for (auto& l : ev.prompt_logprobs) prompt_logprobs[ev.choice].push_back(l);
         for (auto& d : ev.tool_calls) {
           auto& call = calls[ev.choice][d.index];
           call.first += d.name;
@@ -1273,6 +1275,141 @@ TEST_F(SpeculationTest, StopsInsideAVerifiedRunAndConcurrentStreams) {
   EXPECT_EQ(reply(*e, s), serial_stop);
   EXPECT_EQ(run_all(*e), serial_many);
   EXPECT_GT(e->health().accepted_tokens_total, 0);
+}
+
+}  // namespace
+}  // namespace tf::engine
+
+namespace tf::engine {
+namespace {
+
+// Prompt logprobs (engine_prompt_logprobs.cc): a prompt that repeats a greedy reply scores the
+// reply's tokens as the reply reported them, whatever its chunks and kept prompts.
+class PromptLogprobsTest : public PromptReuseTest {
+ protected:
+  struct Greedy {
+    std::vector<int32_t> tokens;  // the prompt, then the reply
+    std::vector<TokenLogprob> reply;
+    std::string text;
+  };
+  // A greedy reply of k tokens with logprobs (top 2), appended to the prompt.
+  static Greedy greedy(Engine& e, const std::string& id, const std::vector<int32_t>& p, int64_t k) {
+    GenerationRequest g = sampled(id, p, k);
+    g.sampling.temperature = 0.0;
+    g.sampling.top_logprobs = 2;
+    Collector c;
+    EXPECT_TRUE(e.submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    Greedy out{p, c.logprobs[0], c.text[0]};
+    for (const TokenLogprob& l : out.reply) out.tokens.push_back(l.token_id);
+    return out;
+  }
+  // The prompt's entries (max_tokens 0: nothing generated), each choice's.
+  static std::map<int, std::vector<TokenLogprob>> scored(Engine& e, const std::string& id, const std::vector<int32_t>& p,
+                                                         int n = 1, int64_t* cached = nullptr) {
+    GenerationRequest g = sampled(id, p, 0);
+    g.sampling.logprobs = false;
+    g.prompt_logprobs = 2;
+    g.n = n;
+    Collector c;
+    c.expected = n;
+    EXPECT_TRUE(e.submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(c.finish[i].finish_reason, FinishReason::kLength);
+      EXPECT_EQ(c.finish[i].completion_tokens, 0);
+      EXPECT_TRUE(c.content[i].empty());
+      if (cached) *cached = c.finish[i].cached_prompt_tokens;
+    }
+    return c.prompt_logprobs;
+  }
+  // The entries of the reply's positions equal the reply's logprobs (tokens exactly).
+  static void expect_reply_scored(const Greedy& g, const std::vector<TokenLogprob>& entries) {
+    ASSERT_EQ(entries.size(), g.tokens.size());
+    EXPECT_EQ(entries[0].token_id, g.tokens[0]);
+    EXPECT_TRUE(entries[0].top.empty()) << "the first token has nothing before it";
+    const size_t first = g.tokens.size() - g.reply.size();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      EXPECT_EQ(entries[i].token_id, g.tokens[i]) << i;
+      if (i == 0) continue;
+      EXPECT_LE(entries[i].logprob, 0.0) << i;
+      EXPECT_GE(entries[i].top.size(), 2u) << i;
+      EXPECT_LE(entries[i].top.size(), 3u) << i;
+    }
+    for (size_t j = 0; j < g.reply.size(); ++j) {
+      const TokenLogprob& want = g.reply[j];
+      const TokenLogprob& got = entries[first + j];
+      EXPECT_EQ(got.token, want.token) << "reply token " << j;
+      EXPECT_NEAR(got.logprob, want.logprob, 1e-4) << "reply token " << j;
+      ASSERT_GE(got.top.size(), 2u);
+      for (size_t t = 0; t < 2; ++t) {
+        EXPECT_EQ(got.top[t].token, want.top[t].token) << "reply token " << j << " top " << t;
+        EXPECT_NEAR(got.top[t].logprob, want.top[t].logprob, 1e-4) << "reply token " << j << " top " << t;
+      }
+    }
+    // Offsets: code points of the decoded tokens before each, never going back.
+    EXPECT_EQ(entries[0].text_offset, 0);
+    for (size_t i = 1; i < entries.size(); ++i) EXPECT_GE(entries[i].text_offset, entries[i - 1].text_offset) << i;
+  }
+};
+
+TEST_F(PromptLogprobsTest, AShortPromptScoresItsRepeatedReply) {
+  const Greedy g = greedy(fresh_engine(), "pl1", prompt("Once upon a time"), 10);
+  ASSERT_EQ(g.reply.size(), 10u);
+  ASSERT_LT(g.tokens.size(), 32u) << "one chunk";
+  expect_reply_scored(g, scored(fresh_engine(), "pl2", g.tokens)[0]);
+}
+
+TEST_F(PromptLogprobsTest, APromptOfSeveralChunksScoresItsRepeatedReply) {
+  const Greedy g = greedy(fresh_engine(), "pl3", prompt(long_text("chunks", 40)), 12);
+  ASSERT_GT(g.tokens.size(), 3 * 32u) << "several chunks";
+  expect_reply_scored(g, scored(fresh_engine(), "pl4", g.tokens)[0]);
+}
+
+// The suite engine keeps prompts: a scored prompt that starts with a kept one runs every row anyway.
+TEST_F(PromptLogprobsTest, AKeptPrefixIsRunAgain) {
+  const std::vector<int32_t> p = prompt(long_text("kept", 90));
+  const Greedy g = greedy(*engine_, "pl5", p, 8);
+  wait_idle();
+  ASSERT_GE(engine_->health().kept_prompts, 1);
+  ASSERT_EQ(run_on(*engine_, sampled("pl6", p, 2)).cached, (static_cast<int64_t>(p.size()) - 1) / 64 * 64)
+      << "the prompt is kept";
+  int64_t cached = -1;
+  const auto entries = scored(*engine_, "pl7", g.tokens, 1, &cached);
+  EXPECT_EQ(cached, 0);
+  expect_reply_scored(g, entries.at(0));
+}
+
+// Every choice scores the prompt; a choice that also generates gives the reply it gives without.
+TEST_F(PromptLogprobsTest, ChoicesScoreThePromptAndGenerateAsBefore) {
+  const Greedy g = greedy(fresh_engine(), "pl8", prompt(long_text("twice", 30)), 6);
+  const auto two = scored(fresh_engine(), "pl9", g.tokens, 2);
+  ASSERT_EQ(two.size(), 2u);
+  expect_reply_scored(g, two.at(0));
+  ASSERT_EQ(two.at(1).size(), two.at(0).size());
+  for (size_t i = 0; i < two.at(0).size(); ++i) EXPECT_EQ(two.at(1)[i].logprob, two.at(0)[i].logprob) << i;
+
+  // With max_tokens: the prompt's entries come first, then the same reply as without them
+  // (the first token is sampled from the prompt's last row).
+  const std::vector<int32_t> p(g.tokens.begin(), g.tokens.end() - static_cast<std::ptrdiff_t>(g.reply.size()));
+  GenerationRequest both = sampled("pl10", p, 6);
+  both.sampling.temperature = 0.0;
+  both.sampling.top_logprobs = 2;
+  both.prompt_logprobs = 1;
+  Collector c;
+  ASSERT_TRUE(fresh_engine().submit(std::move(both), c.sink()).is_ok());
+  ASSERT_TRUE(c.wait());
+  ASSERT_FALSE(c.error) << c.status.to_string();
+  EXPECT_EQ(c.text[0], g.text);
+  ASSERT_EQ(c.logprobs[0].size(), g.reply.size());
+  for (size_t j = 0; j < g.reply.size(); ++j) {
+    EXPECT_EQ(c.logprobs[0][j].token_id, g.reply[j].token_id) << j;
+    EXPECT_EQ(c.logprobs[0][j].logprob, g.reply[j].logprob) << j;
+  }
+  ASSERT_EQ(c.prompt_logprobs[0].size(), p.size());
+  for (size_t i = 1; i < p.size(); ++i) EXPECT_LE(c.prompt_logprobs[0][i].top.size(), 2u) << "top 1, and the token";
 }
 
 }  // namespace

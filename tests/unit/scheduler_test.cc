@@ -397,6 +397,26 @@ TEST(SchedulerTimeline, AlignedChunksDoNotDependOnBatchMates) {
   EXPECT_FALSE(bad.validate().is_ok());
 }
 
+// A request's own smaller cap (prompt logprobs bound the logits rows a step brings to the
+// host) holds for its chunks only, aligned or not; a larger one changes nothing.
+TEST(SchedulerPolicies, ARequestsOwnChunkCapIsKeptWhenSmaller) {
+  const StepTokenPolicy plain{20, 8};
+  const std::vector<RunningView> views{{10, 0, 3}, {10, 0, 0}, {10, 0, 16}};
+  EXPECT_EQ(plain(views), (std::vector<int32_t>{3, 8, 8}));
+  const StepTokenPolicy aligned{20, 8, true};
+  const std::vector<RunningView> later{{10, 4, 3}, {10, 4, 0}};
+  EXPECT_EQ(aligned(later), (std::vector<int32_t>{2, 4}));  // to 6 (a multiple of 3), to 8
+
+  Harness h(config(2, 20, 16, /*chunk=*/8), 1000);
+  RequestSpec capped{id('A'), 10, 1};
+  capped.max_prefill_chunk = 4;
+  ASSERT_EQ(h.sched.submit(capped), SubmitResult::kQueued);
+  ASSERT_EQ(h.submit('B', 10, 5), SubmitResult::kQueued);
+  EXPECT_EQ(h.step(), "A:P4 B:P8");
+  EXPECT_EQ(h.step(), "A:P4 B:P2!");
+  EXPECT_EQ(h.step(), "A:P2! B:D1");
+}
+
 TEST(SchedulerPolicies, AdmissionNeedsSlotTokensAndCache) {
   const AdmissionPolicy policy{2};
   EXPECT_TRUE(policy({1, 5, true}));

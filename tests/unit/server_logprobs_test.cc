@@ -195,5 +195,49 @@ TEST(ServerLogprobs, EngineTextOffsetsSurviveHeldBackText) {
     EXPECT_EQ(completion_offsets(c, body, stream), Json({0, 3, 5, 8, 8})) << "stream " << stream;
 }
 
+// Echo with logprobs scores the prompt (lm-evaluation-harness): the engine's prompt entries
+// come first (the first token's logprob and top null, offsets within the echoed prompt), then
+// the reply's; the stream's echo chunk carries the prompt's, and the whole equals the reply.
+TEST(ServerLogprobs, EchoedPromptEntriesComeFirstStreamedOrNot) {
+  TestServer ts;
+  script_tokens(ts.engine, {{"!", "!", {'!'}}});
+  GenerationEvent prompt_scored;  // the prompt "ab" as two tokens
+  TokenLogprob a{"a", 0.0, {'a'}, {}};
+  a.text_offset = 0;
+  TokenLogprob b{"b", -1.5, {'b'}, {{"c", -0.5, {'c'}}, {"b", -1.5, {'b'}}}};
+  b.text_offset = 1;
+  prompt_scored.prompt_logprobs = {a, b};
+  ts.engine.script.insert(ts.engine.script.begin(), prompt_scored);
+  auto c = ts.client();
+  const Json body = {{"model", "fake-model"}, {"prompt", "ab"}, {"logprobs", 1}, {"echo", true}};
+  const Json j = post_json(c, "/v1/completions", body);
+  EXPECT_EQ(ts.engine.requests.back().prompt_logprobs, 1);
+  EXPECT_EQ(j["choices"][0]["text"], "ab!");
+  const Json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], Json({"a", "b", "!"}));
+  EXPECT_EQ(lp["token_logprobs"], Json({nullptr, -1.5, -0.25}));
+  EXPECT_EQ(lp["top_logprobs"][0], nullptr);
+  EXPECT_EQ(lp["top_logprobs"][1], Json({{"c", -0.5}, {"b", -1.5}}));
+  EXPECT_EQ(lp["text_offset"], Json({0, 1, 2}));
+  std::string text;
+  Json joined = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
+                 {"text_offset", Json::array()}};
+  for (const Json& chunk : post_stream(c, "/v1/completions", body)) {
+    for (const Json& choice : chunk["choices"]) {
+      text += choice["text"].get<std::string>();
+      if (choice["logprobs"].is_null()) continue;
+      for (auto& [k, v] : joined.items())
+        for (const Json& x : choice["logprobs"][k]) v.push_back(x);
+    }
+  }
+  EXPECT_EQ(text, "ab!");
+  EXPECT_EQ(joined, lp);
+  // Without echo the prompt is not scored.
+  Json plain = body;
+  plain.erase("echo");
+  (void)post_json(c, "/v1/completions", plain);
+  EXPECT_EQ(ts.engine.requests.back().prompt_logprobs, -1);
+}
+
 }  // namespace
 }  // namespace tf::server::testing
