@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "text/code_points.h"
+
 namespace tf::engine {
 namespace {
 
@@ -52,7 +54,7 @@ void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, Gene
 }
 
 void ChoiceOutput::count_text(const std::string& piece) {
-  for (char c : piece) text_chars_ += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // not a continuation byte
+  text_chars_ += text::count_code_points(piece);
 }
 
 void ChoiceOutput::route_content(const std::string& content, bool final, GenerationEvent& ev) {

@@ -13,6 +13,7 @@
 
 #include "engine/engine_impl.h"
 #include "sampling/logprobs.h"
+#include "text/code_points.h"
 #include "text/detokenizer.h"
 
 namespace tf::engine {
@@ -84,7 +85,7 @@ void Engine::Impl::score_prompt_rows(LiveChoice& c, StepResult& result) {
   int64_t chars = 0;
   for (size_t i = 0; i < c.prompt_logprobs.size() && i < prompt.size(); ++i) {
     c.prompt_logprobs[i].text_offset = chars;
-    for (char ch : detok.add(prompt[i])) chars += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;  // code points
+    chars += text::count_code_points(detok.add(prompt[i]));
   }
   GenerationEvent ev;
   ev.choice = c.index;

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <random>
 
+#include "text/code_points.h"
+
 namespace tf::server {
 
 void ChoiceState::apply(const GenerationEvent& ev) {
@@ -102,11 +104,7 @@ Json chat_logprobs_json(std::span<const TokenLogprob> lps) {
   return {{"content", content}, {"refusal", nullptr}};
 }
 
-int64_t code_points(std::string_view utf8) {
-  int64_t n = 0;
-  for (char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // not a continuation byte
-  return n;
-}
+int64_t code_points(std::string_view utf8) { return text::count_code_points(utf8); }
 
 Json completion_logprobs_json(const ChoiceState& c, size_t begin, size_t end, int64_t echo_chars) {
   Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
