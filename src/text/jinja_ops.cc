@@ -52,6 +52,8 @@ Value get_attr(const Value& obj, const std::string& name) {
 }
 
 Value get_item(const Value& obj, const Value& key) {
+  // jinja2's Undefined fails on any subscript (an index or a slice), not only on a string key.
+  if (obj.is_undefined()) fail_undefined(obj);
   if (obj.is_dict()) {
     if (const Value* v = obj.dict_data().find(key)) return *v;
   } else if ((obj.is_list() && !obj.is_iterator()) || obj.is_string()) {
@@ -70,13 +72,13 @@ Value get_item(const Value& obj, const Value& key) {
   }
   // jinja2: when obj[key] fails and key is a string, fall back to the attribute.
   if (key.is_string()) return get_attr(obj, key.str());
-  if (obj.is_undefined()) return Value::undefined(obj.str());
   return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute '" + key.to_str() +
                           "'");
 }
 
 Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop,
                 std::optional<int64_t> step) {
+  if (obj.is_undefined()) fail_undefined(obj);
   if (obj.is_list() && !obj.is_iterator()) {
     const auto& items = obj.items();
     std::vector<Value> out;
