@@ -133,6 +133,8 @@ static Value checked(bool overflow, int64_t r) {
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") return Value(a.to_str() + b.to_str());
   if (a.is_undefined()) fail_undefined(a);
+  // str % x formats x (an Undefined too: "%s" prints it as "", "%r" as Undefined) before Undefined's %.
+  if (op == "%" && a.is_string() && b.is_undefined()) return binary_op(op, a, Value::tuple({b}));
   if (b.is_undefined()) fail_undefined(b);
   const bool numbers = a.is_number() && b.is_number();
   const bool ints = numbers && !a.is_float() && !b.is_float();

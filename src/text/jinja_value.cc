@@ -267,7 +267,8 @@ std::string Value::repr() const {
 static void repr_into(std::string& out, const Value& v, int depth) {
   if (depth > 100) throw JinjaError("RecursionError: value nests too deeply to print");
   switch (v.kind()) {
-    case Value::Kind::kUndefined:
+    case Value::Kind::kUndefined:  // top level prints as "" (to_str); inside a container, as Python's repr
+      out += "Undefined";
       return;
     case Value::Kind::kNone:
       out += "None";
