@@ -40,6 +40,27 @@ Value attribute_of(const Value& item, const std::string& path) {
   }
 }
 
+// Python's round(int, ndigits): unchanged for ndigits >= 0, else to a multiple of 10**-ndigits, ties to even.
+Value round_int(int64_t n, int64_t ndigits) {
+  if (ndigits >= 0) return Value(n);
+  if (ndigits < -18) {
+    if (n > 5'000'000'000'000'000'000 || n < -5'000'000'000'000'000'000)
+      throw JinjaError("OverflowError: integer result does not fit in 64 bits");
+    return Value(int64_t{0});
+  }
+  int64_t p = 1;
+  for (int64_t i = 0; i < -ndigits; ++i) p *= 10;
+  int64_t q = n / p, r = n % p;
+  if (r < 0) {  // floor division, as Python's divmod
+    r += p;
+    q -= 1;
+  }
+  if (2 * r > p || (2 * r == p && (q & 1))) q += 1;
+  int64_t out = 0;
+  if (__builtin_mul_overflow(q, p, &out)) throw JinjaError("OverflowError: integer result does not fit in 64 bits");
+  return Value(out);
+}
+
 // Sort/unique/min/max key: lowercased strings unless case_sensitive.
 Value sort_key(const Value& v, bool case_sensitive) {
   if (!case_sensitive && v.is_string()) return Value(py_lower(v.str()));
@@ -176,7 +197,11 @@ const std::unordered_map<std::string, Filter>& filters() {
     };
     f["attr"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("attr", a, {"name"});
-      return get_attr(v, require_string_arg(b.required(0), "attribute name"));
+      std::string name = require_string_arg(b.required(0), "attribute name");
+      // jinja2's attr filter is Python's getattr alone: a dict's methods are attributes, its keys are not.
+      if (v.is_dict() && get_method(v, name).is_undefined() && v.dict_data().find(name))
+        return Value::undefined("'dict object' has no attribute '" + name + "'");
+      return get_attr(v, name);
     };
     f["batch"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("batch", a, {"linecount", "fill_with"});
@@ -484,7 +509,7 @@ const std::unordered_map<std::string, Filter>& filters() {
         throw JinjaError(std::string("TypeError: type ") + v.type_name() +
                          " doesn't define __round__ method");
       if (method == "common") {
-        if (!v.is_float()) return Value(v.as_int());
+        if (!v.is_float()) return round_int(v.as_int(), precision);
         return Value(py_round(v.as_double(), precision));
       }
       double scale = std::pow(10.0, static_cast<double>(precision));
@@ -498,8 +523,14 @@ const std::unordered_map<std::string, Filter>& filters() {
       bool cs = b.get(1, Value(false)).truthy();
       Value attr = b.get(2, Value::none());
       std::vector<Value> items = iterate(v);
+      // jinja2's make_multi_attrgetter: "a,b" sorts by a, then b (each part as written, spaces kept).
+      std::vector<std::string> parts;
+      if (attr.is_string()) parts = py_split(attr.str(), std::string(","), -1);
       auto key = [&](const Value& x) {
-        return sort_key(attr.is_none() ? x : attribute_of(x, attr.to_str()), cs);
+        if (parts.size() < 2) return sort_key(attr.is_none() ? x : attribute_of(x, attr.to_str()), cs);
+        std::vector<Value> keys;
+        for (const auto& part : parts) keys.push_back(sort_key(attribute_of(x, part), cs));
+        return Value::list(std::move(keys));
       };
       std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
         return reverse ? value_less(key(y), key(x)) : value_less(key(x), key(y));
@@ -511,6 +542,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       ArgBinder b("sum", a, {"attribute", "start"});
       Value attr = b.get(0, Value::none());
       Value total = b.get(1, Value(int64_t{0}));
+      if (total.is_string()) throw JinjaError("TypeError: sum() can't sum strings [use ''.join(seq) instead]");
       if (!attr.is_none()) {
         for (const auto& item : iterate(v)) total = binary_op("+", total, attribute_of(item, attr));
         return total;
@@ -645,9 +677,9 @@ const std::unordered_map<std::string, Test>& tests() {
       return v.is_string() || (v.is_list() && !v.is_iterator()) || v.is_dict();
     };
     t["callable"] = [](const Value& v, CallArgs&) { return v.is_callable(); };
-    t["lower"] = [](const Value& v, CallArgs&) { return v.is_string() && py_lower(v.str()) == v.str(); };
-    t["upper"] = [](const Value& v, CallArgs&) { return v.is_string() && py_upper(v.str()) == v.str(); };
-    t["escaped"] = [](const Value&, CallArgs&) { return false; };
+    t["lower"] = [](const Value& v, CallArgs&) { return py_islower(v.to_str()); };  // str(value).islower()
+    t["upper"] = [](const Value& v, CallArgs&) { return py_isupper(v.to_str()); };
+    t["escaped"] = [](const Value& v, CallArgs&) { return v.is_markup(); };  // has __html__
     t["odd"] = [](const Value& v, CallArgs&) { return !number_mod_zero(v, Value(int64_t{2})); };
     t["even"] = [](const Value& v, CallArgs&) { return number_mod_zero(v, Value(int64_t{2})); };
     t["divisibleby"] = [arg0](const Value& v, CallArgs& a) {

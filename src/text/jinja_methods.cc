@@ -436,22 +436,8 @@ Value string_method(const Value& self, const std::string& name) {
       return Value(std::all_of(u.begin(), u.end(), [](char32_t c) { return py_isprintable(c); }));
     });
   if (name == "istitle") return fn([s](CallArgs&) { return Value(!s.empty() && py_str_title(s) == s && py_lower(s) != s); });
-  if (name == "islower" || name == "isupper") {
-    bool lower = name == "islower";
-    return fn([s, lower](CallArgs&) {
-      bool cased = false;
-      for (char c : s) {
-        if (c >= 'a' && c <= 'z') {
-          if (!lower) return Value(false);
-          cased = true;
-        } else if (c >= 'A' && c <= 'Z') {
-          if (lower) return Value(false);
-          cased = true;
-        }
-      }
-      return Value(cased);
-    });
-  }
+  if (name == "islower") return fn([s](CallArgs&) { return Value(py_islower(s)); });
+  if (name == "isupper") return fn([s](CallArgs&) { return Value(py_isupper(s)); });
   return Value();
 }
 

@@ -250,6 +250,19 @@ static std::string map_case(std::string_view s, char32_t (*f)(char32_t)) {
 std::string py_upper(std::string_view s) { return map_case(s, to_upper_cp); }
 std::string py_lower(std::string_view s) { return map_case(s, to_lower_cp); }
 
+static bool cased_predicate(std::string_view s, bool lower) {
+  bool cased = false;
+  for (char32_t c : utf8_decode(s)) {
+    bool is_lower = to_upper_cp(c) != c || c == 0xDF, is_upper = to_lower_cp(c) != c;
+    if (lower ? is_upper : is_lower) return false;
+    cased = cased || is_lower || is_upper;
+  }
+  return cased;
+}
+
+bool py_islower(std::string_view s) { return cased_predicate(s, true); }
+bool py_isupper(std::string_view s) { return cased_predicate(s, false); }
+
 std::string py_capitalize(std::string_view s) {
   std::u32string u = utf8_decode(py_lower(s));
   if (!u.empty()) {

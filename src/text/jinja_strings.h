@@ -38,6 +38,9 @@ std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_capitalize(std::string_view s);
 std::string py_str_title(std::string_view s);  // str.title()
+// str.islower / str.isupper: every cased character has that case, and there is at least one.
+bool py_islower(std::string_view s);
+bool py_isupper(std::string_view s);
 int64_t py_count(std::string_view s, std::string_view sub);
 // str.find in code points, or -1.
 int64_t py_find(std::string_view s, std::string_view sub, bool reverse);
