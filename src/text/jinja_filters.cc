@@ -192,6 +192,8 @@ const std::unordered_map<std::string, Filter>& filters() {
     std::unordered_map<std::string, Filter> f;
     f["abs"] = [](const Value& v, CallArgs&) {
       if (v.is_float()) return Value(std::fabs(v.as_double()));
+      if (v.is_int() && v.as_int() == INT64_MIN)
+        throw JinjaError("OverflowError: integer result does not fit in 64 bits");
       if (v.is_int() || v.is_bool()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
       throw JinjaError(std::string("TypeError: bad operand type for abs(): '") + v.type_name() + "'");
     };
@@ -216,6 +218,7 @@ const std::unordered_map<std::string, Filter>& filters() {
         }
       }
       if (!cur.empty()) {
+        if (b.has(1) && !b.get(1).is_none()) check_built_size(n, "batch");
         if (b.has(1) && !b.get(1).is_none())
           while (static_cast<int64_t>(cur.size()) < n) cur.push_back(b.get(1));
         out.push_back(Value::list(std::move(cur)));
@@ -231,6 +234,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       int64_t width = b.get(0, Value(int64_t{80})).as_int();
       int64_t len = static_cast<int64_t>(utf8_length(s));
       if (width <= len) return Value(s);
+      check_built_size(width, "centered string");
       int64_t total = width - len;
       int64_t left = total / 2 + (total & width & 1);
       return Value(std::string(static_cast<size_t>(left), ' ') + s +
@@ -302,6 +306,7 @@ const std::unordered_map<std::string, Filter>& filters() {
     f["indent"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("indent", a, {"width", "first", "blank"});
       Value width = b.get(0, Value(int64_t{4}));
+      if (!width.is_string()) check_built_size(width.as_int(), "indent");
       std::string ind = width.is_string()
                             ? width.str()
                             : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
@@ -351,6 +356,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       std::vector<Value> seq = iterate(v);
       int64_t length = static_cast<int64_t>(seq.size());
       if (slices <= 0) throw JinjaError("ZeroDivisionError: integer division or modulo by zero");
+      check_built_size(slices, "slice count");
       int64_t per = length / slices, extra = length % slices, offset = 0;
       std::vector<Value> out;
       for (int64_t n = 0; n < slices; ++n) {
@@ -583,6 +589,7 @@ const std::unordered_map<std::string, Filter>& filters() {
         o.has_indent = true;
         o.indent = indent.str();
       } else if (indent.is_int() || indent.is_bool()) {
+        check_built_size(indent.as_int(), "tojson indent");
         o.has_indent = true;
         o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
       } else if (!indent.is_none()) {

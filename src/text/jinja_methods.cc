@@ -88,14 +88,20 @@ std::string format_field(const Value& v, const std::string& spec) {
   if (i < rest.size() && rest[i] == '#') alt = true, ++i;
   if (i < rest.size() && rest[i] == '0' && !align) fill = "0", align = '=', ++i;
   size_t width = 0;
-  while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) width = width * 10 + static_cast<size_t>(rest[i++] - '0');
+  while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) {
+    width = width * 10 + static_cast<size_t>(rest[i++] - '0');
+    check_built_size(static_cast<int64_t>(width), "formatted string");
+  }
   bool grouping = false;
   if (i < rest.size() && (rest[i] == ',' || rest[i] == '_')) grouping = true, ++i;
   int precision = -1;
   if (i < rest.size() && rest[i] == '.') {
     ++i;
     precision = 0;
-    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) precision = precision * 10 + (rest[i++] - '0');
+    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) {
+      precision = precision * 10 + (rest[i++] - '0');
+      check_built_size(precision, "formatted string");
+    }
   }
   char type = i < rest.size() ? rest[i++] : 0;
   if (i != rest.size() || grouping || alt)
@@ -361,6 +367,7 @@ Value string_method(const Value& self, const std::string& name) {
     return fn([s](CallArgs& a) {
       ArgBinder b("expandtabs", a, {"tabsize"});
       int64_t tab = opt_int(b.get(0), 8);
+      check_built_size(tab, "expanded tab");
       std::string out;
       int64_t col = 0;
       for (char32_t c : utf8_decode(s)) {

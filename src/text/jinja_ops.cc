@@ -107,11 +107,16 @@ static int64_t floor_div(int64_t a, int64_t b) {
   return q;
 }
 
+constexpr int64_t kMaxBuiltSize = int64_t{1} << 26;  // refuse to build values of 64M+ elements/bytes
+
+void check_built_size(int64_t n, const char* what) {
+  if (n > kMaxBuiltSize) throw JinjaError(std::string("MemoryError: ") + what + " is too large");
+}
+
 static Value repeat(const Value& seq, int64_t n) {
-  constexpr int64_t kMaxRepeat = int64_t{1} << 26;  // refuse to build values of 64M+ elements/bytes
   int64_t unit =
       seq.is_string() ? static_cast<int64_t>(seq.str().size()) : static_cast<int64_t>(seq.items().size());
-  if (n > 0 && unit > 0 && n > kMaxRepeat / unit)
+  if (n > 0 && unit > 0 && n > kMaxBuiltSize / unit)
     throw JinjaError("MemoryError: repeated sequence is too large");
   if (seq.is_string()) {
     std::string out;
@@ -203,6 +208,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       throw JinjaError(op == "%" ? "ZeroDivisionError: integer modulo by zero"
                                  : "ZeroDivisionError: integer division by zero");
     if (ints) {
+      if (b.as_int() == -1)  // INT64_MIN / -1 traps; Python's result is exact
+        return op == "//" ? checked(a.as_int() == INT64_MIN, -a.as_int()) : Value(int64_t{0});
       int64_t q = floor_div(a.as_int(), b.as_int());
       return op == "//" ? Value(q) : Value(a.as_int() - q * b.as_int());
     }
@@ -273,6 +280,8 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
         precision.push_back(fmt[j++]);
     }
     if (j >= fmt.size()) throw JinjaError("ValueError: incomplete format");
+    if (width.size() > 9 || precision.size() > 9) throw JinjaError("MemoryError: format width is too large");
+    check_built_size(width.empty() ? 0 : std::stoll(width), "formatted string");
     char conv = fmt[j];
     i = j;
     if (conv == '%') {

@@ -39,6 +39,10 @@ std::vector<Value> iterate(const Value& v);
 int64_t length_of(const Value& v);
 Value call_value(const Value& fn, CallArgs& args);
 
+// Refuses to build a string or list of more than 64M bytes or items because a template asked for
+// that size (a width, an indent, a batch or slice count): Python would try and exhaust memory.
+void check_built_size(int64_t n, const char* what);
+
 // Throws jinja2's UndefinedError for an Undefined operand.
 [[noreturn]] void fail_undefined(const Value& undefined);
 

@@ -1,6 +1,9 @@
 // Template parsing and rendering with transformers' globals (see jinja_template.h).
 #include "text/jinja_template.h"
 
+#include <new>
+#include <stdexcept>
+
 #include "text/jinja_interpreter.h"
 #include "text/jinja_lexer.h"
 #include "text/jinja_ops.h"
@@ -181,6 +184,10 @@ Expected<std::string> Template::render(const nlohmann::ordered_json& context,
     return interpreter.render(*body_);
   } catch (const JinjaError& e) {
     return to_status(options_, e);
+  } catch (const std::bad_alloc&) {  // a value too large for memory fails this render, not the process
+    return invalid_argument(options_.name + ": MemoryError: out of memory while rendering");
+  } catch (const std::length_error&) {
+    return invalid_argument(options_.name + ": MemoryError: value too large");
   }
 }
 

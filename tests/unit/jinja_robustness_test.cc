@@ -93,6 +93,20 @@ TEST(JinjaRobustness, HostileConstructsFailCleanly) {
       "{{ '\\xZZ' }}",
       "{#",
       "{{ 1 }",
+      // Integer edges that trap or overflow in C++ (Python's integers are unbounded).
+      "{{ (-9223372036854775807 - 1) // -1 }}",
+      "{{ (-9223372036854775807 - 1)|abs }}",
+      // Sizes chosen by the template: each would build a value of gigabytes (or loop as long).
+      "{{ 'a'|center(10000000000) }}",
+      "{{ 'x\\ny'|indent(10000000000) }}",
+      "{{ '%10000000000s' % 'a' }}",
+      "{{ '%99999999999999999999s' % 'a' }}",
+      "{{ '{:10000000000}'.format('a') }}",
+      "{{ '{:.99999999999999999999}'.format('a') }}",
+      "{{ [1]|batch(10000000000, 0)|list }}",
+      "{{ [1, 2]|slice(10000000000)|list }}",
+      "{{ [1]|tojson(indent=10000000000) }}",
+      "{{ 'a\\tb'.expandtabs(10000000000) }}",
   };
   for (const std::string& s : hostile) {
     SCOPED_TRACE(s.substr(0, 80));
