@@ -57,7 +57,8 @@ Value round_int(int64_t n, int64_t ndigits) {
   }
   if (2 * r > p || (2 * r == p && (q & 1))) q += 1;
   int64_t out = 0;
-  if (__builtin_mul_overflow(q, p, &out)) throw JinjaError("OverflowError: integer result does not fit in 64 bits");
+  if (__builtin_mul_overflow(q, p, &out))
+    throw JinjaError("OverflowError: integer result does not fit in 64 bits");
   return Value(out);
 }
 
@@ -548,7 +549,8 @@ const std::unordered_map<std::string, Filter>& filters() {
       ArgBinder b("sum", a, {"attribute", "start"});
       Value attr = b.get(0, Value::none());
       Value total = b.get(1, Value(int64_t{0}));
-      if (total.is_string()) throw JinjaError("TypeError: sum() can't sum strings [use ''.join(seq) instead]");
+      if (total.is_string())
+        throw JinjaError("TypeError: sum() can't sum strings [use ''.join(seq) instead]");
       if (!attr.is_none()) {
         for (const auto& item : iterate(v)) total = binary_op("+", total, attribute_of(item, attr));
         return total;
