@@ -139,7 +139,7 @@ Value to_int(const Value& v, const Value& fallback, int base) {
   if (v.is_bool() || v.is_int()) return Value(v.as_int());
   if (v.is_float()) {
     if (!std::isfinite(v.as_double())) return fallback;
-    return Value(static_cast<int64_t>(v.as_double()));
+    return Value(v.as_int());
   }
   if (v.is_string()) {
     std::string s = py_strip(v.str(), std::nullopt, true, true);
@@ -152,12 +152,14 @@ Value to_int(const Value& v, const Value& fallback, int base) {
       if (used == digits.size() && !digits.empty()) return Value(r);
     } catch (const std::exception&) {
     }
+    std::optional<double> d;
     try {
       size_t used = 0;
-      double d = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+      double parsed = std::stod(s, &used);
+      if (used == s.size() && std::isfinite(parsed)) d = parsed;
     } catch (const std::exception&) {
     }
+    if (d) return Value(Value(*d).as_int());  // outside the try: a float too large for int64 fails
   }
   return fallback;
 }

@@ -127,8 +127,13 @@ bool Value::is_tuple() const { return kind_ == Kind::kList && list_->is_tuple; }
 bool Value::is_iterator() const { return kind_ == Kind::kList && list_->is_iterator; }
 
 int64_t Value::as_int() const {
-  if (kind_ == Kind::kFloat) return static_cast<int64_t>(f_);
-  return i_;
+  if (kind_ != Kind::kFloat) return i_;
+  // Casting a double outside int64's range is undefined behaviour; Python's int() would give a big int.
+  if (std::isnan(f_)) throw JinjaError("ValueError: cannot convert float NaN to integer");
+  if (std::isinf(f_)) throw JinjaError("OverflowError: cannot convert float infinity to integer");
+  if (!(f_ >= -9223372036854775808.0 && f_ < 9223372036854775808.0))
+    throw JinjaError("OverflowError: integer result does not fit in 64 bits");
+  return static_cast<int64_t>(f_);
 }
 
 double Value::as_double() const {

@@ -96,6 +96,9 @@ TEST(JinjaRobustness, HostileConstructsFailCleanly) {
       // Integer edges that trap or overflow in C++ (Python's integers are unbounded).
       "{{ (-9223372036854775807 - 1) // -1 }}",
       "{{ (-9223372036854775807 - 1)|abs }}",
+      "{{ 1.5e300|int }}",  // a double outside int64 (casting it is undefined behaviour)
+      "{{ '1e300'|int }}",
+      "{{ '%d' % -1e19 }}",
       // Sizes chosen by the template: each would build a value of gigabytes (or loop as long).
       "{{ 'a'|center(10000000000) }}",
       "{{ 'x\\ny'|indent(10000000000) }}",
