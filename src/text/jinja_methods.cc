@@ -350,19 +350,8 @@ Value string_method(const Value& self, const std::string& name) {
       return Value(rep(left) + s + rep(pad - left));
     });
   }
-  if (name == "swapcase") {
-    return fn([s](CallArgs&) {
-      std::string out;
-      for (char32_t c : utf8_decode(s)) {
-        std::string one;
-        utf8_append(one, c);
-        std::string up = py_upper(one), low = py_lower(one);
-        out += up != one ? up : low;
-      }
-      return Value(out);
-    });
-  }
-  if (name == "casefold") return fn([s](CallArgs&) { return Value(py_lower(py_replace(s, "\xc3\x9f", "ss", -1))); });
+  if (name == "swapcase") return fn([s](CallArgs&) { return Value(py_swapcase(s)); });
+  if (name == "casefold") return fn([s](CallArgs&) { return Value(py_casefold(s)); });
   if (name == "expandtabs") {
     return fn([s](CallArgs& a) {
       ArgBinder b("expandtabs", a, {"tabsize"});
@@ -442,7 +431,7 @@ Value string_method(const Value& self, const std::string& name) {
       std::u32string u = utf8_decode(s);
       return Value(std::all_of(u.begin(), u.end(), [](char32_t c) { return py_isprintable(c); }));
     });
-  if (name == "istitle") return fn([s](CallArgs&) { return Value(!s.empty() && py_str_title(s) == s && py_lower(s) != s); });
+  if (name == "istitle") return fn([s](CallArgs&) { return Value(py_istitle(s)); });
   if (name == "islower") return fn([s](CallArgs&) { return Value(py_islower(s)); });
   if (name == "isupper") return fn([s](CallArgs&) { return Value(py_isupper(s)); });
   return Value();

@@ -9,6 +9,7 @@
 
 #include "text/jinja_value.h"
 #include "text/regex.h"
+#include "text/unicode_case.h"
 #include "text/utf8.h"
 
 namespace tf::jinja {
@@ -197,95 +198,114 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   return out;
 }
 
-// Simple case mapping for Latin-1, Latin Extended-A, Greek and Cyrillic; other scripts pass through.
-static char32_t to_upper_cp(char32_t c) {
-  if (c >= 'a' && c <= 'z') return c - 32;
-  if (c < 0x80) return c;
-  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 0x20;
-  if (c == 0xFF) return 0x178;
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
-    bool odd_is_lower = (c < 0x138) || (c > 0x148 && c < 0x179);
-    if (odd_is_lower ? (c & 1) : !(c & 1)) return c - 1;
-    return c;
-  }
-  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 0x20;
-  if (c >= 0x430 && c <= 0x44F) return c - 0x20;
-  if (c >= 0x450 && c <= 0x45F) return c - 0x50;
-  return c;
-}
-
-static char32_t to_lower_cp(char32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if (c < 0x80) return c;
-  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 0x20;
-  if (c == 0x178) return 0xFF;
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
-    bool even_is_upper = (c < 0x138) || (c > 0x148 && c < 0x179);
-    if (even_is_upper ? !(c & 1) : (c & 1)) return c + 1;
-    return c;
-  }
-  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 0x20;
-  if (c >= 0x410 && c <= 0x42F) return c + 0x20;
-  if (c >= 0x400 && c <= 0x40F) return c + 0x50;
-  return c;
-}
-
-static std::string map_case(std::string_view s, char32_t (*f)(char32_t)) {
+// Case mapping and properties with CPython's full Unicode data (text/unicode_case.h); ASCII fast paths.
+std::string py_upper(std::string_view s) {
   if (is_ascii(s)) {
     std::string out(s);
-    for (char& c : out) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+    for (char& c : out)
+      if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
     return out;
   }
-  std::string out;
-  for (char32_t c : utf8_decode(s)) {
-    if (f == to_upper_cp && c == 0xDF) {  // German sharp s upper-cases to "SS", as in Python
-      out += "SS";
-      continue;
-    }
-    utf8_append(out, f(c));
-  }
-  return out;
+  std::u32string out;
+  for (char32_t c : utf8_decode(s)) text::append_upper(out, c);
+  return utf8_encode(out);
 }
 
-std::string py_upper(std::string_view s) { return map_case(s, to_upper_cp); }
-std::string py_lower(std::string_view s) { return map_case(s, to_lower_cp); }
+std::string py_lower(std::string_view s) {
+  if (is_ascii(s)) {
+    std::string out(s);
+    for (char& c : out)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+    return out;
+  }
+  std::u32string u = utf8_decode(s), out;
+  for (size_t i = 0; i < u.size(); ++i) text::append_lower_at(out, u, i);
+  return utf8_encode(out);
+}
 
-static bool cased_predicate(std::string_view s, bool lower) {
+std::string py_casefold(std::string_view s) {
+  if (is_ascii(s)) return py_lower(s);
+  std::u32string out;
+  for (char32_t c : utf8_decode(s)) text::append_casefold(out, c);
+  return utf8_encode(out);
+}
+
+std::string py_swapcase(std::string_view s) {
+  std::u32string u = utf8_decode(s), out;
+  for (size_t i = 0; i < u.size(); ++i) {
+    uint8_t p = text::case_properties(u[i]);
+    if (p & text::kUppercase) {
+      text::append_lower_at(out, u, i);
+    } else if (p & text::kLowercase) {
+      text::append_upper(out, u[i]);
+    } else {
+      out.push_back(u[i]);
+    }
+  }
+  return utf8_encode(out);
+}
+
+// str.islower / str.isupper: no character of the other case (or titlecase), at least one of this one.
+static bool cased_predicate(std::string_view s, uint8_t want, uint8_t reject) {
   bool cased = false;
   for (char32_t c : utf8_decode(s)) {
-    bool is_lower = to_upper_cp(c) != c || c == 0xDF, is_upper = to_lower_cp(c) != c;
-    if (lower ? is_upper : is_lower) return false;
-    cased = cased || is_lower || is_upper;
+    uint8_t p = text::case_properties(c);
+    if (p & reject) return false;
+    cased = cased || (p & want);
   }
   return cased;
 }
 
-bool py_islower(std::string_view s) { return cased_predicate(s, true); }
-bool py_isupper(std::string_view s) { return cased_predicate(s, false); }
-
-std::string py_capitalize(std::string_view s) {
-  std::u32string u = utf8_decode(py_lower(s));
-  if (!u.empty()) {
-    std::string first = py_upper(utf8_encode(std::u32string_view(u).substr(0, 1)));
-    return first + utf8_encode(std::u32string_view(u).substr(1));
-  }
-  return "";
+bool py_islower(std::string_view s) {
+  return cased_predicate(s, text::kLowercase, text::kUppercase | text::kTitlecase);
+}
+bool py_isupper(std::string_view s) {
+  return cased_predicate(s, text::kUppercase, text::kLowercase | text::kTitlecase);
 }
 
-std::string py_str_title(std::string_view s) {
-  std::string out;
-  bool prev_cased = false;
+bool py_istitle(std::string_view s) {
+  bool cased = false, previous_is_cased = false;
   for (char32_t c : utf8_decode(s)) {
-    char32_t up = to_upper_cp(c), low = to_lower_cp(c);
-    bool cased = up != c || low != c;
-    if (cased) {
-      utf8_append(out, prev_cased ? low : up);
+    uint8_t p = text::case_properties(c);
+    if (p & (text::kUppercase | text::kTitlecase)) {
+      if (previous_is_cased) return false;
+      previous_is_cased = cased = true;
+    } else if (p & text::kLowercase) {
+      if (!previous_is_cased) return false;
+      previous_is_cased = cased = true;
     } else {
-      utf8_append(out, c);
+      previous_is_cased = false;
     }
-    prev_cased = cased;
   }
-  return out;
+  return cased;
+}
+
+// str.capitalize (Python 3.8+): the first character in titlecase, the rest in lower case.
+std::string py_capitalize(std::string_view s) {
+  std::u32string u = utf8_decode(s), out;
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (i == 0) {
+      text::append_title(out, u[0]);
+    } else {
+      text::append_lower_at(out, u, i);
+    }
+  }
+  return utf8_encode(out);
+}
+
+// str.title: titlecase after an uncased character, lower case after a cased one.
+std::string py_str_title(std::string_view s) {
+  std::u32string u = utf8_decode(s), out;
+  bool previous_is_cased = false;
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (previous_is_cased) {
+      text::append_lower_at(out, u, i);
+    } else {
+      text::append_title(out, u[i]);
+    }
+    previous_is_cased = text::is_cased(u[i]);
+  }
+  return utf8_encode(out);
 }
 
 int64_t py_count(std::string_view s, std::string_view sub) {

@@ -1,7 +1,7 @@
 // String helpers with Python semantics for the Jinja engine. Python strings are sequences of code
 // points while ours are UTF-8 bytes, so length, indexing and slicing decode to code points first
-// (only when the string holds non-ASCII bytes). Case mapping covers ASCII, Latin-1, Latin Extended-A,
-// Greek and Cyrillic (chat templates upper-case roles and effort levels); other scripts pass unchanged.
+// (only when the string holds non-ASCII bytes). Case mapping and case predicates use Python's full
+// Unicode data (text/unicode_case.h), final sigma included.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +38,12 @@ std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_capitalize(std::string_view s);
 std::string py_str_title(std::string_view s);  // str.title()
+std::string py_casefold(std::string_view s);
+std::string py_swapcase(std::string_view s);
 // str.islower / str.isupper: every cased character has that case, and there is at least one.
 bool py_islower(std::string_view s);
 bool py_isupper(std::string_view s);
+bool py_istitle(std::string_view s);
 int64_t py_count(std::string_view s, std::string_view sub);
 // str.find in code points, or -1.
 int64_t py_find(std::string_view s, std::string_view sub, bool reverse);
