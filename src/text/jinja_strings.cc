@@ -353,7 +353,7 @@ bool class_matches(const char* pattern, char32_t c) {
 
 bool py_is_word_char(char32_t c) {
   if (c < 0x80) return std::isalnum(static_cast<int>(c)) != 0 || c == '_';
-  return class_matches("^[\\p{L}\\p{N}\\p{Mn}_]$", c);
+  return class_matches("^[\\p{L}\\p{N}_]$", c);  // re: str.isalnum() or "_" (no combining marks)
 }
 
 bool py_isalpha(char32_t c) {
