@@ -4,6 +4,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "text/jinja_check.h"
 #include "text/jinja_interpreter.h"
 #include "text/jinja_lexer.h"
 #include "text/jinja_ops.h"
@@ -149,6 +150,7 @@ Expected<Template> Template::parse(std::string_view source, const TemplateOption
     lex.lstrip_blocks = options.lstrip_blocks;
     lex.keep_trailing_newline = options.keep_trailing_newline;
     auto body = std::make_shared<Body>(jinja::parse(tokenize(source, lex)));
+    check_template(*body);
     return Template(std::move(body), options);
   } catch (const JinjaError& e) {
     return to_status(options, e);
