@@ -126,7 +126,7 @@ static Value repeat(const Value& seq, int64_t n) {
   std::vector<Value> out;
   for (int64_t i = 0; i < n; ++i)
     for (const auto& v : seq.items()) out.push_back(v);
-  return Value::list(std::move(out));
+  return seq.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
 }
 
 // Python integers are unbounded; ours are 64-bit and overflow is reported instead of wrapping.
@@ -231,7 +231,12 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       }
       return checked(overflow, result);
     }
-    return Value(std::pow(a.as_double(), b.as_double()));
+    double x = a.as_double(), y = b.as_double();
+    if (x == 0 && y < 0) throw JinjaError("ZeroDivisionError: 0.0 cannot be raised to a negative power");
+    double r = std::pow(x, y);
+    if (std::isinf(r) && std::isfinite(x) && std::isfinite(y))
+      throw JinjaError("OverflowError: (34, 'Numerical result out of range')");
+    return Value(r);
   }
   throw JinjaError("unknown operator " + op);
 }

@@ -359,11 +359,30 @@ bool DictData::erase(const Value& key) {
   return false;
 }
 
-bool values_equal(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
-    return a.as_int() == b.as_int();
+// Python compares an int with a float exactly (2**53 + 1 != 2.0**53): -1, 0 or 1, and 2 when unordered.
+static int compare_int_double(int64_t i, double d) {
+  if (std::isnan(d)) return 2;
+  if (d >= 9223372036854775808.0) return -1;
+  if (d < -9223372036854775808.0) return 1;
+  double whole = std::trunc(d);
+  int64_t w = static_cast<int64_t>(whole);
+  if (i != w) return i < w ? -1 : 1;
+  return d > whole ? -1 : (d < whole ? 1 : 0);
+}
+
+static int compare_numbers(const Value& a, const Value& b) {
+  if (!a.is_float() && !b.is_float()) return a.as_int() < b.as_int() ? -1 : (a.as_int() > b.as_int() ? 1 : 0);
+  if (a.is_float() && b.is_float()) {
+    double x = a.as_double(), y = b.as_double();
+    return x < y ? -1 : (x > y ? 1 : (x == y ? 0 : 2));
   }
+  if (b.is_float()) return compare_int_double(a.as_int(), b.as_double());
+  int r = compare_int_double(b.as_int(), a.as_double());
+  return r == 2 ? 2 : -r;
+}
+
+bool values_equal(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) return compare_numbers(a, b) == 0;
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
@@ -397,10 +416,7 @@ bool values_equal(const Value& a, const Value& b) {
 }
 
 bool value_less(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
-    return a.as_int() < b.as_int();
-  }
+  if (a.is_number() && b.is_number()) return compare_numbers(a, b) == -1;
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order == code point order
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_iterator() && !b.is_iterator()) {
     const auto& x = a.items();
