@@ -483,7 +483,9 @@ static void dump_into(std::string& out, const Value& v, const JsonDumpOptions& o
   }
   if (v.is_dict()) {
     std::vector<std::pair<std::string, const Value*>> entries;
+    std::vector<const Value*> keys;  // the original keys: sort_keys orders them as Python does, not as text
     for (const auto& [k, val] : v.dict_data().entries) {
+      keys.push_back(&k);
       std::string key;
       if (k.is_string())
         key = k.str();
@@ -500,9 +502,20 @@ static void dump_into(std::string& out, const Value& v, const JsonDumpOptions& o
                          k.type_name());
       entries.emplace_back(std::move(key), &val);
     }
-    if (o.sort_keys)
-      std::stable_sort(entries.begin(), entries.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (o.sort_keys) {
+      std::vector<size_t> order(entries.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        const Value &x = *keys[a], &y = *keys[b];
+        if (!(x.is_number() && y.is_number()) && !(x.is_string() && y.is_string()))
+          throw JinjaError(std::string("TypeError: '<' not supported between instances of '") +
+                           x.type_name() + "' and '" + y.type_name() + "'");
+        return value_less(x, y);
+      });
+      std::vector<std::pair<std::string, const Value*>> sorted;
+      for (size_t i : order) sorted.push_back(std::move(entries[i]));
+      entries = std::move(sorted);
+    }
     if (entries.empty()) {
       out += "{}";
       return;
