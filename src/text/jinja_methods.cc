@@ -3,9 +3,11 @@
 // update, ...): they raise SecurityError when called, and so do they here.
 #include <algorithm>
 #include <cctype>
-#include <cstring>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "text/jinja_ops.h"
 #include "text/jinja_strings.h"
@@ -60,6 +62,33 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix) {
     return std::any_of(affix.items().begin(), affix.items().end(), one);
   }
   return one(affix);
+}
+
+// Python's format(x, ".N") for a float x >= 0 (no presentation type): like "g" with N significant
+// digits, but scientific from exponent N - 1 on, and fixed-point output keeps one digit after the point.
+static std::string format_general_add_dot(double x, int precision) {
+  if (std::isinf(x)) return "inf";
+  if (std::isnan(x)) return "nan";
+  int p = std::max(precision, 1);
+  std::vector<char> buf(static_cast<size_t>(p) + 32);
+  std::snprintf(buf.data(), buf.size(), "%.*e", p - 1, x);
+  std::string sci = buf.data();
+  int exp = std::atoi(sci.c_str() + sci.find('e') + 1);
+  auto strip_zeros = [](std::string s) {
+    if (s.find('.') == std::string::npos) return s;
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+    return s;
+  };
+  if (exp < -4 || exp >= p - 1) {
+    size_t e = sci.find('e');
+    return strip_zeros(sci.substr(0, e)) + sci.substr(e);
+  }
+  std::vector<char> fixed(static_cast<size_t>(p) + 400);
+  std::snprintf(fixed.data(), fixed.size(), "%.*f", p - 1 - exp, x);
+  std::string out = strip_zeros(fixed.data());
+  if (out.find('.') == std::string::npos) out += ".0";
+  return out;
 }
 
 // One replacement field of str.format: the value formatted by Python's format-spec mini-language
@@ -118,8 +147,6 @@ std::string format_field(const Value& v, const std::string& spec) {
     if (!align) align = '<';
   } else if (v.is_number() && !v.is_none()) {
     bool as_float = v.is_float() || (type && std::strchr("fFeEgG%", type));
-    if (!type && v.is_float() && precision >= 0)
-      throw JinjaError("str.format: format spec '" + spec + "' (float precision without a type) is not supported");
     if (!as_float) {
       if (precision >= 0) throw JinjaError("ValueError: Precision not allowed in integer format specifier");
       int64_t n = v.as_int();
@@ -141,7 +168,9 @@ std::string format_field(const Value& v, const std::string& spec) {
     } else {
       double d = v.as_double();
       std::string text;
-      if (!type) {
+      if (!type && precision >= 0) {
+        text = format_general_add_dot(std::fabs(d), precision);
+      } else if (!type) {
         text = format_python_float(std::fabs(d));
       } else {
         char buf[400];
