@@ -55,19 +55,48 @@ Value Interpreter::lookup(const std::string& name) const {
 
 void Interpreter::assign(const std::string& name, Value v) { scope_->vars[name] = std::move(v); }
 
+// The top-level elements of targets[begin, end): a name, or a "(" ... ")" tuple (jinja_parser.cc).
+static std::vector<std::pair<size_t, size_t>> target_elements(const std::vector<std::string>& t, size_t begin,
+                                                              size_t end) {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t i = begin; i < end;) {
+    size_t j = i + 1;
+    for (int depth = t[i] == "(" ? 1 : 0; depth > 0; ++j) depth += t[j] == "(" ? 1 : (t[j] == ")" ? -1 : 0);
+    out.emplace_back(i, j);
+    i = j;
+  }
+  return out;
+}
+
+// A single name takes the value; several targets (or one tuple) unpack it, recursively for nested tuples.
 void Interpreter::assign_targets(const std::vector<std::string>& targets, const Value& v) {
   if (targets.size() == 1) {
     assign(targets[0], v);
     return;
   }
+  auto elements = target_elements(targets, 0, targets.size());
+  if (elements.size() == 1) return unpack_targets(targets, 1, targets.size() - 1, v);
+  unpack_targets(targets, 0, targets.size(), v);
+}
+
+void Interpreter::unpack_targets(const std::vector<std::string>& targets, size_t begin, size_t end,
+                                 const Value& v) {
+  auto elements = target_elements(targets, begin, end);
   std::vector<Value> items = iterate(v);
-  if (items.size() != targets.size())
+  if (items.size() != elements.size())
     throw JinjaError(
-        items.size() > targets.size()
-            ? "ValueError: too many values to unpack (expected " + std::to_string(targets.size()) + ")"
-            : "ValueError: not enough values to unpack (expected " + std::to_string(targets.size()) +
+        items.size() > elements.size()
+            ? "ValueError: too many values to unpack (expected " + std::to_string(elements.size()) + ")"
+            : "ValueError: not enough values to unpack (expected " + std::to_string(elements.size()) +
                   ", got " + std::to_string(items.size()) + ")");
-  for (size_t i = 0; i < targets.size(); ++i) assign(targets[i], items[i]);
+  for (size_t i = 0; i < elements.size(); ++i) {
+    auto [b, e] = elements[i];
+    if (e - b == 1) {
+      assign(targets[b], items[i]);
+    } else {
+      unpack_targets(targets, b + 1, e - 1, items[i]);
+    }
+  }
 }
 
 void Interpreter::exec_body(const Body& body, std::string& out) {

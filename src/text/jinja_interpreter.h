@@ -43,6 +43,7 @@ class Interpreter {
   Value lookup(const std::string& name) const;
   void assign(const std::string& name, Value v);
   void assign_targets(const std::vector<std::string>& targets, const Value& v);
+  void unpack_targets(const std::vector<std::string>& targets, size_t begin, size_t end, const Value& v);
 
   Value globals_;
   std::shared_ptr<Scope> scope_;

@@ -166,15 +166,34 @@ class Parser {
     }
   }
 
+  // Assignment targets as jinja2 parses them: names and tuples of targets, nested at will. A tuple
+  // that is not the whole target list is kept as "(", its targets, ")" (see assign_targets); `(x)` is x.
+  void parse_target(std::vector<std::string>& out) {
+    if (!skip_op("(")) {
+      out.push_back(expect_identifier());
+      return;
+    }
+    std::vector<std::string> inner;
+    size_t count = 0;
+    bool comma = false;
+    while (!is_op(")")) {
+      parse_target(inner);
+      ++count;
+      if (!skip_op(",")) break;
+      comma = true;
+    }
+    expect_op(")");
+    if (count != 1 || comma) out.push_back("(");
+    out.insert(out.end(), inner.begin(), inner.end());
+    if (count != 1 || comma) out.push_back(")");
+  }
+
   std::vector<std::string> parse_targets() {
-    std::vector<std::string> names;
-    bool paren = skip_op("(");
+    std::vector<std::string> items;
     do {
-      if (paren && is_op(")")) break;
-      names.push_back(expect_identifier());
+      parse_target(items);
     } while (skip_op(","));
-    if (paren) expect_op(")");
-    return names;
+    return items;
   }
 
   StmtPtr parse_for() {
