@@ -103,5 +103,44 @@ TEST(GrammarTokenMask, TooMuchWorkIsRefused) {
   EXPECT_EQ(c.mask(logits).code(), StatusCode::kInvalidArgument);
 }
 
+// Ambiguity on top of deep nesting: 3 x 2^k stacks, each as deep as the text's nesting.
+// Ten a's 20,000 brackets deep made 3,072 stacks of 20,000 elements (245 MB a state,
+// copied at every byte); past kMaxStateElements such a state is dead (2,000 deep here).
+TEST(GrammarTokenMask, DeepAmbiguousStatesAreDead) {
+  auto g = compile(R"g(
+    root ::= "[" root "]" | "(" amb ")"
+    amb ::= "a" amb "b" | "a" amb "c" | "x"
+  )g");
+  GrammarMatcher deep(g);
+  ASSERT_TRUE(deep.accept(std::string(2000, '[') + "("));
+  EXPECT_FALSE(deep.accept(std::string(10, 'a')));
+  GrammarMatcher shallow(g);
+  EXPECT_TRUE(shallow.accept("[(" + std::string(10, 'a')));
+}
+
+// Every token of up to 12 brackets leaves a distinct state as deep as the text: from
+// 20,000 deep, one mask kept 8,190 such states (over 4 GB). The walk's states are bounded
+// (4,000 deep here: 800 MB before).
+TEST(GrammarTokenMask, MaskWalkKeepsBoundedMemory) {
+  auto g = compile(R"(root ::= "[" root "]" | "{" root "}" | "x")");
+  std::vector<std::string> tokens = {""};
+  for (int len = 1; len <= 12; ++len) {
+    for (int bits = 0; bits < (1 << len); ++bits) {
+      std::string t;
+      for (int i = 0; i < len; ++i) t += (bits >> i) & 1 ? '{' : '[';
+      tokens.push_back(t);
+    }
+  }
+  TokenVocabulary vocab(tokens);
+  std::vector<uint8_t> allowed;
+  GrammarMatcher deep(g);
+  ASSERT_TRUE(deep.accept(std::string(4000, '[')));
+  EXPECT_FALSE(fill_token_mask(deep, vocab, allowed));
+  GrammarMatcher shallow(g);
+  ASSERT_TRUE(shallow.accept("[["));
+  EXPECT_TRUE(fill_token_mask(shallow, vocab, allowed));
+  EXPECT_EQ(allowed[1], 1);
+}
+
 }  // namespace
 }  // namespace tf::grammar

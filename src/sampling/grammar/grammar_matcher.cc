@@ -34,17 +34,20 @@ void normalize(std::vector<std::vector<uint32_t>>& stacks) {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
   const Grammar& g = *grammar_;
+  size_t elements = 0;
   for (uint32_t a : g.rule_alts[g.root]) expand(g.elements[a].kind == Element::Kind::kEnd ? std::vector<uint32_t>{}
                                                                                           : std::vector<uint32_t>{a},
-                                                state_.stacks, 0);
+                                                state_.stacks, 0, elements);
   normalize(state_.stacks);
 }
 
 // Brings `stack` to a character on top (or empty), one stack per way of doing so.
-void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth) const {
+void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth,
+                            size_t& elements) const {
   const Grammar& g = *grammar_;
-  if (depth > kMaxExpansionDepth || out.size() > kMaxStacks) return;
+  if (depth > kMaxExpansionDepth || out.size() > kMaxStacks || elements > kMaxStateElements) return;
   if (stack.empty() || g.elements[stack.back()].kind == Element::Kind::kChar) {
+    elements += stack.size();
     out.push_back(std::move(stack));
     return;
   }
@@ -56,7 +59,7 @@ void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector
   for (uint32_t a : g.rule_alts[rule]) {
     std::vector<uint32_t> next = stack;
     if (g.elements[a].kind != Element::Kind::kEnd) next.push_back(a);
-    expand(std::move(next), out, depth + 1);
+    expand(std::move(next), out, depth + 1, elements);
   }
 }
 
@@ -64,14 +67,15 @@ bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchS
   const Grammar& g = *grammar_;
   to.stacks.clear();
   to.pending.clear();
+  size_t elements = 0;
   for (const std::vector<uint32_t>& s : from.stacks) {
     if (s.empty()) continue;
     const uint32_t top = s.back();
     if (!g.classes[g.elements[top].value].matches(cp)) continue;
     std::vector<uint32_t> next(s.begin(), s.end() - 1);
     if (g.elements[top + 1].kind != Element::Kind::kEnd) next.push_back(top + 1);
-    expand(std::move(next), to.stacks, 0);
-    if (to.stacks.size() > kMaxStacks) {
+    expand(std::move(next), to.stacks, 0, elements);
+    if (to.stacks.size() > kMaxStacks || elements > kMaxStateElements) {
       to.stacks.clear();
       return false;
     }

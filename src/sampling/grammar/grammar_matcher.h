@@ -23,6 +23,10 @@ namespace tf::grammar {
 // Above this many stacks a state counts as dead (a grammar this ambiguous is refused
 // while decoding rather than let one request eat the host).
 constexpr size_t kMaxStacks = 4096;
+// Above this many elements in all its stacks together a state counts as dead too: a stack
+// grows with the text's nesting, and 4,096 stacks 20,000 deep were 330 MB per state,
+// copied at every byte. JSON nested 256 deep takes a few thousand.
+constexpr size_t kMaxStateElements = size_t{1} << 20;
 
 struct MatchState {
   std::vector<std::vector<uint32_t>> stacks;  // sorted, unique; element indices
@@ -52,7 +56,9 @@ class GrammarMatcher {
   static std::string key(const MatchState& s);
 
  private:
-  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth) const;
+  // `elements` counts what `out` holds; expansion stops past kMaxStacks or kMaxStateElements.
+  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth,
+              size_t& elements) const;
   bool step_code_point(const MatchState& from, uint32_t cp, MatchState& to) const;
   bool pending_feasible(const MatchState& s) const;
 
