@@ -16,11 +16,12 @@ namespace {
 constexpr int64_t kMaxTokensCap = int64_t{1} << 40;  // far above any window; keeps sums in range
 
 void parse_structured_field(const Json& body, const char* name, StructuredOutput::Kind kind, StructuredOutput& out,
-                            int& count) {
+                            int& count, const char* parent = nullptr) {
   const Json* v = json_field(body, name);
   if (!v) return;
   ++count;
   out.kind = kind;
+  out.param = parent ? std::string(parent) + "." + name : std::string(name);
   switch (kind) {
     case StructuredOutput::Kind::kJsonSchema:
       if (v->is_string()) {
@@ -64,11 +65,12 @@ void parse_structured(const Json& body, StructuredOutput& out) {
   parse_structured_field(body, "guided_grammar", K::kGrammar, out, count);
   if (const Json* so = json_field(body, "structured_outputs")) {
     require_object(*so, "structured_outputs");
-    parse_structured_field(*so, "json", K::kJsonSchema, out, count);
-    parse_structured_field(*so, "regex", K::kRegex, out, count);
-    parse_structured_field(*so, "choice", K::kChoice, out, count);
-    parse_structured_field(*so, "grammar", K::kGrammar, out, count);
-    parse_structured_field(*so, "json_object", K::kJsonObject, out, count);
+    const char* so_name = "structured_outputs";
+    parse_structured_field(*so, "json", K::kJsonSchema, out, count, so_name);
+    parse_structured_field(*so, "regex", K::kRegex, out, count, so_name);
+    parse_structured_field(*so, "choice", K::kChoice, out, count, so_name);
+    parse_structured_field(*so, "grammar", K::kGrammar, out, count, so_name);
+    parse_structured_field(*so, "json_object", K::kJsonObject, out, count, so_name);
   }
   if (const Json* rf = json_field(body, "response_format")) {
     require_object(*rf, "response_format");
@@ -92,6 +94,7 @@ void parse_structured(const Json& body, StructuredOutput& out) {
         throw bad_request("'response_format.json_schema.schema' must be an object", "response_format.json_schema.schema");
       ++count;
       out.kind = K::kJsonSchema;
+      out.param = "response_format";
       out.schema = schema ? *schema : Json::object();
     } else if (*type != "text") {
       throw bad_request("'response_format.type' must be text, json_object or json_schema", "response_format.type");
