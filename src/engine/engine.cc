@@ -447,6 +447,8 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
   auto live = std::make_shared<LiveRequest>();
   live->structured_grammar = std::move(structured);
   live->grammar_vocab = std::move(vocab);
+  if (live->structured_grammar)
+    live->grammar_masks = std::make_shared<grammar::SharedMasks>(std::max<size_t>(16, 2 * static_cast<size_t>(request.n)));
   live->req = std::move(request);
   live->sink = std::move(sink);
   {

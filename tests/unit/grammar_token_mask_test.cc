@@ -103,6 +103,31 @@ TEST(GrammarTokenMask, TooMuchWorkIsRefused) {
   EXPECT_EQ(c.mask(logits).code(), StatusCode::kInvalidArgument);
 }
 
+// A request's choices share their masks (shared_masks.h): n choices in the same state compute
+// its mask once, and one refused mask refuses them all (64 choices of a hostile grammar each
+// spent the whole work budget on the same first mask, one after another in the engine's step).
+TEST(GrammarTokenMask, ChoicesShareMasksAndRefusals) {
+  auto g = compile(R"(root ::= ("a" | "a" "a" | "a" "a" "a")* "b")");
+  auto vocab = std::make_shared<TokenVocabulary>(test_vocabulary());
+  const auto choices = [&](std::shared_ptr<SharedMasks> shared, uint64_t max_work) {
+    std::vector<std::unique_ptr<StructuredConstraint>> out;
+    for (int i = 0; i < 8; ++i)
+      out.push_back(std::make_unique<StructuredConstraint>(g, vocab, std::vector<int32_t>{0}, max_work, shared));
+    return out;
+  };
+  std::vector<float> logits(vocab->size(), 0.0f);
+  auto shared = std::make_shared<SharedMasks>();
+  for (auto& c : choices(shared, kMaxMaskWork)) EXPECT_TRUE(c->mask(logits).is_ok());
+  EXPECT_EQ(shared->computed(), 1u);
+
+  auto poor = std::make_shared<SharedMasks>();
+  auto refused = choices(poor, /*max_work=*/50);
+  for (auto& c : refused) ASSERT_TRUE(c->accept(8).is_ok());  // "a": ambiguous from here
+  for (auto& c : refused) EXPECT_EQ(c->mask(logits).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(poor->refused());
+  EXPECT_EQ(poor->computed(), 0u);
+}
+
 // Ambiguity on top of deep nesting: 3 x 2^k stacks, each as deep as the text's nesting.
 // Ten a's 20,000 brackets deep made 3,072 stacks of 20,000 elements (245 MB a state,
 // copied at every byte); past kMaxStateElements such a state is dead (2,000 deep here).
