@@ -143,6 +143,21 @@ TEST(GrammarTokenMask, DeepAmbiguousStatesAreDead) {
   EXPECT_TRUE(shallow.accept("[(" + std::string(10, 'a')));
 }
 
+// A chain of rules that each start with the next: expanding it copies the growing stack at
+// every link (3,000 links: 4.5M elements for one step, 10,000: 50M). Such a step is dead.
+TEST(GrammarTokenMask, LongLeftmostRuleChainsAreDead) {
+  const auto chain = [](int links) {
+    std::string text = "root ::= r0\n";
+    for (int i = 0; i < links; ++i) text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
+    return compile(text + "r" + std::to_string(links) + " ::= \"y\"\n");
+  };
+  GrammarMatcher long_chain(chain(3000));
+  EXPECT_FALSE(long_chain.accept("y"));
+  GrammarMatcher short_chain(chain(300));
+  EXPECT_TRUE(short_chain.accept("y" + std::string(300, 'x')));
+  EXPECT_TRUE(short_chain.is_complete());
+}
+
 // Every token of up to 12 brackets leaves a distinct state as deep as the text: from
 // 20,000 deep, one mask kept 8,190 such states (over 4 GB). The walk's states are bounded
 // (4,000 deep here: 800 MB before).

@@ -46,6 +46,7 @@ void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector
                             size_t& elements) const {
   const Grammar& g = *grammar_;
   if (depth > kMaxExpansionDepth || out.size() > kMaxStacks || elements > kMaxStateElements) return;
+  elements += stack.size();  // this call's copy
   if (stack.empty() || g.elements[stack.back()].kind == Element::Kind::kChar) {
     elements += stack.size();
     out.push_back(std::move(stack));
@@ -63,7 +64,7 @@ void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector
   }
 }
 
-bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to) const {
+bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to, size_t* work) const {
   const Grammar& g = *grammar_;
   to.stacks.clear();
   to.pending.clear();
@@ -77,9 +78,11 @@ bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchS
     expand(std::move(next), to.stacks, 0, elements);
     if (to.stacks.size() > kMaxStacks || elements > kMaxStateElements) {
       to.stacks.clear();
+      if (work) *work += elements;
       return false;
     }
   }
+  if (work) *work += elements;
   normalize(to.stacks);
   return !to.stacks.empty();
 }
@@ -110,12 +113,13 @@ bool GrammarMatcher::pending_feasible(const MatchState& s) const {
   return false;
 }
 
-bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState& to) const {
+bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState& to, size_t* work) const {
   if (from.pending.empty()) {
     const int len = utf8_length(byte);
     if (len == 0) return false;
-    if (len == 1) return step_code_point(from, byte, to);
+    if (len == 1) return step_code_point(from, byte, to, work);
     to.stacks = from.stacks;
+    if (work) for (const auto& s : from.stacks) *work += s.size();
     to.pending.assign(1, static_cast<char>(byte));
     return pending_feasible(to);
   }
@@ -124,6 +128,7 @@ bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState&
   const size_t len = static_cast<size_t>(utf8_length(static_cast<uint8_t>(seq[0])));
   if (seq.size() < len) {
     to.stacks = from.stacks;
+    if (work) for (const auto& s : from.stacks) *work += s.size();
     to.pending = std::move(seq);
     return pending_feasible(to);
   }
@@ -131,7 +136,7 @@ bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState&
   // Overlong forms and surrogates are not text.
   if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
     return false;
-  return step_code_point(from, cp, to);
+  return step_code_point(from, cp, to, work);
 }
 
 bool GrammarMatcher::accept(std::string_view bytes) {

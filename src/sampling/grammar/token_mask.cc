@@ -29,12 +29,15 @@ class StateGraph {
       if (work_ > max_work_) return false;
       MatchState to;
       int32_t result = kDead;
+      size_t copied = 0;
+      const bool alive = m_.step_byte(states_[static_cast<size_t>(id)], byte, to, &copied);
+      copied_ += copied;
+      if (copied_ > kMaxMaskCopied) return false;
       // `t` may dangle once intern() grows next_: store through the index.
-      if (m_.step_byte(states_[static_cast<size_t>(id)], byte, to)) {
+      if (alive) {
         size_t elements = 0;
         for (const auto& s : to.stacks) elements += s.size();
-        copied_ += elements;
-        if (copied_ > kMaxMaskCopied || !intern(std::move(to), elements, result)) return false;
+        if (!intern(std::move(to), elements, result)) return false;
       }
       next_[static_cast<size_t>(id)][byte] = result;
       out = result;

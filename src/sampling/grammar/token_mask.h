@@ -36,8 +36,9 @@ class TokenVocabulary {
 // takes a few million): a grammar so ambiguous that one mask would take seconds is
 // refused instead of stalling every request that shares the engine's step.
 constexpr uint64_t kMaxMaskWork = 40'000'000;
-// The same for text nested deep (a stack grows with the nesting): stack elements the
-// steps copy into new states (a JSON mask, a few times its stacks stepped).
+// The same for text nested deep (a stack grows with the nesting) and long chains of rules:
+// stack elements the steps copy (GrammarMatcher::step_byte's work; a JSON mask, a few times
+// its stacks stepped).
 constexpr uint64_t kMaxMaskCopied = 400'000'000;
 // Memory one mask's walk may keep in the states it meets (a state is its stacks, stored
 // twice: as stacks and as a key). A JSON mask keeps well under a megabyte; a walk through
