@@ -448,7 +448,8 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
   live->structured_grammar = std::move(structured);
   live->grammar_vocab = std::move(vocab);
   if (live->structured_grammar)
-    live->grammar_masks = std::make_shared<grammar::SharedMasks>(std::max<size_t>(16, 2 * static_cast<size_t>(request.n)));
+    live->grammar_masks =
+        std::make_shared<grammar::SharedMasks>(std::max<size_t>(16, 2 * static_cast<size_t>(request.n)));
   live->req = std::move(request);
   live->sink = std::move(sink);
   {

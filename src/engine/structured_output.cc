@@ -36,7 +36,8 @@ Expected<std::string> gbnf_for(const StructuredOutput& s) {
 
 Expected<std::shared_ptr<const grammar::Grammar>> compile_structured_output(const StructuredOutput& structured) {
   auto text = gbnf_for(structured);
-  auto compiled = text ? grammar::compile_gbnf(*text) : Expected<std::shared_ptr<const grammar::Grammar>>(text.status());
+  auto compiled =
+      text ? grammar::compile_gbnf(*text) : Expected<std::shared_ptr<const grammar::Grammar>>(text.status());
   if (!compiled && !structured.param.empty()) return compiled.status().with_context(structured.param);
   return compiled;
 }
@@ -54,7 +55,8 @@ Expected<std::shared_ptr<const grammar::Grammar>> compile_request_grammar(const 
     if (!compiled) return compiled.status().with_context("tool_choice");
     return compiled;
   }
-  if (request.structured.kind == StructuredOutput::Kind::kNone) return std::shared_ptr<const grammar::Grammar>();
+  if (request.structured.kind == StructuredOutput::Kind::kNone)
+    return std::shared_ptr<const grammar::Grammar>();
   return compile_structured_output(request.structured);
 }
 

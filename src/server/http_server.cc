@@ -188,7 +188,8 @@ struct HttpServer::Impl {
   // The field an engine refusal of the request's grammar names: the structured output's
   // (such errors start with "<param>: "), or for forced tool calls tool_choice, and tools when
   // the grammar of their schemas is too large.
-  static std::optional<std::string> grammar_error_param(bool tool_grammar, const std::string& structured_param,
+  static std::optional<std::string> grammar_error_param(bool tool_grammar,
+                                                        const std::string& structured_param,
                                                         const Status& s) {
     if (s.code() != StatusCode::kInvalidArgument) return std::nullopt;
     if (tool_grammar) {
@@ -196,7 +197,8 @@ struct HttpServer::Impl {
       if (s.message().starts_with("tool_choice")) return "tool_choice";
       return std::nullopt;
     }
-    if (!structured_param.empty() && s.message().starts_with(structured_param + ": ")) return structured_param;
+    if (!structured_param.empty() && s.message().starts_with(structured_param + ": "))
+      return structured_param;
     return std::nullopt;
   }
 
@@ -206,7 +208,8 @@ struct HttpServer::Impl {
     auto session = std::make_shared<GenerationSession>(engine, metrics, std::move(g), prompt_tokens, t0);
     Status s = session->submit();
     if (s.is_ok()) return session;
-    if (auto param = grammar_error_param(tool_grammar, structured_param, s)) throw bad_request(s.message(), *param);
+    if (auto param = grammar_error_param(tool_grammar, structured_param, s))
+      throw bad_request(s.message(), *param);
     throw api_error_from_status(s);
   }
 

@@ -15,8 +15,8 @@ namespace {
 
 constexpr int64_t kMaxTokensCap = int64_t{1} << 40;  // far above any window; keeps sums in range
 
-void parse_structured_field(const Json& body, const char* name, StructuredOutput::Kind kind, StructuredOutput& out,
-                            int& count, const char* parent = nullptr) {
+void parse_structured_field(const Json& body, const char* name, StructuredOutput::Kind kind,
+                            StructuredOutput& out, int& count, const char* parent = nullptr) {
   const Json* v = json_field(body, name);
   if (!v) return;
   ++count;
@@ -142,7 +142,8 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
   s.stop = json_string_or_list(body, "stop", kMaxStopStrings);
   for (const std::string& stop : s.stop)
     if (stop.size() > kMaxStopStringBytes)
-      throw bad_request("'stop' strings must be at most " + std::to_string(kMaxStopStringBytes) + " bytes", "stop");
+      throw bad_request("'stop' strings must be at most " + std::to_string(kMaxStopStringBytes) + " bytes",
+                        "stop");
   s.stop_token_ids = json_int_list(body, "stop_token_ids", 0, INT32_MAX);
   s.include_stop_str_in_output = json_bool(body, "include_stop_str_in_output").value_or(false);
   s.ignore_eos = json_bool(body, "ignore_eos").value_or(false);

@@ -53,7 +53,8 @@ void Interpreter::count_step(uint64_t steps) {
 
 void Interpreter::check_output(const std::string& out) const {
   if (out.size() > max_output_bytes_)
-    throw JinjaError("MemoryError: the rendered text is larger than " + std::to_string(max_output_bytes_) + " bytes");
+    throw JinjaError("MemoryError: the rendered text is larger than " + std::to_string(max_output_bytes_) +
+                     " bytes");
 }
 
 std::string Interpreter::render(const Body& body) {

@@ -87,7 +87,8 @@ TEST(GrammarBudget, SchemaLengthsAddUpAndAreRefused) {
 TEST(GrammarBudget, ManyLargePatternsAreRefusedWhileConverting) {
   std::string schema = R"({"type": "object", "properties": {)";
   for (int i = 0; i < 100; ++i)
-    schema += (i ? ", " : "") + std::string("\"p") + std::to_string(i) + R"(": {"type": "string", "pattern": "^a{0,9999}$"})";
+    schema += (i ? ", " : "") + std::string("\"p") + std::to_string(i) +
+              R"(": {"type": "string", "pattern": "^a{0,9999}$"})";
   schema += "}}";
   auto gbnf = json_schema_to_gbnf(schema);
   ASSERT_FALSE(gbnf.has_value()) << "converted to " << gbnf->size() << " bytes";
@@ -99,7 +100,8 @@ TEST(GrammarBudget, ManyLargePatternsAreRefusedWhileConverting) {
 TEST(GrammarBudget, SchemaRuleNamesStayShortInDeepSchemas) {
   const std::string key(2000, 'k');
   std::string schema = R"({"type": "string"})";
-  for (int i = 0; i < 100; ++i) schema = R"({"type": "object", "properties": {")" + key + R"(": )" + schema + "}}";
+  for (int i = 0; i < 100; ++i)
+    schema = R"({"type": "object", "properties": {")" + key + R"(": )" + schema + "}}";
   auto gbnf = json_schema_to_gbnf(schema);
   ASSERT_TRUE(gbnf.has_value()) << gbnf.status().message();
   EXPECT_LT(gbnf->size(), size_t{1} << 20);

@@ -112,7 +112,8 @@ TEST(GrammarTokenMask, ChoicesShareMasksAndRefusals) {
   const auto choices = [&](std::shared_ptr<SharedMasks> shared, uint64_t max_work) {
     std::vector<std::unique_ptr<StructuredConstraint>> out;
     for (int i = 0; i < 8; ++i)
-      out.push_back(std::make_unique<StructuredConstraint>(g, vocab, std::vector<int32_t>{0}, max_work, shared));
+      out.push_back(
+          std::make_unique<StructuredConstraint>(g, vocab, std::vector<int32_t>{0}, max_work, shared));
     return out;
   };
   std::vector<float> logits(vocab->size(), 0.0f);
@@ -148,7 +149,8 @@ TEST(GrammarTokenMask, DeepAmbiguousStatesAreDead) {
 TEST(GrammarTokenMask, LongLeftmostRuleChainsAreDead) {
   const auto chain = [](int links) {
     std::string text = "root ::= r0\n";
-    for (int i = 0; i < links; ++i) text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
+    for (int i = 0; i < links; ++i)
+      text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
     return compile(text + "r" + std::to_string(links) + " ::= \"y\"\n");
   };
   GrammarMatcher long_chain(chain(3000));

@@ -114,7 +114,8 @@ TEST(JinjaRobustness, HostileConstructsFailCleanly) {
 TEST(JinjaRobustness, LoopsOverLargeDataAreBounded) {
   ordered_json ctx = {{"xs", ordered_json::array()}, {"big", std::string(1 << 20, 'b')}};
   for (int i = 0; i < 5000; ++i) ctx["xs"].push_back(i);
-  auto quadratic = tf::jinja::Template::parse("{% for a in xs %}{% for b in xs %}{{ '' }}{% endfor %}{% endfor %}");
+  auto quadratic =
+      tf::jinja::Template::parse("{% for a in xs %}{% for b in xs %}{{ '' }}{% endfor %}{% endfor %}");
   ASSERT_TRUE(quadratic.has_value());
   auto r = quadratic->render(ctx);
   ASSERT_FALSE(r.has_value()) << "rendered " << r->size() << " bytes";
@@ -135,13 +136,15 @@ TEST(JinjaRobustness, LoopsOverLargeDataAreBounded) {
 // GLM-5.3's template checks each tool result of a block against every other: 1,000 parallel
 // tool calls (a 140 KB request) took ~10 s of a server thread, 10,000 would take many minutes.
 TEST(JinjaRobustness, QuadraticChatTemplateOverManyToolResultsFails) {
-  auto glm = tf::jinja::Template::parse(read_file(std::string(TF_SOURCE_DIR) + "/tests/data/glm53/chat_template.jinja"));
+  auto glm = tf::jinja::Template::parse(
+      read_file(std::string(TF_SOURCE_DIR) + "/tests/data/glm53/chat_template.jinja"));
   ASSERT_TRUE(glm.has_value()) << glm.status().message();
   const auto context = [](int n) {
     ordered_json calls = ordered_json::array(), messages = ordered_json::array();
     messages.push_back({{"role", "user"}, {"content", "hi"}});
     for (int i = 0; i < n; ++i)
-      calls.push_back({{"id", "c" + std::to_string(i)}, {"type", "function"},
+      calls.push_back({{"id", "c" + std::to_string(i)},
+                       {"type", "function"},
                        {"function", {{"name", "f"}, {"arguments", ordered_json::object()}}}});
     messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}});
     for (int i = 0; i < n; ++i)

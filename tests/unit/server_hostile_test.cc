@@ -346,14 +346,16 @@ TEST(ServerHostile, GrammarRefusalsNameTheField) {
   TestServer ts;
   auto c = ts.client();
   const Json msgs = Json::parse(R"([{"role":"user","content":"hi"}])");
-  const Json huge_schema = Json::parse(R"({"anyOf":[)" + repeat_join(R"({"type":"string","maxLength":9999})", 200, ",") + "]}");
+  const Json huge_schema =
+      Json::parse(R"({"anyOf":[)" + repeat_join(R"({"type":"string","maxLength":9999})", 200, ",") + "]}");
   const Json pattern_param = {{"type", "object"},
                               {"properties", {{"s", {{"type", "string"}, {"pattern", "^a{0,9999}$"}}}}}};
   Json tools = Json::array();
   for (int i = 0; i < 60; ++i)
     tools.push_back({{"type", "function"},
-                     {"function", {{"name", "f" + std::to_string(i)},
-                                   {"parameters", {{"type", "object"}, {"properties", {{"x", pattern_param}}}}}}}});
+                     {"function",
+                      {{"name", "f" + std::to_string(i)},
+                       {"parameters", {{"type", "object"}, {"properties", {{"x", pattern_param}}}}}}}});
   struct GrammarCase {
     const char* path;
     Json body;
@@ -363,20 +365,39 @@ TEST(ServerHostile, GrammarRefusalsNameTheField) {
   const std::vector<GrammarCase> cases = {
       {"/v1/chat/completions",
        {{"messages", msgs}, {"guided_grammar", "root ::= " + repeat_join(R"("a"{0,10000})", 200, " ")}},
-       "guided_grammar", "grammar too large"},
-      {"/v1/chat/completions", {{"messages", msgs}, {"guided_grammar", "root ::= nothing"}}, "guided_grammar", "nothing"},
-      {"/v1/chat/completions", {{"messages", msgs}, {"guided_regex", "(a"}}, "guided_regex", "regex"},
-      {"/v1/chat/completions", {{"messages", msgs}, {"structured_outputs", {{"regex", repeat_join("a{0,9999}", 99, "|")}}}},
-       "structured_outputs.regex", "grammar too large"},
+       "guided_grammar",
+       "grammar too large"},
       {"/v1/chat/completions",
-       {{"messages", msgs}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", huge_schema}}}}}},
-       "response_format", "grammar too large"},
-      {"/v1/chat/completions", {{"messages", msgs}, {"guided_json", {{"type", "integer"}, {"multipleOf", 3}}}},
-       "guided_json", "multipleOf"},
-      {"/v1/completions", {{"prompt", "hi"}, {"guided_json", huge_schema}}, "guided_json", "grammar too large"},
-      {"/v1/responses", {{"input", "hi"}, {"text", {{"format", {{"type", "json_schema"}, {"name", "x"}, {"schema", huge_schema}}}}}},
-       "text.format", "grammar too large"},
-      {"/v1/chat/completions", {{"messages", msgs}, {"tools", tools}, {"tool_choice", "required"}}, "tools",
+       {{"messages", msgs}, {"guided_grammar", "root ::= nothing"}},
+       "guided_grammar",
+       "nothing"},
+      {"/v1/chat/completions", {{"messages", msgs}, {"guided_regex", "(a"}}, "guided_regex", "regex"},
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"structured_outputs", {{"regex", repeat_join("a{0,9999}", 99, "|")}}}},
+       "structured_outputs.regex",
+       "grammar too large"},
+      {"/v1/chat/completions",
+       {{"messages", msgs},
+        {"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", huge_schema}}}}}},
+       "response_format",
+       "grammar too large"},
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"guided_json", {{"type", "integer"}, {"multipleOf", 3}}}},
+       "guided_json",
+       "multipleOf"},
+      {"/v1/completions",
+       {{"prompt", "hi"}, {"guided_json", huge_schema}},
+       "guided_json",
+       "grammar too large"},
+      {"/v1/responses",
+       {{"input", "hi"},
+        {"text", {{"format", {{"type", "json_schema"}, {"name", "x"}, {"schema", huge_schema}}}}}},
+       "text.format",
+       "grammar too large"},
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"tools", tools}, {"tool_choice", "required"}},
+       "tools",
        "grammar too large"},
   };
   for (const GrammarCase& k : cases) {
@@ -386,10 +407,12 @@ TEST(ServerHostile, GrammarRefusalsNameTheField) {
     Json j = Json::parse(res->body, nullptr, false);
     ASSERT_TRUE(j.is_object() && j["error"].is_object()) << res->body.substr(0, 300);
     EXPECT_EQ(j["error"]["param"], k.param) << res->body.substr(0, 300);
-    EXPECT_NE(j["error"]["message"].get<std::string>().find(k.message), std::string::npos) << res->body.substr(0, 300);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(k.message), std::string::npos)
+        << res->body.substr(0, 300);
   }
-  auto ok = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"guided_regex":"a+"})",
-                   "application/json");
+  auto ok =
+      c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"guided_regex":"a+"})",
+             "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
 }

@@ -139,8 +139,9 @@ TEST(ToolCallGrammar, ToolSetsPastTheGrammarBudgetAreRefused) {
   const json pattern_param = {{"type", "object"},
                               {"properties", {{"s", {{"type", "string"}, {"pattern", "^a{0,9999}$"}}}}}};
   const auto tool = [](const std::string& name, const json& properties) {
-    return json{{"type", "function"},
-                {"function", {{"name", name}, {"parameters", {{"type", "object"}, {"properties", properties}}}}}};
+    return json{
+        {"type", "function"},
+        {"function", {{"name", name}, {"parameters", {{"type", "object"}, {"properties", properties}}}}}};
   };
   json many = json::array();
   for (int i = 0; i < 60; ++i) many.push_back(tool("f" + std::to_string(i), {{"x", pattern_param}}));
@@ -150,7 +151,8 @@ TEST(ToolCallGrammar, ToolSetsPastTheGrammarBudgetAreRefused) {
 
   json properties = json::object();
   for (int i = 0; i < 100; ++i) properties["p" + std::to_string(i)] = pattern_param;
-  auto one = tool_call_gbnf(json::array({tool("big", {{"x", {{"type", "object"}, {"properties", properties}}}})}), {});
+  auto one = tool_call_gbnf(
+      json::array({tool("big", {{"x", {{"type", "object"}, {"properties", properties}}}})}), {});
   ASSERT_FALSE(one.has_value()) << one->size() << " bytes";
   EXPECT_TRUE(grammar::is_grammar_too_large(one.status())) << one.status().message();
 

@@ -8,9 +8,10 @@ constexpr const char* kPrefix = "grammar too large: ";
 }  // namespace
 
 Status grammar_too_large(const std::string& what) {
-  return invalid_argument(std::string(kPrefix) + what + " (the limit is " + std::to_string(kMaxGrammarBytes >> 20) +
-                          " MiB per grammar; repetition counts such as {m,n}, maxLength, maxItems and minItems "
-                          "multiply a grammar's size)");
+  return invalid_argument(
+      std::string(kPrefix) + what + " (the limit is " + std::to_string(kMaxGrammarBytes >> 20) +
+      " MiB per grammar; repetition counts such as {m,n}, maxLength, maxItems and minItems "
+      "multiply a grammar's size)");
 }
 
 bool is_grammar_too_large(const Status& status) {

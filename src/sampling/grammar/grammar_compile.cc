@@ -166,7 +166,8 @@ class Parser {
       }
       uint32_t cp = 0;
       if (Status st = parse_char(cp); !st.is_ok()) return st;
-      if (!budget_.charge(sizeof(uint32_t))) return grammar_too_large("its text parses into more than the limit");
+      if (!budget_.charge(sizeof(uint32_t)))
+        return grammar_too_large("its text parses into more than the limit");
       lit.text.push_back(cp);
     }
   }
@@ -192,7 +193,8 @@ class Parser {
         if (Status st = parse_char(hi); !st.is_ok()) return st;
         if (hi < lo) return error("character range out of order");
       }
-      if (!budget_.charge(sizeof(CharRange))) return grammar_too_large("its text parses into more than the limit");
+      if (!budget_.charge(sizeof(CharRange)))
+        return grammar_too_large("its text parses into more than the limit");
       out.cls.ranges.push_back({lo, hi});
     }
   }
@@ -285,7 +287,8 @@ class Parser {
         Node ref;
         ref.kind = Node::Kind::kRef;
         ref.ref = parse_name();
-        if (!budget_.charge(ref.ref.size())) return grammar_too_large("its text parses into more than the limit");
+        if (!budget_.charge(ref.ref.size()))
+          return grammar_too_large("its text parses into more than the limit");
         seq.kids.push_back(std::move(ref));
       } else {
         return error(std::string("unexpected character '") + c + "'");
@@ -335,9 +338,11 @@ class Lowering {
   }
 
   Status new_rule(uint32_t parent, uint32_t& id) {
-    std::string name = g_.rule_names[parent].substr(0, kMaxNameBase) + "_" + std::to_string(g_.rule_alts.size());
+    std::string name =
+        g_.rule_names[parent].substr(0, kMaxNameBase) + "_" + std::to_string(g_.rule_alts.size());
     // The rule's alternatives vector and name, each with a heap block.
-    if (Status st = spend(sizeof(std::vector<uint32_t>) + sizeof(std::string) + name.size() + 32); !st.is_ok())
+    if (Status st = spend(sizeof(std::vector<uint32_t>) + sizeof(std::string) + name.size() + 32);
+        !st.is_ok())
       return st;
     id = static_cast<uint32_t>(g_.rule_alts.size());
     g_.rule_alts.emplace_back();
@@ -353,7 +358,8 @@ class Lowering {
     auto [it, fresh] = class_index_.try_emplace(std::move(key), static_cast<uint32_t>(g_.classes.size()));
     index = it->second;
     if (!fresh) return Status::ok();
-    if (Status st = spend(sizeof(CharClass) + 2 * cls.ranges.size() * sizeof(CharRange) + 64); !st.is_ok()) return st;
+    if (Status st = spend(sizeof(CharClass) + 2 * cls.ranges.size() * sizeof(CharRange) + 64); !st.is_ok())
+      return st;
     g_.classes.push_back(std::move(cls));
     return Status::ok();
   }
@@ -387,7 +393,8 @@ class Lowering {
   Status single_element(uint32_t rule, const Node& item, Element& out) {
     if (item.kind == Node::Kind::kClass || (item.kind == Node::Kind::kLiteral && item.text.size() == 1)) {
       uint32_t index = 0;
-      const CharClass& cls = item.kind == Node::Kind::kClass ? item.cls : CharClass{{{item.text[0], item.text[0]}}, false};
+      const CharClass& cls =
+          item.kind == Node::Kind::kClass ? item.cls : CharClass{{{item.text[0], item.text[0]}}, false};
       if (Status st = add_class(cls, index); !st.is_ok()) return st;
       out = {Element::Kind::kChar, index};
       return Status::ok();

@@ -35,9 +35,9 @@ void normalize(std::vector<std::vector<uint32_t>>& stacks) {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
   const Grammar& g = *grammar_;
   size_t elements = 0;
-  for (uint32_t a : g.rule_alts[g.root]) expand(g.elements[a].kind == Element::Kind::kEnd ? std::vector<uint32_t>{}
-                                                                                          : std::vector<uint32_t>{a},
-                                                state_.stacks, 0, elements);
+  for (uint32_t a : g.rule_alts[g.root])
+    expand(g.elements[a].kind == Element::Kind::kEnd ? std::vector<uint32_t>{} : std::vector<uint32_t>{a},
+           state_.stacks, 0, elements);
   normalize(state_.stacks);
 }
 
@@ -64,7 +64,8 @@ void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector
   }
 }
 
-bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to, size_t* work) const {
+bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to,
+                                     size_t* work) const {
   const Grammar& g = *grammar_;
   to.stacks.clear();
   to.pending.clear();
@@ -119,7 +120,8 @@ bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState&
     if (len == 0) return false;
     if (len == 1) return step_code_point(from, byte, to, work);
     to.stacks = from.stacks;
-    if (work) for (const auto& s : from.stacks) *work += s.size();
+    if (work)
+      for (const auto& s : from.stacks) *work += s.size();
     to.pending.assign(1, static_cast<char>(byte));
     return pending_feasible(to);
   }
@@ -128,7 +130,8 @@ bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState&
   const size_t len = static_cast<size_t>(utf8_length(static_cast<uint8_t>(seq[0])));
   if (seq.size() < len) {
     to.stacks = from.stacks;
-    if (work) for (const auto& s : from.stacks) *work += s.size();
+    if (work)
+      for (const auto& s : from.stacks) *work += s.size();
     to.pending = std::move(seq);
     return pending_feasible(to);
   }

@@ -7,8 +7,9 @@
 namespace tf::grammar {
 
 StructuredConstraint::StructuredConstraint(std::shared_ptr<const Grammar> grammar,
-                                           std::shared_ptr<const TokenVocabulary> vocab, std::vector<int32_t> end_ids,
-                                           uint64_t max_mask_work, std::shared_ptr<SharedMasks> masks)
+                                           std::shared_ptr<const TokenVocabulary> vocab,
+                                           std::vector<int32_t> end_ids, uint64_t max_mask_work,
+                                           std::shared_ptr<SharedMasks> masks)
     : matcher_(std::move(grammar)),
       vocab_(std::move(vocab)),
       end_ids_(std::move(end_ids)),

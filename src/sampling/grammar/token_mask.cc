@@ -56,7 +56,8 @@ class StateGraph {
       id = it->second;
       return true;
     }
-    bytes_ += 2 * (elements * sizeof(uint32_t) + s.stacks.size() * sizeof(s.stacks[0])) + sizeof(next_[0]) + 64;
+    bytes_ +=
+        2 * (elements * sizeof(uint32_t) + s.stacks.size() * sizeof(s.stacks[0])) + sizeof(next_[0]) + 64;
     if (bytes_ > kMaxMaskStateBytes && !always) return false;
     id = static_cast<int32_t>(states_.size());
     ids_.emplace(std::move(key), id);
