@@ -426,24 +426,14 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
   // Compiled before the request counts as waiting: a refusal leaves nothing behind.
   std::shared_ptr<const grammar::Grammar> structured;
   std::shared_ptr<const grammar::TokenVocabulary> vocab;
-  // A forced tool call wins over a response format: the answer is then calls only (as OpenAI
-  // treats tool_choice "required" next to response_format).
-  if (request.forces_tool_call()) {
-    ToolCallGrammarOptions to;
-    if (request.named_tool_choice) to.function = request.tool_choice;
-    to.parallel = request.parallel_tool_calls;
-    auto text = tool_call_gbnf(request.tools, to);
-    if (!text) return text.status();
-    auto compiled = grammar::compile_gbnf(*text);
-    if (!compiled) return compiled.status().with_context("tool_choice");
-    structured = std::move(*compiled);
+  auto compiled = compile_request_grammar(request);
+  if (!compiled) return compiled.status();
+  structured = std::move(*compiled);
+  if (structured && request.forces_tool_call()) {
     std::lock_guard<std::mutex> lock(m.grammar_vocab_mu);
     if (!m.tool_grammar_vocab) m.tool_grammar_vocab = grammar_vocabulary(*m.tokenizer, m.text_vocab, kToolCallMarkers);
     vocab = m.tool_grammar_vocab;
-  } else if (request.structured.kind != StructuredOutput::Kind::kNone) {
-    auto compiled = compile_structured_output(request.structured);
-    if (!compiled) return compiled.status();
-    structured = std::move(*compiled);
+  } else if (structured) {
     std::lock_guard<std::mutex> lock(m.grammar_vocab_mu);
     if (!m.grammar_vocab) m.grammar_vocab = grammar_vocabulary(*m.tokenizer, m.text_vocab);
     vocab = m.grammar_vocab;
@@ -457,6 +447,9 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
   auto live = std::make_shared<LiveRequest>();
   live->structured_grammar = std::move(structured);
   live->grammar_vocab = std::move(vocab);
+  if (live->structured_grammar)
+    live->grammar_masks =
+        std::make_shared<grammar::SharedMasks>(std::max<size_t>(16, 2 * static_cast<size_t>(request.n)));
   live->req = std::move(request);
   live->sink = std::move(sink);
   {

@@ -61,6 +61,9 @@ struct StructuredOutput {
   std::string schema_text;
   std::string pattern;               // kRegex, kGrammar (EBNF)
   std::vector<std::string> choices;  // kChoice
+  // The request field it came from ("guided_json", "response_format", ...): the engine's
+  // refusals of it start with "<param>: ", so that the server's 400 can name the field.
+  std::string param;
 };
 
 // A chat conversation, rendered into prompt tokens by the engine's chat template.

@@ -56,6 +56,7 @@ struct LiveRequest {
   bool failed = false;
   std::shared_ptr<const grammar::Grammar> structured_grammar;  // null: no structured output
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;  // the token bytes it masks over
+  std::shared_ptr<grammar::SharedMasks> grammar_masks;            // its choices' masks (shared_masks.h)
   // Images/videos (req.media): their features [placeholders, hidden] f32 on the ops
   // device, encoded a bounded number of patches per engine step before the request
   // reaches the scheduler, and released once every choice has prefilled (engine_media.cc).

@@ -161,7 +161,8 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     oo.logprobs = params->logprobs;
     c.output = std::make_unique<ChoiceOutput>(*tokenizer, std::move(oo), i);
     if (r->structured_grammar) {
-      c.constraint = std::make_unique<grammar::StructuredConstraint>(r->structured_grammar, r->grammar_vocab, eos_ids);
+      c.constraint = std::make_unique<grammar::StructuredConstraint>(
+          r->structured_grammar, r->grammar_vocab, eos_ids, grammar::kMaxMaskWork, r->grammar_masks);
       // The constraint is on the answer: a choice that opens in its reasoning starts it at </think>.
       c.constraint_active = !starts_in_reasoning;
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/tool_call_grammar.h"
 #include "sampling/grammar/json_schema_gbnf.h"
 #include "sampling/grammar/regex_gbnf.h"
 
@@ -35,8 +36,28 @@ Expected<std::string> gbnf_for(const StructuredOutput& s) {
 
 Expected<std::shared_ptr<const grammar::Grammar>> compile_structured_output(const StructuredOutput& structured) {
   auto text = gbnf_for(structured);
-  if (!text) return text.status();
-  return grammar::compile_gbnf(*text);
+  auto compiled =
+      text ? grammar::compile_gbnf(*text) : Expected<std::shared_ptr<const grammar::Grammar>>(text.status());
+  if (!compiled && !structured.param.empty()) return compiled.status().with_context(structured.param);
+  return compiled;
+}
+
+Expected<std::shared_ptr<const grammar::Grammar>> compile_request_grammar(const GenerationRequest& request) {
+  // A forced tool call wins over a response format: the answer is then calls only (as OpenAI
+  // treats tool_choice "required" next to response_format).
+  if (request.forces_tool_call()) {
+    ToolCallGrammarOptions to;
+    if (request.named_tool_choice) to.function = request.tool_choice;
+    to.parallel = request.parallel_tool_calls;
+    auto text = tool_call_gbnf(request.tools, to);
+    if (!text) return text.status();
+    auto compiled = grammar::compile_gbnf(*text);
+    if (!compiled) return compiled.status().with_context("tool_choice");
+    return compiled;
+  }
+  if (request.structured.kind == StructuredOutput::Kind::kNone)
+    return std::shared_ptr<const grammar::Grammar>();
+  return compile_structured_output(request.structured);
 }
 
 std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const text::Tokenizer& tokenizer, int64_t vocab,

@@ -16,8 +16,13 @@
 
 namespace tf::engine {
 
-// kInvalidArgument naming what is wrong (a schema keyword, a regex offset, a grammar line).
+// kInvalidArgument naming what is wrong (a schema keyword, a regex offset, a grammar line),
+// after "<structured.param>: " when the request says where it came from.
 Expected<std::shared_ptr<const grammar::Grammar>> compile_structured_output(const StructuredOutput& structured);
+
+// The grammar a request is decoded under: its forced tool calls' (errors name tool_choice),
+// else its structured output's; null when it has neither.
+Expected<std::shared_ptr<const grammar::Grammar>> compile_request_grammar(const GenerationRequest& request);
 
 // Token ids [0, vocab) with their bytes; added and special tokens (end of text, the
 // reasoning and tool-call markers) get none, so no grammar ever allows them, except the

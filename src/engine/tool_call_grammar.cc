@@ -4,6 +4,7 @@
 #include <set>
 
 #include "sampling/grammar/gbnf_writer.h"
+#include "sampling/grammar/grammar_budget.h"
 #include "sampling/grammar/json_schema_gbnf.h"
 #include "text/tool_call_parser.h"
 
@@ -62,8 +63,15 @@ std::string string_value(const json& schema) {
   return alts + ")";
 }
 
+// The grammar text of the whole tool set, past the budget (grammar_budget.h): many tools,
+// each within the budget, must not add up to gigabytes before the compiler sees them.
+Status check_size(size_t bytes) {
+  if (bytes <= grammar::kMaxGrammarBytes) return Status::ok();
+  return grammar::grammar_too_large("the tools' call grammar is larger than the limit");
+}
+
 // The rules of one function's call body: NAME and its argument pairs.
-std::string function_rules(const json& fn, const std::string& rule, bool& uses_any_value) {
+Expected<std::string> function_rules(const json& fn, const std::string& rule, bool& uses_any_value) {
   std::string out;
   const std::string name = grammar::gbnf_literal(fn["name"].get<std::string>());
   const json* props = nullptr;
@@ -100,6 +108,9 @@ std::string function_rules(const json& fn, const std::string& rule, bool& uses_a
     }
     // A JSON value of the parameter's schema, its rules renamed into this grammar.
     auto g = grammar::json_schema_to_gbnf(schema);
+    // A schema the converter does not support takes any JSON value; one too large is refused.
+    if (!g && grammar::is_grammar_too_large(g.status())) return g.status();
+    TF_RETURN_IF_ERROR(check_size(out.size() + values.size() + (g ? g->size() * 2 : 0)));
     if (g) {
       values += grammar::prefix_gbnf_rules(*g, value + "-");
       values += value + " ::= " + value + "-root\n";
@@ -125,7 +136,10 @@ Expected<std::string> tool_call_gbnf(const json& tools, const ToolCallGrammarOpt
     if (options.function && (*fn)["name"] != *options.function) continue;
     const std::string rule = "f" + std::to_string(index++);
     functions += (functions.empty() ? "" : " | ") + rule;
-    bodies += function_rules(*fn, rule, uses_any_value);
+    auto body = function_rules(*fn, rule, uses_any_value);
+    if (!body) return body.status();
+    bodies += *body;
+    TF_RETURN_IF_ERROR(check_size(functions.size() + bodies.size()));
   }
   if (functions.empty()) {
     return invalid_argument(options.function ? "tool_choice names function '" + *options.function +

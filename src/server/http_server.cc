@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "sampling/grammar/grammar_budget.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/generation_session.h"
@@ -184,11 +185,32 @@ struct HttpServer::Impl {
         });
   }
 
+  // The field an engine refusal of the request's grammar names: the structured output's
+  // (such errors start with "<param>: "), or for forced tool calls tool_choice, and tools when
+  // the grammar of their schemas is too large.
+  static std::optional<std::string> grammar_error_param(bool tool_grammar,
+                                                        const std::string& structured_param,
+                                                        const Status& s) {
+    if (s.code() != StatusCode::kInvalidArgument) return std::nullopt;
+    if (tool_grammar) {
+      if (grammar::is_grammar_too_large(s)) return "tools";
+      if (s.message().starts_with("tool_choice")) return "tool_choice";
+      return std::nullopt;
+    }
+    if (!structured_param.empty() && s.message().starts_with(structured_param + ": "))
+      return structured_param;
+    return std::nullopt;
+  }
+
   std::shared_ptr<GenerationSession> start_session(GenerationRequest g, int64_t prompt_tokens, Clock::time_point t0) {
+    const bool tool_grammar = g.forces_tool_call();
+    const std::string structured_param = g.structured.param;
     auto session = std::make_shared<GenerationSession>(engine, metrics, std::move(g), prompt_tokens, t0);
     Status s = session->submit();
-    if (!s.is_ok()) throw api_error_from_status(s);
-    return session;
+    if (s.is_ok()) return session;
+    if (auto param = grammar_error_param(tool_grammar, structured_param, s))
+      throw bad_request(s.message(), *param);
+    throw api_error_from_status(s);
   }
 
   // Non-streaming: waits for the session while watching the connection, so a client
@@ -342,7 +364,10 @@ struct HttpServer::Impl {
     auto prompt = render_prompt(r.chat.chat);
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
     GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kResponses);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) {
+      g.structured.schema_text = ordered_schema_text(body, SchemaSource::kResponses);
+      g.structured.param = "text.format";
+    }
     g.n = 1;
     g.request_id = make_id("resp_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
@@ -404,7 +429,10 @@ struct HttpServer::Impl {
     if (limit == AnthropicLimit::kContextWindow) r.chat.max_tokens = room;
     int64_t max_tokens = resolve_max_tokens(r.chat.max_tokens, prompt_tokens, true);
     GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kMessages);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) {
+      g.structured.schema_text = ordered_schema_text(body, SchemaSource::kMessages);
+      g.structured.param = "output_config.format";
+    }
     g.n = 1;
     g.request_id = make_id("msg_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};

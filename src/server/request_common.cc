@@ -15,12 +15,13 @@ namespace {
 
 constexpr int64_t kMaxTokensCap = int64_t{1} << 40;  // far above any window; keeps sums in range
 
-void parse_structured_field(const Json& body, const char* name, StructuredOutput::Kind kind, StructuredOutput& out,
-                            int& count) {
+void parse_structured_field(const Json& body, const char* name, StructuredOutput::Kind kind,
+                            StructuredOutput& out, int& count, const char* parent = nullptr) {
   const Json* v = json_field(body, name);
   if (!v) return;
   ++count;
   out.kind = kind;
+  out.param = parent ? std::string(parent) + "." + name : std::string(name);
   switch (kind) {
     case StructuredOutput::Kind::kJsonSchema:
       if (v->is_string()) {
@@ -64,11 +65,12 @@ void parse_structured(const Json& body, StructuredOutput& out) {
   parse_structured_field(body, "guided_grammar", K::kGrammar, out, count);
   if (const Json* so = json_field(body, "structured_outputs")) {
     require_object(*so, "structured_outputs");
-    parse_structured_field(*so, "json", K::kJsonSchema, out, count);
-    parse_structured_field(*so, "regex", K::kRegex, out, count);
-    parse_structured_field(*so, "choice", K::kChoice, out, count);
-    parse_structured_field(*so, "grammar", K::kGrammar, out, count);
-    parse_structured_field(*so, "json_object", K::kJsonObject, out, count);
+    const char* so_name = "structured_outputs";
+    parse_structured_field(*so, "json", K::kJsonSchema, out, count, so_name);
+    parse_structured_field(*so, "regex", K::kRegex, out, count, so_name);
+    parse_structured_field(*so, "choice", K::kChoice, out, count, so_name);
+    parse_structured_field(*so, "grammar", K::kGrammar, out, count, so_name);
+    parse_structured_field(*so, "json_object", K::kJsonObject, out, count, so_name);
   }
   if (const Json* rf = json_field(body, "response_format")) {
     require_object(*rf, "response_format");
@@ -92,6 +94,7 @@ void parse_structured(const Json& body, StructuredOutput& out) {
         throw bad_request("'response_format.json_schema.schema' must be an object", "response_format.json_schema.schema");
       ++count;
       out.kind = K::kJsonSchema;
+      out.param = "response_format";
       out.schema = schema ? *schema : Json::object();
     } else if (*type != "text") {
       throw bad_request("'response_format.type' must be text, json_object or json_schema", "response_format.type");
@@ -137,6 +140,10 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
     }
   }
   s.stop = json_string_or_list(body, "stop", kMaxStopStrings);
+  for (const std::string& stop : s.stop)
+    if (stop.size() > kMaxStopStringBytes)
+      throw bad_request("'stop' strings must be at most " + std::to_string(kMaxStopStringBytes) + " bytes",
+                        "stop");
   s.stop_token_ids = json_int_list(body, "stop_token_ids", 0, INT32_MAX);
   s.include_stop_str_in_output = json_bool(body, "include_stop_str_in_output").value_or(false);
   s.ignore_eos = json_bool(body, "ignore_eos").value_or(false);

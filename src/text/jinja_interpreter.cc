@@ -11,6 +11,9 @@ namespace tf::jinja {
 namespace {
 
 constexpr int kMaxDepth = 256;  // macro recursion; deeper templates fail instead of overflowing the stack
+// A loop iteration (or a macro call) builds a scope and its `loop` object (its arguments): about
+// as costly as this many steps.
+constexpr uint64_t kLoopIterationSteps = 16;
 
 // Restores the interpreter's scope when a statement that opened one finishes (or throws).
 struct ScopeGuard {
@@ -36,7 +39,23 @@ std::optional<int64_t> slice_bound(const Value& v) {
 
 }  // namespace
 
-Interpreter::Interpreter(Value globals) : globals_(std::move(globals)), scope_(std::make_shared<Scope>()) {}
+Interpreter::Interpreter(Value globals, uint64_t max_steps, size_t max_output_bytes)
+    : globals_(std::move(globals)),
+      steps_left_(max_steps),
+      max_output_bytes_(max_output_bytes),
+      scope_(std::make_shared<Scope>()) {}
+
+void Interpreter::count_step(uint64_t steps) {
+  if (steps > steps_left_)
+    throw JinjaError("RuntimeError: rendering takes too much work (loops over too many messages or tools)");
+  steps_left_ -= steps;
+}
+
+void Interpreter::check_output(const std::string& out) const {
+  if (out.size() > max_output_bytes_)
+    throw JinjaError("MemoryError: the rendered text is larger than " + std::to_string(max_output_bytes_) +
+                     " bytes");
+}
 
 std::string Interpreter::render(const Body& body) {
   std::string out;
@@ -108,12 +127,15 @@ void Interpreter::exec_body(const Body& body, std::string& out) {
 
 void Interpreter::exec(const Stmt& s, std::string& out) {
   try {
+    count_step();
     switch (s.kind) {
       case StmtKind::kText:
         out += s.text;
+        check_output(out);
         return;
       case StmtKind::kOutput:
         out += eval(*s.expr).to_str();
+        check_output(out);
         return;
       case StmtKind::kIf:
         for (size_t i = 0; i < s.conditions.size(); ++i) {
@@ -175,6 +197,7 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) { run_loop(s, eval(*
 void Interpreter::run_loop(const Stmt& s, const Value& iterable, int64_t depth, std::string& out) {
   if (depth > kMaxDepth) throw JinjaError("RecursionError: recursive loop nests too deeply");
   std::vector<Value> items = iterate(iterable);
+  count_step(items.size());  // the copy
   if (s.condition) {
     std::vector<Value> kept;
     for (auto& item : items) {
@@ -192,6 +215,7 @@ void Interpreter::run_loop(const Stmt& s, const Value& iterable, int64_t depth, 
   // loop.changed(*values) compares with the values of its previous call in this loop.
   auto last_changed = std::make_shared<std::optional<Value>>();
   for (int64_t i = 0; i < n; ++i) {
+    count_step(kLoopIterationSteps);
     ScopeGuard guard(scope_, child_of(scope_));
     Value loop = Value::dict();
     auto& d = loop.dict_data();
@@ -271,6 +295,7 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, con
   std::weak_ptr<Scope> weak = closure;
   return Value::function(name, [self, stmt, weak, name](CallArgs& args) -> Value {
     if (self->depth_ >= kMaxDepth) throw JinjaError("RecursionError: macro '" + name + "' nests too deeply");
+    self->count_step(kLoopIterationSteps);  // a scope and its arguments, as a loop iteration
     std::shared_ptr<Scope> closure = weak.lock();
     if (!closure) throw JinjaError("macro '" + name + "' called after its template finished rendering");
     auto scope = child_of(closure);
@@ -371,6 +396,7 @@ Value Interpreter::eval_filter(const Expr& e, const Value* input_override) {
 
 Value Interpreter::eval(const Expr& e) {
   try {
+    count_step();
     return eval_inner(e);
   } catch (JinjaError& err) {
     if (err.line < 0) {

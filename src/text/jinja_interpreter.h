@@ -5,6 +5,7 @@
 // functions) sit below the template's top-level scope.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -22,7 +23,9 @@ struct Scope {
 class Interpreter {
  public:
   // `globals` is a dict of names visible everywhere (context variables and global functions).
-  explicit Interpreter(Value globals);
+  // `max_steps`: statements run plus expressions evaluated before the render fails;
+  // `max_output_bytes`: how long a rendered string may grow (jinja_template.h).
+  Interpreter(Value globals, uint64_t max_steps, size_t max_output_bytes);
   // Throws JinjaError with the line and column of the failing node.
   std::string render(const Body& body);
 
@@ -45,7 +48,12 @@ class Interpreter {
   void assign_targets(const std::vector<std::string>& targets, const Value& v);
   void unpack_targets(const std::vector<std::string>& targets, size_t begin, size_t end, const Value& v);
 
+  void count_step(uint64_t steps = 1);
+  void check_output(const std::string& out) const;
+
   Value globals_;
+  uint64_t steps_left_;
+  size_t max_output_bytes_;
   std::shared_ptr<Scope> scope_;
   std::vector<std::shared_ptr<Scope>> closures_;  // scopes that macros close over (weakly)
   Control control_ = Control::kNone;

@@ -182,7 +182,7 @@ Expected<std::string> Template::render(const nlohmann::ordered_json& context,
     g.set(Value("strftime_now"), make_strftime_now(options.now));
     for (auto it = context.begin(); it != context.end(); ++it)
       g.set(Value(it.key()), Value::from_json(it.value()));
-    Interpreter interpreter(std::move(globals));
+    Interpreter interpreter(std::move(globals), options.max_steps, options.max_output_bytes);
     return interpreter.render(*body_);
   } catch (const JinjaError& e) {
     return to_status(options_, e);

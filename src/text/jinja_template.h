@@ -28,9 +28,22 @@ struct TemplateOptions {
   std::string name = "template";  // used in error messages
 };
 
+// Work one render may do, in statements run plus expressions evaluated (~100 ns each). The
+// template is the server's, but its loops run over the request's messages and tools, and chat
+// templates can be quadratic in them: GLM-5.3's checks every tool result against every other
+// of its block, so 400 parallel tool calls take 13M steps (1.5 s) and 10,000 would take
+// minutes of a server thread. The conversations the tests render take under 2,000 steps.
+constexpr uint64_t kMaxRenderSteps = 20'000'000;
+// Bytes one rendered string (the output, a macro's, a block's) may reach: far above any
+// prompt (a request body is at most 96 MiB), far below what a loop can multiply it into.
+constexpr size_t kMaxRenderBytes = size_t{256} << 20;
+
 struct RenderOptions {
   // Time for strftime_now (seconds since the epoch, local time zone); unset: the current time.
   std::optional<std::time_t> now;
+  // Past either limit the render fails with a "MemoryError" / "too much work" Status.
+  uint64_t max_steps = kMaxRenderSteps;
+  size_t max_output_bytes = kMaxRenderBytes;
 };
 
 class Template {

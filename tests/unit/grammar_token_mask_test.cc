@@ -103,5 +103,86 @@ TEST(GrammarTokenMask, TooMuchWorkIsRefused) {
   EXPECT_EQ(c.mask(logits).code(), StatusCode::kInvalidArgument);
 }
 
+// A request's choices share their masks (shared_masks.h): n choices in the same state compute
+// its mask once, and one refused mask refuses them all (64 choices of a hostile grammar each
+// spent the whole work budget on the same first mask, one after another in the engine's step).
+TEST(GrammarTokenMask, ChoicesShareMasksAndRefusals) {
+  auto g = compile(R"(root ::= ("a" | "a" "a" | "a" "a" "a")* "b")");
+  auto vocab = std::make_shared<TokenVocabulary>(test_vocabulary());
+  const auto choices = [&](std::shared_ptr<SharedMasks> shared, uint64_t max_work) {
+    std::vector<std::unique_ptr<StructuredConstraint>> out;
+    for (int i = 0; i < 8; ++i)
+      out.push_back(
+          std::make_unique<StructuredConstraint>(g, vocab, std::vector<int32_t>{0}, max_work, shared));
+    return out;
+  };
+  std::vector<float> logits(vocab->size(), 0.0f);
+  auto shared = std::make_shared<SharedMasks>();
+  for (auto& c : choices(shared, kMaxMaskWork)) EXPECT_TRUE(c->mask(logits).is_ok());
+  EXPECT_EQ(shared->computed(), 1u);
+
+  auto poor = std::make_shared<SharedMasks>();
+  auto refused = choices(poor, /*max_work=*/50);
+  for (auto& c : refused) ASSERT_TRUE(c->accept(8).is_ok());  // "a": ambiguous from here
+  for (auto& c : refused) EXPECT_EQ(c->mask(logits).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(poor->refused());
+  EXPECT_EQ(poor->computed(), 0u);
+}
+
+// Ambiguity on top of deep nesting: 3 x 2^k stacks, each as deep as the text's nesting.
+// Ten a's 20,000 brackets deep made 3,072 stacks of 20,000 elements (245 MB a state,
+// copied at every byte); past kMaxStateElements such a state is dead (2,000 deep here).
+TEST(GrammarTokenMask, DeepAmbiguousStatesAreDead) {
+  auto g = compile(R"g(
+    root ::= "[" root "]" | "(" amb ")"
+    amb ::= "a" amb "b" | "a" amb "c" | "x"
+  )g");
+  GrammarMatcher deep(g);
+  ASSERT_TRUE(deep.accept(std::string(2000, '[') + "("));
+  EXPECT_FALSE(deep.accept(std::string(10, 'a')));
+  GrammarMatcher shallow(g);
+  EXPECT_TRUE(shallow.accept("[(" + std::string(10, 'a')));
+}
+
+// A chain of rules that each start with the next: expanding it copies the growing stack at
+// every link (3,000 links: 4.5M elements for one step, 10,000: 50M). Such a step is dead.
+TEST(GrammarTokenMask, LongLeftmostRuleChainsAreDead) {
+  const auto chain = [](int links) {
+    std::string text = "root ::= r0\n";
+    for (int i = 0; i < links; ++i)
+      text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
+    return compile(text + "r" + std::to_string(links) + " ::= \"y\"\n");
+  };
+  GrammarMatcher long_chain(chain(3000));
+  EXPECT_FALSE(long_chain.accept("y"));
+  GrammarMatcher short_chain(chain(300));
+  EXPECT_TRUE(short_chain.accept("y" + std::string(300, 'x')));
+  EXPECT_TRUE(short_chain.is_complete());
+}
+
+// Every token of up to 12 brackets leaves a distinct state as deep as the text: from
+// 20,000 deep, one mask kept 8,190 such states (over 4 GB). The walk's states are bounded
+// (4,000 deep here: 800 MB before).
+TEST(GrammarTokenMask, MaskWalkKeepsBoundedMemory) {
+  auto g = compile(R"(root ::= "[" root "]" | "{" root "}" | "x")");
+  std::vector<std::string> tokens = {""};
+  for (int len = 1; len <= 12; ++len) {
+    for (int bits = 0; bits < (1 << len); ++bits) {
+      std::string t;
+      for (int i = 0; i < len; ++i) t += (bits >> i) & 1 ? '{' : '[';
+      tokens.push_back(t);
+    }
+  }
+  TokenVocabulary vocab(tokens);
+  std::vector<uint8_t> allowed;
+  GrammarMatcher deep(g);
+  ASSERT_TRUE(deep.accept(std::string(4000, '[')));
+  EXPECT_FALSE(fill_token_mask(deep, vocab, allowed));
+  GrammarMatcher shallow(g);
+  ASSERT_TRUE(shallow.accept("[["));
+  EXPECT_TRUE(fill_token_mask(shallow, vocab, allowed));
+  EXPECT_EQ(allowed[1], 1);
+}
+
 }  // namespace
 }  // namespace tf::grammar

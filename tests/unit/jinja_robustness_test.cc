@@ -3,6 +3,7 @@
 // the real chat templates at random and feed hostile constructs; run them under TF_SANITIZE=ON too.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -122,6 +123,56 @@ TEST(JinjaRobustness, HostileConstructsFailCleanly) {
   std::string nested;
   for (int i = 0; i < 3000; ++i) nested += "{% if true %}";
   EXPECT_FALSE(tf::jinja::Template::parse(nested).has_value());
+}
+
+// The template is the server's, but its loops run over the request's data: work and output
+// are bounded (RenderOptions), so quadratic loops over a long list fail instead of holding a
+// server thread for minutes, and a loop cannot multiply a large value into gigabytes.
+TEST(JinjaRobustness, LoopsOverLargeDataAreBounded) {
+  ordered_json ctx = {{"xs", ordered_json::array()}, {"big", std::string(1 << 20, 'b')}};
+  for (int i = 0; i < 5000; ++i) ctx["xs"].push_back(i);
+  auto quadratic =
+      tf::jinja::Template::parse("{% for a in xs %}{% for b in xs %}{{ '' }}{% endfor %}{% endfor %}");
+  ASSERT_TRUE(quadratic.has_value());
+  auto r = quadratic->render(ctx);
+  ASSERT_FALSE(r.has_value()) << "rendered " << r->size() << " bytes";
+  EXPECT_NE(r.status().message().find("too much work"), std::string::npos) << r.status().message();
+
+  auto multiplied = tf::jinja::Template::parse("{% for a in xs[:300] %}{{ big }}{% endfor %}");
+  ASSERT_TRUE(multiplied.has_value());
+  auto m = multiplied->render(ctx);
+  ASSERT_FALSE(m.has_value()) << "rendered " << m->size() << " bytes";
+  EXPECT_NE(m.status().message().find("MemoryError"), std::string::npos) << m.status().message();
+
+  // Linear loops over the same data are fine.
+  auto linear = tf::jinja::Template::parse("{% for a in xs %}{{ a }}{% endfor %}{{ big|length }}");
+  ASSERT_TRUE(linear.has_value());
+  EXPECT_TRUE(linear->render(ctx).has_value());
+}
+
+// GLM-5.3's template checks each tool result of a block against every other: 1,000 parallel
+// tool calls (a 140 KB request) took ~10 s of a server thread, 10,000 would take many minutes.
+TEST(JinjaRobustness, QuadraticChatTemplateOverManyToolResultsFails) {
+  auto glm = tf::jinja::Template::parse(
+      read_file(std::string(TF_SOURCE_DIR) + "/tests/data/glm53/chat_template.jinja"));
+  ASSERT_TRUE(glm.has_value()) << glm.status().message();
+  const auto context = [](int n) {
+    ordered_json calls = ordered_json::array(), messages = ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", "hi"}});
+    for (int i = 0; i < n; ++i)
+      calls.push_back({{"id", "c" + std::to_string(i)},
+                       {"type", "function"},
+                       {"function", {{"name", "f"}, {"arguments", ordered_json::object()}}}});
+    messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}});
+    for (int i = 0; i < n; ++i)
+      messages.push_back({{"role", "tool"}, {"tool_call_id", "c" + std::to_string(i)}, {"content", "ok"}});
+    return ordered_json{{"messages", messages}, {"add_generation_prompt", true}};
+  };
+  EXPECT_TRUE(glm->render(context(20)).has_value());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = glm->render(context(1000));
+  EXPECT_FALSE(r.has_value());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 6.0);
 }
 
 TEST(JinjaRobustness, ErrorsCarryLineAndColumn) {

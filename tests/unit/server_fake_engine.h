@@ -1,7 +1,8 @@
 // A scripted EngineApi for server tests: tokenizes by bytes (token id = byte value,
 // vocab 256), renders chat as "role: content\n" lines, and replays a script of events
 // per request on its own thread with a small delay between events. Records submitted
-// requests and cancellations so tests can observe disconnect -> cancel.
+// requests and cancellations so tests can observe disconnect -> cancel. A request's grammar
+// (structured output, forced tool calls) is compiled and refused as the engine does.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/structured_output.h"
 #include "server/engine_api.h"
 
 namespace tf::server::testing {
@@ -130,6 +132,8 @@ class FakeEngine : public EngineApi {
 
   Status submit(GenerationRequest request, EventSink sink) override {
     if (queue_full) return resource_exhausted("the request queue is full (fake)");
+    // The request's grammar is compiled (and refused) as the engine does.
+    if (auto grammar = engine::compile_request_grammar(request); !grammar) return grammar.status();
     auto flag = std::make_shared<std::atomic<bool>>(false);
     std::lock_guard<std::mutex> lock(mu_);
     requests.push_back(request);

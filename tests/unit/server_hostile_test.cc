@@ -77,6 +77,9 @@ std::vector<Case> cases() {
       {C, chat(R"("stop":5)"), 400, "stop"},
       {C, chat(R"("stop":["a",1])"), 400, "stop"},
       {C, chat(R"("stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"])"), 400, "stop"},
+      // Searched for at every token: 16 of a megabyte cost 2 ms a token on the engine's thread.
+      {C, chat(R"("stop":[")" + std::string(4097, 'a') + R"("])"), 400, "stop"},
+      {P, R"({"prompt":"x","stop":")" + std::string(1 << 20, 'a') + R"("})", 400, "stop"},
       {C, chat(R"("logit_bias":{"abc":1})"), 400, "logit_bias"},
       {C, chat(R"("logit_bias":{"5":1000})"), 400, "logit_bias"},
       {C, chat(R"("logit_bias":[1])"), 400, "logit_bias"},
@@ -322,6 +325,96 @@ TEST(ServerHostile, Body97MiBGets413) {
   ASSERT_TRUE(j.is_object()) << reply;
   EXPECT_NE(j["error"]["message"].get<std::string>().find("96 MiB"), std::string::npos);
   EXPECT_EQ(ts.client().Post("/v1/chat/completions", chat(""), "application/json")->status, 200);
+}
+
+}  // namespace
+}  // namespace tf::server::testing
+
+namespace tf::server::testing {
+namespace {
+
+std::string repeat_join(const std::string& piece, int times, const std::string& separator) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += (i ? separator : "") + piece;
+  return out;
+}
+
+// A grammar the engine refuses (a bad one, or one past the grammar budget, which a request
+// of a few kilobytes could otherwise make tens of gigabytes) is a 400 naming the field it
+// came from; the server keeps serving.
+TEST(ServerHostile, GrammarRefusalsNameTheField) {
+  TestServer ts;
+  auto c = ts.client();
+  const Json msgs = Json::parse(R"([{"role":"user","content":"hi"}])");
+  const Json huge_schema =
+      Json::parse(R"({"anyOf":[)" + repeat_join(R"({"type":"string","maxLength":9999})", 200, ",") + "]}");
+  const Json pattern_param = {{"type", "object"},
+                              {"properties", {{"s", {{"type", "string"}, {"pattern", "^a{0,9999}$"}}}}}};
+  Json tools = Json::array();
+  for (int i = 0; i < 60; ++i)
+    tools.push_back({{"type", "function"},
+                     {"function",
+                      {{"name", "f" + std::to_string(i)},
+                       {"parameters", {{"type", "object"}, {"properties", {{"x", pattern_param}}}}}}}});
+  struct GrammarCase {
+    const char* path;
+    Json body;
+    const char* param;
+    const char* message;  // part of the error message
+  };
+  const std::vector<GrammarCase> cases = {
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"guided_grammar", "root ::= " + repeat_join(R"("a"{0,10000})", 200, " ")}},
+       "guided_grammar",
+       "grammar too large"},
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"guided_grammar", "root ::= nothing"}},
+       "guided_grammar",
+       "nothing"},
+      {"/v1/chat/completions", {{"messages", msgs}, {"guided_regex", "(a"}}, "guided_regex", "regex"},
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"structured_outputs", {{"regex", repeat_join("a{0,9999}", 99, "|")}}}},
+       "structured_outputs.regex",
+       "grammar too large"},
+      {"/v1/chat/completions",
+       {{"messages", msgs},
+        {"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", huge_schema}}}}}},
+       "response_format",
+       "grammar too large"},
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"guided_json", {{"type", "integer"}, {"multipleOf", 3}}}},
+       "guided_json",
+       "multipleOf"},
+      {"/v1/completions",
+       {{"prompt", "hi"}, {"guided_json", huge_schema}},
+       "guided_json",
+       "grammar too large"},
+      {"/v1/responses",
+       {{"input", "hi"},
+        {"text", {{"format", {{"type", "json_schema"}, {"name", "x"}, {"schema", huge_schema}}}}}},
+       "text.format",
+       "grammar too large"},
+      {"/v1/chat/completions",
+       {{"messages", msgs}, {"tools", tools}, {"tool_choice", "required"}},
+       "tools",
+       "grammar too large"},
+  };
+  for (const GrammarCase& k : cases) {
+    auto res = c.Post(k.path, k.body.dump(), "application/json");
+    ASSERT_TRUE(res) << k.path;
+    EXPECT_EQ(res->status, 400) << k.path << " " << k.param << " -> " << res->body.substr(0, 300);
+    Json j = Json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j["error"].is_object()) << res->body.substr(0, 300);
+    EXPECT_EQ(j["error"]["param"], k.param) << res->body.substr(0, 300);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(k.message), std::string::npos)
+        << res->body.substr(0, 300);
+  }
+  auto ok =
+      c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"guided_regex":"a+"})",
+             "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
 }  // namespace

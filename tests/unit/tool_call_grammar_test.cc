@@ -9,6 +9,7 @@
 #include "engine/tool_call_grammar.h"
 #include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/grammar.h"
+#include "sampling/grammar/grammar_budget.h"
 #include "sampling/grammar/grammar_matcher.h"
 #include "text/tool_call_parser.h"
 
@@ -130,6 +131,36 @@ TEST(ToolCallGrammar, RefusesWhatCannotBeCalled) {
   EXPECT_FALSE(tool_call_gbnf(json::array(), {}).has_value());
   EXPECT_FALSE(tool_call_gbnf(json(), {}).has_value());
   EXPECT_FALSE(tool_call_gbnf(json::parse(R"([{"type": "function", "function": {}}])"), {}).has_value());
+}
+
+// Each tool's schema converts within the grammar budget (grammar_budget.h), but 60 of them
+// made 50 MB of grammar text; and a schema past the budget silently took any JSON value.
+TEST(ToolCallGrammar, ToolSetsPastTheGrammarBudgetAreRefused) {
+  const json pattern_param = {{"type", "object"},
+                              {"properties", {{"s", {{"type", "string"}, {"pattern", "^a{0,9999}$"}}}}}};
+  const auto tool = [](const std::string& name, const json& properties) {
+    return json{
+        {"type", "function"},
+        {"function", {{"name", name}, {"parameters", {{"type", "object"}, {"properties", properties}}}}}};
+  };
+  json many = json::array();
+  for (int i = 0; i < 60; ++i) many.push_back(tool("f" + std::to_string(i), {{"x", pattern_param}}));
+  auto text = tool_call_gbnf(many, {});
+  ASSERT_FALSE(text.has_value()) << text->size() << " bytes";
+  EXPECT_TRUE(grammar::is_grammar_too_large(text.status())) << text.status().message();
+
+  json properties = json::object();
+  for (int i = 0; i < 100; ++i) properties["p" + std::to_string(i)] = pattern_param;
+  auto one = tool_call_gbnf(
+      json::array({tool("big", {{"x", {{"type", "object"}, {"properties", properties}}}})}), {});
+  ASSERT_FALSE(one.has_value()) << one->size() << " bytes";
+  EXPECT_TRUE(grammar::is_grammar_too_large(one.status())) << one.status().message();
+
+  // A few such tools are fine.
+  many.erase(many.begin() + 3, many.end());
+  auto few = tool_call_gbnf(many, {});
+  ASSERT_TRUE(few.has_value()) << few.status().message();
+  EXPECT_TRUE(grammar::compile_gbnf(*few).has_value());
 }
 
 TEST(GbnfWriter, PrefixRulesRenamesRulesOnly) {

@@ -1,12 +1,14 @@
 // GBNF text -> Grammar (grammar.h): a recursive-descent parser into a small AST, then
 // the AST lowered into flat alternatives, with groups and repetitions as generated
 // rules, and the checks the matcher relies on (every reference defined, a root, no
-// left recursion).
+// left recursion). Everything built is charged to a GrammarBudget (grammar_budget.h).
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "sampling/grammar/gbnf_writer.h"
+#include "sampling/grammar/grammar_budget.h"
 #include "text/utf8.h"
 
 namespace tf::grammar {
@@ -15,12 +17,16 @@ namespace {
 
 constexpr int kMaxRepeat = 10000;
 constexpr int kMaxNesting = 200;
+// Generated rules are named after their parent; a long parent name is cut to this many
+// bytes first, so 10,000 generated rules do not each copy a megabyte-long name.
+constexpr size_t kMaxNameBase = 64;
 
 struct Node {
-  enum class Kind { kAlt, kSeq, kClass, kRef, kRepeat };
+  enum class Kind { kAlt, kSeq, kClass, kLiteral, kRef, kRepeat };
   Kind kind = Kind::kSeq;
-  std::vector<Node> kids;  // kAlt: sequences; kSeq: items; kRepeat: the repeated item
-  CharClass cls;           // kClass
+  std::vector<Node> kids;      // kAlt: sequences; kSeq: items; kRepeat: the repeated item
+  CharClass cls;               // kClass
+  std::vector<uint32_t> text;  // kLiteral: its code points (one node, not one per character)
   std::string ref;         // kRef
   int min = 0, max = -1;   // kRepeat; max -1 = unbounded
 };
@@ -43,13 +49,16 @@ uint32_t decode_utf8(std::string_view text, size_t& pos) {
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : s_(text) {}
+  Parser(std::string_view text, GrammarBudget& budget) : s_(text), budget_(budget) {}
 
   Status parse(std::vector<std::pair<std::string, Node>>& rules) {
     skip_space();
     while (pos_ < s_.size()) {
       std::string name = parse_name();
       if (name.empty()) return error("expected a rule name");
+      // The name is kept three times (the rule list, the name map, Grammar::rule_names).
+      if (!budget_.charge(3 * (sizeof(std::string) + name.size())))
+        return grammar_too_large("its text parses into more than the limit");
       skip_space();
       if (s_.substr(pos_, 3) != "::=") return error("expected '::=' after rule name '" + name + "'");
       pos_ += 3;
@@ -65,6 +74,12 @@ class Parser {
   Status error(const std::string& what) const {
     int line = 1 + static_cast<int>(std::count(s_.begin(), s_.begin() + static_cast<std::ptrdiff_t>(std::min(pos_, s_.size())), '\n'));
     return invalid_argument("grammar: line " + std::to_string(line) + ": " + what);
+  }
+
+  // Charges one more tree node (and `extra` bytes it owns) to the budget.
+  Status charge_node(size_t extra = 0) {
+    if (budget_.charge(sizeof(Node) + extra)) return Status::ok();
+    return grammar_too_large("its text parses into more than the limit");
   }
 
   static bool name_char(char c) {
@@ -137,7 +152,8 @@ class Parser {
     }
   }
 
-  Status parse_literal(Node& seq) {
+  Status parse_literal(Node& lit) {
+    lit.kind = Node::Kind::kLiteral;
     const size_t start = pos_++;  // the opening quote
     while (true) {
       if (pos_ >= s_.size()) {
@@ -150,7 +166,9 @@ class Parser {
       }
       uint32_t cp = 0;
       if (Status st = parse_char(cp); !st.is_ok()) return st;
-      seq.kids.push_back(class_node(cp, cp));
+      if (!budget_.charge(sizeof(uint32_t)))
+        return grammar_too_large("its text parses into more than the limit");
+      lit.text.push_back(cp);
     }
   }
 
@@ -175,6 +193,8 @@ class Parser {
         if (Status st = parse_char(hi); !st.is_ok()) return st;
         if (hi < lo) return error("character range out of order");
       }
+      if (!budget_.charge(sizeof(CharRange)))
+        return grammar_too_large("its text parses into more than the limit");
       out.cls.ranges.push_back({lo, hi});
     }
   }
@@ -223,6 +243,7 @@ class Parser {
       return Status::ok();
     }
     if (seq.kids.empty()) return error(std::string("'") + c + "' follows nothing");
+    if (Status st = charge_node(); !st.is_ok()) return st;
     Node rep;
     rep.kind = Node::Kind::kRepeat;
     rep.min = lo;
@@ -240,17 +261,12 @@ class Parser {
       char c = s_[pos_];
       if (c == '|' || c == ')') return Status::ok();
       if (depth == 0 && at_rule_start()) return Status::ok();
+      if (Status st = charge_node(c == '.' ? sizeof(CharRange) : 0); !st.is_ok()) return st;
       if (c == '"') {
-        // A literal is a run of single characters; a postfix applies to the whole literal.
+        // A postfix applies to the whole literal.
         Node lit;
-        lit.kind = Node::Kind::kSeq;
         if (Status st = parse_literal(lit); !st.is_ok()) return st;
-        if (pos_ < s_.size() && (s_[pos_] == '*' || s_[pos_] == '+' || s_[pos_] == '?' || s_[pos_] == '{')) {
-          seq.kids.push_back(std::move(lit));
-        } else {
-          for (Node& k : lit.kids) seq.kids.push_back(std::move(k));
-          continue;
-        }
+        seq.kids.push_back(std::move(lit));
       } else if (c == '[') {
         Node cls;
         if (Status st = parse_class(cls); !st.is_ok()) return st;
@@ -271,6 +287,8 @@ class Parser {
         Node ref;
         ref.kind = Node::Kind::kRef;
         ref.ref = parse_name();
+        if (!budget_.charge(ref.ref.size()))
+          return grammar_too_large("its text parses into more than the limit");
         seq.kids.push_back(std::move(ref));
       } else {
         return error(std::string("unexpected character '") + c + "'");
@@ -282,6 +300,7 @@ class Parser {
   Status parse_alternatives(Node& alt, int depth) {
     alt.kind = Node::Kind::kAlt;
     while (true) {
+      if (Status st = charge_node(); !st.is_ok()) return st;
       Node seq;
       if (Status st = parse_sequence(seq, depth); !st.is_ok()) return st;
       alt.kids.push_back(std::move(seq));
@@ -295,27 +314,54 @@ class Parser {
   }
 
   std::string_view s_;
+  GrammarBudget& budget_;
   size_t pos_ = 0;
 };
 
 // Lowers the AST into Grammar's flat form.
 class Lowering {
  public:
-  Lowering(Grammar& g, const std::map<std::string, uint32_t>& names) : g_(g), names_(names) {}
+  Lowering(Grammar& g, const std::map<std::string, uint32_t>& names, GrammarBudget& budget)
+      : g_(g), names_(names), budget_(budget) {}
 
   Status rule(uint32_t index, const Node& body) { return emit_alternatives(index, body); }
 
  private:
-  uint32_t new_rule(uint32_t parent) {
-    uint32_t id = static_cast<uint32_t>(g_.rule_alts.size());
-    g_.rule_alts.emplace_back();
-    g_.rule_names.push_back(g_.rule_names[parent] + "_" + std::to_string(id));
-    return id;
+  Status spend(size_t bytes) {
+    if (budget_.charge(bytes)) return Status::ok();
+    return grammar_too_large("it compiles to more than the limit");
   }
 
-  uint32_t add_class(const CharClass& c) {
-    g_.classes.push_back({normalize_ranges(c.ranges), c.negated});
-    return static_cast<uint32_t>(g_.classes.size() - 1);
+  // `elements` elements in `alts` alternatives (their offsets in rule_alts).
+  Status spend_elements(size_t elements, size_t alts = 0) {
+    return spend(elements * sizeof(Element) + alts * sizeof(uint32_t));
+  }
+
+  Status new_rule(uint32_t parent, uint32_t& id) {
+    std::string name =
+        g_.rule_names[parent].substr(0, kMaxNameBase) + "_" + std::to_string(g_.rule_alts.size());
+    // The rule's alternatives vector and name, each with a heap block.
+    if (Status st = spend(sizeof(std::vector<uint32_t>) + sizeof(std::string) + name.size() + 32);
+        !st.is_ok())
+      return st;
+    id = static_cast<uint32_t>(g_.rule_alts.size());
+    g_.rule_alts.emplace_back();
+    g_.rule_names.push_back(std::move(name));
+    return Status::ok();
+  }
+
+  // Equal classes are stored once (a literal's characters repeat: "aaaa" needs one class).
+  Status add_class(const CharClass& c, uint32_t& index) {
+    CharClass cls{normalize_ranges(c.ranges), c.negated};
+    std::string key(cls.negated ? 1 : 0, '!');
+    key.append(reinterpret_cast<const char*>(cls.ranges.data()), cls.ranges.size() * sizeof(CharRange));
+    auto [it, fresh] = class_index_.try_emplace(std::move(key), static_cast<uint32_t>(g_.classes.size()));
+    index = it->second;
+    if (!fresh) return Status::ok();
+    if (Status st = spend(sizeof(CharClass) + 2 * cls.ranges.size() * sizeof(CharRange) + 64); !st.is_ok())
+      return st;
+    g_.classes.push_back(std::move(cls));
+    return Status::ok();
   }
 
   Status emit_alternatives(uint32_t rule, const Node& alt) {
@@ -328,6 +374,7 @@ class Lowering {
     for (const Node& seq : alt.kids) {
       std::vector<Element> elems;
       if (Status st = emit_sequence(rule, seq, elems); !st.is_ok()) return st;
+      if (Status st = spend_elements(elems.size() + 1, 1); !st.is_ok()) return st;
       g_.rule_alts[rule].push_back(static_cast<uint32_t>(g_.elements.size()));
       g_.elements.insert(g_.elements.end(), elems.begin(), elems.end());
       g_.elements.push_back({Element::Kind::kEnd, 0});
@@ -344,12 +391,17 @@ class Lowering {
 
   // An item as one element (a class, a reference, or a generated rule).
   Status single_element(uint32_t rule, const Node& item, Element& out) {
-    if (item.kind == Node::Kind::kClass) {
-      out = {Element::Kind::kChar, add_class(item.cls)};
+    if (item.kind == Node::Kind::kClass || (item.kind == Node::Kind::kLiteral && item.text.size() == 1)) {
+      uint32_t index = 0;
+      const CharClass& cls =
+          item.kind == Node::Kind::kClass ? item.cls : CharClass{{{item.text[0], item.text[0]}}, false};
+      if (Status st = add_class(cls, index); !st.is_ok()) return st;
+      out = {Element::Kind::kChar, index};
       return Status::ok();
     }
     if (item.kind == Node::Kind::kRef) return reference(item.ref, out);
-    uint32_t sub = new_rule(rule);
+    uint32_t sub = 0;
+    if (Status st = new_rule(rule, sub); !st.is_ok()) return st;
     if (Status st = emit_alternatives(sub, item); !st.is_ok()) return st;
     out = {Element::Kind::kRule, sub};
     return Status::ok();
@@ -371,9 +423,18 @@ class Lowering {
         Element e;
         if (item.kind == Node::Kind::kSeq) return emit_sequence(rule, item, out);
         if (Status st = single_element(rule, item, e); !st.is_ok()) return st;
+        if (Status st = spend_elements(1); !st.is_ok()) return st;
         out.push_back(e);
         return Status::ok();
       }
+      case Node::Kind::kLiteral:
+        if (Status st = spend_elements(item.text.size()); !st.is_ok()) return st;
+        for (uint32_t cp : item.text) {
+          uint32_t index = 0;
+          if (Status st = add_class(CharClass{{{cp, cp}}, false}, index); !st.is_ok()) return st;
+          out.push_back({Element::Kind::kChar, index});
+        }
+        return Status::ok();
       case Node::Kind::kRepeat:
         return emit_repeat(rule, item, out);
     }
@@ -384,9 +445,12 @@ class Lowering {
   Status emit_repeat(uint32_t rule, const Node& rep, std::vector<Element>& out) {
     Element x;
     if (Status st = single_element(rule, rep.kids[0], x); !st.is_ok()) return st;
+    if (Status st = spend_elements(static_cast<size_t>(rep.min) + 1); !st.is_ok()) return st;
     for (int i = 0; i < rep.min; ++i) out.push_back(x);
     if (rep.max < 0) {  // star: s ::= x s | ""
-      uint32_t s = new_rule(rule);
+      uint32_t s = 0;
+      if (Status st = new_rule(rule, s); !st.is_ok()) return st;
+      if (Status st = spend_elements(4, 2); !st.is_ok()) return st;
       g_.rule_alts[s].push_back(static_cast<uint32_t>(g_.elements.size()));
       g_.elements.insert(g_.elements.end(), {x, {Element::Kind::kRule, s}, {Element::Kind::kEnd, 0}});
       g_.rule_alts[s].push_back(static_cast<uint32_t>(g_.elements.size()));
@@ -397,7 +461,9 @@ class Lowering {
     // Optional tail of up to k copies: o_k ::= x o_{k-1} | "", built from o_1 up.
     Element tail{Element::Kind::kEnd, 0};
     for (int k = 1; k <= rep.max - rep.min; ++k) {
-      uint32_t o = new_rule(rule);
+      uint32_t o = 0;
+      if (Status st = new_rule(rule, o); !st.is_ok()) return st;
+      if (Status st = spend_elements(4, 2); !st.is_ok()) return st;
       g_.rule_alts[o].push_back(static_cast<uint32_t>(g_.elements.size()));
       g_.elements.push_back(x);
       if (tail.kind == Element::Kind::kRule) g_.elements.push_back(tail);
@@ -412,6 +478,8 @@ class Lowering {
 
   Grammar& g_;
   const std::map<std::string, uint32_t>& names_;
+  GrammarBudget& budget_;
+  std::unordered_map<std::string, uint32_t> class_index_;  // add_class(): a class's ranges -> its index
 };
 
 // Rules that can derive the empty string (fixpoint over all alternatives).
@@ -506,7 +574,8 @@ bool CharClass::matches_any(uint32_t lo, uint32_t hi) const {
 
 Expected<std::shared_ptr<const Grammar>> compile_gbnf(std::string_view text) {
   std::vector<std::pair<std::string, Node>> rules;
-  Parser parser(text);
+  GrammarBudget budget;
+  Parser parser(text, budget);
   if (Status st = parser.parse(rules); !st.is_ok()) return st;
   auto g = std::make_shared<Grammar>();
   std::map<std::string, uint32_t> names;
@@ -519,7 +588,7 @@ Expected<std::shared_ptr<const Grammar>> compile_gbnf(std::string_view text) {
   if (root == names.end()) return invalid_argument("grammar: no 'root' rule");
   g->root = root->second;
   g->rule_alts.resize(g->rule_names.size());
-  Lowering lower(*g, names);
+  Lowering lower(*g, names, budget);
   for (const auto& [name, body] : rules)
     if (Status st = lower.rule(names[name], body); !st.is_ok()) return st;
   if (Status st = check_left_recursion(*g); !st.is_ok()) return st;

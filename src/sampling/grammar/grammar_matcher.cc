@@ -34,17 +34,21 @@ void normalize(std::vector<std::vector<uint32_t>>& stacks) {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
   const Grammar& g = *grammar_;
-  for (uint32_t a : g.rule_alts[g.root]) expand(g.elements[a].kind == Element::Kind::kEnd ? std::vector<uint32_t>{}
-                                                                                          : std::vector<uint32_t>{a},
-                                                state_.stacks, 0);
+  size_t elements = 0;
+  for (uint32_t a : g.rule_alts[g.root])
+    expand(g.elements[a].kind == Element::Kind::kEnd ? std::vector<uint32_t>{} : std::vector<uint32_t>{a},
+           state_.stacks, 0, elements);
   normalize(state_.stacks);
 }
 
 // Brings `stack` to a character on top (or empty), one stack per way of doing so.
-void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth) const {
+void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth,
+                            size_t& elements) const {
   const Grammar& g = *grammar_;
-  if (depth > kMaxExpansionDepth || out.size() > kMaxStacks) return;
+  if (depth > kMaxExpansionDepth || out.size() > kMaxStacks || elements > kMaxStateElements) return;
+  elements += stack.size();  // this call's copy
   if (stack.empty() || g.elements[stack.back()].kind == Element::Kind::kChar) {
+    elements += stack.size();
     out.push_back(std::move(stack));
     return;
   }
@@ -56,26 +60,30 @@ void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector
   for (uint32_t a : g.rule_alts[rule]) {
     std::vector<uint32_t> next = stack;
     if (g.elements[a].kind != Element::Kind::kEnd) next.push_back(a);
-    expand(std::move(next), out, depth + 1);
+    expand(std::move(next), out, depth + 1, elements);
   }
 }
 
-bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to) const {
+bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to,
+                                     size_t* work) const {
   const Grammar& g = *grammar_;
   to.stacks.clear();
   to.pending.clear();
+  size_t elements = 0;
   for (const std::vector<uint32_t>& s : from.stacks) {
     if (s.empty()) continue;
     const uint32_t top = s.back();
     if (!g.classes[g.elements[top].value].matches(cp)) continue;
     std::vector<uint32_t> next(s.begin(), s.end() - 1);
     if (g.elements[top + 1].kind != Element::Kind::kEnd) next.push_back(top + 1);
-    expand(std::move(next), to.stacks, 0);
-    if (to.stacks.size() > kMaxStacks) {
+    expand(std::move(next), to.stacks, 0, elements);
+    if (to.stacks.size() > kMaxStacks || elements > kMaxStateElements) {
       to.stacks.clear();
+      if (work) *work += elements;
       return false;
     }
   }
+  if (work) *work += elements;
   normalize(to.stacks);
   return !to.stacks.empty();
 }
@@ -106,12 +114,14 @@ bool GrammarMatcher::pending_feasible(const MatchState& s) const {
   return false;
 }
 
-bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState& to) const {
+bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState& to, size_t* work) const {
   if (from.pending.empty()) {
     const int len = utf8_length(byte);
     if (len == 0) return false;
-    if (len == 1) return step_code_point(from, byte, to);
+    if (len == 1) return step_code_point(from, byte, to, work);
     to.stacks = from.stacks;
+    if (work)
+      for (const auto& s : from.stacks) *work += s.size();
     to.pending.assign(1, static_cast<char>(byte));
     return pending_feasible(to);
   }
@@ -120,6 +130,8 @@ bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState&
   const size_t len = static_cast<size_t>(utf8_length(static_cast<uint8_t>(seq[0])));
   if (seq.size() < len) {
     to.stacks = from.stacks;
+    if (work)
+      for (const auto& s : from.stacks) *work += s.size();
     to.pending = std::move(seq);
     return pending_feasible(to);
   }
@@ -127,7 +139,7 @@ bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState&
   // Overlong forms and surrogates are not text.
   if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
     return false;
-  return step_code_point(from, cp, to);
+  return step_code_point(from, cp, to, work);
 }
 
 bool GrammarMatcher::accept(std::string_view bytes) {

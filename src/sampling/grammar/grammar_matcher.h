@@ -23,6 +23,12 @@ namespace tf::grammar {
 // Above this many stacks a state counts as dead (a grammar this ambiguous is refused
 // while decoding rather than let one request eat the host).
 constexpr size_t kMaxStacks = 4096;
+// Above this many stack elements a step counts as dead too, counting those of the new state
+// and those copied while expanding rules into it: a stack grows with the text's nesting
+// (4,096 stacks 20,000 deep were 330 MB per state, copied at every byte), and expanding a
+// chain of rules that each start with the next copies the growing stack at every link
+// (10,000 links: 200 MB). A step in JSON nested 256 deep takes a few thousand.
+constexpr size_t kMaxStateElements = size_t{1} << 20;
 
 struct MatchState {
   std::vector<std::vector<uint32_t>> stacks;  // sorted, unique; element indices
@@ -44,16 +50,20 @@ class GrammarMatcher {
   const MatchState& state() const { return state_; }
   const Grammar& grammar() const { return *grammar_; }
 
-  // The state after one more byte; false when the byte is not allowed.
-  bool step_byte(const MatchState& from, uint8_t byte, MatchState& to) const;
+  // The state after one more byte; false when the byte is not allowed. Adds to `*work` (when
+  // given) the stack elements the step copied (at most about kMaxStateElements).
+  bool step_byte(const MatchState& from, uint8_t byte, MatchState& to, size_t* work = nullptr) const;
   static bool complete(const MatchState& s);
   bool alive_with_chars(const MatchState& s) const;
   // A compact key of a state (equal keys = equal states), for mask caches.
   static std::string key(const MatchState& s);
 
  private:
-  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth) const;
-  bool step_code_point(const MatchState& from, uint32_t cp, MatchState& to) const;
+  // `elements` counts what `out` holds and what was copied; expansion stops past kMaxStacks or
+  // kMaxStateElements.
+  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth,
+              size_t& elements) const;
+  bool step_code_point(const MatchState& from, uint32_t cp, MatchState& to, size_t* work) const;
   bool pending_feasible(const MatchState& s) const;
 
   std::shared_ptr<const Grammar> grammar_;

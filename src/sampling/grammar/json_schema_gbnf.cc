@@ -10,6 +10,7 @@
 
 #include "sampling/grammar/gbnf_writer.h"
 #include "sampling/grammar/grammar.h"
+#include "sampling/grammar/grammar_budget.h"
 #include "sampling/grammar/json_schema_numbers.h"
 #include "sampling/grammar/regex_gbnf.h"
 #include "text/json_parse.h"
@@ -179,6 +180,9 @@ constexpr uint64_t kMaxRepeat = 10000;
 // Nested definitions (schema nodes inside nodes, or $ref chains); JSON bodies nest at most
 // 256 levels, so only $ref chains reach it.
 constexpr int kMaxDefinitionDepth = 256;
+// Rule names are derived from where a node sits (root-a-b-...): cut to this many bytes, so
+// deep schemas with long property names do not write names as long as their whole path.
+constexpr size_t kMaxRuleBase = 64;
 
 Status fit_bounds(uint64_t min, std::optional<uint64_t>& max, const char* what, const std::string& path) {
   if (max && min > *max) return schema_error(path, std::string("min") + what + " is greater than max" + what);
@@ -294,13 +298,33 @@ class Converter {
     bool required = false;
   };
 
-  // A fresh rule name derived from `base`; its body is filled in by define().
-  std::string reserve(const std::string& base) {
+  // A fresh rule name derived from `base`; its body is filled in by define(). Each base
+  // remembers the next suffix to try: many nodes with the same base (100,000 properties
+  // whose names differ only in punctuation) would otherwise try every taken suffix again.
+  std::string reserve(const std::string& full_base) {
+    const std::string base = full_base.substr(0, kMaxRuleBase);
     std::string name = base;
-    for (int i = 2; rule_index_.count(name) || find_fixed(name); ++i) name = base + "-" + std::to_string(i);
+    if (rule_index_.count(name) || find_fixed(name)) {
+      int& next = next_suffix_.try_emplace(base, 2).first->second;
+      do name = base + "-" + std::to_string(next++);
+      while (rule_index_.count(name) || find_fixed(name));
+    }
     rule_index_[name] = rules_.size();
     rules_.push_back({name, ""});
+    charge_text(2 * name.size());  // the rule list and the index
     return name;
+  }
+
+  // GBNF text written so far (grammar_budget.h): the converter stops once it is over the
+  // budget (a schema's patterns each compile within it, but there may be thousands).
+  void charge_text(size_t bytes) { (void)text_budget_.charge(bytes); }
+  Status check_text_budget() const {
+    if (text_budget_.used() <= text_budget_.limit()) return Status::ok();
+    return grammar_too_large("the schema's grammar text is larger than the limit");
+  }
+  void set_body(const std::string& name, std::string body) {
+    charge_text(body.size());
+    rules_[rule_index_.at(name)].body = std::move(body);
   }
 
   std::string use(const char* fixed) {
@@ -314,12 +338,13 @@ class Converter {
     if (open_definitions_ >= kMaxDefinitionDepth)
       return schema_error(path, "definitions nest deeper than " + std::to_string(kMaxDefinitionDepth) +
                                     " levels (through $ref or nesting)");
+    TF_RETURN_IF_ERROR(check_text_budget());
     ++open_definitions_;
     Expected<std::string> body = node_body(node, name, path);
     --open_definitions_;
     if (!body) return body.status();
-    rules_[rule_index_.at(name)].body = std::move(*body);
-    return Status::ok();
+    set_body(name, std::move(*body));
+    return check_text_budget();
   }
 
   // The rule for a schema node (a new rule named after `base`).
@@ -504,7 +529,7 @@ class Converter {
                                     const std::string& path) {
     AddRule add_rule = [&](const std::string& body) {
       std::string rule = reserve(name + "-range");
-      rules_[rule_index_.at(rule)].body = body;
+      set_body(rule, body);
       return rule;
     };
     Expected<std::optional<std::string>> bounded = bounded_number_gbnf(node, integer, add_rule);
@@ -644,7 +669,7 @@ class Converter {
     std::string rule_name = as_rule ? reserve(name + "-tail-" + std::to_string(k)) : "";
     std::string sequence = concat(item, tail(members, k + 1, last_start, name, rules));
     if (!as_rule) return sequence;
-    rules_[rule_index_.at(rule_name)].body = sequence;
+    set_body(rule_name, sequence);
     rules[k] = rule_name;
     return rule_name;
   }
@@ -759,6 +784,7 @@ class Converter {
     auto regex_grammar = compile_gbnf(*regex_rules);
     if (!regex_grammar) return schema_error(path, "pattern: " + regex_grammar.status().message());
     std::string start = emit_json_escaped(**regex_grammar, name + "-pattern");
+    TF_RETURN_IF_ERROR(check_text_budget());
     return std::string(kQuote) + " " + start + " " + kQuote;
   }
 
@@ -781,7 +807,7 @@ class Converter {
         }
         alternatives.push_back(items.empty() ? std::string(R"("")") : join(items, " "));
       }
-      rules_[rule_index_.at(names[i])].body = join(alternatives, " | ");
+      set_body(names[i], join(alternatives, " | "));
     }
     return names[grammar.root];
   }
@@ -789,6 +815,8 @@ class Converter {
   const Json& root_;
   std::vector<Rule> rules_;
   std::map<std::string, size_t> rule_index_;
+  std::map<std::string, int> next_suffix_;  // reserve(): per base, the next suffix to try
+  GrammarBudget text_budget_;
   std::set<std::string> fixed_used_;
   std::map<std::string, std::string> ref_rules_;  // $ref -> rule name
   std::vector<std::string> open_refs_;            // $refs being defined, since the last '{' or '['

@@ -47,6 +47,7 @@
 //                                definitions and are read only through $ref)
 // Not enforced (documented limitations): uniqueItems, oneOf's "exactly one", a maxLength or
 // maxItems above 10000 (the grammar's repetition limit; a larger minimum is refused);
+// a grammar past grammar_budget.h's limit (GBNF text or compiled) is refused as too large;
 // enum/const nodes ignore their other keywords.
 // Refused with an error naming the schema path: any other keyword (multipleOf, not,
 // if/then/else, patternProperties, ...), $ref/anyOf/oneOf/allOf next to constraint

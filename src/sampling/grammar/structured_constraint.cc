@@ -7,29 +7,26 @@
 namespace tf::grammar {
 
 StructuredConstraint::StructuredConstraint(std::shared_ptr<const Grammar> grammar,
-                                           std::shared_ptr<const TokenVocabulary> vocab, std::vector<int32_t> end_ids,
-                                           uint64_t max_mask_work)
-    : matcher_(std::move(grammar)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)), max_mask_work_(max_mask_work) {}
+                                           std::shared_ptr<const TokenVocabulary> vocab,
+                                           std::vector<int32_t> end_ids, uint64_t max_mask_work,
+                                           std::shared_ptr<SharedMasks> masks)
+    : matcher_(std::move(grammar)),
+      vocab_(std::move(vocab)),
+      end_ids_(std::move(end_ids)),
+      max_mask_work_(max_mask_work),
+      masks_(masks ? std::move(masks) : std::make_shared<SharedMasks>()) {}
 
-const std::vector<uint8_t>* StructuredConstraint::allowed_now() {
+SharedMasks::Mask StructuredConstraint::allowed_now() {
+  if (masks_->refused()) return nullptr;
   std::string key = GrammarMatcher::key(matcher_.state());
-  if (auto it = index_.find(key); it != index_.end()) {
-    cache_.splice(cache_.begin(), cache_, it->second);
-    return &cache_.front().second;
-  }
-  if (!refused_key_.empty() && key == refused_key_) return nullptr;
-  std::vector<uint8_t> allowed;
-  if (!fill_token_mask(matcher_, *vocab_, allowed, max_mask_work_)) {
-    refused_key_ = std::move(key);
+  if (SharedMasks::Mask found = masks_->find(key)) return found;
+  auto allowed = std::make_shared<std::vector<uint8_t>>();
+  if (!fill_token_mask(matcher_, *vocab_, *allowed, max_mask_work_)) {
+    masks_->refuse();
     return nullptr;
   }
-  cache_.emplace_front(key, std::move(allowed));
-  index_[std::move(key)] = cache_.begin();
-  if (cache_.size() > kCachedMasks) {
-    index_.erase(cache_.back().first);
-    cache_.pop_back();
-  }
-  return &cache_.front().second;
+  masks_->put(key, allowed);
+  return allowed;
 }
 
 Status StructuredConstraint::mask(std::span<float> logits) {
@@ -38,7 +35,7 @@ Status StructuredConstraint::mask(std::span<float> logits) {
   std::vector<float> ends;
   for (int32_t e : end_ids_)
     ends.push_back(e >= 0 && static_cast<size_t>(e) < logits.size() ? logits[static_cast<size_t>(e)] : 0.0f);
-  const std::vector<uint8_t>* found = allowed_now();
+  const SharedMasks::Mask found = allowed_now();
   if (found == nullptr)
     // The client's grammar, not the server's load: a 400, never a retryable 429.
     return invalid_argument("structured output: the grammar is too ambiguous here to compute the next token's mask");

@@ -18,7 +18,7 @@ class StateGraph {
   static constexpr int32_t kUnknown = -2, kDead = -1;
 
   StateGraph(const GrammarMatcher& matcher, uint64_t max_work) : m_(matcher), max_work_(max_work) {
-    intern(matcher.state());
+    intern_first(matcher.state());
   }
 
   // The state after `byte` from state `id` (kDead when refused); false when over budget.
@@ -28,8 +28,17 @@ class StateGraph {
       work_ += states_[static_cast<size_t>(id)].stacks.size() + 1;
       if (work_ > max_work_) return false;
       MatchState to;
+      int32_t result = kDead;
+      size_t copied = 0;
+      const bool alive = m_.step_byte(states_[static_cast<size_t>(id)], byte, to, &copied);
+      copied_ += copied;
+      if (copied_ > kMaxMaskCopied) return false;
       // `t` may dangle once intern() grows next_: store through the index.
-      const int32_t result = m_.step_byte(states_[static_cast<size_t>(id)], byte, to) ? intern(std::move(to)) : kDead;
+      if (alive) {
+        size_t elements = 0;
+        for (const auto& s : to.stacks) elements += s.size();
+        if (!intern(std::move(to), elements, result)) return false;
+      }
       next_[static_cast<size_t>(id)][byte] = result;
       out = result;
       return true;
@@ -39,20 +48,38 @@ class StateGraph {
   }
 
  private:
-  int32_t intern(MatchState s) {
+  // False when a new state would take the walk past kMaxMaskStateBytes.
+  bool intern(MatchState s, size_t elements, int32_t& id, bool always = false) {
     std::string key = GrammarMatcher::key(s);
-    auto [it, fresh] = ids_.try_emplace(std::move(key), static_cast<int32_t>(states_.size()));
-    if (fresh) {
-      states_.push_back(std::move(s));
-      next_.emplace_back();
-      next_.back().fill(kUnknown);
+    auto it = ids_.find(key);
+    if (it != ids_.end()) {
+      id = it->second;
+      return true;
     }
-    return it->second;
+    bytes_ +=
+        2 * (elements * sizeof(uint32_t) + s.stacks.size() * sizeof(s.stacks[0])) + sizeof(next_[0]) + 64;
+    if (bytes_ > kMaxMaskStateBytes && !always) return false;
+    id = static_cast<int32_t>(states_.size());
+    ids_.emplace(std::move(key), id);
+    states_.push_back(std::move(s));
+    next_.emplace_back();
+    next_.back().fill(kUnknown);
+    return true;
+  }
+
+  int32_t intern_first(MatchState s) {
+    size_t elements = 0;
+    for (const auto& st : s.stacks) elements += st.size();
+    int32_t id = 0;
+    (void)intern(std::move(s), elements, id, /*always=*/true);  // the matcher's own state
+    return id;
   }
 
   const GrammarMatcher& m_;
   uint64_t max_work_;
   uint64_t work_ = 0;
+  uint64_t copied_ = 0;  // stack elements of the states steps made
+  uint64_t bytes_ = 0;   // what the interned states keep
   std::vector<MatchState> states_;
   std::vector<std::array<int32_t, 256>> next_;
   std::unordered_map<std::string, int32_t> ids_;

@@ -36,9 +36,18 @@ class TokenVocabulary {
 // takes a few million): a grammar so ambiguous that one mask would take seconds is
 // refused instead of stalling every request that shares the engine's step.
 constexpr uint64_t kMaxMaskWork = 40'000'000;
+// The same for text nested deep (a stack grows with the nesting) and long chains of rules:
+// stack elements the steps copy (GrammarMatcher::step_byte's work; a JSON mask, a few times
+// its stacks stepped).
+constexpr uint64_t kMaxMaskCopied = 400'000'000;
+// Memory one mask's walk may keep in the states it meets (a state is its stacks, stored
+// twice: as stacks and as a key). A JSON mask keeps well under a megabyte; a walk through
+// 4,096 token prefixes that each leave a distinct 20,000-deep stack kept 650 MB.
+constexpr uint64_t kMaxMaskStateBytes = uint64_t{64} << 20;
 
 // allowed[id] = 1 when the matcher accepts token id's bytes next, else 0 (size = vocabulary).
-// False when the mask would cost more than max_work (allowed is then incomplete).
+// False when the mask would cost more than max_work or keep more than kMaxMaskStateBytes
+// (allowed is then incomplete).
 [[nodiscard]] bool fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab,
                                    std::vector<uint8_t>& allowed, uint64_t max_work = kMaxMaskWork);
 
