@@ -302,6 +302,63 @@ void bench_mhc_pre(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows) 
   }
 }
 
+// The mHC pre-step of one site at prefill rows (a 1,024-token chunk is 1,024 rows): the
+// decode pass (TF_MHC_ROWS_PASS=0) before, the rows pass (cuda_mhc_pre_rows.cuh) after,
+// bf16 fn as the checkpoint has it, mhc_pre and mhc_expand_pre, graph-replayed; mhc_expand
+// alone beside them as a memory-bound reference. Bytes: the streams once (expanding: the
+// residual and y read, the new streams written) plus the finish kernel's read of the
+// streams and write of the output. Checked: the two passes within 2e-5 relative.
+void bench_mhc_pre_rows(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows) {
+  const int64_t m = 4, d = 4096, mix = (2 + m) * m;
+  const uint32_t rs = static_cast<uint32_t>(rows);
+  const Tensor fn = ops.to_device(host_randn({mix, m * d}, 60, 1.0f / 64).to_dtype(DType::kBF16));
+  const Tensor residual = ops.to_device(host_randn({rows, m, d}, 61 + rs, 1.5f));
+  const Tensor y = ops.to_device(host_randn({rows, d}, 62 + rs));
+  const Tensor prev_post = ops.to_device(host_randn({rows, m}, 63 + rs, 0.3f));
+  const Tensor prev_comb = ops.to_device(host_randn({rows, m, m}, 64 + rs, 0.2f));
+  const Tensor base = ops.to_device(host_randn({mix}, 42, 0.5f));
+  const Tensor scale = ops.to_device(host_randn({3}, 43, 0.5f));
+  const Tensor w = ops.to_device(host_randn({d}, 44, 0.2f));
+  Tensor streams[2], post[2], comb[2], out[2];
+  for (int v = 0; v < 2; ++v) {
+    streams[v] = ops.empty({rows, m, d});
+    post[v] = ops.empty({rows, m});
+    comb[v] = ops.empty({rows, m, m});
+    out[v] = ops.empty({rows, d});
+  }
+  auto host = [&](const Tensor& t) { return ops.to_host(t).to_vector(); };
+  for (bool expand : {false, true}) {
+    double t[2];
+    for (int v = 0; v < 2; ++v) {
+      tf::cuda::mhc_pre_rows_pass() = v == 1;
+      auto run = [&]() {
+        if (expand)
+          ops.mhc_expand_pre(streams[v], post[v], comb[v], out[v], y, prev_post, prev_comb, residual, fn, base,
+                             scale, w, 1e-5f, 1e-6f, 20);
+        else
+          ops.mhc_pre(post[v], comb[v], out[v], residual, fn, base, scale, w, 1e-5f, 1e-6f, 20);
+      };
+      run();  // fills the allocator's cache before the capture
+      t[v] = graph_time(stream, 4, [&](int) { run(); });
+      BENCH_CUDA(cudaDeviceSynchronize());
+    }
+    tf::cuda::mhc_pre_rows_pass() = true;
+    const char* name = expand ? "mhc_expand_pre rows" : "mhc_pre rows";
+    for (int k = 0; k < 2; ++k) {
+      const double diff = rel_diff(host(k == 0 ? comb[0] : out[0]), host(k == 0 ? comb[1] : out[1]));
+      check(diff <= 2e-5, name,
+            std::string(k == 0 ? "comb" : "out") + " of the rows pass differs by " + std::to_string(diff));
+    }
+    const double bytes = 4.0 * rows * (expand ? 2 * m * d + d : 0) + 4.0 * rows * (m * d + d) + 2.0 * mix * m * d;
+    report(name, "decode pass -> rows pass", rows, t[0], t[1], bytes, hbm, "");
+  }
+  Tensor expanded = ops.empty({rows, m, d});
+  const double te =
+      graph_time(stream, 4, [&](int) { ops.mhc_expand(expanded, y, prev_post, prev_comb, residual); });
+  report("mhc_expand (reference)", "hc 4 x 4096", rows, te, te, 4.0 * rows * (2 * m * d + d), hbm, "");
+  std::fflush(stdout);
+}
+
 // The coefficient chain alone on one warp (cuda::mhc_sinkhorn_probe): clock64 cycles
 // per row of the group Sinkhorn (session 7) and mhc_coeff_row_fast, their bits, and
 // the fast division against IEEE division on 2^26 pairs.
@@ -330,7 +387,9 @@ void bench_mhc_sinkhorn(tf::Ops& ops, cudaStream_t stream) {
 
 }  // namespace
 
-int main() {
+// --mhc-rows: only the prefill-rows mHC pre-step (bench_mhc_pre_rows), e.g. under a profiler.
+int main(int argc, char** argv) {
+  const bool only_mhc_rows = argc > 1 && std::string(argv[1]) == "--mhc-rows";
   auto made = tf::make_cuda_ops(0);
   if (!made) {
     std::fprintf(stderr, "cuda_smallops_bench: %s\n", made.status().to_string().c_str());
@@ -362,6 +421,12 @@ int main() {
   std::printf("[smallops] measured HBM bandwidth (D2D copy): %.0f GB/s\n", hbm / 1e9);
 
   try {
+    if (only_mhc_rows) {
+      for (int64_t rows : {256, 1024, 4096}) bench_mhc_pre_rows(ops, stream, hbm, rows);
+      std::printf("[smallops] %s (%d check failures)\n", g_failures == 0 ? "ALL CHECKS PASSED" : "CHECKS FAILED",
+                  g_failures);
+      return g_failures == 0 ? 0 : 1;
+    }
     // The decode-step matmuls of the synthetic GLM-5.3-Flash geometry (hidden 4096).
     const MatCase mats[] = {
         {"kda_f_a/g_a", 128, 4096, DType::kBF16},     {"kda_f_b/g_b", 8192, 128, DType::kBF16},
@@ -443,6 +508,7 @@ int main() {
       }
       std::fflush(stdout);
     }
+    for (int64_t rows : {256, 1024, 4096}) bench_mhc_pre_rows(ops, stream, hbm, rows);
   } catch (const tf::StatusError& e) {
     std::fprintf(stderr, "cuda_smallops_bench: %s\n", e.status().to_string().c_str());
     return 1;

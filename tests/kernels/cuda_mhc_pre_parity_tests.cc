@@ -11,6 +11,8 @@
 // - mhc_expand_pre (the expand folded into the pass) writes mhc_expand's streams and
 //   then gives mhc_pre's bits over them;
 // - fn in bf16 gives the bits of its values in f32 (and stays fused past exact_rows);
+// - past exact_rows the rows pass (cuda_mhc_pre_rows.cuh) agrees with the decode pass
+//   and the CPU, is deterministic, and a row's bits do not depend on its batch-mates;
 // - today's kernels give session 7's bits (mhc_pre_v1), the Sinkhorn chain alone too,
 //   and its division equals IEEE division;
 // - a mis-shaped fn is an error naming it.
@@ -18,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -81,6 +84,15 @@ class MhcPre : public CpuCudaTest {
 Tensor row_of(const Tensor& t, int64_t r) {
   Tensor one = t.select(0, r).contiguous();
   return one;
+}
+
+// `into` with its streams' row `at` replaced by row `r` of `from`'s (same fn and the rest).
+Site with_row_at(Site into, const Site& from, int64_t r, int64_t at) {
+  Site s = from;
+  s.streams = into.streams.contiguous();
+  const int64_t n = from.streams.size(1) * from.streams.size(2);
+  std::memcpy(s.streams.data<float>() + at * n, from.streams.data<float>() + r * n, n * sizeof(float));
+  return s;
 }
 
 TEST_F(MhcPre, FusedMatchesTheDefaultSequenceAndTheCpu) {
@@ -260,11 +272,11 @@ TEST_F(MhcPre, Bf16FnGivesTheBitsOfItsValuesInF32) {
         EXPECT_TRUE(same_bits(f32.out, bf16.out)) << tag;
       } else {
         expect_close(f32, bf16, 2e-5, tag + " bf16 fn (fused) vs f32 fn (default sequence)");
-        Site one = s;
-        one.streams = s.streams.slice(0, t - 1, t).contiguous();
-        const Outs alone = gpu(one, false, DType::kBF16);
-        EXPECT_TRUE(same_bits(row_of(bf16.comb, t - 1), row_of(alone.comb, 0))) << tag;
-        EXPECT_TRUE(same_bits(row_of(bf16.out, t - 1), row_of(alone.out, 0))) << tag;
+        // The row's bits in another call of prefill rows (at another place in its block).
+        const Site other = with_row_at(make_site(72, 4, d, 990), s, t - 1, 69);
+        const Outs there = gpu(other, false, DType::kBF16);
+        EXPECT_TRUE(same_bits(row_of(bf16.comb, t - 1), row_of(there.comb, 69))) << tag;
+        EXPECT_TRUE(same_bits(row_of(bf16.out, t - 1), row_of(there.out, 69))) << tag;
       }
     }
   }
@@ -297,6 +309,74 @@ TEST_F(MhcPre, Bf16FnGivesTheBitsOfItsValuesInF32) {
     EXPECT_TRUE(same_bits(down(co[0]), down(co[v]))) << tag;
     EXPECT_TRUE(same_bits(down(ou[0]), down(ou[v]))) << tag;
   }
+}
+
+// Prefill rows (past exact_rows, bf16 fn as the checkpoint has it) take the rows pass:
+// within 2e-5 of the decode pass (TF_MHC_ROWS_PASS=0's path) and of the CPU, for
+// mhc_pre and mhc_expand_pre (whose streams keep mhc_expand's bits); widths whose
+// streams are not a multiple of 256 columns keep the decode pass (the same bits as with
+// it off); repeated calls give the same bits; a row's bits do not depend on the rows
+// around it; a captured graph replays the eager bits.
+TEST_F(MhcPre, RowsPassAtPrefillRows) {
+  const int64_t m = 4;
+  int ran = 0;  // cases whose bits differ from the decode pass's: the rows pass ran
+  for (int64_t d : {4096, 1024, 260}) {
+    for (int64_t t : {65, 203}) {
+      Site s = make_site(t, m, d, 1000 + static_cast<uint32_t>(t + d));
+      s.fn = s.fn.to_dtype(DType::kBF16).to_dtype(DType::kF32);
+      const std::string tag = "T=" + std::to_string(t) + " D=" + std::to_string(d);
+      const Outs rows = gpu(s, false, DType::kBF16), again = gpu(s, false, DType::kBF16);
+      cuda::mhc_pre_rows_pass() = false;
+      const Outs decode = gpu(s, false, DType::kBF16);
+      cuda::mhc_pre_rows_pass() = true;
+      expect_close(decode, rows, 2e-5, tag + " rows pass vs decode pass");
+      expect_close(cpu(s), rows, 2e-5, tag + " rows pass vs CPU");
+      EXPECT_TRUE(same_bits(rows.out, again.out) && same_bits(rows.comb, again.comb)) << tag << " repeated";
+      const bool differs = !same_bits(rows.out, decode.out) || !same_bits(rows.comb, decode.comb);
+      if (d % 256 != 0) {
+        EXPECT_FALSE(differs) << tag << ": this width keeps the decode pass";
+      }
+      ran += differs;
+      const Site other = with_row_at(make_site(72, m, d, 1090), s, 17, 66);
+      const Outs there = gpu(other, false, DType::kBF16);
+      EXPECT_TRUE(same_bits(row_of(rows.post, 17), row_of(there.post, 66))) << tag;
+      EXPECT_TRUE(same_bits(row_of(rows.comb, 17), row_of(there.comb, 66))) << tag;
+      EXPECT_TRUE(same_bits(row_of(rows.out, 17), row_of(there.out, 66))) << tag;
+
+      // mhc_expand_pre: mhc_expand's streams, then mhc_pre's bits over them.
+      const Tensor y = up(randn({t, d}, 1001, 2.0f)), residual = up(s.streams);
+      const Tensor pp = up(randn({t, m}, 1002, 0.3f, 1.0f)), pc = up(randn({t, m, m}, 1003, 0.2f, 0.25f));
+      const Tensor fn = up(s.fn.to_dtype(DType::kBF16)), base = up(s.base), scale = up(s.scale);
+      const Tensor w = up(s.weight);
+      Tensor streams_a = gpu_->empty({t, m, d});
+      gpu_->mhc_expand(streams_a, y, pp, pc, residual);
+      Tensor post_a = gpu_->empty({t, m}), comb_a = gpu_->empty({t, m, m}), out_a = gpu_->empty({t, d});
+      gpu_->mhc_pre(post_a, comb_a, out_a, streams_a, fn, base, scale, w, 1e-5f, 1e-6f, 20);
+      Tensor st[2], po[2], co[2], ou[2];
+      for (int v = 0; v < 2; ++v) {
+        st[v] = gpu_->zeros({t, m, d});
+        po[v] = gpu_->zeros({t, m});
+        co[v] = gpu_->zeros({t, m, m});
+        ou[v] = gpu_->zeros({t, d});
+      }
+      auto call = [&](int v) {
+        gpu_->mhc_expand_pre(st[v], po[v], co[v], ou[v], y, pp, pc, residual, fn, base, scale, w, 1e-5f, 1e-6f,
+                             20);
+      };
+      call(0);
+      auto graph = gpu_->capture([&]() { call(1); });
+      ASSERT_TRUE(graph) << graph.status().to_string();
+      ASSERT_TRUE(gpu_->replay(**graph).is_ok());
+      for (int v = 0; v < 2; ++v) {
+        const std::string vt = tag + (v ? " expand_pre, graph" : " expand_pre");
+        EXPECT_TRUE(same_bits(down(streams_a), down(st[v]))) << vt;
+        EXPECT_TRUE(same_bits(down(post_a), down(po[v]))) << vt;
+        EXPECT_TRUE(same_bits(down(comb_a), down(co[v]))) << vt;
+        EXPECT_TRUE(same_bits(down(out_a), down(ou[v]))) << vt;
+      }
+    }
+  }
+  EXPECT_GT(ran, 0) << "every case has the decode pass's bits: the rows pass never ran";
 }
 
 // Today's kernels (mhc_coeff_row_fast, PDL on the pass) against session 7's

@@ -29,6 +29,8 @@
 // mhc_expand_pre folds the preceding mhc_expand into the pass: each block computes its
 // columns of the new streams from y and the residual (mhc_expand's sum and order, so
 // the same bits), stores them and uses them: one launch and one stream read fewer.
+// Prefill rows (past exact_rows) take the rows pass and finish instead
+// (cuda_mhc_pre_rows.cuh): the same two steps laid out for many rows.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -45,6 +47,8 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_mhc_coeff.cuh"
 #include "kernels/cuda/cuda_mhc_pre.h"
+#include "kernels/cuda/cuda_mhc_pre_common.cuh"
+#include "kernels/cuda/cuda_mhc_pre_rows.cuh"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/legacy_small_ops.h"
 #include "kernels/cuda/pdl.cuh"
@@ -55,35 +59,6 @@ namespace {
 constexpr int kPassRows = 8;        // rows per pass block (blockIdx.y)
 constexpr int kPassWarps = 8;       // warps per pass block
 constexpr int kColsPerBlock = 128;  // columns of K per pass block: a float4 per lane
-
-// Four consecutive fn values of a row (index in units of four), f32 or bf16 (exact).
-__device__ __forceinline__ float4 load_fn4(const float* fn, int64_t i4) {
-  return reinterpret_cast<const float4*>(fn)[i4];
-}
-__device__ __forceinline__ float4 load_fn4(const __nv_bfloat16* fn, int64_t i4) {
-  const uint2 u = reinterpret_cast<const uint2*>(fn)[i4];
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                     __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
-}
-
-__device__ __forceinline__ float dot4(float4 a, float4 b) {
-  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-}
-
-__device__ __forceinline__ double sq4(float4 v) {
-  return static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y + static_cast<double>(v.z) * v.z +
-         static_cast<double>(v.w) * v.w;
-}
-
-// mhc_expand's inputs when the pass computes the streams itself (mhc_expand_pre).
-struct ExpandIn {
-  float4* out = nullptr;             // the new streams [rows, M, d4]
-  const float4* y = nullptr;         // [rows, d4]
-  const float* post = nullptr;       // [rows, M]
-  const float* comb = nullptr;       // [rows, M, M]
-  const float4* residual = nullptr;  // [rows, M, d4]
-  int d4 = 0;
-};
 
 // The warp's dot products (fv[t] . xv[r]), all reduced side by side (rows past nr and
 // fn rows past kMix are zeros): no control flow between the reductions, so their
@@ -156,21 +131,7 @@ __global__ void __launch_bounds__(kPassWarps * 32)
       xv[r] = zero;
       if (!in || r >= nr) continue;
       const int64_t row = r0 + r;
-      const float* c = ex.comb + row * M * M;
-      const float4* res = ex.residual + row * M * ex.d4 + kk;
-      float4 acc = zero;
-#pragma unroll
-      for (int j = 0; j < M; ++j) {
-        const float cj = c[j * M + m];
-        const float4 v = res[static_cast<int64_t>(j) * ex.d4];
-        acc.x += cj * v.x;
-        acc.y += cj * v.y;
-        acc.z += cj * v.z;
-        acc.w += cj * v.w;
-      }
-      const float pi = ex.post[row * M + m];
-      const float4 yv = ex.y[row * ex.d4 + kk];
-      xv[r] = make_float4(pi * yv.x + acc.x, pi * yv.y + acc.y, pi * yv.z + acc.z, pi * yv.w + acc.w);
+      xv[r] = expand4<M>(ex, row, m, kk);
       if (warp == 0) ex.out[row * k4 + q] = xv[r];
     }
   } else {
@@ -431,14 +392,20 @@ void run_fused(CudaContext& ctx, Tensor& post, Tensor& comb, Tensor& out, const 
   if (has_w) check_dev(ctx, "mhc_pre norm weight", norm_weight, DType::kF32, d);
 
   const int k4 = static_cast<int>(k / 4), d4 = static_cast<int>(d / 4);
-  const int np = (k4 + 31) / 32;  // pass blocks along K (kColsPerBlock columns each)
+  // Prefill rows: the rows pass (cuda_mhc_pre_rows.cuh); else the decode pass, whose
+  // blocks take kColsPerBlock columns of K each. np: partials per row.
+  const bool rows_pass = !mhc_pre_v1() && rows_pass_takes(ctx, rows, d4, fn, mhc_pre_rows_pass());
   static_assert(kColsPerBlock == 32 * 4, "one float4 per lane");
+  const int np = rows_pass ? d4 / kRowsPassCols : (k4 + 31) / 32;
   Tensor part = ctx.scratch(rows * np * static_cast<int64_t>(sizeof(double) + kMix * sizeof(float)));
   auto* part_ss = reinterpret_cast<double*>(part.raw());
   auto* part_dot = reinterpret_cast<float*>(part_ss + rows * np);
   const dim3 grid(static_cast<unsigned>(np), static_cast<unsigned>((rows + kPassRows - 1) / kPassRows));
   const auto* x4 = reinterpret_cast<const float4*>(streams.raw());
-  launch_pass(ctx, grid, part_dot, part_ss, x4, fn, static_cast<int>(rows), k4, ex);
+  if (rows_pass)
+    launch_rows_pass(ctx, part_dot, part_ss, x4, fn, static_cast<int>(rows), d4, ex, mhc_pre_pdl());
+  else
+    launch_pass(ctx, grid, part_dot, part_ss, x4, fn, static_cast<int>(rows), k4, ex);
 
   // Threads: enough float4 lanes for the row in at most 2 per thread, at least one warp
   // (4 per thread spilled registers at 1024 threads).
@@ -446,6 +413,13 @@ void run_fused(CudaContext& ctx, Tensor& post, Tensor& comb, Tensor& out, const 
   int threads = (d4 + v - 1) / v;
   threads = std::max(32, (threads + 31) / 32 * 32);
   const auto* w4 = has_w ? reinterpret_cast<const float4*>(norm_weight.raw()) : nullptr;
+  if (rows_pass) {
+    launch_rows_finish(ctx, post.data<float>(), comb.data<float>(), reinterpret_cast<float4*>(out.raw()),
+                       part_dot, part_ss, x4, base.data<float>(), scale.data<float>(), w4, static_cast<int>(rows),
+                       d4, norm_eps, hc_eps, sinkhorn_iters, mhc_pre_pdl());
+    check_launch("mhc_pre (rows finish)");
+    return;
+  }
   auto go = [&](auto launch) {
     launch(ctx, static_cast<unsigned>(rows), threads, post.data<float>(), comb.data<float>(),
            reinterpret_cast<float4*>(out.raw()), part_dot, part_ss, x4, base.data<float>(),
@@ -650,6 +624,13 @@ std::atomic<bool>& mhc_pre_v1() {
   return on;
 }
 
+std::atomic<bool>& mhc_pre_rows_pass() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_MHC_ROWS_PASS");
+    return e == nullptr || std::string(e) != "0";
+  }()};
+  return on;
+}
 std::atomic<bool>& mhc_pre_pdl() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("TF_MHC_PDL");

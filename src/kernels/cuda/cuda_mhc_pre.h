@@ -34,6 +34,14 @@ bool mhc_expand_pre_fused(CudaContext& ctx, Tensor& streams_out, Tensor& post, T
 // TF_MHC_PDL=0; benchmarks and tests flip it.
 std::atomic<bool>& mhc_pre_pdl();
 
+// Whether calls of more than ctx.exact_rows rows (and at least 32; prefill chunks) with
+// a bf16 fn take the rows pass and finish (cuda_mhc_pre_rows.cuh: 8 rows per pass block,
+// a row's dot products summed in registers over 256 float4 of K before any shuffle; the
+// Sinkhorn chains two rows per warp beside one collapse block per row) instead of the
+// decode kernels. The bits differ from the decode kernels' in the summation order only.
+// On unless TF_MHC_ROWS_PASS=0; benchmarks and tests flip it.
+std::atomic<bool>& mhc_pre_rows_pass();
+
 // Session 7's kernels instead of today's (the group Sinkhorn of mhc_coefficients, f32
 // fn only: a bf16 fn then takes the default sequence; no PDL on the pass): the same
 // bits, for before/after benchmarks. Off by default.
