@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/tool_call_grammar.h"
+#include "sampling/grammar/grammar_budget.h"
 #include "sampling/grammar/json_schema_gbnf.h"
 #include "sampling/grammar/regex_gbnf.h"
 
@@ -75,5 +76,7 @@ std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const text::T
   }
   return std::make_shared<grammar::TokenVocabulary>(std::move(bytes));
 }
+
+bool is_grammar_too_large(const Status& status) { return grammar::is_grammar_too_large(status); }
 
 }  // namespace tf::engine

@@ -24,6 +24,10 @@ Expected<std::shared_ptr<const grammar::Grammar>> compile_structured_output(cons
 // else its structured output's; null when it has neither.
 Expected<std::shared_ptr<const grammar::Grammar>> compile_request_grammar(const GenerationRequest& request);
 
+// Whether an engine refusal is a grammar past its size budget (sampling/grammar/
+// grammar_budget.h): the server then names the field that brought the grammar.
+bool is_grammar_too_large(const Status& status);
+
 // Token ids [0, vocab) with their bytes; added and special tokens (end of text, the
 // reasoning and tool-call markers) get none, so no grammar ever allows them, except the
 // added tokens whose text is one of `markers` (the tool-call grammar's tags).

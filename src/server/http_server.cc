@@ -10,7 +10,7 @@
 #include <optional>
 #include <thread>
 
-#include "sampling/grammar/grammar_budget.h"
+#include "engine/structured_output.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/generation_session.h"
@@ -193,7 +193,7 @@ struct HttpServer::Impl {
                                                         const Status& s) {
     if (s.code() != StatusCode::kInvalidArgument) return std::nullopt;
     if (tool_grammar) {
-      if (grammar::is_grammar_too_large(s)) return "tools";
+      if (engine::is_grammar_too_large(s)) return "tools";
       if (s.message().starts_with("tool_choice")) return "tool_choice";
       return std::nullopt;
     }
