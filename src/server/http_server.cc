@@ -3,6 +3,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <ctime>
@@ -29,6 +30,8 @@ namespace {
 // HTTP workers beyond those that requests in the engine hold (/health, /metrics, tokenize,
 // requests being read or refused with 429).
 constexpr int64_t kSpareThreads = 64;
+// Pending connections the kernel queues before the accept loop takes them (SOMAXCONN caps it).
+constexpr int kListenBacklog = 1024;
 
 // Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep.
 Json parse_body(const httplib::Request& req) {
@@ -74,6 +77,7 @@ struct HttpServer::Impl {
   httplib::Server http;
   std::thread thread;
   int bound_port = -1;
+  int listen_socket = -1;  // recorded by the socket options callback (bind())
 
   Impl(EngineApi& e, ServerOptions o)
       : engine(e), options(std::move(o)), model(e.model_info()), metrics(model.id) {}
@@ -584,6 +588,10 @@ HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
   impl_->http.set_write_timeout(30, 0);
   // Streamed chunks go out at once (Nagle would hold a small chunk back ~40 ms).
   impl_->http.set_tcp_nodelay(true);
+  impl_->http.set_socket_options([impl = impl_.get()](int sock) {
+    httplib::default_socket_options(sock);
+    impl->listen_socket = sock;
+  });
   impl_->register_routes();
 }
 
@@ -598,6 +606,11 @@ Status HttpServer::bind() {
   if (impl_->bound_port <= 0)
     return unavailable("cannot bind " + impl_->options.host + ":" + std::to_string(impl_->options.port) +
                        " (port in use or address not available)");
+  // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of clients (81 at once
+  // in serve_hostile) overflowed it and the dropped connections retried their SYN after 1, 3,
+  // 7, 15 s, so requests arrived tens of seconds late. Listening again on the bound socket
+  // raises the queue (Linux takes the new backlog).
+  if (impl_->listen_socket >= 0) ::listen(impl_->listen_socket, kListenBacklog);
   return Status::ok();
 }
 
