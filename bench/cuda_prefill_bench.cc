@@ -176,6 +176,14 @@ bool bench_kda(tf::Ops& ops, int64_t t, bool time_recurrent) {
                 ok ? "check ok" : "CHECK FAILED", tf::cuda::kda_chunked_scratch_bytes(t, h) / 1e6);
   report("kda_chunked H=64 Dk=Dv=128 (one layer)", t, time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }),
          flops, extra);
+  {
+    // Side by side: the scalar intra-chunk kernel (TF_KDA_INTRA_MMA=0) on the same inputs.
+    const bool saved = tf::cuda::kda_intra_mma().load();
+    tf::cuda::kda_intra_mma() = !saved;
+    report(saved ? "kda_chunked, scalar intra kernel" : "kda_chunked, tensor-core intra kernel", t,
+           time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }), flops);
+    tf::cuda::kda_intra_mma() = saved;
+  }
   if (time_recurrent)
     report("kda_recurrent H=64 Dk=Dv=128 (old prefill path)", t,
            time_call([&] { ops.kda_recurrent(ref, q, k, v, g, beta, st_ref); }), flops);

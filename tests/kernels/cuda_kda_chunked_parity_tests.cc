@@ -102,6 +102,20 @@ TEST_F(CudaKdaChunked, UnsupportedHeadDimsFallBackToTheRecurrence) {
   run({2, 192, 64, -0.2f, 0.3f, -5.0f}, {70}, 700, "fallback");
 }
 
+TEST_F(CudaKdaChunked, ScalarAndTensorCoreIntraKernelsBothMatch) {
+  // The intra-chunk part on tensor cores (factored exponents below the diagonal blocks)
+  // and the scalar kernel it replaced (exact pairwise exponents everywhere).
+  const bool saved = cuda::kda_intra_mma().load();
+  for (bool mma : {false, true}) {
+    cuda::kda_intra_mma() = mma;
+    const std::string name = mma ? "mma intra" : "scalar intra";
+    run({3, 128, 128, -0.2f, 0.3f, -5.0f}, {200, 65}, 800, name);
+    run({2, 128, 128, -12.0f, 6.0f, -20.0f}, {130}, 810, name + " strong decay");
+    run({2, 100, 72, -0.2f, 0.3f, -5.0f}, {70}, 820, name + " padded");
+  }
+  cuda::kda_intra_mma() = saved;
+}
+
 TEST_F(CudaKdaChunked, BadArgumentsAreErrorsNamingTheOp) {
   Tensor st = gpu_->zeros({2, 128, 128});
   Tensor q = gpu_->zeros({10, 2, 128}), v = gpu_->zeros({9, 2, 128}), beta = gpu_->zeros({10, 2});

@@ -3,7 +3,9 @@
 // kernels/cpu/cpu_kda.cc's kda_chunked (the reference).
 //
 // Two kernels per group of chunks:
-//  1. intra (grid: chunk x head, all independent): l2-normalised q/k, the cumulative
+//  1. intra (grid: chunk x head, all independent; by default the tensor-core kernel of
+//     cuda_kda_intra_mma.cuh, the scalar one below with TF_KDA_INTRA_MMA=0; the same
+//     function, different summation orders): l2-normalised q/k, the cumulative
 //     gates G, the strictly lower A[i][j] = -b_i sum_x k_i k_j e^(G_i - G_j) and the
 //     scores P[i][j] = sum_x q_i k_j e^(G_i - G_j) (j <= i, exact pairwise exponents:
 //     G falls by up to 5 per token, so factored forms e^G_i * e^-G_j overflow in f32),
@@ -25,10 +27,14 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_kda_chunked.h"
+#include "kernels/cuda/cuda_kda_intra_mma.cuh"
+#include "kernels/cuda/cuda_kda_scratch.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 
@@ -37,20 +43,18 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int kC = 64;       // tokens per chunk (the reference's chunk size)
-constexpr int kD = 128;      // scratch width: Dk and Dv are padded to this
-constexpr int kLd = kD + 1;  // smem row stride of the intra kernel (lanes = rows: no bank conflicts)
+using kda::kC;
+using kda::kD;
+using kda::kOffDecay;
+using kda::kOffKd;
+using kda::kOffP;
+using kda::kOffQg;
+using kda::kOffU;
+using kda::kOffW;
+using kda::kPer;
+constexpr int kLd = kD + 1;  // smem row stride of the scalar intra kernel (lanes = rows: no bank conflicts)
 constexpr int kCols = 32;    // value columns per state block
 constexpr int kSLd = kCols + 8;  // smem row stride of the state kernel (32-byte aligned rows)
-
-// Scratch of one (chunk, head), in floats.
-constexpr int64_t kOffW = 0;                     // -w [C, D]
-constexpr int64_t kOffU = kOffW + kC * kD;       // u [C, D]
-constexpr int64_t kOffQg = kOffU + kC * kD;      // q e^G [C, D]
-constexpr int64_t kOffKd = kOffQg + kC * kD;     // k e^(G_last - G) [C, D]
-constexpr int64_t kOffP = kOffKd + kC * kD;      // P [C, C]
-constexpr int64_t kOffDecay = kOffP + kC * kC;   // e^G_last [D]
-constexpr int64_t kPer = kOffDecay + kD;         // 36,992 floats (a multiple of 8: 32-byte aligned)
 
 constexpr int kIntraThreads = 256;
 constexpr size_t kIntraSmem = (3 * kC * kLd + kC * (kC + 1) + kC) * sizeof(float);
@@ -306,6 +310,14 @@ __global__ void __launch_bounds__(kStateThreads)
 
 }  // namespace
 
+std::atomic<bool>& kda_intra_mma() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_KDA_INTRA_MMA");
+    return e == nullptr || std::string(e) != "0";
+  }()};
+  return on;
+}
+
 bool kda_chunked_supported(int64_t dk, int64_t dv, int chunk_size) {
   return chunk_size == kC && dk >= 1 && dk <= kD && dv >= 1 && dv <= kD;
 }
@@ -343,8 +355,11 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
   check_dev(ctx, op, out, DType::kF32, t * h * dv);
   if (t == 0) return;
   // Per call: the attribute belongs to the current device (cheap, host only).
+  const bool mma_intra = kda_intra_mma();
   if (cudaFuncSetAttribute(kda_intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kIntraSmem)) != cudaSuccess ||
+      cudaFuncSetAttribute(kda::kda_intra_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kda::kMmaIntraSmem)) != cudaSuccess ||
       cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kStateSmem)) != cudaSuccess)
     throw StatusError(internal_error("kda_chunked: cannot raise the kernels' shared memory to " +
@@ -355,10 +370,15 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
   for (int64_t c = 0; c < chunks; c += group) {
     const int64_t nc = std::min(group, chunks - c);
-    kda_intra_kernel<<<dim3(static_cast<unsigned>(nc), static_cast<unsigned>(h)), kIntraThreads, kIntraSmem,
-                       ctx.stream>>>(sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
-                                     beta.data<float>(), t, c, static_cast<int>(h), static_cast<int>(dk),
-                                     static_cast<int>(dv), qscale);
+    const dim3 grid(static_cast<unsigned>(nc), static_cast<unsigned>(h));
+    if (mma_intra)
+      kda::kda_intra_mma_kernel<<<grid, kda::kMmaIntraThreads, kda::kMmaIntraSmem, ctx.stream>>>(
+          sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
+          static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
+    else
+      kda_intra_kernel<<<grid, kIntraThreads, kIntraSmem, ctx.stream>>>(
+          sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
+          static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
     check_launch("kda_chunked (intra-chunk)");
     kda_state_kernel<<<dim3(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols)),
                        kStateThreads, kStateSmem, ctx.stream>>>(out.data<float>(), state.data<float>(), sp, t, c, nc,

@@ -2,6 +2,7 @@
 // and how much scratch it takes, for the op, its tests and the benchmark.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -16,6 +17,11 @@ bool kda_chunked_supported(int64_t dk, int64_t dv, int chunk_size);
 int64_t kda_chunks_per_group(int64_t heads);
 // Device scratch one call over t tokens takes (bytes).
 int64_t kda_chunked_scratch_bytes(int64_t t, int64_t heads);
+
+// Whether the intra-chunk kernel runs on tensor cores (cuda_kda_intra_mma.cuh) or as
+// the scalar kernel; the same function, different summation orders. On unless
+// TF_KDA_INTRA_MMA=0; benchmarks and tests flip it.
+std::atomic<bool>& kda_intra_mma();
 
 // Ops::kda_chunked on the GPU (see kernels/api/ops.h).
 void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
