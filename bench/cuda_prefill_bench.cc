@@ -177,12 +177,17 @@ bool bench_kda(tf::Ops& ops, int64_t t, bool time_recurrent) {
   report("kda_chunked H=64 Dk=Dv=128 (one layer)", t, time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }),
          flops, extra);
   {
-    // Side by side: the scalar intra-chunk kernel (TF_KDA_INTRA_MMA=0) on the same inputs.
-    const bool saved = tf::cuda::kda_intra_mma().load();
-    tf::cuda::kda_intra_mma() = !saved;
-    report(saved ? "kda_chunked, scalar intra kernel" : "kda_chunked, tensor-core intra kernel", t,
+    // Side by side on the same inputs: the one-kernel state pass (TF_KDA_STATE_SPLIT=0),
+    // then also the scalar intra-chunk kernel (TF_KDA_INTRA_MMA=0), session 26's code.
+    const bool saved_intra = tf::cuda::kda_intra_mma().load(), saved_split = tf::cuda::kda_state_split().load();
+    tf::cuda::kda_state_split() = false;
+    report("kda_chunked, one-kernel state pass", t,
            time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }), flops);
-    tf::cuda::kda_intra_mma() = saved;
+    tf::cuda::kda_intra_mma() = false;
+    report("kda_chunked, + scalar intra kernel", t,
+           time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }), flops);
+    tf::cuda::kda_intra_mma() = saved_intra;
+    tf::cuda::kda_state_split() = saved_split;
   }
   if (time_recurrent)
     report("kda_recurrent H=64 Dk=Dv=128 (old prefill path)", t,

@@ -102,18 +102,23 @@ TEST_F(CudaKdaChunked, UnsupportedHeadDimsFallBackToTheRecurrence) {
   run({2, 192, 64, -0.2f, 0.3f, -5.0f}, {70}, 700, "fallback");
 }
 
-TEST_F(CudaKdaChunked, ScalarAndTensorCoreIntraKernelsBothMatch) {
+TEST_F(CudaKdaChunked, EveryKernelCombinationMatches) {
   // The intra-chunk part on tensor cores (factored exponents below the diagonal blocks)
-  // and the scalar kernel it replaced (exact pairwise exponents everywhere).
-  const bool saved = cuda::kda_intra_mma().load();
-  for (bool mma : {false, true}) {
+  // or as the scalar kernel (exact pairwise exponents everywhere); the state pass split
+  // (outputs from a parallel kernel) or in one kernel.
+  const bool saved_intra = cuda::kda_intra_mma().load(), saved_split = cuda::kda_state_split().load();
+  for (int combo = 0; combo < 4; ++combo) {
+    const bool mma = combo & 1, split = combo & 2;
     cuda::kda_intra_mma() = mma;
-    const std::string name = mma ? "mma intra" : "scalar intra";
+    cuda::kda_state_split() = split;
+    const std::string name = std::string(mma ? "mma" : "scalar") + " intra, " + (split ? "split" : "one") + " state";
     run({3, 128, 128, -0.2f, 0.3f, -5.0f}, {200, 65}, 800, name);
     run({2, 128, 128, -12.0f, 6.0f, -20.0f}, {130}, 810, name + " strong decay");
     run({2, 100, 72, -0.2f, 0.3f, -5.0f}, {70}, 820, name + " padded");
+    run({2, 16, 16, -0.2f, 0.3f, -5.0f}, {129}, 830, name + " small");
   }
-  cuda::kda_intra_mma() = saved;
+  cuda::kda_intra_mma() = saved_intra;
+  cuda::kda_state_split() = saved_split;
 }
 
 TEST_F(CudaKdaChunked, BadArgumentsAreErrorsNamingTheOp) {

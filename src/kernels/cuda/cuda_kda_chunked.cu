@@ -13,7 +13,9 @@
 //     w = T (b k e^G) (stored negated), u = T (b v), q e^G, k e^(G_last - G) and
 //     e^G_last, written to scratch in a fixed 128-wide layout (channels >= Dk /
 //     columns >= Dv and rows past the end are zero).
-//  2. state (grid: head x 32 value columns, chunks in order): with S [128 x 32] in
+//  2. state (grid: head x 32 value columns, chunks in order; by default split in two,
+//     cuda_kda_state_split.cuh: the chain carries S and v_new only and the outputs come
+//     from a parallel kernel; the single kernel below with TF_KDA_STATE_SPLIT=0): with S [128 x 32] in
 //     shared memory, per chunk v_new = u - w S, out = (q e^G) S + P v_new,
 //     S = e^G_last * S + (k e^(G_last - G))^T v_new: tensor-core GEMMs (wmma TF32,
 //     f32 accumulate; k-loops unrolled by 8 so that the fragment loads from the scratch
@@ -35,6 +37,7 @@
 #include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_kda_intra_mma.cuh"
 #include "kernels/cuda/cuda_kda_scratch.cuh"
+#include "kernels/cuda/cuda_kda_state_split.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
 
@@ -318,6 +321,14 @@ std::atomic<bool>& kda_intra_mma() {
   return on;
 }
 
+std::atomic<bool>& kda_state_split() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_KDA_STATE_SPLIT");
+    return e == nullptr || std::string(e) != "0";
+  }()};
+  return on;
+}
+
 bool kda_chunked_supported(int64_t dk, int64_t dv, int chunk_size) {
   return chunk_size == kC && dk >= 1 && dk <= kD && dv >= 1 && dv <= kD;
 }
@@ -328,7 +339,7 @@ int64_t kda_chunked_scratch_bytes(int64_t t, int64_t heads) {
 }
 
 int64_t kda_chunks_per_group(int64_t heads) {
-  // Scratch of at most ~128 MB (148 KB per chunk and head); at least one chunk.
+  // Scratch of at most ~128 MB (213 KB per chunk and head); at least one chunk.
   constexpr int64_t kBudget = int64_t{128} << 20;
   return std::max<int64_t>(1, kBudget / (std::max<int64_t>(1, heads) * kPer * static_cast<int64_t>(sizeof(float))));
 }
@@ -355,7 +366,7 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
   check_dev(ctx, op, out, DType::kF32, t * h * dv);
   if (t == 0) return;
   // Per call: the attribute belongs to the current device (cheap, host only).
-  const bool mma_intra = kda_intra_mma();
+  const bool mma_intra = kda_intra_mma(), split_state = kda_state_split();
   if (cudaFuncSetAttribute(kda_intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kIntraSmem)) != cudaSuccess ||
       cudaFuncSetAttribute(kda::kda_intra_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -380,10 +391,20 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
           sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
           static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
     check_launch("kda_chunked (intra-chunk)");
-    kda_state_kernel<<<dim3(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols)),
-                       kStateThreads, kStateSmem, ctx.stream>>>(out.data<float>(), state.data<float>(), sp, t, c, nc,
-                                                                static_cast<int>(h), static_cast<int>(dk),
-                                                                static_cast<int>(dv));
+    if (split_state) {
+      kda::kda_state_split_kernel<<<dim3(static_cast<unsigned>(h), static_cast<unsigned>((dv + kda::kSplitCols - 1) /
+                                                                                       kda::kSplitCols)),
+                                    kda::kSplitThreads, kda::kSplitSmem, ctx.stream>>>(
+          state.data<float>(), sp, nc, static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv));
+      check_launch("kda_chunked (state)");
+      kda::kda_out_kernel<<<grid, kda::kOutThreads, 0, ctx.stream>>>(out.data<float>(), sp, t, c, static_cast<int>(h),
+                                                                      static_cast<int>(dv));
+    } else {
+      kda_state_kernel<<<dim3(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols)),
+                         kStateThreads, kStateSmem, ctx.stream>>>(out.data<float>(), state.data<float>(), sp, t, c, nc,
+                                                                  static_cast<int>(h), static_cast<int>(dk),
+                                                                  static_cast<int>(dv));
+    }
     check_launch("kda_chunked (state)");
   }
 }

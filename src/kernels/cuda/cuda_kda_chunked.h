@@ -13,7 +13,7 @@ namespace tf::cuda {
 // The tensor-core chunked kernel handles chunk 64 with Dk, Dv <= 128; kda_chunked
 // falls back to the token-by-token kernel (the same function) otherwise.
 bool kda_chunked_supported(int64_t dk, int64_t dv, int chunk_size);
-// Chunks of 64 tokens processed per pair of launches (scratch stays below ~128 MB).
+// Chunks of 64 tokens processed per group of launches (scratch stays below ~128 MB).
 int64_t kda_chunks_per_group(int64_t heads);
 // Device scratch one call over t tokens takes (bytes).
 int64_t kda_chunked_scratch_bytes(int64_t t, int64_t heads);
@@ -22,6 +22,11 @@ int64_t kda_chunked_scratch_bytes(int64_t t, int64_t heads);
 // the scalar kernel; the same function, different summation orders. On unless
 // TF_KDA_INTRA_MMA=0; benchmarks and tests flip it.
 std::atomic<bool>& kda_intra_mma();
+
+// Whether the state pass is split (cuda_kda_state_split.cuh: the sequential kernel
+// carries S and v_new, a parallel kernel computes the outputs) or one kernel does both.
+// On unless TF_KDA_STATE_SPLIT=0; benchmarks and tests flip it.
+std::atomic<bool>& kda_state_split();
 
 // Ops::kda_chunked on the GPU (see kernels/api/ops.h).
 void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,

@@ -8,9 +8,10 @@
 //    exponent factors through the block's first row r = 16 I:
 //      e^(G_i - G_j) = e^(G_i - G_r) e^(G_r - G_j),  i >= r > j,
 //    and both factors are <= 1 (the gates are <= 0, G falls), so neither overflows however
-//    strong the decay; the six blocks are then MMAs over x. The four diagonal blocks keep
-//    the exact pairwise exponent (a factor there could overflow: G may fall by far more
-//    than f32's e^88 over 16 tokens).
+//    strong the decay; the six blocks are then MMAs over x, and so are the lower-left 8x8
+//    quadrants of the four diagonal blocks (factored through their row 8). The 8x8
+//    diagonal blocks keep the exact pairwise exponent (a factor there could overflow: G
+//    may fall by far more than f32's e^88 over 8 tokens).
 //  - T = (I - A)^-1 blockwise: each diagonal 16x16 block by forward substitution in one
 //    warp, then T_IJ = T_II sum_{J<=M<I} A_IM T_MJ in three rounds by distance I - J.
 //  - w = T (b k e^G) and u = T (b v): MMAs over T's lower block triangle.
@@ -109,15 +110,27 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
   }
   __syncthreads();
 
-  // 2a. The diagonal blocks' pairs j <= i, exact exponents (lanes start at different
-  // channels: rows of one warp then rarely share a bank).
-  for (int p = tid; p < 4 * 136; p += kMmaIntraThreads) {
-    const int blk = p / 136, r = p % 136;
+  // v for step 4 (this thread's channel, every other row), loaded now so that the loads
+  // overlap step 2.
+  float vv[kC / 2];
+  {
+    const int x = tid % kD, half = tid / kD;
+#pragma unroll
+    for (int r = 0; r < kC / 2; ++r) {
+      const int i = half + 2 * r;
+      vv[r] = (i < n && x < dv) ? v[((c0 + i) * heads + h) * dv + x] : 0.0f;
+    }
+  }
+
+  // 2a. Pairs j <= i inside the 8x8 diagonal blocks, exact exponents (lanes start at
+  // different channels: rows of one warp then rarely share a bank).
+  for (int p = tid; p < 8 * 36; p += kMmaIntraThreads) {
+    const int blk = p / 36, r = p % 36;
     int il = static_cast<int>((sqrtf(8.0f * r + 1.0f) - 1.0f) * 0.5f);
     while ((il + 1) * (il + 2) / 2 <= r) ++il;
     while (il * (il + 1) / 2 > r) --il;
     const int jl = r - il * (il + 1) / 2;
-    const int i = 16 * blk + il, j = 16 * blk + jl;
+    const int i = 8 * blk + il, j = 8 * blk + jl;
     float acc_a = 0, acc_p = 0;
 #pragma unroll 4
     for (int xx = 0; xx < kD; ++xx) {
@@ -128,6 +141,34 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
     }
     tm[at_c(i, j)] = jl < il ? -bet[i] * acc_a : 0.0f;
     pout[i * kC + j] = acc_p;
+  }
+  // 2a'. The lower-left 8x8 quadrant of each 16x16 diagonal block (rows r .. r + 7,
+  // columns r - 8 .. r - 1 with r = 16 d + 8), factored through row r like the blocks
+  // below; one MMA tile gives A (fragment rows 0-7: k) and P (rows 8-15: q) at once.
+  // Warps 6 and 7 take two blocks each (warps 0-5 have the six full blocks).
+  if (warp >= 6) {
+#pragma unroll 1
+    for (int d = warp - 6; d < 4; d += 2) {
+      const int r = 16 * d + 8, i = r + gq, j = r - 8 + gq;
+      float acc[4] = {};
+#pragma unroll 2
+      for (int ks = 0; ks < kD / 8; ++ks) {
+        const int x0 = 8 * ks + tq, x1 = x0 + 4;
+        const float gr0 = gc[at_d(r, x0)], gr1 = gc[at_d(r, x1)];
+        const float e0 = __expf(gc[at_d(i, x0)] - gr0), e1 = __expf(gc[at_d(i, x1)] - gr1);
+        const float a[4] = {kn[at_d(i, x0)] * e0, qn[at_d(i, x0)] * e0, kn[at_d(i, x1)] * e1, qn[at_d(i, x1)] * e1};
+        const float b[2] = {kn[at_d(j, x0)] * __expf(gr0 - gc[at_d(j, x0)]),
+                            kn[at_d(j, x1)] * __expf(gr1 - gc[at_d(j, x1)])};
+        uint32_t ah[4], al[4], bh[2], bl[2];
+        split_tf32x(a, ah, al);
+        split_tf32x(b, bh, bl);
+        mma_3xtf32(acc, ah, al, bh, bl);
+      }
+      const int jc = r - 8 + 2 * tq;
+      tm[at_c(i, jc)] = -bet[i] * acc[0];
+      tm[at_c(i, jc + 1)] = -bet[i] * acc[1];
+      *reinterpret_cast<float2*>(pout + i * kC + jc) = make_float2(acc[2], acc[3]);
+    }
   }
   // 2b. The six blocks below the diagonal, one warp each: A and P share the B operand.
   if (warp < 6) {
@@ -179,14 +220,15 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
     const int x = tid % kD, half = tid / kD;
     const float glast = gc[at_d(kC - 1, x)];
     if (half == 0) out[kOffDecay + x] = x < dk ? __expf(glast) : 0.0f;
-#pragma unroll 4
-    for (int i = half; i < kC; i += 2) {
+#pragma unroll
+    for (int rr = 0; rr < kC / 2; ++rr) {
+      const int i = half + 2 * rr;
       const float gi = gc[at_d(i, x)];
       const float e = __expf(gi);
       out[kOffQg + i * kD + x] = qn[at_d(i, x)] * e;
       out[kOffKd + i * kD + x] = kn[at_d(i, x)] * __expf(glast - gi);
       kn[at_d(i, x)] *= bet[i] * e;
-      qn[at_d(i, x)] = (i < n && x < dv) ? bet[i] * v[((c0 + i) * heads + h) * dv + x] : 0.0f;
+      qn[at_d(i, x)] = bet[i] * vv[rr];
     }
   }
 
