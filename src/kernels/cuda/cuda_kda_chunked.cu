@@ -371,10 +371,13 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
                            static_cast<int>(kIntraSmem)) != cudaSuccess ||
       cudaFuncSetAttribute(kda::kda_intra_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kda::kMmaIntraSmem)) != cudaSuccess ||
+      cudaFuncSetAttribute(kda::kda_state_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kda::kSplitSmem)) != cudaSuccess ||
       cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kStateSmem)) != cudaSuccess)
     throw StatusError(internal_error("kda_chunked: cannot raise the kernels' shared memory to " +
-                               std::to_string(kIntraSmem) + " bytes"));
+                                     std::to_string(std::max({kIntraSmem, kda::kMmaIntraSmem, kda::kSplitSmem})) +
+                                     " bytes"));
   const int64_t chunks = (t + kC - 1) / kC, group = kda_chunks_per_group(h);
   Tensor scratch = ctx.scratch(kda_chunked_scratch_bytes(t, h));
   float* sp = static_cast<float*>(scratch.raw());

@@ -122,25 +122,50 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
     }
   }
 
-  // 2a. Pairs j <= i inside the 8x8 diagonal blocks, exact exponents (lanes start at
-  // different channels: rows of one warp then rarely share a bank).
-  for (int p = tid; p < 8 * 36; p += kMmaIntraThreads) {
-    const int blk = p / 36, r = p % 36;
-    int il = static_cast<int>((sqrtf(8.0f * r + 1.0f) - 1.0f) * 0.5f);
-    while ((il + 1) * (il + 2) / 2 <= r) ++il;
-    while (il * (il + 1) / 2 > r) --il;
-    const int jl = r - il * (il + 1) / 2;
-    const int i = 8 * blk + il, j = 8 * blk + jl;
+  // 2a. Pairs j <= i inside the 8x8 diagonal blocks, exact exponents; warp w takes block
+  // w (rows 8 w .. 8 w + 7: one swizzle each, so a warp's reads at one channel are
+  // conflict-free). Lane l has pair l over every channel; pairs 32-35 go to 8 lanes each,
+  // 16 channels per lane, summed by shuffles.
+  {
+    const auto pair_at = [](int p, int& il, int& jl) {
+      il = static_cast<int>((sqrtf(8.0f * p + 1.0f) - 1.0f) * 0.5f);
+      while ((il + 1) * (il + 2) / 2 <= p) ++il;
+      while (il * (il + 1) / 2 > p) --il;
+      jl = p - il * (il + 1) / 2;
+    };
+    const auto pair_sums = [&](int i, int j, int x0, int nx, float& acc_a, float& acc_p) {
+      const float* ki = kn + i * kD;
+      const float* qi = qn + i * kD;
+      const float* gi = gc + i * kD;
+      const float* kj = kn + j * kD;
+      const float* gj = gc + j * kD;
+      const int si = kda_sw(i), sj = kda_sw(j);
+#pragma unroll 8
+      for (int x = x0; x < x0 + nx; ++x) {
+        const float e = kj[x ^ sj] * __expf(gi[x ^ si] - gj[x ^ sj]);
+        acc_a += ki[x ^ si] * e;
+        acc_p += qi[x ^ si] * e;
+      }
+    };
+    const auto put = [&](int il, int jl, float acc_a, float acc_p) {
+      const int i = 8 * warp + il, j = 8 * warp + jl;
+      tm[at_c(i, j)] = jl < il ? -bet[i] * acc_a : 0.0f;
+      pout[i * kC + j] = acc_p;
+    };
+    int il, jl;
     float acc_a = 0, acc_p = 0;
-#pragma unroll 4
-    for (int xx = 0; xx < kD; ++xx) {
-      const int x = (xx + lane) & (kD - 1);
-      const float e = kn[at_d(j, x)] * __expf(gc[at_d(i, x)] - gc[at_d(j, x)]);
-      acc_a += kn[at_d(i, x)] * e;
-      acc_p += qn[at_d(i, x)] * e;
+    pair_at(lane, il, jl);
+    pair_sums(8 * warp + il, 8 * warp + jl, 0, kD, acc_a, acc_p);
+    put(il, jl, acc_a, acc_p);
+    pair_at(32 + (lane >> 3), il, jl);
+    acc_a = acc_p = 0;
+    pair_sums(8 * warp + il, 8 * warp + jl, (lane & 7) * (kD / 8), kD / 8, acc_a, acc_p);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+      acc_a += __shfl_xor_sync(0xffffffffu, acc_a, o);
+      acc_p += __shfl_xor_sync(0xffffffffu, acc_p, o);
     }
-    tm[at_c(i, j)] = jl < il ? -bet[i] * acc_a : 0.0f;
-    pout[i * kC + j] = acc_p;
+    if ((lane & 7) == 0) put(il, jl, acc_a, acc_p);
   }
   // 2a'. The lower-left 8x8 quadrant of each 16x16 diagonal block (rows r .. r + 7,
   // columns r - 8 .. r - 1 with r = 16 d + 8), factored through row r like the blocks

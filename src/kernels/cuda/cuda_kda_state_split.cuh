@@ -3,7 +3,8 @@
 //     what the next chunk needs, v_new = u - w S and S = e^G_last S + (k e^(G_last - G))^T
 //     v_new. Each warp keeps 16 rows of S in its accumulators from chunk to chunk; S also
 //     goes to shared memory (the B operand of v_new) and to scratch (kOffS: the state at
-//     the chunk's start), v_new over u in scratch.
+//     the chunk's start), v_new over u in scratch. The next step's operands are staged
+//     in shared memory by cp.async while the current one computes.
 //  2. kda_out_kernel (grid: chunk x head, all independent): out = (q e^G) S_c + P v_new.
 // cuda_kda_chunked.cu's state kernel does both in its sequential loop; the outputs'
 // products (two thirds of its work) are off the chain here. Same function, the same
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_kda_scratch.cuh"
 #include "kernels/cuda/mma_tf32.cuh"
 
@@ -19,8 +21,18 @@ namespace tf::cuda::kda {
 
 constexpr int kSplitThreads = 256;  // 8 warps
 constexpr int kSplitCols = 32;      // value columns per state block
-constexpr int kSplitLd = kSplitCols + 8;  // smem row stride: B fragments (rows t, columns g) on 32 banks
-constexpr size_t kSplitSmem = (kD * kSplitLd + kC * kSplitLd + kD) * sizeof(float);
+constexpr int kSplitLd = kSplitCols + 8;  // S / v_new / u rows: B fragments (rows t, columns g) on 32 banks
+constexpr int kWLd = kD + 4;              // -w rows: A fragments (rows g, columns t) on 32 banks
+constexpr int kKdLd = kD + 8;             // kd rows read transposed (rows t, columns g) on 32 banks
+// Shared memory in floats: S, v_new, and the chunk's operands staged by cp.async: -w, u
+// (this block's columns), kd, e^G_last.
+constexpr int kSmS = 0;
+constexpr int kSmVn = kSmS + kD * kSplitLd;
+constexpr int kSmW = kSmVn + kC * kSplitLd;
+constexpr int kSmU = kSmW + kC * kWLd;
+constexpr int kSmKd = kSmU + kC * kSplitLd;
+constexpr int kSmDecay = kSmKd + kC * kKdLd;
+constexpr size_t kSplitSmem = (kSmDecay + kD) * sizeof(float);  // 110,080 bytes: two blocks per SM
 
 // a[4] of an A fragment (rows r0, r0 + 8; columns c0, c0 + 4) of a row-major matrix.
 __device__ __forceinline__ void load_a_rm(float (&a)[4], const float* m, int ld, int r0, int c0) {
@@ -30,15 +42,47 @@ __device__ __forceinline__ void load_a_rm(float (&a)[4], const float* m, int ld,
   a[3] = m[(r0 + 8) * ld + c0 + 4];
 }
 
-__global__ void __launch_bounds__(kSplitThreads)
+// The state block's 16-byte copies of one chunk's -w and u (this block's columns) ...
+__device__ __forceinline__ void stage_w_u(float* sm, const float* sc, int col0, int tid) {
+  for (int e = tid; e < kC * (kD / 4); e += kSplitThreads) {
+    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
+    cp_async16(sm + kSmW + r * kWLd + c, sc + kOffW + r * kD + c);
+  }
+  for (int e = tid; e < kC * (kSplitCols / 4); e += kSplitThreads) {
+    const int r = e / (kSplitCols / 4), c = 4 * (e % (kSplitCols / 4));
+    cp_async16(sm + kSmU + r * kSplitLd + c, sc + kOffU + r * kD + col0 + c);
+  }
+  cp_async_commit();
+}
+// ... and of its kd and e^G_last.
+__device__ __forceinline__ void stage_kd(float* sm, const float* sc, int tid) {
+  for (int e = tid; e < kC * (kD / 4); e += kSplitThreads) {
+    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
+    cp_async16(sm + kSmKd + r * kKdLd + c, sc + kOffKd + r * kD + c);
+  }
+  if (tid < kD / 4) cp_async16(sm + kSmDecay + 4 * tid, sc + kOffDecay + 4 * tid);
+  cp_async_commit();
+}
+
+// Chunk c's -w / u are copied while chunk c - 1 updates S, its kd while it computes
+// v_new: the loads of the chain's next step are never waited on.
+__global__ void __launch_bounds__(kSplitThreads, 2)
     kda_state_split_kernel(float* __restrict__ state, float* __restrict__ scratch, int64_t chunks, int heads, int dk,
                            int dv) {
   extern __shared__ __align__(16) float sm[];
-  float* s = sm;                      // [D][kSplitLd] S: keys x this block's columns
-  float* vn = s + kD * kSplitLd;      // [C][kSplitLd] v_new
-  float* decay = vn + kC * kSplitLd;  // [D]
+  float* s = sm + kSmS;
+  float* vn = sm + kSmVn;
+  const float* wsm = sm + kSmW;
+  const float* usm = sm + kSmU;
+  const float* kdsm = sm + kSmKd;
+  const float* decay = sm + kSmDecay;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
   const int h = blockIdx.x, col0 = blockIdx.y * kSplitCols;
+  const auto slot = [&](int64_t ci) { return scratch + (ci * heads + h) * kPer; };
+  if (chunks > 0) {
+    stage_w_u(sm, slot(0), col0, tid);
+    stage_kd(sm, slot(0), tid);
+  }
   float* st = state + static_cast<int64_t>(h) * dk * dv;
   // This warp's rows of S (16 warp + gq, + 8) and columns 8 nt + 2 tq (+ 1), in C-fragment order.
   const int r0 = 16 * warp + gq, r1 = r0 + 8;
@@ -64,9 +108,10 @@ __global__ void __launch_bounds__(kSplitThreads)
   // v_new's tile of this warp: rows 16 mb + gq (+ 8), n-tiles nb and nb + 1.
   const int mb = warp >> 1, nb = (warp & 1) * 2;
   const int i0 = 16 * mb + gq, i1 = i0 + 8;
+  cp_async_wait<1>();  // -w and u of chunk 0
   __syncthreads();
   for (int64_t ci = 0; ci < chunks; ++ci) {
-    float* sc = scratch + (ci * heads + h) * kPer;
+    float* sc = slot(ci);
     // The state at the chunk's start, for the output kernel.
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
@@ -74,14 +119,13 @@ __global__ void __launch_bounds__(kSplitThreads)
       *reinterpret_cast<float2*>(sc + kOffS + r0 * kD + c) = make_float2(sacc[nt][0], sacc[nt][1]);
       *reinterpret_cast<float2*>(sc + kOffS + r1 * kD + c) = make_float2(sacc[nt][2], sacc[nt][3]);
     }
-    if (tid < kD) decay[tid] = sc[kOffDecay + tid];
     // v_new = u + (-w) S.
     float acc[2][4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int c = col0 + 8 * (nb + j) + 2 * tq;
-      const float2 u0 = *reinterpret_cast<const float2*>(sc + kOffU + i0 * kD + c);
-      const float2 u1 = *reinterpret_cast<const float2*>(sc + kOffU + i1 * kD + c);
+      const int c = 8 * (nb + j) + 2 * tq;
+      const float2 u0 = *reinterpret_cast<const float2*>(usm + i0 * kSplitLd + c);
+      const float2 u1 = *reinterpret_cast<const float2*>(usm + i1 * kSplitLd + c);
       acc[j][0] = u0.x;
       acc[j][1] = u0.y;
       acc[j][2] = u1.x;
@@ -91,7 +135,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     for (int ks = 0; ks < kD / 8; ++ks) {
       const int x0 = 8 * ks + tq;
       float a[4];
-      load_a_rm(a, sc + kOffW, kD, i0, x0);
+      load_a_rm(a, wsm, kWLd, i0, x0);
       uint32_t ah[4], al[4];
       split_tf32x(a, ah, al);
 #pragma unroll
@@ -111,7 +155,9 @@ __global__ void __launch_bounds__(kSplitThreads)
       *reinterpret_cast<float2*>(sc + kOffU + i0 * kD + col0 + c) = make_float2(acc[j][0], acc[j][1]);
       *reinterpret_cast<float2*>(sc + kOffU + i1 * kD + col0 + c) = make_float2(acc[j][2], acc[j][3]);
     }
-    __syncthreads();  // v_new and decay complete; every warp is done reading S
+    cp_async_wait<0>();  // kd and e^G_last of this chunk
+    __syncthreads();     // v_new complete; -w, u and S are free
+    if (ci + 1 < chunks) stage_w_u(sm, slot(ci + 1), col0, tid);
     // S = e^G_last S + (k e^(G_last - G))^T v_new on this warp's rows.
     const float d0 = decay[r0], d1 = decay[r1];
 #pragma unroll
@@ -121,12 +167,12 @@ __global__ void __launch_bounds__(kSplitThreads)
       sacc[nt][2] *= d1;
       sacc[nt][3] *= d1;
     }
-    const float* kd = sc + kOffKd;
 #pragma unroll 4
     for (int ks = 0; ks < kC / 8; ++ks) {
       const int j0 = 8 * ks + tq, j1 = j0 + 4;
       // kd^T: element (key r, token j) = kd[j][r].
-      const float a[4] = {kd[j0 * kD + r0], kd[j0 * kD + r1], kd[j1 * kD + r0], kd[j1 * kD + r1]};
+      const float a[4] = {kdsm[j0 * kKdLd + r0], kdsm[j0 * kKdLd + r1], kdsm[j1 * kKdLd + r0],
+                          kdsm[j1 * kKdLd + r1]};
       uint32_t ah[4], al[4];
       split_tf32x(a, ah, al);
 #pragma unroll
@@ -139,7 +185,9 @@ __global__ void __launch_bounds__(kSplitThreads)
       }
     }
     put_s();
-    __syncthreads();  // S complete for the next chunk; v_new and decay free
+    cp_async_wait<0>();  // -w and u of the next chunk
+    __syncthreads();     // S complete; kd, e^G_last and v_new are free
+    if (ci + 1 < chunks) stage_kd(sm, slot(ci + 1), tid);
   }
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {

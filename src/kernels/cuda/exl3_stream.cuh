@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/exl3_decode.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -74,16 +75,6 @@ constexpr int mode_base(int mode) { return mode & 15; }
 constexpr int mode_interleave(int mode) { return (mode & kInterleave4) ? 4 : (mode & kInterleave2) ? 2 : 1; }
 constexpr int mode_stage_tiles(int mode) { return (mode & kStage16) ? 16 : (mode & kStage8) ? 8 : kStageTiles; }
 constexpr int mode_stages(int mode) { return (mode & kStage16) ? 3 : (mode & kStage8) ? 4 : kStages; }
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Whether the EXL3 kernels launch with programmatic stream serialization (host side;
 // exl3_gemv.cu: on unless TF_EXL3_PDL=0 or exl3_set_pdl(false)).

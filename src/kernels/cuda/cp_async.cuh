@@ -1,0 +1,19 @@
+// 16-byte global -> shared copies that run behind the warp (sm_80+ cp.async, L2 only) and
+// their groups: commit closes the copies issued so far into a group, wait<N> returns once
+// at most N groups are still in flight (the copies then still need a barrier to be
+// visible to other threads).
+#pragma once
+
+namespace tf::cuda {
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace tf::cuda
