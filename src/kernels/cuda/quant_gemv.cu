@@ -52,6 +52,7 @@
 #include "kernels/cuda/quant_gemv_ring.h"
 
 #include "kernels/cuda/quant_gemv_frag.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/quant_gemv_legacy.cuh"
 #include "kernels/cuda/quant_gemv_bop.cuh"
 
@@ -128,16 +129,6 @@ constexpr int kXRing = 4;
 struct XSlot {
   float4 q[4][32];  // [quarter][lane]: 16-byte accesses by consecutive lanes
 };
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Starts the copy of x[k0 .. k0+16) of this lane's x row into its place in `slot`
 // (zeros past K; plain stores where the 16-byte path does not apply).

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/launch_kernel_ex.cuh"
 #include "kernels/cuda/quant_gemv.h"
@@ -231,8 +232,6 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[T][4], const Raw<F, T>& r
       for (int i = 0; i < 4; ++i) acc[r][i] = fmaf(i & 1 ? s1 : s0, ph[r][i] + pl[r][i], acc[r][i]);
   }
 }
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // U > 0: each lane keeps U chunks of its weights in flight in registers (load_raw).
 // U == 0 (QuantGemvArgs::smem_weights): each warp copies its 16T rows into a
