@@ -341,11 +341,12 @@ int64_t kda_chunked_scratch_bytes(int64_t t, int64_t heads) {
 int64_t kda_chunks_per_group(int64_t heads) {
   // Scratch of at most ~128 MB (213 KB per chunk and head); at least one chunk.
   constexpr int64_t kBudget = int64_t{128} << 20;
-  return std::max<int64_t>(1, kBudget / (std::max<int64_t>(1, heads) * kPer * static_cast<int64_t>(sizeof(float))));
+  return std::max<int64_t>(
+      1, kBudget / (std::max<int64_t>(1, heads) * kPer * static_cast<int64_t>(sizeof(float))));
 }
 
-void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                 const Tensor& beta, Tensor& state, int chunk_size) {
+void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& g, const Tensor& beta, Tensor& state, int chunk_size) {
   const char* op = "kda_chunked";
   if (chunk_size <= 0) throw StatusError(invalid_argument("kda_chunked: chunk_size must be positive"));
   check_dev(ctx, op, q, DType::kF32);
@@ -373,11 +374,13 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
                            static_cast<int>(kda::kMmaIntraSmem)) != cudaSuccess ||
       cudaFuncSetAttribute(kda::kda_state_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kda::kSplitSmem)) != cudaSuccess ||
+      cudaFuncSetAttribute(kda::kda_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kda::kOutSmem)) != cudaSuccess ||
       cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kStateSmem)) != cudaSuccess)
-    throw StatusError(internal_error("kda_chunked: cannot raise the kernels' shared memory to " +
-                                     std::to_string(std::max({kIntraSmem, kda::kMmaIntraSmem, kda::kSplitSmem})) +
-                                     " bytes"));
+    throw StatusError(internal_error(
+        "kda_chunked: cannot raise the kernels' shared memory to " +
+        std::to_string(std::max({kIntraSmem, kda::kMmaIntraSmem, kda::kSplitSmem})) + " bytes"));
   const int64_t chunks = (t + kC - 1) / kC, group = kda_chunks_per_group(h);
   Tensor scratch = ctx.scratch(kda_chunked_scratch_bytes(t, h));
   float* sp = static_cast<float*>(scratch.raw());
@@ -395,18 +398,18 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
           static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
     check_launch("kda_chunked (intra-chunk)");
     if (split_state) {
-      kda::kda_state_split_kernel<<<dim3(static_cast<unsigned>(h), static_cast<unsigned>((dv + kda::kSplitCols - 1) /
-                                                                                       kda::kSplitCols)),
+      kda::kda_state_split_kernel<<<dim3(static_cast<unsigned>(h),
+                                         static_cast<unsigned>((dv + kda::kSplitCols - 1) / kda::kSplitCols)),
                                     kda::kSplitThreads, kda::kSplitSmem, ctx.stream>>>(
           state.data<float>(), sp, nc, static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv));
       check_launch("kda_chunked (state)");
-      kda::kda_out_kernel<<<grid, kda::kOutThreads, 0, ctx.stream>>>(out.data<float>(), sp, t, c, static_cast<int>(h),
-                                                                      static_cast<int>(dv));
+      kda::kda_out_kernel<<<grid, kda::kOutThreads, kda::kOutSmem, ctx.stream>>>(
+          out.data<float>(), sp, t, c, static_cast<int>(h), static_cast<int>(dv));
     } else {
       kda_state_kernel<<<dim3(static_cast<unsigned>(h), static_cast<unsigned>((dv + kCols - 1) / kCols)),
-                         kStateThreads, kStateSmem, ctx.stream>>>(out.data<float>(), state.data<float>(), sp, t, c, nc,
-                                                                  static_cast<int>(h), static_cast<int>(dk),
-                                                                  static_cast<int>(dv));
+                         kStateThreads, kStateSmem, ctx.stream>>>(out.data<float>(), state.data<float>(), sp,
+                                                                  t, c, nc, static_cast<int>(h),
+                                                                  static_cast<int>(dk), static_cast<int>(dv));
     }
     check_launch("kda_chunked (state)");
   }

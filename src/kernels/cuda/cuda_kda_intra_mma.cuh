@@ -42,9 +42,10 @@ __device__ __forceinline__ int at_c(int row, int col) { return row * kC + (col ^
 __device__ __forceinline__ int lower_block_id(int bi, int bj) { return bi * (bi - 1) / 2 + bj; }
 
 __global__ void __launch_bounds__(kMmaIntraThreads, 2)
-    kda_intra_mma_kernel(float* __restrict__ scratch, const float* __restrict__ q, const float* __restrict__ k,
-                         const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                         int64_t t_len, int64_t chunk0, int heads, int dk, int dv, float qscale) {
+    kda_intra_mma_kernel(float* __restrict__ scratch, const float* __restrict__ q,
+                         const float* __restrict__ k, const float* __restrict__ v,
+                         const float* __restrict__ g, const float* __restrict__ beta, int64_t t_len,
+                         int64_t chunk0, int heads, int dk, int dv, float qscale) {
   extern __shared__ float sh[];
   float* qn = sh;             // [C][D] normalised q (later b v)
   float* kn = qn + kC * kD;   // [C][D] normalised k (later b k e^G)
@@ -181,7 +182,8 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
         const int x0 = 8 * ks + tq, x1 = x0 + 4;
         const float gr0 = gc[at_d(r, x0)], gr1 = gc[at_d(r, x1)];
         const float e0 = __expf(gc[at_d(i, x0)] - gr0), e1 = __expf(gc[at_d(i, x1)] - gr1);
-        const float a[4] = {kn[at_d(i, x0)] * e0, qn[at_d(i, x0)] * e0, kn[at_d(i, x1)] * e1, qn[at_d(i, x1)] * e1};
+        const float a[4] = {kn[at_d(i, x0)] * e0, qn[at_d(i, x0)] * e0, kn[at_d(i, x1)] * e1,
+                            qn[at_d(i, x1)] * e1};
         const float b[2] = {kn[at_d(j, x0)] * __expf(gr0 - gc[at_d(j, x0)]),
                             kn[at_d(j, x1)] * __expf(gr1 - gc[at_d(j, x1)])};
         uint32_t ah[4], al[4], bh[2], bl[2];
@@ -278,10 +280,11 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
   // 3b. T_IJ = T_II X with X = sum_{J<=M<I} A_IM T_MJ, by distance d = I - J; the new
   // blocks wait in toff (A's blocks are read until the last round).
   {
-    float* toff = gc;             // [6][16][16]
-    float* xs = gc + 6 * 256;     // [3][16][16]
+    float* toff = gc;                                         // [6][16][16]
+    float* xs = gc + 6 * 256;                                 // [3][16][16]
     const auto t_blk = [&](int bm, int bn, int il, int jl) {  // T[16 bm + il][16 bn + jl], bm >= bn
-      return bm == bn ? tm[at_c(16 * bm + il, 16 * bn + jl)] : toff[lower_block_id(bm, bn) * 256 + il * 16 + jl];
+      return bm == bn ? tm[at_c(16 * bm + il, 16 * bn + jl)]
+                      : toff[lower_block_id(bm, bn) * 256 + il * 16 + jl];
     };
     for (int d = 1; d < 4; ++d) {
       const int pairs = 4 - d;  // I = d .. 3

@@ -19,8 +19,8 @@
 
 namespace tf::cuda::kda {
 
-constexpr int kSplitThreads = 256;  // 8 warps
-constexpr int kSplitCols = 32;      // value columns per state block
+constexpr int kSplitThreads = 256;        // 8 warps
+constexpr int kSplitCols = 32;            // value columns per state block
 constexpr int kSplitLd = kSplitCols + 8;  // S / v_new / u rows: B fragments (rows t, columns g) on 32 banks
 constexpr int kWLd = kD + 4;              // -w rows: A fragments (rows g, columns t) on 32 banks
 constexpr int kKdLd = kD + 8;             // kd rows read transposed (rows t, columns g) on 32 banks
@@ -67,8 +67,8 @@ __device__ __forceinline__ void stage_kd(float* sm, const float* sc, int tid) {
 // Chunk c's -w / u are copied while chunk c - 1 updates S, its kd while it computes
 // v_new: the loads of the chain's next step are never waited on.
 __global__ void __launch_bounds__(kSplitThreads, 2)
-    kda_state_split_kernel(float* __restrict__ state, float* __restrict__ scratch, int64_t chunks, int heads, int dk,
-                           int dv) {
+    kda_state_split_kernel(float* __restrict__ state, float* __restrict__ scratch, int64_t chunks, int heads,
+                           int dk, int dv) {
   extern __shared__ __align__(16) float sm[];
   float* s = sm + kSmS;
   float* vn = sm + kSmVn;
@@ -201,20 +201,39 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
 }
 
 constexpr int kOutThreads = 256;
+constexpr int kOutLd = kD + 8;  // staged S_c / v_new rows: B fragments (rows t, columns g) on 32 banks
+constexpr size_t kOutSmem = static_cast<size_t>(kD + kC) * kOutLd * sizeof(float);  // 104,448 bytes
 
-__global__ void __launch_bounds__(kOutThreads)
+// S_c and v_new (the B operands every warp reads) are staged in shared memory by cp.async,
+// S_c first so that the first product starts while v_new is still in flight; a warp's A
+// rows (q e^G, P) are its own and come straight from global memory.
+__global__ void __launch_bounds__(kOutThreads, 2)
     kda_out_kernel(float* __restrict__ out, const float* __restrict__ scratch, int64_t t_len, int64_t chunk0,
                    int heads, int dv) {
+  extern __shared__ __align__(16) float osm[];
+  float* s_sm = osm;                 // [D][kOutLd] S_c
+  float* vn_sm = osm + kD * kOutLd;  // [C][kOutLd] v_new
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
   const int h = blockIdx.y;
   const int64_t c0 = (chunk0 + blockIdx.x) * kC;
   const int n = static_cast<int>(t_len - c0 < kC ? t_len - c0 : kC);
   const float* sc = scratch + (static_cast<int64_t>(blockIdx.x) * heads + h) * kPer;
+  for (int e = tid; e < kD * (kD / 4); e += kOutThreads) {
+    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
+    cp_async16(s_sm + r * kOutLd + c, sc + kOffS + r * kD + c);
+  }
+  cp_async_commit();
+  for (int e = tid; e < kC * (kD / 4); e += kOutThreads) {
+    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
+    cp_async16(vn_sm + r * kOutLd + c, sc + kOffU + r * kD + c);
+  }
+  cp_async_commit();
   // This warp: rows 16 mb + gq (+ 8), 64 columns from n0.
   const int mb = warp & 3, n0 = (warp >> 2) * 64;
   const int i0 = 16 * mb + gq, i1 = i0 + 8;
-  if (n0 >= dv) return;
   float acc[8][4] = {};
+  cp_async_wait<1>();
+  __syncthreads();
   // (q e^G) S_c over the keys ...
 #pragma unroll 2
   for (int ks = 0; ks < kD / 8; ++ks) {
@@ -226,12 +245,14 @@ __global__ void __launch_bounds__(kOutThreads)
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int c = n0 + 8 * nt + gq;
-      const float b[2] = {sc[kOffS + x0 * kD + c], sc[kOffS + (x0 + 4) * kD + c]};
+      const float b[2] = {s_sm[x0 * kOutLd + c], s_sm[(x0 + 4) * kOutLd + c]};
       uint32_t bh[2], bl[2];
       split_tf32x(b, bh, bl);
       mma_3xtf32(acc[nt], ah, al, bh, bl);
     }
   }
+  cp_async_wait<0>();
+  __syncthreads();
   // ... + P v_new over the chunk's tokens up to this row block (P is zero above the diagonal).
   for (int ks = 0; ks < 2 * mb + 2; ++ks) {
     const int j0 = 8 * ks + tq;
@@ -242,12 +263,13 @@ __global__ void __launch_bounds__(kOutThreads)
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int c = n0 + 8 * nt + gq;
-      const float b[2] = {sc[kOffU + j0 * kD + c], sc[kOffU + (j0 + 4) * kD + c]};
+      const float b[2] = {vn_sm[j0 * kOutLd + c], vn_sm[(j0 + 4) * kOutLd + c]};
       uint32_t bh[2], bl[2];
       split_tf32x(b, bh, bl);
       mma_3xtf32(acc[nt], ah, al, bh, bl);
     }
   }
+  if (n0 >= dv) return;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
     const int c = n0 + 8 * nt + 2 * tq;

@@ -37,8 +37,9 @@ __device__ __forceinline__ void mma_tf32_1688(float (&c)[4], const uint32_t (&a)
 }
 
 // c += a b at f32 accuracy from split operands (small terms first).
-__device__ __forceinline__ void mma_3xtf32(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
-                                           const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
+__device__ __forceinline__ void mma_3xtf32(float (&c)[4], const uint32_t (&a_hi)[4],
+                                           const uint32_t (&a_lo)[4], const uint32_t (&b_hi)[2],
+                                           const uint32_t (&b_lo)[2]) {
   mma_tf32_1688(c, a_lo, b_hi);
   mma_tf32_1688(c, a_hi, b_lo);
   mma_tf32_1688(c, a_hi, b_hi);
