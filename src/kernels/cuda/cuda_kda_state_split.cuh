@@ -7,8 +7,8 @@
 //     in shared memory by cp.async while the current one computes.
 //  2. kda_out_kernel (grid: chunk x head, all independent): out = (q e^G) S_c + P v_new.
 // cuda_kda_chunked.cu's state kernel does both in its sequential loop; the outputs'
-// products (two thirds of its work) are off the chain here. Same function, the same
-// sums in the same order per output (S's update and v_new as there).
+// products (two thirds of its work) are off the chain here. Same function and the same
+// products; the bits differ by the order of the sums inside the MMAs.
 #pragma once
 
 #include <cstdint>
