@@ -32,9 +32,13 @@ if [[ -f "$build"/bench/libtf_cupti_trace.so ]]; then
 fi
 # Debug info would take the carried tree past its 64 MiB limit (symbols stay for backtraces).
 find .gpurun -maxdepth 1 -type f -exec strip --strip-debug {} +
+# TF_MEDIA_STUBS=1: stand-ins for the FFmpeg libraries (scripts/device/media_stubs.py) instead of their
+# ~165 MB chain, for `tensorfold bench` runs that never decode media; resolved first below, so the real
+# chain is not copied.
+if [[ "${TF_MEDIA_STUBS:-0}" == 1 ]]; then python3 scripts/device/media_stubs.py .gpurun/tensorfold .gpurun/lib; fi
 # (`|| continue`: a trailing `[[ -f lib ]]` must not fail the loop under pipefail.) libcurl stays the
 # machine's own: on LD_LIBRARY_PATH, Debian 12's would shadow it for the machine's newer curl tool.
-for b in .gpurun/*; do [[ -f "$b" ]] || continue; ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
-  grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|libcuda\.so|libnccl|libcublas|libcurl' |
+for b in .gpurun/*; do [[ -f "$b" ]] || continue; LD_LIBRARY_PATH="$PWD/.gpurun/lib" ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
+  grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|libcuda\.so|libnccl|libcublas|libcurl|/\.gpurun/lib/' |
   while read -r lib; do cp -L "$lib" .gpurun/lib/; done
 du -sh .gpurun
