@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <iterator>
 #include <chrono>
@@ -44,6 +45,7 @@
 #include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace {
@@ -272,6 +274,20 @@ void bench_mla(tf::Ops& ops, int64_t t, int64_t prompt, DType cache_dtype) {
   const std::string dt = fp8 ? "fp8" : "bf16";
   report("mla_sparse_attention H=64 R=512 top-2048 " + dt + " (op)" + (t == prompt ? "" : " last chunk"), t,
          time_call([&] { ops.mla_sparse_attention(out, q, view, didx, 0.0625f); }), flops, extra);
+  // The same kernel with its token lists sorted (TF_MLA_PREFILL_SORT=1) instead of read from
+  // a bitmap: side by side, and its bits against the default's.
+  {
+    std::atomic<bool>& sort = tf::cuda::mla_prefill_sort_tokens();
+    const bool saved = sort.load();
+    sort = !saved;
+    ops.mla_sparse_attention(old, q, view, didx, 0.0625f);
+    const bool same = rel_err(ops.to_host(out), ops.to_host(old)) == 0.0;
+    mla_ok = mla_ok && same;
+    report("mla_sparse_attention " + dt + (saved ? " token lists from a bitmap" : " token lists sorted"), t,
+           time_call([&] { ops.mla_sparse_attention(old, q, view, didx, 0.0625f); }), flops,
+           same ? "(same bits)" : "(BITS DIFFER)");
+    sort = saved;
+  }
   if (compare)
     report("mla_sparse_attention " + dt + " decode-path kernel", t,
            time_call([&] { tf::cuda::mla_sparse_attention(bare, old, q, view, didx, 0.0625f); }), flops);

@@ -13,8 +13,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -107,6 +109,48 @@ TEST_F(CudaMlaPrefill, ManyTilesMatchTheCpuOp) {
     std::printf("[parity] mla_sparse_attention (prefill) %s 2051 distinct of 2600 tokens max rel err %.3g (tol %.0e)\n",
                 dtype_name(dt), e, kTol);
     EXPECT_LE(e, kTol) << dtype_name(dt);
+  }
+}
+
+// The BF16 kernel's two ways to a row's token list (a bitmap of the cache's tokens, the
+// default where it fits; the sort, TF_MLA_PREFILL_SORT=1) give the same bits, at the
+// model's shape and at 16 / 32 heads, with repeats, -1s, out-of-range tokens and a row
+// without tokens; each within the tolerance of the CPU op.
+TEST_F(CudaMlaPrefill, BitmapAndSortGiveTheSameBits) {
+  const int64_t page_size = 64, num_pages = 41, tokens = 2600;
+  const bool saved = cuda::mla_prefill_sort_tokens().load();
+  for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
+    for (const auto& [heads, r, t, w] : std::vector<std::array<int64_t, 4>>{
+             {64, 512, 18, 2051}, {32, 512, 16, 300}, {16, 512, 17, 77}, {64, 64, 16, 1000}}) {
+      const PagedCache c = paged_cache(dt, page_size, num_pages, r, tokens, 231, 232, 1.5f);
+      std::mt19937 rng(static_cast<uint32_t>(233 + heads + w));
+      std::uniform_int_distribution<int32_t> pick(-2, static_cast<int32_t>(tokens) + 3);
+      std::vector<int32_t> idx(static_cast<size_t>(t * w));
+      for (auto& i : idx) i = pick(rng);
+      for (int64_t j = 0; j < w; ++j) idx[2 * w + j] = -1;  // row 2: no token (zeros)
+      const Tensor hidx = i32_tensor(idx).reshape({t, w});
+      const Tensor q = randn({t, heads, r}, 234, 0.5f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(r));
+      const Tensor dq = gpu_->to_device(q), didx = gpu_->to_device(hidx);
+      Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
+      cpu_->mla_sparse_attention(ref, q, c.hv, hidx, scale);
+      std::vector<Tensor> got;
+      for (bool sort : {false, true}) {
+        Tensor out = gpu_->empty({t, heads, r});
+        cuda::mla_prefill_sort_tokens() = sort;
+        gpu_->mla_sparse_attention(out, dq, c.dv, didx, scale);
+        cuda::mla_prefill_sort_tokens() = saved;
+        got.push_back(gpu_->to_host(out));
+        const std::string tag = std::string(dtype_name(dt)) + " H=" + std::to_string(heads) + " R=" +
+                                std::to_string(r) + " W=" + std::to_string(w) + (sort ? " sort" : " bitmap");
+        const double e = parity_rel_err(ref, got.back());
+        std::printf("[parity] mla_sparse_attention (prefill) %-36s max rel err %.3g (tol %.0e)\n", tag.c_str(), e,
+                    kTol);
+        EXPECT_LE(e, kTol) << tag;
+      }
+      EXPECT_EQ(0, std::memcmp(got[0].raw(), got[1].raw(), static_cast<size_t>(got[0].numel()) * sizeof(float)))
+          << "max rel diff " << parity_rel_err(got[0], got[1]);
+    }
   }
 }
 

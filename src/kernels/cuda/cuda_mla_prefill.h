@@ -4,6 +4,7 @@
 // (cuda_mla_prefill.cu).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -25,6 +26,10 @@ bool mla_prefill_supported(int64_t heads, int64_t width, int64_t indices_per_row
 // The BF16 tensor-core kernel (cuda_mla_prefill_mma.cu): bf16/fp8 caches, 16, 32 or 64
 // heads, width a multiple of 16 up to 512 with width * heads / 256 a multiple of 16.
 bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype);
+// Whether that kernel builds each row's token list by a sort even where the cache's tokens
+// fit its bitmap (TF_MLA_PREFILL_SORT=1; the same list, so the same bits). Benchmarks and
+// tests flip it.
+std::atomic<bool>& mla_prefill_sort_tokens();
 // Runs it when it covers the operands (also 16-byte aligned q and pages); false otherwise
 // (nothing launched).
 bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,

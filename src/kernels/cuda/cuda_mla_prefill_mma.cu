@@ -4,8 +4,10 @@
 //
 // One block (16 warps) per query row; the heads are the M dimension of every product,
 // since all heads of a row attend to the same latents:
-//  0. the row's indices are sorted and deduplicated (latent_index_sort.cuh) into a
-//     compact token list; q [H, R] is split into bf16 hi/lo parts in shared memory;
+//  0. the row's indices become a compact token list, ascending and deduplicated
+//     (latent_index_sort.cuh: a bitmap of the cache's tokens in the shared memory the
+//     tiles use later, or a sort where the bitmap does not fit); q [H, R] is split into
+//     bf16 hi/lo parts in shared memory;
 //  1. per tile of 32 tokens (the next tile's latents are gathered from the paged cache
 //     into registers while the current one is multiplied; fp8 is widened to bf16,
 //     exactly):
@@ -22,7 +24,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -107,7 +111,7 @@ __device__ __forceinline__ uint4 widen_fp8(uint2 v) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_mma_kernel(float* __restrict__ out, const float* __restrict__ q, Pages c, const int32_t* __restrict__ indices,
-                   int w, int heads, int r, int padded, float scale) {
+                   int w, int heads, int r, int padded, float scale, bool sort_tokens) {
   using Raw = typename Chunk<T>::Raw;
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -131,8 +135,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int sm = warp % mt, sk = warp / mt;                  // S: head tile, K slice
   const int pm = warp / ks, pc = warp % ks;                  // PV: head tile, column group
 
-  sort_row_tokens(reinterpret_cast<int*>(smem), indices + row * w, w, c.num_tokens, padded);
-  const int nv = compact_row_tokens(ids, reinterpret_cast<int*>(smem), padded, counts);
+  // The row's distinct tokens, ascending: from a bitmap of the cache's tokens where it fits
+  // the space before p_hi (q and the tiles come later), else by a sort.
+  int nv;
+  if (!sort_tokens && latent_bitmap_words(c.num_tokens) * 4 <= static_cast<int64_t>(L.p_hi)) {
+    nv = bitmap_row_tokens(ids, reinterpret_cast<uint32_t*>(smem), indices + row * w, w, c.num_tokens, counts);
+  } else {
+    sort_row_tokens(reinterpret_cast<int*>(smem), indices + row * w, w, c.num_tokens, padded);
+    nv = compact_row_tokens(ids, reinterpret_cast<int*>(smem), padded, counts);
+  }
 
   const float* qrow = q + row * heads * r;
   for (int e = tid; e < heads * r / 4; e += kThreads) {
@@ -203,18 +214,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
       for (int k = sk * kw; k < (sk + 1) * kw; k += 16) {
-        uint32_t ah[4], al[4];
+        uint32_t ah[4], al[4], b[2][4];
         load_a_frag(ah, qh + sm * 16 * ldq + k, ldq, lane);
         load_a_frag(al, ql + sm * 16 * ldq + k, ldq, lane);
+        load_b_frags_nk(b[0], lat + k, ldq, lane);
+        load_b_frags_nk(b[1], lat + 16 * ldq + k, ldq, lane);
+        // Each accumulator takes lo, then hi; the 4 accumulators in turn, so no product
+        // waits on the one just issued (back to back, the pairs stalled on each other).
 #pragma unroll
-        for (int nj = 0; nj < 2; ++nj) {
-          uint32_t b[4];
-          load_b_frags_nk(b, lat + nj * 16 * ldq + k, ldq, lane);
-          mma_bf16_16816(s[nj * 2], al, b[0], b[1]);
-          mma_bf16_16816(s[nj * 2], ah, b[0], b[1]);
-          mma_bf16_16816(s[nj * 2 + 1], al, b[2], b[3]);
-          mma_bf16_16816(s[nj * 2 + 1], ah, b[2], b[3]);
-        }
+        for (int n = 0; n < 4; ++n) mma_bf16_16816(s[n], al, b[n >> 1][(n & 1) * 2], b[n >> 1][(n & 1) * 2 + 1]);
+#pragma unroll
+        for (int n = 0; n < 4; ++n) mma_bf16_16816(s[n], ah, b[n >> 1][(n & 1) * 2], b[n >> 1][(n & 1) * 2 + 1]);
       }
       float* spk = sp + (sk * heads + sm * 16 + g) * kLdS;
 #pragma unroll
@@ -264,15 +274,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t ah[4], al[4];
         load_a_frag(ah, ph + pm * 16 * kLdP + k, kLdP, lane);
         load_a_frag(al, pl + pm * 16 * kLdP + k, kLdP, lane);
+        // Two column pairs at a time: 4 accumulators take lo in turn, then hi.
 #pragma unroll
-        for (int pr = 0; pr < kMaxColTiles / 2; ++pr) {
+        for (int pr = 0; pr < kMaxColTiles / 2; pr += 2) {
           if (2 * pr < col_tiles) {
-            uint32_t b[4];
-            load_b_frags_kn(b, lat + k * ldq + pc * kw + pr * 16, ldq, lane);
-            mma_bf16_16816(o[2 * pr], al, b[0], b[1]);
-            mma_bf16_16816(o[2 * pr], ah, b[0], b[1]);
-            mma_bf16_16816(o[2 * pr + 1], al, b[2], b[3]);
-            mma_bf16_16816(o[2 * pr + 1], ah, b[2], b[3]);
+            const bool two = 2 * pr + 2 < col_tiles;
+            uint32_t b[2][4];
+            load_b_frags_kn(b[0], lat + k * ldq + pc * kw + pr * 16, ldq, lane);
+            if (two) load_b_frags_kn(b[1], lat + k * ldq + pc * kw + pr * 16 + 16, ldq, lane);
+            mma_bf16_16816(o[2 * pr], al, b[0][0], b[0][1]);
+            mma_bf16_16816(o[2 * pr + 1], al, b[0][2], b[0][3]);
+            if (two) {
+              mma_bf16_16816(o[2 * pr + 2], al, b[1][0], b[1][1]);
+              mma_bf16_16816(o[2 * pr + 3], al, b[1][2], b[1][3]);
+            }
+            mma_bf16_16816(o[2 * pr], ah, b[0][0], b[0][1]);
+            mma_bf16_16816(o[2 * pr + 1], ah, b[0][2], b[0][3]);
+            if (two) {
+              mma_bf16_16816(o[2 * pr + 2], ah, b[1][0], b[1][1]);
+              mma_bf16_16816(o[2 * pr + 3], ah, b[1][2], b[1][3]);
+            }
           }
         }
       }
@@ -294,6 +315,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 }  // namespace
+
+std::atomic<bool>& mla_prefill_sort_tokens() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_MLA_PREFILL_SORT");
+    return e != nullptr && std::string(e) == "1";
+  }()};
+  return on;
+}
 
 bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
   if (cache_dtype != DType::kBF16 && cache_dtype != DType::kF8E4M3) return false;
@@ -332,7 +361,7 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
     kernel<<<static_cast<unsigned>(t), kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), pg,
                                                                     indices.data<int32_t>(), static_cast<int>(w),
                                                                     static_cast<int>(h), static_cast<int>(r), padded,
-                                                                    scale);
+                                                                    scale, mla_prefill_sort_tokens().load());
   };
   if (cache.dtype == DType::kBF16)
     launch(mla_mma_kernel<__nv_bfloat16>);
