@@ -16,4 +16,15 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// The copies of a kRows x kCols f32 tile (kCols a multiple of 4) from src (row stride
+// src_ld floats) to dst (row stride dst_ld), a 16-byte copy per step, the kThreads
+// threads of the block in turn (tid = this thread). Commits nothing.
+template <int kThreads, int kRows, int kCols>
+__device__ __forceinline__ void cp_async_tile(float* dst, int dst_ld, const float* src, int src_ld, int tid) {
+  for (int e = tid; e < kRows * (kCols / 4); e += kThreads) {
+    const int r = e / (kCols / 4), c = 4 * (e % (kCols / 4));
+    cp_async16(dst + r * dst_ld + c, src + r * src_ld + c);
+  }
+}
+
 }  // namespace tf::cuda

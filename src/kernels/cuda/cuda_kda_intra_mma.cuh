@@ -40,6 +40,11 @@ __device__ __forceinline__ int at_c(int row, int col) { return row * kC + (col ^
 // Block (I, J), I > J, of the strict lower block triangle as one index: (1,0) 0, (2,0) 1,
 // (2,1) 2, (3,0) 3, (3,1) 4, (3,2) 5.
 __device__ __forceinline__ int lower_block_id(int bi, int bj) { return bi * (bi - 1) / 2 + bj; }
+// Its inverse over the 6 blocks: id -> (I, J).
+__device__ __forceinline__ void lower_block_of(int id, int& bi, int& bj) {
+  bi = id < 1 ? 1 : id < 3 ? 2 : 3;
+  bj = id - lower_block_id(bi, 0);
+}
 
 __global__ void __launch_bounds__(kMmaIntraThreads, 2)
     kda_intra_mma_kernel(float* __restrict__ scratch, const float* __restrict__ q,
@@ -199,7 +204,8 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
   }
   // 2b. The six blocks below the diagonal, one warp each: A and P share the B operand.
   if (warp < 6) {
-    const int bi = warp < 1 ? 1 : warp < 3 ? 2 : 3, bj = warp - bi * (bi - 1) / 2;
+    int bi, bj;
+    lower_block_of(warp, bi, bj);
     const int r = 16 * bi;  // i >= r > j: both factors' exponents are <= 0
     const int i0 = r + gq, i1 = i0 + 8;
     float acc_a[2][4] = {}, acc_p[2][4] = {};
@@ -307,7 +313,9 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
       __syncthreads();
     }
     for (int e = tid; e < 6 * 256; e += kMmaIntraThreads) {
-      const int id = e / 256, bi = id < 1 ? 1 : id < 3 ? 2 : 3, bj = id - bi * (bi - 1) / 2;
+      const int id = e / 256;
+      int bi, bj;
+      lower_block_of(id, bi, bj);
       tm[at_c(16 * bi + ((e >> 4) & 15), 16 * bj + (e & 15))] = toff[e];
     }
   }

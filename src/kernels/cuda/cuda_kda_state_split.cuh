@@ -44,22 +44,13 @@ __device__ __forceinline__ void load_a_rm(float (&a)[4], const float* m, int ld,
 
 // The state block's 16-byte copies of one chunk's -w and u (this block's columns) ...
 __device__ __forceinline__ void stage_w_u(float* sm, const float* sc, int col0, int tid) {
-  for (int e = tid; e < kC * (kD / 4); e += kSplitThreads) {
-    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
-    cp_async16(sm + kSmW + r * kWLd + c, sc + kOffW + r * kD + c);
-  }
-  for (int e = tid; e < kC * (kSplitCols / 4); e += kSplitThreads) {
-    const int r = e / (kSplitCols / 4), c = 4 * (e % (kSplitCols / 4));
-    cp_async16(sm + kSmU + r * kSplitLd + c, sc + kOffU + r * kD + col0 + c);
-  }
+  cp_async_tile<kSplitThreads, kC, kD>(sm + kSmW, kWLd, sc + kOffW, kD, tid);
+  cp_async_tile<kSplitThreads, kC, kSplitCols>(sm + kSmU, kSplitLd, sc + kOffU + col0, kD, tid);
   cp_async_commit();
 }
 // ... and of its kd and e^G_last.
 __device__ __forceinline__ void stage_kd(float* sm, const float* sc, int tid) {
-  for (int e = tid; e < kC * (kD / 4); e += kSplitThreads) {
-    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
-    cp_async16(sm + kSmKd + r * kKdLd + c, sc + kOffKd + r * kD + c);
-  }
+  cp_async_tile<kSplitThreads, kC, kD>(sm + kSmKd, kKdLd, sc + kOffKd, kD, tid);
   if (tid < kD / 4) cp_async16(sm + kSmDecay + 4 * tid, sc + kOffDecay + 4 * tid);
   cp_async_commit();
 }
@@ -204,6 +195,29 @@ constexpr int kOutThreads = 256;
 constexpr int kOutLd = kD + 8;  // staged S_c / v_new rows: B fragments (rows t, columns g) on 32 banks
 constexpr size_t kOutSmem = static_cast<size_t>(kD + kC) * kOutLd * sizeof(float);  // 104,448 bytes
 
+// acc[nt] += A B over `steps` k-steps of 8 (3xTF32): A's rows i0, i0 + 8 from a (row-major,
+// row stride lda, global), B = the staged [k][kOutLd] tile b, columns n0 + 8 nt.
+template <int kUnroll>
+__device__ __forceinline__ void out_products(float (&acc)[8][4], const float* a_src, int lda, const float* b,
+                                             int steps, int i0, int n0, int gq, int tq) {
+#pragma unroll kUnroll
+  for (int ks = 0; ks < steps; ++ks) {
+    const int k0 = 8 * ks + tq;
+    float a[4];
+    load_a_rm(a, a_src, lda, i0, k0);
+    uint32_t ah[4], al[4];
+    split_tf32x(a, ah, al);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int c = n0 + 8 * nt + gq;
+      const float bb[2] = {b[k0 * kOutLd + c], b[(k0 + 4) * kOutLd + c]};
+      uint32_t bh[2], bl[2];
+      split_tf32x(bb, bh, bl);
+      mma_3xtf32(acc[nt], ah, al, bh, bl);
+    }
+  }
+}
+
 // S_c and v_new (the B operands every warp reads) are staged in shared memory by cp.async,
 // S_c first so that the first product starts while v_new is still in flight; a warp's A
 // rows (q e^G, P) are its own and come straight from global memory.
@@ -218,15 +232,9 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   const int64_t c0 = (chunk0 + blockIdx.x) * kC;
   const int n = static_cast<int>(t_len - c0 < kC ? t_len - c0 : kC);
   const float* sc = scratch + (static_cast<int64_t>(blockIdx.x) * heads + h) * kPer;
-  for (int e = tid; e < kD * (kD / 4); e += kOutThreads) {
-    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
-    cp_async16(s_sm + r * kOutLd + c, sc + kOffS + r * kD + c);
-  }
+  cp_async_tile<kOutThreads, kD, kD>(s_sm, kOutLd, sc + kOffS, kD, tid);
   cp_async_commit();
-  for (int e = tid; e < kC * (kD / 4); e += kOutThreads) {
-    const int r = e / (kD / 4), c = 4 * (e % (kD / 4));
-    cp_async16(vn_sm + r * kOutLd + c, sc + kOffU + r * kD + c);
-  }
+  cp_async_tile<kOutThreads, kC, kD>(vn_sm, kOutLd, sc + kOffU, kD, tid);
   cp_async_commit();
   // This warp: rows 16 mb + gq (+ 8), 64 columns from n0.
   const int mb = warp & 3, n0 = (warp >> 2) * 64;
@@ -235,40 +243,11 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   cp_async_wait<1>();
   __syncthreads();
   // (q e^G) S_c over the keys ...
-#pragma unroll 2
-  for (int ks = 0; ks < kD / 8; ++ks) {
-    const int x0 = 8 * ks + tq;
-    float a[4];
-    load_a_rm(a, sc + kOffQg, kD, i0, x0);
-    uint32_t ah[4], al[4];
-    split_tf32x(a, ah, al);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int c = n0 + 8 * nt + gq;
-      const float b[2] = {s_sm[x0 * kOutLd + c], s_sm[(x0 + 4) * kOutLd + c]};
-      uint32_t bh[2], bl[2];
-      split_tf32x(b, bh, bl);
-      mma_3xtf32(acc[nt], ah, al, bh, bl);
-    }
-  }
+  out_products<2>(acc, sc + kOffQg, kD, s_sm, kD / 8, i0, n0, gq, tq);
   cp_async_wait<0>();
   __syncthreads();
   // ... + P v_new over the chunk's tokens up to this row block (P is zero above the diagonal).
-  for (int ks = 0; ks < 2 * mb + 2; ++ks) {
-    const int j0 = 8 * ks + tq;
-    float a[4];
-    load_a_rm(a, sc + kOffP, kC, i0, j0);
-    uint32_t ah[4], al[4];
-    split_tf32x(a, ah, al);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int c = n0 + 8 * nt + gq;
-      const float b[2] = {vn_sm[j0 * kOutLd + c], vn_sm[(j0 + 4) * kOutLd + c]};
-      uint32_t bh[2], bl[2];
-      split_tf32x(b, bh, bl);
-      mma_3xtf32(acc[nt], ah, al, bh, bl);
-    }
-  }
+  out_products<1>(acc, sc + kOffP, kC, vn_sm, 2 * mb + 2, i0, n0, gq, tq);
   if (n0 >= dv) return;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {

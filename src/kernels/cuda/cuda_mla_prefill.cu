@@ -151,22 +151,12 @@ __global__ void __launch_bounds__(kThreads)
   // Each thread owns a contiguous run of `per` slots; block scan of the valid counts.
   const int per = (padded + kThreads - 1) / kThreads, j0 = tid * per;
   int mine = 0;
-  for (int j = j0; j < j0 + per && j < padded; ++j)
-    mine += toks[j] != INT_MAX && (j == 0 || toks[j - 1] != toks[j]);
-  int incl = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) counts[warp] = incl;
-  __syncthreads();
-  int before = incl - mine;
-  for (int ww = 0; ww < warp; ++ww) before += counts[ww];
-  int nv = 0;
-  for (int ww = 0; ww < kWarps; ++ww) nv += counts[ww];
+  for (int j = j0; j < j0 + per && j < padded; ++j) mine += first_of_token(toks, j);
+  int nv;
+  int before = block_exclusive_sum(mine, counts, nv);
   for (int j = j0; j < j0 + per && j < padded; ++j) {
+    if (!first_of_token(toks, j)) continue;
     const int tok = toks[j];
-    if (tok == INT_MAX || (j > 0 && toks[j - 1] == tok)) continue;
     const int64_t page = c.page_table[tok / c.page_size], slot = tok % c.page_size;
     poff[before] = page * c.page_stride + slot * r;
     lscale[before] = std::is_same_v<T, __nv_fp8_e4m3> ? c.scales[page * c.page_size + slot] : 1.0f;

@@ -85,6 +85,28 @@ __device__ inline void sort_row_tokens(int* toks, const int32_t* __restrict__ ro
   bitonic_sort_slots_by_warp(toks, padded);
 }
 
+// Each thread's exclusive prefix of the block's per-thread counts `mine` (in thread
+// order), and their total. `counts`: shared scratch of one int per warp; blockDim.x a
+// multiple of 32. Every thread must call it; it passes a barrier (scratch reuse needs
+// another barrier first).
+__device__ inline int block_exclusive_sum(int mine, int* counts, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  int incl = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) counts[warp] = incl;
+  __syncthreads();
+  int at = incl - mine;
+  total = 0;
+  for (int ww = 0; ww < nwarps; ++ww) {
+    if (ww < warp) at += counts[ww];
+    total += counts[ww];
+  }
+  return at;
+}
+
 // Whether sorted slot j holds a token listed for the first time.
 __device__ __forceinline__ bool first_of_token(const int* toks, int j) {
   return toks[j] != INT_MAX && (j == 0 || toks[j - 1] != toks[j]);
@@ -94,23 +116,12 @@ __device__ __forceinline__ bool first_of_token(const int* toks, int j) {
 // n. `counts` is shared scratch of 33 ints; blockDim.x a multiple of 32, at most 1024.
 // ids may not alias toks. Ends with a barrier.
 __device__ inline int compact_row_tokens(int* ids, const int* toks, int padded, int* counts) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   // Each thread owns a contiguous run of `per` slots; a block scan of the run counts.
-  const int per = (padded + blockDim.x - 1) / blockDim.x, j0 = tid * per;
+  const int per = (padded + blockDim.x - 1) / blockDim.x, j0 = threadIdx.x * per;
   int mine = 0;
   for (int j = j0; j < j0 + per && j < padded; ++j) mine += first_of_token(toks, j);
-  int incl = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) counts[warp] = incl;
-  __syncthreads();
-  int at = incl - mine, total = 0;
-  for (int ww = 0; ww < nwarps; ++ww) {
-    if (ww < warp) at += counts[ww];
-    total += counts[ww];
-  }
+  int total;
+  int at = block_exclusive_sum(mine, counts, total);
   for (int j = j0; j < j0 + per && j < padded; ++j)
     if (first_of_token(toks, j)) ids[at++] = toks[j];
   __syncthreads();
@@ -125,7 +136,7 @@ __device__ inline int compact_row_tokens(int* ids, const int* toks, int padded, 
 __host__ __device__ inline int64_t latent_bitmap_words(int64_t num_tokens) { return (num_tokens + 31) / 32; }
 __device__ inline int bitmap_row_tokens(int* ids, uint32_t* bits, const int32_t* __restrict__ row_indices, int64_t w,
                                         int64_t num_tokens, int* counts) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  const int tid = threadIdx.x;
   const int words = static_cast<int>(latent_bitmap_words(num_tokens));
   for (int i = tid; i < words; i += blockDim.x) bits[i] = 0u;
   __syncthreads();
@@ -138,18 +149,8 @@ __device__ inline int bitmap_row_tokens(int* ids, uint32_t* bits, const int32_t*
   const int per = (words + blockDim.x - 1) / blockDim.x, w0 = tid * per;
   int mine = 0;
   for (int i = w0; i < w0 + per && i < words; ++i) mine += __popc(bits[i]);
-  int incl = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) counts[warp] = incl;
-  __syncthreads();
-  int at = incl - mine, total = 0;
-  for (int ww = 0; ww < nwarps; ++ww) {
-    if (ww < warp) at += counts[ww];
-    total += counts[ww];
-  }
+  int total;
+  int at = block_exclusive_sum(mine, counts, total);
   for (int i = w0; i < w0 + per && i < words; ++i)
     for (uint32_t b = bits[i]; b != 0u; b &= b - 1u) ids[at++] = i * 32 + __ffs(b) - 1;
   __syncthreads();
