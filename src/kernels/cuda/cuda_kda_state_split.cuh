@@ -42,6 +42,30 @@ __device__ __forceinline__ void load_a_rm(float (&a)[4], const float* m, int ld,
   a[3] = m[(r0 + 8) * ld + c0 + 4];
 }
 
+// acc[nt] += A B over `steps` k-steps of 8 (3xTF32), for kNt n8 tiles: A's rows i0 and
+// i0 + 8 from a (row-major, row stride lda), B from the [k][ldb] tile b (shared memory),
+// columns col0 + 8 nt.
+template <int kNt, int kUnroll>
+__device__ __forceinline__ void rows_times_tile(float (&acc)[kNt][4], const float* a_src, int lda, const float* b,
+                                                int ldb, int steps, int i0, int col0, int gq, int tq) {
+#pragma unroll kUnroll
+  for (int ks = 0; ks < steps; ++ks) {
+    const int k0 = 8 * ks + tq;
+    float a[4];
+    load_a_rm(a, a_src, lda, i0, k0);
+    uint32_t ah[4], al[4];
+    split_tf32x(a, ah, al);
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const int c = col0 + 8 * nt + gq;
+      const float bb[2] = {b[k0 * ldb + c], b[(k0 + 4) * ldb + c]};
+      uint32_t bh[2], bl[2];
+      split_tf32x(bb, bh, bl);
+      mma_3xtf32(acc[nt], ah, al, bh, bl);
+    }
+  }
+}
+
 // The state block's 16-byte copies of one chunk's -w and u (this block's columns) ...
 __device__ __forceinline__ void stage_w_u(float* sm, const float* sc, int col0, int tid) {
   cp_async_tile<kSplitThreads, kC, kD>(sm + kSmW, kWLd, sc + kOffW, kD, tid);
@@ -122,22 +146,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
       acc[j][2] = u1.x;
       acc[j][3] = u1.y;
     }
-#pragma unroll 4
-    for (int ks = 0; ks < kD / 8; ++ks) {
-      const int x0 = 8 * ks + tq;
-      float a[4];
-      load_a_rm(a, wsm, kWLd, i0, x0);
-      uint32_t ah[4], al[4];
-      split_tf32x(a, ah, al);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int c = 8 * (nb + j) + gq;
-        const float b[2] = {s[x0 * kSplitLd + c], s[(x0 + 4) * kSplitLd + c]};
-        uint32_t bh[2], bl[2];
-        split_tf32x(b, bh, bl);
-        mma_3xtf32(acc[j], ah, al, bh, bl);
-      }
-    }
+    rows_times_tile<2, 4>(acc, wsm, kWLd, s, kSplitLd, kD / 8, i0, 8 * nb, gq, tq);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int c = 8 * (nb + j) + 2 * tq;
@@ -195,28 +204,6 @@ constexpr int kOutThreads = 256;
 constexpr int kOutLd = kD + 8;  // staged S_c / v_new rows: B fragments (rows t, columns g) on 32 banks
 constexpr size_t kOutSmem = static_cast<size_t>(kD + kC) * kOutLd * sizeof(float);  // 104,448 bytes
 
-// acc[nt] += A B over `steps` k-steps of 8 (3xTF32): A's rows i0, i0 + 8 from a (row-major,
-// row stride lda, global), B = the staged [k][kOutLd] tile b, columns n0 + 8 nt.
-template <int kUnroll>
-__device__ __forceinline__ void out_products(float (&acc)[8][4], const float* a_src, int lda, const float* b,
-                                             int steps, int i0, int n0, int gq, int tq) {
-#pragma unroll kUnroll
-  for (int ks = 0; ks < steps; ++ks) {
-    const int k0 = 8 * ks + tq;
-    float a[4];
-    load_a_rm(a, a_src, lda, i0, k0);
-    uint32_t ah[4], al[4];
-    split_tf32x(a, ah, al);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int c = n0 + 8 * nt + gq;
-      const float bb[2] = {b[k0 * kOutLd + c], b[(k0 + 4) * kOutLd + c]};
-      uint32_t bh[2], bl[2];
-      split_tf32x(bb, bh, bl);
-      mma_3xtf32(acc[nt], ah, al, bh, bl);
-    }
-  }
-}
 
 // S_c and v_new (the B operands every warp reads) are staged in shared memory by cp.async,
 // S_c first so that the first product starts while v_new is still in flight; a warp's A
@@ -243,11 +230,11 @@ __global__ void __launch_bounds__(kOutThreads, 2)
   cp_async_wait<1>();
   __syncthreads();
   // (q e^G) S_c over the keys ...
-  out_products<2>(acc, sc + kOffQg, kD, s_sm, kD / 8, i0, n0, gq, tq);
+  rows_times_tile<8, 2>(acc, sc + kOffQg, kD, s_sm, kOutLd, kD / 8, i0, n0, gq, tq);
   cp_async_wait<0>();
   __syncthreads();
   // ... + P v_new over the chunk's tokens up to this row block (P is zero above the diagonal).
-  out_products<1>(acc, sc + kOffP, kC, vn_sm, 2 * mb + 2, i0, n0, gq, tq);
+  rows_times_tile<8, 1>(acc, sc + kOffP, kC, vn_sm, kOutLd, 2 * mb + 2, i0, n0, gq, tq);
   if (n0 >= dv) return;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
