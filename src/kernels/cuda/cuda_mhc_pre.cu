@@ -50,6 +50,7 @@
 #include "kernels/cuda/cuda_mhc_pre_common.cuh"
 #include "kernels/cuda/cuda_mhc_pre_rows.cuh"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/launch_kernel_ex.cuh"
 #include "kernels/cuda/legacy_small_ops.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -196,15 +197,7 @@ __global__ void __launch_bounds__(1024, 1)
   // it when the pass writes them (mhc_expand_pre).
   const float4* xs = streams + r * M * d4;
   float4 xv[V][M];
-  auto load_streams = [&]() {
-#pragma unroll
-    for (int t = 0; t < V; ++t) {
-      const int i = threadIdx.x + t * blockDim.x;
-#pragma unroll
-      for (int j = 0; j < M; ++j)
-        xv[t][j] = i < d4 ? xs[static_cast<int64_t>(j) * d4 + i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  };
+  auto load_streams = [&]() { load_row_streams<M, V>(xv, xs, d4, blockDim.x); };
   if (kEarly && !coeff_block) load_streams();
   pdl_wait();
   if (kFast) pdl_launch_dependents();
@@ -254,36 +247,7 @@ __global__ void __launch_bounds__(1024, 1)
   float p[M];
 #pragma unroll
   for (int j = 0; j < M; ++j) p[j] = pre[j];
-  float4 c[V];
-  double ss = 0;
-#pragma unroll
-  for (int t = 0; t < V; ++t) {
-    // mhc_collapse's order: acc = 0, then += pre[j] * stream j for j = 0..M-1.
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < M; ++j) {
-      acc.x += p[j] * xv[t][j].x;
-      acc.y += p[j] * xv[t][j].y;
-      acc.z += p[j] * xv[t][j].z;
-      acc.w += p[j] * xv[t][j].w;
-    }
-    c[t] = acc;
-    if (threadIdx.x + t * blockDim.x < d4) ss += sq4(acc);
-  }
-  ss = block_reduce(ss, SumOp{}, scratch);
-  const float inv = 1.0f / sqrtf(static_cast<float>(ss / (4 * d4)) + norm_eps);
-  float4* o = out + r * d4;
-#pragma unroll
-  for (int t = 0; t < V; ++t) {
-    const int i = threadIdx.x + t * blockDim.x;
-    if (i >= d4) continue;
-    float4 y = make_float4(c[t].x * inv, c[t].y * inv, c[t].z * inv, c[t].w * inv);
-    if (w) {
-      const float4 g = w[i];
-      y = make_float4(g.x * y.x, g.y * y.y, g.z * y.z, g.w * y.w);
-    }
-    o[i] = y;
-  }
+  collapse_norm_row<M, V>(out + r * d4, xv, p, w, d4, blockDim.x, norm_eps, scratch);
 }
 
 bool on_ctx(const CudaContext& ctx, const Tensor& t) {
@@ -296,20 +260,13 @@ void launch_finish(CudaContext& ctx, unsigned rows, int threads, float* post, fl
                    const float* part_dot, const double* part_ss, const float4* streams, const float* base,
                    const float* scale, const float4* w, int np, int d4, float norm_eps, float hc_eps,
                    int iters, bool streams_ready) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(rows, 2);
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.stream = ctx.stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = mhc_pre_pdl() ? 1 : 0;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
   const bool fast = !mhc_pre_v1();
   auto* kernel = streams_ready ? (fast ? mhc_pre_finish_kernel<M, V, true, true> : mhc_pre_finish_kernel<M, V, true, false>)
                                : (fast ? mhc_pre_finish_kernel<M, V, false, true> : mhc_pre_finish_kernel<M, V, false, false>);
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, post, comb, out, part_dot, part_ss, streams, base,
-                                           scale, w, np, d4, norm_eps, hc_eps, iters);
+  const cudaError_t e =
+      launch_kernel_ex(kernel, dim3(rows, 2), dim3(static_cast<unsigned>(threads)), 0, ctx.stream, nullptr,
+                       mhc_pre_pdl(), post, comb, out, part_dot, part_ss, streams, base, scale, w, np, d4, norm_eps,
+                       hc_eps, iters);
   if (e != cudaSuccess)
     throw StatusError(internal_error(std::string("mhc_pre (finish) launch: ") + cudaGetErrorString(e)));
 }
@@ -318,17 +275,11 @@ void launch_finish(CudaContext& ctx, unsigned rows, int threads, float* post, fl
 // or session 7's kernels are asked for.
 void launch_pass(CudaContext& ctx, dim3 grid, float* part_dot, double* part_ss, const float4* x,
                  const Tensor& fn, int rows, int k4, const ExpandIn& ex) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kPassWarps * 32);
-  cfg.stream = ctx.stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = mhc_pre_pdl() && !mhc_pre_v1() ? 1 : 0;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  const bool expand = ex.out != nullptr, bf16 = fn.dtype() == DType::kBF16;
-  auto go = [&](auto kernel, const auto* f) { return cudaLaunchKernelEx(&cfg, kernel, part_dot, part_ss, x, f, rows, k4, ex); };
+  const bool expand = ex.out != nullptr, bf16 = fn.dtype() == DType::kBF16, pdl = mhc_pre_pdl() && !mhc_pre_v1();
+  auto go = [&](auto kernel, const auto* f) {
+    return launch_kernel_ex(kernel, grid, dim3(kPassWarps * 32), 0, ctx.stream, nullptr, pdl, part_dot, part_ss, x, f,
+                            rows, k4, ex);
+  };
   const auto* f16 = reinterpret_cast<const __nv_bfloat16*>(fn.raw());
   const float* f32 = reinterpret_cast<const float*>(fn.raw());
   cudaError_t e;

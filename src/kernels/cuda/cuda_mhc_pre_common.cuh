@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cuda_util.cuh"
+
 namespace tf::cuda {
 namespace {
 
@@ -29,6 +31,56 @@ __device__ __forceinline__ float dot4(float4 a, float4 b) {
 __device__ __forceinline__ double sq4(float4 v) {
   return static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y + static_cast<double>(v.z) * v.z +
          static_cast<double>(v.w) * v.w;
+}
+
+// A row's M streams (row-major [M][d4] at xs) as this thread's float4 columns
+// threadIdx.x + t * stride, t < V (zeros past d4): the finish kernels' collapse inputs.
+template <int M, int V>
+__device__ __forceinline__ void load_row_streams(float4 (&xv)[V][M], const float4* xs, int d4, int stride) {
+#pragma unroll
+  for (int t = 0; t < V; ++t) {
+    const int i = threadIdx.x + t * stride;
+#pragma unroll
+    for (int j = 0; j < M; ++j)
+      xv[t][j] = i < d4 ? xs[static_cast<int64_t>(j) * d4 + i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+// The row's collapse by p (mhc_collapse's order: acc = 0, then += p[j] * stream j for j
+// = 0..M-1) and its RMS norm (times w where given) into o[0, d4), the columns as
+// load_row_streams'. Every thread of the block calls it (a block reduction in scratch).
+template <int M, int V>
+__device__ __forceinline__ void collapse_norm_row(float4* o, const float4 (&xv)[V][M], const float (&p)[M],
+                                                  const float4* w, int d4, int stride, float norm_eps,
+                                                  double* scratch) {
+  float4 c[V];
+  double ss = 0;
+#pragma unroll
+  for (int t = 0; t < V; ++t) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      acc.x += p[j] * xv[t][j].x;
+      acc.y += p[j] * xv[t][j].y;
+      acc.z += p[j] * xv[t][j].z;
+      acc.w += p[j] * xv[t][j].w;
+    }
+    c[t] = acc;
+    if (threadIdx.x + t * stride < d4) ss += sq4(acc);
+  }
+  ss = block_reduce(ss, SumOp{}, scratch);
+  const float inv = 1.0f / sqrtf(static_cast<float>(ss / (4 * d4)) + norm_eps);
+#pragma unroll
+  for (int t = 0; t < V; ++t) {
+    const int i = threadIdx.x + t * stride;
+    if (i >= d4) continue;
+    float4 y = make_float4(c[t].x * inv, c[t].y * inv, c[t].z * inv, c[t].w * inv);
+    if (w) {
+      const float4 g = w[i];
+      y = make_float4(g.x * y.x, g.y * y.y, g.z * y.z, g.w * y.w);
+    }
+    o[i] = y;
+  }
 }
 
 // mhc_expand's inputs when the pass computes the streams itself (mhc_expand_pre).

@@ -29,6 +29,7 @@
 #include "kernels/cuda/cuda_mhc_coeff.cuh"
 #include "kernels/cuda/cuda_mhc_pre_common.cuh"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/launch_kernel_ex.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace tf::cuda {
@@ -206,13 +207,7 @@ __global__ void __launch_bounds__(kFinThreads, V >= 8 ? 2 : 3)
   const int64_t r = blockIdx.x - ncoef;
   const float4* xs = streams + r * M * d4;
   float4 xv[V][M];
-#pragma unroll
-  for (int t = 0; t < V; ++t) {
-    const int i = threadIdx.x + t * kFinThreads;
-#pragma unroll
-    for (int j = 0; j < M; ++j)
-      xv[t][j] = i < d4 ? xs[static_cast<int64_t>(j) * d4 + i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
+  load_row_streams<M, V>(xv, xs, d4, kFinThreads);
   if (warp == 0 && lane < M) {
     const float l = row_logit(part_dot, r, lane, np) * row_inv(part_ss, r, np, k, norm_eps);
     pre[0][lane] = sigmoidf_(l * scale[0] + base[lane]) + hc_eps;
@@ -221,36 +216,7 @@ __global__ void __launch_bounds__(kFinThreads, V >= 8 ? 2 : 3)
   float p[M];
 #pragma unroll
   for (int j = 0; j < M; ++j) p[j] = pre[0][j];
-  float4 c[V];
-  double ss = 0;
-#pragma unroll
-  for (int t = 0; t < V; ++t) {
-    // mhc_collapse's order: acc = 0, then += pre[j] * stream j for j = 0..M-1.
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < M; ++j) {
-      acc.x += p[j] * xv[t][j].x;
-      acc.y += p[j] * xv[t][j].y;
-      acc.z += p[j] * xv[t][j].z;
-      acc.w += p[j] * xv[t][j].w;
-    }
-    c[t] = acc;
-    if (threadIdx.x + t * kFinThreads < d4) ss += sq4(acc);
-  }
-  ss = block_reduce(ss, SumOp{}, scratch);
-  const float inv = 1.0f / sqrtf(static_cast<float>(ss / (4 * d4)) + norm_eps);
-  float4* o = out + r * d4;
-#pragma unroll
-  for (int t = 0; t < V; ++t) {
-    const int i = threadIdx.x + t * kFinThreads;
-    if (i >= d4) continue;
-    float4 y = make_float4(c[t].x * inv, c[t].y * inv, c[t].z * inv, c[t].w * inv);
-    if (w) {
-      const float4 g = w[i];
-      y = make_float4(g.x * y.x, g.y * y.y, g.z * y.z, g.w * y.w);
-    }
-    o[i] = y;
-  }
+  collapse_norm_row<M, V>(out + r * d4, xv, p, w, d4, kFinThreads, norm_eps, scratch);
 }
 
 // Whether a call of `rows` rows over streams of d4 float4 per stream takes the rows pass
@@ -265,21 +231,12 @@ bool rows_pass_takes(const CudaContext& ctx, int64_t rows, int d4, const Tensor&
 // = d4 / kRowsPassCols partials per row.
 void launch_rows_pass(CudaContext& ctx, float* part_dot, double* part_ss, const float4* x, const Tensor& fn,
                       int rows, int d4, const ExpandIn& ex, bool pdl) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(d4 / kRowsPassCols),
-                     static_cast<unsigned>((rows + kRowsPassRows - 1) / kRowsPassRows));
-  cfg.blockDim = dim3(kRowsPassThreads);
-  cfg.stream = ctx.stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
+  const dim3 grid(static_cast<unsigned>(d4 / kRowsPassCols),
+                  static_cast<unsigned>((rows + kRowsPassRows - 1) / kRowsPassRows));
   const auto* f = reinterpret_cast<const __nv_bfloat16*>(fn.raw());  // rows_pass_takes(): bf16
-  const cudaError_t e =
-      ex.out != nullptr
-          ? cudaLaunchKernelEx(&cfg, mhc_pre_rows_pass_kernel<true>, part_dot, part_ss, x, f, rows, d4, ex)
-          : cudaLaunchKernelEx(&cfg, mhc_pre_rows_pass_kernel<false>, part_dot, part_ss, x, f, rows, d4, ex);
+  const cudaError_t e = launch_kernel_ex(ex.out != nullptr ? mhc_pre_rows_pass_kernel<true> : mhc_pre_rows_pass_kernel<false>,
+                                         grid, dim3(kRowsPassThreads), 0, ctx.stream, nullptr, pdl, part_dot, part_ss,
+                                         x, f, rows, d4, ex);
   if (e != cudaSuccess)
     throw StatusError(internal_error(std::string("mhc_pre (rows pass) launch: ") + cudaGetErrorString(e)));
 }
@@ -289,18 +246,10 @@ void launch_rows_finish(CudaContext& ctx, float* post, float* comb, float4* out,
                         const double* part_ss, const float4* streams, const float* base, const float* scale,
                         const float4* w, int rows, int d4, float norm_eps, float hc_eps, int iters, bool pdl) {
   const int ncoef = (rows + kFinCoefRows - 1) / kFinCoefRows, np = d4 / kRowsPassCols;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(ncoef + rows));
-  cfg.blockDim = dim3(kFinThreads);
-  cfg.stream = ctx.stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
   auto go = [&](auto kernel) {
-    return cudaLaunchKernelEx(&cfg, kernel, post, comb, out, part_dot, part_ss, streams, base, scale, w, rows,
-                              ncoef, np, d4, norm_eps, hc_eps, iters);
+    return launch_kernel_ex(kernel, dim3(static_cast<unsigned>(ncoef + rows)), dim3(kFinThreads), 0, ctx.stream,
+                            nullptr, pdl, post, comb, out, part_dot, part_ss, streams, base, scale, w, rows, ncoef, np,
+                            d4, norm_eps, hc_eps, iters);
   };
   const cudaError_t e = d4 <= kFinThreads       ? go(mhc_pre_rows_finish_kernel<1>)
                         : d4 <= 2 * kFinThreads ? go(mhc_pre_rows_finish_kernel<2>)

@@ -6,11 +6,13 @@
 
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace tf::cuda {
 
-template <typename P>
-cudaError_t launch_kernel_ex(void (*kernel)(P), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             const dim3* cluster, bool pdl, const P& p) {
+template <typename... P, typename... A>
+cudaError_t launch_kernel_ex(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             const dim3* cluster, bool pdl, A&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -32,7 +34,7 @@ cudaError_t launch_kernel_ex(void (*kernel)(P), dim3 grid, dim3 block, size_t sm
   }
   cfg.attrs = at;
   cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
 }  // namespace tf::cuda
