@@ -380,7 +380,8 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
                            static_cast<int>(kStateSmem)) != cudaSuccess)
     throw StatusError(internal_error(
         "kda_chunked: cannot raise the kernels' shared memory to " +
-        std::to_string(std::max({kIntraSmem, kda::kMmaIntraSmem, kda::kSplitSmem})) + " bytes"));
+        std::to_string(std::max({kIntraSmem, kda::kMmaIntraSmem, kda::kSplitSmem, kda::kOutSmem, kStateSmem})) +
+        " bytes"));
   const int64_t chunks = (t + kC - 1) / kC, group = kda_chunks_per_group(h);
   Tensor scratch = ctx.scratch(kda_chunked_scratch_bytes(t, h));
   float* sp = static_cast<float*>(scratch.raw());

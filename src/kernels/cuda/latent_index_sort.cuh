@@ -39,11 +39,16 @@ __device__ inline void bitonic_sort_slots(int* toks, int padded) {
 }
 
 // The same network as bitonic_sort_slots, a thread per compared pair: warp w takes the
-// pairs of slots [w c, (w + 1) c) for c = padded / warps, so passes with a stride below
-// c stay inside one warp and need no block barrier. Ends with a barrier.
+// pairs of slots [w c, (w + 1) c) for c = 2 per, per the smallest power of two with
+// per x warps >= padded / 2 (a power of two, so a run holds both slots of every pair
+// closer than c), so passes with a stride below c stay inside one warp and need no block
+// barrier. Ends with a barrier.
 __device__ inline void bitonic_sort_slots_by_warp(int* toks, int padded) {
   const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int half = padded >> 1, per = half / nwarps > 0 ? half / nwarps : 1, chunk = 2 * per;
+  const int half = padded >> 1;
+  int per = 1;
+  while (per * nwarps < half) per <<= 1;
+  const int chunk = 2 * per;
   for (int size = 2; size <= padded; size <<= 1)
     for (int stride = size >> 1; stride > 0; stride >>= 1) {
       const int sh = __ffs(stride) - 1;
