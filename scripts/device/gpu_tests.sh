@@ -2,7 +2,7 @@
 # Run ON the GPU machine from the repo root, after scripts/device/pack.sh here and a
 # device call with carry: [".gpurun"]. Runs the GPU tests; logs and gtest JSON go to $OUT.
 # TF_GPU_ONLY="kernels parity kdarows kdachain decoderows quant ring sampling model graphs nccl bench prefill prefillk roofline serve moe" (any subset) runs only those parts;
-# "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model", "prefillmoe", "spec", "reuse" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
+# "smallsmem" (the test binaries again with a DGX Spark's 99 KB of shared memory per block), "benchgpu" (scripts/device/bench_gpu.sh, minutes), "profmodel", "trace", "decodelayers", "exl3model", "prefillmoe", "spec", "reuse" and "tp" (scripts/device/tp_gpu.sh, 2+ GPUs) run only when named.
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 export LD_LIBRARY_PATH="$PWD/.gpurun/lib:${LD_LIBRARY_PATH:-}"
@@ -377,6 +377,23 @@ fi
 # The synthetic full-geometry benchmark (minutes; only when named: TF_GPU_ONLY="benchgpu").
 if [[ " ${TF_GPU_ONLY:-} " == *" benchgpu "* ]]; then
   scripts/device/bench_gpu.sh || rc=1
+fi
+# A GPU with 99 KB of shared memory per block (sm_120 / sm_121: RTX PRO 6000, DGX Spark), on this
+# one: every test binary present again with TF_SMEM_PER_BLOCK=101376, so each launcher takes the
+# kernels and ring depths such a GPU gets (kernels/cuda/device_limits.h). Only when named.
+if [[ " ${TF_GPU_ONLY:-} " == *" smallsmem "* ]]; then
+  for t in cuda_kernel_tests cuda_ops_parity_tests cuda_fp8_gemm_tests cuda_quant_tests cuda_quant_ring_tests \
+           cuda_matmul_many_tests cuda_moe_tests exl3_cuda_tests glm5_cuda_tests glm5_graphs_cuda_tests; do
+    [[ -x .gpurun/$t ]] || continue
+    log=$(mktemp)
+    TF_SMEM_PER_BLOCK=101376 timeout 400 .gpurun/$t --gtest_filter='-*Bench*' > "$log" 2>&1
+    r=$?
+    [[ $r -eq 0 ]] || rc=1
+    echo "== smallsmem $t: rc=$r $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] [A-Z]' "$log" | head -n 20
+    { echo "===== $t (rc=$r)"; cat "$log"; } >> "$OUT/smallsmem.log"
+    rm -f "$log"
+  done
 fi
 # The real server on the demo checkpoint: --device cuda vs cpu, then `tensorfold bench` over HTTP.
 if want serve && [[ -x .gpurun/tensorfold ]]; then

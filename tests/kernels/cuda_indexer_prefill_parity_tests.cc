@@ -75,7 +75,9 @@ class CudaIndexerPrefill : public CpuCudaTest {
 };
 
 TEST_F(CudaIndexerPrefill, ShapesItCovers) {
+  // Also on a GPU with 99 KB of shared memory per block (a DGX Spark): 32-row blocks there.
   EXPECT_TRUE(cuda::indexer_scores_mma_supported(32, 128));
+  EXPECT_TRUE(cuda::indexer_scores_mma_supported(64, 128));
   EXPECT_TRUE(cuda::indexer_scores_mma_supported(7, 64));
   EXPECT_FALSE(cuda::indexer_scores_mma_supported(32, 96));
   EXPECT_FALSE(cuda::indexer_scores_mma_supported(65, 128));

@@ -26,6 +26,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/device_memory.h"
 #include "cpu_cuda_test.h"
 #include "test_tensors.h"
@@ -68,15 +69,18 @@ class CudaMlaPrefill : public CpuCudaTest {
 };
 
 TEST_F(CudaMlaPrefill, ShapesItCovers) {
-  EXPECT_TRUE(cuda::mla_prefill_supported(64, 512, 2051, DType::kF8E4M3));
+  // The model's shapes need an H100 / H200's 227 KB of shared memory per block; with less (a DGX
+  // Spark's 99 KB, or TF_SMEM_PER_BLOCK) they go to the split-token kernels instead.
+  const bool large = cuda::device_limits().smem_per_block >= 227 * 1024;
+  EXPECT_EQ(cuda::mla_prefill_supported(64, 512, 2051, DType::kF8E4M3), large);
   EXPECT_TRUE(cuda::mla_prefill_supported(16, 64, 37, DType::kF32));
   EXPECT_FALSE(cuda::mla_prefill_supported(5, 512, 2048, DType::kBF16));   // heads not a multiple of 16
   EXPECT_FALSE(cuda::mla_prefill_supported(64, 72, 2048, DType::kBF16));   // width not a multiple of 16
   EXPECT_FALSE(cuda::mla_prefill_supported(128, 512, 2048, DType::kBF16)); // more than 64 heads
   // The BF16 kernel (bf16/fp8 caches): the model's shape and the test shapes below.
-  EXPECT_TRUE(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kF8E4M3));
-  EXPECT_TRUE(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kBF16));
-  EXPECT_TRUE(cuda::mla_prefill_mma_supported(16, 512, 37, DType::kBF16));
+  EXPECT_EQ(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kF8E4M3), large);
+  EXPECT_EQ(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kBF16), large);
+  EXPECT_EQ(cuda::mla_prefill_mma_supported(16, 512, 37, DType::kBF16), large);
   EXPECT_TRUE(cuda::mla_prefill_mma_supported(64, 64, 37, DType::kBF16));
   EXPECT_FALSE(cuda::mla_prefill_mma_supported(64, 512, 2051, DType::kF32));  // f32: the TF32 kernel
   EXPECT_FALSE(cuda::mla_prefill_mma_supported(16, 64, 37, DType::kBF16));    // 4 columns per warp

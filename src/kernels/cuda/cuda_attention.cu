@@ -29,6 +29,7 @@
 #include "kernels/cuda/latent_index_sort.cuh"
 #include "kernels/cuda/cuda_mla_decode.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 
 namespace tf::cuda {
 namespace {
@@ -280,17 +281,14 @@ void mla_sparse_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const 
   int padded = 1;
   while (padded < w) padded <<= 1;
   const size_t smem = attention_smem(padded, r);
-  constexpr size_t kMaxSmem = 200 * 1024;
-  if (smem > kMaxSmem)
+  if (!smem_fits(smem, 1024))
     throw StatusError(unimplemented("mla_sparse_attention: " + std::to_string(w) + " indices of width " +
                                     std::to_string(r) + " exceed the kernel's shared memory"));
   PagesArgs a = pages_args(cache);
   const unsigned blocks = static_cast<unsigned>(t * h);
   auto launch = [&](auto kernel) {
     if (smem > 48 * 1024) {
-      const Status s = cuda_status(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-          "mla_sparse_attention shared memory");
+      const Status s = set_dynamic_smem(kernel, smem, "mla_sparse_attention shared memory");
       if (!s.is_ok()) throw StatusError(s);
     }
     kernel<<<blocks, kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), a, indices.data<int32_t>(), w, h,
@@ -376,16 +374,14 @@ void mla_sparse_attention_rows(CudaContext& ctx, Tensor& out, const Tensor& q, c
   int padded = 1;
   while (padded < w) padded <<= 1;
   const size_t smem = attention_smem(padded, r);
-  if (smem > 200 * 1024)
+  if (!smem_fits(smem, 1024))
     throw StatusError(unimplemented("mla_sparse_attention_rows: " + std::to_string(w) + " indices of width " +
                                     std::to_string(r) + " exceed the kernel's shared memory"));
   const PagesArgs a = rows_args(rows);
   const unsigned blocks = static_cast<unsigned>(t * h);
   auto launch = [&](auto kernel) {
     if (smem > 48 * 1024)
-      rows_throw(cuda_status(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-          "mla_sparse_attention_rows shared memory"));
+      rows_throw(set_dynamic_smem(kernel, smem, "mla_sparse_attention_rows shared memory"));
     kernel<<<blocks, kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), a, indices.data<int32_t>(), w, h,
                                                    padded, scale, rows.page_tables, rows.positions);
   };

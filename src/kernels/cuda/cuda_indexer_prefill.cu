@@ -2,10 +2,10 @@
 //
 // out[t, p] = sum_h w[t, h] relu(scale q[t, h]·k[p]) is, per head, a GEMM of the rows'
 // q [T, D] with the pooled keys [P, D]^T followed by an elementwise epilogue, summed
-// over the heads. One block computes a tile of 64 rows x 128 pools: the key tile is
+// over the heads. One block computes a tile of 64 (or 32) rows x 128 pools: the key tile is
 // staged once (split into bf16 hi/lo), then for each head the rows' q tile is staged
 // (the next head's q is loaded into registers while the current one multiplies), the
-// 64x128 head scores come from mma.m16n8k16 (8 warps, 32x32 each) and are folded into
+// head scores come from mma.m16n8k16 (8 or 4 warps, 32x32 each) and are folded into
 // the output accumulators: acc += w[t, h] relu(scale s), heads in order as on the CPU.
 // Tiles whose pools are past every row's candidate count (the causal upper triangle of
 // a prompt) only write the "not a candidate" value.
@@ -26,19 +26,26 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/mma_bf16.cuh"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kBM = 64;    // rows per block
 constexpr int kBN = 128;   // pools per block
-constexpr int kThreads = 256;
+// Rows per block: 64 (8 warps as 2 x 4, each 32 rows x 32 pools), or 32 (4 warps as 1 x 4)
+// where 64 rows' tiles do not fit the GPU's shared memory (D = 128 on a 99 KB sm_120 /
+// sm_121 GPU). Every score is the same thread-local sum either way: the same bits.
+constexpr int kBigRows = 64, kSmallRows = 32;
+template <int BM>
+constexpr int threads_of() {
+  return BM / 32 * 4 * 32;
+}
 constexpr int kMaxHeads = 64;
 
-template <int kD>
+template <int kD, int BM>
 constexpr size_t smem_bytes(int heads) {
-  return static_cast<size_t>(2 * (kBN + kBM) * (kD + 8)) * 2 + static_cast<size_t>(kBM * heads) * 4 + 16;
+  return static_cast<size_t>(2 * (kBN + BM) * (kD + 8)) * 2 + static_cast<size_t>(BM * heads) * 4 + 16;
 }
 
 // Four f32 values split into bf16 hi/lo, stored as 4 consecutive elements of each.
@@ -48,30 +55,31 @@ __device__ __forceinline__ void store_split4(__nv_bfloat16* hi, __nv_bfloat16* l
   *reinterpret_cast<uint2*>(lo) = make_uint2(pack_bf16(a.lo, b.lo), pack_bf16(c.lo, d.lo));
 }
 
-template <int kD>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int kD, int BM>
+__global__ void __launch_bounds__(threads_of<BM>(), 2)
     scores_mma_kernel(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ keys,
                       const float* __restrict__ w, const int32_t* __restrict__ cand, int64_t t, int64_t p, int heads,
                       float scale) {
+  constexpr int kThreads = threads_of<BM>();
   constexpr int ld = kD + 8;  // row stride in elements: 16-byte rows, ldmatrix conflict-free
   constexpr int kVec = kD / 4;
-  constexpr int kQPer = kBM * kVec / kThreads;
+  constexpr int kQPer = BM * kVec / kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* kh = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* kl = kh + kBN * ld;
   __nv_bfloat16* qh = kl + kBN * ld;
-  __nv_bfloat16* ql = qh + kBM * ld;
-  float* ws = reinterpret_cast<float*>(ql + kBM * ld);  // [kBM][heads]
-  int* smax = reinterpret_cast<int*>(ws + kBM * heads);
+  __nv_bfloat16* ql = qh + BM * ld;
+  float* ws = reinterpret_cast<float*>(ql + BM * ld);  // [BM][heads]
+  int* smax = reinterpret_cast<int*>(ws + BM * heads);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
-  const int64_t t0 = int64_t(blockIdx.y) * kBM, p0 = int64_t(blockIdx.x) * kBN;
+  const int64_t t0 = int64_t(blockIdx.y) * BM, p0 = int64_t(blockIdx.x) * kBN;
 
   if (tid == 0) *smax = 0;
   __syncthreads();
-  if (tid < kBM && t0 + tid < t) atomicMax(smax, cand[t0 + tid]);
+  if (tid < BM && t0 + tid < t) atomicMax(smax, cand[t0 + tid]);
   __syncthreads();
   if (p0 >= *smax) {  // no row of the tile has any of these pools as a candidate
-    for (int e = tid; e < kBM * kBN; e += kThreads) {
+    for (int e = tid; e < BM * kBN; e += kThreads) {
       const int64_t r = t0 + e / kBN, c = p0 + e % kBN;
       if (r < t && c < p) out[r * p + c] = -FLT_MAX;
     }
@@ -83,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float4 v = p0 + r < p ? *reinterpret_cast<const float4*>(keys + (p0 + r) * kD + c) : make_float4(0, 0, 0, 0);
     store_split4(kh + r * ld + c, kl + r * ld + c, v);
   }
-  for (int e = tid; e < kBM * heads; e += kThreads) {
+  for (int e = tid; e < BM * heads; e += kThreads) {
     const int r = e / heads;
     ws[e] = t0 + r < t ? w[(t0 + r) * heads + e % heads] : 0.0f;
   }
@@ -179,24 +187,40 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
+template <int kD, int BM>
+void launch_rows(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& keys, const Tensor& w, const Tensor& cand,
+            int64_t t, int64_t p, int heads, float scale) {
+  const size_t smem = smem_bytes<kD, BM>(heads);
+  const Status s = set_dynamic_smem(scores_mma_kernel<kD, BM>, smem, "indexer_scores (tensor cores)");
+  if (!s.is_ok()) throw StatusError(s);
+  const dim3 grid(static_cast<unsigned>((p + kBN - 1) / kBN), static_cast<unsigned>((t + BM - 1) / BM));
+  scores_mma_kernel<kD, BM><<<grid, threads_of<BM>(), smem, ctx.stream>>>(out.data<float>(), q.data<float>(), keys.data<float>(),
+                                                              w.data<float>(), cand.data<int32_t>(), t, p, heads,
+                                                              scale);
+}
+
+// The 64-row blocks where they fit, else the 32-row ones.
+template <int kD>
+bool big_rows_fit(int heads) {
+  return smem_fits(smem_bytes<kD, kBigRows>(heads), 1024);
+}
 template <int kD>
 void launch(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& keys, const Tensor& w, const Tensor& cand,
             int64_t t, int64_t p, int heads, float scale) {
-  const size_t smem = smem_bytes<kD>(heads);
-  const Status s = cuda_status(
-      cudaFuncSetAttribute(scores_mma_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-      "indexer_scores (tensor cores)");
-  if (!s.is_ok()) throw StatusError(s);
-  const dim3 grid(static_cast<unsigned>((p + kBN - 1) / kBN), static_cast<unsigned>((t + kBM - 1) / kBM));
-  scores_mma_kernel<kD><<<grid, kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), keys.data<float>(),
-                                                              w.data<float>(), cand.data<int32_t>(), t, p, heads,
-                                                              scale);
+  if (big_rows_fit<kD>(heads))
+    launch_rows<kD, kBigRows>(ctx, out, q, keys, w, cand, t, p, heads, scale);
+  else
+    launch_rows<kD, kSmallRows>(ctx, out, q, keys, w, cand, t, p, heads, scale);
 }
 
 }  // namespace
 
 bool indexer_scores_mma_supported(int64_t heads, int64_t width) {
-  return heads >= 1 && heads <= kMaxHeads && (width == 64 || width == 128);
+  if (heads < 1 || heads > kMaxHeads || (width != 64 && width != 128)) return false;
+  // The smaller blocks fit 99 KB (sm_120 / sm_121) at every width and head count covered;
+  // below that the f32 kernel runs.
+  const int h = static_cast<int>(heads);
+  return smem_fits(width == 64 ? smem_bytes<64, kSmallRows>(h) : smem_bytes<128, kSmallRows>(h), 1024);
 }
 
 bool indexer_scores_mma_applies(const Tensor& q, const Tensor& pool_keys, const Tensor& weights,
@@ -223,7 +247,7 @@ void indexer_scores_mma(CudaContext& ctx, Tensor& out, const Tensor& q, const Te
       reinterpret_cast<uintptr_t>(pool_keys.raw()) % 16 != 0)
     throw StatusError(unimplemented(std::string(op) + ": " + std::to_string(h) + " heads of width " +
                                     std::to_string(d)));
-  if ((t + kBM - 1) / kBM > 65535) throw StatusError(unimplemented(std::string(op) + ": too many rows"));
+  if ((t + kSmallRows - 1) / kSmallRows > 65535) throw StatusError(unimplemented(std::string(op) + ": too many rows"));
   if (d == 128)
     launch<128>(ctx, out, q, pool_keys, weights, candidates, t, p, static_cast<int>(h), scale);
   else

@@ -40,6 +40,7 @@
 #include "kernels/cuda/cuda_kda_state_split.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 
 namespace tf::cuda {
 namespace {
@@ -366,22 +367,26 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
   check_dev(ctx, op, beta, DType::kF32, t * h);
   check_dev(ctx, op, out, DType::kF32, t * h * dv);
   if (t == 0) return;
-  // Per call: the attribute belongs to the current device (cheap, host only).
+  // The five kernels ask for 41-116 KB of shared memory per block; a GPU with less
+  // (sm_120 / sm_121: 99 KB) runs the same function token by token.
   const bool mma_intra = kda_intra_mma(), split_state = kda_state_split();
-  if (cudaFuncSetAttribute(kda_intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kIntraSmem)) != cudaSuccess ||
-      cudaFuncSetAttribute(kda::kda_intra_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kda::kMmaIntraSmem)) != cudaSuccess ||
-      cudaFuncSetAttribute(kda::kda_state_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kda::kSplitSmem)) != cudaSuccess ||
-      cudaFuncSetAttribute(kda::kda_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kda::kOutSmem)) != cudaSuccess ||
-      cudaFuncSetAttribute(kda_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kStateSmem)) != cudaSuccess)
-    throw StatusError(internal_error(
-        "kda_chunked: cannot raise the kernels' shared memory to " +
-        std::to_string(std::max({kIntraSmem, kda::kMmaIntraSmem, kda::kSplitSmem, kda::kOutSmem, kStateSmem})) +
-        " bytes"));
+  const bool fits = smem_fits(mma_intra ? kda::kMmaIntraSmem : kIntraSmem) &&
+                    (split_state ? smem_fits(kda::kSplitSmem) && smem_fits(kda::kOutSmem) : smem_fits(kStateSmem));
+  if (!fits) {
+    kda_recurrent(ctx, out, q, k, v, g, beta, state);
+    return;
+  }
+  auto raise = [](Status s) {
+    if (!s.is_ok()) throw StatusError(s);
+  };
+  if (mma_intra) raise(set_dynamic_smem(kda::kda_intra_mma_kernel, kda::kMmaIntraSmem, "kda_chunked (intra-chunk)"));
+  else raise(set_dynamic_smem(kda_intra_kernel, kIntraSmem, "kda_chunked (intra-chunk)"));
+  if (split_state) {
+    raise(set_dynamic_smem(kda::kda_state_split_kernel, kda::kSplitSmem, "kda_chunked (state)"));
+    raise(set_dynamic_smem(kda::kda_out_kernel, kda::kOutSmem, "kda_chunked (out)"));
+  } else {
+    raise(set_dynamic_smem(kda_state_kernel, kStateSmem, "kda_chunked (state)"));
+  }
   const int64_t chunks = (t + kC - 1) / kC, group = kda_chunks_per_group(h);
   Tensor scratch = ctx.scratch(kda_chunked_scratch_bytes(t, h));
   float* sp = static_cast<float*>(scratch.raw());

@@ -41,8 +41,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -51,6 +49,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/latent_index_sort.cuh"
 #include "kernels/cuda/launch_kernel_ex.cuh"
 
@@ -105,7 +104,9 @@ bool use_inline() {
   return on;
 }
 constexpr int kInlineMaxIndices = 1024;  // W up to which TF_MLA_DECODE_INLINE=1 skips the prep launch
-constexpr size_t kMaxPipeSmem = 200 * 1024;  // above it (f32 pages of large R) the first split kernel runs
+// Above this (f32 pages of large R, or a GPU with less shared memory per block, e.g. 99 KB
+// on sm_120 / sm_121) the first split kernel runs.
+size_t max_pipe_smem() { return std::min<size_t>(200 * 1024, device_limits().smem_per_block - 1024); }
 // Rows per launch sequence at kMaxChunks chunks (bounds the workspace: <= 34 MB at 64 x 512).
 constexpr int64_t kRowBatch = 16;
 static_assert(kGroup == kWarps, "the softmax gives a warp to each head of the group");
@@ -906,18 +907,7 @@ void raise_if(const Status& s) {
 
 // Raises a kernel's dynamic shared memory limit once per (kernel, device, size), so
 // that calls inside a stream capture make no runtime calls but launches.
-void ensure_smem(const void* kernel, size_t bytes, const char* op) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, size_t> done;
-  int device = 0;
-  raise_if(cuda_status(cudaGetDevice(&device), op));
-  std::lock_guard<std::mutex> lock(mu);
-  size_t& have = done[{kernel, device}];
-  if (bytes <= have) return;
-  raise_if(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(bytes)), op));
-  have = bytes;
-}
+void ensure_smem(const void* kernel, size_t bytes, const char* op) { raise_if(set_dynamic_smem(kernel, bytes, op)); }
 
 }  // namespace
 
@@ -944,8 +934,8 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
   const int limit = use_pipe() ? pipe_max_chunks() : kMaxChunks;
   const int worst_tokens = ((kMaxIndices / kTile + limit - 1) / limit) * kTile;
   const bool mma = use_pipe() && use_mma() && r % 128 == 0 &&
-                   static_cast<size_t>(mma_smem_bytes(r, es, worst_tokens)) <= kMaxPipeSmem;
-  const bool pipe = use_pipe() && !mma && static_cast<size_t>(pipe_smem(r, es, worst_tokens).total) <= kMaxPipeSmem;
+                   static_cast<size_t>(mma_smem_bytes(r, es, worst_tokens)) <= max_pipe_smem();
+  const bool pipe = use_pipe() && !mma && static_cast<size_t>(pipe_smem(r, es, worst_tokens).total) <= max_pipe_smem();
   const int max_chunks = mma || pipe ? limit : kMaxChunks;
   const int chunks = static_cast<int>(std::min<int64_t>((w + kTile - 1) / kTile, max_chunks));
   const int chunk_tokens = ((w + kTile - 1) / kTile + chunks - 1) / chunks * kTile;  // the most a row's chunk takes

@@ -22,6 +22,7 @@
 #include <cuda_fp8.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <type_traits>
@@ -31,6 +32,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/latent_index_sort.cuh"
 
 namespace tf::cuda {
@@ -277,7 +279,8 @@ bool mla_prefill_supported(int64_t heads, int64_t width, int64_t indices_per_row
   if ((heads / 16) * (width / 16) > kMaxOut * kWarps) return false;
   if (cache_dtype != DType::kF32 && cache_dtype != DType::kBF16 && cache_dtype != DType::kF8E4M3) return false;
   if (indices_per_row <= 0 || indices_per_row > (int64_t{1} << 14)) return false;
-  return smem_layout(padded_width(indices_per_row), static_cast<int>(width)).total <= 220 * 1024;
+  return smem_layout(padded_width(indices_per_row), static_cast<int>(width)).total <=
+         std::min<size_t>(220 * 1024, device_limits().smem_per_block - 1024);
 }
 
 void mla_sparse_attention_prefill(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
@@ -301,9 +304,7 @@ void mla_sparse_attention_prefill(CudaContext& ctx, Tensor& out, const Tensor& q
   const size_t smem = smem_layout(padded, static_cast<int>(r)).total;
   const Pages pg{cache.pages, cache.scales, cache.page_table, cache.page_size, cache.page_stride, cache.num_tokens};
   auto launch = [&](auto kernel) {
-    const Status s = cuda_status(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-    if (!s.is_ok()) throw StatusError(s);
+    if (const Status s = set_dynamic_smem(kernel, smem, op); !s.is_ok()) throw StatusError(s);
     kernel<<<static_cast<unsigned>(t), kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), pg,
                                                                     indices.data<int32_t>(), static_cast<int>(w),
                                                                     static_cast<int>(h), static_cast<int>(r), padded,

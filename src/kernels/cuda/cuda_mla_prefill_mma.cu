@@ -36,6 +36,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_mla_prefill.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/latent_index_sort.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 
@@ -49,7 +50,6 @@ constexpr int kLdS = kTile + 4;    // f32 partial-score row stride
 constexpr int kLdP = kTile + 8;    // bf16 probability row stride (16-byte rows, odd multiple)
 constexpr int kMaxWidth = 512;     // latent width: at most 4 gathered chunks per thread per tile
 constexpr int kMaxColTiles = 16;   // n8 output tiles per warp (128 columns)
-constexpr size_t kMaxSmem = 227 * 1024;
 
 struct Layout {
   size_t q_hi, q_lo, lat, sp, p_hi, p_lo, ids, stats, ls, counts, total;
@@ -332,7 +332,7 @@ bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per
   if (kw % 16 != 0 || kw > 8 * kMaxColTiles) return false;
   if (indices_per_row <= 0 || indices_per_row > (int64_t{1} << 14)) return false;
   const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row);
-  return m.total <= kMaxSmem && static_cast<size_t>(latent_sort_slots(indices_per_row)) * 4 <= m.p_hi;
+  return smem_fits(m.total, 1024) && static_cast<size_t>(latent_sort_slots(indices_per_row)) * 4 <= m.p_hi;
 }
 
 bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
@@ -355,9 +355,7 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
   const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w).total;
   const Pages pg{cache.pages, cache.scales, cache.page_table, cache.page_size, cache.page_stride, cache.num_tokens};
   auto launch = [&](auto kernel) {
-    const Status s = cuda_status(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-    if (!s.is_ok()) throw StatusError(s);
+    if (const Status s = set_dynamic_smem(kernel, smem, op); !s.is_ok()) throw StatusError(s);
     kernel<<<static_cast<unsigned>(t), kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), pg,
                                                                     indices.data<int32_t>(), static_cast<int>(w),
                                                                     static_cast<int>(h), static_cast<int>(r), padded,

@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/exl3_launch.cuh"
 #include "kernels/cuda/exl3_stream.cuh"
@@ -116,7 +117,9 @@ constexpr int kFusedWk = 2;  // warps per n-tile: the block's k range in two hal
 constexpr int kFusedWarps = kGemvWarps * kFusedWk;
 constexpr int kFusedThreads = kFusedWarps * 32;
 constexpr int kMaxCluster = 8;                 // portable cluster size
-constexpr size_t kFusedMaxSmem = 200 * 1024;   // dynamic shared memory the fused kernel may ask for
+// Dynamic shared memory the fused kernel may ask for: 200 KB, or less on a GPU with less
+// per block (sm_120 / sm_121: 99 KB); above it the three-launch path runs.
+size_t fused_max_smem() { return std::min<size_t>(200 * 1024, device_limits().smem_per_block - 1024); }
 // kExl3GemvAuto takes the fused kernel from this many tiles on (H200, K = 4, m = 1: 4096x8192
 // fused 22.5 us vs 31.6 three-launch; 4096x2048 14.3 vs 11.8, its per-call cost dominating).
 constexpr int64_t kFusedMinTiles = 65536;
@@ -366,7 +369,7 @@ void exl3_matmul(CudaContext& ctx, Tensor& out, const Tensor& x, const Exl3Weigh
   if (rows <= 8 && variant != kExl3GemvLegacy && (variant != kExl3GemvAuto || large)) {
     const FusedShape fs = fused_shape(tiles_k, tiles_n);
     const size_t smem = fused_smem_bytes(w.bits, fs.per_block, static_cast<int>(rows));
-    if (smem <= kFusedMaxSmem) {
+    if (smem <= fused_max_smem()) {
       FusedArgs a;
       a.out = static_cast<float*>(out.raw());
       a.out_pitch = pitch;

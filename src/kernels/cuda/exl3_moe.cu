@@ -45,6 +45,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_kernels.h"
 #include "kernels/cuda/exl3_launch.cuh"
@@ -138,8 +139,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) grouped_gemv_kernel(GroupedAr
 
 template <typename Kernel, typename Args>
 void launch_grouped(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const Args& a) {
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e == cudaSuccess) {
+  if (const Status st = set_dynamic_smem(kernel, smem, "moe_experts_exl3 (grouped gemv)"); !st.is_ok())
+    throw StatusError(st);
+  cudaError_t e = cudaSuccess;
+  {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(kGemvWarps * 32);
@@ -180,12 +183,19 @@ struct WideKernels {
     launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST>, grid, exl3::wide_smem_bytes<K, RT, NS, ST>(),
                    s, a);
   }
+  // Whether a block of this shape fits the GPU's shared memory (~1 KB static beside it).
+  template <int RT, int NS, int ST>
+  static bool fits() {
+    return smem_fits(exl3::wide_smem_bytes<K, RT, NS, ST>(), 1024);
+  }
+  // A GPU with less shared memory per block (sm_120 / sm_121: 99 KB) runs the same passes
+  // through a 2-stage ring (the ring's depth does not change the sums).
   static void launch(bool small, int shape, dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
     if constexpr (K == 4 && CB == exl3::kCbMcg) {
-      if (shape == 1 && !small) return run<8, 4, 2, 4>(grid, s, a);
+      if (shape == 1 && !small && fits<8, 4, 4>()) return run<8, 4, 2, 4>(grid, s, a);
     }
-    if (small) return run<6, 3, 2, 8>(grid, s, a);
-    run<16, 3, 2, 4>(grid, s, a);
+    if (small) return fits<6, 3, 8>() ? run<6, 3, 2, 8>(grid, s, a) : run<6, 2, 2, 8>(grid, s, a);
+    return fits<16, 3, 4>() ? run<16, 3, 2, 4>(grid, s, a) : run<16, 2, 2, 4>(grid, s, a);
   }
 };
 
@@ -303,8 +313,8 @@ void launch_ex(const char* what, Kernel kernel, dim3 grid, int threads, size_t s
   // hold ~0.5 KB of static ids, so opt in with margin (flat gate/up at 6 rows: 24 KB of ring
   // + 24 KB of xf = exactly 48 KB dynamic failed with cudaErrorInvalidValue).
   if (smem + 4096 > 48 * 1024)
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e == cudaSuccess) {
+    if (const Status st = set_dynamic_smem(kernel, smem, what); !st.is_ok()) throw StatusError(st);
+  {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
@@ -392,6 +402,13 @@ struct FlatKernels {
       if (mode == (k16 | kI2 | kW | kU)) return run<k16 | kI2 | kW | kU>(down, grid, s, a);
       if (mode == (kDef | kP)) return run<kDef | kP>(down, grid, s, a);
       if (mode == (exl3::kFixedOnly | kDef | kP)) return run<exl3::kFixedOnly | kDef | kP>(down, grid, s, a);
+    }
+    if constexpr (K >= 6) {
+      // A GPU with 99 KB per block (sm_120 / sm_121): the default's 16-tile stages at K >= 6 do
+      // not fit beside a pass's rows; the 4-tile ring of kNormal does (the same sums).
+      const int per = down ? a.per[kDown] : a.per[a.proj0];
+      if (!smem_fits(exl3::flat_ring_bytes<K, kFlatDefault>() + static_cast<size_t>(a.pass_rows) * per * 64, 4096))
+        return run<exl3::kNormal>(down, grid, s, a);
     }
     run<kFlatDefault>(down, grid, s, a);
   }

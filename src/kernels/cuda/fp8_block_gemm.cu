@@ -22,17 +22,22 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/fp8_block_gemm.h"
 
 namespace tf::cuda {
 namespace {
 
 constexpr int kBM = 128, kBN = 128, kBK = 128;
-constexpr int kStages = 4;
+constexpr int kStages = 4;    // the wgmma kernel's ring, and the mma.sync kernel's where 4 fit
+constexpr int kMinStages = 2;
 constexpr int kThreads = 256;
 constexpr int kTileBytes = kBM * kBK;                  // A and B tiles are both 128 x 128 bytes
 constexpr int kStageBytes = 2 * kTileBytes + kBM * 4;  // A, B, the 128 rows' activation scales
-constexpr int kSmemBytes = kStages * kStageBytes;      // ~130 KiB
+// The mma.sync kernel's shared memory: ~130 KiB at 4 stages; a GPU with less per block
+// (sm_120 / sm_121: 99 KiB) runs the same kernel with 3 stages (same sums: the ring's
+// depth changes only when a tile is loaded).
+constexpr int mma_smem_bytes(int stages) { return stages * kStageBytes; }
 constexpr int kGroupM = 8;  // M tiles walked together so co-resident blocks share W tiles in L2
 static_assert(kBM == kBN && kBK == 128, "one weight scale per block and K step");
 
@@ -101,6 +106,7 @@ __device__ __forceinline__ void load_stage(uint32_t st, const Fp8BlockGemmArgs& 
   }
 }
 
+template <int Stages>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_block_gemm_kernel(Fp8BlockGemmArgs a, int tiles_m, int tiles_n, bool vec_out) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -129,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
 
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < Stages - 1; ++s) {
     if (s < kt_count) load_stage(base + s * kStageBytes, a, m0, n0, s, kt_count, k16);
     cp_async_commit();
   }
@@ -137,11 +143,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float* sw_row = a.sw + int64_t(tn) * kt_count;
 
   for (int kt = 0; kt < kt_count; ++kt) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<Stages - 2>();
     __syncthreads();  // stage kt landed for all threads; stage kt-1 is free for reuse
     {
-      const int nk = kt + kStages - 1;
-      if (nk < kt_count) load_stage(base + (nk % kStages) * kStageBytes, a, m0, n0, nk, kt_count, k16);
+      const int nk = kt + Stages - 1;
+      if (nk < kt_count) load_stage(base + (nk % Stages) * kStageBytes, a, m0, n0, nk, kt_count, k16);
       cp_async_commit();
     }
     const float swv = __ldg(sw_row + kt);  // issued before the MMAs so its latency hides
@@ -154,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
 
-    const uint32_t sa = base + (kt % kStages) * kStageBytes, sb = sa + kTileBytes;
+    const uint32_t sa = base + (kt % Stages) * kStageBytes, sb = sa + kTileBytes;
 #pragma unroll
     for (int ks = 0; ks < kBK / 32; ++ks) {
       uint32_t bf[4][2];
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     // This thread's rows: wm*64 + i*16 + g (+ 8); their scales sit in the stage.
-    const float* sxs = reinterpret_cast<const float*>(smem + (kt % kStages) * kStageBytes + 2 * kTileBytes);
+    const float* sxs = reinterpret_cast<const float*>(smem + (kt % Stages) * kStageBytes + 2 * kTileBytes);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float s0 = sxs[wm * 64 + i * 16 + g] * swv, s1 = sxs[wm * 64 + i * 16 + g + 8] * swv;
@@ -274,6 +280,7 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
 
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_block_gemm_wgmma_kernel(Fp8BlockGemmArgs a, int tiles_m, int tiles_n, bool vec_out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma exists on sm_90a only
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const int pid = static_cast<int>(blockIdx.x);
   const int per_group = kGroupM * tiles_n;
@@ -373,6 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+#else
+  __trap();  // never launched: the launcher picks mma.sync where wgmma is missing
+#endif
 }
 
 // x [m, k] (row stride ldx) -> codes [m, ldq] (zeros past k) and scales [m, kb]. One
@@ -437,23 +447,24 @@ void fp8_block_gemm_launch(cudaStream_t stream, const Fp8BlockGemmArgs& a) {
   const int64_t tiles_m = (a.m + kBM - 1) / kBM, tiles_n = (a.n + kBN - 1) / kBN;
   if (tiles_m * tiles_n > INT32_MAX || tiles_n * kGroupM > INT32_MAX) bad("too many tiles");
   const bool vec_out = (reinterpret_cast<uintptr_t>(a.out) & 7) == 0 && a.ldo % 2 == 0;
-  const bool wg = a.kernel == Fp8GemmKernel::kWgmma;
-  const void* kernel = wg ? reinterpret_cast<const void*>(&fp8_block_gemm_wgmma_kernel)
-                          : reinterpret_cast<const void*>(&fp8_block_gemm_kernel);
-  const int smem = wg ? kWgSmemBytes : kSmemBytes;
-  if (const Status s =
-          cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                      "fp8_block_gemm: shared memory attribute");
-      !s.is_ok())
-    throw StatusError(s);
+  // wgmma only where the device and this build have it; mma.sync with as many ring
+  // stages as the device's shared memory holds otherwise.
+  const bool wg = a.kernel == Fp8GemmKernel::kWgmma && device_limits().wgmma && smem_fits(kWgSmemBytes);
+  int stages = kStages;
+  while (!wg && stages > kMinStages && !smem_fits(mma_smem_bytes(stages))) --stages;
   const unsigned blocks = static_cast<unsigned>(tiles_m * tiles_n);
-  if (wg) {
-    fp8_block_gemm_wgmma_kernel<<<blocks, kThreads, smem, stream>>>(a, static_cast<int>(tiles_m),
-                                                                    static_cast<int>(tiles_n), vec_out);
-  } else {
-    fp8_block_gemm_kernel<<<blocks, kThreads, smem, stream>>>(a, static_cast<int>(tiles_m),
-                                                              static_cast<int>(tiles_n), vec_out);
-  }
+  auto launch = [&](auto kernel, int smem, const char* what) {
+    if (const Status s = set_dynamic_smem(kernel, smem, what); !s.is_ok()) throw StatusError(s);
+    kernel<<<blocks, kThreads, smem, stream>>>(a, static_cast<int>(tiles_m), static_cast<int>(tiles_n), vec_out);
+  };
+  if (wg)
+    launch(fp8_block_gemm_wgmma_kernel, kWgSmemBytes, "fp8_block_gemm (wgmma)");
+  else if (stages == 4)
+    launch(fp8_block_gemm_kernel<4>, mma_smem_bytes(4), "fp8_block_gemm (mma.sync)");
+  else if (stages == 3)
+    launch(fp8_block_gemm_kernel<3>, mma_smem_bytes(3), "fp8_block_gemm (mma.sync)");
+  else
+    launch(fp8_block_gemm_kernel<2>, mma_smem_bytes(2), "fp8_block_gemm (mma.sync)");
   check_launch(wg ? "fp8_block_gemm (wgmma)" : "fp8_block_gemm (mma.sync)");
 }
 
@@ -510,7 +521,8 @@ void fp8_block_gemm_mma(CudaContext& ctx, Tensor& out, const Tensor& x, const Ma
 
 Fp8GemmKernel default_fp8_gemm_kernel() {
   const char* v = std::getenv("TF_FP8_KERNEL");
-  return v != nullptr && std::string(v) == "mmasync" ? Fp8GemmKernel::kMmaSync : Fp8GemmKernel::kWgmma;
+  const bool mma_sync = (v != nullptr && std::string(v) == "mmasync") || !device_limits().wgmma;
+  return mma_sync ? Fp8GemmKernel::kMmaSync : Fp8GemmKernel::kWgmma;
 }
 
 int64_t fp8_block_gemm_mma_count() { return g_mma_calls.load(); }

@@ -32,9 +32,10 @@
 
 namespace tf::cuda {
 
-// The two kernels: wgmma (sm_90a's native FP8 tensor-core path, the default) and
-// mma.sync m16n8k32 (FP8 natively only on sm_89 / sm_120; on sm_90 ptxas lowers it to
-// f16 MMAs, so it is slower there; kept as an independent cross-check).
+// The two kernels: wgmma (sm_90a's native FP8 tensor-core path, the default there) and
+// mma.sync m16n8k32 (FP8 natively on sm_89 / sm_120 / sm_121, the only kernel where
+// wgmma is missing; on sm_90 ptxas lowers it to f16 MMAs, so it is slower there and
+// kept as an independent cross-check). kWgmma asks for wgmma where it exists.
 enum class Fp8GemmKernel { kWgmma, kMmaSync };
 
 // Raw operands of one block-scaled GEMM (device pointers).

@@ -33,6 +33,7 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/launch_kernel_ex.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant_gemv_frag.cuh"
@@ -51,7 +52,10 @@ constexpr int threads_of() {
 constexpr int kRowsPerWarp = 16;
 constexpr int kMaxDepth = 16;
 constexpr int kChunkBytes = 32;          // one q4 group of one row
-constexpr int kSmemBudget = 218 * 1024;  // dynamic: 227 KB per block less the static barriers and sums
+// Dynamic shared memory: the device's limit per block (227 KB on sm_90 / sm_100, 99 KB on
+// sm_120 / sm_121) less 9 KB for the static barriers and sums.
+constexpr int kStaticReserve = 9 * 1024;
+int smem_budget() { return static_cast<int>(device_limits().smem_per_block) - kStaticReserve; }
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -499,7 +503,7 @@ void layout_slots(RingParams& p, const int (&start_stage)[kQuantGemvMaxSegments]
     p.w_region = max_w;
     p.x_region = p.x_all > 0 ? 0 : max_stage * rec;
     p.slot_bytes = (p.w_region + p.x_region + max_s + 127) / 128 * 128;
-    p.depth = std::min(kMaxDepth, (kSmemBudget - p.x_all) / p.slot_bytes);
+    p.depth = std::min(kMaxDepth, (smem_budget() - p.x_all) / p.slot_bytes);
     bool shrunk = false;
     if (p.depth < kMinDepth) {
       for (int i = 0; i < p.count; ++i) {
@@ -514,9 +518,6 @@ void layout_slots(RingParams& p, const int (&start_stage)[kQuantGemvMaxSegments]
     if (!shrunk) break;
   }
   if (ring_depth > 0) p.depth = std::min(p.depth, ring_depth);
-  if (p.depth < 2)
-    throw StatusError(
-        invalid_argument("quant_gemv: ring stage of " + std::to_string(p.slot_bytes) + " bytes too large"));
   // Scale pieces: 16, 8 or 4 bytes when the rows' chunk count, every stage and every scales pointer allow.
   int piece = p.chunks % 8 == 0 ? 8 : p.chunks % 4 == 0 ? 4 : p.chunks % 2 == 0 ? 2 : 0;
   for (int i = 0; i < p.count; ++i)
@@ -546,9 +547,10 @@ RingKernel ring_kernel(int per_part, int warps, Operand op, int m) {
   static std::unordered_set<const void*> raised;
   const std::lock_guard<std::mutex> lock(mu);
   if (raised.insert(reinterpret_cast<const void*>(k)).second) {
-    (void)cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kSmemBudget);
-    (void)cudaGetLastError();
+    if (const Status st = set_dynamic_smem(k, smem_budget(), "quant_gemv (ring)"); !st.is_ok()) {
+      raised.erase(reinterpret_cast<const void*>(k));
+      throw StatusError(st);
+    }
   }
   return k;
 }
@@ -645,11 +647,18 @@ void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
     const bool one_round = p.chunks * p.m * 4 <= (warps + 1) * 32;
     p.x_all = (x_mode == 2 || (x_mode == 1 && one_round)) && x_bytes <= kXAllMaxBytes ? static_cast<int>(x_bytes) : 0;
     layout_slots(p, start_stage, a.ring_depth);
+    if (p.x_all > 0 && p.depth < kMinDepth) {  // a small shared memory: x by stages beside the weights
+      p.x_all = 0;
+      layout_slots(p, start_stage, a.ring_depth);
+    }
     if (p.copy_mode == 2 && !encode_tensor_maps(p)) {
       p.copy_mode = 0;  // no encoder (driver): 16-byte cp.async, the same bits
       p.row_pad = 1;
       layout_slots(p, start_stage, a.ring_depth);
     }
+    if (p.depth < 2)
+      throw StatusError(resource_exhausted("quant_gemv: a ring stage of " + std::to_string(p.slot_bytes) +
+                                           " bytes leaves fewer than 2 in the GPU's shared memory"));
     for (int i = 0, j = 0; i < count; ++i) {
       if (segs[i].n == 0) continue;
       p.seg[j].out = segs[i].out + r0 * segs[i].ldo;
