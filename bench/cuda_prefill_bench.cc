@@ -18,7 +18,8 @@
 //  - the big projection GEMMs (matmul, bf16 weights, cuBLAS above 64 rows).
 // Each line also comes as JSON ({"bench": "prefill", ...}). Times are wall clock per
 // call after warm-up, synchronised (eager launches, as the model runs).
-//   cuda_prefill_bench [--rows 2048,8192] [--quick] [--ops kda,moe,mla,indexer,gemm,long]
+//   cuda_prefill_bench [--rows 2048,8192] [--quick] [--ops kda,moe,mla,indexer,gemm,long] [--mla-heads 64]
+// (--mla-heads: MLA's heads per rank, 32 / 16 at TP 2 / 4; with TF_SMEM_PER_BLOCK=101376, a DGX Spark's form.)
 // (`long`: the last 1024-row chunk of a 128K prompt: indexer over 32768 pools, MLA.)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -223,8 +224,10 @@ void bench_moe(tf::Ops& ops, int64_t t, int64_t experts) {
 // MLA sparse attention for the last t rows of a causal prompt of `prompt` tokens: the
 // row at position i attends to min(i + 1, 2048) distinct tokens of 0..i (all of them
 // while there are at most 2048, else a random choice, as the indexer's top-k gives).
+int64_t g_mla_heads = 64;  // --mla-heads
+
 void bench_mla(tf::Ops& ops, int64_t t, int64_t prompt, DType cache_dtype) {
-  const int64_t heads = 64, r = 512, w = 2048, page = 64, pages = (prompt + page - 1) / page;
+  const int64_t heads = g_mla_heads, r = 512, w = 2048, page = 64, pages = (prompt + page - 1) / page;
   std::vector<int32_t> table(static_cast<size_t>(pages));
   for (int64_t i = 0; i < pages; ++i) table[i] = static_cast<int32_t>(i);
   const Tensor dtable = ops.to_device(host_ints({pages}, table));
@@ -272,7 +275,7 @@ void bench_mla(tf::Ops& ops, int64_t t, int64_t prompt, DType cache_dtype) {
   }
   g_stage = "mla: timing";
   const std::string dt = fp8 ? "fp8" : "bf16";
-  report("mla_sparse_attention H=64 R=512 top-2048 " + dt + " (op)" + (t == prompt ? "" : " last chunk"), t,
+  report("mla_sparse_attention H=" + std::to_string(heads) + " R=512 top-2048 " + dt + " (op)" + (t == prompt ? "" : " last chunk"), t,
          time_call([&] { ops.mla_sparse_attention(out, q, view, didx, 0.0625f); }), flops, extra);
   // The same kernel with its token lists sorted (TF_MLA_PREFILL_SORT=1) instead of read from
   // a bitmap: side by side, and its bits against the default's.
@@ -440,6 +443,8 @@ int main(int argc, char** argv) {
       }
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) {
+      g_mla_heads = std::strtoll(argv[++i], nullptr, 10);
     } else if (std::strcmp(argv[i], "--ops") == 0 && i + 1 < argc) {
       only = std::string(",") + argv[++i] + ",";
     }

@@ -2,16 +2,16 @@
 // caches (Ops::mla_sparse_attention; the TF32 kernel of cuda_mla_prefill.cu keeps the
 // f32 cache and the shapes this one does not cover).
 //
-// One block (16 warps) per query row; the heads are the M dimension of every product,
-// since all heads of a row attend to the same latents:
+// One block (16 warps; 8 in the q-in-registers form below) per query row; the heads are
+// the M dimension of every product, since all heads of a row attend to the same latents:
 //  0. the row's indices become a compact token list, ascending and deduplicated
 //     (latent_index_sort.cuh: a bitmap of the cache's tokens in the shared memory the
 //     tiles use later, or a sort where the bitmap does not fit); q [H, R] is split into
-//     bf16 hi/lo parts in shared memory;
+//     bf16 hi/lo parts in shared memory (or straight into each warp's A fragments);
 //  1. per tile of 32 tokens (the next tile's latents are gathered from the paged cache
 //     into registers while the current one is multiplied; fp8 is widened to bf16,
 //     exactly):
-//       S [H, 32] = q L^T          warps: (H/16 head tiles) x (16 / (H/16) K slices),
+//       S [H, 32] = q L^T          warps: (H/16 head tiles) x (warps / (H/16) K slices),
 //                                  partial sums added in a fixed order;
 //       online softmax per head    running max m, sum l; P = exp(S - m) (x fp8 scale),
 //                                  split into bf16 hi/lo; alpha = exp(m_old - m_new);
@@ -43,8 +43,14 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
+// Two forms of one kernel. The default: 16 warps, q's bf16 hi/lo parts in shared memory
+// (~218 KB at 64 heads x 512). Where that does not fit (a 99 KB sm_120 / sm_121 GPU, at its
+// 16 or 32 heads per rank): 8 warps holding their q fragments in registers, ~84 KB. The
+// products are the same; S's partial sums come in half as many K slices, so its last bits
+// can differ from the default form's (a GPU always takes the same form for a shape).
+constexpr int kThreads = 512;        // the default form
+constexpr int kSmallThreads = 256;   // the q-in-registers form
+constexpr int kMaxQSteps = 8;        // its k16 steps of q per warp (kw <= 128)
 constexpr int kTile = 32;          // tokens per tile
 constexpr int kLdS = kTile + 4;    // f32 partial-score row stride
 constexpr int kLdP = kTile + 8;    // bf16 probability row stride (16-byte rows, odd multiple)
@@ -59,12 +65,13 @@ __host__ __device__ inline size_t align16(size_t x) { return (x + 15) / 16 * 16;
 
 // Shared memory (bytes) for `heads` heads of width r and w indices per row. The sort's
 // slots alias the region before p_hi (used only after the sort).
-__host__ __device__ inline Layout layout(int heads, int r, int64_t w) {
+__host__ __device__ inline Layout layout(int heads, int r, int64_t w, int threads = kThreads, bool q_regs = false) {
   Layout m{};
-  const size_t ldq = static_cast<size_t>(r) + 8, ks = 16 / (heads / 16);
+  const size_t ldq = static_cast<size_t>(r) + 8, ks = threads / 32 / (heads / 16);
+  const size_t q_bytes = q_regs ? 0 : heads * ldq * 2;
   m.q_hi = 0;
-  m.q_lo = m.q_hi + heads * ldq * 2;
-  m.lat = m.q_lo + heads * ldq * 2;
+  m.q_lo = m.q_hi + q_bytes;
+  m.lat = m.q_lo + q_bytes;
   m.sp = m.lat + kTile * ldq * 2;
   m.p_hi = m.sp + ks * heads * kLdS * 4;
   m.p_lo = m.p_hi + static_cast<size_t>(heads) * kLdP * 2;
@@ -108,14 +115,16 @@ __device__ __forceinline__ uint4 widen_fp8(uint2 v) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1)
+template <typename T, int Threads, bool QRegs>
+__global__ void __launch_bounds__(Threads, 1)
     mla_mma_kernel(float* __restrict__ out, const float* __restrict__ q, Pages c, const int32_t* __restrict__ indices,
                    int w, int heads, int r, int padded, float scale, bool sort_tokens) {
   using Raw = typename Chunk<T>::Raw;
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const Layout L = layout(heads, r, w);
+  constexpr int kThr = Threads, kWarps = Threads / 32;
+  constexpr int kPre = kTile * (kMaxWidth / 8) / Threads;  // latent chunks a thread gathers per tile
+  const Layout L = layout(heads, r, w, Threads, QRegs);
   const int ldq = r + 8;
   __nv_bfloat16* qh = reinterpret_cast<__nv_bfloat16*>(smem + L.q_hi);
   __nv_bfloat16* ql = reinterpret_cast<__nv_bfloat16*>(smem + L.q_lo);
@@ -146,7 +155,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const float* qrow = q + row * heads * r;
-  for (int e = tid; e < heads * r / 4; e += kThreads) {
+  // QRegs: this warp's A fragments of q (heads sm*16.., columns sk*kw..), split as below.
+  uint32_t qfh[QRegs ? kMaxQSteps : 1][4], qfl[QRegs ? kMaxQSteps : 1][4];
+  if constexpr (QRegs) {
+#pragma unroll
+    for (int j = 0; j < kMaxQSteps; ++j) {
+      if (16 * j < kw) {
+        // m16k16 A fragment: regs 0..3 = (row g, k 2tq), (row g+8, k 2tq), (row g, k 2tq+8), (row g+8, k 2tq+8).
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int hh = sm * 16 + g + (i & 1) * 8, x = sk * kw + 16 * j + 2 * tq + (i >> 1) * 8;
+          const float2 v = __ldg(reinterpret_cast<const float2*>(qrow + hh * r + x));
+          const Bf16Split a = split_bf16(v.x), b = split_bf16(v.y);
+          qfh[j][i] = pack_bf16(a.hi, b.hi);
+          qfl[j][i] = pack_bf16(a.lo, b.lo);
+        }
+      }
+    }
+  }
+  for (int e = tid; !QRegs && e < heads * r / 4; e += kThr) {
     const int hh = (e * 4) / r, x = (e * 4) % r;
     const float4 v = __ldg(reinterpret_cast<const float4*>(qrow) + e);
     const Bf16Split a = split_bf16(v.x), b = split_bf16(v.y), cc = split_bf16(v.z), d = split_bf16(v.w);
@@ -165,11 +192,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Gather a tile's latents (8-value chunks) into registers; rows past nv are zeros.
   const int chunks_per_tok = r / 8, chunks = kTile * chunks_per_tok;
-  Raw pre[4];
+  Raw pre[kPre];
   auto fetch = [&](int t0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int e = tid + i * kThreads, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
+    for (int i = 0; i < kPre; ++i) {
+      const int e = tid + i * kThr, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
       Raw v{};
       if (e < chunks && t0 + j < nv) {
         const int tok = ids[t0 + j];
@@ -181,8 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto commit = [&](int t0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int e = tid + i * kThreads, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
+    for (int i = 0; i < kPre; ++i) {
+      const int e = tid + i * kThr, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
       if (e < chunks) {
         if constexpr (kFp8)
           *reinterpret_cast<uint4*>(lat + j * ldq + x) = widen_fp8(pre[i]);
@@ -213,18 +240,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       float s[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-      for (int k = sk * kw; k < (sk + 1) * kw; k += 16) {
-        uint32_t ah[4], al[4], b[2][4];
-        load_a_frag(ah, qh + sm * 16 * ldq + k, ldq, lane);
-        load_a_frag(al, ql + sm * 16 * ldq + k, ldq, lane);
+      // Each accumulator takes lo, then hi; the 4 accumulators in turn, so no product
+      // waits on the one just issued (back to back, the pairs stalled on each other).
+      auto step = [&](int k, const uint32_t(&ah)[4], const uint32_t(&al)[4]) {
+        uint32_t b[2][4];
         load_b_frags_nk(b[0], lat + k, ldq, lane);
         load_b_frags_nk(b[1], lat + 16 * ldq + k, ldq, lane);
-        // Each accumulator takes lo, then hi; the 4 accumulators in turn, so no product
-        // waits on the one just issued (back to back, the pairs stalled on each other).
 #pragma unroll
         for (int n = 0; n < 4; ++n) mma_bf16_16816(s[n], al, b[n >> 1][(n & 1) * 2], b[n >> 1][(n & 1) * 2 + 1]);
 #pragma unroll
         for (int n = 0; n < 4; ++n) mma_bf16_16816(s[n], ah, b[n >> 1][(n & 1) * 2], b[n >> 1][(n & 1) * 2 + 1]);
+      };
+      if constexpr (QRegs) {
+#pragma unroll
+        for (int j = 0; j < kMaxQSteps; ++j)
+          if (16 * j < kw) step(sk * kw + 16 * j, qfh[j], qfl[j]);
+      } else {
+        for (int k = sk * kw; k < (sk + 1) * kw; k += 16) {
+          uint32_t ah[4], al[4];
+          load_a_frag(ah, qh + sm * 16 * ldq + k, ldq, lane);
+          load_a_frag(al, ql + sm * 16 * ldq + k, ldq, lane);
+          step(k, ah, al);
+        }
       }
       float* spk = sp + (sk * heads + sm * 16 + g) * kLdS;
 #pragma unroll
@@ -324,15 +361,32 @@ std::atomic<bool>& mla_prefill_sort_tokens() {
   return on;
 }
 
-bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
-  if (cache_dtype != DType::kBF16 && cache_dtype != DType::kF8E4M3) return false;
-  if (heads != 16 && heads != 32 && heads != 64) return false;
-  if (width <= 0 || width % 16 != 0 || width > kMaxWidth) return false;
-  const int64_t kw = width * (heads / 16) / 16;  // K slice of S = O columns per warp
-  if (kw % 16 != 0 || kw > 8 * kMaxColTiles) return false;
-  if (indices_per_row <= 0 || indices_per_row > (int64_t{1} << 14)) return false;
-  const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row);
+namespace {
+
+// Whether the form of `threads` (q in registers or not) covers the shape on this GPU.
+bool form_fits(int64_t heads, int64_t width, int64_t indices_per_row, int threads, bool q_regs) {
+  const int64_t kw = width * (heads / 16) / (threads / 32);  // K slice of S = O columns per warp
+  if (kw <= 0 || kw % 16 != 0 || kw > 8 * kMaxColTiles || (q_regs && kw > 16 * kMaxQSteps)) return false;
+  const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row, threads, q_regs);
   return smem_fits(m.total, 1024) && static_cast<size_t>(latent_sort_slots(indices_per_row)) * 4 <= m.p_hi;
+}
+
+// 0: not covered; else the block size of the form that runs (kThreads, or kSmallThreads
+// with q in registers where the default's shared memory does not fit).
+int mma_form(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
+  if (cache_dtype != DType::kBF16 && cache_dtype != DType::kF8E4M3) return 0;
+  if (heads != 16 && heads != 32 && heads != 64) return 0;
+  if (width <= 0 || width % 16 != 0 || width > kMaxWidth) return 0;
+  if (indices_per_row <= 0 || indices_per_row > (int64_t{1} << 14)) return 0;
+  if (form_fits(heads, width, indices_per_row, kThreads, false)) return kThreads;
+  if (form_fits(heads, width, indices_per_row, kSmallThreads, true)) return kSmallThreads;
+  return 0;
+}
+
+}  // namespace
+
+bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
+  return mma_form(heads, width, indices_per_row, cache_dtype) != 0;
 }
 
 bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
@@ -342,7 +396,9 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
   const int64_t t = w == 0 ? 0 : indices.numel() / w;
   if (t == 0 || r == 0 || q.dtype() != DType::kF32) return false;
   const int64_t h = q.numel() / (t * r);
-  if (h * t * r != q.numel() || !mla_prefill_mma_supported(h, r, w, cache.dtype)) return false;
+  if (h * t * r != q.numel()) return false;
+  const int threads = mma_form(h, r, w, cache.dtype);
+  if (threads == 0) return false;
   const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
   if (!aligned(q.raw(), 16) || !aligned(out.raw(), 8) || !aligned(cache.pages, 16) || cache.page_stride % 8 != 0)
     return false;
@@ -352,19 +408,22 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
   if (cache.dtype == DType::kF8E4M3 && cache.scales == nullptr)
     throw StatusError(invalid_argument(std::string(op) + ": an fp8 cache needs its scales"));
   const int padded = latent_sort_slots(w);
-  const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w).total;
+  const bool q_regs = threads == kSmallThreads;
+  const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w, threads, q_regs).total;
   const Pages pg{cache.pages, cache.scales, cache.page_table, cache.page_size, cache.page_stride, cache.num_tokens};
   auto launch = [&](auto kernel) {
     if (const Status s = set_dynamic_smem(kernel, smem, op); !s.is_ok()) throw StatusError(s);
-    kernel<<<static_cast<unsigned>(t), kThreads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), pg,
+    kernel<<<static_cast<unsigned>(t), threads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), pg,
                                                                     indices.data<int32_t>(), static_cast<int>(w),
                                                                     static_cast<int>(h), static_cast<int>(r), padded,
                                                                     scale, mla_prefill_sort_tokens().load());
   };
-  if (cache.dtype == DType::kBF16)
-    launch(mla_mma_kernel<__nv_bfloat16>);
+  const bool bf16 = cache.dtype == DType::kBF16;
+  if (q_regs)
+    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kSmallThreads, true>)
+         : launch(mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads, true>);
   else
-    launch(mla_mma_kernel<__nv_fp8_e4m3>);
+    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kThreads, false>) : launch(mla_mma_kernel<__nv_fp8_e4m3, kThreads, false>);
   check_launch(op);
   return true;
 }
