@@ -6,7 +6,7 @@
 //  - kda_chunked, one KDA layer (64 heads, Dk = Dv = 128): the tensor-core WY kernel,
 //    checked against the token-by-token kernel (kda_recurrent) on the same inputs
 //    (max error relative to the largest output: "check ok" / "CHECK FAILED"); the
-//    token-by-token time is printed beside it.
+//    token-by-token time and the other forms' (a DGX Spark's among them) beside it.
 //  - moe_experts, one MoE layer (top-8, hidden 4096, intermediate 2048, bf16): all
 //    tokens on the same 8 experts (the BENCH_EXPERTS=8 synthetic checkpoint), and
 //    random routing over 288 experts.
@@ -186,6 +186,11 @@ bool bench_kda(tf::Ops& ops, int64_t t, bool time_recurrent) {
     tf::cuda::kda_state_split() = false;
     report("kda_chunked, one-kernel state pass", t,
            time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }), flops);
+    // A DGX Spark's forms (99 KB per block): + the 80 KB tensor-core intra form.
+    tf::cuda::kda_intra_small() = true;
+    report("kda_chunked, + 80 KB intra form (a Spark's)", t,
+           time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }), flops);
+    tf::cuda::kda_intra_small() = false;
     tf::cuda::kda_intra_mma() = false;
     report("kda_chunked, + scalar intra kernel", t,
            time_call([&] { ops.kda_chunked(out, q, k, v, g, beta, st, 64); }), flops);

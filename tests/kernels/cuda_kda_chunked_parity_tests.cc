@@ -14,12 +14,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_kda_chunked.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/device_memory.h"
 #include "cpu_cuda_test.h"
 #include "test_tensors.h"
@@ -103,22 +106,80 @@ TEST_F(CudaKdaChunked, UnsupportedHeadDimsFallBackToTheRecurrence) {
 }
 
 TEST_F(CudaKdaChunked, EveryKernelCombinationMatches) {
-  // The intra-chunk part on tensor cores (factored exponents below the diagonal blocks)
-  // or as the scalar kernel (exact pairwise exponents everywhere); the state pass split
-  // (outputs from a parallel kernel) or in one kernel.
+  // The intra-chunk part on tensor cores (factored exponents below the diagonal blocks),
+  // in its q-less 80 KB form, or as the scalar kernel (exact pairwise exponents
+  // everywhere); the state pass split (outputs from a parallel kernel) or in one kernel.
+  // (With less shared memory than a form needs, the next form that fits runs.)
   const bool saved_intra = cuda::kda_intra_mma().load(), saved_split = cuda::kda_state_split().load();
-  for (int combo = 0; combo < 4; ++combo) {
-    const bool mma = combo & 1, split = combo & 2;
+  for (int combo = 0; combo < 6; ++combo) {
+    const bool mma = combo % 3 != 0, small = combo % 3 == 2, split = combo >= 3;
     cuda::kda_intra_mma() = mma;
+    cuda::kda_intra_small() = small;
     cuda::kda_state_split() = split;
-    const std::string name = std::string(mma ? "mma" : "scalar") + " intra, " + (split ? "split" : "one") + " state";
+    const std::string name = std::string(small ? "mma 80 KB" : mma ? "mma" : "scalar") + " intra, " +
+                             (split ? "split" : "one") + " state";
     run({3, 128, 128, -0.2f, 0.3f, -5.0f}, {200, 65}, 800, name);
     run({2, 128, 128, -12.0f, 6.0f, -20.0f}, {130}, 810, name + " strong decay");
     run({2, 100, 72, -0.2f, 0.3f, -5.0f}, {70}, 820, name + " padded");
     run({2, 16, 16, -0.2f, 0.3f, -5.0f}, {129}, 830, name + " small");
   }
   cuda::kda_intra_mma() = saved_intra;
+  cuda::kda_intra_small() = false;
   cuda::kda_state_split() = saved_split;
+}
+
+// The intra part's two tensor-core forms (q as a shared-memory tile, or read from global
+// memory where 112 KB per block do not fit) give the same bits: whole calls compared,
+// state included, over partial chunks, padding and strong decay.
+TEST_F(CudaKdaChunked, SmallIntraFormGivesTheSameBits) {
+  const bool saved_intra = cuda::kda_intra_mma().load();
+  cuda::kda_intra_mma() = true;
+  for (const KdaCase& c : {KdaCase{3, 128, 128, -0.2f, 0.3f, -5.0f}, KdaCase{2, 100, 72, -0.2f, 0.3f, -5.0f},
+                           KdaCase{2, 128, 128, -12.0f, 6.0f, -20.0f}}) {
+    const int64_t t = 150;
+    const Tensor q = randn({t, c.h, c.dk}, 901), k = randn({t, c.h, c.dk}, 902), v = randn({t, c.h, c.dv}, 903);
+    Tensor g = randn({t, c.h, c.dk}, 904, c.g_sd, c.g_mean);
+    for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = std::clamp(g.data<float>()[i], c.g_min, 0.0f);
+    Tensor beta = randn({t, c.h}, 905);
+    for (int64_t i = 0; i < beta.numel(); ++i) beta.data<float>()[i] = 1.0f / (1.0f + std::exp(-beta.data<float>()[i]));
+    const Tensor st = randn({c.h, c.dk, c.dv}, 906, 0.1f);
+    std::vector<Tensor> outs, states;
+    for (bool small : {false, true}) {
+      cuda::kda_intra_small() = small;
+      Tensor gst = gpu_->to_device(st), out = gpu_->empty({t, c.h, c.dv});
+      gpu_->kda_chunked(out, gpu_->to_device(q), gpu_->to_device(k), gpu_->to_device(v), gpu_->to_device(g),
+                        gpu_->to_device(beta), gst, 64);
+      outs.push_back(gpu_->to_host(out));
+      states.push_back(gpu_->to_host(gst));
+    }
+    const std::string tag = "Dk=" + std::to_string(c.dk) + " Dv=" + std::to_string(c.dv) + " g_min=" +
+                            std::to_string(c.g_min);
+    EXPECT_EQ(0, std::memcmp(outs[0].raw(), outs[1].raw(), static_cast<size_t>(outs[0].numel()) * sizeof(float)))
+        << tag << ": max rel diff " << parity_rel_err(outs[0], outs[1]);
+    EXPECT_EQ(0, std::memcmp(states[0].raw(), states[1].raw(), static_cast<size_t>(states[0].numel()) * sizeof(float)))
+        << tag << " state";
+  }
+  cuda::kda_intra_small() = false;
+  cuda::kda_intra_mma() = saved_intra;
+}
+
+// Which kernels run on this GPU: on an H100 / H200 (227 KB per block) the 112 KB tensor-core
+// intra form and the split state pass; with a DGX Spark's 99 KB (or TF_SMEM_PER_BLOCK) the
+// 80 KB intra form and the one-kernel state pass, still chunked.
+TEST_F(CudaKdaChunked, FormsForThisGpu) {
+  const size_t limit = cuda::device_limits().smem_per_block;
+  const cuda::KdaForms f = cuda::kda_forms();
+  std::printf("[kda-forms] %zu bytes per block: chunked %d, intra %d, split state %d\n", limit, f.chunked,
+              static_cast<int>(f.intra), f.split_state);
+  if (limit >= 227 * 1024) {
+    EXPECT_TRUE(f.chunked);
+    EXPECT_EQ(f.intra, cuda::KdaForms::kMma);
+    EXPECT_TRUE(f.split_state);
+  } else if (limit >= 99 * 1024) {
+    EXPECT_TRUE(f.chunked);
+    EXPECT_EQ(f.intra, cuda::KdaForms::kMmaSmall);
+    EXPECT_FALSE(f.split_state);
+  }
 }
 
 TEST_F(CudaKdaChunked, BadArgumentsAreErrorsNamingTheOp) {

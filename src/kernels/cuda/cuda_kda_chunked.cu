@@ -4,8 +4,8 @@
 //
 // Two kernels per group of chunks:
 //  1. intra (grid: chunk x head, all independent; by default the tensor-core kernel of
-//     cuda_kda_intra_mma.cuh, the scalar one below with TF_KDA_INTRA_MMA=0; the same
-//     function, different summation orders): l2-normalised q/k, the cumulative
+//     cuda_kda_intra_mma.cuh (its 80 KB form where 112 KB do not fit), the scalar one
+//     below with TF_KDA_INTRA_MMA=0; the same function, different summation orders): l2-normalised q/k, the cumulative
 //     gates G, the strictly lower A[i][j] = -b_i sum_x k_i k_j e^(G_i - G_j) and the
 //     scores P[i][j] = sum_x q_i k_j e^(G_i - G_j) (j <= i, exact pairwise exponents:
 //     G falls by up to 5 per token, so factored forms e^G_i * e^-G_j overflow in f32),
@@ -330,6 +330,25 @@ std::atomic<bool>& kda_state_split() {
   return on;
 }
 
+std::atomic<bool>& kda_intra_small() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_KDA_INTRA_SMALL");
+    return e != nullptr && std::string(e) == "1";
+  }()};
+  return on;
+}
+
+KdaForms kda_forms() {
+  KdaForms f;
+  const bool small = kda_intra_small() || !smem_fits(kda_intra_mma() ? kda::kMmaIntraSmem : kIntraSmem);
+  if (!small) f.intra = kda_intra_mma() ? KdaForms::kMma : KdaForms::kScalar;
+  else if (smem_fits(kda::kMmaIntraSmallSmem)) f.intra = KdaForms::kMmaSmall;
+  else return {};  // token by token
+  f.split_state = kda_state_split() && smem_fits(kda::kSplitSmem) && smem_fits(kda::kOutSmem);
+  f.chunked = f.split_state || smem_fits(kStateSmem);
+  return f;
+}
+
 bool kda_chunked_supported(int64_t dk, int64_t dv, int chunk_size) {
   return chunk_size == kC && dk >= 1 && dk <= kD && dv >= 1 && dv <= kD;
 }
@@ -367,20 +386,25 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
   check_dev(ctx, op, beta, DType::kF32, t * h);
   check_dev(ctx, op, out, DType::kF32, t * h * dv);
   if (t == 0) return;
-  // The five kernels ask for 41-116 KB of shared memory per block; a GPU with less
-  // (sm_120 / sm_121: 99 KB) runs the same function token by token.
-  const bool mma_intra = kda_intra_mma(), split_state = kda_state_split();
-  const bool fits = smem_fits(mma_intra ? kda::kMmaIntraSmem : kIntraSmem) &&
-                    (split_state ? smem_fits(kda::kSplitSmem) && smem_fits(kda::kOutSmem) : smem_fits(kStateSmem));
-  if (!fits) {
+  // The kernels ask for 41-116 KB of shared memory per block. Where that is more than the
+  // GPU has (sm_120 / sm_121: 99 KB), the intra part takes its 80 KB form and the state
+  // pass its one-kernel form (41 KB); if those do not fit either, the same function runs
+  // token by token.
+  const KdaForms f = kda_forms();
+  if (!f.chunked) {
     kda_recurrent(ctx, out, q, k, v, g, beta, state);
     return;
   }
+  const bool mma_intra = f.intra != KdaForms::kScalar, split_state = f.split_state;
   auto raise = [](Status s) {
     if (!s.is_ok()) throw StatusError(s);
   };
-  if (mma_intra) raise(set_dynamic_smem(kda::kda_intra_mma_kernel, kda::kMmaIntraSmem, "kda_chunked (intra-chunk)"));
-  else raise(set_dynamic_smem(kda_intra_kernel, kIntraSmem, "kda_chunked (intra-chunk)"));
+  if (f.intra == KdaForms::kMma)
+    raise(set_dynamic_smem(kda::kda_intra_mma_kernel<true>, kda::kMmaIntraSmem, "kda_chunked (intra-chunk)"));
+  else if (f.intra == KdaForms::kMmaSmall)
+    raise(set_dynamic_smem(kda::kda_intra_mma_kernel<false>, kda::kMmaIntraSmallSmem, "kda_chunked (intra-chunk)"));
+  else
+    raise(set_dynamic_smem(kda_intra_kernel, kIntraSmem, "kda_chunked (intra-chunk)"));
   if (split_state) {
     raise(set_dynamic_smem(kda::kda_state_split_kernel, kda::kSplitSmem, "kda_chunked (state)"));
     raise(set_dynamic_smem(kda::kda_out_kernel, kda::kOutSmem, "kda_chunked (out)"));
@@ -394,8 +418,12 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
   for (int64_t c = 0; c < chunks; c += group) {
     const int64_t nc = std::min(group, chunks - c);
     const dim3 grid(static_cast<unsigned>(nc), static_cast<unsigned>(h));
-    if (mma_intra)
-      kda::kda_intra_mma_kernel<<<grid, kda::kMmaIntraThreads, kda::kMmaIntraSmem, ctx.stream>>>(
+    if (f.intra == KdaForms::kMma)
+      kda::kda_intra_mma_kernel<true><<<grid, kda::kMmaIntraThreads, kda::kMmaIntraSmem, ctx.stream>>>(
+          sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
+          static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
+    else if (mma_intra)
+      kda::kda_intra_mma_kernel<false><<<grid, kda::kMmaIntraThreads, kda::kMmaIntraSmallSmem, ctx.stream>>>(
           sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
           static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
     else

@@ -28,6 +28,21 @@ std::atomic<bool>& kda_intra_mma();
 // On unless TF_KDA_STATE_SPLIT=0; benchmarks and tests flip it.
 std::atomic<bool>& kda_state_split();
 
+// Whether the intra-chunk part takes its q-less tensor-core form (80 KB of shared memory
+// per block instead of 112 KB; the same bits as the default tensor-core form) where the
+// default fits too. Off unless TF_KDA_INTRA_SMALL=1; tests compare the two.
+std::atomic<bool>& kda_intra_small();
+
+// The kernels kda_chunked runs on this GPU, given the switches above and its shared memory
+// per block (a DGX Spark's 99 KB: the small intra form and the one-kernel state pass).
+struct KdaForms {
+  enum Intra { kScalar, kMma, kMmaSmall };
+  bool chunked = false;  // false: token by token (nothing else fits)
+  Intra intra = kMma;
+  bool split_state = false;
+};
+KdaForms kda_forms();
+
 // Ops::kda_chunked on the GPU (see kernels/api/ops.h).
 void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                  const Tensor& beta, Tensor& state, int chunk_size);

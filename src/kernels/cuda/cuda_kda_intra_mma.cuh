@@ -18,6 +18,10 @@
 // The shared-memory tiles are [rows][128] (and T [64][64]) with a column swizzle (sw)
 // that keeps the fragment reads of both MMA operand shapes free of bank conflicts; at
 // 112 KB a block, two blocks share an SM so one's loads overlap the other's math.
+// Where 112 KB do not fit (a DGX Spark: 99 KB per block), a second form (QShared = false,
+// 80.5 KB) keeps no q tile: it reads q from global memory where the products need it
+// (times the row's norm, the same product as the tile held) and stages b v in the gates'
+// tile once T is done. Same operations in the same order: the same bits.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +33,8 @@
 namespace tf::cuda::kda {
 
 constexpr int kMmaIntraThreads = 256;
-constexpr size_t kMmaIntraSmem = (3 * kC * kD + kC * kC + kC) * sizeof(float);  // 114,944 bytes
+constexpr size_t kMmaIntraSmem = (3 * kC * kD + kC * kC + kC) * sizeof(float);       // 114,944 bytes
+constexpr size_t kMmaIntraSmallSmem = (2 * kC * kD + kC * kC + 2 * kC) * sizeof(float);  // 82,432 bytes
 
 // Column swizzle of row `row`: rows g = 0..7 reading columns t, t + 4 (fragments along k)
 // and rows t = 0..3 reading columns g (B fragments along n) fall on 32 distinct banks.
@@ -46,22 +51,34 @@ __device__ __forceinline__ void lower_block_of(int id, int& bi, int& bj) {
   bj = id - lower_block_id(bi, 0);
 }
 
+template <bool QShared>
 __global__ void __launch_bounds__(kMmaIntraThreads, 2)
     kda_intra_mma_kernel(float* __restrict__ scratch, const float* __restrict__ q,
                          const float* __restrict__ k, const float* __restrict__ v,
                          const float* __restrict__ g, const float* __restrict__ beta, int64_t t_len,
                          int64_t chunk0, int heads, int dk, int dv, float qscale) {
   extern __shared__ float sh[];
-  float* qn = sh;             // [C][D] normalised q (later b v)
-  float* kn = qn + kC * kD;   // [C][D] normalised k (later b k e^G)
-  float* gc = kn + kC * kD;   // [C][D] cumulative gates (later the blocked inverse's work space)
-  float* tm = gc + kC * kD;   // [C][C] A, then T
-  float* bet = tm + kC * kC;  // [C]
+  float* qn = sh;                            // [C][D] normalised q, later b v (QShared only)
+  float* kn = QShared ? qn + kC * kD : sh;   // [C][D] normalised k (later b k e^G)
+  float* gc = kn + kC * kD;                  // [C][D] cumulative gates (later the blocked inverse's work space,
+                                             // then b v where q has no tile)
+  float* tm = gc + kC * kD;                  // [C][C] A, then T
+  float* bet = tm + kC * kC;                 // [C]
+  float* qinv_row = bet + kC;                // [C] q's scale per row (!QShared only)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gq = lane >> 2, tq = lane & 3;
   const int h = blockIdx.y;
   const int64_t c0 = (chunk0 + blockIdx.x) * kC;
   const int n = static_cast<int>(t_len - c0 < kC ? t_len - c0 : kC);
+  // Normalised q at (row i, channel x): the tile's value, or the same product from global memory.
+  const auto q_at = [&](int i, int x) -> float {
+    if constexpr (QShared) {
+      return qn[at_d(i, x)];
+    } else {
+      const float qv = (i < n && x < dk) ? q[((c0 + i) * heads + h) * dk + x] : 0.0f;
+      return qv * qinv_row[i];
+    }
+  };
   float* out = scratch + (static_cast<int64_t>(blockIdx.x) * heads + h) * kPer;
   float* pout = out + kOffP;
 
@@ -94,10 +111,13 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
       const int i = i0 + r;
 #pragma unroll
       for (int m = 0; m < kD / 32; ++m) {
-        qn[at_d(i, lane + 32 * m)] = qv[r][m] * qinv;
+        if constexpr (QShared) qn[at_d(i, lane + 32 * m)] = qv[r][m] * qinv;
         kn[at_d(i, lane + 32 * m)] = kv[r][m] * kinv;
       }
-      if (lane == 0) bet[i] = i < n ? beta[(c0 + i) * heads + h] : 0.0f;
+      if (lane == 0) {
+        bet[i] = i < n ? beta[(c0 + i) * heads + h] : 0.0f;
+        if constexpr (!QShared) qinv_row[i] = qinv;
+      }
     }
   }
   if (tid < kD) {
@@ -116,16 +136,14 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
   }
   __syncthreads();
 
-  // v for step 4 (this thread's channel, every other row), loaded now so that the loads
-  // overlap step 2.
-  float vv[kC / 2];
-  {
+  // v (this thread's channel, every other row) at (row i, channel x).
+  const auto v_at = [&](int i, int x) { return (i < n && x < dv) ? v[((c0 + i) * heads + h) * dv + x] : 0.0f; };
+  // With a q tile: v for step 4, loaded now so that the loads overlap step 2.
+  float vv[QShared ? kC / 2 : 1];
+  if constexpr (QShared) {
     const int x = tid % kD, half = tid / kD;
 #pragma unroll
-    for (int r = 0; r < kC / 2; ++r) {
-      const int i = half + 2 * r;
-      vv[r] = (i < n && x < dv) ? v[((c0 + i) * heads + h) * dv + x] : 0.0f;
-    }
+    for (int r = 0; r < kC / 2; ++r) vv[r] = v_at(half + 2 * r, x);
   }
 
   // 2a. Pairs j <= i inside the 8x8 diagonal blocks, exact exponents; warp w takes block
@@ -150,7 +168,8 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
       for (int x = x0; x < x0 + nx; ++x) {
         const float e = kj[x ^ sj] * __expf(gi[x ^ si] - gj[x ^ sj]);
         acc_a += ki[x ^ si] * e;
-        acc_p += qi[x ^ si] * e;
+        if constexpr (QShared) acc_p += qi[x ^ si] * e;
+        else acc_p += q_at(i, x) * e;
       }
     };
     const auto put = [&](int il, int jl, float acc_a, float acc_p) {
@@ -187,8 +206,7 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
         const int x0 = 8 * ks + tq, x1 = x0 + 4;
         const float gr0 = gc[at_d(r, x0)], gr1 = gc[at_d(r, x1)];
         const float e0 = __expf(gc[at_d(i, x0)] - gr0), e1 = __expf(gc[at_d(i, x1)] - gr1);
-        const float a[4] = {kn[at_d(i, x0)] * e0, qn[at_d(i, x0)] * e0, kn[at_d(i, x1)] * e1,
-                            qn[at_d(i, x1)] * e1};
+        const float a[4] = {kn[at_d(i, x0)] * e0, q_at(i, x0) * e0, kn[at_d(i, x1)] * e1, q_at(i, x1) * e1};
         const float b[2] = {kn[at_d(j, x0)] * __expf(gr0 - gc[at_d(j, x0)]),
                             kn[at_d(j, x1)] * __expf(gr1 - gc[at_d(j, x1)])};
         uint32_t ah[4], al[4], bh[2], bl[2];
@@ -217,8 +235,7 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
                           __expf(gc[at_d(i0, x1)] - gr1), __expf(gc[at_d(i1, x1)] - gr1)};
       const float ak[4] = {kn[at_d(i0, x0)] * e[0], kn[at_d(i1, x0)] * e[1], kn[at_d(i0, x1)] * e[2],
                            kn[at_d(i1, x1)] * e[3]};
-      const float aq[4] = {qn[at_d(i0, x0)] * e[0], qn[at_d(i1, x0)] * e[1], qn[at_d(i0, x1)] * e[2],
-                           qn[at_d(i1, x1)] * e[3]};
+      const float aq[4] = {q_at(i0, x0) * e[0], q_at(i1, x0) * e[1], q_at(i0, x1) * e[2], q_at(i1, x1) * e[3]};
       uint32_t akh[4], akl[4], aqh[4], aql[4];
       split_tf32x(ak, akh, akl);
       split_tf32x(aq, aqh, aql);
@@ -248,7 +265,8 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
     if ((e & (kC - 1)) > (e >> 6)) pout[e] = 0.0f;
   __syncthreads();
 
-  // 4. q e^G, k e^(G_last - G), e^G_last; then b v and b k e^G in place of q and k.
+  // 4. q e^G, k e^(G_last - G), e^G_last; then b v and b k e^G in place of q and k (b v
+  // after step 3 where q has no tile).
   {
     const int x = tid % kD, half = tid / kD;
     const float glast = gc[at_d(kC - 1, x)];
@@ -258,10 +276,10 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
       const int i = half + 2 * rr;
       const float gi = gc[at_d(i, x)];
       const float e = __expf(gi);
-      out[kOffQg + i * kD + x] = qn[at_d(i, x)] * e;
+      out[kOffQg + i * kD + x] = q_at(i, x) * e;
       out[kOffKd + i * kD + x] = kn[at_d(i, x)] * __expf(glast - gi);
       kn[at_d(i, x)] *= bet[i] * e;
-      qn[at_d(i, x)] = bet[i] * vv[rr];
+      if constexpr (QShared) qn[at_d(i, x)] = bet[i] * vv[rr];
     }
   }
 
@@ -320,12 +338,23 @@ __global__ void __launch_bounds__(kMmaIntraThreads, 2)
     }
   }
   __syncthreads();
+  float* bv = qn;  // b v: step 5's u source
+  if constexpr (!QShared) {
+    bv = gc;  // free again
+    const int x = tid % kD, half = tid / kD;
+#pragma unroll 4
+    for (int rr = 0; rr < kC / 2; ++rr) {
+      const int i = half + 2 * rr;
+      gc[at_d(i, x)] = bet[i] * v_at(i, x);
+    }
+    __syncthreads();
+  }
 
   // 5. -w = -T (b k e^G) (warps 0-3) and u = T (b v) (warps 4-7), 32 columns per warp,
   // over T's nonzero blocks only.
   {
     const bool is_u = warp >= 4;
-    const float* src = is_u ? qn : kn;
+    const float* src = is_u ? bv : kn;
     const int n0 = (warp & 3) * 32;
     float* dst = out + (is_u ? kOffU : kOffW);
     const float sign = is_u ? 1.0f : -1.0f;
