@@ -98,5 +98,24 @@ TEST_F(CudaDeviceLimits, SetDynamicSmemRefusesWhatDoesNotFitAndNamesTheKernel) {
   cudaFree(d);
 }
 
+// The build's kernels run on this GPU (make_cuda_ops checks this first, so a binary built
+// for another GPU fails with a message instead of "no kernel image" at its first launch).
+TEST(DeviceLimits, ThisBuildHasKernelsForThisGpu) {
+  const cuda::DeviceLimits& l = cuda::device_limits();
+  const Status s = cuda::check_kernel_image(l.device);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  const std::string caps = cuda::built_compute_caps();
+  EXPECT_NE(caps.find(std::to_string(l.cc_major) + "." + std::to_string(l.cc_minor)), std::string::npos) << caps;
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  const Status none = cuda::check_kernel_image(n);  // past the last device
+  EXPECT_FALSE(none.is_ok());
+  EXPECT_NE(none.message().find("no CUDA device"), std::string::npos) << none.message();
+  int cur = -1;
+  ASSERT_EQ(cudaGetDevice(&cur), cudaSuccess);
+  EXPECT_EQ(cur, l.device);  // the current device is put back
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // and no error left behind
+}
+
 }  // namespace
 }  // namespace tf

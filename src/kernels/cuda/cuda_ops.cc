@@ -23,6 +23,7 @@
 #include "kernels/cuda/cuda_mhc_pre.h"
 #include "kernels/cuda/cuda_sampling.h"
 #include "kernels/cuda/cuda_vision.h"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/pinned_upload.h"
@@ -556,6 +557,7 @@ Expected<std::unique_ptr<Ops>> make_cuda_ops(int device, int64_t exact_rows) {
                        " found)");
   if (exact_rows < 0 || exact_rows > cuda::kCublasMinRows)
     return invalid_argument("make_cuda_ops: exact_rows " + std::to_string(exact_rows) + " outside 0..64");
+  TF_RETURN_IF_ERROR(cuda::check_kernel_image(device));
   return CudaOps::create(device, exact_rows);
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "core/status.h"
 
@@ -37,6 +38,12 @@ bool smem_fits(size_t bytes, size_t static_bytes = 0);
 // (cudaFuncAttributeMaxDynamicSharedMemorySize). The error names `what`, the sizes and
 // the device's limit.
 Status set_dynamic_smem(const void* kernel, size_t bytes, const char* what);
+
+// Whether this build holds kernels `device` can run (kernel_image.cu); the error names the
+// GPU, its compute capability and the ones this build was compiled for.
+Status check_kernel_image(int device);
+// The compute capabilities this build's kernels were compiled for: "9.0", "9.0, 12.1".
+std::string built_compute_caps();
 
 template <typename... P>
 Status set_dynamic_smem(void (*kernel)(P...), size_t bytes, const char* what) {
