@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "engine/checkpoint_pages.h"
 #include "engine/engine_impl.h"
 #include "engine/load_progress.h"
 #include "engine/structured_output.h"
@@ -181,6 +182,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   } else {
     m.ops = make_cpu_ops();
   }
+  decide_checkpoint_pages(options.device, options.cuda_device);
   if (options.tp_comm && options.tp_comm->world_size() > 1) {
     if (options.tp_comm->rank() != 0) {
       return invalid_argument("the engine runs on rank 0 of a tensor-parallel world, not rank " +
@@ -227,7 +229,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (options.device == "cuda") {
     auto free = cuda_free_bytes(options.cuda_device);
     if (!free) return free.status().with_context("--device cuda: reading the GPU's free memory");
-    available = *free;
+    // A GPU sharing the host's memory (a DGX Spark) reports what is unused right now, not the
+    // page cache (e.g. the checkpoint just copied to it) that the kernel gives back on demand.
+    available = cuda_shares_host_memory(options.cuda_device) ? std::max(*free, available) : *free;
   }
 #endif
   MemoryPlanInput mem = memory_input(options, m.config, available, weight_bytes);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "engine/checkpoint_pages.h"
 #include "engine/step_broadcast.h"
 #include "kernels/cpu/cpu_ops.h"
 #if TF_HAVE_CUDA
@@ -185,6 +186,7 @@ Status serve_follower(const EngineOptions& options, Communicator& comm) {
   } else {
     ops = make_cpu_ops();
   }
+  decide_checkpoint_pages(options.device, options.cuda_device);
   TF_ASSIGN_OR_RETURN(Communicator * model_comm,
                       bind_model_comm(comm, options.model_comm.get(), options.device, *ops));
   // Rank 0 sends the setup once it planned its memory; its pool decides ours.

@@ -34,6 +34,16 @@ Expected<std::vector<TensorEntry>> parse_safetensors_header(std::string_view jso
                                                             const std::string& source,
                                                             std::map<std::string, std::string>* metadata = nullptr);
 
+// Whether a tensor view gives its file pages back to the OS when its last reference goes
+// (madvise + posix_fadvise DONTNEED over the pages it alone covers; the mapping stays, so a
+// later read faults the bytes in again). Off by default: on a GPU with its own memory the
+// page cache is free and makes the next start fast. On one that shares the host's memory
+// (a DGX Spark) the checkpoint's cached pages compete with the GPU's own allocations,
+// loading ~75 GB per rank would leave no room for the cache pool, so the engine turns
+// this on there (engine/checkpoint_pages.h).
+void set_release_checkpoint_pages(bool on);
+bool release_checkpoint_pages();
+
 // One memory-mapped .safetensors file. Tensors are zero-copy, read-only views
 // into the mapping; each holds a reference to it, so they stay valid after the
 // file object is gone (the weight loader hands them straight to the upload).
@@ -54,7 +64,8 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
-  std::shared_ptr<Storage> map_;  // the whole file; munmap when the last view goes
+  std::shared_ptr<Storage> map_;  // the whole file; munmap (and close fd_) when the last view goes
+  int fd_ = -1;                   // kept open for posix_fadvise (release_checkpoint_pages)
   const char* data_ = nullptr;    // start of the data section
   std::vector<TensorEntry> entries_;
   std::map<std::string, size_t> index_;

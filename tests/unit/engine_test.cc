@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -582,6 +583,34 @@ TEST_F(EngineTest, LmHeadIsCheckedAndServes) {
   auto refused = Engine::create(o);
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.status().message().find("LM_HEAD"), std::string::npos) << refused.status().to_string();
+}
+
+// TF_RELEASE_MODEL_PAGES=1 (what a GPU sharing the host's memory gets by itself): every view
+// of the checkpoint gives its file pages back when the loader is done with it; the engine
+// loads and serves the same greedy reply as with the pages kept (DENSE=q4: weights converted
+// at load, so the views are let go during it).
+TEST_F(EngineTest, ReleasingCheckpointPagesServesTheSameReply) {
+  EngineOptions o = demo_options();
+  o.parallel = 1;
+  o.context = 256;
+  o.dense = "q4";
+  std::vector<std::string> replies;
+  for (const char* release : {"0", "1"}) {
+    setenv("TF_RELEASE_MODEL_PAGES", release, 1);
+    auto e = Engine::create(o);
+    unsetenv("TF_RELEASE_MODEL_PAGES");
+    EXPECT_EQ(release_checkpoint_pages(), std::string(release) == "1");
+    ASSERT_TRUE(e.has_value()) << e.status().to_string();
+    Collector c;
+    ASSERT_TRUE((*e)->submit(request("pages", "The lighthouse keeper", 12, 0.0), c.sink()).is_ok());
+    ASSERT_TRUE(c.wait());
+    ASSERT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(c.finish[0].completion_tokens, 12);
+    replies.push_back(c.text[0]);
+  }
+  set_release_checkpoint_pages(false);
+  EXPECT_EQ(replies[0], replies[1]);
+  EXPECT_FALSE(replies[0].empty());
 }
 
 // An exllamav3-style conversion of the demo checkpoint (every linear outside the routed

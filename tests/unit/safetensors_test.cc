@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace tf {
 namespace {
@@ -33,6 +38,27 @@ class SafetensorsTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// Resident kB of the mapping that holds `p` (/proc/self/smaps), -1 if none does.
+int64_t resident_kb_of_mapping(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(in, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(' ') != std::string::npos &&
+        line.find('-') < line.find(' ')) {
+      inside = addr >= lo && addr < hi;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      std::istringstream fields(line.substr(4));
+      int64_t kb = -1;
+      fields >> kb;
+      return kb;
+    }
+  }
+  return -1;
+}
+
 TEST_F(SafetensorsTest, WriteThenReadRoundTrip) {
   Tensor a = Tensor::from_floats({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor b = Tensor::from_floats({4}, {0.5f, -1, 2, 448}).to_dtype(DType::kBF16);
@@ -53,6 +79,46 @@ TEST_F(SafetensorsTest, WriteThenReadRoundTrip) {
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.status().message().find("'c'"), std::string::npos);
   EXPECT_NE(missing.status().message().find("m.safetensors"), std::string::npos);
+}
+
+// With release_checkpoint_pages on (a GPU sharing the host's memory), a view gives its
+// pages back when its last reference goes: they leave this process (and the page cache),
+// and a later view of the same tensor reads the same bytes again. Off, they stay.
+TEST_F(SafetensorsTest, ReleasedViewsGiveTheirPagesBackAndReadAgain) {
+  const int64_t n = 1 << 18;  // 1 MiB of f32
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i % 1000) - 500.0f;
+  ASSERT_TRUE(write_safetensors(path("r.safetensors"), {{"w", Tensor::from_floats({n}, values)}}).is_ok());
+  const auto sum = [](const Tensor& t) {
+    double acc = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) acc += t.data<float>()[i];
+    return acc;
+  };
+  double expected = 0;
+  for (float v : values) expected += v;
+  for (bool release : {false, true}) {
+    set_release_checkpoint_pages(release);
+    auto f = SafetensorsFile::open(path("r.safetensors"));
+    ASSERT_TRUE(f) << f.status().to_string();
+    const void* where = nullptr;
+    {
+      auto t = (*f)->tensor("w");
+      ASSERT_TRUE(t);
+      where = t->raw();
+      EXPECT_EQ(sum(*t), expected);  // touches every page
+      EXPECT_GE(resident_kb_of_mapping(where), 1000) << "release " << release;
+    }
+    const int64_t after = resident_kb_of_mapping(where);
+    if (release)
+      EXPECT_LE(after, 16) << "the view's pages stayed in the process";  // header and boundary pages only
+    else
+      EXPECT_GE(after, 1000) << "kept: the mapping still holds them";
+    auto again = (*f)->tensor("w");
+    ASSERT_TRUE(again);
+    EXPECT_EQ(sum(*again), expected);
+    EXPECT_EQ(again->to_vector(), values);
+  }
+  set_release_checkpoint_pages(false);
 }
 
 TEST_F(SafetensorsTest, TruncatedFileNamesFileAndTensor) {

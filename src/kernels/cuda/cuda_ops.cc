@@ -566,6 +566,15 @@ CUstream_st* cuda_ops_stream(const Ops& ops) {
   return cuda_ops != nullptr ? cuda_ops->stream() : nullptr;
 }
 
+bool cuda_shares_host_memory(int device) {
+  int integrated = 0;
+  if (cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return integrated != 0;
+}
+
 Expected<int64_t> cuda_free_bytes(int device) {
   if (device < 0 || device >= cuda::device_count())
     return unavailable("no CUDA device " + std::to_string(device));

@@ -19,6 +19,9 @@ namespace tf {
 Expected<std::unique_ptr<Ops>> make_cuda_ops(int device = 0, int64_t exact_rows = 64);
 // Free memory on GPU `device` (what the cache pool and the weights are planned from).
 Expected<int64_t> cuda_free_bytes(int device = 0);
+// Whether GPU `device` allocates from the host's RAM (an integrated GPU: a DGX Spark's GB10,
+// Jetson); its free memory then leaves out the page cache the kernel would give back.
+bool cuda_shares_host_memory(int device = 0);
 // The stream the CUDA ops enqueue everything on (nullptr for another backend):
 // tensor-parallel collectives run on it so that they follow the ops that produced
 // their input without a host synchronisation (NcclCommunicator::set_stream).
