@@ -116,14 +116,18 @@ namespace {
 
 std::atomic<bool> g_release_pages{false};
 
-// Drops this process's mapping of the whole pages inside [offset, offset + bytes) and
-// asks the kernel to evict them from the page cache (pages shared with a neighbour stay).
-void give_back_pages(char* base, int fd, size_t offset, size_t bytes) {
+// Drops this process's mapping of the whole pages inside [offset, offset + bytes) of the
+// file `path` mapped at `base`, and asks the kernel to evict them from the page cache
+// (pages shared with a neighbour stay).
+void give_back_pages(char* base, const std::string& path, size_t offset, size_t bytes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t begin = (offset + page - 1) / page * page, end = (offset + bytes) / page * page;
   if (end <= begin) return;
   (void)madvise(base + begin, end - begin, MADV_DONTNEED);  // file-backed, never written: refaults from the file
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
   (void)posix_fadvise(fd, static_cast<off_t>(begin), static_cast<off_t>(end - begin), POSIX_FADV_DONTNEED);
+  ::close(fd);
 }
 
 }  // namespace
@@ -145,19 +149,12 @@ Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
     return invalid_argument(path + ": file is " + std::to_string(size) + " bytes, too short for a safetensors header");
   }
   void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED) {
-    const int err = errno;
-    ::close(fd);
-    return internal_error(path + ": mmap failed (" + std::strerror(err) + ")");
-  }
+  ::close(fd);
+  if (map == MAP_FAILED) return internal_error(path + ": mmap failed (" + std::strerror(errno) + ")");
 
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  f->fd_ = fd;
-  f->map_ = std::make_shared<Storage>(map, size, Device::cpu(), [size, fd](void* p) {
-    munmap(p, size);
-    ::close(fd);
-  });
+  f->map_ = std::make_shared<Storage>(map, size, Device::cpu(), [size](void* p) { munmap(p, size); });
   const auto* bytes = static_cast<const unsigned char*>(map);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
@@ -201,8 +198,8 @@ Expected<Tensor> SafetensorsFile::tensor(const std::string& name) const {
   // Its own storage over the range, which keeps the mapping and gives the pages back when it goes.
   const size_t bytes = e->data_end - e->data_begin;
   auto range = std::make_shared<Storage>(const_cast<char*>(p), bytes, Device::cpu(),
-                                         [map = map_, fd = fd_, offset, bytes](void*) {
-                                           give_back_pages(static_cast<char*>(map->data()), fd, offset, bytes);
+                                         [map = map_, path = path_, offset, bytes](void*) {
+                                           give_back_pages(static_cast<char*>(map->data()), path, offset, bytes);
                                          });
   return Tensor::on_storage(range, 0, e->shape, e->dtype);
 }

@@ -64,8 +64,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
-  std::shared_ptr<Storage> map_;  // the whole file; munmap (and close fd_) when the last view goes
-  int fd_ = -1;                   // kept open for posix_fadvise (release_checkpoint_pages)
+  std::shared_ptr<Storage> map_;  // the whole file; munmap when the last view goes
   const char* data_ = nullptr;    // start of the data section
   std::vector<TensorEntry> entries_;
   std::map<std::string, size_t> index_;
