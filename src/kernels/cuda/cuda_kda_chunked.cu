@@ -395,16 +395,19 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
     kda_recurrent(ctx, out, q, k, v, g, beta, state);
     return;
   }
-  const bool mma_intra = f.intra != KdaForms::kScalar, split_state = f.split_state;
+  const bool split_state = f.split_state;
   auto raise = [](Status s) {
     if (!s.is_ok()) throw StatusError(s);
   };
-  if (f.intra == KdaForms::kMma)
-    raise(set_dynamic_smem(kda::kda_intra_mma_kernel<true>, kda::kMmaIntraSmem, "kda_chunked (intra-chunk)"));
-  else if (f.intra == KdaForms::kMmaSmall)
-    raise(set_dynamic_smem(kda::kda_intra_mma_kernel<false>, kda::kMmaIntraSmallSmem, "kda_chunked (intra-chunk)"));
-  else
-    raise(set_dynamic_smem(kda_intra_kernel, kIntraSmem, "kda_chunked (intra-chunk)"));
+  // The three intra kernels take the same arguments and 256 threads.
+  static_assert(kIntraThreads == kda::kMmaIntraThreads);
+  auto* intra_kernel = f.intra == KdaForms::kMma        ? kda::kda_intra_mma_kernel<true>
+                       : f.intra == KdaForms::kMmaSmall ? kda::kda_intra_mma_kernel<false>
+                                                        : kda_intra_kernel;
+  const size_t intra_smem = f.intra == KdaForms::kMma        ? kda::kMmaIntraSmem
+                            : f.intra == KdaForms::kMmaSmall ? kda::kMmaIntraSmallSmem
+                                                             : kIntraSmem;
+  raise(set_dynamic_smem(intra_kernel, intra_smem, "kda_chunked (intra-chunk)"));
   if (split_state) {
     raise(set_dynamic_smem(kda::kda_state_split_kernel, kda::kSplitSmem, "kda_chunked (state)"));
     raise(set_dynamic_smem(kda::kda_out_kernel, kda::kOutSmem, "kda_chunked (out)"));
@@ -418,18 +421,9 @@ void kda_chunked(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k
   for (int64_t c = 0; c < chunks; c += group) {
     const int64_t nc = std::min(group, chunks - c);
     const dim3 grid(static_cast<unsigned>(nc), static_cast<unsigned>(h));
-    if (f.intra == KdaForms::kMma)
-      kda::kda_intra_mma_kernel<true><<<grid, kda::kMmaIntraThreads, kda::kMmaIntraSmem, ctx.stream>>>(
-          sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
-          static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
-    else if (mma_intra)
-      kda::kda_intra_mma_kernel<false><<<grid, kda::kMmaIntraThreads, kda::kMmaIntraSmallSmem, ctx.stream>>>(
-          sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
-          static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
-    else
-      kda_intra_kernel<<<grid, kIntraThreads, kIntraSmem, ctx.stream>>>(
-          sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
-          static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
+    intra_kernel<<<grid, kIntraThreads, intra_smem, ctx.stream>>>(
+        sp, q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), t, c,
+        static_cast<int>(h), static_cast<int>(dk), static_cast<int>(dv), qscale);
     check_launch("kda_chunked (intra-chunk)");
     if (split_state) {
       kda::kda_state_split_kernel<<<dim3(static_cast<unsigned>(h),

@@ -65,10 +65,13 @@ __host__ __device__ inline size_t align16(size_t x) { return (x + 15) / 16 * 16;
 
 // Shared memory (bytes) for `heads` heads of width r and w indices per row. The sort's
 // slots alias the region before p_hi (used only after the sort).
-__host__ __device__ inline Layout layout(int heads, int r, int64_t w, int threads = kThreads, bool q_regs = false) {
+// The form of `threads` threads: q in shared memory (kThreads) or in registers (kSmallThreads).
+__host__ __device__ constexpr bool q_in_registers(int threads) { return threads == kSmallThreads; }
+
+__host__ __device__ inline Layout layout(int heads, int r, int64_t w, int threads = kThreads) {
   Layout m{};
   const size_t ldq = static_cast<size_t>(r) + 8, ks = threads / 32 / (heads / 16);
-  const size_t q_bytes = q_regs ? 0 : heads * ldq * 2;
+  const size_t q_bytes = q_in_registers(threads) ? 0 : heads * ldq * 2;
   m.q_hi = 0;
   m.q_lo = m.q_hi + q_bytes;
   m.lat = m.q_lo + q_bytes;
@@ -115,7 +118,7 @@ __device__ __forceinline__ uint4 widen_fp8(uint2 v) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-template <typename T, int Threads, bool QRegs>
+template <typename T, int Threads>
 __global__ void __launch_bounds__(Threads, 1)
     mla_mma_kernel(float* __restrict__ out, const float* __restrict__ q, Pages c, const int32_t* __restrict__ indices,
                    int w, int heads, int r, int padded, float scale, bool sort_tokens) {
@@ -124,7 +127,8 @@ __global__ void __launch_bounds__(Threads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kThr = Threads, kWarps = Threads / 32;
   constexpr int kPre = kTile * (kMaxWidth / 8) / Threads;  // latent chunks a thread gathers per tile
-  const Layout L = layout(heads, r, w, Threads, QRegs);
+  constexpr bool QRegs = q_in_registers(Threads);
+  const Layout L = layout(heads, r, w, Threads);
   const int ldq = r + 8;
   __nv_bfloat16* qh = reinterpret_cast<__nv_bfloat16*>(smem + L.q_hi);
   __nv_bfloat16* ql = reinterpret_cast<__nv_bfloat16*>(smem + L.q_lo);
@@ -363,11 +367,12 @@ std::atomic<bool>& mla_prefill_sort_tokens() {
 
 namespace {
 
-// Whether the form of `threads` (q in registers or not) covers the shape on this GPU.
-bool form_fits(int64_t heads, int64_t width, int64_t indices_per_row, int threads, bool q_regs) {
+// Whether the form of `threads` covers the shape on this GPU.
+bool form_fits(int64_t heads, int64_t width, int64_t indices_per_row, int threads) {
+  const bool q_regs = q_in_registers(threads);
   const int64_t kw = width * (heads / 16) / (threads / 32);  // K slice of S = O columns per warp
   if (kw <= 0 || kw % 16 != 0 || kw > 8 * kMaxColTiles || (q_regs && kw > 16 * kMaxQSteps)) return false;
-  const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row, threads, q_regs);
+  const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row, threads);
   return smem_fits(m.total, 1024) && static_cast<size_t>(latent_sort_slots(indices_per_row)) * 4 <= m.p_hi;
 }
 
@@ -378,8 +383,8 @@ int mma_form(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_
   if (heads != 16 && heads != 32 && heads != 64) return 0;
   if (width <= 0 || width % 16 != 0 || width > kMaxWidth) return 0;
   if (indices_per_row <= 0 || indices_per_row > (int64_t{1} << 14)) return 0;
-  if (form_fits(heads, width, indices_per_row, kThreads, false)) return kThreads;
-  if (form_fits(heads, width, indices_per_row, kSmallThreads, true)) return kSmallThreads;
+  for (const int threads : {kThreads, kSmallThreads})
+    if (form_fits(heads, width, indices_per_row, threads)) return threads;
   return 0;
 }
 
@@ -408,8 +413,7 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
   if (cache.dtype == DType::kF8E4M3 && cache.scales == nullptr)
     throw StatusError(invalid_argument(std::string(op) + ": an fp8 cache needs its scales"));
   const int padded = latent_sort_slots(w);
-  const bool q_regs = threads == kSmallThreads;
-  const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w, threads, q_regs).total;
+  const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w, threads).total;
   const Pages pg{cache.pages, cache.scales, cache.page_table, cache.page_size, cache.page_stride, cache.num_tokens};
   auto launch = [&](auto kernel) {
     if (const Status s = set_dynamic_smem(kernel, smem, op); !s.is_ok()) throw StatusError(s);
@@ -419,11 +423,10 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
                                                                     scale, mla_prefill_sort_tokens().load());
   };
   const bool bf16 = cache.dtype == DType::kBF16;
-  if (q_regs)
-    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kSmallThreads, true>)
-         : launch(mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads, true>);
+  if (threads == kSmallThreads)
+    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kSmallThreads>) : launch(mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads>);
   else
-    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kThreads, false>) : launch(mla_mma_kernel<__nv_fp8_e4m3, kThreads, false>);
+    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kThreads>) : launch(mla_mma_kernel<__nv_fp8_e4m3, kThreads>);
   check_launch(op);
   return true;
 }

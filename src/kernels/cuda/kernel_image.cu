@@ -36,10 +36,10 @@ Status check_kernel_image(int device) {
   cudaFuncAttributes fa{};
   const cudaError_t e = cudaFuncGetAttributes(&fa, kernel_image_probe);
   (void)cudaGetLastError();  // clear it: later calls must not see this error
-  cudaDeviceProp p{};
-  const bool named = cudaGetDeviceProperties(&p, device) == cudaSuccess;
   (void)cudaSetDevice(prev);
   if (e == cudaSuccess) return Status::ok();
+  cudaDeviceProp p{};
+  const bool named = cudaGetDeviceProperties(&p, device) == cudaSuccess;
   return unimplemented(
       "GPU " + std::to_string(device) + (named ? std::string(" (") + p.name + ", compute capability " +
                                                      std::to_string(p.major) + "." + std::to_string(p.minor) + ")"
