@@ -8,15 +8,17 @@
 // kUndecided (random rows: essentially never; the counts are printed). Raw
 // logprobs: the device sums exp() in another order, so they may differ from the
 // host's in the last float bits: tolerance 2e-6 * max(1, |logprob|).
-// The kernel's row walks (TF_SAMPLE_ROWS=v1|strided|vec4|cluster2|4|8, cuda_sampling.cu)
-// are compared with v1 on rows of widths 1..9 and others, odd widths (every 16-byte
+// The kernel's row walks (TF_SAMPLE_ROWS=v1|strided|vec4|cluster2|4|8, cuda_sampling.cu,
+// and grid, cuda_sampling_grid.cu, the default for few rows without logprobs) are
+// compared with v1 on rows of widths 1..9 and others, odd widths (every 16-byte
 // misalignment of the row start), ties across 4-element groups and NaN/+inf in the
-// scalar head and tail: bit for bit, but vec4 in tokens (its double sums run in
-// another order).
+// scalar head and tail: bit for bit, but vec4 and grid in tokens (their double sums
+// run in another order).
 // Lines "[sampling] ..." and "[sampling-bench] ..." summarise for the GPU log.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,9 +45,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kModelVocab = 154880;
 constexpr int32_t kModelTextVocab = 154820;
-// The kernel's row walks (TF_SAMPLE_ROWS); all but vec4 give v1's bits.
-constexpr const char* kWalks[] = {"v1", "strided", "vec4", "cluster2", "cluster4", "cluster8"};
-constexpr size_t kVec4Walk = 2;
+// The kernel's row walks (TF_SAMPLE_ROWS); all but vec4 and grid give v1's bits.
+constexpr const char* kWalks[] = {"v1", "strided", "vec4", "cluster2", "cluster4", "cluster8", "grid"};
+bool sums_in_another_order(const char* walk) {
+  return std::string(walk) == "vec4" || std::string(walk) == "grid";
+}
 
 // TF_SAMPLE_ROWS for one scope (the op reads it at every call); restores the caller's.
 class ScopedWalk {
@@ -204,8 +208,8 @@ class CudaSampleRows : public CpuCudaTest {
                      std::to_string(r));
         const SampleRowResult& v1 = dev[0][r];
         for (size_t w = 1; w < std::size(kWalks); ++w) {
-          if (w == kVec4Walk) {
-            EXPECT_TRUE(same_tokens(dev[w][r], v1)) << "vec4 differs from v1";
+          if (sums_in_another_order(kWalks[w])) {
+            EXPECT_TRUE(same_tokens(dev[w][r], v1)) << kWalks[w] << " differs from v1";
           } else {
             EXPECT_TRUE(same_result(dev[w][r], v1)) << kWalks[w] << " differs from v1";
           }
@@ -377,6 +381,63 @@ TEST_F(CudaSampleRows, WalksAgreeOnEdgeRows) {
   check_walks(flat_rows, 0, "flat rows, few finite values");
 }
 
+// One call whose rows each take other passes (greedy, temperature, top_k, top_p,
+// min_p, all of them, a NaN row, a fully masked row): the grid kernel runs the passes
+// any row needs for every row, and each row must still give the CPU op's status and
+// the host's token; then the same rows 96 times over (one call of 672 rows: too many
+// for the grid, the one-block kernel takes it) must give the same results.
+TEST_F(CudaSampleRows, GridCallsMixRowKinds) {
+  const std::vector<ParamCase> grid = param_grid();
+  std::vector<SamplingParams> kinds;
+  for (const ParamCase& pc : grid)
+    if (!pc.p.logprobs) kinds.push_back(pc.p);
+  ASSERT_GE(kinds.size(), 7u);
+  for (int copies : {1, 96}) {
+    std::vector<std::vector<float>> host_rows;
+    std::vector<SampleRowParams> params;
+    std::vector<SamplingParams> used;
+    uint32_t s = 7;
+    for (int c = 0; c < copies; ++c)
+      for (size_t k = 0; k < 7; ++k, ++s) {
+        const SamplingParams& sp = kinds[(k * 3 + static_cast<size_t>(c)) % kinds.size()];
+        std::vector<float> row = make_row(kModelVocab, kKinds[s % std::size(kKinds)], s * 7919u);
+        if (k == 5) row[1234] = NAN;
+        if (k == 6) std::fill(row.begin(), row.end(), -INFINITY);
+        host_rows.push_back(std::move(row));
+        auto d = device_row_params(sp, 0xC0FFEEull + s, 300 + s, {}, kModelTextVocab);
+        ASSERT_TRUE(d.has_value());
+        params.push_back(*d);
+        used.push_back(sp);
+      }
+    const auto b = static_cast<int64_t>(host_rows.size());
+    std::vector<float> flat;
+    for (const auto& r : host_rows) flat.insert(flat.end(), r.begin(), r.end());
+    const Tensor batch = gpu_->to_device(Tensor::from_floats({b, kModelVocab}, flat));
+    std::vector<Tensor> dev_rows, cpu_rows;
+    for (int64_t r = 0; r < b; ++r) {
+      dev_rows.push_back(batch.select(0, r));
+      cpu_rows.push_back(Tensor::from_floats({kModelVocab}, host_rows[static_cast<size_t>(r)]));
+    }
+    std::vector<SampleRowResult> dev(static_cast<size_t>(b)), ref(static_cast<size_t>(b));
+    gpu_->sample_rows(dev, dev_rows, params);
+    cpu_->sample_rows(ref, cpu_rows, params);
+    int decided = 0;
+    for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
+      SCOPED_TRACE("copies " + std::to_string(copies) + " row " + std::to_string(r));
+      if (dev[r].status == SampleRowStatus::kUndecided || ref[r].status == SampleRowStatus::kUndecided) continue;
+      EXPECT_EQ(dev[r].status, ref[r].status);
+      if (dev[r].status != SampleRowStatus::kOk) continue;
+      auto host = host_sample(host_rows[r], kModelTextVocab, used[r], params[r].seed, params[r].position);
+      ASSERT_TRUE(host.has_value());
+      EXPECT_EQ(dev[r].token, host->token);
+      EXPECT_EQ(dev[r].token, ref[r].token);
+      ++decided;
+    }
+    EXPECT_GE(decided, 5 * copies);  // every row but the NaN and the masked one
+    std::printf("[sampling] mixed rows in one call: %lld rows, %d decided\n", static_cast<long long>(b), decided);
+  }
+}
+
 // Device sampling (each walk: v1 = session 10's loads, strided = the default, vec4,
 // cluster = a cluster of blocks a row, sized by B) vs download + host sampling, per step, at B = 1 and 64. Wall time of a whole call
 // (upload, kernel, download, sync); the "call overhead" line is that of a 33-token
@@ -432,7 +493,7 @@ TEST_F(CudaSampleRows, Benchmark) {
         params.push_back(*device_row_params(p, static_cast<uint64_t>(r), 5, {}, kModelTextVocab));
         seqs.push_back(std::make_unique<SequenceSampler>(sp, prompt, std::vector<int32_t>{}, static_cast<uint32_t>(r)));
       }
-      const char* walks[] = {"v1", "strided", "vec4", "cluster"};
+      const char* walks[] = {"v1", "strided", "vec4", "cluster", "grid"};
       double dev_us[std::size(walks)] = {};
       std::vector<SampleRowResult> first(static_cast<size_t>(b));
       for (size_t w = 0; w < std::size(walks); ++w) {
@@ -467,9 +528,9 @@ TEST_F(CudaSampleRows, Benchmark) {
       down_us /= std::max(1, host_iters);
       host_us /= std::max(1, host_iters);
       std::printf("[sampling-bench] %-18s B=%-3lld device v1 %8.1f | strided %8.1f | vec4 %8.1f | cluster %8.1f "
-                  "us/step | download %9.1f us + host %9.1f us = %9.1f us/step\n",
-                  mode.name, static_cast<long long>(b), dev_us[0], dev_us[1], dev_us[2], dev_us[3], down_us, host_us,
-                  down_us + host_us);
+                  "| grid %8.1f us/step | download %9.1f us + host %9.1f us = %9.1f us/step\n",
+                  mode.name, static_cast<long long>(b), dev_us[0], dev_us[1], dev_us[2], dev_us[3], dev_us[4], down_us,
+                  host_us, down_us + host_us);
       std::fflush(stdout);
     }
   }

@@ -1,5 +1,7 @@
 // Device sampling: one block of kThreads threads per logits row, several passes
-// over the row (it stays in L2: 620 KB for a 154,880-token vocabulary).
+// over the row (it stays in L2: 620 KB for a 154,880-token vocabulary). Calls of a
+// few rows without logprobs go to the grid kernel instead (cuda_sampling_grid.cu: the
+// same passes with each row spread over many blocks).
 //
 //   1. raw pass: NaN/+inf check and the argmax (value, lowest id);
 //   greedy rows stop here. Sampled rows:
@@ -48,6 +50,8 @@
 #include "kernels/api/counter_hash.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_sampling_grid.h"
+#include "kernels/cuda/cuda_sampling_row.cuh"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/launch_kernel_ex.cuh"
 
@@ -55,11 +59,9 @@ namespace tf::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace sampling;  // NOLINT: the row pieces shared with the grid kernel
 
 constexpr int kThreads = 1024;
-// The largest Gumbel variate hash_to_open_unit allows is < 36.8 (u <= 1 - 2^-53).
-constexpr double kMaxGumbel = 37.5;
-constexpr double kLn2 = 0.69314718055994530942;
 constexpr int kWarps = kThreads / 32;
 // Top-n logprob candidates ranked in shared memory (per block); more (ties) take the
 // block-argmax loop.
@@ -189,49 +191,11 @@ __device__ __forceinline__ void walk_row(const float* __restrict__ x, int64_t li
   walk_strided<G::kLoads>(x, lim, G::vt(), f);
 }
 
-struct RowJob {
-  const float* x;
-  int64_t n;
-  SampleRowParams p;
-};
 struct LaunchArgs {
   const RowJob* jobs;
   SampleRowResult* results;
 };
 
-// (value, id) with "better" = larger value, then lower id; id -1 = none.
-struct ArgBest {
-  float v;
-  int64_t id;
-};
-__device__ __forceinline__ bool better(float v1, int64_t i1, float v2, int64_t i2) {
-  if (i2 < 0) return i1 >= 0;
-  if (i1 < 0) return false;
-  return v1 > v2 || (v1 == v2 && i1 < i2);
-}
-__device__ __forceinline__ ArgBest combine(ArgBest a, ArgBest b) { return better(a.v, a.id, b.v, b.id) ? a : b; }
-
-// Best key, its id, and the runner-up key.
-struct KeyBest {
-  double best;
-  int64_t id;
-  double second;
-};
-__device__ __forceinline__ KeyBest combine(KeyBest a, KeyBest b) {
-  const bool a_wins = a.id >= 0 && (b.id < 0 || a.best > b.best || (a.best == b.best && a.id < b.id));
-  KeyBest w = a_wins ? a : b, l = a_wins ? b : a;
-  w.second = fmax(w.second, l.id >= 0 ? l.best : -INFINITY);
-  w.second = fmax(w.second, l.second);
-  return w;
-}
-
-__device__ __forceinline__ ArgBest shfl(ArgBest a, int o) {
-  return {__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.id, o)};
-}
-__device__ __forceinline__ KeyBest shfl(KeyBest a, int o) {
-  return {__shfl_xor_sync(0xffffffffu, a.best, o), __shfl_xor_sync(0xffffffffu, a.id, o),
-          __shfl_xor_sync(0xffffffffu, a.second, o)};
-}
 
 // Row-wide combine of a struct (fixed order; every thread gets the result).
 // scratch[w] keeps (local) warp w's combine until the next call with the same scratch.
@@ -259,19 +223,7 @@ __device__ T group_reduce(T v, Op op, T* scratch) {
   return r;
 }
 
-__device__ __forceinline__ uint32_t order_key(float v) { return float_order_key(__float_as_uint(v)); }
 
-struct Processing {
-  bool scale;
-  float temperature;
-  float threshold;  // values below are removed (min_p, top_k, top_p as found)
-  __device__ float value(float raw) const { return scale ? __fdiv_rn(raw, temperature) : raw; }
-  // The processed value, or -inf when removed.
-  __device__ float kept(float raw) const {
-    const float v = value(raw);
-    return v >= threshold ? v : -INFINITY;
-  }
-};
 
 struct Candidate {
   float v;
@@ -631,41 +583,11 @@ __device__ void sample_row(const RowJob& job, SampleRowResult* out, Shared& sh) 
       if (sh.undecided) return finish(SampleRowStatus::kUndecided, -1);
       if (t > pr.threshold) pr.threshold = t;
     }
-    // 5. Gumbel-max over the kept tokens. As on the host (sampler.cc), the two
-    // logarithms are computed only where a token can come near the key of the
-    // argmax token (best0, a lower bound of the winner's key): E = -log(u) >= w = 1 - u,
-    // so floor(log2(w)) * ln2 > x + 1e-6 (x = v - best0) proves key < best0 - 1e-6.
-    // Such a token can neither win nor be within gumbel_margin of the winner, as long
-    // as that margin is below 1e-6 (keys below ~1e6: skipping is off beyond).
-    const uint64_t pos = static_cast<uint64_t>(p.position);
-    const double u0 = hash_to_open_unit(counter_hash(p.seed, pos, static_cast<uint64_t>(raw.id)));
-    const double best0 = __dadd_rn(static_cast<double>(pmax), -log(-log(u0)));
-    const bool skipping = gumbel_margin(fabs(static_cast<double>(pmax)) + 40.0) < 1e-7;
-    // counter_hash(seed, pos, i) = splitmix64(row_hash ^ i): the first two rounds once a row.
-    const uint64_t row_hash = splitmix64(splitmix64(p.seed) ^ pos);
+    // 5. Gumbel-max over the kept tokens (gumbel_consider, cuda_sampling_row.cuh).
+    const GumbelRow gr = gumbel_row(p, pmax, raw.id);
     KeyBest kb{-INFINITY, -1, -INFINITY};
     walk_row<G>(x, lim, [&](int64_t i, float raw_v, bool valid) {
-      if (!valid) return;
-      const float v = pr.kept(raw_v);
-      if (v == -INFINITY) return;
-      const double xd = static_cast<double>(v) - best0;
-      if (skipping && xd < -kMaxGumbel) return;  // (before the hash: it needs no u)
-      const double u = G::kWalk == Walk::kV1
-                           ? hash_to_open_unit(counter_hash(p.seed, pos, static_cast<uint64_t>(i)))
-                           : hash_to_open_unit(splitmix64(row_hash ^ static_cast<uint64_t>(i)));
-      if (skipping) {
-        const double w = 1.0 - u;  // exact: u is a multiple of 2^-53 in (0, 1)
-        const int e2 = static_cast<int>((__double_as_longlong(w) >> 52) & 0x7FF) - 1023;
-        if (e2 * kLn2 > xd + 1e-6) return;
-      }
-      const double key = __dadd_rn(static_cast<double>(v), -log(-log(u)));
-      if (kb.id < 0 || key > kb.best) {  // ascending ids per thread: equal keys keep the lower id
-        kb.second = kb.id < 0 ? kb.second : kb.best;
-        kb.best = key;
-        kb.id = i;
-      } else if (key > kb.second) {
-        kb.second = key;
-      }
+      if (valid) gumbel_consider(gr, i, pr.kept(raw_v), kb);
     });
     kb = group_combine<G>(kb, sh.key);
     if (kb.id < 0) return finish(SampleRowStatus::kNothingLeft, -1);
@@ -708,13 +630,17 @@ void launch_rows(CudaContext& ctx, unsigned rows, LaunchArgs a) {
   if (!launched.is_ok()) throw StatusError(launched);
 }
 
-// TF_SAMPLE_ROWS: v1 (session 10's loads), strided (the default), vec4 (16-byte
-// loads), all one block a row; cluster (strided on a cluster of 8 blocks a row up to 16
-// rows, 4 up to 32, 2 up to 66, else one block) or cluster2|4|8 (that size). Read at
-// every call, so tests and benches compare them in one process.
-void launch_for_env(CudaContext& ctx, unsigned rows, LaunchArgs a) {
+// TF_SAMPLE_ROWS: unset, the grid kernel where it takes the call (cuda_sampling_grid.h:
+// up to 16 rows without logprobs, at least one sampled), else strided; v1
+// (session 10's loads), strided, vec4 (16-byte loads), all one block a row; cluster
+// (strided on a cluster of 8 blocks a row up to 16 rows, 4 up to 32, 2 up to 66, else
+// one block) or cluster2|4|8 (that size); grid (the grid kernel where it takes the
+// call, as unset). Read at every call, so tests and benches compare them in one process.
+void launch_for_env(CudaContext& ctx, std::span<const RowJob> jobs, LaunchArgs a) {
+  const auto rows = static_cast<unsigned>(jobs.size());
   const char* e = std::getenv("TF_SAMPLE_ROWS");
   const std::string walk = e != nullptr ? e : "";
+  if ((walk.empty() || walk == "grid") && sample_rows_grid(ctx, jobs, a.jobs, a.results)) return;
   if (walk == "v1") return launch_rows<Walk::kV1, 1>(ctx, rows, a);
   if (walk == "vec4") return launch_rows<Walk::kVec4, 1>(ctx, rows, a);
   int cluster = 1;
@@ -747,8 +673,7 @@ void sample_rows(CudaContext& ctx, std::span<SampleRowResult> out, std::span<con
   const auto bytes = static_cast<int64_t>(jobs.size() * sizeof(RowJob));
   Tensor dev_jobs = ctx.upload(jobs.data(), bytes);
   Tensor dev_out = ctx.scratch(static_cast<int64_t>(out.size() * sizeof(SampleRowResult)));
-  launch_for_env(ctx, static_cast<unsigned>(rows.size()),
-                 {static_cast<const RowJob*>(dev_jobs.raw()), static_cast<SampleRowResult*>(dev_out.raw())});
+  launch_for_env(ctx, jobs, {static_cast<const RowJob*>(dev_jobs.raw()), static_cast<SampleRowResult*>(dev_out.raw())});
   const Status copied = cuda_status(cudaMemcpyAsync(out.data(), dev_out.raw(), out.size() * sizeof(SampleRowResult),
                                                     cudaMemcpyDeviceToHost, ctx.stream),
                                     "sample_rows download");

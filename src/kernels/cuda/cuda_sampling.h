@@ -1,5 +1,6 @@
 // The CUDA Ops::sample_rows (kernels/api/sample_rows.h): one thread block per
-// row; only the SampleRowResult array is copied back to the host.
+// row, or many per row for calls of a few rows (cuda_sampling_grid.h); only the
+// SampleRowResult array is copied back to the host.
 #pragma once
 
 #include <span>
