@@ -2,15 +2,18 @@
 // the same name: argument names and defaults, what an Undefined input gives, and that map/select/
 // selectattr/reverse return one-shot iterators (truthy, no len()) rather than lists.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 
 #include "text/jinja_builtins.h"
 #include "text/jinja_ops.h"
 #include "text/jinja_strings.h"
+#include "text/jinja_text_filters.h"
 
 namespace tf::jinja {
 namespace {
@@ -75,11 +78,6 @@ CallArgs rest_args(CallArgs& args, size_t from) {
   return rest;
 }
 
-std::string require_string_arg(const Value& v, const char* what) {
-  if (!v.is_string()) throw JinjaError(std::string("TypeError: ") + what + " must be a string");
-  return v.str();
-}
-
 // select/reject/selectattr/rejectattr share this: args are (value, [attribute,] test, test args...).
 Value select_impl(const Value& input, CallArgs& args, bool with_attr, bool keep_on) {
   // jinja2's select_or_reject starts with `if value:`: a falsy input (None, 0, "", []) selects nothing
@@ -105,21 +103,6 @@ Value select_impl(const Value& input, CallArgs& args, bool with_attr, bool keep_
   return Value::iterator(std::move(out));
 }
 
-std::vector<std::string> splitlines(const std::string& s) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == '\x1c' || c == '\x1d' || c == '\x1e') {
-      lines.push_back(s.substr(start, i - start));
-      if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-      start = i + 1;
-    }
-  }
-  if (start < s.size()) lines.push_back(s.substr(start));
-  return lines;
-}
-
 Value aggregate(const Value& input, CallArgs& args, bool want_max) {
   ArgBinder b(want_max ? "max" : "min", args, {"case_sensitive", "attribute"});
   bool cs = b.get(0, Value(false)).truthy();
@@ -135,47 +118,123 @@ Value aggregate(const Value& input, CallArgs& args, bool want_max) {
   return items[best];
 }
 
-Value to_int(const Value& v, const Value& fallback, int base) {
-  if (v.is_bool() || v.is_int()) return Value(v.as_int());
-  if (v.is_float()) {
-    if (!std::isfinite(v.as_double())) return fallback;
-    return Value(v.as_int());
+// Python's int(text, base): surrounding whitespace, a sign, the 0x/0o/0b prefix of the base (any
+// of them for base 0), single underscores between digits. nullopt where Python raises ValueError.
+std::optional<int64_t> parse_python_int(const std::string& text, int64_t base) {
+  if (base != 0 && (base < 2 || base > 36)) return std::nullopt;
+  std::string s = py_strip(text, std::nullopt, true, true);
+  size_t i = 0;
+  bool negative = i < s.size() && s[i] == '-';
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  bool after_prefix = false;
+  if (i + 1 < s.size() && s[i] == '0') {
+    char p = static_cast<char>(s[i + 1] | 0x20);
+    int64_t prefixed = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (prefixed && (base == 0 || base == prefixed)) {
+      base = prefixed;
+      i += 2;
+      after_prefix = true;
+    }
   }
+  bool decimal_auto = base == 0;  // base 0 without a prefix: decimal, and no leading zeros
+  if (decimal_auto) base = 10;
+  uint64_t magnitude = 0;
+  bool any_digit = false, nonzero = false, leading_zero = false;
+  for (; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '_') {
+      if (!(any_digit || after_prefix) || i + 1 >= s.size() || s[i + 1] == '_') return std::nullopt;
+      continue;
+    }
+    int digit = std::isdigit(static_cast<unsigned char>(c))   ? c - '0'
+                : std::isalpha(static_cast<unsigned char>(c)) ? (c | 0x20) - 'a' + 10
+                                                              : 99;
+    if (digit >= base) return std::nullopt;
+    if (!any_digit && digit == 0) leading_zero = true;
+    nonzero = nonzero || digit != 0;
+    any_digit = true;
+    if (__builtin_mul_overflow(magnitude, static_cast<uint64_t>(base), &magnitude) ||
+        __builtin_add_overflow(magnitude, static_cast<uint64_t>(digit), &magnitude) ||
+        magnitude > uint64_t{1} << 63 || (!negative && magnitude == uint64_t{1} << 63))
+      throw JinjaError("OverflowError: integer result does not fit in 64 bits");
+  }
+  if (!any_digit || (decimal_auto && leading_zero && nonzero)) return std::nullopt;
+  return negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+}
+
+// Python's float(text): surrounding whitespace, a sign, decimal digits (single underscores between
+// them) with an optional exponent, or inf / infinity / nan in any case. No hexadecimal.
+std::optional<double> parse_python_float(const std::string& text) {
+  std::string s = py_strip(text, std::nullopt, true, true);
+  std::string cleaned;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '_') {
+      cleaned.push_back(s[i]);
+      continue;
+    }
+    bool between_digits = i > 0 && i + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[i - 1])) &&
+                          std::isdigit(static_cast<unsigned char>(s[i + 1]));
+    if (!between_digits) return std::nullopt;
+  }
+  bool negative = !cleaned.empty() && cleaned[0] == '-';
+  std::string_view body(cleaned);
+  if (!body.empty() && (body[0] == '-' || body[0] == '+')) body.remove_prefix(1);
+  if (body.empty() || body.find_first_of("xX(") != std::string_view::npos || body[0] == '-' || body[0] == '+')
+    return std::nullopt;
+  double d = 0;
+  auto [end, ec] = std::from_chars(body.data(), body.data() + body.size(), d, std::chars_format::general);
+  if (end != body.data() + body.size()) return std::nullopt;
+  if (ec == std::errc::result_out_of_range) {  // Python rounds to inf or 0 instead of failing
+    d = std::strtod(std::string(body).c_str(), nullptr);
+  } else if (ec != std::errc()) {
+    return std::nullopt;
+  }
+  return negative ? -d : d;
+}
+
+// int(float): a NaN is a ValueError (the int filter's fallback), an infinity an OverflowError.
+std::optional<int64_t> float_to_int(double d) {
+  if (std::isnan(d)) return std::nullopt;
+  if (std::isinf(d)) throw JinjaError("OverflowError: cannot convert float infinity to integer");
+  return Value(d).as_int();
+}
+
+// jinja2's int filter: int(value) (int(value, base) for a string), else int(float(value)), else the
+// default. An Undefined raises, and so does an infinite float (only the fallback catches OverflowError).
+Value to_int(const Value& v, const Value& fallback, int64_t base) {
+  if (v.is_undefined()) fail_undefined(v);
+  if (v.is_bool() || v.is_int()) return Value(v.as_int());
+  std::optional<int64_t> r;
+  if (v.is_float()) r = float_to_int(v.as_double());
   if (v.is_string()) {
-    std::string s = py_strip(v.str(), std::nullopt, true, true);
-    std::string digits;
-    for (char c : s)
-      if (c != '_') digits.push_back(c);
-    try {
-      size_t used = 0;
-      int64_t r = std::stoll(digits, &used, base);
-      if (used == digits.size() && !digits.empty()) return Value(r);
-    } catch (const std::exception&) {
+    r = parse_python_int(v.str(), base);
+    if (!r) {  // the fallback int(float(value)) also catches OverflowError
+      if (auto d = parse_python_float(v.str()); d && !std::isinf(*d)) r = float_to_int(*d);
     }
-    std::optional<double> d;
-    try {
-      size_t used = 0;
-      double parsed = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(parsed)) d = parsed;
-    } catch (const std::exception&) {
-    }
-    if (d) return Value(Value(*d).as_int());  // outside the try: a float too large for int64 fails
+  }
+  return r ? Value(*r) : fallback;
+}
+
+// jinja2's float filter: float(value), else the default; an Undefined raises.
+Value to_float(const Value& v, const Value& fallback) {
+  if (v.is_undefined()) fail_undefined(v);
+  if (v.is_number()) return Value(v.as_double());
+  if (v.is_string()) {
+    if (auto d = parse_python_float(v.str())) return Value(*d);
   }
   return fallback;
 }
 
-Value to_float(const Value& v, const Value& fallback) {
-  if (v.is_number()) return Value(v.as_double());
+// Python's float(value) where nothing catches its errors (filesizeformat).
+double require_float(const Value& v) {
+  if (v.is_undefined()) fail_undefined(v);
+  if (v.is_number()) return v.as_double();
   if (v.is_string()) {
-    std::string s = py_strip(v.str(), std::nullopt, true, true);
-    try {
-      size_t used = 0;
-      double d = std::stod(s, &used);
-      if (used == s.size()) return Value(d);
-    } catch (const std::exception&) {
-    }
+    if (auto d = parse_python_float(v.str())) return *d;
+    throw JinjaError("ValueError: could not convert string to float: " + v.repr());
   }
-  return fallback;
+  throw JinjaError(std::string("TypeError: float() argument must be a string or a real number, not '") +
+                   v.type_name() + "'");
 }
 
 // Python's round(x, n) rounds the exact binary value correctly (2.675 -> 2.67); printf does the same.
@@ -188,6 +247,15 @@ double py_round(double x, int64_t digits) {
   }
   double scale = std::pow(10.0, static_cast<double>(digits));
   return std::nearbyint(x * scale) / scale;
+}
+
+// truncate on a value that is not a string: jinja2 returns anything whose len() is short enough
+// unchanged (an Undefined has length 0), and fails on the rest as Python's slicing and + do.
+Value truncate_non_string(const Value& v, const ArgBinder& b) {
+  int64_t length = b.get(0, Value(int64_t{255})).as_int();
+  int64_t leeway = b.get(3, Value::none()).is_none() ? 5 : b.get(3).as_int();
+  if (length_of(v) <= length + leeway) return v;
+  throw JinjaError(std::string("TypeError: can only truncate strings, not '") + v.type_name() + "'");
 }
 
 const std::unordered_map<std::string, Filter>& filters() {
@@ -275,7 +343,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       if (!a.keyword.empty()) {  // `soft_str(value) % kwargs`
         Value mapping = Value::dict();
         for (const auto& [k, x] : a.keyword) mapping.dict_data().set(Value(k), x);
-        return as_markup_if(v.is_markup(), Value(percent_format(v.to_str(), {mapping})));
+        return as_markup_if(v.is_markup(), Value(percent_format(v.to_str(), {mapping}, true)));
       }
       if (v.is_markup()) {
         std::vector<Value> args = a.positional;
@@ -304,17 +372,22 @@ const std::unordered_map<std::string, Filter>& filters() {
     };
     f["int"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("int", a, {"default", "base"});
-      return to_int(v, b.get(0, Value(int64_t{0})), static_cast<int>(b.get(1, Value(int64_t{10})).as_int()));
+      return to_int(v, b.get(0, Value(int64_t{0})), b.get(1, Value(int64_t{10})).as_int());
     };
     f["indent"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("indent", a, {"width", "first", "blank"});
+      // jinja2 starts with `s += "\n"`, which only a string survives.
+      if (v.is_undefined()) fail_undefined(v);
+      if (!v.is_string())
+        throw JinjaError(std::string("TypeError: unsupported operand type(s) for +=: '") + v.type_name() +
+                         "' and 'str'");
       Value width = b.get(0, Value(int64_t{4}));
       if (!width.is_string()) check_built_size(width.as_int(), "indent");
       std::string ind = width.is_string()
                             ? width.str()
                             : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
       std::string s = v.to_str() + "\n";
-      std::vector<std::string> lines = splitlines(s);
+      std::vector<std::string> lines = py_splitlines(s);
       std::string rv;
       if (b.get(2, Value(false)).truthy()) {
         for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
@@ -323,7 +396,7 @@ const std::unordered_map<std::string, Filter>& filters() {
         for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
       }
       if (b.get(1, Value(false)).truthy()) rv = ind + rv;
-      return Value(rv);
+      return as_markup_if(v.is_markup(), Value(rv));
     };
     f["groupby"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("groupby", a, {"attribute", "default", "case_sensitive"});
@@ -332,8 +405,8 @@ const std::unordered_map<std::string, Filter>& filters() {
       bool cs = b.get(2, Value(false)).truthy();
       auto key_of = [&](const Value& item) {
         Value k = attribute_of(item, attr);
+        // A missing attribute groups under Undefined (two of them cannot be sorted, as in Python).
         if (k.is_undefined() && !fallback.is_none()) k = fallback;
-        if (k.is_undefined()) fail_undefined(k);
         return k;
       };
       std::vector<Value> items = iterate(v);
@@ -374,6 +447,7 @@ const std::unordered_map<std::string, Filter>& filters() {
     };
     f["truncate"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("truncate", a, {"length", "killwords", "end", "leeway"});
+      if (!v.is_string()) return truncate_non_string(v, b);
       std::u32string s = utf8_decode(v.to_str());
       int64_t length = b.get(0, Value(int64_t{255})).as_int();
       bool killwords = b.get(1, Value(false)).truthy();
@@ -393,13 +467,13 @@ const std::unordered_map<std::string, Filter>& filters() {
     f["filesizeformat"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("filesizeformat", a, {"binary"});
       bool binary = b.get(0, Value(false)).truthy();
-      double bytes = to_float(v, Value(0.0)).as_double();
+      double bytes = require_float(v);
       double base = binary ? 1024 : 1000;
       static const char* kDec[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
       static const char* kBin[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
       if (bytes == 1) return Value("1 Byte");
       if (bytes < base) return Value(std::to_string(static_cast<int64_t>(bytes)) + " Bytes");
-      char buf[64];
+      char buf[512];  // a float up to 1e308 printed in full
       for (int i = 0; i < 8; ++i) {
         double unit = std::pow(base, i + 2);
         if (bytes < unit || i == 7) {
@@ -625,6 +699,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       std::vector<Value> out, seen;
       for (const auto& item : iterate(v)) {
         Value key = sort_key(attr.is_none() ? item : attribute_of(item, attr.to_str()), cs);
+        require_hashable(key);  // jinja2 keeps the keys seen in a set
         bool dup =
             std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); });
         if (!dup) {
@@ -634,6 +709,17 @@ const std::unordered_map<std::string, Filter>& filters() {
       }
       return Value::iterator(std::move(out));
     };
+    f["striptags"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("striptags", a, {});
+      return Value(strip_tags(v.to_str()));
+    };
+    f["urlencode"] = [](const Value& v, CallArgs& a) {
+      ArgBinder b("urlencode", a, {});
+      return urlencode_filter(v);
+    };
+    f["urlize"] = urlize_filter;
+    f["wordwrap"] = wordwrap_filter;
+    f["xmlattr"] = xmlattr_filter;
     f["wordcount"] = [](const Value& v, CallArgs&) {
       // jinja2 counts the matches of the regex \w+ (letters, digits and underscore runs).
       std::u32string u = utf8_decode(v.to_str());
@@ -651,10 +737,10 @@ const std::unordered_map<std::string, Filter>& filters() {
   return table;
 }
 
-bool number_mod_zero(const Value& v, const Value& d) {
-  if (!v.is_number() || !d.is_number()) throw JinjaError("TypeError: divisibility needs numbers");
-  Value r = binary_op("%", v, d);
-  return r.as_double() == 0;
+// jinja2's odd/even/divisibleby tests are `value % n == remainder`, whatever `%` means for the
+// value: 0.1 is not odd, and a string is formatted.
+bool remainder_is(const Value& v, const Value& d, int64_t remainder) {
+  return values_equal(binary_op("%", v, d), Value(remainder));
 }
 
 bool same_as(const Value& a, const Value& b) {
@@ -684,17 +770,18 @@ const std::unordered_map<std::string, Test>& tests() {
     t["iterable"] = [](const Value& v, CallArgs&) {
       return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
     };
-    t["sequence"] = [](const Value& v, CallArgs&) {
-      return v.is_string() || (v.is_list() && !v.is_iterator()) || v.is_dict();
+    t["sequence"] = [](const Value& v, CallArgs&) {  // has len() and [] (an Undefined has both)
+      return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_iterator()) || v.is_dict();
     };
-    t["callable"] = [](const Value& v, CallArgs&) { return v.is_callable(); };
+    // An Undefined has __call__ (which raises), so Python's callable() says yes.
+    t["callable"] = [](const Value& v, CallArgs&) { return v.is_callable() || v.is_undefined(); };
     t["lower"] = [](const Value& v, CallArgs&) { return py_islower(v.to_str()); };  // str(value).islower()
     t["upper"] = [](const Value& v, CallArgs&) { return py_isupper(v.to_str()); };
     t["escaped"] = [](const Value& v, CallArgs&) { return v.is_markup(); };  // has __html__
-    t["odd"] = [](const Value& v, CallArgs&) { return !number_mod_zero(v, Value(int64_t{2})); };
-    t["even"] = [](const Value& v, CallArgs&) { return number_mod_zero(v, Value(int64_t{2})); };
+    t["odd"] = [](const Value& v, CallArgs&) { return remainder_is(v, Value(int64_t{2}), 1); };
+    t["even"] = [](const Value& v, CallArgs&) { return remainder_is(v, Value(int64_t{2}), 0); };
     t["divisibleby"] = [arg0](const Value& v, CallArgs& a) {
-      return number_mod_zero(v, arg0(a, "divisibleby"));
+      return remainder_is(v, arg0(a, "divisibleby"), 0);
     };
     t["eq"] = [arg0](const Value& v, CallArgs& a) { return values_equal(v, arg0(a, "eq")); };
     t["equalto"] = t["=="] = t["eq"];

@@ -421,8 +421,11 @@ Value Interpreter::eval_inner(const Expr& e) {
     }
     case ExprKind::kDict: {
       Value d = Value::dict();
-      for (size_t i = 0; i + 1 < e.args.size(); i += 2)
-        d.dict_data().set(eval(*e.args[i]), eval(*e.args[i + 1]));
+      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+        Value key = eval(*e.args[i]);
+        require_hashable(key);
+        d.dict_data().set(key, eval(*e.args[i + 1]));
+      }
       return d;
     }
     case ExprKind::kGetAttr:

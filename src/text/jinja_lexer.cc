@@ -221,6 +221,22 @@ class Lexer {
     }
   }
 
+  // jinja2's decimal integers have no leading zero: "0(_?0)*" is the only one starting with 0, so
+  // `007` lexes as 00 then 7 and `0_1` as 0 then the name _1 (both syntax errors in the parser).
+  size_t zero_integer_end(size_t p) const {
+    size_t e = p + 1;
+    while (e < src_.size()) {
+      if (src_[e] == '0') {
+        ++e;
+      } else if (src_[e] == '_' && e + 1 < src_.size() && src_[e + 1] == '0') {
+        e += 2;
+      } else {
+        break;
+      }
+    }
+    return e;
+  }
+
   size_t lex_number(size_t p) {
     const size_t n = src_.size();
     // 0x.., 0o.., 0b.. (with optional _ between digits), as jinja2's integer_re; emitted in decimal.
@@ -277,6 +293,7 @@ class Lexer {
       }
       if (is_float) e = q;
     }
+    if (!is_float && src_[p] == '0') e = zero_integer_end(p);
     std::string text;
     for (size_t i = p; i < e; ++i)
       if (src_[i] != '_') text.push_back(src_[i]);

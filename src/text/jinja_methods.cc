@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "text/jinja_ops.h"
@@ -19,6 +20,14 @@ std::optional<std::string> opt_string(const Value& v, const char* fn) {
   if (v.is_undefined() || v.is_none()) return std::nullopt;
   if (!v.is_string()) throw JinjaError(std::string("TypeError: ") + fn + " arg must be None or str");
   return v.str();
+}
+
+// An argument Python reads with __index__: an int or a bool, nothing else (not None).
+int64_t require_int(const Value& v) {
+  if (!v.is_int() && !v.is_bool())
+    throw JinjaError(std::string("TypeError: '") + v.type_name() +
+                     "' object cannot be interpreted as an integer");
+  return v.as_int();
 }
 
 int64_t opt_int(const Value& v, int64_t fallback) {
@@ -91,6 +100,16 @@ static std::string format_general_add_dot(double x, int precision) {
   return out;
 }
 
+// Python's "," / "_" format options: `sep` between groups of `size` digits, from the right.
+static std::string group_digits(const std::string& digits, char sep, size_t size) {
+  std::string out;
+  for (size_t k = 0; k < digits.size(); ++k) {
+    if (k && (digits.size() - k) % size == 0) out.push_back(sep);
+    out.push_back(digits[k]);
+  }
+  return out;
+}
+
 // One replacement field of str.format: the value formatted by Python's format-spec mini-language
 // ([[fill]align][sign][#][0][width][,][.precision][type]) for str, int and float values.
 std::string format_field(const Value& v, const std::string& spec) {
@@ -101,7 +120,8 @@ std::string format_field(const Value& v, const std::string& spec) {
   std::u32string u = utf8_decode(spec);
   auto is_align = [](char32_t c) { return c == '<' || c == '>' || c == '^' || c == '='; };
   std::string rest;
-  if (u.size() >= 2 && is_align(u[1])) {
+  const bool fill_given = u.size() >= 2 && is_align(u[1]);
+  if (fill_given) {
     fill = utf8_encode(u.substr(0, 1));
     align = static_cast<char>(u[1]);
     rest = utf8_encode(u.substr(2));
@@ -111,18 +131,24 @@ std::string format_field(const Value& v, const std::string& spec) {
   } else {
     rest = spec;
   }
-  char sign = '-';
+  char sign = 0;  // none given: "-"
   if (i < rest.size() && (rest[i] == '+' || rest[i] == '-' || rest[i] == ' ')) sign = rest[i++];
   bool alt = false;
   if (i < rest.size() && rest[i] == '#') alt = true, ++i;
-  if (i < rest.size() && rest[i] == '0' && !align) fill = "0", align = '=', ++i;
+  // A "0" before the width pads with zeros unless a fill is given; numbers then default to "=".
+  bool zero_flag = false;
+  if (i < rest.size() && rest[i] == '0') {
+    zero_flag = true;
+    if (!fill_given) fill = "0";
+    ++i;
+  }
   size_t width = 0;
   while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) {
     width = width * 10 + static_cast<size_t>(rest[i++] - '0');
     check_built_size(static_cast<int64_t>(width), "formatted string");
   }
-  bool grouping = false;
-  if (i < rest.size() && (rest[i] == ',' || rest[i] == '_')) grouping = true, ++i;
+  char grouping = 0;
+  if (i < rest.size() && (rest[i] == ',' || rest[i] == '_')) grouping = rest[i++];
   int precision = -1;
   if (i < rest.size() && rest[i] == '.') {
     ++i;
@@ -133,17 +159,23 @@ std::string format_field(const Value& v, const std::string& spec) {
     }
   }
   char type = i < rest.size() ? rest[i++] : 0;
-  if (i != rest.size() || grouping || alt)
+  // Not supported: "#" for a float without a presentation type.
+  if (i != rest.size() || (alt && v.is_number() && !type && v.is_float()))
     throw JinjaError("str.format: format spec '" + spec + "' is not supported");
+  if (grouping && v.is_string())
+    throw JinjaError(std::string("ValueError: Cannot specify '") + grouping + "' with 's'.");
   std::string body, prefix;
+  size_t group_size = 0, int_digits = std::string::npos;  // how to group the digits of a number
   if (v.is_string()) {
     if (type && type != 's') throw JinjaError(std::string("ValueError: Unknown format code '") + type + "' for object of type 'str'");
-    if (sign != '-') throw JinjaError("ValueError: Sign not allowed in string format specifier");
+    if (sign) throw JinjaError("ValueError: Sign not allowed in string format specifier");
+    if (alt) throw JinjaError("ValueError: Alternate form (#) not allowed in string format specifier");
     body = v.str();
     if (precision >= 0) {
       std::u32string b = utf8_decode(body);
       if (b.size() > static_cast<size_t>(precision)) body = utf8_encode(std::u32string_view(b).substr(0, static_cast<size_t>(precision)));
     }
+    if (align == '=') throw JinjaError("ValueError: '=' alignment not allowed in string format specifier");
     if (!align) align = '<';
   } else if (v.is_number() && !v.is_none()) {
     bool as_float = v.is_float() || (type && std::strchr("fFeEgG%", type));
@@ -159,35 +191,66 @@ std::string format_field(const Value& v, const std::string& spec) {
         for (uint64_t m = mag; m; m >>= 1) bits.insert(bits.begin(), static_cast<char>('0' + (m & 1)));
         std::snprintf(buf, sizeof(buf), "%s", bits.empty() ? "0" : bits.c_str());
       } else if (type == 'c') {
+        if (alt)
+          throw JinjaError("ValueError: Alternate form (#) not allowed with integer format specifier 'c'");
+        if (n < 0 || n > 0x10FFFF) throw JinjaError("OverflowError: %c arg not in range(0x110000)");
         std::string c;
         utf8_append(c, static_cast<char32_t>(n));
         std::snprintf(buf, sizeof(buf), "%s", c.c_str());
       } else throw JinjaError(std::string("ValueError: Unknown format code '") + type + "' for object of type 'int'");
       body = buf;
+      bool radix = type == 'x' || type == 'X' || type == 'o' || type == 'b';
+      if (grouping && (type == 'c' || type == 'n' || (radix && grouping == ',')))
+        throw JinjaError(std::string("ValueError: Cannot specify '") + grouping + "' with '" + type + "'.");
+      group_size = radix ? 4 : 3;
+      int_digits = body.size();
       prefix = n < 0 ? "-" : (sign == '+' ? "+" : sign == ' ' ? " " : "");
+      if (alt && radix) prefix += std::string("0") + type;
     } else {
       double d = v.as_double();
+      // Python's float codes only (another letter would also reach snprintf as a bogus conversion).
+      if (type && !std::strchr("eEfFgGn%", type))
+        throw JinjaError(std::string("ValueError: Unknown format code '") + type +
+                         "' for object of type 'float'");
+      if (grouping && type == 'n')
+        throw JinjaError(std::string("ValueError: Cannot specify '") + grouping + "' with 'n'.");
+      if (type == 'n') type = 'g';  // locale-aware "g"; the C locale has no grouping
       std::string text;
       if (!type && precision >= 0) {
         text = format_general_add_dot(std::fabs(d), precision);
       } else if (!type) {
         text = format_python_float(std::fabs(d));
       } else {
-        char buf[400];
         double x = std::fabs(d);
         char t = type == '%' ? 'f' : type;
         if (type == '%') x *= 100;
-        std::string f = "%." + std::to_string(precision < 0 ? 6 : precision) + t;
-        std::snprintf(buf, sizeof(buf), f.c_str(), x);
-        text = buf;
+        std::string f = std::string(alt ? "%#." : "%.") + std::to_string(precision < 0 ? 6 : precision) + t;
+        // Sized by a first call: 1e300 with a large precision runs to hundreds of digits.
+        std::vector<char> buf(static_cast<size_t>(std::snprintf(nullptr, 0, f.c_str(), x)) + 1);
+        std::snprintf(buf.data(), buf.size(), f.c_str(), x);
+        text = buf.data();
         if (type == '%') text += "%";
+      }
+      if (std::isfinite(d)) {  // the digits before the point (or the exponent) are grouped
+        group_size = 3;
+        int_digits = std::min(text.find_first_of(".eE%"), text.size());
       }
       body = text;
       prefix = std::signbit(d) && !std::isnan(d) ? "-" : (sign == '+' ? "+" : sign == ' ' ? " " : "");
     }
-    if (!align) align = '>';
+    if (!align) align = zero_flag && !fill_given ? '=' : '>';
   } else {
     throw JinjaError(std::string("TypeError: unsupported format string passed to ") + v.type_name() + ".__format__");
+  }
+  if (grouping && group_size) {
+    // Zero padding counts as digits and is grouped with them (a leading separator gets a zero).
+    bool zero_padded = fill == "0" && align == '=';
+    std::string digits = body.substr(0, int_digits), tail = body.substr(int_digits);
+    size_t needed =
+        zero_padded && width > prefix.size() + tail.size() ? width - prefix.size() - tail.size() : 0;
+    std::string grouped = group_digits(digits, grouping, group_size);
+    while (grouped.size() < needed) grouped = group_digits(digits = "0" + digits, grouping, group_size);
+    body = grouped + tail;
   }
   size_t len = utf8_length(prefix) + utf8_length(body);
   if (len >= width) return prefix + body;
@@ -264,6 +327,7 @@ Value string_method(const Value& self, const std::string& name) {
     bool prefix = name == "startswith";
     return fn([s, prefix](CallArgs& a) {
       ArgBinder b(prefix ? "startswith" : "endswith", a, {"prefix", "start", "end"});
+      affix_match("", b.required(0), prefix);  // checks the type of the affix before the bounds
       if (b.has(1) || b.has(2)) {
         auto [part, offset] = window(s, b.get(1), b.get(2));
         if (offset < 0) return Value(false);
@@ -277,7 +341,7 @@ Value string_method(const Value& self, const std::string& name) {
     return fn([s, right](CallArgs& a) {
       ArgBinder b("split", a, {"sep", "maxsplit"});
       auto sep = opt_string(b.get(0), "split");
-      int64_t maxsplit = opt_int(b.get(1), -1);
+      int64_t maxsplit = require_int(b.get(1, Value(int64_t{-1})));
       return string_list(right ? py_rsplit(s, sep, maxsplit) : py_split(s, sep, maxsplit));
     });
   }
@@ -353,11 +417,16 @@ Value string_method(const Value& self, const std::string& name) {
   if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
     return fn([s, name](CallArgs& a) {
       bool zfill = name == "zfill";
-      ArgBinder b(name.c_str(), a, {"width", "fillchar"});
+      ArgBinder b(name.c_str(), a,
+                  zfill ? std::vector<const char*>{"width"} : std::vector<const char*>{"width", "fillchar"});
       const Value& w = b.required(0);
       if (!w.is_int() && !w.is_bool())
         throw JinjaError("TypeError: '" + std::string(w.type_name()) + "' object cannot be interpreted as an integer");
-      std::string fill = zfill ? std::string("0") : b.get(1, Value(" ")).to_str();
+      Value fill_char = zfill ? Value("0") : b.get(1, Value(" "));
+      if (!fill_char.is_string())
+        throw JinjaError(std::string("TypeError: The fill character must be a unicode character, not ") +
+                         fill_char.type_name());
+      std::string fill = fill_char.str();
       if (utf8_length(fill) != 1)
         throw JinjaError("TypeError: The fill character must be exactly one character long");
       int64_t len = static_cast<int64_t>(utf8_length(s));
@@ -384,7 +453,7 @@ Value string_method(const Value& self, const std::string& name) {
   if (name == "expandtabs") {
     return fn([s](CallArgs& a) {
       ArgBinder b("expandtabs", a, {"tabsize"});
-      int64_t tab = opt_int(b.get(0), 8);
+      int64_t tab = require_int(b.get(0, Value(int64_t{8})));
       check_built_size(tab, "expanded tab");
       std::string out;
       int64_t col = 0;
@@ -423,7 +492,7 @@ Value string_method(const Value& self, const std::string& name) {
   if (name == "splitlines") {
     return fn([s](CallArgs& a) {
       ArgBinder b("splitlines", a, {"keepends"});
-      bool keep = b.get(0, Value(false)).truthy();
+      bool keep = require_int(b.get(0, Value(false))) != 0;
       std::vector<std::string> lines;
       std::u32string u = utf8_decode(s);
       size_t start = 0;
@@ -567,7 +636,31 @@ Value markup_method(const Value& self, const std::string& name) {
   });
 }
 
-Value get_method(const Value& obj, const std::string& name) {
+namespace {
+
+// What Python checks of a built-in method's arguments before our implementation sees them: most
+// str, dict and list methods are positional-only, and some take no argument at all.
+enum class ArgumentRule { kAny, kPositionalOnly, kNone };
+
+ArgumentRule argument_rule(const Value& obj, const std::string& name) {
+  static const std::set<std::string> kStringNone = {
+      "upper",   "lower",       "title",     "capitalize", "swapcase", "casefold",
+      "isdigit", "isdecimal",   "isnumeric", "isalpha",    "isalnum",  "isspace",
+      "isascii", "isprintable", "istitle",   "islower",    "isupper"};
+  static const std::set<std::string> kStringKeywords = {"split", "rsplit", "splitlines", "expandtabs",
+                                                        "format"};
+  static const std::set<std::string> kDictNone = {"items", "keys", "values", "copy", "popitem", "clear"};
+  static const std::set<std::string> kListNone = {"copy", "clear", "reverse"};
+  if (obj.is_string()) {
+    if (kStringNone.count(name)) return ArgumentRule::kNone;
+    return kStringKeywords.count(name) ? ArgumentRule::kAny : ArgumentRule::kPositionalOnly;
+  }
+  if (obj.is_dict()) return kDictNone.count(name) ? ArgumentRule::kNone : ArgumentRule::kPositionalOnly;
+  if (obj.is_list() && !obj.is_tuple() && kListNone.count(name)) return ArgumentRule::kNone;
+  return name == "sort" ? ArgumentRule::kAny : ArgumentRule::kPositionalOnly;
+}
+
+Value method_of(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
     case Value::Kind::kString:
       return obj.is_markup() ? markup_method(obj, name) : string_method(obj, name);
@@ -578,6 +671,22 @@ Value get_method(const Value& obj, const std::string& name) {
     default:
       return Value();
   }
+}
+
+}  // namespace
+
+Value get_method(const Value& obj, const std::string& name) {
+  Value method = method_of(obj, name);
+  ArgumentRule rule = argument_rule(obj, name);
+  if (!method.is_callable() || rule == ArgumentRule::kAny) return method;
+  std::string qualified = std::string(obj.is_string() ? "str" : obj.type_name()) + "." + name + "()";
+  return Value::function(method.callable().name, [method, qualified, rule](CallArgs& a) {
+    if (!a.keyword.empty()) throw JinjaError("TypeError: " + qualified + " takes no keyword arguments");
+    if (rule == ArgumentRule::kNone && !a.positional.empty())
+      throw JinjaError("TypeError: " + qualified + " takes no arguments (" +
+                       std::to_string(a.positional.size()) + " given)");
+    return method.callable().fn(a);
+  });
 }
 
 }  // namespace tf::jinja

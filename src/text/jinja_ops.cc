@@ -1,6 +1,7 @@
 // Operators, access and iteration with Python semantics (see jinja_ops.h).
 #include "text/jinja_ops.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -93,7 +94,9 @@ Value get_slice(const Value& obj, std::optional<int64_t> start, std::optional<in
       out.push_back(u[static_cast<size_t>(i)]);
     return as_markup_if(obj.is_markup(), Value(utf8_encode(out)));
   }
-  return Value::undefined("'" + std::string(obj.type_name()) + " object' is not subscriptable");
+  // jinja2 compiles a slice to a plain Python subscript, not to the sandbox's lenient getitem.
+  if (obj.is_dict()) throw JinjaError("TypeError: unhashable type: 'slice'");
+  throw JinjaError(std::string("TypeError: '") + obj.type_name() + "' object is not subscriptable");
 }
 
 static std::string type_error(const char* op, const Value& a, const Value& b) {
@@ -135,11 +138,23 @@ static Value checked(bool overflow, int64_t r) {
   return Value(r);
 }
 
+// `fmt % operand`: a tuple operand gives the arguments, anything else is the one argument (and,
+// when it is a dict, the mapping of %(name)s conversions).
+static Value percent_operator(const Value& fmt, const Value& operand) {
+  std::vector<Value> args = operand.is_tuple() ? operand.items() : std::vector<Value>{operand};
+  if (fmt.is_markup()) {  // Markup % args escapes the string arguments
+    for (auto& x : args)
+      if (x.is_string()) x = markup_escape(x);
+    return Value::markup(percent_format(fmt.str(), args, !operand.is_tuple()));
+  }
+  return Value(percent_format(fmt.str(), args, !operand.is_tuple()));
+}
+
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") return Value(a.to_str() + b.to_str());
   if (a.is_undefined()) fail_undefined(a);
   // str % x formats x (an Undefined too: "%s" prints it as "", "%r" as Undefined) before Undefined's %.
-  if (op == "%" && a.is_string() && b.is_undefined()) return binary_op(op, a, Value::tuple({b}));
+  if (op == "%" && a.is_string() && b.is_undefined()) return percent_operator(a, b);
   if (b.is_undefined()) fail_undefined(b);
   const bool numbers = a.is_number() && b.is_number();
   const bool ints = numbers && !a.is_float() && !b.is_float();
@@ -189,19 +204,14 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "/") {
     if (!numbers) throw JinjaError(type_error("/", a, b));
     if (b.as_double() == 0) throw JinjaError("ZeroDivisionError: division by zero");
+    // Python divides two ints exactly before rounding; converting them to double first would not be
+    // exact beyond 2**53, long double (64-bit mantissa on x86) holds every int64.
+    if (ints) return Value(static_cast<double>(static_cast<long double>(a.as_int()) / b.as_int()));
     return Value(a.as_double() / b.as_double());
   }
   if (op == "//" || op == "%") {
     if (!numbers) {
-      if (op == "%" && a.is_string()) {
-        std::vector<Value> args = b.is_tuple() ? b.items() : std::vector<Value>{b};
-        if (a.is_markup()) {  // Markup % args escapes the string arguments
-          for (auto& x : args)
-            if (x.is_string()) x = markup_escape(x);
-          return Value::markup(percent_format(a.str(), args));
-        }
-        return Value(percent_format(a.str(), args));
-      }
+      if (op == "%" && a.is_string()) return percent_operator(a, b);
       throw JinjaError(type_error(op.c_str(), a, b));
     }
     if (b.as_double() == 0)
@@ -241,11 +251,51 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   throw JinjaError("unknown operator " + op);
 }
 
-std::string percent_format(const std::string& fmt, const std::vector<Value>& args) {
+// `%c`: an integer code point or a one-character string.
+static std::string char_conversion(const Value& v) {
+  if (v.is_string()) {
+    if (utf8_length(v.str()) != 1) throw JinjaError("TypeError: %c requires int or char");
+    return v.str();
+  }
+  if (!v.is_int() && !v.is_bool()) throw JinjaError("TypeError: %c requires int or char");
+  if (v.as_int() < 0 || v.as_int() > 0x10FFFF)
+    throw JinjaError("OverflowError: %c arg not in range(0x110000)");
+  std::string out;
+  utf8_append(out, static_cast<char32_t>(v.as_int()));
+  return out;
+}
+
+// %d, %i, %x, %X and %o: Python writes a sign and the magnitude (C would print a negative number's
+// two's complement), "#" adds "0x", "0X" or "0o" (C writes "0" for octal), zero padding goes
+// between the prefix and the digits, and it applies even with a precision (C drops it then, and
+// prints no digit for a zero of precision 0).
+static std::string integer_conversion(int64_t n, char conv, const std::string& flags, size_t width,
+                                      size_t precision) {
+  uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+  char buf[32];
+  const char* digits_format = conv == 'o' ? "%llo" : conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : "%llu";
+  std::snprintf(buf, sizeof(buf), digits_format, static_cast<unsigned long long>(magnitude));
+  std::string digits = buf;
+  if (digits.size() < precision) digits.insert(0, precision - digits.size(), '0');
+  auto has = [&](char flag) { return flags.find(flag) != std::string::npos; };
+  std::string prefix = n < 0 ? "-" : has('+') ? "+" : has(' ') ? " " : "";
+  if (has('#') && conv != 'd' && conv != 'i') prefix += conv == 'o' ? "0o" : conv == 'x' ? "0x" : "0X";
+  size_t length = prefix.size() + digits.size();
+  if (length >= width) return prefix + digits;
+  if (has('-')) return prefix + digits + std::string(width - length, ' ');
+  if (has('0')) return prefix + std::string(width - length, '0') + digits;
+  return std::string(width - length, ' ') + prefix + digits;
+}
+
+std::string percent_format(const std::string& fmt, const std::vector<Value>& args, bool lone_operand) {
   std::string out;
   size_t next = 0;
-  // `'%(name)s' % mapping`: a single dict argument serves the keyed conversions.
-  const Value* mapping = args.size() == 1 && args[0].is_dict() ? &args[0] : nullptr;
+  // `'%(name)s' % mapping`: a lone dict operand serves the keyed conversions.
+  const Value* mapping = lone_operand && args.size() == 1 && args[0].is_dict() ? &args[0] : nullptr;
+  // Python lets a lone operand that has __getitem__ (a list, a dict, an Undefined) go unused.
+  const bool may_go_unused =
+      lone_operand && args.size() == 1 &&
+      (args[0].is_dict() || args[0].is_undefined() || (args[0].is_list() && !args[0].is_iterator()));
   bool used_mapping = false;
   std::optional<std::string> key;
   auto take = [&]() -> const Value& {
@@ -288,14 +338,15 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
     if (width.size() > 9 || precision.size() > 9) throw JinjaError("MemoryError: format width is too large");
     check_built_size(width.empty() ? 0 : std::stoll(width), "formatted string");
     char conv = fmt[j];
+    const bool bare = j == i + 1;
     i = j;
-    if (conv == '%') {
+    if (conv == '%') {  // only a bare "%%" is an escape: Python refuses "%5%"
+      if (!bare) throw JinjaError("ValueError: unsupported format character '%' (0x25)");
       out.push_back('%');
       continue;
     }
     std::string spec =
         "%" + flags + width + (has_precision ? "." + (precision.empty() ? "0" : precision) : "");
-    char buf[512];
     const Value& v = take();
     std::string piece;
     if (conv == 's' || conv == 'r') {
@@ -311,28 +362,35 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
         std::string pad(w - len, ' ');
         piece = flags.find('-') != std::string::npos ? piece + pad : pad + piece;
       }
-    } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o' || conv == 'c') {
+    } else if (conv == 'c') {
+      piece = char_conversion(v);
+      size_t w = width.empty() ? 0 : std::stoul(width);
+      if (w > 1)
+        piece = flags.find('-') != std::string::npos ? piece + std::string(w - 1, ' ')
+                                                     : std::string(w - 1, ' ') + piece;
+    } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
       if (!v.is_number())
         throw JinjaError(std::string("TypeError: %") + conv + " format: a number is required, not " +
                          v.type_name());
-      if (conv == 'c') {
-        utf8_append(piece, static_cast<char32_t>(v.as_int()));
-      } else {
-        std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(),
-                      static_cast<long long>(v.as_int()));
-        piece = buf;
-      }
+      // %x, %X and %o take integers only (Python's __index__); %d and %i truncate a float.
+      if (conv != 'd' && conv != 'i' && v.is_float())
+        throw JinjaError(std::string("TypeError: %") + conv + " format: an integer is required, not float");
+      piece = integer_conversion(v.as_int(), conv, flags, width.empty() ? 0 : std::stoul(width),
+                                 has_precision ? (precision.empty() ? 0 : std::stoul(precision)) : 0);
     } else if (std::string("fFeEgG").find(conv) != std::string::npos) {
       if (!v.is_number())
         throw JinjaError(std::string("TypeError: must be real number, not ") + v.type_name());
-      std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), v.as_double());
-      piece = buf;
+      // Sized by a first call: 1e300 with a large precision runs to hundreds of digits.
+      std::string f = spec + conv;
+      std::vector<char> text(static_cast<size_t>(std::snprintf(nullptr, 0, f.c_str(), v.as_double())) + 1);
+      std::snprintf(text.data(), text.size(), f.c_str(), v.as_double());
+      piece = text.data();
     } else {
       throw JinjaError(std::string("ValueError: unsupported format character '") + conv + "'");
     }
     out += piece;
   }
-  if (next < args.size() && !(used_mapping || (mapping && next == 0)))
+  if (next < args.size() && !(used_mapping || (may_go_unused && next == 0)))
     throw JinjaError("TypeError: not all arguments converted during string formatting");
   return out;
 }
@@ -368,6 +426,19 @@ bool compare_op(const std::string& op, const Value& a, const Value& b) {
   throw JinjaError("unknown comparison " + op);
 }
 
+bool is_hashable(const Value& v) {
+  if (v.is_dict()) return false;
+  if (v.is_list() && !v.is_iterator()) {
+    if (!v.is_tuple()) return false;
+    return std::all_of(v.items().begin(), v.items().end(), [](const Value& x) { return is_hashable(x); });
+  }
+  return true;
+}
+
+void require_hashable(const Value& v) {
+  if (!is_hashable(v)) throw JinjaError(std::string("TypeError: unhashable type: '") + v.type_name() + "'");
+}
+
 bool contains(const Value& container, const Value& item) {
   if (container.is_string()) {
     if (!item.is_string())
@@ -375,7 +446,10 @@ bool contains(const Value& container, const Value& item) {
                        item.type_name());
     return container.str().find(item.str()) != std::string::npos;
   }
-  if (container.is_dict()) return container.dict_data().find(item) != nullptr;
+  if (container.is_dict()) {
+    require_hashable(item);
+    return container.dict_data().find(item) != nullptr;
+  }
   if (container.is_list()) {
     for (const auto& v : container.items())
       if (values_equal(v, item)) return true;
@@ -472,6 +546,11 @@ const Value& ArgBinder::required(size_t index) const {
     throw JinjaError(std::string("TypeError: ") + function_ + "() missing required argument " +
                      std::to_string(index + 1));
   return *bound_[index];
+}
+
+std::string require_string_arg(const Value& v, const char* what) {
+  if (!v.is_string()) throw JinjaError(std::string("TypeError: ") + what + " must be a string");
+  return v.str();
 }
 
 }  // namespace tf::jinja

@@ -24,9 +24,14 @@ Value binary_op(const std::string& op, const Value& a, const Value& b);
 Value unary_op(const std::string& op, const Value& a);
 bool compare_op(const std::string& op, const Value& a, const Value& b);
 bool contains(const Value& container, const Value& item);
+// Python's hash() refuses lists, dicts and tuples holding them; require_hashable throws its TypeError.
+bool is_hashable(const Value& v);
+void require_hashable(const Value& v);
 
 // Python's printf-style `fmt % args` (flags, width, precision; s r d i f F e E g G x X o c %).
-std::string percent_format(const std::string& fmt, const std::vector<Value>& args);
+// `lone_operand`: args holds the one operand of `fmt % x` that was not a tuple; a dict there
+// serves %(name)s conversions, and Python lets one with __getitem__ (list, dict, Undefined) go unused.
+std::string percent_format(const std::string& fmt, const std::vector<Value>& args, bool lone_operand = false);
 
 // markupsafe.escape(v): a Markup stays as it is, anything else is str()-ed and HTML-escaped.
 Value markup_escape(const Value& v);
@@ -45,6 +50,9 @@ void check_built_size(int64_t n, const char* what);
 
 // Throws jinja2's UndefinedError for an Undefined operand.
 [[noreturn]] void fail_undefined(const Value& undefined);
+
+// A filter or test argument that must be a str: its text, or a TypeError naming `what`.
+std::string require_string_arg(const Value& v, const char* what);
 
 // Binds call arguments to parameter names like Python does: positional first, then keywords.
 class ArgBinder {

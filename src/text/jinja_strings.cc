@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -405,6 +406,287 @@ std::string html_escape(std::string_view s) {
   return out;
 }
 
+namespace {
+
+struct HtmlEntity {
+  const char* name;
+  const char* value;
+};
+
+constexpr HtmlEntity kHtmlEntities[] = {
+#include "text/jinja_html_entities.inc"
+};
+
+const char* find_html_entity(const std::string& name) {
+  auto it = std::lower_bound(
+      std::begin(kHtmlEntities), std::end(kHtmlEntities), name,
+      [](const HtmlEntity& e, const std::string& n) { return std::strcmp(e.name, n.c_str()) < 0; });
+  if (it == std::end(kHtmlEntities) || name != it->name) return nullptr;
+  return it->value;
+}
+
+// Python's html._invalid_charrefs: what a numeric reference to a C1 control (read as windows-1252),
+// NUL or CR stands for.
+std::optional<char32_t> remapped_char_reference(uint32_t n) {
+  static constexpr char32_t kWindows1252[32] = {
+      0x20AC, 0x81,   0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160,
+      0x2039, 0x0152, 0x8D,   0x017D, 0x8F,   0x90,   0x2018, 0x2019, 0x201C, 0x201D, 0x2022,
+      0x2013, 0x2014, 0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x9D,   0x017E, 0x0178};
+  if (n == 0) return 0xFFFD;
+  if (n == 0x0D) return U'\r';
+  if (n >= 0x80 && n <= 0x9F) return kWindows1252[n - 0x80];
+  return std::nullopt;
+}
+
+// Python's html._invalid_codepoints: references to these expand to nothing.
+bool dropped_char_reference(uint32_t n) {
+  return (n >= 0x1 && n <= 0x8) || n == 0xB || (n >= 0xE && n <= 0x1F) || (n >= 0x7F && n <= 0x9F) ||
+         (n >= 0xFDD0 && n <= 0xFDEF) || (n & 0xFFFE) == 0xFFFE;
+}
+
+// The text of a numeric reference (digits in `base`, at least one), saturating above U+10FFFF.
+std::string numeric_reference(std::string_view digits, int base) {
+  uint32_t n = 0;
+  for (char c : digits) {
+    uint32_t d = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+    n = std::min<uint32_t>(n * base + d, 0x110000);
+  }
+  char32_t cp;
+  if (auto remapped = remapped_char_reference(n)) {
+    cp = *remapped;
+  } else if ((n >= 0xD800 && n <= 0xDFFF) || n > 0x10FFFF) {
+    cp = 0xFFFD;
+  } else if (dropped_char_reference(n)) {
+    return "";
+  } else {
+    cp = n;
+  }
+  std::string out;
+  utf8_append(out, cp);
+  return out;
+}
+
+// A named reference: the whole name (with its ";" if any), else its longest known prefix of at
+// least two characters followed by the rest, else the text unchanged.
+std::string named_reference(std::string_view name) {
+  if (const char* v = find_html_entity(std::string(name))) return v;
+  std::u32string u = utf8_decode(name);
+  for (size_t len = u.size() - 1; len > 1; --len) {
+    std::string prefix = utf8_encode(std::u32string_view(u).substr(0, len));
+    if (const char* v = find_html_entity(prefix)) return v + utf8_encode(std::u32string_view(u).substr(len));
+  }
+  return "&" + std::string(name);
+}
+
+bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ascii_hex_digit(char c) { return is_ascii_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'); }
+
+// Length of a run of `pred` characters starting at `from`.
+template <typename Pred>
+size_t run_length(std::string_view s, size_t from, Pred pred) {
+  size_t end = from;
+  while (end < s.size() && pred(s[end])) ++end;
+  return end - from;
+}
+
+// Bytes of the longest name html.unescape's pattern accepts at `from`: 1 to 32 code points, none
+// of them tab, newline, form feed, space, "<", "&", "#" or ";".
+size_t entity_name_length(std::string_view s, size_t from) {
+  size_t end = from;
+  for (int count = 0; count < 32 && end < s.size(); ++count) {
+    char c = s[end];
+    if (c == '\t' || c == '\n' || c == '\f' || c == ' ' || c == '<' || c == '&' || c == '#' || c == ';')
+      break;
+    ++end;
+    while (end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) ++end;
+  }
+  return end - from;
+}
+
+}  // namespace
+
+std::string html_unescape(std::string_view s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t amp = s.find('&', i);
+    if (amp == std::string_view::npos) break;
+    out.append(s.substr(i, amp - i));
+    size_t j = amp + 1;
+    size_t digits = 0, name = 0;
+    int base = 10;
+    if (j + 1 < s.size() && s[j] == '#' && is_ascii_digit(s[j + 1])) {
+      digits = run_length(s, j + 1, is_ascii_digit);
+      j += 1;
+    } else if (j + 2 < s.size() && s[j] == '#' && (s[j + 1] | 0x20) == 'x' && is_ascii_hex_digit(s[j + 2])) {
+      digits = run_length(s, j + 2, is_ascii_hex_digit);
+      base = 16;
+      j += 2;
+    } else {
+      name = entity_name_length(s, j);
+    }
+    if (digits == 0 && name == 0) {  // a lone "&"
+      out.push_back('&');
+      i = j;
+      continue;
+    }
+    size_t end = j + digits + name;
+    if (end < s.size() && s[end] == ';') ++end;
+    out += digits ? numeric_reference(s.substr(j, digits), base) : named_reference(s.substr(j, end - j));
+    i = end;
+  }
+  if (i < s.size()) out.append(s.substr(i));
+  return out;
+}
+
+std::string strip_tags(std::string_view s) {
+  std::string value(s);
+  // Comments first, then tags; each pass resumes a little before the last cut, where removing
+  // text may have joined a new "<!--" together.
+  size_t from = 0;
+  for (size_t start; (start = value.find("<!--", from)) != std::string::npos;) {
+    size_t end = value.find("-->", start);
+    if (end == std::string::npos) break;
+    value.erase(start, end + 3 - start);
+    from = start >= 3 ? start - 3 : 0;
+  }
+  from = 0;
+  for (size_t start; (start = value.find('<', from)) != std::string::npos;) {
+    size_t end = value.find('>', start);
+    if (end == std::string::npos) break;
+    value.erase(start, end + 1 - start);
+    from = start;
+  }
+  std::string collapsed;
+  for (const auto& word : py_split(value, std::nullopt, -1)) {
+    if (!collapsed.empty()) collapsed.push_back(' ');
+    collapsed += word;
+  }
+  return html_unescape(collapsed);
+}
+
+std::string url_quote(std::string_view s, bool for_query) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) && c < 0x80) {
+      out.push_back(ch);
+    } else if (c == '_' || c == '.' || c == '-' || c == '~' || (c == '/' && !for_query)) {
+      out.push_back(ch);
+    } else if (c == ' ' && for_query) {
+      out.push_back('+');
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xF]);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// textwrap.TextWrapper.wordsep_re (hyphen-aware) and wordsep_simple_re, with Python's \w, \d and
+// [^\d\W] spelled as explicit Unicode classes so that PCRE2 agrees with Python's re.
+constexpr const char* kWordSeparatorPattern =
+    R"([\t\n\x0b\x0c\r ]+)"
+    R"(|(?<=[\p{L}\p{N}_!"'&.,?])-{2,}(?=[\p{L}\p{N}_]))"
+    R"(|[^\t\n\x0b\x0c\r ]+?(?:)"
+    R"(-(?:(?<=[\p{L}\p{Nl}\p{No}_]{2}-)|(?<=[\p{L}\p{Nl}\p{No}_]-[\p{L}\p{Nl}\p{No}_]-)))"
+    R"((?=[\p{L}\p{Nl}\p{No}_]-?[\p{L}\p{Nl}\p{No}_]))"
+    R"(|(?=[\t\n\x0b\x0c\r ]|\z))"
+    R"(|(?<=[\p{L}\p{N}_!"'&.,?])(?=-{2,}[\p{L}\p{N}_])))";
+constexpr const char* kWhitespaceRunPattern = R"([\t\n\x0b\x0c\r ]+)";
+
+const tf::text::Regex& cached_regex(const char* pattern) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::unique_ptr<tf::text::Regex>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[pattern];
+  if (!slot) {
+    auto compiled = tf::text::Regex::compile(pattern);
+    if (!compiled.has_value()) throw JinjaError("internal error: " + compiled.status().to_string());
+    slot = std::make_unique<tf::text::Regex>(std::move(*compiled));
+  }
+  return *slot;
+}
+
+// re.split(pattern, text) with one capturing group around the whole pattern, empty pieces dropped:
+// the matches and the text between them, in order.
+std::vector<std::u32string> split_keeping_matches(std::string_view text, const tf::text::Regex& re) {
+  std::vector<std::u32string> chunks;
+  size_t last = 0;
+  for (auto [begin, end] : re.find_all(text)) {
+    if (begin > last) chunks.push_back(utf8_decode(text.substr(last, begin - last)));
+    if (end > begin) chunks.push_back(utf8_decode(text.substr(begin, end - begin)));
+    last = end;
+  }
+  if (last < text.size()) chunks.push_back(utf8_decode(text.substr(last)));
+  return chunks;
+}
+
+bool is_blank(const std::u32string& chunk) {
+  return std::all_of(chunk.begin(), chunk.end(), [](char32_t c) { return py_isspace(c); });
+}
+
+// TextWrapper._handle_long_word: puts as much of the next (too long) chunk on the line as fits.
+void break_long_word(std::vector<std::u32string>& reversed_chunks, std::vector<std::u32string>& line,
+                     int64_t line_length, const TextWrapOptions& o) {
+  int64_t space_left = o.width < 1 ? 1 : o.width - line_length;
+  std::u32string& chunk = reversed_chunks.back();
+  if (!o.break_long_words) {
+    if (line.empty()) {
+      line.push_back(std::move(chunk));
+      reversed_chunks.pop_back();
+    }
+    return;
+  }
+  size_t end = static_cast<size_t>(space_left);
+  if (o.break_long_at_hyphens && static_cast<int64_t>(chunk.size()) > space_left) {
+    // After the last hyphen that fits, if something other than hyphens comes before it.
+    size_t hyphen = chunk.substr(0, end).rfind(U'-');
+    if (hyphen != std::u32string::npos && hyphen > 0 && chunk.find_first_not_of(U'-') < hyphen)
+      end = hyphen + 1;
+  }
+  line.push_back(chunk.substr(0, end));
+  chunk = chunk.size() > end ? chunk.substr(end) : std::u32string();
+}
+
+}  // namespace
+
+bool regex_search(const char* pattern, std::string_view text) {
+  return cached_regex(pattern).contains_match(text);
+}
+
+std::vector<std::string> text_wrap(std::string_view text, const TextWrapOptions& o) {
+  if (o.width <= 0)
+    throw JinjaError("ValueError: invalid width " + std::to_string(o.width) + " (must be > 0)");
+  const auto& re = cached_regex(o.split_at_hyphens ? kWordSeparatorPattern : kWhitespaceRunPattern);
+  std::vector<std::u32string> chunks = split_keeping_matches(text, re);
+  std::reverse(chunks.begin(), chunks.end());
+  std::vector<std::string> lines;
+  while (!chunks.empty()) {
+    std::vector<std::u32string> line;
+    int64_t length = 0;
+    // Whitespace at the start of every line but the first is dropped.
+    if (is_blank(chunks.back()) && !lines.empty()) chunks.pop_back();
+    while (!chunks.empty() && length + static_cast<int64_t>(chunks.back().size()) <= o.width) {
+      length += static_cast<int64_t>(chunks.back().size());
+      line.push_back(std::move(chunks.back()));
+      chunks.pop_back();
+    }
+    if (!chunks.empty() && static_cast<int64_t>(chunks.back().size()) > o.width)
+      break_long_word(chunks, line, length, o);
+    if (!line.empty() && is_blank(line.back())) line.pop_back();
+    if (line.empty()) continue;
+    std::u32string joined;
+    for (const auto& piece : line) joined += piece;
+    lines.push_back(utf8_encode(joined));
+  }
+  return lines;
+}
+
 std::string py_repr_string(std::string_view s) {
   bool has_single = s.find('\'') != std::string_view::npos;
   bool has_double = s.find('"') != std::string_view::npos;
@@ -511,6 +793,23 @@ std::vector<int64_t> py_slice_indices(int64_t length, std::optional<int64_t> sta
     for (int64_t i = b; i > e; i += step) out.push_back(i);
   }
   return out;
+}
+
+std::vector<std::string> py_splitlines(const std::string& s) {
+  std::vector<std::string> lines;
+  std::u32string u = utf8_decode(s);
+  size_t start = 0;
+  for (size_t i = 0; i < u.size(); ++i) {
+    char32_t c = u[i];
+    bool boundary = c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == 0x1C || c == 0x1D || c == 0x1E ||
+                    c == 0x85 || c == 0x2028 || c == 0x2029;
+    if (!boundary) continue;
+    lines.push_back(utf8_encode(std::u32string_view(u).substr(start, i - start)));
+    if (c == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;
+    start = i + 1;
+  }
+  if (start < u.size()) lines.push_back(utf8_encode(std::u32string_view(u).substr(start)));
+  return lines;
 }
 
 }  // namespace tf::jinja

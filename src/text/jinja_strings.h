@@ -51,6 +51,34 @@ int64_t py_find(std::string_view s, std::string_view sub, bool reverse);
 // markupsafe.escape of a str: & < > " ' become &amp; &lt; &gt; &#34; &#39;.
 std::string html_escape(std::string_view s);
 
+// Python's str.splitlines (every Unicode line boundary; "\r\n" is one).
+std::vector<std::string> py_splitlines(const std::string& s);
+
+// html.unescape: HTML5 named and numeric character references, with Python's rules for invalid
+// and semicolon-less ones.
+std::string html_unescape(std::string_view s);
+// markupsafe's Markup.striptags (3.x): removes <!-- comments --> and <tags>, collapses whitespace
+// runs into single spaces and unescapes character references.
+std::string strip_tags(std::string_view s);
+// jinja2's url_quote: percent-encodes the UTF-8 bytes except letters, digits and "_.-~", and "/"
+// unless `for_query`, which also writes spaces as "+".
+std::string url_quote(std::string_view s, bool for_query);
+// textwrap.wrap(text, width, expand_tabs=False, replace_whitespace=False, break_long_words,
+// break_on_hyphens), which jinja2's wordwrap filter applies to each line. Needs width > 0.
+struct TextWrapOptions {
+  int64_t width = 79;
+  bool break_long_words = true;
+  // textwrap splits words at hyphens only when break_on_hyphens `is True`, but breaks a long word
+  // after a hyphen whenever it is truthy.
+  bool split_at_hyphens = true;
+  bool break_long_at_hyphens = true;
+};
+std::vector<std::string> text_wrap(std::string_view text, const TextWrapOptions& options);
+
+// Whether the PCRE2 pattern (compiled once, then cached) matches somewhere in `text`; anchor it
+// with ^ and \z for Python's re.fullmatch.
+bool regex_search(const char* pattern, std::string_view text);
+
 // Python repr() of a string: quotes and escapes as CPython does.
 std::string py_repr_string(std::string_view s);
 // A JSON string literal as json.dumps writes it (ensure_ascii escapes non-ASCII as \uXXXX).
