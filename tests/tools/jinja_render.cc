@@ -6,27 +6,15 @@
 // CASES.json is a JSON list of {"template": str, "context": object}; the tool prints a JSON list with
 // one {"output": str} or {"error": str} per case, in order. strftime_now sees the same fixed instant
 // as tests/tools/render_templates.py (2026-01-15 12:00:00 local time).
-#include <ctime>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "jinja_test_util.h"
 #include "text/jinja_template.h"
 
 namespace {
 
 using nlohmann::ordered_json;
-
-std::time_t fixed_now() {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 0;
-  tm.tm_mday = 15;
-  tm.tm_hour = 12;
-  tm.tm_isdst = -1;
-  return std::mktime(&tm);
-}
 
 ordered_json render_case(const ordered_json& test_case) {
   ordered_json result = ordered_json::object();
@@ -36,7 +24,7 @@ ordered_json render_case(const ordered_json& test_case) {
     return result;
   }
   tf::jinja::RenderOptions options;
-  options.now = fixed_now();
+  options.now = tf::jinja_test::fixed_now();
   auto rendered = tmpl->render(test_case.value("context", ordered_json::object()), options);
   if (rendered)
     result["output"] = *rendered;
@@ -52,10 +40,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: jinja_render CASES.json\n";
     return 2;
   }
-  std::ifstream in(argv[1], std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  ordered_json cases = ordered_json::parse(text.str());
+  ordered_json cases = ordered_json::parse(tf::jinja_test::read_file(argv[1]));
   ordered_json results = ordered_json::array();
   for (const auto& test_case : cases) results.push_back(render_case(test_case));
   // Invalid UTF-8 in an output is replaced, not fatal: the comparison then simply reports a difference.

@@ -20,19 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
+using tf::jinja_test::fixed_now;
 using tf::jinja_test::kDataDir;
 using tf::jinja_test::read_file;
-
-// The instant render_templates.py uses for strftime_now (2026-01-15 12:00:00 local time).
-std::time_t fixed_now() {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 0;
-  tm.tm_mday = 15;
-  tm.tm_hour = 12;
-  tm.tm_isdst = -1;
-  return std::mktime(&tm);
-}
 
 // Runs the reference renderer (once per template, or once for the snippets) and returns its
 // records. The output file is private to this process: ctest may run several of these at once.
