@@ -438,10 +438,12 @@ TEST_F(CudaSampleRows, GridCallsMixRowKinds) {
   }
 }
 
-// Device sampling (each walk: v1 = session 10's loads, strided = the default, vec4,
-// cluster = a cluster of blocks a row, sized by B) vs download + host sampling, per step, at B = 1 and 64. Wall time of a whole call
-// (upload, kernel, download, sync); the "call overhead" line is that of a 33-token
-// greedy row. TF_SAMPLING_BENCH_QUICK=1: 2 timed calls per walk, no host path (for ncu).
+// Device sampling (each walk: v1 = session 10's loads, strided = one block a row, vec4,
+// cluster = a cluster of blocks a row, sized by B, grid = the default: the grid kernel
+// where it takes the call, else strided) vs download + host sampling, per step, at
+// B = 1, 4, 16 and 64. Wall time of a whole call (upload, kernel, download, sync); the
+// "call overhead" line is that of a 33-token greedy row. TF_SAMPLING_BENCH_QUICK=1: 2
+// timed calls per walk, no host path (for ncu).
 TEST_F(CudaSampleRows, Benchmark) {
   ThreadPool pool(2);  // as the engine's sample_pool
   const bool quick = std::getenv("TF_SAMPLING_BENCH_QUICK") != nullptr;
@@ -475,7 +477,7 @@ TEST_F(CudaSampleRows, Benchmark) {
       p.logprobs = true;
       p.top_logprobs = mode.top_logprobs;
     }
-    for (int64_t b : {int64_t{1}, int64_t{64}}) {
+    for (int64_t b : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{64}}) {
       std::vector<float> flat;
       for (int64_t r = 0; r < b; ++r) {
         const auto row = make_row(kModelVocab, RowKind::kNormal, static_cast<uint32_t>(r + 1));

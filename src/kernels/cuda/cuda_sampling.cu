@@ -355,15 +355,8 @@ __device__ float top_p_threshold(const float* x, int64_t lim, const Processing& 
   if constexpr (kMerged) {
     zero_bins<G>(sh);
     walk_row<G>(x, lim, [&](int64_t, float raw, bool valid) {
-      const float v = valid ? pr.kept(raw) : -INFINITY;
-      const bool in = v != -INFINITY;
-      double e = 0.0;
-      if (in) {
-        mn = fminf(mn, v);
-        e = exp(static_cast<double>(v) - m);
-        part += e;
-      }
-      warp_bin_add<G>(in, order_key(v) >> 24, e, sh.cnt, &sh.mass[0][0], sh);
+      const MassTerm t = mass_term(pr, raw, valid, m, mn, part);
+      warp_bin_add<G>(t.in, order_key(t.v) >> 24, t.e, sh.cnt, &sh.mass[0][0], sh);
     });
   } else {
     walk_row<G>(x, lim, [&](int64_t, float raw, bool valid) {

@@ -375,15 +375,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_grid_kernel(GridArgs a) 
     zero_block_bins(sh);
     if (mine) {
       walk_slice(x, lo, hi, [&](int64_t, float raw_v, bool valid) {
-        const float v = valid ? pr.kept(raw_v) : -INFINITY;
-        const bool in = v != -INFINITY;
-        double e = 0.0;
-        if (in) {
-          mn = fminf(mn, v);
-          e = exp(static_cast<double>(v) - m);
-          part += e;
-        }
-        warp_bin_add(in, order_key(v) >> 24, e, sh);
+        const MassTerm t = mass_term(pr, raw_v, valid, m, mn, part);
+        warp_bin_add(t.in, order_key(t.v) >> 24, t.e, sh);
       });
       mn = block_reduce(mn, MinOp{}, sh.fmin);
       part = block_reduce(part, AddOp{}, sh.sum);

@@ -72,6 +72,24 @@ struct Processing {
   }
 };
 
+// One value as the top_p pass's first walk sees it: processed (-inf when removed) and, when kept,
+// its exp against the row's maximum m, folded into the running minimum `mn` and mass `part`.
+struct MassTerm {
+  float v;
+  double e;
+  bool in;
+};
+__device__ inline MassTerm mass_term(const Processing& pr, float raw, bool valid, double m, float& mn, double& part) {
+  MassTerm t{valid ? pr.kept(raw) : -INFINITY, 0.0, false};
+  t.in = t.v != -INFINITY;
+  if (t.in) {
+    mn = fminf(mn, t.v);
+    t.e = exp(static_cast<double>(t.v) - m);
+    part += t.e;
+  }
+  return t;
+}
+
 // Gumbel-max over the kept tokens. As on the host (sampler.cc), the two logarithms
 // are computed only where a token can come near the key of the argmax token (best0, a
 // lower bound of the winner's key): E = -log(u) >= w = 1 - u, so
