@@ -340,9 +340,11 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
     Exl3ExpertTable dev = host;
     ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
     double worst[3] = {0, 0, 0};
-    // Prefill (more than 64 tokens) through the wide GEMV and through the grouped body, in
-    // pieces (bits equal to a token's decode-sized call), and through W_hat + cuBLAS (within
-    // f32 rounding of it).
+    // Prefill (more than 64 tokens) through the wide GEMV with x as the hi/lo pair and through
+    // the grouped body, in pieces (bits equal to a token's decode-sized call), and through
+    // W_hat + cuBLAS (within f32 rounding of it). The wide GEMV's default (x in fp16):
+    // WideGemvTakesXInHalfPrecision.
+    cuda::exl3_set_wide_x(cuda::kExl3WideXSplit);
     for (int path : {cuda::kExl3PrefillWide, cuda::kExl3PrefillPieces, cuda::kExl3PrefillCublas}) {
       cuda::exl3_set_prefill_path(path);
       const bool pieces = path != cuda::kExl3PrefillCublas;
@@ -385,9 +387,66 @@ TEST(Exl3CudaMoe, MatchesTheCpuBackend) {
       }
     }
     cuda::exl3_set_prefill_path(cuda::kExl3PrefillWide);
+    cuda::exl3_set_wide_x(-1);
     std::printf("[exl3] moe_experts_exl3 vs CPU (%s, 1-1100 tokens, 16 experts top-4): max rel err %.3g wide, "
                 "%.3g grouped pieces, %.3g W_hat + cuBLAS\n",
                 exl3_codebook_name(cb), worst[0], worst[1], worst[2]);
+  }
+}
+
+// Rows in reverse order (ids, weights and x reversed together): every token then sits at
+// another place of its experts' passes, beside other rows.
+Tensor reversed_rows(const Tensor& t) {
+  Tensor r = Tensor::empty(t.shape(), t.dtype());
+  const int64_t rows = t.size(0), row_bytes = static_cast<int64_t>(t.nbytes()) / rows;
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(static_cast<char*>(r.raw()) + i * row_bytes, static_cast<const char*>(t.raw()) + (rows - 1 - i) * row_bytes,
+                row_bytes);
+  return r;
+}
+
+// The wide GEMV's default precision: x rounded to fp16, one MMA per tile (as exllamav3's own
+// kernels; prefill rows of the dense projections are bf16 already). Within fp16 rounding of the
+// CPU backend, not the hi/lo pair's bits (so the knob took), and a token's bits still depend on
+// its own row alone: the same in the call reversed (other pass places and neighbours) and, for
+// 1,100 tokens, in the two pieces of 1,024 + 76 either way round.
+TEST(Exl3CudaMoe, WideGemvTakesXInHalfPrecision) {
+  const int64_t experts = 16, hidden = 384, inter = 320, k = 4;
+  for (Exl3Codebook cb : {Exl3Codebook::kMcg, Exl3Codebook::kMul1}) {
+    Exl3ExpertTable host = expert_table(experts, hidden, inter, cb == Exl3Codebook::kMcg ? 4 : 3, cb);
+    Exl3ExpertTable dev = host;
+    ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
+    cuda::exl3_set_prefill_path(cuda::kExl3PrefillWide);
+    double worst = 0, split_worst = 0;
+    for (int64_t tokens : {80, 300, 516, 1100}) {
+      Tensor ids, wts;
+      random_routing(tokens, k, experts, static_cast<uint32_t>(tokens + 5), ids, wts);
+      const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 78));
+      Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
+      cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
+      auto run = [&](const Tensor& xs, const Tensor& is, const Tensor& ws) {
+        Tensor out = gpu().empty({tokens, hidden});
+        gpu().moe_experts_exl3(out, gpu().to_device(xs), gpu().to_device(is), gpu().to_device(ws), dev, 7.0f);
+        return gpu().to_host(out);
+      };
+      cuda::exl3_set_wide_x(cuda::kExl3WideXSplit);
+      const Tensor split = run(x, ids, wts);
+      cuda::exl3_set_wide_x(cuda::kExl3WideXHalf);
+      const Tensor half = run(x, ids, wts);
+      const Tensor half_rev = run(reversed_rows(x), reversed_rows(ids), reversed_rows(wts));
+      const double e = rel_err(want, half);
+      worst = std::max(worst, e);
+      split_worst = std::max(split_worst, rel_err(want, split));
+      // fp16 x: 2^-11 relative per input at most, summed over 384 inputs of random sign.
+      EXPECT_LT(e, 2e-3) << exl3_codebook_name(cb) << " tokens=" << tokens;
+      EXPECT_NE(std::memcmp(half.raw(), split.raw(), half.nbytes()), 0)
+          << exl3_codebook_name(cb) << " tokens=" << tokens << ": the fp16 path gave the hi/lo bits";
+      EXPECT_EQ(std::memcmp(reversed_rows(half_rev).raw(), half.raw(), half.nbytes()), 0)
+          << exl3_codebook_name(cb) << " tokens=" << tokens << ": a token's bits depend on the rows beside it";
+    }
+    cuda::exl3_set_wide_x(-1);
+    std::printf("[exl3] wide GEMV, x in fp16 (%s, 80-1100 tokens): max rel err %.3g vs CPU (hi/lo pair: %.3g)\n",
+                exl3_codebook_name(cb), worst, split_worst);
   }
 }
 
@@ -408,10 +467,23 @@ TEST(Exl3CudaMoe, PrefillPathsHandleRepeatsSkewAndFormats) {
   ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
   // 200 tokens: 30 rows per expert on average (the wide GEMV's 48-row passes), 300: 45 (128-row
   // passes); expert 3 has a row in every token either way (several passes).
-  for (auto [path, tokens] : {std::pair{cuda::kExl3PrefillWide, int64_t{200}}, {cuda::kExl3PrefillWide, int64_t{300}},
-                              {cuda::kExl3PrefillCublas, int64_t{300}}}) {
-    const bool wide = path == cuda::kExl3PrefillWide;
+  // The wide path with x as the hi/lo pair (its tokens keep their decode-sized bits) and in
+  // fp16 (the default: within fp16 rounding, and the same bits with the rows reversed).
+  struct Case {
+    int path;
+    int64_t tokens;
+    int wide_x;
+  };
+  for (const Case c : {Case{cuda::kExl3PrefillWide, 200, cuda::kExl3WideXSplit},
+                       Case{cuda::kExl3PrefillWide, 300, cuda::kExl3WideXSplit},
+                       Case{cuda::kExl3PrefillWide, 200, cuda::kExl3WideXHalf},
+                       Case{cuda::kExl3PrefillWide, 300, cuda::kExl3WideXHalf},
+                       Case{cuda::kExl3PrefillCublas, 300, cuda::kExl3WideXSplit}}) {
+    const int path = c.path;
+    const int64_t tokens = c.tokens;
+    const bool wide = path == cuda::kExl3PrefillWide, half = wide && c.wide_x == cuda::kExl3WideXHalf;
     cuda::exl3_set_prefill_path(path);
+    cuda::exl3_set_wide_x(c.wide_x);
     Tensor ids, wts;
     random_routing(tokens, k, experts, 4242, ids, wts);
     for (int64_t t = 0; t < tokens; ++t) ids.data<int32_t>()[t * k] = 3;  // expert 3 in every token
@@ -426,10 +498,16 @@ TEST(Exl3CudaMoe, PrefillPathsHandleRepeatsSkewAndFormats) {
     }
     const Tensor got = gpu().to_host(out);
     const double e = rel_err(want, got);
-    EXPECT_LT(e, 1e-4) << (wide ? "wide" : "cublas") << " tokens=" << tokens;
+    EXPECT_LT(e, half ? 2e-3 : 1e-4) << (wide ? "wide" : "cublas") << " tokens=" << tokens << " half " << half;
     std::printf("[exl3] %s prefill, %lld tokens, repeats + skew + bias + mixed formats: rel err %.3g\n",
-                wide ? "wide" : "W_hat + cuBLAS", static_cast<long long>(tokens), e);
-    if (wide) {
+                half ? "wide (x in fp16)" : wide ? "wide" : "W_hat + cuBLAS", static_cast<long long>(tokens), e);
+    if (half) {
+      Tensor rev = gpu().empty({tokens, hidden});
+      gpu().moe_experts_exl3(rev, gpu().to_device(reversed_rows(x)), gpu().to_device(reversed_rows(ids)),
+                             gpu().to_device(reversed_rows(wts)), dev, 7.0f);
+      EXPECT_EQ(std::memcmp(reversed_rows(gpu().to_host(rev)).raw(), got.raw(), got.nbytes()), 0)
+          << "tokens=" << tokens << ": a token's bits depend on the rows beside it";
+    } else if (wide) {
       for (int64_t t : {int64_t{0}, int64_t{1}, tokens - 1}) {  // token 0 names expert 3 twice
         Tensor one = gpu().empty({1, hidden});
         gpu().moe_experts_exl3(one, gpu().to_device(x.slice(0, t, t + 1)), gpu().to_device(ids.slice(0, t, t + 1)),
@@ -448,6 +526,7 @@ TEST(Exl3CudaMoe, PrefillPathsHandleRepeatsSkewAndFormats) {
         StatusError);
   }
   cuda::exl3_set_prefill_path(cuda::kExl3PrefillWide);
+  cuda::exl3_set_wide_x(-1);
 }
 
 // The flat body (up to 8 tokens, exl3_moe_flat.cuh) against the grouped one: the same

@@ -107,8 +107,9 @@ void exl3_set_moe_variant(int variant);
 
 // Path of calls of more than 64 tokens (prefill; TF_EXL3_PREFILL=pieces|cublas|experts at start):
 // wide (the default) = pieces of 1,024 tokens through the wide GEMV (exl3_moe_wide.cuh: each
-// tile decoded once per 128 of an expert's rows); pieces = the decode-sized grouped body in
-// pieces of 512 tokens (both: a token's bits equal its decode-sized result); cublas = W_hat
+// tile decoded once per 128 of an expert's rows; x precision: exl3_set_wide_x); pieces = the
+// decode-sized grouped body in pieces of 512 tokens (a token's bits equal its decode-sized
+// result, as the wide path's with TF_EXL3_WIDE_X=split); cublas = W_hat
 // decoded once per call for cuBLAS (exl3_moe_prefill.h; the pieces while a graph is captured
 // or where cuBLAS refuses; a token's sums then depend on its expert's rows in the call);
 // experts = Ops' per-expert default (exl3_moe_experts returns false).
@@ -119,6 +120,14 @@ enum Exl3PrefillPath : int {
   kExl3PrefillWide = 3
 };
 void exl3_set_prefill_path(int path);
+
+// x of the wide GEMV's rows (TF_EXL3_WIDE_X=half|split at start): half (the default) = x
+// rounded to fp16, one MMA per tile and row tile (a row's sums depend on its x alone, as
+// every prefill row's: the dense projections take bf16 x past exact_rows); split = the
+// hi/lo fp16 pair of the decode-sized kernels, so a token's bits equal its decode-sized
+// result whatever call it is in. -1: back to the environment's choice.
+enum Exl3WideX : int { kExl3WideXHalf = 0, kExl3WideXSplit = 1 };
+void exl3_set_wide_x(int precision);
 
 // The routed EXL3 experts of a MoE layer (Ops::moe_experts_exl3's contract): up to 64
 // tokens grouped on the device without a host sync (graph-capturable); more (prefill)

@@ -179,9 +179,10 @@ struct GroupedKernels {
 template <int K, int CB>
 struct WideKernels {
   template <int RT, int NS, int MinBlocks, int ST>
-  static void run(dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
-    launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST>, grid, exl3::wide_smem_bytes<K, RT, NS, ST>(),
-                   s, a);
+  static void run(bool x_half, dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
+    constexpr size_t smem = exl3::wide_smem_bytes<K, RT, NS, ST>();
+    if (x_half) launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST, true>, grid, smem, s, a);
+    else launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST, false>, grid, smem, s, a);
   }
   // Whether a block of this shape fits the GPU's shared memory (~1 KB static beside it).
   template <int RT, int NS, int ST>
@@ -190,12 +191,12 @@ struct WideKernels {
   }
   // A GPU with less shared memory per block (sm_120 / sm_121: 99 KB) runs the same passes
   // through a 2-stage ring (the ring's depth does not change the sums).
-  static void launch(bool small, int shape, dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
+  static void launch(bool small, int shape, bool x_half, dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
     if constexpr (K == 4 && CB == exl3::kCbMcg) {
-      if (shape == 1 && !small && fits<8, 4, 4>()) return run<8, 4, 2, 4>(grid, s, a);
+      if (shape == 1 && !small && fits<8, 4, 4>()) return run<8, 4, 2, 4>(x_half, grid, s, a);
     }
-    if (small) return fits<6, 3, 8>() ? run<6, 3, 2, 8>(grid, s, a) : run<6, 2, 2, 8>(grid, s, a);
-    return fits<16, 3, 4>() ? run<16, 3, 2, 4>(grid, s, a) : run<16, 2, 2, 4>(grid, s, a);
+    if (small) return fits<6, 3, 8>() ? run<6, 3, 2, 8>(x_half, grid, s, a) : run<6, 2, 2, 8>(x_half, grid, s, a);
+    return fits<16, 3, 4>() ? run<16, 3, 2, 4>(x_half, grid, s, a) : run<16, 2, 2, 4>(x_half, grid, s, a);
   }
 };
 
@@ -450,6 +451,14 @@ int prefill_path() {
   return knob(g_prefill_path, "TF_EXL3_PREFILL",
               {{"experts", kExl3PrefillExperts}, {"cublas", kExl3PrefillCublas}, {"pieces", kExl3PrefillPieces}},
               kExl3PrefillWide);
+}
+
+// Wide GEMV precision knob (exl3_set_wide_x; TF_EXL3_WIDE_X=split|half at start).
+std::atomic<int> g_wide_x{-1};
+
+bool wide_x_half() {
+  return knob(g_wide_x, "TF_EXL3_WIDE_X", {{"half", kExl3WideXHalf}, {"split", kExl3WideXSplit}}, kExl3WideXHalf) ==
+         kExl3WideXHalf;
 }
 
 int64_t prefill_piece_tokens(bool wide) {
@@ -733,7 +742,7 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
                       static_cast<unsigned>(nproj));
       const bool small = wide_small_passes(pairs, experts);
       exl3_dispatch<WideKernels>(w.bits, w.codebook, [&](auto kernels) {
-        decltype(kernels)::launch(small, wide_shape(), grid, ctx.stream, a);
+        decltype(kernels)::launch(small, wide_shape(), wide_x_half(), grid, ctx.stream, a);
       });
       return;
     }
@@ -785,8 +794,8 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
     if (exl3_moe_prefill(ctx, out, x, ids, weights, ex, table, swiglu_limit)) return true;
   }
   // Pieces of the call: a token's rows get the same products (the same k-splits, summed in
-  // the same order) in any piece and from either GEMV, so its bits do not depend on how the
-  // call is cut.
+  // the same order) in any piece, so its bits do not depend on how the call is cut (from
+  // either GEMV with TF_EXL3_WIDE_X=split; by default a wide piece's rows take x in fp16).
   if (ids.dim() != 2 || ids.size(0) != tokens || !ids.is_contiguous())
     throw StatusError(invalid_argument("moe_experts_exl3: ids " + ids.describe() + " is not [T, k]"));
   if (weights.numel() != tokens * k || !weights.is_contiguous() || out.numel() != tokens * h || !out.is_contiguous() ||
@@ -800,7 +809,7 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
   for (int64_t t0 = 0; t0 < tokens; t0 += piece) {
     const int64_t t1 = std::min(tokens, t0 + piece);
     Tensor o = o2.slice(0, t0, t1);
-    // A last piece of decode size goes through the decode-sized kernels: the same bits.
+    // A last piece of decode size goes through the decode-sized kernels (x as the hi/lo pair).
     moe_call(ctx, o, x.slice(0, t0, t1), ids.slice(0, t0, t1), w2.slice(0, t0, t1), ex, swiglu_limit,
              wide && t1 - t0 > kMoeMaxTokens);
   }
@@ -810,5 +819,7 @@ bool exl3_moe_experts(CudaContext& ctx, Tensor& out, const Tensor& x, const Tens
 void exl3_set_prefill_path(int path) { g_prefill_path.store(path, std::memory_order_relaxed); }
 
 void exl3_set_moe_variant(int variant) { g_moe_variant.store(variant, std::memory_order_relaxed); }
+
+void exl3_set_wide_x(int precision) { g_wide_x.store(precision, std::memory_order_relaxed); }
 
 }  // namespace tf::cuda

@@ -11,11 +11,15 @@
 // ~9.6 ms (run3s24), ~5.9 ms since its tiles carry no per-tile branches or index arithmetic
 // (148 -> 92 instructions per tile under ncu, run1s25-run4s25; bench/RESULTS.md session 25).
 //
-// The same bits as the grouped kernel: a row's products are the same MMAs (hi then lo
-// fragment, per k-tile in k order, one accumulator per k-split), and the splits are
-// summed in split order from 0 (SplitPartials::sum: ((0 + s0) + s1) + ...), here into the
-// row's one f32 value as each split ends. So a token's result still does not depend on
-// the call it is in (decode-sized calls go through the other kernels).
+// Precision (XHalf, exl3_moe.cu wide_x_half): by default a prefill row's x is rounded to fp16
+// and multiplied once per tile, as exllamav3's kernels take activations; prefill rows of the
+// dense projections go through bf16 tensor cores already (cuda_linear.cu, past exact_rows),
+// so the hi/lo pair bought these rows nothing end to end and doubled the MMAs. A row's sums
+// still depend on its own x alone, never on the rows beside it. TF_EXL3_WIDE_X=split keeps
+// the decode-sized kernels' bits: the same MMAs (hi then lo fragment, per k-tile in k order,
+// one accumulator per k-split), and the splits are summed in split order from 0
+// (SplitPartials::sum: ((0 + s0) + s1) + ...), here into the row's one f32 value as each
+// split ends; with it a token's result does not depend on the call it is in.
 //
 // A block: 8 warps, one 16-column n-tile each (a 128-column block), one expert, one
 // projection, passes of 8 * RT rows. Each warp streams its column of tiles through its
@@ -100,18 +104,24 @@ __device__ __forceinline__ void add_split(float* __restrict__ sum, int64_t n, in
 }
 
 // One tile of a stage: decode it (the flat kernels' word hashes at K = 4: the same bits), then
-// its MMAs for the pass's first NRT row tiles (hi then lo fragment). Rows past the pass's last
+// its MMAs for the pass's first NRT row tiles: hi then lo fragment, or (XHalf) the hi fragment
+// alone, i.e. x rounded to fp16 as exllamav3's own kernels take it. Rows past the pass's last
 // read whatever their staged slot holds: their columns of D are never stored (D's column j
 // depends on x row j alone).
-template <int K, int CB, int RT, int NRT>
+template <int K, int CB, int RT, int NRT, bool XHalf>
 __device__ __forceinline__ void wide_tile(const uint32_t* st, const uint4* xl, int lane, float (&acc)[RT][4]) {
   uint32_t w[4];
   decode_smem_tile<K, CB, false, false, true>(st, lane, w);
 #pragma unroll
   for (int rt = 0; rt < NRT; ++rt) {
-    const uint4 xv = xl[rt * 8 * 4];
-    mma_f16_16816(acc[rt], w, xv.x, xv.y);
-    mma_f16_16816(acc[rt], w, xv.z, xv.w);
+    if constexpr (XHalf) {
+      const uint2 xv = *reinterpret_cast<const uint2*>(xl + rt * 8 * 4);
+      mma_f16_16816(acc[rt], w, xv.x, xv.y);
+    } else {
+      const uint4 xv = xl[rt * 8 * 4];
+      mma_f16_16816(acc[rt], w, xv.x, xv.y);
+      mma_f16_16816(acc[rt], w, xv.z, xv.w);
+    }
   }
 }
 
@@ -130,7 +140,9 @@ __device__ __forceinline__ void with_row_tiles(int nrt, F&& f) {
 
 // grid (tiles_n / kGemvWarps, expert slots, projections), kGemvWarps * 32 threads,
 // wide_smem_bytes<K, RT, NS, ST>() of dynamic shared memory; compiled for MinBlocks blocks per SM.
-template <int K, int CB, int RT, int NS, int MinBlocks, int ST = kStageTiles>
+// XHalf: one MMA per row tile with x in fp16 (wide_tile); else the hi/lo pair, the bits of the
+// decode-sized kernels.
+template <int K, int CB, int RT, int NS, int MinBlocks, int ST = kStageTiles, bool XHalf = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(WideArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kRows = 8 * RT, kStageX = ST * kRows * 4;  // uint4s of one fragment stage
@@ -192,12 +204,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
         const int i0 = s * ST;
         if (i0 + ST <= split_end) {  // block-uniform: a whole stage inside one split
 #pragma unroll
-          for (int u = 0; u < ST; ++u) wide_tile<K, CB, RT, NRT>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
+          for (int u = 0; u < ST; ++u) wide_tile<K, CB, RT, NRT, XHalf>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
           if (i0 + ST == split_end) end_split();
         } else {  // a split (or k) ends inside the stage: k not a multiple of 4 ST tiles
 #pragma unroll 1
           for (int u = 0; u < ST && i0 + u < tiles_k; ++u) {
-            wide_tile<K, CB, RT, NRT>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
+            wide_tile<K, CB, RT, NRT, XHalf>(st + u * 8 * K, xl + u * kRows * 4, lane, acc);
             if (i0 + u + 1 == split_end) end_split();
           }
         }
