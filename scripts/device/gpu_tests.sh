@@ -136,6 +136,11 @@ if want exl3 && [[ -x .gpurun/exl3_cuda_tests ]]; then
     # Instruction budget of the streaming loop per tile and the ALU bound it gives (cuobjdump).
     timeout 60 python3 scripts/device/exl3_sass_count.py .gpurun/exl3_cuda_bench 2>&1 | head -n 30
   fi
+  # The K = 4 decode's own ceiling (tiles in shared memory) against 70% of HBM, and the codebook table.
+  if [[ -x .gpurun/exl3_decode_rate_bench ]]; then
+    timeout 60 .gpurun/exl3_decode_rate_bench > "$OUT/exl3_decode_rate_bench.log" 2>&1 || rc=1
+    cat "$OUT/exl3_decode_rate_bench.log"
+  fi
 fi
 # exllamav3's own K=4 GEMV beside ours on the same shapes (issue #8); needs carry [".gpurun", ".exl3ref"]
 # (.exl3ref: exllamav3 headers, git-ignored). Only when named: TF_GPU_ONLY="exl3sbs".

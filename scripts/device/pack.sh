@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.gpurun/' .git/info/exclude 2>/dev/null || echo '/.gpurun/' >> .git/info/exclude
 build="${TF_BUILD_DIR:-build-cuda}"
-targets=(cuda_kernel_tests cuda_quant_tests cuda_quant_ring_tests cuda_fp8_gemm_tests cuda_ops_parity_tests comm_nccl_check cuda_ops_bench cuda_prefill_bench glm5_cuda_tests glm5_graphs_cuda_tests exl3_cuda_tests exl3_cuda_bench cuda_moe_tests cuda_moe_experts_bench cuda_mla_decode_bench cuda_smallops_bench cuda_pdl_bench cuda_matmul_many_tests cuda_kda_lowrank_bench cuda_l2_prefetch_bench cuda_kda_chain_bench spec_decode_bench tf_cupti_trace tensorfold)
+targets=(cuda_kernel_tests cuda_quant_tests cuda_quant_ring_tests cuda_fp8_gemm_tests cuda_ops_parity_tests comm_nccl_check cuda_ops_bench cuda_prefill_bench glm5_cuda_tests glm5_graphs_cuda_tests exl3_cuda_tests exl3_cuda_bench exl3_decode_rate_bench cuda_moe_tests cuda_moe_experts_bench cuda_mla_decode_bench cuda_smallops_bench cuda_pdl_bench cuda_matmul_many_tests cuda_kda_lowrank_bench cuda_l2_prefetch_bench cuda_kda_chain_bench spec_decode_bench tf_cupti_trace tensorfold)
 cmake -S . -B "$build" -G Ninja -DTF_CUDA=ON -DTF_WERROR=ON "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 rm -rf .gpurun && mkdir -p .gpurun/lib
