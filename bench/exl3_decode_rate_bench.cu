@@ -1,20 +1,23 @@
 // The K = 4 mcg EXL3 decode rate on its own (issue #8, session 32), against the HBM rate the GEMV
-// target asks for, and whether a shared-memory table of the codebook lifts it. The decode loop is issue-bound on the integer ALU (bench/RESULTS.md sessions 10-13);
-// a 65,536-entry fp16 table of w_hat (128 KB of shared memory) turns a weight's hash, mask/xor and
-// halves-add into one 2-byte load, but 32 random lookups per warp instruction meet bank conflicts.
+// target asks for, and whether a shared-memory table of the codebook lifts it. The decode loop is
+// issue-bound on the integer ALU (bench/RESULTS.md sessions 10-13); a 65,536-entry fp16 table of
+// w_hat (128 KB of shared memory) turns a weight's hash, mask/xor and halves-add into one 2-byte
+// load, but 32 random lookups per warp instruction meet bank conflicts.
 // This kernel decodes tiles held in shared memory (no HBM traffic, like exl3_cuda_bench's
 // decode-only mode) and multiplies them with mma.m16n8k16 as the flat MoE loop does, taking NL of a
 // lane's 4 value pairs per tile from the table and the rest by arithmetic, and prints tiles per
-// second per variant and the weight bandwidth that rate would decode (x 128 bytes per tile).
+// second per variant and the weight bandwidth that rate would decode (x 128 bytes per tile) beside
+// the HBM bandwidth of tf::cuda::probe_device (the roofline probe of `tensorfold bench --probe`).
 // It also checks that both ways give the same A fragments bit for bit (exit 1 if not). H200 (session
-// 32): 14.3 G tiles/s by arithmetic at 32 warps per SM (1.83 TB/s of weights, ~43% of HBM), every
-// table mix slower (all pairs from the table: 8.3 G tiles/s).
+// 32): 14.1 G tiles/s by arithmetic at 32 warps per SM (1.81 TB/s of weights, 42% of HBM), every
+// table mix slower (all pairs from the table: 8.2 G tiles/s).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "kernels/cuda/device_probe.h"
 #include "kernels/cuda/exl3_decode.cuh"
 
 namespace {
@@ -120,25 +123,8 @@ int main() {
   cudaMalloc(&frags, kTiles * 32 * 4 * 4);
   cudaMemcpy(words, host.data(), host.size() * 4, cudaMemcpyHostToDevice);
   std::vector<uint32_t> ref(kTiles * 32 * 4), got(kTiles * 32 * 4);
-  // HBM: a device-to-device copy of 1 GiB (read + write), the benches' roofline probe.
-  const size_t copy_bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  double hbm = 0;
-  if (cudaMalloc(&src, copy_bytes) == cudaSuccess && cudaMalloc(&dst, copy_bytes) == cudaSuccess) {
-    cudaMemcpy(dst, src, copy_bytes, cudaMemcpyDeviceToDevice);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a);
-    for (int i = 0; i < 5; ++i) cudaMemcpy(dst, src, copy_bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    hbm = 2.0 * 5 * static_cast<double>(copy_bytes) / (ms * 1e-3);
-  }
-  cudaFree(src);
-  cudaFree(dst);
+  const auto probe = tf::cuda::probe_device(0);
+  const double hbm = probe ? probe->hbm_gbps * 1e9 : 0.0;  // bytes per second, read + write
   std::printf("HBM (device copy): %.2f TB/s; the GEMV target, 70%% of it, needs %.1f G tiles/s of K=4 decode\n",
               hbm * 1e-12, 0.7 * hbm / 128e9);
   std::printf("exl3 K=4 mcg decode from shared memory + 2 MMAs per tile, %d SMs, one block per SM\n", sms);

@@ -405,6 +405,13 @@ Tensor reversed_rows(const Tensor& t) {
   return r;
 }
 
+// moe_experts_exl3 on the GPU of host rows x / ids / wts (SwiGLU limit 7), back on the host.
+Tensor moe_on_gpu(const Exl3ExpertTable& dev, const Tensor& x, const Tensor& ids, const Tensor& wts) {
+  Tensor out = gpu().empty({x.size(0), x.size(1)});
+  gpu().moe_experts_exl3(out, gpu().to_device(x), gpu().to_device(ids), gpu().to_device(wts), dev, 7.0f);
+  return gpu().to_host(out);
+}
+
 // The wide GEMV's default precision: x rounded to fp16, one MMA per tile (as exllamav3's own
 // kernels; prefill rows of the dense projections are bf16 already). Within fp16 rounding of the
 // CPU backend, not the hi/lo pair's bits (so the knob took), and a token's bits still depend on
@@ -424,16 +431,11 @@ TEST(Exl3CudaMoe, WideGemvTakesXInHalfPrecision) {
       const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 78));
       Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
       cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
-      auto run = [&](const Tensor& xs, const Tensor& is, const Tensor& ws) {
-        Tensor out = gpu().empty({tokens, hidden});
-        gpu().moe_experts_exl3(out, gpu().to_device(xs), gpu().to_device(is), gpu().to_device(ws), dev, 7.0f);
-        return gpu().to_host(out);
-      };
       cuda::exl3_set_wide_x(cuda::kExl3WideXSplit);
-      const Tensor split = run(x, ids, wts);
+      const Tensor split = moe_on_gpu(dev, x, ids, wts);
       cuda::exl3_set_wide_x(cuda::kExl3WideXHalf);
-      const Tensor half = run(x, ids, wts);
-      const Tensor half_rev = run(reversed_rows(x), reversed_rows(ids), reversed_rows(wts));
+      const Tensor half = moe_on_gpu(dev, x, ids, wts);
+      const Tensor half_rev = moe_on_gpu(dev, reversed_rows(x), reversed_rows(ids), reversed_rows(wts));
       const double e = rel_err(want, half);
       worst = std::max(worst, e);
       split_worst = std::max(split_worst, rel_err(want, split));
@@ -502,10 +504,8 @@ TEST(Exl3CudaMoe, PrefillPathsHandleRepeatsSkewAndFormats) {
     std::printf("[exl3] %s prefill, %lld tokens, repeats + skew + bias + mixed formats: rel err %.3g\n",
                 half ? "wide (x in fp16)" : wide ? "wide" : "W_hat + cuBLAS", static_cast<long long>(tokens), e);
     if (half) {
-      Tensor rev = gpu().empty({tokens, hidden});
-      gpu().moe_experts_exl3(rev, gpu().to_device(reversed_rows(x)), gpu().to_device(reversed_rows(ids)),
-                             gpu().to_device(reversed_rows(wts)), dev, 7.0f);
-      EXPECT_EQ(std::memcmp(reversed_rows(gpu().to_host(rev)).raw(), got.raw(), got.nbytes()), 0)
+      const Tensor rev = moe_on_gpu(dev, reversed_rows(x), reversed_rows(ids), reversed_rows(wts));
+      EXPECT_EQ(std::memcmp(reversed_rows(rev).raw(), got.raw(), got.nbytes()), 0)
           << "tokens=" << tokens << ": a token's bits depend on the rows beside it";
     } else if (wide) {
       for (int64_t t : {int64_t{0}, int64_t{1}, tokens - 1}) {  // token 0 names expert 3 twice
