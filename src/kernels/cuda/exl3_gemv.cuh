@@ -59,6 +59,13 @@ __device__ __forceinline__ void store_fragment_value(uint4* __restrict__ row_fra
   h[4 + comp * 2 + (i & 1)] = lo;
 }
 
+// The hi half alone (fp16(v)) at its place in a uint2 per lane quad and k-tile: the layout
+// above without the lo halves.
+__device__ __forceinline__ void store_fragment_hi(uint2* __restrict__ row_frags, int c, float v) {
+  const int kc = c >> 4, i = c & 15, t = (i & 7) >> 1, comp = i >> 3;
+  reinterpret_cast<__half*>(row_frags + kc * 4 + t)[comp * 2 + (i & 1)] = __float2half_rn(v);
+}
+
 // Decodes tile (tk, tn), whose 8K words start at `tw`, and stores the lane's eight values
 // into W_hat [k, n] (fp16, row-major, n columns). Every lane of the warp must call it.
 template <int K, int CB>

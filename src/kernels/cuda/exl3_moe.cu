@@ -180,14 +180,18 @@ template <int K, int CB>
 struct WideKernels {
   template <int RT, int NS, int MinBlocks, int ST>
   static void run(bool x_half, dim3 grid, cudaStream_t s, const exl3::WideArgs& a) {
-    constexpr size_t smem = exl3::wide_smem_bytes<K, RT, NS, ST>();
-    if (x_half) launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST, true>, grid, smem, s, a);
-    else launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST, false>, grid, smem, s, a);
+    if (x_half)
+      launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST, true>, grid,
+                     exl3::wide_smem_bytes<K, RT, NS, ST, true>(), s, a);
+    else
+      launch_grouped(exl3::wide_gemv_kernel<K, CB, RT, NS, MinBlocks, ST, false>, grid,
+                     exl3::wide_smem_bytes<K, RT, NS, ST, false>(), s, a);
   }
-  // Whether a block of this shape fits the GPU's shared memory (~1 KB static beside it).
+  // Whether a block of this shape fits the GPU's shared memory (~1 KB static beside it), in
+  // either precision (the split one stages twice the fragment bytes).
   template <int RT, int NS, int ST>
   static bool fits() {
-    return smem_fits(exl3::wide_smem_bytes<K, RT, NS, ST>(), 1024);
+    return smem_fits(exl3::wide_smem_bytes<K, RT, NS, ST, false>(), 1024);
   }
   // A GPU with less shared memory per block (sm_120 / sm_121: 99 KB) runs the same passes
   // through a 2-stage ring (the ring's depth does not change the sums).
@@ -697,16 +701,19 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   // Scratch: layout ints, then xr gate/up [P, h_pad*4 B], xr down [P, i_pad*4 B],
   // partials gate/up [S, P, i_pad], down [S, P, h_pad] (f32; S = kMoeSplits, or 1 when wide:
   // the wide GEMV sums the splits itself).
+  // x_half: the wide GEMV takes x in fp16, its fragments the hi halves alone (2 B per input).
   const int64_t splits = wide ? 1 : kMoeSplits;
+  const bool x_half = wide && wide_x_half();
+  const int64_t x_bytes = x_half ? 2 : 4;
   const int64_t slots = moe_max_slots(experts, pairs);
   const int64_t n_ints = moe_groups_ints(experts, pairs, 0);
   int64_t off = round_up(n_ints * 4, 256);
   const int64_t xg_off = off;
-  off += round_up(pairs * h_pad * 4, 256);
+  off += round_up(pairs * h_pad * x_bytes, 256);
   const int64_t xu_off = off;
-  off += round_up(pairs * h_pad * 4, 256);
+  off += round_up(pairs * h_pad * x_bytes, 256);
   const int64_t xd_off = off;
-  off += round_up(pairs * i_pad * 4, 256);
+  off += round_up(pairs * i_pad * x_bytes, 256);
   const int64_t pg_off = off;
   off += round_up(splits * pairs * i_pad * 4, 256);
   const int64_t pu_off = off;
@@ -716,23 +723,29 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   Tensor scratch = ctx.scratch(off);
   char* base = static_cast<char*>(scratch.raw());
   const Layout lay = moe_groups_at(reinterpret_cast<int*>(base), experts, pairs, 0);
-  auto* xg = reinterpret_cast<uint4*>(base + xg_off);
-  auto* xu = reinterpret_cast<uint4*>(base + xu_off);
-  auto* xd = reinterpret_cast<uint4*>(base + xd_off);
+  char* xg = base + xg_off;
+  char* xu = base + xu_off;
+  char* xd = base + xd_off;
   auto* pg = reinterpret_cast<float*>(base + pg_off);
   auto* pu = reinterpret_cast<float*>(base + pu_off);
   auto* pd = reinterpret_cast<float*>(base + pd_off);
 
   launch_moe_grouping(ids.data<int32_t>(), tokens, k, experts, 0, lay, ctx.error_word, ctx.stream);
   check_launch("moe_experts_exl3 (route)");
-  exl3::rotate_rows_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(pairs), 2), 128, 0,
-                             ctx.stream>>>(exl3::FragmentSink{xg, h_pad}, exl3::FragmentSink{xu, h_pad},
-                                           x.data<float>(), h, 0, table, lay);
+  const dim3 rotate_grid(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(pairs), 2);
+  if (x_half)
+    exl3::rotate_rows_kernel<<<rotate_grid, 128, 0, ctx.stream>>>(
+        exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xg), h_pad},
+        exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xu), h_pad}, x.data<float>(), h, 0, table, lay);
+  else
+    exl3::rotate_rows_kernel<<<rotate_grid, 128, 0, ctx.stream>>>(
+        exl3::FragmentSink{reinterpret_cast<uint4*>(xg), h_pad},
+        exl3::FragmentSink{reinterpret_cast<uint4*>(xu), h_pad}, x.data<float>(), h, 0, table, lay);
   check_launch("moe_experts_exl3 (rotate)");
   const bool rows8 = tokens > 8;  // grouped GEMV: 8 row tiles per pass (else 1)
   // One launch per projection group (gate and up together when their formats agree): the
   // wide GEMV into split-summed products, else the grouped one into kMoeSplits partials.
-  auto gemv = [&](const Exl3Weight& w, int proj0, int nproj, const uint4* xr0, const uint4* xr1, float* p0,
+  auto gemv = [&](const Exl3Weight& w, int proj0, int nproj, const char* xr0, const char* xr1, float* p0,
                   float* p1) {
     const int64_t tiles_k = w.trellis.size(0), tiles_n = w.trellis.size(1);
     const int per = static_cast<int>((tiles_k + kMoeSplits - 1) / kMoeSplits);
@@ -746,7 +759,8 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
       });
       return;
     }
-    const GroupedArgs a{table, proj0, {xr0, xr1}, {p0, p1}, tiles_k, tiles_n, per, pairs, lay};
+    const uint4* xq[2] = {reinterpret_cast<const uint4*>(xr0), reinterpret_cast<const uint4*>(xr1)};
+    const GroupedArgs a{table, proj0, {xq[0], xq[1]}, {p0, p1}, tiles_k, tiles_n, per, pairs, lay};
     const dim3 grid(static_cast<unsigned>(tiles_n / kGemvWarps * kMoeSplits), static_cast<unsigned>(slots),
                     static_cast<unsigned>(nproj));
     exl3_dispatch<GroupedKernels>(w.bits, w.codebook, [&](auto kernels) {
@@ -761,9 +775,15 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   }
   // SwiGLU + down's input rotation, down, combine; products(p): how the epilogues read the GEMV's sums.
   auto rest = [&](auto products) {
-    exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0,
-                       ctx.stream>>>(exl3::FragmentSink{xd, i_pad}, products(pg), products(pu), i_pad, inter, 0, table,
-                                     lay, swiglu_limit);
+    const dim3 act_grid(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs));
+    if (x_half)
+      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xd), i_pad},
+                                                         products(pg), products(pu), i_pad, inter, 0, table, lay,
+                                                         swiglu_limit);
+    else
+      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(exl3::FragmentSink{reinterpret_cast<uint4*>(xd), i_pad},
+                                                         products(pg), products(pu), i_pad, inter, 0, table, lay,
+                                                         swiglu_limit);
     check_launch("moe_experts_exl3 (act)");
     gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
     combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(

@@ -58,6 +58,16 @@ struct FragmentSink {
   }
 };
 
+// The wide GEMV's fragments with x in fp16 (exl3_moe_wide.cuh WideX<true>): the hi halves of
+// store_fragment_value's layout alone, a uint2 per lane quad and k-tile.
+struct HalfFragmentSink {
+  uint2* base;
+  int64_t k_pad;
+  __device__ __forceinline__ void store(int row, int c, float v) const {
+    store_fragment_hi(base + static_cast<int64_t>(row) * (k_pad / 16) * 4, c, v);
+  }
+};
+
 // Interleaved fp16 rows for cuBLAS: row 2(r - row0) = hi = fp16(v), row 2(r - row0) + 1 =
 // lo = fp16(v - hi) (the split of store_fragment_value), k_pad values each.
 struct HiLoRowSink {

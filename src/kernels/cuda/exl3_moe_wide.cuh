@@ -19,7 +19,9 @@
 // the decode-sized kernels' bits: the same MMAs (hi then lo fragment, per k-tile in k order,
 // one accumulator per k-split), and the splits are summed in split order from 0
 // (SplitPartials::sum: ((0 + s0) + s1) + ...), here into the row's one f32 value as each
-// split ends; with it a token's result does not depend on the call it is in.
+// split ends; with it a token's result does not depend on the call it is in. In fp16 the
+// rows' fragments are stored, copied and staged as their hi halves alone (WideX: 8 bytes per
+// lane quad and k-tile instead of 16).
 //
 // A block: 8 warps, one 16-column n-tile each (a 128-column block), one expert, one
 // projection, passes of 8 * RT rows. Each warp streams its column of tiles through its
@@ -33,6 +35,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_moe_flat.cuh"
 #include "kernels/cuda/exl3_stream.cuh"
@@ -44,40 +47,70 @@ namespace tf::cuda::exl3 {
 struct WideArgs {
   const ExpertPtrs* table;
   int proj0;            // projection of blockIdx.z == 0 (gate and up share a launch)
-  const uint4* xr[2];   // per blockIdx.z: the rows' input fragments [rows][tiles_k * 4]
+  const void* xr[2];    // per blockIdx.z: the rows' input fragments [rows][tiles_k * 4] of WideX<XHalf>
   float* sum[2];        // per blockIdx.z: the rows' split-summed products [rows][n]
   int64_t tiles_k, tiles_n;
   int per;              // k-tiles per split (kMoeSplits splits, the decode-sized kernels')
   MoeGroups lay;
 };
 
+// One lane quad's B fragment of one (row, k-tile): the fp16 hi and lo halves of x (uint4, the
+// decode-sized kernels' layout, store_fragment_value), or (XHalf) the hi half alone (uint2,
+// store_fragment_hi): half the bytes to stage and copy.
+template <bool XHalf>
+using WideX = std::conditional_t<XHalf, uint2, uint4>;
+
 // Shared memory of one block: the warps' rings, then NS stages of a pass's fragments.
-template <int K, int RT, int NS, int ST = kStageTiles>
+template <int K, int RT, int NS, int ST = kStageTiles, bool XHalf = false>
 constexpr size_t wide_smem_bytes() {
-  return static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4 + static_cast<size_t>(NS) * ST * 8 * RT * 64;
+  return static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4 +
+         static_cast<size_t>(NS) * ST * 8 * RT * 4 * sizeof(WideX<XHalf>);
 }
 
-// Issues the cp.async copies of the pass's rows' fragments of k-tiles k0 .. k0 + nk - 1 into
-// xs [ST][8 * RT][4], by the whole block (no commit). A thread's copies share one k-tile and
-// quad and step by a fixed number of rows, so each costs a pointer add (the generic index
-// arithmetic cost ~35 instructions per tile of the stage loop, H200 ncu run2s25).
-template <int RT, int ST>
-__device__ __forceinline__ void issue_rows(uint4* xs, const uint4* src, int64_t stride, int rows, int64_t k0,
-                                           int nk) {
-  constexpr int kRows = 8 * RT, kPerRow = ST * 4;  // kPerRow: uint4s of one row in a stage
-  constexpr int kThreads = kGemvWarps * 32;
-  static_assert(kThreads % kPerRow == 0 && kRows % (kThreads / kPerRow) == 0, "issue_rows: whole sweeps");
-  constexpr int kRowStep = kThreads / kPerRow;  // rows per sweep of the block
-  const int q = threadIdx.x % kPerRow, u = q >> 2, row0 = threadIdx.x / kPerRow;
-  if (u >= nk) return;
-  const uint4* g = src + row0 * stride + k0 * 4 + q;
-  uint4* d = xs + (u * kRows + row0) * 4 + (q & 3);
-  const int64_t g_step = kRowStep * stride;
-#pragma unroll
-  for (int j = 0; j < kRows / kRowStep; ++j) {
-    if (row0 + j * kRowStep < rows) cp_async16(d + j * kRowStep * 4, g + j * g_step);
+// The block's cp.async copies of a pass's fragments into xs [ST][8 * RT][4] (WideX units), a
+// stage at a time. Each thread owns one 16-byte piece of a row's stage (a k-tile and a part of
+// its quads) and the same piece of every kRowStep-th row: its shared and global offsets are
+// fixed for the kernel, so a copy costs a predicate, an address add and the copy (the per-copy
+// generic-to-shared conversion and 64-bit index products cost ~15 instructions per copy,
+// ~18 per tile of the stage loop, H200 ncu run2s33).
+template <int RT, int ST, bool XHalf>
+struct RowCopies {
+  static constexpr int kRows = 8 * RT, kUnit = sizeof(WideX<XHalf>);
+  static constexpr int kPerKTile = 4 * kUnit / 16;   // 16-byte pieces of one (row, k-tile)
+  static constexpr int kPerRow = ST * kPerKTile;     // ... of one row in a stage
+  static constexpr int kThreads = kGemvWarps * 32;
+  static_assert(kThreads % kPerRow == 0 && kRows % (kThreads / kPerRow) == 0, "RowCopies: whole sweeps");
+  static constexpr int kRowStep = kThreads / kPerRow;  // rows per sweep of the block
+  static constexpr uint32_t kStageBytes = ST * kRows * 4 * kUnit;
+  int u;             // the thread's k-tile within a stage
+  int row0;          // its first row
+  uint32_t s_off;    // its shared-memory piece of row0 in stage buffer 0 (a shared-window address)
+  int64_t g_off;     // its bytes from a pass's first row at k-tile 0
+  int64_t g_step;    // bytes of kRowStep rows
+  int64_t kt_bytes;  // bytes of one k-tile of a row
+
+  __device__ __forceinline__ RowCopies(const void* xs, int64_t tiles_k) {
+    const int q = threadIdx.x % kPerRow;
+    u = q / kPerKTile;
+    row0 = threadIdx.x / kPerRow;
+    s_off = static_cast<uint32_t>(__cvta_generic_to_shared(xs)) + (u * kRows + row0) * 4 * kUnit + (q % kPerKTile) * 16;
+    kt_bytes = 4 * kUnit;
+    const int64_t row_bytes = tiles_k * kt_bytes;
+    g_off = row0 * row_bytes + static_cast<int64_t>(q) * 16;
+    g_step = kRowStep * row_bytes;
   }
-}
+  // Stage buffer b gets k-tiles k0 .. k0 + nk - 1 of rows [0, rows) from src (the pass's first
+  // row); no commit.
+  __device__ __forceinline__ void issue(int b, const char* src, int rows, int64_t k0, int nk) const {
+    if (u >= nk) return;
+    const char* g = src + g_off + k0 * kt_bytes;
+    const uint32_t d = s_off + b * kStageBytes;
+#pragma unroll
+    for (int j = 0; j < kRows / kRowStep; ++j) {
+      if (row0 + j * kRowStep < rows) cp_async16_shared(d + j * kRowStep * 4 * kUnit, g + j * g_step);
+    }
+  }
+};
 
 // Adds a lane's C fragments of the first NRT row tiles into the rows' sums (store_partial's
 // layout); the first split stores 0 + its value (SplitPartials::sum starts from 0).
@@ -109,13 +142,13 @@ __device__ __forceinline__ void add_split(float* __restrict__ sum, int64_t n, in
 // read whatever their staged slot holds: their columns of D are never stored (D's column j
 // depends on x row j alone).
 template <int K, int CB, int RT, int NRT, bool XHalf>
-__device__ __forceinline__ void wide_tile(const uint32_t* st, const uint4* xl, int lane, float (&acc)[RT][4]) {
+__device__ __forceinline__ void wide_tile(const uint32_t* st, const WideX<XHalf>* xl, int lane, float (&acc)[RT][4]) {
   uint32_t w[4];
   decode_smem_tile<K, CB, false, false, true>(st, lane, w);
 #pragma unroll
   for (int rt = 0; rt < NRT; ++rt) {
     if constexpr (XHalf) {
-      const uint2 xv = *reinterpret_cast<const uint2*>(xl + rt * 8 * 4);
+      const uint2 xv = xl[rt * 8 * 4];
       mma_f16_16816(acc[rt], w, xv.x, xv.y);
     } else {
       const uint4 xv = xl[rt * 8 * 4];
@@ -139,13 +172,14 @@ __device__ __forceinline__ void with_row_tiles(int nrt, F&& f) {
 }
 
 // grid (tiles_n / kGemvWarps, expert slots, projections), kGemvWarps * 32 threads,
-// wide_smem_bytes<K, RT, NS, ST>() of dynamic shared memory; compiled for MinBlocks blocks per SM.
+// wide_smem_bytes<K, RT, NS, ST, XHalf>() of dynamic shared memory; compiled for MinBlocks blocks per SM.
 // XHalf: one MMA per row tile with x in fp16 (wide_tile); else the hi/lo pair, the bits of the
 // decode-sized kernels.
 template <int K, int CB, int RT, int NS, int MinBlocks, int ST = kStageTiles, bool XHalf = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(WideArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int kRows = 8 * RT, kStageX = ST * kRows * 4;  // uint4s of one fragment stage
+  using X = WideX<XHalf>;
+  constexpr int kRows = 8 * RT, kStageX = ST * kRows * 4;  // X units of one fragment stage
   const int slot = blockIdx.y;
   if (slot >= *a.lay.num_active) return;  // block-uniform
   const int z = blockIdx.z, proj = a.proj0 + z;
@@ -154,21 +188,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
   const int64_t tn = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   const int64_t tile_words = 8 * K, n = a.tiles_n * 16, xstride = a.tiles_k * 4;
   uint32_t* ring = reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, ST, NS>();
-  uint4* xs = reinterpret_cast<uint4*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4);
+  X* xs = reinterpret_cast<X*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4);
+  const RowCopies<RT, ST, XHalf> copies(xs, a.tiles_k);
   const WarpStream<K, ST, NS> ws{a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
                                  static_cast<int>(a.tiles_k), ring};
   const int ns = ws.stages(), tiles_k = static_cast<int>(a.tiles_k);
   pdl_wait();  // the fragments ride with the weights: nothing is issued before the wait
   for (int r0 = 0; r0 < cnt; r0 += kRows) {
     const int rows = min(cnt - r0, kRows);
-    const uint4* src = a.xr[z] + (first + r0) * xstride;
+    const char* src = static_cast<const char*>(a.xr[z]) + (first + r0) * xstride * static_cast<int64_t>(sizeof(X));
     float* sum = a.sum[z] + static_cast<int64_t>(first + r0) * n;
     // Stage s: its fragments, then its tiles (issue() commits the group, also past the end).
     auto issue = [&](int s) {
       if (s < ns) {
         const int64_t k0 = static_cast<int64_t>(s) * ST;
-        issue_rows<RT, ST>(xs + (s % NS) * kStageX, src, xstride, rows, k0,
-                       static_cast<int>(min(static_cast<int64_t>(ST), a.tiles_k - k0)));
+        copies.issue(s % NS, src, rows, k0, static_cast<int>(min(static_cast<int64_t>(ST), a.tiles_k - k0)));
       }
       ws.issue(s, lane);
     };
@@ -200,7 +234,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
         __syncthreads();
         issue(s + NS - 1);
         const uint32_t* st = ring + (s % NS) * stage_words<K, ST>();
-        const uint4* xl = xs + (s % NS) * kStageX + g * 4 + t;  // the lane's fragment of row tile 0
+        const X* xl = xs + (s % NS) * kStageX + g * 4 + t;  // the lane's fragment of row tile 0
         const int i0 = s * ST;
         if (i0 + ST <= split_end) {  // block-uniform: a whole stage inside one split
 #pragma unroll
