@@ -777,13 +777,13 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   auto rest = [&](auto products) {
     const dim3 act_grid(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs));
     if (x_half)
-      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xd), i_pad},
-                                                         products(pg), products(pu), i_pad, inter, 0, table, lay,
-                                                         swiglu_limit);
+      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(
+          exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xd), i_pad}, products(pg), products(pu), i_pad,
+          inter, 0, table, lay, swiglu_limit);
     else
-      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(exl3::FragmentSink{reinterpret_cast<uint4*>(xd), i_pad},
-                                                         products(pg), products(pu), i_pad, inter, 0, table, lay,
-                                                         swiglu_limit);
+      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(
+          exl3::FragmentSink{reinterpret_cast<uint4*>(xd), i_pad}, products(pg), products(pu), i_pad, inter,
+          0, table, lay, swiglu_limit);
     check_launch("moe_experts_exl3 (act)");
     gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
     combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(

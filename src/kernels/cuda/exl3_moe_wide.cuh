@@ -76,8 +76,8 @@ constexpr size_t wide_smem_bytes() {
 template <int RT, int ST, bool XHalf>
 struct RowCopies {
   static constexpr int kRows = 8 * RT, kUnit = sizeof(WideX<XHalf>);
-  static constexpr int kPerKTile = 4 * kUnit / 16;   // 16-byte pieces of one (row, k-tile)
-  static constexpr int kPerRow = ST * kPerKTile;     // ... of one row in a stage
+  static constexpr int kPerKTile = 4 * kUnit / 16;  // 16-byte pieces of one (row, k-tile)
+  static constexpr int kPerRow = ST * kPerKTile;    // ... of one row in a stage
   static constexpr int kThreads = kGemvWarps * 32;
   static_assert(kThreads % kPerRow == 0 && kRows % (kThreads / kPerRow) == 0, "RowCopies: whole sweeps");
   static constexpr int kRowStep = kThreads / kPerRow;  // rows per sweep of the block
@@ -93,7 +93,8 @@ struct RowCopies {
     const int q = threadIdx.x % kPerRow;
     u = q / kPerKTile;
     row0 = threadIdx.x / kPerRow;
-    s_off = static_cast<uint32_t>(__cvta_generic_to_shared(xs)) + (u * kRows + row0) * 4 * kUnit + (q % kPerKTile) * 16;
+    s_off = static_cast<uint32_t>(__cvta_generic_to_shared(xs)) + (u * kRows + row0) * 4 * kUnit +
+            (q % kPerKTile) * 16;
     kt_bytes = 4 * kUnit;
     const int64_t row_bytes = tiles_k * kt_bytes;
     g_off = row0 * row_bytes + static_cast<int64_t>(q) * 16;
@@ -142,7 +143,8 @@ __device__ __forceinline__ void add_split(float* __restrict__ sum, int64_t n, in
 // read whatever their staged slot holds: their columns of D are never stored (D's column j
 // depends on x row j alone).
 template <int K, int CB, int RT, int NRT, bool XHalf>
-__device__ __forceinline__ void wide_tile(const uint32_t* st, const WideX<XHalf>* xl, int lane, float (&acc)[RT][4]) {
+__device__ __forceinline__ void wide_tile(const uint32_t* st, const WideX<XHalf>* xl, int lane,
+                                          float (&acc)[RT][4]) {
   uint32_t w[4];
   decode_smem_tile<K, CB, false, false, true>(st, lane, w);
 #pragma unroll
@@ -196,7 +198,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
   pdl_wait();  // the fragments ride with the weights: nothing is issued before the wait
   for (int r0 = 0; r0 < cnt; r0 += kRows) {
     const int rows = min(cnt - r0, kRows);
-    const char* src = static_cast<const char*>(a.xr[z]) + (first + r0) * xstride * static_cast<int64_t>(sizeof(X));
+    const char* src =
+        static_cast<const char*>(a.xr[z]) + (first + r0) * xstride * static_cast<int64_t>(sizeof(X));
     float* sum = a.sum[z] + static_cast<int64_t>(first + r0) * n;
     // Stage s: its fragments, then its tiles (issue() commits the group, also past the end).
     auto issue = [&](int s) {
