@@ -113,6 +113,62 @@ struct RowCopies {
   }
 };
 
+// A warp's cp.async copies of its column of tiles into its ring, a stage of ST tiles at a time
+// (load_stage's layout: tile u of a stage at u * 8K words). Where a tile's 2K 16-byte pieces
+// divide a warp's 32 (K = 1, 2, 4, 8), a lane copies the same piece of every (32 / 2K)-th tile:
+// one source pointer advanced per stage and shared-memory offsets fixed at compile time, ~4
+// instructions per copy (load_stage recomputes both addresses per copy: ~20 per copy, H200 ncu
+// run4s33). Other K go through load_stage.
+template <int K, int ST>
+struct TileCopies {
+  static constexpr int kChunks = 2 * K;               // 16-byte pieces of a tile
+  static constexpr bool kAffine = 32 % kChunks == 0;  // a lane keeps its piece of each tile
+  static constexpr int kTileStep = kAffine ? 32 / kChunks : 1;  // tiles between a lane's copies
+  static constexpr int kPerLane = (ST * kChunks + 31) / 32;
+  static constexpr uint32_t kStageBytes = stage_words<K, ST>() * 4;
+  const uint32_t* tile0;  // the column's first tile
+  int64_t step;           // words from one tile of the column to the next
+  int ntiles;             // tiles of the column
+  uint32_t* ring;
+  const char* src = nullptr;  // kAffine: the lane's piece of its first tile in stage 0
+  int64_t copy_step = 0;      // kAffine: bytes between a lane's copies (kTileStep tiles)
+  int64_t stage_step = 0;     // kAffine: bytes of a stage of the column
+  uint32_t dst = 0;           // kAffine: the lane's shared-window address in ring buffer 0
+  int u0 = 0;                 // kAffine: its first tile within a stage
+
+  __device__ __forceinline__ TileCopies(const uint32_t* t0, int64_t st, int nt, uint32_t* r, int lane)
+      : tile0(t0), step(st), ntiles(nt), ring(r) {
+    if constexpr (kAffine) {
+      u0 = lane / kChunks;
+      const int q = lane % kChunks;
+      src = reinterpret_cast<const char*>(t0 + u0 * st + q * 4);
+      copy_step = kTileStep * st * 4;
+      stage_step = ST * st * 4;
+      dst = static_cast<uint32_t>(__cvta_generic_to_shared(r)) + (u0 * 8 * K + q * 4) * 4;
+    }
+  }
+  __device__ __forceinline__ int stages() const { return (ntiles + ST - 1) / ST; }
+  // Stage s into ring buffer b; commits the group, also past the last stage (the group count
+  // stays fixed for wait_group).
+  __device__ __forceinline__ void issue(int s, int b, int lane) const {
+    if (s < stages()) {
+      if constexpr (kAffine) {
+        const int left = ntiles - s * ST;
+        const uint32_t d = dst + b * kStageBytes;
+        const char* g = src + s * stage_step;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          if (u0 + i * kTileStep < left) cp_async16_shared(d + i * kTileStep * 8 * K * 4, g + i * copy_step);
+        }
+      } else {
+        load_stage<K, ST>(ring + b * stage_words<K, ST>(), tile0 + static_cast<int64_t>(s) * ST * step, step,
+                          ntiles - s * ST, lane);
+      }
+    }
+    cp_async_commit();
+  }
+};
+
 // Adds a lane's C fragments of the first NRT row tiles into the rows' sums (store_partial's
 // layout); the first split stores 0 + its value (SplitPartials::sum starts from 0).
 template <int RT, int NRT>
@@ -192,8 +248,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
   uint32_t* ring = reinterpret_cast<uint32_t*>(smem_raw) + warp * ring_words<K, ST, NS>();
   X* xs = reinterpret_cast<X*>(smem_raw + static_cast<size_t>(kGemvWarps) * ring_words<K, ST, NS>() * 4);
   const RowCopies<RT, ST, XHalf> copies(xs, a.tiles_k);
-  const WarpStream<K, ST, NS> ws{a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
-                                 static_cast<int>(a.tiles_k), ring};
+  const TileCopies<K, ST> ws(a.table[e].trellis[proj] + tn * tile_words, a.tiles_n * tile_words,
+                             static_cast<int>(a.tiles_k), ring, lane);
   const int ns = ws.stages(), tiles_k = static_cast<int>(a.tiles_k);
   pdl_wait();  // the fragments ride with the weights: nothing is issued before the wait
   for (int r0 = 0; r0 < cnt; r0 += kRows) {
@@ -201,16 +257,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
     const char* src =
         static_cast<const char*>(a.xr[z]) + (first + r0) * xstride * static_cast<int64_t>(sizeof(X));
     float* sum = a.sum[z] + static_cast<int64_t>(first + r0) * n;
-    // Stage s: its fragments, then its tiles (issue() commits the group, also past the end).
-    auto issue = [&](int s) {
+    // Stage s into buffer b: its fragments, then its tiles (ws.issue commits the group, also
+    // past the end).
+    auto issue = [&](int s, int b) {
       if (s < ns) {
         const int64_t k0 = static_cast<int64_t>(s) * ST;
-        copies.issue(s % NS, src, rows, k0, static_cast<int>(min(static_cast<int64_t>(ST), a.tiles_k - k0)));
+        copies.issue(b, src, rows, k0, static_cast<int>(min(static_cast<int64_t>(ST), a.tiles_k - k0)));
       }
-      ws.issue(s, lane);
+      ws.issue(s, b, lane);
     };
 #pragma unroll
-    for (int s = 0; s < NS - 1; ++s) issue(s);
+    for (int s = 0; s < NS - 1; ++s) issue(s, s);
     with_row_tiles<RT, (RT > 8 ? 2 : 1)>((rows + 7) / 8, [&](auto nrt_c) {
       constexpr int NRT = decltype(nrt_c)::value;
       float acc[RT][4];
@@ -230,14 +287,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks) wide_gemv_kernel(W
 #pragma unroll
           for (int q = 0; q < 4; ++q) acc[rt][q] = 0.0f;
       };
+      // Buffers: stage s is read from rb = s % NS, stage s + NS - 1 issued into wb (the one read
+      // at s - 1), kept as counters (the modulo costs ~3 instructions per use).
+      int rb = 0, wb = NS - 1;
       for (int s = 0; s < ns; ++s) {
         cp_async_wait<NS - 2>();
         // Stage s has landed for every thread, and every warp is done with stage s - 1, whose
         // buffers the next issue refills.
         __syncthreads();
-        issue(s + NS - 1);
-        const uint32_t* st = ring + (s % NS) * stage_words<K, ST>();
-        const X* xl = xs + (s % NS) * kStageX + g * 4 + t;  // the lane's fragment of row tile 0
+        issue(s + NS - 1, wb);
+        wb = rb;
+        const uint32_t* st = ring + rb * stage_words<K, ST>();
+        const X* xl = xs + rb * kStageX + g * 4 + t;  // the lane's fragment of row tile 0
+        rb = rb + 1 == NS ? 0 : rb + 1;
         const int i0 = s * ST;
         if (i0 + ST <= split_end) {  // block-uniform: a whole stage inside one split
 #pragma unroll
