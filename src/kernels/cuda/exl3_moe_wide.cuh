@@ -121,8 +121,8 @@ struct RowCopies {
 // run4s33). Other K go through load_stage.
 template <int K, int ST>
 struct TileCopies {
-  static constexpr int kChunks = 2 * K;               // 16-byte pieces of a tile
-  static constexpr bool kAffine = 32 % kChunks == 0;  // a lane keeps its piece of each tile
+  static constexpr int kChunks = 2 * K;                         // 16-byte pieces of a tile
+  static constexpr bool kAffine = 32 % kChunks == 0;            // a lane keeps its piece of each tile
   static constexpr int kTileStep = kAffine ? 32 / kChunks : 1;  // tiles between a lane's copies
   static constexpr int kPerLane = (ST * kChunks + 31) / 32;
   static constexpr uint32_t kStageBytes = stage_words<K, ST>() * 4;
