@@ -452,6 +452,43 @@ TEST(Exl3CudaMoe, WideGemvTakesXInHalfPrecision) {
   }
 }
 
+// The wide GEMV at every K and codebook, in both pass shapes (48-row passes streaming stages
+// of 8 tiles, 128-row passes stages of 4) and both precisions: each K's weight copies take its
+// own path (a lane's piece of every (32 / 2K)-th tile at K = 1, 2, 4, 8, where at K = 1, 2 a
+// warp's pieces reach past a stage; load_stage at K = 3, 5, 6, 7).
+TEST(Exl3CudaMoe, WideGemvEveryBitWidthAndCodebook) {
+  const int64_t experts = 8, hidden = 256, inter = 256, k = 2;
+  cuda::exl3_set_prefill_path(cuda::kExl3PrefillWide);
+  double worst[2] = {0, 0};
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (Exl3Codebook cb : {Exl3Codebook::k3Inst, Exl3Codebook::kMcg, Exl3Codebook::kMul1}) {
+      Exl3ExpertTable host = expert_table(experts, hidden, inter, bits, cb);
+      Exl3ExpertTable dev = host;
+      ASSERT_TRUE(gpu().upload_exl3_experts(dev).is_ok());
+      // 100 tokens: 25 rows per expert (48-row passes); 400: 100 (128-row passes).
+      for (int64_t tokens : {100, 400}) {
+        Tensor ids, wts;
+        random_routing(tokens, k, experts, static_cast<uint32_t>(tokens + bits), ids, wts);
+        const Tensor x = randn({tokens, hidden}, static_cast<uint32_t>(tokens + 10 * bits));
+        Tensor want = Tensor::empty({tokens, hidden}, DType::kF32);
+        cpu_ops().moe_experts_exl3(want, x, ids, wts, host, 7.0f);
+        for (int half = 0; half < 2; ++half) {
+          cuda::exl3_set_wide_x(half ? cuda::kExl3WideXHalf : cuda::kExl3WideXSplit);
+          const double e = rel_err(want, moe_on_gpu(dev, x, ids, wts));
+          worst[half] = std::max(worst[half], e);
+          EXPECT_LT(e, half ? 2e-3 : 1e-4) << "K=" << bits << " " << exl3_codebook_name(cb)
+                                           << " tokens=" << tokens << (half ? " x in fp16" : " hi/lo pair");
+        }
+      }
+    }
+  }
+  cuda::exl3_set_wide_x(-1);
+  std::printf(
+      "[exl3] wide GEMV (K 1-8 x 3 codebooks, 100 / 400 tokens): max rel err %.3g hi/lo pair, %.3g x in "
+      "fp16\n",
+      worst[0], worst[1]);
+}
+
 // The wide and the W_hat + cuBLAS prefill paths with what routing may hold: a token naming
 // an expert twice, skewed routing (one expert in every token: more rows than the rest
 // together, several wide passes and batches of experts), a bias, gate and up in different

@@ -153,12 +153,13 @@ struct TileCopies {
   __device__ __forceinline__ void issue(int s, int b, int lane) const {
     if (s < stages()) {
       if constexpr (kAffine) {
-        const int left = ntiles - s * ST;
+        // The stage's tiles (at K = 1, 2 a warp's pieces reach past a stage of 8 or 4 tiles).
+        const int lim = min(ST, ntiles - s * ST);
         const uint32_t d = dst + b * kStageBytes;
         const char* g = src + s * stage_step;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-          if (u0 + i * kTileStep < left) cp_async16_shared(d + i * kTileStep * 8 * K * 4, g + i * copy_step);
+          if (u0 + i * kTileStep < lim) cp_async16_shared(d + i * kTileStep * 8 * K * 4, g + i * copy_step);
         }
       } else {
         load_stage<K, ST>(ring + b * stage_words<K, ST>(), tile0 + static_cast<int64_t>(s) * ST * step, step,
