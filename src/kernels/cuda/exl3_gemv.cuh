@@ -49,21 +49,31 @@ __device__ __forceinline__ float block_fwht128(float v, float* smem) {
   return __fmul_rn(v, kHadamardNorm);
 }
 
-// Stores rotated value v of input column c (0..k-1) into a row's fragment array.
+// Where input column c (0..k-1) sits in a row's fragments: unit (k-tile, lane quad) and the
+// value's fp16 slot in that unit's hi half (the lo half, where kept, is 4 slots further).
+struct FragmentPlace {
+  int unit, slot;
+};
+__device__ __forceinline__ FragmentPlace fragment_place(int c) {
+  const int i = c & 15;
+  return {(c >> 4) * 4 + ((i & 7) >> 1), (i >> 3) * 2 + (i & 1)};
+}
+
+// Stores rotated value v of input column c into a row's fragment array (hi and lo halves).
 __device__ __forceinline__ void store_fragment_value(uint4* __restrict__ row_frags, int c, float v) {
   const __half hi = __float2half_rn(v);
   const __half lo = __float2half_rn(__fsub_rn(v, __half2float(hi)));
-  const int kc = c >> 4, i = c & 15, t = (i & 7) >> 1, comp = i >> 3;
-  __half* h = reinterpret_cast<__half*>(row_frags + kc * 4 + t);
-  h[comp * 2 + (i & 1)] = hi;
-  h[4 + comp * 2 + (i & 1)] = lo;
+  const FragmentPlace p = fragment_place(c);
+  __half* h = reinterpret_cast<__half*>(row_frags + p.unit);
+  h[p.slot] = hi;
+  h[4 + p.slot] = lo;
 }
 
 // The hi half alone (fp16(v)) at its place in a uint2 per lane quad and k-tile: the layout
 // above without the lo halves.
 __device__ __forceinline__ void store_fragment_hi(uint2* __restrict__ row_frags, int c, float v) {
-  const int kc = c >> 4, i = c & 15, t = (i & 7) >> 1, comp = i >> 3;
-  reinterpret_cast<__half*>(row_frags + kc * 4 + t)[comp * 2 + (i & 1)] = __float2half_rn(v);
+  const FragmentPlace p = fragment_place(c);
+  reinterpret_cast<__half*>(row_frags + p.unit)[p.slot] = __float2half_rn(v);
 }
 
 // Decodes tile (tk, tn), whose 8K words start at `tw`, and stores the lane's eight values

@@ -698,10 +698,11 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
     return;
   }
 
-  // Scratch: layout ints, then xr gate/up [P, h_pad*4 B], xr down [P, i_pad*4 B],
+  // Scratch: layout ints, then xr gate/up [P, h_pad * x_bytes], xr down [P, i_pad * x_bytes],
   // partials gate/up [S, P, i_pad], down [S, P, h_pad] (f32; S = kMoeSplits, or 1 when wide:
-  // the wide GEMV sums the splits itself).
-  // x_half: the wide GEMV takes x in fp16, its fragments the hi halves alone (2 B per input).
+  // the wide GEMV sums the splits itself). x_half: the wide GEMV takes x in fp16, its fragments
+  // the hi halves alone (2 B per input, else 4); read once, so the fragments' layout and the
+  // kernels that read them agree.
   const int64_t splits = wide ? 1 : kMoeSplits;
   const bool x_half = wide && wide_x_half();
   const int64_t x_bytes = x_half ? 2 : 4;
@@ -732,15 +733,18 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
 
   launch_moe_grouping(ids.data<int32_t>(), tokens, k, experts, 0, lay, ctx.error_word, ctx.stream);
   check_launch("moe_experts_exl3 (route)");
-  const dim3 rotate_grid(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(pairs), 2);
-  if (x_half)
-    exl3::rotate_rows_kernel<<<rotate_grid, 128, 0, ctx.stream>>>(
-        exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xg), h_pad},
-        exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xu), h_pad}, x.data<float>(), h, 0, table, lay);
-  else
-    exl3::rotate_rows_kernel<<<rotate_grid, 128, 0, ctx.stream>>>(
-        exl3::FragmentSink{reinterpret_cast<uint4*>(xg), h_pad},
-        exl3::FragmentSink{reinterpret_cast<uint4*>(xu), h_pad}, x.data<float>(), h, 0, table, lay);
+  // f(sink): sink(p, k_pad) makes the fragment sink of x_half's layout at scratch p.
+  auto with_sinks = [&](auto&& f) {
+    if (x_half)
+      f([](char* p, int64_t k_pad) { return exl3::HalfFragmentSink{reinterpret_cast<uint2*>(p), k_pad}; });
+    else
+      f([](char* p, int64_t k_pad) { return exl3::FragmentSink{reinterpret_cast<uint4*>(p), k_pad}; });
+  };
+  with_sinks([&](auto sink) {
+    exl3::rotate_rows_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(pairs), 2), 128,
+                               0, ctx.stream>>>(sink(xg, h_pad), sink(xu, h_pad), x.data<float>(), h, 0,
+                                                table, lay);
+  });
   check_launch("moe_experts_exl3 (rotate)");
   const bool rows8 = tokens > 8;  // grouped GEMV: 8 row tiles per pass (else 1)
   // One launch per projection group (gate and up together when their formats agree): the
@@ -755,7 +759,7 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
                       static_cast<unsigned>(nproj));
       const bool small = wide_small_passes(pairs, experts);
       exl3_dispatch<WideKernels>(w.bits, w.codebook, [&](auto kernels) {
-        decltype(kernels)::launch(small, wide_shape(), wide_x_half(), grid, ctx.stream, a);
+        decltype(kernels)::launch(small, wide_shape(), x_half, grid, ctx.stream, a);
       });
       return;
     }
@@ -775,15 +779,11 @@ void moe_call(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& ids,
   }
   // SwiGLU + down's input rotation, down, combine; products(p): how the epilogues read the GEMV's sums.
   auto rest = [&](auto products) {
-    const dim3 act_grid(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs));
-    if (x_half)
-      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(
-          exl3::HalfFragmentSink{reinterpret_cast<uint2*>(xd), i_pad}, products(pg), products(pu), i_pad,
-          inter, 0, table, lay, swiglu_limit);
-    else
-      exl3::act_kernel<<<act_grid, 128, 0, ctx.stream>>>(
-          exl3::FragmentSink{reinterpret_cast<uint4*>(xd), i_pad}, products(pg), products(pu), i_pad, inter,
-          0, table, lay, swiglu_limit);
+    with_sinks([&](auto sink) {
+      exl3::act_kernel<<<dim3(static_cast<unsigned>(i_pad / 128), static_cast<unsigned>(pairs)), 128, 0,
+                         ctx.stream>>>(sink(xd, i_pad), products(pg), products(pu), i_pad, inter, 0, table,
+                                       lay, swiglu_limit);
+    });
     check_launch("moe_experts_exl3 (act)");
     gemv(d0, kDown, 1, xd, nullptr, pd, nullptr);
     combine_kernel<<<dim3(static_cast<unsigned>(h_pad / 128), static_cast<unsigned>(tokens)), 128, 0, ctx.stream>>>(

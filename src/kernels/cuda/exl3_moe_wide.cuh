@@ -82,12 +82,12 @@ struct RowCopies {
   static_assert(kThreads % kPerRow == 0 && kRows % (kThreads / kPerRow) == 0, "RowCopies: whole sweeps");
   static constexpr int kRowStep = kThreads / kPerRow;  // rows per sweep of the block
   static constexpr uint32_t kStageBytes = ST * kRows * 4 * kUnit;
-  int u;             // the thread's k-tile within a stage
-  int row0;          // its first row
-  uint32_t s_off;    // its shared-memory piece of row0 in stage buffer 0 (a shared-window address)
-  int64_t g_off;     // its bytes from a pass's first row at k-tile 0
-  int64_t g_step;    // bytes of kRowStep rows
-  int64_t kt_bytes;  // bytes of one k-tile of a row
+  static constexpr int kKTileBytes = 4 * kUnit;  // one k-tile of a row
+  int u;                                         // the thread's k-tile within a stage
+  int row0;                                      // its first row
+  uint32_t s_off;  // its shared-memory piece of row0 in stage buffer 0 (a shared-window address)
+  int64_t g_off;   // its bytes from a pass's first row at k-tile 0
+  int64_t g_step;  // bytes of kRowStep rows
 
   __device__ __forceinline__ RowCopies(const void* xs, int64_t tiles_k) {
     const int q = threadIdx.x % kPerRow;
@@ -95,8 +95,7 @@ struct RowCopies {
     row0 = threadIdx.x / kPerRow;
     s_off = static_cast<uint32_t>(__cvta_generic_to_shared(xs)) + (u * kRows + row0) * 4 * kUnit +
             (q % kPerKTile) * 16;
-    kt_bytes = 4 * kUnit;
-    const int64_t row_bytes = tiles_k * kt_bytes;
+    const int64_t row_bytes = tiles_k * kKTileBytes;
     g_off = row0 * row_bytes + static_cast<int64_t>(q) * 16;
     g_step = kRowStep * row_bytes;
   }
@@ -104,7 +103,7 @@ struct RowCopies {
   // row); no commit.
   __device__ __forceinline__ void issue(int b, const char* src, int rows, int64_t k0, int nk) const {
     if (u >= nk) return;
-    const char* g = src + g_off + k0 * kt_bytes;
+    const char* g = src + g_off + k0 * kKTileBytes;
     const uint32_t d = s_off + b * kStageBytes;
 #pragma unroll
     for (int j = 0; j < kRows / kRowStep; ++j) {
@@ -116,7 +115,7 @@ struct RowCopies {
 // A warp's cp.async copies of its column of tiles into its ring, a stage of ST tiles at a time
 // (load_stage's layout: tile u of a stage at u * 8K words). Where a tile's 2K 16-byte pieces
 // divide a warp's 32 (K = 1, 2, 4, 8), a lane copies the same piece of every (32 / 2K)-th tile:
-// one source pointer advanced per stage and shared-memory offsets fixed at compile time, ~4
+// its source a fixed offset from the stage's start and shared-memory offsets fixed at compile time, ~4
 // instructions per copy (load_stage recomputes both addresses per copy: ~20 per copy, H200 ncu
 // run4s33). Other K go through load_stage.
 template <int K, int ST>
