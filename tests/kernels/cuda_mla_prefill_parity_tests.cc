@@ -5,11 +5,13 @@
 // (the model's 2048 + pool tail), with repeats, -1s, out-of-range tokens and a row
 // with none (zeros). Enough tokens (300) that a row spans several 32-token tiles.
 //
-// Tolerance 1e-5 of the largest reference magnitude, as the per-head kernel: q and the
-// probabilities are split into two parts (TF32 for the f32 cache, whose latents are
-// split too: H200, 2026-11-29: <= 7.3e-6; BF16 hi/lo on the bf16/fp8 kernel,
-// cuda_mla_prefill_mma.cu, whose latents are exact in bf16), so the tensor-core
-// products keep about f32 accuracy.
+// Tolerance 1e-5 of the largest reference magnitude where q and the probabilities are
+// split into two parts (TF32 for the f32 cache, whose latents are split too: H200,
+// 2026-11-29: <= 7.3e-6; BF16 hi/lo on the bf16/fp8 kernel, cuda_mla_prefill_mma.cu, whose
+// latents are exact in bf16, with TF_MLA_PREFILL_SPLIT=1), so the tensor-core products keep
+// about f32 accuracy. The bf16/fp8 kernel's default rounds q and the probabilities to bf16
+// once each, as the reference's bf16 attention does: kTolBf16 there (each a 2^-9 relative
+// rounding; the tests run both ways).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,6 +38,19 @@ namespace tf {
 namespace {
 
 constexpr double kTol = 1e-5;
+constexpr double kTolBf16 = 1e-2;
+
+// Each precision of the bf16/fp8 kernel in turn (the split pairs, then bf16 once), and its
+// tolerance for a cache of dtype dt (an f32 cache takes the TF32 kernel either way).
+template <typename Body>
+void each_precision(DType dt, Body body) {
+  const bool saved = cuda::mla_prefill_split().load();
+  for (bool split : {true, false}) {
+    cuda::mla_prefill_split() = split;
+    body(split ? " split" : " bf16", split || dt == DType::kF32 ? kTol : kTolBf16);
+  }
+  cuda::mla_prefill_split() = saved;
+}
 
 // A latent cache of `tokens` random rows (normal, `sd`) on both backends, its pages in
 // a scrambled order (the same table on each).
@@ -114,17 +129,23 @@ TEST_F(CudaMlaPrefill, ManyTilesMatchTheCpuOp) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(r));
     Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
     cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
-    Tensor out = gpu_->empty({t, heads, r});
-    gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
-    const double e = parity_rel_err(ref, gpu_->to_host(out));
-    std::printf("[parity] mla_sparse_attention (prefill) %s H=%d 2051 distinct of 2600 tokens max rel err %.3g (tol %.0e)\n",
-                dtype_name(dt), static_cast<int>(heads), e, kTol);
-    EXPECT_LE(e, kTol) << dtype_name(dt) << " H=" << heads;
+    each_precision(dt, [&](const char* how, double tol) {
+      Tensor out = gpu_->empty({t, heads, r});
+      gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
+      const double e = parity_rel_err(ref, gpu_->to_host(out));
+      std::printf(
+          "[parity] mla_sparse_attention (prefill) %s%s H=%d 2051 distinct of 2600 tokens max rel err %.3g "
+          "(tol "
+          "%.0e)\n",
+          dtype_name(dt), how, static_cast<int>(heads), e, tol);
+      EXPECT_LE(e, tol) << dtype_name(dt) << how << " H=" << heads;
+    });
   }
 }
 
 // The BF16 kernel's two ways to a row's token list (a bitmap of the cache's tokens, the
-// default where it fits; the sort, TF_MLA_PREFILL_SORT=1) give the same bits, at the
+// default where it fits; the sort, TF_MLA_PREFILL_SORT=1), and its softmax step's heads side
+// by side or in turn (TF_MLA_PREFILL_HEADS_IN_TURN=1), give the same bits, at the
 // model's shape and at 16 / 32 heads, with repeats, -1s, out-of-range tokens and a row
 // without tokens; each within the tolerance of the CPU op.
 TEST_F(CudaMlaPrefill, BitmapAndSortGiveTheSameBits) {
@@ -145,22 +166,35 @@ TEST_F(CudaMlaPrefill, BitmapAndSortGiveTheSameBits) {
       const Tensor dq = gpu_->to_device(q), didx = gpu_->to_device(hidx);
       Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
       cpu_->mla_sparse_attention(ref, q, c.hv, hidx, scale);
-      std::vector<Tensor> got;
-      for (bool sort : {false, true}) {
+      each_precision(dt, [&](const char* how, double tol) {
+        std::vector<Tensor> got;
+        for (bool sort : {false, true}) {
+          Tensor out = gpu_->empty({t, heads, r});
+          cuda::mla_prefill_sort_tokens() = sort;
+          gpu_->mla_sparse_attention(out, dq, c.dv, didx, scale);
+          cuda::mla_prefill_sort_tokens() = saved;
+          got.push_back(gpu_->to_host(out));
+          const std::string tag = std::string(dtype_name(dt)) + how + " H=" + std::to_string(heads) +
+                                  " R=" + std::to_string(r) + " W=" + std::to_string(w) +
+                                  (sort ? " sort" : " bitmap");
+          const double e = parity_rel_err(ref, got.back());
+          std::printf("[parity] mla_sparse_attention (prefill) %-42s max rel err %.3g (tol %.0e)\n",
+                      tag.c_str(), e, tol);
+          EXPECT_LE(e, tol) << tag;
+        }
+        EXPECT_EQ(
+            0, std::memcmp(got[0].raw(), got[1].raw(), static_cast<size_t>(got[0].numel()) * sizeof(float)))
+            << how << " max rel diff " << parity_rel_err(got[0], got[1]);
+        // The softmax step's heads one after another (its first form): the same bits too.
         Tensor out = gpu_->empty({t, heads, r});
-        cuda::mla_prefill_sort_tokens() = sort;
+        cuda::mla_prefill_heads_in_turn() = true;
         gpu_->mla_sparse_attention(out, dq, c.dv, didx, scale);
-        cuda::mla_prefill_sort_tokens() = saved;
-        got.push_back(gpu_->to_host(out));
-        const std::string tag = std::string(dtype_name(dt)) + " H=" + std::to_string(heads) + " R=" +
-                                std::to_string(r) + " W=" + std::to_string(w) + (sort ? " sort" : " bitmap");
-        const double e = parity_rel_err(ref, got.back());
-        std::printf("[parity] mla_sparse_attention (prefill) %-36s max rel err %.3g (tol %.0e)\n", tag.c_str(), e,
-                    kTol);
-        EXPECT_LE(e, kTol) << tag;
-      }
-      EXPECT_EQ(0, std::memcmp(got[0].raw(), got[1].raw(), static_cast<size_t>(got[0].numel()) * sizeof(float)))
-          << "max rel diff " << parity_rel_err(got[0], got[1]);
+        cuda::mla_prefill_heads_in_turn() = false;
+        const Tensor in_turn = gpu_->to_host(out);
+        EXPECT_EQ(
+            0, std::memcmp(got[0].raw(), in_turn.raw(), static_cast<size_t>(got[0].numel()) * sizeof(float)))
+            << how << " heads in turn: max rel diff " << parity_rel_err(got[0], in_turn);
+      });
     }
   }
 }
@@ -184,14 +218,17 @@ TEST_F(CudaMlaPrefill, MatchesTheCpuOp) {
             const float scale = 1.0f / std::sqrt(static_cast<float>(r));
             Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
             cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
-            Tensor out = gpu_->empty({t, heads, r});
-            gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
-            const std::string tag = std::string(dtype_name(dt)) + " R=" + std::to_string(r) + " H=" +
-                                    std::to_string(heads) + " T=" + std::to_string(t) + " W=" + std::to_string(w);
-            const double e = parity_rel_err(ref, gpu_->to_host(out));
-            std::printf("[parity] mla_sparse_attention (prefill) %-36s max rel err %.3g (tol %.0e)\n", tag.c_str(), e,
-                        kTol);
-            EXPECT_LE(e, kTol) << tag;
+            each_precision(dt, [&](const char* how, double tol) {
+              Tensor out = gpu_->empty({t, heads, r});
+              gpu_->mla_sparse_attention(out, gpu_->to_device(q), dv, gpu_->to_device(hidx), scale);
+              const std::string tag = std::string(dtype_name(dt)) + how + " R=" + std::to_string(r) +
+                                      " H=" + std::to_string(heads) + " T=" + std::to_string(t) +
+                                      " W=" + std::to_string(w);
+              const double e = parity_rel_err(ref, gpu_->to_host(out));
+              std::printf("[parity] mla_sparse_attention (prefill) %-42s max rel err %.3g (tol %.0e)\n",
+                          tag.c_str(), e, tol);
+              EXPECT_LE(e, tol) << tag;
+            });
           }
         }
       }

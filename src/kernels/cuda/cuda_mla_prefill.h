@@ -26,6 +26,15 @@ bool mla_prefill_supported(int64_t heads, int64_t width, int64_t indices_per_row
 // The BF16 tensor-core kernel (cuda_mla_prefill_mma.cu): bf16/fp8 caches, 16, 32 or 64
 // heads, width a multiple of 16 up to 512 with width * heads / 256 a multiple of 16.
 bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype);
+// Whether that kernel multiplies q and the probabilities as bf16 hi + lo pairs (two mma per
+// product, ~2^-16 relative: TF_MLA_PREFILL_SPLIT=1) instead of rounding each to bf16 once, as
+// the reference's bf16 attention does (the default: half the products). Read at each call;
+// benchmarks and tests flip it.
+std::atomic<bool>& mla_prefill_split();
+// Whether that kernel's softmax step takes a warp's heads one after another (the first form,
+// TF_MLA_PREFILL_HEADS_IN_TURN=1) instead of side by side (the same bits). Benchmarks and
+// tests flip it.
+std::atomic<bool>& mla_prefill_heads_in_turn();
 // Whether that kernel builds each row's token list by a sort even where the cache's tokens
 // fit its bitmap (TF_MLA_PREFILL_SORT=1; the same list, so the same bits). Benchmarks and
 // tests flip it.

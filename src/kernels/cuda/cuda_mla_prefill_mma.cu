@@ -64,21 +64,23 @@ struct Layout {
 __host__ __device__ inline size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
 // Shared memory (bytes) for `heads` heads of width r and w indices per row. The sort's
-// slots alias the region before p_hi (used only after the sort).
+// slots alias the region before p_hi (used only after the sort). Without the split (q and
+// P as one bf16 part each) the lo regions are empty.
 // The form of `threads` threads: q in shared memory (kThreads) or in registers (kSmallThreads).
 __host__ __device__ constexpr bool q_in_registers(int threads) { return threads == kSmallThreads; }
 
-__host__ __device__ inline Layout layout(int heads, int r, int64_t w, int threads = kThreads) {
+__host__ __device__ inline Layout layout(int heads, int r, int64_t w, int threads, bool split) {
   Layout m{};
   const size_t ldq = static_cast<size_t>(r) + 8, ks = threads / 32 / (heads / 16);
   const size_t q_bytes = q_in_registers(threads) ? 0 : heads * ldq * 2;
+  const size_t p_bytes = static_cast<size_t>(heads) * kLdP * 2;
   m.q_hi = 0;
   m.q_lo = m.q_hi + q_bytes;
-  m.lat = m.q_lo + q_bytes;
+  m.lat = m.q_lo + (split ? q_bytes : 0);
   m.sp = m.lat + kTile * ldq * 2;
   m.p_hi = m.sp + ks * heads * kLdS * 4;
-  m.p_lo = m.p_hi + static_cast<size_t>(heads) * kLdP * 2;
-  m.ids = m.p_lo + static_cast<size_t>(heads) * kLdP * 2;
+  m.p_lo = m.p_hi + p_bytes;
+  m.ids = m.p_lo + (split ? p_bytes : 0);
   m.stats = align16(m.ids + static_cast<size_t>(w) * 4);
   m.ls = m.stats + static_cast<size_t>(heads) * 3 * 4;
   m.counts = m.ls + kTile * 4;
@@ -118,17 +120,20 @@ __device__ __forceinline__ uint4 widen_fp8(uint2 v) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-template <typename T, int Threads>
+// kSplit: q and P as bf16 hi + lo parts (two mma per product, ~2^-16 relative), else
+// rounded to bf16 once (one mma per product), as the reference's bf16 attention rounds them.
+template <typename T, int Threads, bool kSplit>
 __global__ void __launch_bounds__(Threads, 1)
-    mla_mma_kernel(float* __restrict__ out, const float* __restrict__ q, Pages c, const int32_t* __restrict__ indices,
-                   int w, int heads, int r, int padded, float scale, bool sort_tokens) {
+    mla_mma_kernel(float* __restrict__ out, const float* __restrict__ q, Pages c,
+                   const int32_t* __restrict__ indices, int w, int heads, int r, int padded, float scale,
+                   bool sort_tokens, bool heads_in_turn) {
   using Raw = typename Chunk<T>::Raw;
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kThr = Threads, kWarps = Threads / 32;
   constexpr int kPre = kTile * (kMaxWidth / 8) / Threads;  // latent chunks a thread gathers per tile
   constexpr bool QRegs = q_in_registers(Threads);
-  const Layout L = layout(heads, r, w, Threads);
+  const Layout L = layout(heads, r, w, Threads, kSplit);
   const int ldq = r + 8;
   __nv_bfloat16* qh = reinterpret_cast<__nv_bfloat16*>(smem + L.q_hi);
   __nv_bfloat16* ql = reinterpret_cast<__nv_bfloat16*>(smem + L.q_lo);
@@ -172,7 +177,7 @@ __global__ void __launch_bounds__(Threads, 1)
           const float2 v = __ldg(reinterpret_cast<const float2*>(qrow + hh * r + x));
           const Bf16Split a = split_bf16(v.x), b = split_bf16(v.y);
           qfh[j][i] = pack_bf16(a.hi, b.hi);
-          qfl[j][i] = pack_bf16(a.lo, b.lo);
+          if constexpr (kSplit) qfl[j][i] = pack_bf16(a.lo, b.lo);
         }
       }
     }
@@ -182,7 +187,9 @@ __global__ void __launch_bounds__(Threads, 1)
     const float4 v = __ldg(reinterpret_cast<const float4*>(qrow) + e);
     const Bf16Split a = split_bf16(v.x), b = split_bf16(v.y), cc = split_bf16(v.z), d = split_bf16(v.w);
     *reinterpret_cast<uint2*>(qh + hh * ldq + x) = make_uint2(pack_bf16(a.hi, b.hi), pack_bf16(cc.hi, d.hi));
-    *reinterpret_cast<uint2*>(ql + hh * ldq + x) = make_uint2(pack_bf16(a.lo, b.lo), pack_bf16(cc.lo, d.lo));
+    if constexpr (kSplit)
+      *reinterpret_cast<uint2*>(ql + hh * ldq + x) =
+          make_uint2(pack_bf16(a.lo, b.lo), pack_bf16(cc.lo, d.lo));
   }
   if (tid < heads) {
     mrow[tid] = -INFINITY;
@@ -232,6 +239,56 @@ __global__ void __launch_bounds__(Threads, 1)
     }
   };
 
+  // The softmax step of n heads (h0, h0 + kWarps, ...; n <= N) on this warp's lanes (a lane per
+  // token of the tile at t0), each head's as a warp per head computes it: its ks partial scores
+  // summed in order, max and sum by warp_reduce's butterflies; the N heads' chains side by side.
+  constexpr int kMaxHeadsPerWarp = 64 / kWarps;
+  auto softmax_heads = [&](auto n_max, int h0, int n, int t0) {
+    constexpr int N = decltype(n_max)::value;
+    const bool ok = t0 + lane < nv;
+    const float lsv = ls[lane];
+    float sv[N], mx[N], e[N], sum[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      sv[i] = 0.0f;
+      if (i < n) {
+        const int h = h0 + i * kWarps;
+        for (int kk = 0; kk < ks; ++kk) sv[i] += sp[(kk * heads + h) * kLdS + lane];
+      }
+      sv[i] = ok ? sv[i] * scale * lsv : -INFINITY;
+      mx[i] = sv[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < N; ++i) mx[i] = MaxOp{}(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], o));
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float m_old = i < n ? mrow[h0 + i * kWarps] : 0.0f;
+      mx[i] = fmaxf(m_old, mx[i]);  // m_new
+      e[i] = ok ? expf(sv[i] - mx[i]) : 0.0f;
+      sum[i] = e[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < N; ++i) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], o);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (i >= n) continue;
+      const int h = h0 + i * kWarps;
+      const Bf16Split p = split_bf16(e[i] * lsv);
+      ph[h * kLdP + lane] = p.hi;
+      if constexpr (kSplit) pl[h * kLdP + lane] = p.lo;
+      if (lane == 0) {
+        const float m_old = mrow[h], a = expf(m_old - mx[i]);
+        alpha[h] = a;
+        lrow[h] = lrow[h] * a + sum[i];
+        mrow[h] = mx[i];
+      }
+    }
+  };
+
   if (nv > 0) fetch(0);
   for (int t0 = 0; t0 < nv; t0 += kTile) {
     __syncthreads();  // the previous tile's latents and probabilities are consumed (and q is stored)
@@ -250,8 +307,11 @@ __global__ void __launch_bounds__(Threads, 1)
         uint32_t b[2][4];
         load_b_frags_nk(b[0], lat + k, ldq, lane);
         load_b_frags_nk(b[1], lat + 16 * ldq + k, ldq, lane);
+        if constexpr (kSplit) {
 #pragma unroll
-        for (int n = 0; n < 4; ++n) mma_bf16_16816(s[n], al, b[n >> 1][(n & 1) * 2], b[n >> 1][(n & 1) * 2 + 1]);
+          for (int n = 0; n < 4; ++n)
+            mma_bf16_16816(s[n], al, b[n >> 1][(n & 1) * 2], b[n >> 1][(n & 1) * 2 + 1]);
+        }
 #pragma unroll
         for (int n = 0; n < 4; ++n) mma_bf16_16816(s[n], ah, b[n >> 1][(n & 1) * 2], b[n >> 1][(n & 1) * 2 + 1]);
       };
@@ -263,7 +323,7 @@ __global__ void __launch_bounds__(Threads, 1)
         for (int k = sk * kw; k < (sk + 1) * kw; k += 16) {
           uint32_t ah[4], al[4];
           load_a_frag(ah, qh + sm * 16 * ldq + k, ldq, lane);
-          load_a_frag(al, ql + sm * 16 * ldq + k, ldq, lane);
+          if constexpr (kSplit) load_a_frag(al, ql + sm * 16 * ldq + k, ldq, lane);
           step(k, ah, al);
         }
       }
@@ -279,24 +339,13 @@ __global__ void __launch_bounds__(Threads, 1)
     }
     __syncthreads();
 
-    // Online softmax: a warp per head, a lane per token.
-    for (int h = warp; h < heads; h += kWarps) {
-      const bool ok = t0 + lane < nv;
-      float sv = 0.0f;
-      for (int kk = 0; kk < ks; ++kk) sv += sp[(kk * heads + h) * kLdS + lane];
-      sv = ok ? sv * scale * ls[lane] : -INFINITY;
-      const float m_old = mrow[h], m_new = fmaxf(m_old, warp_reduce(sv, MaxOp{}));
-      const float e = ok ? expf(sv - m_new) : 0.0f;
-      const float sum = warp_reduce(e, SumOp{});
-      const Bf16Split p = split_bf16(e * ls[lane]);
-      ph[h * kLdP + lane] = p.hi;
-      pl[h * kLdP + lane] = p.lo;
-      if (lane == 0) {
-        const float a = expf(m_old - m_new);
-        alpha[h] = a;
-        lrow[h] = lrow[h] * a + sum;
-        mrow[h] = m_new;
-      }
+    // Online softmax: a lane per token; warp w takes heads w, w + kWarps, ...: side by side
+    // (their reductions' shuffles interleave), or one after another (heads_in_turn, the
+    // first form: the same arithmetic per head, so the same bits).
+    if (heads_in_turn) {
+      for (int h = warp; h < heads; h += kWarps) softmax_heads(std::integral_constant<int, 1>{}, h, 1, t0);
+    } else {
+      softmax_heads(std::integral_constant<int, kMaxHeadsPerWarp>{}, warp, heads / kWarps, t0);
     }
     __syncthreads();
 
@@ -314,8 +363,8 @@ __global__ void __launch_bounds__(Threads, 1)
       for (int k = 0; k < kTile; k += 16) {
         uint32_t ah[4], al[4];
         load_a_frag(ah, ph + pm * 16 * kLdP + k, kLdP, lane);
-        load_a_frag(al, pl + pm * 16 * kLdP + k, kLdP, lane);
-        // Two column pairs at a time: 4 accumulators take lo in turn, then hi.
+        if constexpr (kSplit) load_a_frag(al, pl + pm * 16 * kLdP + k, kLdP, lane);
+          // Two column pairs at a time: 4 accumulators take lo in turn, then hi.
 #pragma unroll
         for (int pr = 0; pr < kMaxColTiles / 2; pr += 2) {
           if (2 * pr < col_tiles) {
@@ -323,11 +372,13 @@ __global__ void __launch_bounds__(Threads, 1)
             uint32_t b[2][4];
             load_b_frags_kn(b[0], lat + k * ldq + pc * kw + pr * 16, ldq, lane);
             if (two) load_b_frags_kn(b[1], lat + k * ldq + pc * kw + pr * 16 + 16, ldq, lane);
-            mma_bf16_16816(o[2 * pr], al, b[0][0], b[0][1]);
-            mma_bf16_16816(o[2 * pr + 1], al, b[0][2], b[0][3]);
-            if (two) {
-              mma_bf16_16816(o[2 * pr + 2], al, b[1][0], b[1][1]);
-              mma_bf16_16816(o[2 * pr + 3], al, b[1][2], b[1][3]);
+            if constexpr (kSplit) {
+              mma_bf16_16816(o[2 * pr], al, b[0][0], b[0][1]);
+              mma_bf16_16816(o[2 * pr + 1], al, b[0][2], b[0][3]);
+              if (two) {
+                mma_bf16_16816(o[2 * pr + 2], al, b[1][0], b[1][1]);
+                mma_bf16_16816(o[2 * pr + 3], al, b[1][2], b[1][3]);
+              }
             }
             mma_bf16_16816(o[2 * pr], ah, b[0][0], b[0][1]);
             mma_bf16_16816(o[2 * pr + 1], ah, b[0][2], b[0][3]);
@@ -357,6 +408,22 @@ __global__ void __launch_bounds__(Threads, 1)
 
 }  // namespace
 
+std::atomic<bool>& mla_prefill_split() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_MLA_PREFILL_SPLIT");
+    return e != nullptr && std::string(e) == "1";
+  }()};
+  return on;
+}
+
+std::atomic<bool>& mla_prefill_heads_in_turn() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TF_MLA_PREFILL_HEADS_IN_TURN");
+    return e != nullptr && std::string(e) == "1";
+  }()};
+  return on;
+}
+
 std::atomic<bool>& mla_prefill_sort_tokens() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("TF_MLA_PREFILL_SORT");
@@ -368,30 +435,30 @@ std::atomic<bool>& mla_prefill_sort_tokens() {
 namespace {
 
 // Whether the form of `threads` covers the shape on this GPU.
-bool form_fits(int64_t heads, int64_t width, int64_t indices_per_row, int threads) {
+bool form_fits(int64_t heads, int64_t width, int64_t indices_per_row, int threads, bool split) {
   const bool q_regs = q_in_registers(threads);
   const int64_t kw = width * (heads / 16) / (threads / 32);  // K slice of S = O columns per warp
   if (kw <= 0 || kw % 16 != 0 || kw > 8 * kMaxColTiles || (q_regs && kw > 16 * kMaxQSteps)) return false;
-  const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row, threads);
+  const Layout m = layout(static_cast<int>(heads), static_cast<int>(width), indices_per_row, threads, split);
   return smem_fits(m.total, 1024) && static_cast<size_t>(latent_sort_slots(indices_per_row)) * 4 <= m.p_hi;
 }
 
 // 0: not covered; else the block size of the form that runs (kThreads, or kSmallThreads
 // with q in registers where the default's shared memory does not fit).
-int mma_form(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
+int mma_form(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype, bool split) {
   if (cache_dtype != DType::kBF16 && cache_dtype != DType::kF8E4M3) return 0;
   if (heads != 16 && heads != 32 && heads != 64) return 0;
   if (width <= 0 || width % 16 != 0 || width > kMaxWidth) return 0;
   if (indices_per_row <= 0 || indices_per_row > (int64_t{1} << 14)) return 0;
   for (const int threads : {kThreads, kSmallThreads})
-    if (form_fits(heads, width, indices_per_row, threads)) return threads;
+    if (form_fits(heads, width, indices_per_row, threads, split)) return threads;
   return 0;
 }
 
 }  // namespace
 
 bool mla_prefill_mma_supported(int64_t heads, int64_t width, int64_t indices_per_row, DType cache_dtype) {
-  return mma_form(heads, width, indices_per_row, cache_dtype) != 0;
+  return mma_form(heads, width, indices_per_row, cache_dtype, mla_prefill_split().load()) != 0;
 }
 
 bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, const LatentPagesView& cache,
@@ -402,7 +469,8 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
   if (t == 0 || r == 0 || q.dtype() != DType::kF32) return false;
   const int64_t h = q.numel() / (t * r);
   if (h * t * r != q.numel()) return false;
-  const int threads = mma_form(h, r, w, cache.dtype);
+  const bool split = mla_prefill_split().load();
+  const int threads = mma_form(h, r, w, cache.dtype, split);
   if (threads == 0) return false;
   const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
   if (!aligned(q.raw(), 16) || !aligned(out.raw(), 8) || !aligned(cache.pages, 16) || cache.page_stride % 8 != 0)
@@ -413,20 +481,29 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
   if (cache.dtype == DType::kF8E4M3 && cache.scales == nullptr)
     throw StatusError(invalid_argument(std::string(op) + ": an fp8 cache needs its scales"));
   const int padded = latent_sort_slots(w);
-  const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w, threads).total;
+  const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w, threads, split).total;
   const Pages pg{cache.pages, cache.scales, cache.page_table, cache.page_size, cache.page_stride, cache.num_tokens};
   auto launch = [&](auto kernel) {
     if (const Status s = set_dynamic_smem(kernel, smem, op); !s.is_ok()) throw StatusError(s);
-    kernel<<<static_cast<unsigned>(t), threads, smem, ctx.stream>>>(out.data<float>(), q.data<float>(), pg,
-                                                                    indices.data<int32_t>(), static_cast<int>(w),
-                                                                    static_cast<int>(h), static_cast<int>(r), padded,
-                                                                    scale, mla_prefill_sort_tokens().load());
+    kernel<<<static_cast<unsigned>(t), threads, smem, ctx.stream>>>(
+        out.data<float>(), q.data<float>(), pg, indices.data<int32_t>(), static_cast<int>(w),
+        static_cast<int>(h), static_cast<int>(r), padded, scale, mla_prefill_sort_tokens().load(),
+        mla_prefill_heads_in_turn().load());
   };
   const bool bf16 = cache.dtype == DType::kBF16;
+  auto launch_split = [&](auto bf16_kernel, auto fp8_kernel) {
+    bf16 ? launch(bf16_kernel) : launch(fp8_kernel);
+  };
   if (threads == kSmallThreads)
-    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kSmallThreads>) : launch(mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads>);
+    split ? launch_split(mla_mma_kernel<__nv_bfloat16, kSmallThreads, true>,
+                         mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads, true>)
+          : launch_split(mla_mma_kernel<__nv_bfloat16, kSmallThreads, false>,
+                         mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads, false>);
   else
-    bf16 ? launch(mla_mma_kernel<__nv_bfloat16, kThreads>) : launch(mla_mma_kernel<__nv_fp8_e4m3, kThreads>);
+    split ? launch_split(mla_mma_kernel<__nv_bfloat16, kThreads, true>,
+                         mla_mma_kernel<__nv_fp8_e4m3, kThreads, true>)
+          : launch_split(mla_mma_kernel<__nv_bfloat16, kThreads, false>,
+                         mla_mma_kernel<__nv_fp8_e4m3, kThreads, false>);
   check_launch(op);
   return true;
 }
