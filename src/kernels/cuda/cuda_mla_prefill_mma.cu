@@ -93,7 +93,20 @@ struct Pages {
   const float* scales;
   const int32_t* page_table;
   int64_t page_size, page_stride, num_tokens;
+  int page_shift;  // log2(page_size) when it is a power of two (the usual case), else -1
 };
+
+// Token tok's physical page and slot: by shift and mask for a power-of-two page size, else by
+// division (a uniform branch: the gather takes 4 of these per thread and tile).
+__device__ __forceinline__ void token_page(const Pages& c, int tok, int64_t& page, int64_t& slot) {
+  if (c.page_shift >= 0) {
+    page = c.page_table[tok >> c.page_shift];
+    slot = tok & ((1 << c.page_shift) - 1);
+  } else {
+    page = c.page_table[tok / c.page_size];
+    slot = tok % c.page_size;
+  }
+}
 
 template <typename T>
 struct Chunk;  // 8 latent values as loaded from the cache
@@ -202,16 +215,19 @@ __global__ void __launch_bounds__(Threads, 1)
   const int col_tiles = kw / 8;
 
   // Gather a tile's latents (8-value chunks) into registers; rows past nv are zeros.
+  // A thread's chunks e = tid + i kThr: token j of the tile, column x (the same every tile).
   const int chunks_per_tok = r / 8, chunks = kTile * chunks_per_tok;
+  const int cpt_shift = (chunks_per_tok & (chunks_per_tok - 1)) == 0 ? __ffs(chunks_per_tok) - 1 : -1;
+  auto chunk_token = [&](int e) { return cpt_shift >= 0 ? e >> cpt_shift : e / chunks_per_tok; };
   Raw pre[kPre];
   auto fetch = [&](int t0) {
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
-      const int e = tid + i * kThr, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
+      const int e = tid + i * kThr, j = chunk_token(e), x = (e - j * chunks_per_tok) * 8;
       Raw v{};
       if (e < chunks && t0 + j < nv) {
-        const int tok = ids[t0 + j];
-        const int64_t page = c.page_table[tok / c.page_size], slot = tok % c.page_size;
+        int64_t page, slot;
+        token_page(c, ids[t0 + j], page, slot);
         v = __ldg(reinterpret_cast<const Raw*>(static_cast<const T*>(c.pages) + page * c.page_stride + slot * r + x));
       }
       pre[i] = v;
@@ -220,7 +236,7 @@ __global__ void __launch_bounds__(Threads, 1)
   auto commit = [&](int t0) {
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
-      const int e = tid + i * kThr, j = e / chunks_per_tok, x = (e % chunks_per_tok) * 8;
+      const int e = tid + i * kThr, j = chunk_token(e), x = (e - j * chunks_per_tok) * 8;
       if (e < chunks) {
         if constexpr (kFp8)
           *reinterpret_cast<uint4*>(lat + j * ldq + x) = widen_fp8(pre[i]);
@@ -231,8 +247,8 @@ __global__ void __launch_bounds__(Threads, 1)
     if (tid < kTile) {
       float s = 1.0f;
       if (kFp8 && t0 + tid < nv) {
-        const int tok = ids[t0 + tid];
-        const int64_t page = c.page_table[tok / c.page_size], slot = tok % c.page_size;
+        int64_t page, slot;
+        token_page(c, ids[t0 + tid], page, slot);
         s = c.scales[page * c.page_size + slot];
       }
       ls[tid] = s;
@@ -252,8 +268,22 @@ __global__ void __launch_bounds__(Threads, 1)
     for (int i = 0; i < N; ++i) {
       sv[i] = 0.0f;
       if (i < n) {
-        const int h = h0 + i * kWarps;
-        for (int kk = 0; kk < ks; ++kk) sv[i] += sp[(kk * heads + h) * kLdS + lane];
+        // The ks partials in order, four loads at a time where ks allows (every form but
+        // 64 heads of width <= 128 in 8 warps).
+        const float* src = sp + (h0 + i * kWarps) * kLdS + lane;
+        const int stride = heads * kLdS;
+        int kk = 0;
+        if ((ks & 3) == 0) {
+          for (; kk < ks; kk += 4) {
+            const float a = src[kk * stride], b = src[(kk + 1) * stride], cc = src[(kk + 2) * stride],
+                        d = src[(kk + 3) * stride];
+            sv[i] += a;
+            sv[i] += b;
+            sv[i] += cc;
+            sv[i] += d;
+          }
+        }
+        for (; kk < ks; ++kk) sv[i] += src[kk * stride];
       }
       sv[i] = ok ? sv[i] * scale * lsv : -INFINITY;
       mx[i] = sv[i];
@@ -482,7 +512,11 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
     throw StatusError(invalid_argument(std::string(op) + ": an fp8 cache needs its scales"));
   const int padded = latent_sort_slots(w);
   const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w, threads, split).total;
-  const Pages pg{cache.pages, cache.scales, cache.page_table, cache.page_size, cache.page_stride, cache.num_tokens};
+  const int64_t ps = cache.page_size;
+  const int page_shift =
+      ps > 0 && ps <= (int64_t{1} << 30) && (ps & (ps - 1)) == 0 ? __builtin_ctzll(ps) : -1;
+  const Pages pg{cache.pages,       cache.scales,     cache.page_table, cache.page_size,
+                 cache.page_stride, cache.num_tokens, page_shift};
   auto launch = [&](auto kernel) {
     if (const Status s = set_dynamic_smem(kernel, smem, op); !s.is_ok()) throw StatusError(s);
     kernel<<<static_cast<unsigned>(t), threads, smem, ctx.stream>>>(
