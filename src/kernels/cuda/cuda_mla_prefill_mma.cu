@@ -382,12 +382,16 @@ __global__ void __launch_bounds__(Threads, 1)
     // O = alpha O + P L over this warp's 16 heads x kw columns.
     {
       const float a0 = alpha[pm * 16 + g], a1 = alpha[pm * 16 + g + 8];
+      // Most tiles leave every running max of the warp's 16 heads where it was (alpha 1:
+      // the product would be the same bits): skip the rescale then.
+      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < kMaxColTiles; ++i) {
-        o[i][0] *= a0;
-        o[i][1] *= a0;
-        o[i][2] *= a1;
-        o[i][3] *= a1;
+        for (int i = 0; i < kMaxColTiles; ++i) {
+          o[i][0] *= a0;
+          o[i][1] *= a0;
+          o[i][2] *= a1;
+          o[i][3] *= a1;
+        }
       }
 #pragma unroll
       for (int k = 0; k < kTile; k += 16) {
