@@ -6,21 +6,26 @@
 // the M dimension of every product, since all heads of a row attend to the same latents:
 //  0. the row's indices become a compact token list, ascending and deduplicated
 //     (latent_index_sort.cuh: a bitmap of the cache's tokens in the shared memory the
-//     tiles use later, or a sort where the bitmap does not fit); q [H, R] is split into
-//     bf16 hi/lo parts in shared memory (or straight into each warp's A fragments);
+//     tiles use later, or a sort where the bitmap does not fit); q [H, R] is rounded to
+//     bf16 (or split into bf16 hi/lo parts) in shared memory (or straight into each warp's
+//     A fragments);
 //  1. per tile of 32 tokens (the next tile's latents are gathered from the paged cache
-//     into registers while the current one is multiplied; fp8 is widened to bf16,
-//     exactly):
+//     into registers while the current one is multiplied, a token's page and slot by
+//     shift and mask for a power-of-two page size; fp8 is widened to bf16, exactly):
 //       S [H, 32] = q L^T          warps: (H/16 head tiles) x (warps / (H/16) K slices),
 //                                  partial sums added in a fixed order;
-//       online softmax per head    running max m, sum l; P = exp(S - m) (x fp8 scale),
-//                                  split into bf16 hi/lo; alpha = exp(m_old - m_new);
+//       online softmax per head    a warp's heads side by side: running max m, sum l;
+//                                  P = exp(S - m) (x fp8 scale) in bf16 (or hi/lo);
+//                                  alpha = exp(m_old - m_new);
 //       O [H, R] = alpha O + P L   warps: (H/16 head tiles) x (column groups), O in
-//                                  registers for the whole row;
+//                                  registers for the whole row (not rescaled when no max
+//                                  of the warp's heads moved: alpha 1);
 //  2. O / l is written out (a row with no valid token gets zeros, as on the CPU).
-// Accuracy: the latents are exact in bf16; q and P are split (two mma per product), so
-// the products keep ~2^-16 relative accuracy and the op's 1e-5 parity tolerance holds
-// (H200, 2026-11-30: <= 4.7e-6 over the parity shapes, 1.7e-6 at the model's shape).
+// Accuracy: the latents are exact in bf16. By default q and P are rounded to bf16 once,
+// as the reference's bf16 attention rounds them (one mma per product; H200, session 34:
+// <= 3.1e-3 of the largest output over the parity shapes). TF_MLA_PREFILL_SPLIT=1 splits
+// them into hi/lo parts (two mma per product): ~2^-16 relative, <= 4.9e-6 (the op's 1e-5
+// parity tolerance), at ~1.25x the time.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
