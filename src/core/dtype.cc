@@ -120,11 +120,37 @@ const std::array<float, 256>& e5m2_table() { static const auto t = make_table<E5
 
 }  // namespace
 
+// f16 from bits: the codes of F16Format::encode(f, /*saturate=*/false) (IEEE round to nearest
+// even, overflow to inf, NaN -> sign | quiet NaN), without its libm calls: the load-time q4
+// quantizer rounds every candidate scale through it. Checked against the generic encoder on
+// every float (dtype_tests samples it; the whole range was compared once, session 34).
 uint16_t float_to_f16(float f) {
-  // f16 overflow follows IEEE (to inf), never saturates.
+  const uint32_t x = float_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (a >= 0x38800000u) {                                             // |f| >= 2^-14: a normal f16 or inf
+    uint32_t r = a - 0x38000000u;                                     // exponent rebiased 127 -> 15
+    r = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;                        // 23 -> 10 mantissa bits, to even
+    return static_cast<uint16_t>(sign | std::min(r, 0x7c00u));        // past 65504 (and inf): inf
+  }
+  // A subnormal f16 (or 0, or 2^-14 by rounding up): |f| * 2^24 rounded to an integer, to even
+  // (exact scaling; adding and subtracting 1.5 * 2^23 rounds values below 2^22 to even).
+  const float scaled = bits_float(a) * 16777216.0f;
+  const float rounded = (scaled + 12582912.0f) - 12582912.0f;
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(rounded));
+}
+// A table of the 65,536 codes' values, decoded once by F16Format (the same floats, NaN included).
+float f16_to_float(uint16_t h) {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t c = 0; c < 65536; ++c) t[c] = F16Format::decode(c);
+    return t;
+  }();
+  return table[h];
+}
+// The generic encoder itself, for the tests that compare the two.
+uint16_t float_to_f16_reference(float f) {
   return static_cast<uint16_t>(F16Format::encode(f, /*saturate=*/false));
 }
-float f16_to_float(uint16_t h) { return F16Format::decode(h); }
 
 uint8_t float_to_fp8_e4m3(float f, Fp8Overflow mode) {
   return static_cast<uint8_t>(E4M3Format::encode(f, mode == Fp8Overflow::kSaturate));

@@ -46,6 +46,8 @@ inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>
 
 uint16_t float_to_f16(float f);
 float f16_to_float(uint16_t h);
+// float_to_f16 by the generic minifloat encoder (slow; tests compare the two).
+uint16_t float_to_f16_reference(float f);
 
 uint8_t float_to_fp8_e4m3(float f, Fp8Overflow mode = Fp8Overflow::kSaturate);
 uint8_t float_to_fp8_e5m2(float f, Fp8Overflow mode = Fp8Overflow::kSaturate);

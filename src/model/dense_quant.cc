@@ -30,29 +30,42 @@ Expected<Tensor> packed_f32(const Tensor& w, const std::string& what) {
 // made the group search ~2x faster (the q4 load is bound by it).
 inline float q4_code(float x) { return std::clamp((x + 12582912.0f) - 12582912.0f, -8.0f, 7.0f); }
 
-// Squared error of quantizing v[0..n) with scale s (q = clamp(round(v / s), -8, 7)).
+// Squared error of quantizing v[0..n) with scale s (q = clamp(round(v / s), -8, 7)), summed
+// in kLanes interleaved partial sums (element i into lane i % kLanes, then the lanes in order):
+// a fixed order the compiler can keep in vector registers (a single running sum cannot be
+// vectorized without reassociating it). The search calls this 14 times per group.
+constexpr int kLanes = 8;
 float q4_error(const float* v, int64_t n, float s) {
-  if (s == 0.0f) {
-    float e = 0;
-    for (int64_t i = 0; i < n; ++i) e += v[i] * v[i];
-    return e;
+  float acc[kLanes] = {};
+  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float x = v[i + l], d = x - q4_code(x * inv) * s;  // s = 0: q = 0, d = x
+      acc[l] += d * d;
+    }
+  for (; i < n; ++i) {
+    const float d = v[i] - q4_code(v[i] * inv) * s;
+    acc[i % kLanes] += d * d;
   }
-  const float inv = 1.0f / s;
   float e = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float q = q4_code(v[i] * inv);
-    const float d = v[i] - q * s;
-    e += d * d;
-  }
+  for (int l = 0; l < kLanes; ++l) e += acc[l];
   return e;
 }
 
 float f16_round(float s) { return f16_to_float(float_to_f16(s)); }
 
-// One group: the searched scale (already f16-representable) and its packed nibbles.
+// One group: the searched scale (already f16-representable) and its packed nibbles. The
+// per-element passes keep kLanes independent partial results (combined in lane order at the
+// end) so that they vectorize; a group is 64 values, so the scalar tails run only at a ragged K.
 void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* bytes) {
+  const int64_t body = n / kLanes * kLanes;
+  float lane_max[kLanes] = {};
+  for (int64_t i = 0; i < body; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane_max[l] = std::max(lane_max[l], std::fabs(v[i + l]));
   float amax = 0;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  for (int l = 0; l < kLanes; ++l) amax = std::max(amax, lane_max[l]);
+  for (int64_t i = body; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
   float best_s = 0, best_e = q4_error(v, n, 0.0f);
   if (amax > 0) {
     for (int step = 0; step <= 12; ++step) {
@@ -64,8 +77,16 @@ void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* 
     if (best_s > 0) {
       // Least-squares refit with the chosen codes fixed.
       const float inv = 1.0f / best_s;
+      double num_l[kLanes] = {}, den_l[kLanes] = {};
+      for (int64_t i = 0; i < body; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) {
+          const float q = q4_code(v[i + l] * inv);
+          num_l[l] += static_cast<double>(v[i + l]) * q;
+          den_l[l] += static_cast<double>(q) * q;
+        }
       double num = 0, den = 0;
-      for (int64_t i = 0; i < n; ++i) {
+      for (int l = 0; l < kLanes; ++l) num += num_l[l], den += den_l[l];
+      for (int64_t i = body; i < n; ++i) {
         const float q = q4_code(v[i] * inv);
         num += static_cast<double>(v[i]) * q;
         den += static_cast<double>(q) * q;
@@ -81,21 +102,34 @@ void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* 
   }
   *scale_out = float_to_f16(best_s);
   const float inv = best_s > 0 ? 1.0f / best_s : 0.0f;
-  std::fill_n(bytes, kQ4GroupBytes, uint8_t{0x88});  // q = 0 in both nibbles (padding too)
-  for (int64_t i = 0; i < n; ++i) {
-    const int q = static_cast<int>(q4_code(v[i] * inv)) + 8;
-    uint8_t& b = bytes[i >> 1];
-    b = (i & 1) ? static_cast<uint8_t>((b & 0x0f) | (q << 4)) : static_cast<uint8_t>((b & 0xf0) | q);
-  }
+  // Byte i / 2: element i in the low nibble, i + 1 in the high one, each code + 8 (8: q = 0, so
+  // the padding past n reads as zeros).
+  auto nibble = [&](int64_t i) { return i < n ? static_cast<int>(q4_code(v[i] * inv)) + 8 : 8; };
+  for (int64_t b = 0; b < kQ4GroupBytes; ++b)
+    bytes[b] = static_cast<uint8_t>(nibble(2 * b) | (nibble(2 * b + 1) << 4));
 }
 
 Status check_finite(const Tensor& f, const std::string& what) {
   const float* p = f.data<float>();
   const int64_t n = f.numel();
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(p[i]))
-      return invalid_argument(what + ": non-finite value at [" + std::to_string(i / f.size(1)) + ", " +
-                              std::to_string(i % f.size(1)) + "] cannot be quantized");
+  // By blocks: x * 0 is (+-)0 for a finite x and NaN otherwise, summed in kLanes lanes (this
+  // vectorizes, std::isfinite per value does not); only a block with a NaN lane is searched.
+  constexpr int64_t kBlock = kLanes * 512;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    float lanes[kLanes] = {};
+    int64_t i = b;
+    for (; i + kLanes <= e; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += p[i + l] * 0.0f;
+    bool finite = true;
+    for (int l = 0; l < kLanes; ++l) finite = finite && lanes[l] == 0.0f;
+    for (; i < e; ++i) finite = finite && std::isfinite(p[i]);
+    if (finite) continue;
+    for (i = b; i < e; ++i)
+      if (!std::isfinite(p[i]))
+        return invalid_argument(what + ": non-finite value at [" + std::to_string(i / f.size(1)) + ", " +
+                                std::to_string(i % f.size(1)) + "] cannot be quantized");
+  }
   return Status::ok();
 }
 

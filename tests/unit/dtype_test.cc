@@ -149,6 +149,33 @@ TEST(F16, AllCodesRoundTrip) {
   EXPECT_EQ(float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
 }
 
+// float_to_f16's bit manipulation against the generic minifloat encoder: every 2,053rd bit
+// pattern (both signs, all exponents: normals, f16 subnormals, overflow, inf, NaNs), and every
+// float within 64 ulps of each f16 rounding boundary and of the normal/subnormal edges.
+TEST(F16, EncodingMatchesTheGenericEncoder) {
+  auto same = [](uint32_t u) {
+    const float f = bits_float(u);
+    EXPECT_EQ(float_to_f16(f), float_to_f16_reference(f)) << std::hex << u;
+  };
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 2053) same(static_cast<uint32_t>(u));
+  for (int h = 0; h < 0x7c00; ++h) {
+    // The midpoint between code h and h + 1, as a float, and its neighbours.
+    const float lo = f16_to_float(static_cast<uint16_t>(h)), hi = f16_to_float(static_cast<uint16_t>(h + 1));
+    const uint32_t mid = float_bits(0.5f * (lo + hi));
+    for (uint32_t d = 0; d < 64; ++d) {
+      same(mid + d);
+      same(mid - d);
+      same((mid + d) | 0x80000000u);
+    }
+  }
+  for (float f :
+       {0.0f, -0.0f, 65504.0f, 65519.996f, 65520.0f, 1e30f, std::ldexp(1.0f, -14), std::ldexp(1.0f, -24),
+        std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), std::numeric_limits<float>::denorm_min(),
+        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()})
+    same(float_bits(f));
+}
+
 TEST(BF16, RoundsToNearestEvenAndKeepsNaN) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
   EXPECT_EQ(float_to_bf16(bits_float(0x3f808000)), 0x3f80);  // tie -> even
