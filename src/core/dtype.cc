@@ -152,7 +152,26 @@ uint16_t float_to_f16_reference(float f) {
   return static_cast<uint16_t>(F16Format::encode(f, /*saturate=*/false));
 }
 
+// e4m3 from bits: the codes of E4M3Format::encode (round to nearest even; NaN -> sign | 0x7f;
+// past 448, inf included: 0x7e saturating, else the NaN code), without its libm calls (the
+// fp8 block quantizer and the CPU's fp8 latent cache call it per value). Checked against the
+// generic encoder on every float, both modes (compared once, session 34; dtype_tests sample it).
 uint8_t float_to_fp8_e4m3(float f, Fp8Overflow mode) {
+  const uint32_t x = float_bits(f), sign = (x >> 24) & 0x80u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  const uint32_t overflow = sign | (mode == Fp8Overflow::kSaturate ? 0x7eu : 0x7fu);
+  if (a >= 0x3c800000u) {                                          // |f| >= 2^-6: normal (or too large)
+    uint32_t r = a - 0x3c000000u;                                  // exponent rebiased 127 -> 7
+    if (r >= 0x0f800000u) return static_cast<uint8_t>(overflow);   // >= 2^9 (inf too): past 448 either way
+    r = (r + 0x7ffffu + ((r >> 20) & 1u)) >> 20;                   // 23 -> 3 mantissa bits, to even
+    return static_cast<uint8_t>(r > 0x7eu ? overflow : sign | r);  // 0x7f would be 480: past 448
+  }
+  // A subnormal e4m3 (or 0, or 2^-6 by rounding up): |f| * 2^9 rounded to an integer, to even.
+  const float scaled = bits_float(a) * 512.0f;
+  const float rounded = (scaled + 12582912.0f) - 12582912.0f;
+  return static_cast<uint8_t>(sign | static_cast<uint32_t>(rounded));
+}
+uint8_t float_to_fp8_e4m3_reference(float f, Fp8Overflow mode) {
   return static_cast<uint8_t>(E4M3Format::encode(f, mode == Fp8Overflow::kSaturate));
 }
 uint8_t float_to_fp8_e5m2(float f, Fp8Overflow mode) {

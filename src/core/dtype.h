@@ -51,6 +51,8 @@ uint16_t float_to_f16_reference(float f);
 
 uint8_t float_to_fp8_e4m3(float f, Fp8Overflow mode = Fp8Overflow::kSaturate);
 uint8_t float_to_fp8_e5m2(float f, Fp8Overflow mode = Fp8Overflow::kSaturate);
+// float_to_fp8_e4m3 by the generic minifloat encoder (slow; tests compare the two).
+uint8_t float_to_fp8_e4m3_reference(float f, Fp8Overflow mode);
 // Table lookups (exact).
 float fp8_e4m3_to_float(uint8_t code);
 float fp8_e5m2_to_float(uint8_t code);

@@ -86,6 +86,33 @@ TEST(Fp8E4M3, SaturatesOrOverflows) {
   EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.5f, -10)), 0x01);
 }
 
+// float_to_fp8_e4m3's bit manipulation against the generic minifloat encoder, both overflow
+// modes: every 2,053rd bit pattern, every float within 64 ulps of each rounding boundary (the
+// midpoints between consecutive codes, 448's upper one included), and the edge values.
+TEST(Fp8E4M3, EncodingMatchesTheGenericEncoder) {
+  auto same = [](uint32_t u) {
+    const float f = bits_float(u);
+    for (Fp8Overflow m : {Fp8Overflow::kSaturate, Fp8Overflow::kNonSaturating})
+      EXPECT_EQ(float_to_fp8_e4m3(f, m), float_to_fp8_e4m3_reference(f, m)) << std::hex << u;
+  };
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 2053) same(static_cast<uint32_t>(u));
+  for (int c = 0; c < 0x7e; ++c) {
+    const uint32_t mid = float_bits(
+        0.5f * (fp8_e4m3_to_float(static_cast<uint8_t>(c)) + fp8_e4m3_to_float(static_cast<uint8_t>(c + 1))));
+    for (uint32_t d = 0; d < 64; ++d) {
+      same(mid + d);
+      same(mid - d);
+      same((mid + d) | 0x80000000u);
+    }
+  }
+  for (uint32_t d = 0; d < 64; ++d) same(float_bits(464.0f) + d), same(float_bits(464.0f) - d);
+  for (float f : {0.0f, -0.0f, 448.0f, 464.0f, 480.0f, 1e30f, std::ldexp(1.0f, -6), std::ldexp(1.0f, -9),
+                  std::ldexp(1.0f, -10), std::ldexp(1.5f, -10), std::numeric_limits<float>::denorm_min(),
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()})
+    same(float_bits(f));
+}
+
 TEST(Fp8E5M2, AllCodesDecodeAndRoundTrip) {
   int nans = 0, infs = 0;
   for (int c = 0; c < 256; ++c) {
