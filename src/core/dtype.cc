@@ -162,7 +162,7 @@ uint8_t float_to_fp8_e4m3(float f, Fp8Overflow mode) {
   const uint32_t overflow = sign | (mode == Fp8Overflow::kSaturate ? 0x7eu : 0x7fu);
   if (a >= 0x3c800000u) {                                          // |f| >= 2^-6: normal (or too large)
     uint32_t r = a - 0x3c000000u;                                  // exponent rebiased 127 -> 7
-    if (r >= 0x0f800000u) return static_cast<uint8_t>(overflow);   // >= 2^9 (inf too): past 448 either way
+    if (r >= 0x0f800000u) return static_cast<uint8_t>(overflow);   // >= 2^24, inf too (smaller: below)
     r = (r + 0x7ffffu + ((r >> 20) & 1u)) >> 20;                   // 23 -> 3 mantissa bits, to even
     return static_cast<uint8_t>(r > 0x7eu ? overflow : sign | r);  // 0x7f would be 480: past 448
   }
