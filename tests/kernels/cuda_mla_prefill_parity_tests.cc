@@ -84,6 +84,18 @@ class CudaMlaPrefill : public CpuCudaTest {
   }
 };
 
+// [t, w] indices: each row w distinct tokens of 0..tokens-1 in random order.
+Tensor distinct_indices(int64_t t, int64_t w, int64_t tokens, uint32_t seed) {
+  std::vector<int32_t> idx(static_cast<size_t>(t * w)), perm(static_cast<size_t>(tokens));
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < t; ++i) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::copy(perm.begin(), perm.begin() + w, idx.begin() + i * w);
+  }
+  return i32_tensor(idx).reshape({t, w});
+}
+
 TEST_F(CudaMlaPrefill, ShapesItCovers) {
   // The model's single-GPU shape (64 heads) needs an H100 / H200's 227 KB of shared memory per
   // block; with less (a DGX Spark's 99 KB, or TF_SMEM_PER_BLOCK) it goes to the split-token
@@ -117,14 +129,7 @@ TEST_F(CudaMlaPrefill, ManyTilesMatchTheCpuOp) {
            {DType::kBF16, 64}, {DType::kF8E4M3, 64}, {DType::kF8E4M3, 32}, {DType::kBF16, 16}}) {
     const PagedCache c = paged_cache(dt, page_size, num_pages, r, tokens, 221, 222, 1.5f);
     const LatentPagesView &hv = c.hv, &dv = c.dv;
-    std::vector<int32_t> idx(static_cast<size_t>(t * w)), perm(static_cast<size_t>(tokens));
-    std::mt19937 rng(223);
-    for (int64_t i = 0; i < t; ++i) {
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      std::copy(perm.begin(), perm.begin() + w, idx.begin() + i * w);
-    }
-    const Tensor hidx = i32_tensor(idx).reshape({t, w});
+    const Tensor hidx = distinct_indices(t, w, tokens, 223);
     const Tensor q = randn({t, heads, r}, 224, 0.3f);
     const float scale = 1.0f / std::sqrt(static_cast<float>(r));
     Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
@@ -209,14 +214,7 @@ TEST_F(CudaMlaPrefill, PagesOfAnySizeMatchTheCpuOp) {
     GTEST_SKIP() << "the BF16 kernel needs 227 KB";
   for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
     const PagedCache c = paged_cache(dt, page_size, num_pages, r, tokens, 241, 242, 1.5f);
-    std::vector<int32_t> idx(static_cast<size_t>(t * w)), perm(static_cast<size_t>(tokens));
-    std::mt19937 rng(243);
-    for (int64_t i = 0; i < t; ++i) {
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      std::copy(perm.begin(), perm.begin() + w, idx.begin() + i * w);
-    }
-    const Tensor hidx = i32_tensor(idx).reshape({t, w});
+    const Tensor hidx = distinct_indices(t, w, tokens, 243);
     const Tensor q = randn({t, heads, r}, 244, 0.3f);
     const float scale = 1.0f / std::sqrt(static_cast<float>(r));
     Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
