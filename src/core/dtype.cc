@@ -132,11 +132,8 @@ uint16_t float_to_f16(float f) {
     r = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;                        // 23 -> 10 mantissa bits, to even
     return static_cast<uint16_t>(sign | std::min(r, 0x7c00u));        // past 65504 (and inf): inf
   }
-  // A subnormal f16 (or 0, or 2^-14 by rounding up): |f| * 2^24 rounded to an integer, to even
-  // (exact scaling; adding and subtracting 1.5 * 2^23 rounds values below 2^22 to even).
-  const float scaled = bits_float(a) * 16777216.0f;
-  const float rounded = (scaled + 12582912.0f) - 12582912.0f;
-  return static_cast<uint16_t>(sign | static_cast<uint32_t>(rounded));
+  // A subnormal f16 (or 0, or 2^-14 by rounding up): |f| * 2^24 (exact) rounded to an integer.
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(round_even_small(bits_float(a) * 16777216.0f)));
 }
 // A table of the 65,536 codes' values, decoded once by F16Format (the same floats, NaN included).
 float f16_to_float(uint16_t h) {
@@ -166,10 +163,8 @@ uint8_t float_to_fp8_e4m3(float f, Fp8Overflow mode) {
     r = (r + 0x7ffffu + ((r >> 20) & 1u)) >> 20;                   // 23 -> 3 mantissa bits, to even
     return static_cast<uint8_t>(r > 0x7eu ? overflow : sign | r);  // 0x7f would be 480: past 448
   }
-  // A subnormal e4m3 (or 0, or 2^-6 by rounding up): |f| * 2^9 rounded to an integer, to even.
-  const float scaled = bits_float(a) * 512.0f;
-  const float rounded = (scaled + 12582912.0f) - 12582912.0f;
-  return static_cast<uint8_t>(sign | static_cast<uint32_t>(rounded));
+  // A subnormal e4m3 (or 0, or 2^-6 by rounding up): |f| * 2^9 (exact) rounded to an integer.
+  return static_cast<uint8_t>(sign | static_cast<uint32_t>(round_even_small(bits_float(a) * 512.0f)));
 }
 uint8_t float_to_fp8_e4m3_reference(float f, Fp8Overflow mode) {
   return static_cast<uint8_t>(E4M3Format::encode(f, mode == Fp8Overflow::kSaturate));

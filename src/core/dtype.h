@@ -44,6 +44,11 @@ inline uint16_t float_to_bf16(float f) {
 }
 inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
+// x rounded to an integer, ties to even, for |x| < 2^22: adding and subtracting 1.5 * 2^23
+// leaves the integer part (plain float arithmetic, no fast-math; it inlines and vectorizes,
+// unlike std::nearbyint). Larger |x| come back as some value beyond 2^22 (callers clamp).
+inline float round_even_small(float x) { return (x + 12582912.0f) - 12582912.0f; }
+
 uint16_t float_to_f16(float f);
 float f16_to_float(uint16_t h);
 // float_to_f16 by the generic minifloat encoder (slow; tests compare the two).

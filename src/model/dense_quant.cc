@@ -23,49 +23,49 @@ Expected<Tensor> packed_f32(const Tensor& w, const std::string& what) {
   return w.dtype() == DType::kF32 && w.is_contiguous() ? w : w.to_f32();
 }
 
-// A q4 code: clamp(round-half-even(x), -8, 7). The add/subtract of 1.5 * 2^23 rounds to
-// the nearest even integer for |x| < 2^22 (SSE float arithmetic, no fast-math) and stays
-// beyond the clamp range above it, so the codes are std::nearbyint's (up to the sign of a
-// zero, which no sum or code sees); unlike the libm call it inlines and vectorizes, which
-// made the group search ~2x faster (the q4 load is bound by it).
-inline float q4_code(float x) { return std::clamp((x + 12582912.0f) - 12582912.0f, -8.0f, 7.0f); }
+// A q4 code: clamp(round-half-even(x), -8, 7). round_even_small gives std::nearbyint's codes
+// within the clamp range (up to the sign of a zero, which no sum or code sees) and stays beyond
+// it above; unlike the libm call it inlines and vectorizes, which made the group search ~2x
+// faster (the q4 load is bound by it).
+inline float q4_code(float x) { return std::clamp(round_even_small(x), -8.0f, 7.0f); }
 
-// Squared error of quantizing v[0..n) with scale s (q = clamp(round(v / s), -8, 7)), summed
-// in kLanes interleaved partial sums (element i into lane i % kLanes, then the lanes in order):
-// a fixed order the compiler can keep in vector registers (a single running sum cannot be
-// vectorized without reassociating it). The search calls this 14 times per group.
+// The per-element passes over a group combine term(i), i in [0, n), in kLanes interleaved
+// partial results (i into lane i % kLanes, then the lanes in order): a fixed order the compiler
+// can keep in vector registers (a single running sum cannot be vectorized without
+// reassociating it).
 constexpr int kLanes = 8;
-float q4_error(const float* v, int64_t n, float s) {
-  float acc[kLanes] = {};
-  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+template <typename T, typename Term, typename Op>
+T lane_reduce(int64_t n, Term term, Op op) {
+  T acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const float x = v[i + l], d = x - q4_code(x * inv) * s;  // s = 0: q = 0, d = x
-      acc[l] += d * d;
-    }
-  for (; i < n; ++i) {
+    for (int l = 0; l < kLanes; ++l) acc[l] = op(acc[l], term(i + l));
+  for (; i < n; ++i) acc[i % kLanes] = op(acc[i % kLanes], term(i));
+  T r{};
+  for (int l = 0; l < kLanes; ++l) r = op(r, acc[l]);
+  return r;
+}
+template <typename T, typename Term>
+T lane_sum(int64_t n, Term term) {
+  return lane_reduce<T>(n, term, [](T a, T b) { return a + b; });
+}
+
+// Squared error of quantizing v[0..n) with scale s (q = clamp(round(v / s), -8, 7); s = 0:
+// q = 0). The search calls this 14 times per group.
+float q4_error(const float* v, int64_t n, float s) {
+  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+  return lane_sum<float>(n, [&](int64_t i) {
     const float d = v[i] - q4_code(v[i] * inv) * s;
-    acc[i % kLanes] += d * d;
-  }
-  float e = 0;
-  for (int l = 0; l < kLanes; ++l) e += acc[l];
-  return e;
+    return d * d;
+  });
 }
 
 float f16_round(float s) { return f16_to_float(float_to_f16(s)); }
 
-// One group: the searched scale (already f16-representable) and its packed nibbles. The
-// per-element passes keep kLanes independent partial results (combined in lane order at the
-// end) so that they vectorize; a group is 64 values, so the scalar tails run only at a ragged K.
+// One group: the searched scale (already f16-representable) and its packed nibbles.
 void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* bytes) {
-  const int64_t body = n / kLanes * kLanes;
-  float lane_max[kLanes] = {};
-  for (int64_t i = 0; i < body; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane_max[l] = std::max(lane_max[l], std::fabs(v[i + l]));
-  float amax = 0;
-  for (int l = 0; l < kLanes; ++l) amax = std::max(amax, lane_max[l]);
-  for (int64_t i = body; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float amax = lane_reduce<float>(
+      n, [&](int64_t i) { return std::fabs(v[i]); }, [](float a, float b) { return std::max(a, b); });
   float best_s = 0, best_e = q4_error(v, n, 0.0f);
   if (amax > 0) {
     for (int step = 0; step <= 12; ++step) {
@@ -77,20 +77,18 @@ void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* 
     if (best_s > 0) {
       // Least-squares refit with the chosen codes fixed.
       const float inv = 1.0f / best_s;
-      double num_l[kLanes] = {}, den_l[kLanes] = {};
-      for (int64_t i = 0; i < body; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) {
-          const float q = q4_code(v[i + l] * inv);
-          num_l[l] += static_cast<double>(v[i + l]) * q;
-          den_l[l] += static_cast<double>(q) * q;
-        }
-      double num = 0, den = 0;
-      for (int l = 0; l < kLanes; ++l) num += num_l[l], den += den_l[l];
-      for (int64_t i = body; i < n; ++i) {
-        const float q = q4_code(v[i] * inv);
-        num += static_cast<double>(v[i]) * q;
-        den += static_cast<double>(q) * q;
-      }
+      struct NumDen {
+        double num, den;  // sum of v q, sum of q q
+      };
+      const auto [num, den] = lane_reduce<NumDen>(
+          n,
+          [&](int64_t i) {
+            const double q = q4_code(v[i] * inv);
+            return NumDen{v[i] * q, q * q};
+          },
+          [](NumDen a, NumDen b) {
+            return NumDen{a.num + b.num, a.den + b.den};
+          });
       if (den > 0) {
         const float s = f16_round(static_cast<float>(num / den));
         if (s > 0 && std::isfinite(s)) {
@@ -112,20 +110,14 @@ void quantize_q4_group(const float* v, int64_t n, uint16_t* scale_out, uint8_t* 
 Status check_finite(const Tensor& f, const std::string& what) {
   const float* p = f.data<float>();
   const int64_t n = f.numel();
-  // By blocks: x * 0 is (+-)0 for a finite x and NaN otherwise, summed in kLanes lanes (this
-  // vectorizes, std::isfinite per value does not); only a block with a NaN lane is searched.
+  // By blocks: x * 0 is (+-)0 for a finite x and NaN otherwise, and a NaN term makes the sum NaN
+  // (lane_sum vectorizes, std::isfinite per value does not); only a block that is not 0 is searched.
   constexpr int64_t kBlock = kLanes * 512;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
-    float lanes[kLanes] = {};
-    int64_t i = b;
-    for (; i + kLanes <= e; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) lanes[l] += p[i + l] * 0.0f;
-    bool finite = true;
-    for (int l = 0; l < kLanes; ++l) finite = finite && lanes[l] == 0.0f;
-    for (; i < e; ++i) finite = finite && std::isfinite(p[i]);
+    const bool finite = lane_sum<float>(e - b, [&](int64_t i) { return p[b + i] * 0.0f; }) == 0.0f;
     if (finite) continue;
-    for (i = b; i < e; ++i)
+    for (int64_t i = b; i < e; ++i)
       if (!std::isfinite(p[i]))
         return invalid_argument(what + ": non-finite value at [" + std::to_string(i / f.size(1)) + ", " +
                                 std::to_string(i % f.size(1)) + "] cannot be quantized");

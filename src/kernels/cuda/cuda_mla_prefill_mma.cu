@@ -30,9 +30,10 @@
 #include <cuda_fp8.h>
 
 #include <atomic>
+#include <bit>
 #include <climits>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -521,9 +522,8 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
     throw StatusError(invalid_argument(std::string(op) + ": an fp8 cache needs its scales"));
   const int padded = latent_sort_slots(w);
   const size_t smem = layout(static_cast<int>(h), static_cast<int>(r), w, threads, split).total;
-  const int64_t ps = cache.page_size;
-  const int page_shift =
-      ps > 0 && ps <= (int64_t{1} << 30) && (ps & (ps - 1)) == 0 ? __builtin_ctzll(ps) : -1;
+  const uint64_t ps = static_cast<uint64_t>(cache.page_size);
+  const int page_shift = std::has_single_bit(ps) && ps <= (uint64_t{1} << 30) ? std::countr_zero(ps) : -1;
   const Pages pg{cache.pages,       cache.scales,     cache.page_table, cache.page_size,
                  cache.page_stride, cache.num_tokens, page_shift};
   auto launch = [&](auto kernel) {
@@ -533,20 +533,25 @@ bool mla_sparse_attention_mma(CudaContext& ctx, Tensor& out, const Tensor& q, co
         static_cast<int>(h), static_cast<int>(r), padded, scale, mla_prefill_sort_tokens().load(),
         mla_prefill_heads_in_turn().load());
   };
-  const bool bf16 = cache.dtype == DType::kBF16;
-  auto launch_split = [&](auto bf16_kernel, auto fp8_kernel) {
-    bf16 ? launch(bf16_kernel) : launch(fp8_kernel);
+  // The instance of the cache's dtype for a form (Th threads) and a precision (S: the split pairs).
+  auto launch_instance = [&](auto th, auto sp) {
+    constexpr int Th = decltype(th)::value;
+    constexpr bool S = decltype(sp)::value;
+    if (cache.dtype == DType::kBF16)
+      launch(mla_mma_kernel<__nv_bfloat16, Th, S>);
+    else
+      launch(mla_mma_kernel<__nv_fp8_e4m3, Th, S>);
+  };
+  auto launch_form = [&](auto th) {
+    if (split)
+      launch_instance(th, std::true_type{});
+    else
+      launch_instance(th, std::false_type{});
   };
   if (threads == kSmallThreads)
-    split ? launch_split(mla_mma_kernel<__nv_bfloat16, kSmallThreads, true>,
-                         mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads, true>)
-          : launch_split(mla_mma_kernel<__nv_bfloat16, kSmallThreads, false>,
-                         mla_mma_kernel<__nv_fp8_e4m3, kSmallThreads, false>);
+    launch_form(std::integral_constant<int, kSmallThreads>{});
   else
-    split ? launch_split(mla_mma_kernel<__nv_bfloat16, kThreads, true>,
-                         mla_mma_kernel<__nv_fp8_e4m3, kThreads, true>)
-          : launch_split(mla_mma_kernel<__nv_bfloat16, kThreads, false>,
-                         mla_mma_kernel<__nv_fp8_e4m3, kThreads, false>);
+    launch_form(std::integral_constant<int, kThreads>{});
   check_launch(op);
   return true;
 }
