@@ -3,8 +3,9 @@
 // segments of rows (Ops::segment_attention).
 //
 // segment_attention has two kernels: a tensor-core one for D = 64 (the model's head
-// dim; TF_SEGMENT_ATTENTION_MMA=0 turns it off, for A/B) and a scalar f32 one for the
-// rest (and for q, k, v, out not aligned to 8 / 16 bytes). Both start with
+// dim), in bf16 by default or in a split form (TF_SEGMENT_ATTENTION_MMA=split; =0 turns
+// it off, for A/B), and a scalar f32 one for the rest (and for q, k, v, out not aligned to
+// 8 / 16 bytes). Both start with
 //  1. segment_tiles_kernel (one block): tile_start[s] = the number of query tiles
 //     (kQueries rows each, kMmaRows for the tensor-core kernel) of the segments before
 //     s, a scan over the device offsets.
@@ -22,7 +23,11 @@
 //     Register budget: qr[DC] + acc[DC] + s[KT] floats per thread; DC = 64 with KT = 32
 //     takes 254 registers without spills at 128 threads a block (DC = 128 spills some:
 //     correct, slower).
-// Tensor-core kernel (D = 64, mma.sync m16n8k16, flash-attention style):
+// Tensor-core kernel (D = 64, mma.sync m16n8k16, flash-attention style). By default
+// (bf16) its operands are rounded to bf16 once, as the reference's attention in bf16 has
+// them: k and v by segment_kv_bf16_kernel, q on loading, P before P V (the sum l keeps P
+// in f32); one mma per product, no scales, 36 KB of shared memory and 128 registers: 4
+// blocks an SM. The split form, for A/B and ~1e-5 parity:
 //  2. segment_kv_split_kernel: k and v once into the operand formats (scratch of
 //     8 bytes per element, O(T)): every (row, head) of k scaled by 2^-e (exact; its
 //     largest magnitude into [1, 2)) and split into fp16 hi + lo (22 significant bits),
@@ -48,8 +53,9 @@
 //   scalar kernel: <= 1.8e-6). bf16 hi/lo for q K^T as well measured 2.7e-5 on the sharp
 //   case, one bf16 mma per product (no split) 1e-3..1.3e-2.
 //   Speed (H200, T = 32400, one segment, 16 heads): 39.9 ms vs 179 ms for the scalar
-//   kernel (the first version, k and v split inside the kernel with bf16 q K^T: 43 ms;
-//   one bf16 mma per product: 27 ms).
+//   kernel (the first version, k and v split inside the kernel with bf16 q K^T: 43 ms).
+//   The bf16 form (session 35): 15.4 ms (280 TFLOP/s) vs 38.7 ms split, parity <= 3.6e-3
+//   at soft logits and 1.3e-2 with logits up to ~20 (the reference's own bf16 rounding).
 // Both kernels: memory is O(T) (no score matrix), and every quantity of a row depends
 // only on its segment's rows, in an order fixed by the segment alone: a segment's
 // result is the same, bit for bit, whatever other segments the call holds. The scalar
@@ -360,21 +366,46 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One staged key tile ([key][column] arrays; kh, kl hold fp16 bits).
+// The bf16 form's operands: k and v rounded to bf16 (elementwise, 4 values a thread).
+__global__ void __launch_bounds__(kThreads)
+    segment_kv_bf16_kernel(uint2* __restrict__ kb, uint2* __restrict__ vb, const float4* __restrict__ k,
+                           const float4* __restrict__ v, int64_t n4) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n4; i += int64_t(gridDim.x) * kThreads) {
+    const float4 a = k[i], b = v[i];
+    kb[i] = make_uint2(round_bf16x2(a.x, a.y), round_bf16x2(a.z, a.w));
+    vb[i] = make_uint2(round_bf16x2(b.x, b.y), round_bf16x2(b.z, b.w));
+  }
+}
+
+// One staged key tile ([key][column] arrays). Split: kh, kl hold fp16 bits of the scaled
+// keys (kf their scales), vh, vl bf16 hi + lo; else kh, vh hold k and v in bf16.
+template <bool kSplit>
 struct MmaStage {
   __nv_bfloat16 kh[kMmaTile], kl[kMmaTile], vh[kMmaTile], vl[kMmaTile];
   float kf[kMmaKeys];
 };
-constexpr int kMmaSmem = 2 * static_cast<int>(sizeof(MmaStage));  // double-buffered: 74,240 B
+template <>
+struct MmaStage<false> {
+  __nv_bfloat16 kh[kMmaTile], vh[kMmaTile];
+};
+// Double-buffered: 74,240 B (split, 3 blocks an SM), 36,864 B (bf16).
+template <bool kSplit>
+constexpr int kMmaSmem = 2 * static_cast<int>(sizeof(MmaStage<kSplit>));
 
-__global__ void __launch_bounds__(kMmaThreads, 3)
+// kSplit: the hi/lo products (3 mma each, ~2^-16 relative); else q, k, P and v in bf16, one
+// mma per product, as the reference's bf16 attention rounds them.
+template <bool kSplit>
+__global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
     segment_attention_mma_kernel(float* __restrict__ out, const float* __restrict__ q,
-                                 const __nv_bfloat16* __restrict__ kv, int64_t part, const float* __restrict__ kf,
-                                 const int32_t* __restrict__ offsets, const int32_t* __restrict__ tile_start,
-                                 int segs, int64_t rows, int heads, float scale_log2) {
-  // kv: the split operands kh, kl, vh, vl ([T][H][D] 16-bit each), `part` elements apart.
+                                 const __nv_bfloat16* __restrict__ kv, int64_t part,
+                                 const float* __restrict__ kf, const int32_t* __restrict__ offsets,
+                                 const int32_t* __restrict__ tile_start, int segs, int64_t rows, int heads,
+                                 float scale_log2) {
+  // kv: the operands ([T][H][D] 16-bit each, `part` elements apart): split kh, kl, vh, vl;
+  // else k, v.
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  MmaStage* st = reinterpret_cast<MmaStage*>(smem_raw);
+  using Stage = MmaStage<kSplit>;
+  Stage* st = reinterpret_cast<Stage*>(smem_raw);
   const int b = static_cast<int>(blockIdx.x), h = blockIdx.y;
   if (segs <= 0 || b >= tile_start[segs]) return;  // a spare block (the grid is an upper bound)
   const int seg = tile_segment(tile_start, segs, b);
@@ -385,33 +416,54 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   const int64_t r0 = s0 + int64_t(b - tile_start[seg]) * kMmaRows + warp * 16 + g, r1 = r0 + 8;
   const bool live0 = r0 < s1, live1 = r1 < s1;
 
-  // Key tile `base` into stage `stage`: 4 arrays x 64 keys x 8 chunks of 16 B (16 copies
-  // a thread) and 64 key factors; keys past the segment are zeros.
+  // Key tile `base` into stage `stage`: 4 (bf16: 2) arrays x 64 keys x 8 chunks of 16 B
+  // (16 or 8 copies a thread) and (split) 64 key factors; keys past the segment are zeros.
   auto issue = [&](int stage, int64_t base) {
-    MmaStage& S = st[stage];
+    Stage& S = st[stage];
 #pragma unroll
     for (int i = 0; i < kMmaKeys * 8 / kMmaThreads; ++i) {
       const int e = tid + i * kMmaThreads, j = e >> 3, c = (e & 7) * 8, so = j * kMmaLd + c;
       const bool ok = base + j < s1;
       const __nv_bfloat16* src = kv + (ok ? base + j : s0) * pitch + hoff + c;
       cp_async16_zfill(&S.kh[so], src, ok);
-      cp_async16_zfill(&S.kl[so], src + part, ok);
-      cp_async16_zfill(&S.vh[so], src + 2 * part, ok);
-      cp_async16_zfill(&S.vl[so], src + 3 * part, ok);
+      if constexpr (kSplit) {
+        cp_async16_zfill(&S.kl[so], src + part, ok);
+        cp_async16_zfill(&S.vh[so], src + 2 * part, ok);
+        cp_async16_zfill(&S.vl[so], src + 3 * part, ok);
+      } else {
+        cp_async16_zfill(&S.vh[so], src + part, ok);
+      }
     }
-    if (tid < kMmaKeys) {
-      const bool ok = base + tid < s1;
-      cp_async4_zfill(&S.kf[tid], kf + int64_t(h) * rows + (ok ? base + tid : s0), ok);
+    if constexpr (kSplit) {
+      if (tid < kMmaKeys) {
+        const bool ok = base + tid < s1;
+        cp_async4_zfill(&S.kf[tid], kf + int64_t(h) * rows + (ok ? base + tid : s0), ok);
+      }
     }
   };
   issue(0, s0);
   cp_async_commit();
 
-  // The warp's 16 query rows as fp16 A fragments (columns kk*16..kk*16+15), each row
-  // scaled by 2^-e into [1, 2) (rows past the segment zero); fq = 2^e scale log2(e).
+  // The warp's 16 query rows as A fragments (columns kk*16..kk*16+15; rows past the segment
+  // zero): split, each row scaled by 2^-e into [1, 2) and split into fp16 hi + lo, fq = 2^e
+  // scale log2(e); else rounded to bf16, fq = scale log2(e).
   uint32_t qh[4][4], ql[4][4];
-  float fq0, fq1;
-  {
+  float fq0 = scale_log2, fq1 = scale_log2;
+  if constexpr (!kSplit) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int c = kk * 16 + half * 8 + 2 * tq;
+        const float2 a =
+            live0 ? *reinterpret_cast<const float2*>(q + r0 * pitch + hoff + c) : make_float2(0.f, 0.f);
+        const float2 b =
+            live1 ? *reinterpret_cast<const float2*>(q + r1 * pitch + hoff + c) : make_float2(0.f, 0.f);
+        qh[kk][half * 2] = round_bf16x2(a.x, a.y);
+        qh[kk][half * 2 + 1] = round_bf16x2(b.x, b.y);
+      }
+    }
+  } else {
     float2 x[4][2][2];  // [kk][half][row]
     float mx0 = 0.0f, mx1 = 0.0f;
 #pragma unroll
@@ -456,11 +508,11 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     cp_async_commit();  // always: one group per tile
     cp_async_wait<1>();  // this tile's copies have landed (the next tile's may be in flight)
     __syncthreads();     // ... everyone's
-    const MmaStage& S = st[stage];
+    const Stage& S = st[stage];
     const int valid = static_cast<int>(min64(s1 - base, kMmaKeys));
 
-    // S = Q K^T (scaled operands): 16 rows x 64 keys (n8 tiles of keys 8n..8n+7),
-    // hi*hi + hi*lo + lo*hi.
+    // S = Q K^T: 16 rows x 64 keys (n8 tiles of keys 8n..8n+7); split: of the scaled
+    // operands, hi*hi + hi*lo + lo*hi.
     float s[8][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -468,28 +520,41 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
-        uint32_t bh[4], bl[4];
+        uint32_t bh[4];
         load_b_frags_nk(bh, &S.kh[np * 16 * kMmaLd + kk * 16], kMmaLd, lane);
-        load_b_frags_nk(bl, &S.kl[np * 16 * kMmaLd + kk * 16], kMmaLd, lane);
-        mma_f16_16816(s[2 * np], ql[kk], bh[0], bh[1]);
-        mma_f16_16816(s[2 * np], qh[kk], bl[0], bl[1]);
-        mma_f16_16816(s[2 * np], qh[kk], bh[0], bh[1]);
-        mma_f16_16816(s[2 * np + 1], ql[kk], bh[2], bh[3]);
-        mma_f16_16816(s[2 * np + 1], qh[kk], bl[2], bl[3]);
-        mma_f16_16816(s[2 * np + 1], qh[kk], bh[2], bh[3]);
+        if constexpr (kSplit) {
+          uint32_t bl[4];
+          load_b_frags_nk(bl, &S.kl[np * 16 * kMmaLd + kk * 16], kMmaLd, lane);
+          mma_f16_16816(s[2 * np], ql[kk], bh[0], bh[1]);
+          mma_f16_16816(s[2 * np], qh[kk], bl[0], bl[1]);
+          mma_f16_16816(s[2 * np], qh[kk], bh[0], bh[1]);
+          mma_f16_16816(s[2 * np + 1], ql[kk], bh[2], bh[3]);
+          mma_f16_16816(s[2 * np + 1], qh[kk], bl[2], bl[3]);
+          mma_f16_16816(s[2 * np + 1], qh[kk], bh[2], bh[3]);
+        } else {
+          mma_bf16_16816(s[2 * np], qh[kk], bh[0], bh[1]);
+          mma_bf16_16816(s[2 * np + 1], qh[kk], bh[2], bh[3]);
+        }
       }
     }
 
-    // Online softmax in f32: scores into log2 units (x = S kf fq: the operands' scales
-    // back, times scale log2(e)), keys past the segment -inf; the row max over the quad
-    // (the four threads that hold a row's 64 columns).
+    // Online softmax in f32: scores into log2 units (x = S kf fq: split, the operands'
+    // scales back, times scale log2(e); else S fq), keys past the segment -inf; the row
+    // max over the quad (the four threads that hold a row's 64 columns).
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      const float2 f = *reinterpret_cast<const float2*>(&S.kf[n * 8 + 2 * tq]);
-      s[n][0] = s[n][0] * f.x * fq0;
-      s[n][1] = s[n][1] * f.y * fq0;
-      s[n][2] = s[n][2] * f.x * fq1;
-      s[n][3] = s[n][3] * f.y * fq1;
+      if constexpr (kSplit) {
+        const float2 f = *reinterpret_cast<const float2*>(&S.kf[n * 8 + 2 * tq]);
+        s[n][0] = s[n][0] * f.x * fq0;
+        s[n][1] = s[n][1] * f.y * fq0;
+        s[n][2] = s[n][2] * f.x * fq1;
+        s[n][3] = s[n][3] * f.y * fq1;
+      } else {
+        s[n][0] *= fq0;
+        s[n][1] *= fq0;
+        s[n][2] *= fq1;
+        s[n][3] *= fq1;
+      }
     }
     if (valid < kMmaKeys) {  // the segment's last, partial tile
 #pragma unroll
@@ -517,12 +582,24 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     m1 = mx1;
     l0 *= a0;
     l1 *= a1;
+    // O rescaled only where the row's running max moved (else alpha is exactly 1: the same
+    // bits without the 16 multiplies).
+    if (a0 != 1.0f) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+      }
+    }
+    if (a1 != 1.0f) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+      }
+    }
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      o[n][0] *= a0;
-      o[n][1] *= a0;
-      o[n][2] *= a1;
-      o[n][3] *= a1;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         s[n][e] = fast_exp2(s[n][e] - m0);  // past the segment: 0
@@ -532,27 +609,40 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
       }
     }
 
-    // O += P V (bf16 hi*hi + hi*lo + lo*hi): P's A fragment for keys 16kk.. is the
-    // accumulators of n8 tiles 2kk, 2kk + 1; V's B fragments by ldmatrix .trans from the
-    // [key][column] tile.
+    // O += P V (split: bf16 hi*hi + hi*lo + lo*hi; else P rounded to bf16, one mma; the sum
+    // l keeps P in f32): P's A fragment for keys 16kk.. is the accumulators of n8 tiles 2kk,
+    // 2kk + 1; V's B fragments by ldmatrix .trans from the [key][column] tile.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t ph[4], pl[4];
-      split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-      split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-      split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-      split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      if constexpr (kSplit) {
+        split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      } else {
+        ph[0] = round_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        ph[1] = round_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        ph[2] = round_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        ph[3] = round_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
-        uint32_t bh[4], bl[4];
+        uint32_t bh[4];
         load_b_frags_kn(bh, &S.vh[kk * 16 * kMmaLd + np * 16], kMmaLd, lane);
-        load_b_frags_kn(bl, &S.vl[kk * 16 * kMmaLd + np * 16], kMmaLd, lane);
-        mma_bf16_16816(o[2 * np], pl, bh[0], bh[1]);
-        mma_bf16_16816(o[2 * np], ph, bl[0], bl[1]);
-        mma_bf16_16816(o[2 * np], ph, bh[0], bh[1]);
-        mma_bf16_16816(o[2 * np + 1], pl, bh[2], bh[3]);
-        mma_bf16_16816(o[2 * np + 1], ph, bl[2], bl[3]);
-        mma_bf16_16816(o[2 * np + 1], ph, bh[2], bh[3]);
+        if constexpr (kSplit) {
+          uint32_t bl[4];
+          load_b_frags_kn(bl, &S.vl[kk * 16 * kMmaLd + np * 16], kMmaLd, lane);
+          mma_bf16_16816(o[2 * np], pl, bh[0], bh[1]);
+          mma_bf16_16816(o[2 * np], ph, bl[0], bl[1]);
+          mma_bf16_16816(o[2 * np], ph, bh[0], bh[1]);
+          mma_bf16_16816(o[2 * np + 1], pl, bh[2], bh[3]);
+          mma_bf16_16816(o[2 * np + 1], ph, bl[2], bl[3]);
+          mma_bf16_16816(o[2 * np + 1], ph, bh[2], bh[3]);
+        } else {
+          mma_bf16_16816(o[2 * np], ph, bh[0], bh[1]);
+          mma_bf16_16816(o[2 * np + 1], ph, bh[2], bh[3]);
+        }
       }
     }
     __syncthreads();  // the stage is consumed before the next iteration refills it
@@ -575,41 +665,53 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   }
 }
 
-void launch_segment_attention_mma(CudaContext& ctx, float* out, const float* q, const float* k, const float* v,
-                                  const int32_t* offsets, const int32_t* tile_start, int segs, int64_t rows,
-                                  int heads, float scale) {
+// The operands (split: kh, kl, vh, vl and the key scales kf; else k, v in bf16) into scratch,
+// then the kernel of that form.
+template <bool kSplit>
+void launch_segment_attention_mma(CudaContext& ctx, float* out, const float* q, const float* k,
+                                  const float* v, const int32_t* offsets, const int32_t* tile_start, int segs,
+                                  int64_t rows, int heads, float scale) {
   const int64_t n = rows * heads * kMmaD;  // elements of k (and of v)
-  Tensor ops = ctx.scratch(n * 8 + rows * heads * static_cast<int64_t>(sizeof(float)));
+  const int64_t operand_bytes = kSplit ? n * 8 + rows * heads * static_cast<int64_t>(sizeof(float)) : n * 4;
+  Tensor ops = ctx.scratch(operand_bytes);
   auto* base = static_cast<unsigned char*>(ops.raw());
-  auto* kh = reinterpret_cast<__nv_bfloat16*>(base);
-  auto* kl = reinterpret_cast<__nv_bfloat16*>(base + n * 2);
-  auto* vh = reinterpret_cast<__nv_bfloat16*>(base + n * 4);
-  auto* vl = reinterpret_cast<__nv_bfloat16*>(base + n * 6);
-  auto* kf = reinterpret_cast<float*>(base + n * 8);
-  const int64_t split_blocks = std::min<int64_t>((rows * heads + kThreads / 16 - 1) / (kThreads / 16), 8192);
-  segment_kv_split_kernel<<<static_cast<unsigned>(split_blocks), kThreads, 0, ctx.stream>>>(
-      reinterpret_cast<uint2*>(kh), reinterpret_cast<uint2*>(kl), kf, reinterpret_cast<uint2*>(vh),
-      reinterpret_cast<uint2*>(vl), reinterpret_cast<const float4*>(k), reinterpret_cast<const float4*>(v), rows,
-      heads);
+  auto* kv = reinterpret_cast<__nv_bfloat16*>(base);
+  float* kf = nullptr;
+  if constexpr (kSplit) {
+    kf = reinterpret_cast<float*>(base + n * 8);
+    const int64_t split_blocks =
+        std::min<int64_t>((rows * heads + kThreads / 16 - 1) / (kThreads / 16), 8192);
+    segment_kv_split_kernel<<<static_cast<unsigned>(split_blocks), kThreads, 0, ctx.stream>>>(
+        reinterpret_cast<uint2*>(base), reinterpret_cast<uint2*>(base + n * 2), kf,
+        reinterpret_cast<uint2*>(base + n * 4), reinterpret_cast<uint2*>(base + n * 6),
+        reinterpret_cast<const float4*>(k), reinterpret_cast<const float4*>(v), rows, heads);
+  } else {
+    segment_kv_bf16_kernel<<<grid_1d(n / 4, kThreads), kThreads, 0, ctx.stream>>>(
+        reinterpret_cast<uint2*>(base), reinterpret_cast<uint2*>(base + n * 2),
+        reinterpret_cast<const float4*>(k), reinterpret_cast<const float4*>(v), n / 4);
+  }
   check_launch("segment_attention operands");
-  for (const auto [attr, value] : {std::pair{cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaSmem},
+  for (const auto [attr, value] : {std::pair{cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaSmem<kSplit>},
                                    std::pair{cudaFuncAttributePreferredSharedMemoryCarveout,
                                              static_cast<int>(cudaSharedmemCarveoutMaxShared)}}) {
-    const Status st = cuda_status(cudaFuncSetAttribute(segment_attention_mma_kernel, attr, value), "segment_attention");
+    const Status st = cuda_status(cudaFuncSetAttribute(segment_attention_mma_kernel<kSplit>, attr, value),
+                                  "segment_attention");
     if (!st.is_ok()) throw StatusError(st);
   }
   const int64_t blocks = (rows + kMmaRows - 1) / kMmaRows + segs;
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
   const float scale_log2 = scale * 1.44269504088896340736f;  // exp(x) = exp2(x log2 e)
-  segment_attention_mma_kernel<<<grid, kMmaThreads, kMmaSmem, ctx.stream>>>(
-      out, q, kh, n, kf, offsets, tile_start, segs, rows, heads, scale_log2);
+  segment_attention_mma_kernel<kSplit><<<grid, kMmaThreads, kMmaSmem<kSplit>, ctx.stream>>>(
+      out, q, kv, n, kf, offsets, tile_start, segs, rows, heads, scale_log2);
 }
 
-// The tensor-core kernel runs for D = 64 unless TF_SEGMENT_ATTENTION_MMA=0 (the scalar
-// kernel, for A/B). Read at each call (the tests switch it).
-bool mma_enabled() {
+// Which kernel takes D = 64 (TF_SEGMENT_ATTENTION_MMA, read at each call: the tests switch
+// it): the tensor-core one in bf16 (default), `split` its hi/lo form, `0` the scalar kernel.
+enum class MmaForm { kBf16, kSplit, kScalar };
+MmaForm mma_form() {
   const char* e = std::getenv("TF_SEGMENT_ATTENTION_MMA");
-  return e == nullptr || std::string(e) != "0";
+  const std::string v = e ? e : "";
+  return v == "0" ? MmaForm::kScalar : v == "split" ? MmaForm::kSplit : MmaForm::kBf16;
 }
 
 [[noreturn]] void fail(const std::string& what) { throw StatusError(invalid_argument(what)); }
@@ -676,8 +778,9 @@ void segment_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const Ten
   const int segs = static_cast<int>(offsets.numel() - 1);
   if (segs == 0) return;
   const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  const MmaForm form = mma_form();
   const bool mma = d == kMmaD && aligned(q.raw(), 8) && aligned(out.raw(), 8) && aligned(k.raw(), 16) &&
-                   aligned(v.raw(), 16) && mma_enabled();
+                   aligned(v.raw(), 16) && form != MmaForm::kScalar;
   Tensor tiles = ctx.scratch(static_cast<int64_t>(segs + 1) * static_cast<int64_t>(sizeof(int32_t)));
   int32_t* tile_start = static_cast<int32_t*>(tiles.raw());
   const int32_t* off = offsets.data<int32_t>();
@@ -687,8 +790,10 @@ void segment_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const Ten
   float* o = out.data<float>();
   const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
   const int h = static_cast<int>(heads), di = static_cast<int>(d);
-  if (mma)
-    launch_segment_attention_mma(ctx, o, qp, kp, vp, off, tile_start, segs, rows, h, scale);
+  if (mma && form == MmaForm::kSplit)
+    launch_segment_attention_mma<true>(ctx, o, qp, kp, vp, off, tile_start, segs, rows, h, scale);
+  else if (mma)
+    launch_segment_attention_mma<false>(ctx, o, qp, kp, vp, off, tile_start, segs, rows, h, scale);
   else if (d <= 16)
     launch_segment_attention<16, 32>(ctx, o, qp, kp, vp, off, tile_start, segs, rows, h, di, scale);
   else if (d <= 32)

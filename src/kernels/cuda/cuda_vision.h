@@ -14,8 +14,9 @@ void rotary(CudaContext& ctx, Tensor& out, const Tensor& x, const Tensor& cos, c
 // Head dims up to 128; offsets int32 on the device, never read by the host (no sync: the
 // call is capture-safe). Offsets that break Ops' contract are clamped into [0, T] (no
 // stray reads); rows then outside every segment are left unwritten. D = 64 runs on
-// tensor cores (split operands, parity ~1e-5; device scratch of 8 bytes per element of
-// k) unless TF_SEGMENT_ATTENTION_MMA=0 (cuda_vision.cu).
+// tensor cores: q, k, P, v in bf16 (the reference's bf16 attention; device scratch of 4
+// bytes per element of k), TF_SEGMENT_ATTENTION_MMA=split on hi/lo operands (parity ~1e-5,
+// 8 bytes per element), =0 on the scalar kernel (cuda_vision.cu).
 void segment_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& offsets, float scale);
 

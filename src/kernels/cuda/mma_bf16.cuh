@@ -83,4 +83,9 @@ __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 a, __nv_bfloat16 b) 
   return static_cast<uint32_t>(__bfloat16_as_ushort(a)) | (static_cast<uint32_t>(__bfloat16_as_ushort(b)) << 16);
 }
 
+// Two f32 values rounded to bf16 (nearest even) as a packed pair (first value in the low half).
+__device__ __forceinline__ uint32_t round_bf16x2(float a, float b) {
+  return pack_bf16(__float2bfloat16_rn(a), __float2bfloat16_rn(b));
+}
+
 }  // namespace tf::cuda
