@@ -7,7 +7,7 @@
 // it off, for A/B), and a scalar f32 one for the rest (and for q, k, v, out not aligned to
 // 8 / 16 bytes). Both start with
 //  1. segment_tiles_kernel (one block): tile_start[s] = the number of query tiles
-//     (kQueries rows each, kMmaRows for the tensor-core kernel) of the segments before
+//     (kQueries rows each, kMmaBlockRows for the tensor-core kernel) of the segments before
 //     s, a scan over the device offsets.
 // Scalar kernel (correctness first):
 //  2. segment_attention_kernel: one block of kQueries threads per (query tile, head),
@@ -26,13 +26,14 @@
 // Tensor-core kernel (D = 64, mma.sync m16n8k16, flash-attention style). By default
 // (bf16) its operands are rounded to bf16 once, as the reference's attention in bf16 has
 // them: k and v by segment_kv_bf16_kernel, q on loading, P before P V (the sum l keeps P
-// in f32); one mma per product, no scales, 36 KB of shared memory and 128 registers: 4
-// blocks an SM. The split form, for A/B and ~1e-5 parity:
+// in f32); one mma per product, no scales, and each warp takes 32 query rows (two row
+// tiles sharing every K and V fragment it loads): 128-row blocks, 36 KB of shared memory,
+// 234 registers, 2 blocks an SM. The split form (16 rows a warp), for A/B and ~1e-5 parity:
 //  2. segment_kv_split_kernel: k and v once into the operand formats (scratch of
 //     8 bytes per element, O(T)): every (row, head) of k scaled by 2^-e (exact; its
 //     largest magnitude into [1, 2)) and split into fp16 hi + lo (22 significant bits),
 //     kf[h][t] = 2^e; v split into bf16 hi + lo (16 bits).
-//  3. segment_attention_mma_kernel: a block of 4 warps per (tile of kMmaRows = 64 query
+//  3. segment_attention_mma_kernel: a block of 4 warps per (tile of 64 query
 //     rows of one segment, head), grid and segment search as the scalar kernel; each
 //     warp owns 16 rows, its q rows scaled by 2^-e per row, split into fp16 hi + lo
 //     and held as A fragments. The segment's keys go by in tiles of 64, staged by
@@ -54,8 +55,9 @@
 //   case, one bf16 mma per product (no split) 1e-3..1.3e-2.
 //   Speed (H200, T = 32400, one segment, 16 heads): 39.9 ms vs 179 ms for the scalar
 //   kernel (the first version, k and v split inside the kernel with bf16 q K^T: 43 ms).
-//   The bf16 form (session 35): 15.4 ms (280 TFLOP/s) vs 38.7 ms split, parity <= 3.6e-3
-//   at soft logits and 1.3e-2 with logits up to ~20 (the reference's own bf16 rounding).
+//   The bf16 form (session 35): 14.1 ms (305 TFLOP/s; 15.4 at 16 rows a warp) vs 38.7 ms
+//   split, parity <= 3.6e-3 at soft logits and 1.3e-2 with logits up to ~20 (the
+//   reference's own bf16 rounding).
 // Both kernels: memory is O(T) (no score matrix), and every quantity of a row depends
 // only on its segment's rows, in an order fixed by the segment alone: a segment's
 // result is the same, bit for bit, whatever other segments the call holds. The scalar
@@ -279,7 +281,6 @@ void launch_segment_attention(CudaContext& ctx, float* out, const float* q, cons
 
 // ---- the tensor-core kernels (D == 64) ---------------------------------------------
 constexpr int kMmaThreads = 128;   // 4 warps, 16 query rows each
-constexpr int kMmaRows = 64;       // query rows per block (one tile of one segment)
 constexpr int kMmaKeys = 64;       // keys per staged tile
 constexpr int kMmaD = 64;          // the head dim the kernels take
 constexpr int kMmaLd = kMmaD + 8;  // 16-bit row stride of a staged tile (144 B: ldmatrix without conflicts)
@@ -392,10 +393,30 @@ struct MmaStage<false> {
 template <bool kSplit>
 constexpr int kMmaSmem = 2 * static_cast<int>(sizeof(MmaStage<kSplit>));
 
+// Query rows per warp: 16 per row tile, kMmaRowTiles row tiles; each K and V fragment loaded
+// from shared memory serves every row tile (bf16 at 2 row tiles, 234 registers, 2 blocks an
+// SM: 14.1 vs 15.4 ms at 1 row tile, 4 blocks, H200 run11s35; the same bits).
+template <bool kSplit>
+constexpr int kMmaRowTiles = kSplit ? 1 : 2;
+// Query rows per block (one tile of one segment).
+template <bool kSplit>
+constexpr int kMmaBlockRows = kMmaThreads / 32 * 16 * kMmaRowTiles<kSplit>;
+
+// One row tile of a warp: its rows g (index 0) and g + 8 (index 1), their q as A fragments,
+// the softmax scale fq, the running max m (log2 units), the thread's part of the running
+// sum l (its 16 columns of each key tile), O in f32.
+struct RowTile {
+  int64_t r0, r1;
+  bool live0, live1;
+  uint32_t qh[4][4], ql[4][4];
+  float fq0, fq1, m0, m1, l0, l1;
+  float o[8][4];
+};
+
 // kSplit: the hi/lo products (3 mma each, ~2^-16 relative); else q, k, P and v in bf16, one
 // mma per product, as the reference's bf16 attention rounds them.
 template <bool kSplit>
-__global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
+__global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
     segment_attention_mma_kernel(float* __restrict__ out, const float* __restrict__ q,
                                  const __nv_bfloat16* __restrict__ kv, int64_t part,
                                  const float* __restrict__ kf, const int32_t* __restrict__ offsets,
@@ -403,6 +424,7 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
                                  float scale_log2) {
   // kv: the operands ([T][H][D] 16-bit each, `part` elements apart): split kh, kl, vh, vl;
   // else k, v.
+  constexpr int MT = kMmaRowTiles<kSplit>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Stage = MmaStage<kSplit>;
   Stage* st = reinterpret_cast<Stage*>(smem_raw);
@@ -413,8 +435,14 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
   segment_bounds(offsets, seg, rows, s0, s1);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
   const int64_t pitch = int64_t(heads) * kMmaD, hoff = int64_t(h) * kMmaD;
-  const int64_t r0 = s0 + int64_t(b - tile_start[seg]) * kMmaRows + warp * 16 + g, r1 = r0 + 8;
-  const bool live0 = r0 < s1, live1 = r1 < s1;
+  RowTile rt[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    rt[mt].r0 = s0 + int64_t(b - tile_start[seg]) * kMmaBlockRows<kSplit> + (warp * MT + mt) * 16 + g;
+    rt[mt].r1 = rt[mt].r0 + 8;
+    rt[mt].live0 = rt[mt].r0 < s1;
+    rt[mt].live1 = rt[mt].r1 < s1;
+  }
 
   // Key tile `base` into stage `stage`: 4 (bf16: 2) arrays x 64 keys x 8 chunks of 16 B
   // (16 or 8 copies a thread) and (split) 64 key factors; keys past the segment are zeros.
@@ -444,26 +472,12 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
   issue(0, s0);
   cp_async_commit();
 
-  // The warp's 16 query rows as A fragments (columns kk*16..kk*16+15; rows past the segment
-  // zero): split, each row scaled by 2^-e into [1, 2) and split into fp16 hi + lo, fq = 2^e
-  // scale log2(e); else rounded to bf16, fq = scale log2(e).
-  uint32_t qh[4][4], ql[4][4];
-  float fq0 = scale_log2, fq1 = scale_log2;
-  if constexpr (!kSplit) {
+  // Each row tile's 16 query rows as A fragments (columns kk*16..kk*16+15; rows past the
+  // segment zero): split, each row scaled by 2^-e into [1, 2) and split into fp16 hi + lo,
+  // fq = 2^e scale log2(e); else rounded to bf16, fq = scale log2(e).
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int c = kk * 16 + half * 8 + 2 * tq;
-        const float2 a =
-            live0 ? *reinterpret_cast<const float2*>(q + r0 * pitch + hoff + c) : make_float2(0.f, 0.f);
-        const float2 b =
-            live1 ? *reinterpret_cast<const float2*>(q + r1 * pitch + hoff + c) : make_float2(0.f, 0.f);
-        qh[kk][half * 2] = round_bf16x2(a.x, a.y);
-        qh[kk][half * 2 + 1] = round_bf16x2(b.x, b.y);
-      }
-    }
-  } else {
+  for (int mt = 0; mt < MT; ++mt) {
+    RowTile& R = rt[mt];
     float2 x[4][2][2];  // [kk][half][row]
     float mx0 = 0.0f, mx1 = 0.0f;
 #pragma unroll
@@ -471,37 +485,49 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c = kk * 16 + half * 8 + 2 * tq;
-        x[kk][half][0] = live0 ? *reinterpret_cast<const float2*>(q + r0 * pitch + hoff + c) : make_float2(0.f, 0.f);
-        x[kk][half][1] = live1 ? *reinterpret_cast<const float2*>(q + r1 * pitch + hoff + c) : make_float2(0.f, 0.f);
+        x[kk][half][0] =
+            R.live0 ? *reinterpret_cast<const float2*>(q + R.r0 * pitch + hoff + c) : make_float2(0.f, 0.f);
+        x[kk][half][1] =
+            R.live1 ? *reinterpret_cast<const float2*>(q + R.r1 * pitch + hoff + c) : make_float2(0.f, 0.f);
         mx0 = fmaxf(mx0, fmaxf(fabsf(x[kk][half][0].x), fabsf(x[kk][half][0].y)));
         mx1 = fmaxf(mx1, fmaxf(fabsf(x[kk][half][1].x), fabsf(x[kk][half][1].y)));
       }
     }
+    R.fq0 = R.fq1 = scale_log2;
+    if constexpr (kSplit) {
 #pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    const int e0 = scale_exponent(mx0), e1 = scale_exponent(mx1);
-    fq0 = ldexpf(scale_log2, e0);
-    fq1 = ldexpf(scale_log2, e1);
+      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+      }
+      const int e0 = scale_exponent(mx0), e1 = scale_exponent(mx1);
+      R.fq0 = ldexpf(scale_log2, e0);
+      R.fq1 = ldexpf(scale_log2, e1);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float2 a = x[kk][half][0], c = x[kk][half][1];
-        split2_f16(ldexpf(a.x, -e0), ldexpf(a.y, -e0), qh[kk][half * 2], ql[kk][half * 2]);
-        split2_f16(ldexpf(c.x, -e1), ldexpf(c.y, -e1), qh[kk][half * 2 + 1], ql[kk][half * 2 + 1]);
+        for (int half = 0; half < 2; ++half) {
+          const float2 a = x[kk][half][0], c = x[kk][half][1];
+          split2_f16(ldexpf(a.x, -e0), ldexpf(a.y, -e0), R.qh[kk][half * 2], R.ql[kk][half * 2]);
+          split2_f16(ldexpf(c.x, -e1), ldexpf(c.y, -e1), R.qh[kk][half * 2 + 1], R.ql[kk][half * 2 + 1]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          R.qh[kk][half * 2] = round_bf16x2(x[kk][half][0].x, x[kk][half][0].y);
+          R.qh[kk][half * 2 + 1] = round_bf16x2(x[kk][half][1].x, x[kk][half][1].y);
+        }
       }
     }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) R.o[n][0] = R.o[n][1] = R.o[n][2] = R.o[n][3] = 0.0f;
+    R.m0 = R.m1 = -INFINITY;
+    R.l0 = R.l1 = 0.0f;
   }
 
-  // Rows g (index 0) and g + 8 (index 1) of the warp: running max m (log2 units), the
-  // thread's part of the running sum l (its 16 columns of each tile), O in f32.
-  float o[8][4];
-#pragma unroll
-  for (int n = 0; n < 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   int stage = 0;
   for (int64_t base = s0; base < s1; base += kMmaKeys, stage ^= 1) {
     if (base + kMmaKeys < s1) issue(stage ^ 1, base + kMmaKeys);
@@ -511,11 +537,13 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
     const Stage& S = st[stage];
     const int valid = static_cast<int>(min64(s1 - base, kMmaKeys));
 
-    // S = Q K^T: 16 rows x 64 keys (n8 tiles of keys 8n..8n+7); split: of the scaled
-    // operands, hi*hi + hi*lo + lo*hi.
-    float s[8][4];
+    // S = Q K^T: 16 rows x 64 keys per row tile (n8 tiles of keys 8n..8n+7), each K
+    // fragment used by every row tile; split: of the scaled operands, hi*hi + hi*lo + lo*hi.
+    float s[MT][8][4];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -525,106 +553,123 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
         if constexpr (kSplit) {
           uint32_t bl[4];
           load_b_frags_nk(bl, &S.kl[np * 16 * kMmaLd + kk * 16], kMmaLd, lane);
-          mma_f16_16816(s[2 * np], ql[kk], bh[0], bh[1]);
-          mma_f16_16816(s[2 * np], qh[kk], bl[0], bl[1]);
-          mma_f16_16816(s[2 * np], qh[kk], bh[0], bh[1]);
-          mma_f16_16816(s[2 * np + 1], ql[kk], bh[2], bh[3]);
-          mma_f16_16816(s[2 * np + 1], qh[kk], bl[2], bl[3]);
-          mma_f16_16816(s[2 * np + 1], qh[kk], bh[2], bh[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const RowTile& R = rt[mt];
+            mma_f16_16816(s[mt][2 * np], R.ql[kk], bh[0], bh[1]);
+            mma_f16_16816(s[mt][2 * np], R.qh[kk], bl[0], bl[1]);
+            mma_f16_16816(s[mt][2 * np], R.qh[kk], bh[0], bh[1]);
+            mma_f16_16816(s[mt][2 * np + 1], R.ql[kk], bh[2], bh[3]);
+            mma_f16_16816(s[mt][2 * np + 1], R.qh[kk], bl[2], bl[3]);
+            mma_f16_16816(s[mt][2 * np + 1], R.qh[kk], bh[2], bh[3]);
+          }
         } else {
-          mma_bf16_16816(s[2 * np], qh[kk], bh[0], bh[1]);
-          mma_bf16_16816(s[2 * np + 1], qh[kk], bh[2], bh[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16_16816(s[mt][2 * np], rt[mt].qh[kk], bh[0], bh[1]);
+            mma_bf16_16816(s[mt][2 * np + 1], rt[mt].qh[kk], bh[2], bh[3]);
+          }
         }
       }
     }
 
-    // Online softmax in f32: scores into log2 units (x = S kf fq: split, the operands'
-    // scales back, times scale log2(e); else S fq), keys past the segment -inf; the row
-    // max over the quad (the four threads that hold a row's 64 columns).
+    // Online softmax in f32, per row tile: scores into log2 units (x = S kf fq: split, the
+    // operands' scales back, times scale log2(e); else S fq), keys past the segment -inf;
+    // the row max over the quad (the four threads that hold a row's 64 columns).
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      if constexpr (kSplit) {
-        const float2 f = *reinterpret_cast<const float2*>(&S.kf[n * 8 + 2 * tq]);
-        s[n][0] = s[n][0] * f.x * fq0;
-        s[n][1] = s[n][1] * f.y * fq0;
-        s[n][2] = s[n][2] * f.x * fq1;
-        s[n][3] = s[n][3] * f.y * fq1;
-      } else {
-        s[n][0] *= fq0;
-        s[n][1] *= fq0;
-        s[n][2] *= fq1;
-        s[n][3] *= fq1;
+    for (int mt = 0; mt < MT; ++mt) {
+      RowTile& R = rt[mt];
+      float(&x)[8][4] = s[mt];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        if constexpr (kSplit) {
+          const float2 f = *reinterpret_cast<const float2*>(&S.kf[n * 8 + 2 * tq]);
+          x[n][0] = x[n][0] * f.x * R.fq0;
+          x[n][1] = x[n][1] * f.y * R.fq0;
+          x[n][2] = x[n][2] * f.x * R.fq1;
+          x[n][3] = x[n][3] * f.y * R.fq1;
+        } else {
+          x[n][0] *= R.fq0;
+          x[n][1] *= R.fq0;
+          x[n][2] *= R.fq1;
+          x[n][3] *= R.fq1;
+        }
       }
-    }
-    if (valid < kMmaKeys) {  // the segment's last, partial tile
+      if (valid < kMmaKeys) {  // the segment's last, partial tile
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (n * 8 + 2 * tq + e >= valid) x[n][e] = x[n][2 + e] = -INFINITY;
+          }
+        }
+      }
+      float mx0 = R.m0, mx1 = R.m1;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        mx0 = fmaxf(mx0, fmaxf(x[n][0], x[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(x[n][2], x[n][3]));
+      }
+#pragma unroll
+      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+      }
+      // mx is finite (key `base` is in the segment); m = -inf (the first tile) gives 0.
+      const float a0 = fast_exp2(R.m0 - mx0), a1 = fast_exp2(R.m1 - mx1);
+      R.m0 = mx0;
+      R.m1 = mx1;
+      R.l0 *= a0;
+      R.l1 *= a1;
+      // O rescaled only where the row's running max moved (else alpha is exactly 1: the
+      // same bits without the 16 multiplies).
+      if (a0 != 1.0f) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          R.o[n][0] *= a0;
+          R.o[n][1] *= a0;
+        }
+      }
+      if (a1 != 1.0f) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          R.o[n][2] *= a1;
+          R.o[n][3] *= a1;
+        }
+      }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (n * 8 + 2 * tq + e >= valid) s[n][e] = s[n][2 + e] = -INFINITY;
+          x[n][e] = fast_exp2(x[n][e] - R.m0);  // past the segment: 0
+          x[n][2 + e] = fast_exp2(x[n][2 + e] - R.m1);
+          R.l0 += x[n][e];
+          R.l1 += x[n][2 + e];
         }
-      }
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-#pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    // mx is finite (key `base` is in the segment); m = -inf (the first tile) gives 0.
-    const float a0 = fast_exp2(m0 - mx0), a1 = fast_exp2(m1 - mx1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= a0;
-    l1 *= a1;
-    // O rescaled only where the row's running max moved (else alpha is exactly 1: the same
-    // bits without the 16 multiplies).
-    if (a0 != 1.0f) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        o[n][0] *= a0;
-        o[n][1] *= a0;
-      }
-    }
-    if (a1 != 1.0f) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        o[n][2] *= a1;
-        o[n][3] *= a1;
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[n][e] = fast_exp2(s[n][e] - m0);  // past the segment: 0
-        s[n][2 + e] = fast_exp2(s[n][2 + e] - m1);
-        l0 += s[n][e];
-        l1 += s[n][2 + e];
       }
     }
 
     // O += P V (split: bf16 hi*hi + hi*lo + lo*hi; else P rounded to bf16, one mma; the sum
     // l keeps P in f32): P's A fragment for keys 16kk.. is the accumulators of n8 tiles 2kk,
-    // 2kk + 1; V's B fragments by ldmatrix .trans from the [key][column] tile.
+    // 2kk + 1; V's B fragments by ldmatrix .trans from the [key][column] tile, each used by
+    // every row tile.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t ph[4], pl[4];
-      if constexpr (kSplit) {
-        split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-        split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-        split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-        split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-      } else {
-        ph[0] = round_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-        ph[1] = round_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-        ph[2] = round_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        ph[3] = round_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t ph[MT][4], pl[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float(&x)[8][4] = s[mt];
+        if constexpr (kSplit) {
+          split2(x[2 * kk][0], x[2 * kk][1], ph[mt][0], pl[mt][0]);
+          split2(x[2 * kk][2], x[2 * kk][3], ph[mt][1], pl[mt][1]);
+          split2(x[2 * kk + 1][0], x[2 * kk + 1][1], ph[mt][2], pl[mt][2]);
+          split2(x[2 * kk + 1][2], x[2 * kk + 1][3], ph[mt][3], pl[mt][3]);
+        } else {
+          ph[mt][0] = round_bf16x2(x[2 * kk][0], x[2 * kk][1]);
+          ph[mt][1] = round_bf16x2(x[2 * kk][2], x[2 * kk][3]);
+          ph[mt][2] = round_bf16x2(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+          ph[mt][3] = round_bf16x2(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+        }
       }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
@@ -633,35 +678,48 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 4)
         if constexpr (kSplit) {
           uint32_t bl[4];
           load_b_frags_kn(bl, &S.vl[kk * 16 * kMmaLd + np * 16], kMmaLd, lane);
-          mma_bf16_16816(o[2 * np], pl, bh[0], bh[1]);
-          mma_bf16_16816(o[2 * np], ph, bl[0], bl[1]);
-          mma_bf16_16816(o[2 * np], ph, bh[0], bh[1]);
-          mma_bf16_16816(o[2 * np + 1], pl, bh[2], bh[3]);
-          mma_bf16_16816(o[2 * np + 1], ph, bl[2], bl[3]);
-          mma_bf16_16816(o[2 * np + 1], ph, bh[2], bh[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            float(&o)[8][4] = rt[mt].o;
+            mma_bf16_16816(o[2 * np], pl[mt], bh[0], bh[1]);
+            mma_bf16_16816(o[2 * np], ph[mt], bl[0], bl[1]);
+            mma_bf16_16816(o[2 * np], ph[mt], bh[0], bh[1]);
+            mma_bf16_16816(o[2 * np + 1], pl[mt], bh[2], bh[3]);
+            mma_bf16_16816(o[2 * np + 1], ph[mt], bl[2], bl[3]);
+            mma_bf16_16816(o[2 * np + 1], ph[mt], bh[2], bh[3]);
+          }
         } else {
-          mma_bf16_16816(o[2 * np], ph, bh[0], bh[1]);
-          mma_bf16_16816(o[2 * np + 1], ph, bh[2], bh[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16_16816(rt[mt].o[2 * np], ph[mt], bh[0], bh[1]);
+            mma_bf16_16816(rt[mt].o[2 * np + 1], ph[mt], bh[2], bh[3]);
+          }
         }
       }
     }
     __syncthreads();  // the stage is consumed before the next iteration refills it
   }
 #pragma unroll
-  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
-  }
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-  if (live0) {
-    float* p = out + r0 * pitch + hoff + 2 * tq;
+  for (int mt = 0; mt < MT; ++mt) {
+    RowTile& R = rt[mt];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) *reinterpret_cast<float2*>(p + n * 8) = make_float2(o[n][0] * inv0, o[n][1] * inv0);
-  }
-  if (live1) {
-    float* p = out + r1 * pitch + hoff + 2 * tq;
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      R.l0 += __shfl_xor_sync(0xffffffffu, R.l0, o2);
+      R.l1 += __shfl_xor_sync(0xffffffffu, R.l1, o2);
+    }
+    const float inv0 = 1.0f / R.l0, inv1 = 1.0f / R.l1;
+    if (R.live0) {
+      float* p = out + R.r0 * pitch + hoff + 2 * tq;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) *reinterpret_cast<float2*>(p + n * 8) = make_float2(o[n][2] * inv1, o[n][3] * inv1);
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<float2*>(p + n * 8) = make_float2(R.o[n][0] * inv0, R.o[n][1] * inv0);
+    }
+    if (R.live1) {
+      float* p = out + R.r1 * pitch + hoff + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<float2*>(p + n * 8) = make_float2(R.o[n][2] * inv1, R.o[n][3] * inv1);
+    }
   }
 }
 
@@ -698,7 +756,7 @@ void launch_segment_attention_mma(CudaContext& ctx, float* out, const float* q, 
                                   "segment_attention");
     if (!st.is_ok()) throw StatusError(st);
   }
-  const int64_t blocks = (rows + kMmaRows - 1) / kMmaRows + segs;
+  const int64_t blocks = (rows + kMmaBlockRows<kSplit> - 1) / kMmaBlockRows<kSplit> + segs;
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
   const float scale_log2 = scale * 1.44269504088896340736f;  // exp(x) = exp2(x log2 e)
   segment_attention_mma_kernel<kSplit><<<grid, kMmaThreads, kMmaSmem<kSplit>, ctx.stream>>>(
@@ -785,7 +843,9 @@ void segment_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const Ten
   int32_t* tile_start = static_cast<int32_t*>(tiles.raw());
   const int32_t* off = offsets.data<int32_t>();
   segment_tiles_kernel<<<1, kThreads, 0, ctx.stream>>>(tile_start, off, segs, rows,
-                                                       mma ? kMmaRows : kQueries);
+                                                       !mma                      ? kQueries
+                                                       : form == MmaForm::kSplit ? kMmaBlockRows<true>
+                                                                                 : kMmaBlockRows<false>);
   check_launch("segment_attention tiles");
   float* o = out.data<float>();
   const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
