@@ -573,26 +573,23 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
       }
     }
 
-    // Online softmax in f32, per row tile: scores into log2 units (x = S kf fq: split, the
-    // operands' scales back, times scale log2(e); else S fq), keys past the segment -inf;
-    // the row max over the quad (the four threads that hold a row's 64 columns).
+    // Online softmax in f32, per row tile, in log2 units: split, the scores scaled first
+    // (x = S kf fq: the operands' scales back, times scale log2(e)); bf16, S fq folded into
+    // the exponent's FMA (fq > 0, so the row max of S scaled is max(S) fq, the same value).
+    // Keys past the segment -inf; the row max over the quad (the four threads that hold a
+    // row's 64 columns).
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       RowTile& R = rt[mt];
       float(&x)[8][4] = s[mt];
+      if constexpr (kSplit) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        if constexpr (kSplit) {
+        for (int n = 0; n < 8; ++n) {
           const float2 f = *reinterpret_cast<const float2*>(&S.kf[n * 8 + 2 * tq]);
           x[n][0] = x[n][0] * f.x * R.fq0;
           x[n][1] = x[n][1] * f.y * R.fq0;
           x[n][2] = x[n][2] * f.x * R.fq1;
           x[n][3] = x[n][3] * f.y * R.fq1;
-        } else {
-          x[n][0] *= R.fq0;
-          x[n][1] *= R.fq0;
-          x[n][2] *= R.fq1;
-          x[n][3] *= R.fq1;
         }
       }
       if (valid < kMmaKeys) {  // the segment's last, partial tile
@@ -604,7 +601,7 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
           }
         }
       }
-      float mx0 = R.m0, mx1 = R.m1;
+      float mx0 = kSplit ? R.m0 : -INFINITY, mx1 = kSplit ? R.m1 : -INFINITY;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         mx0 = fmaxf(mx0, fmaxf(x[n][0], x[n][1]));
@@ -614,6 +611,10 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
       for (int o2 = 1; o2 <= 2; o2 <<= 1) {
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+      }
+      if constexpr (!kSplit) {
+        mx0 = fmaxf(R.m0, mx0 * R.fq0);
+        mx1 = fmaxf(R.m1, mx1 * R.fq1);
       }
       // mx is finite (key `base` is in the segment); m = -inf (the first tile) gives 0.
       const float a0 = fast_exp2(R.m0 - mx0), a1 = fast_exp2(R.m1 - mx1);
@@ -641,8 +642,9 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          x[n][e] = fast_exp2(x[n][e] - R.m0);  // past the segment: 0
-          x[n][2 + e] = fast_exp2(x[n][2 + e] - R.m1);
+          // past the segment: 0
+          x[n][e] = fast_exp2(kSplit ? x[n][e] - R.m0 : fmaf(x[n][e], R.fq0, -R.m0));
+          x[n][2 + e] = fast_exp2(kSplit ? x[n][2 + e] - R.m1 : fmaf(x[n][2 + e], R.fq1, -R.m1));
           R.l0 += x[n][e];
           R.l1 += x[n][2 + e];
         }
