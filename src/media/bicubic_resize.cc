@@ -4,11 +4,13 @@
 // the reference computes them, quantised to int16, and applied in integer
 // arithmetic: sum = 2^(p-1) + sum_j w_j * x_j, out = clamp(sum >> p, 0, 255).
 // The height pass streams: it keeps only the width-resampled rows its window
-// needs (a ring of max_taps rows), so memory stays O(width), not O(image).
+// needs (a ring of max_taps rows), so memory stays O(width), not O(image); with a
+// thread pool, bands of output rows do so each on a thread.
 #include "media/bicubic_resize.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace tf::media {
 namespace {
@@ -95,47 +97,31 @@ ResampleAxis bicubic_aa_axis(int64_t in_size, int64_t out_size) {
   return ax;
 }
 
-RgbImage resize_bicubic_antialias(const RgbImage& img, int64_t out_h, int64_t out_w) {
-  RgbImage out;
-  if (out_h <= 0 || out_w <= 0 || img.height <= 0 || img.width <= 0) return out;
-  const int64_t in_h = img.height, in_w = img.width;
-  out.height = out_h;
-  out.width = out_w;
-  if (out_h == in_h && out_w == in_w) {
-    out.rgb = img.rgb;
-    return out;
-  }
-  out.rgb.resize(static_cast<size_t>(out_h * out_w * 3));
-  const bool do_w = out_w != in_w, do_h = out_h != in_h;
-  const int64_t row_len = out_w * 3;  // bytes per width-resampled row
+namespace {
 
-  if (!do_h) {  // width only: straight into the output
-    const ResampleAxis ax_w = bicubic_aa_axis(in_w, out_w);
-    for (int64_t y = 0; y < in_h; ++y)
-      resample_row(&img.rgb[static_cast<size_t>(y * in_w * 3)], &out.rgb[static_cast<size_t>(y * row_len)], ax_w);
-    return out;
-  }
-
-  const ResampleAxis ax_w = do_w ? bicubic_aa_axis(in_w, out_w) : ResampleAxis{};
-  const ResampleAxis ax_h = bicubic_aa_axis(in_h, out_h);
-  // Row y after the width pass: a ring slot, filled on first use (or the input row itself).
-  const int64_t ring = do_w ? std::max<int64_t>(ax_h.max_taps, 1) : 0;
+// Output rows [o0, o1) of the height pass (after the width pass when do_w), into out.
+// The band keeps the width-resampled rows its taps need in a ring of max_taps rows, so
+// memory stays O(width), not O(image).
+void resample_rows(const RgbImage& img, const ResampleAxis* ax_w, const ResampleAxis& ax_h, int64_t o0,
+                   int64_t o1, RgbImage& out) {
+  const int64_t in_w = img.width, row_len = out.width * 3;  // bytes per width-resampled row
+  const int64_t ring = ax_w ? std::max<int64_t>(ax_h.max_taps, 1) : 0;
   std::vector<uint8_t> rows(static_cast<size_t>(ring * row_len));
   std::vector<int64_t> held(static_cast<size_t>(ring), -1);
+  // Row y after the width pass: a ring slot, filled on first use (or the input row itself).
   auto row_after_width_pass = [&](int64_t y) -> const uint8_t* {
-    if (!do_w) return &img.rgb[static_cast<size_t>(y * row_len)];
+    if (!ax_w) return &img.rgb[static_cast<size_t>(y * row_len)];
     const int64_t slot = y % ring;
     uint8_t* dst = &rows[static_cast<size_t>(slot * row_len)];
     if (held[static_cast<size_t>(slot)] != y) {
-      resample_row(&img.rgb[static_cast<size_t>(y * in_w * 3)], dst, ax_w);
+      resample_row(&img.rgb[static_cast<size_t>(y * in_w * 3)], dst, *ax_w);
       held[static_cast<size_t>(slot)] = y;
     }
     return dst;
   };
-
   std::vector<int32_t> acc(static_cast<size_t>(row_len));
   const int32_t initial = int32_t{1} << (ax_h.precision - 1);
-  for (int64_t o = 0; o < out_h; ++o) {
+  for (int64_t o = o0; o < o1; ++o) {
     const int64_t s = ax_h.start[static_cast<size_t>(o)], n = ax_h.count[static_cast<size_t>(o)];
     const int16_t* w = &ax_h.weights[static_cast<size_t>(o * ax_h.max_taps)];
     std::fill(acc.begin(), acc.end(), initial);
@@ -148,6 +134,49 @@ RgbImage resize_bicubic_antialias(const RgbImage& img, int64_t out_h, int64_t ou
     uint8_t* dst = &out.rgb[static_cast<size_t>(o * row_len)];
     for (int64_t x = 0; x < row_len; ++x) dst[x] = clamp_shift(acc[static_cast<size_t>(x)], ax_h.precision);
   }
+}
+
+// fn(begin, end) over [0, n): on the pool's threads in bands of at least min_band, or here.
+void for_bands(ThreadPool* pool, int64_t n, int64_t min_band,
+               const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool != nullptr && pool->size() > 1 && n >= 2 * min_band)
+    pool->parallel_for(n, fn, min_band);
+  else
+    fn(0, n);
+}
+
+}  // namespace
+
+RgbImage resize_bicubic_antialias(const RgbImage& img, int64_t out_h, int64_t out_w, ThreadPool* pool) {
+  RgbImage out;
+  if (out_h <= 0 || out_w <= 0 || img.height <= 0 || img.width <= 0) return out;
+  const int64_t in_h = img.height, in_w = img.width;
+  out.height = out_h;
+  out.width = out_w;
+  if (out_h == in_h && out_w == in_w) {
+    out.rgb = img.rgb;
+    return out;
+  }
+  out.rgb.resize(static_cast<size_t>(out_h * out_w * 3));
+  const bool do_w = out_w != in_w, do_h = out_h != in_h;
+  const int64_t row_len = out_w * 3;
+  // Bands of at least 64 rows: a band re-resamples up to max_taps input rows of its neighbour's.
+  constexpr int64_t kMinBand = 64;
+
+  if (!do_h) {  // width only: straight into the output
+    const ResampleAxis ax_w = bicubic_aa_axis(in_w, out_w);
+    for_bands(pool, in_h, kMinBand, [&](int64_t y0, int64_t y1) {
+      for (int64_t y = y0; y < y1; ++y)
+        resample_row(&img.rgb[static_cast<size_t>(y * in_w * 3)], &out.rgb[static_cast<size_t>(y * row_len)],
+                     ax_w);
+    });
+    return out;
+  }
+
+  const ResampleAxis ax_w = do_w ? bicubic_aa_axis(in_w, out_w) : ResampleAxis{};
+  const ResampleAxis ax_h = bicubic_aa_axis(in_h, out_h);
+  for_bands(pool, out_h, kMinBand,
+            [&](int64_t o0, int64_t o1) { resample_rows(img, do_w ? &ax_w : nullptr, ax_h, o0, o1, out); });
   return out;
 }
 

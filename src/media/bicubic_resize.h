@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "media/image_decode.h"
 
 namespace tf::media {
@@ -27,7 +28,10 @@ struct ResampleAxis {
 };
 ResampleAxis bicubic_aa_axis(int64_t in_size, int64_t out_size);
 
-// out_h, out_w >= 1 (a smaller size gives an empty image).
-RgbImage resize_bicubic_antialias(const RgbImage& img, int64_t out_h, int64_t out_w);
+// out_h, out_w >= 1 (a smaller size gives an empty image). With a pool, bands of output
+// rows run on its threads (each band width-resamples the input rows its taps read): the
+// same bytes, since every output row is computed the same way in any band.
+RgbImage resize_bicubic_antialias(const RgbImage& img, int64_t out_h, int64_t out_w,
+                                  ThreadPool* pool = nullptr);
 
 }  // namespace tf::media

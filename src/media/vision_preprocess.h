@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <span>
 #include <utility>
 #include <vector>
@@ -25,10 +27,28 @@ struct VisionPreprocessConfig {
 };
 inline constexpr int64_t kVideoMaxTokens = 240000;
 
+// An allocator whose vectors leave new elements uninitialised: the patchify writes every
+// value, and a video's patches can take a gigabyte, whose zero fill on one thread cost
+// more than the (parallel) writes after it.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0)
+      ::new (static_cast<void*>(p)) U;  // default-initialised: no zero fill
+    else
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using PatchValues = std::vector<float, UninitializedAllocator<float>>;
+
 struct VisionPatches {
   int64_t grid_t = 0, grid_h = 0, grid_w = 0;
   // [grid_t * grid_h * grid_w, 3 * temporal * patch * patch], row-major.
-  std::vector<float> values;
+  PatchValues values;
   int64_t num_patches() const { return grid_t * grid_h * grid_w; }
   // <|image|> placeholders this input takes in the prompt (one per merge block).
   int64_t placeholder_tokens(int merge) const { return merge > 0 ? num_patches() / (int64_t{merge} * merge) : 0; }

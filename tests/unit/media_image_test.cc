@@ -19,10 +19,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "media/data_url.h"
 #include "media/exif_orientation.h"
 #include "media/image_decode.h"
@@ -78,7 +80,7 @@ struct Diff {
   float max_abs = 0;
   int64_t differing = 0;
 };
-Diff compare(const std::vector<float>& got, const std::vector<float>& want) {
+Diff compare(std::span<const float> got, const std::vector<float>& want) {
   Diff d;
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
     float a = std::abs(got[i] - want[i]);
@@ -338,6 +340,22 @@ TEST(MediaBicubicResize, ConstantStaysConstantAndShapes) {
       EXPECT_GE(ax.start[o], 0);
       EXPECT_LE(ax.start[o] + ax.count[o], in);
     }
+  }
+}
+
+TEST(MediaBicubicResize, BandsOnAPoolGiveTheSameBytes) {
+  // Bands of output rows on a pool's threads (each band width-resamples the input rows its taps
+  // read) give the bytes of one pass: both axes, height only, width only, bands that split a
+  // row's window of taps, more threads than bands.
+  const RgbImage img = pattern(517, 389, 7);
+  tf::ThreadPool pool(4);
+  for (auto [h, w] :
+       {std::pair<int64_t, int64_t>{300, 200}, {1000, 389}, {517, 120}, {130, 700}, {140, 389}}) {
+    const RgbImage one = resize_bicubic_antialias(img, h, w);
+    const RgbImage banded = resize_bicubic_antialias(img, h, w, &pool);
+    ASSERT_EQ(banded.height, h);
+    ASSERT_EQ(banded.width, w);
+    EXPECT_EQ(banded.rgb, one.rgb) << h << "x" << w;
   }
 }
 
