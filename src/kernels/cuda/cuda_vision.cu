@@ -479,7 +479,6 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
   for (int mt = 0; mt < MT; ++mt) {
     RowTile& R = rt[mt];
     float2 x[4][2][2];  // [kk][half][row]
-    float mx0 = 0.0f, mx1 = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -489,12 +488,18 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
             R.live0 ? *reinterpret_cast<const float2*>(q + R.r0 * pitch + hoff + c) : make_float2(0.f, 0.f);
         x[kk][half][1] =
             R.live1 ? *reinterpret_cast<const float2*>(q + R.r1 * pitch + hoff + c) : make_float2(0.f, 0.f);
-        mx0 = fmaxf(mx0, fmaxf(fabsf(x[kk][half][0].x), fabsf(x[kk][half][0].y)));
-        mx1 = fmaxf(mx1, fmaxf(fabsf(x[kk][half][1].x), fabsf(x[kk][half][1].y)));
       }
     }
-    R.fq0 = R.fq1 = scale_log2;
     if constexpr (kSplit) {
+      float mx0 = 0.0f, mx1 = 0.0f;  // the rows' largest magnitudes
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          mx0 = fmaxf(mx0, fmaxf(fabsf(x[kk][half][0].x), fabsf(x[kk][half][0].y)));
+          mx1 = fmaxf(mx1, fmaxf(fabsf(x[kk][half][1].x), fabsf(x[kk][half][1].y)));
+        }
+      }
 #pragma unroll
       for (int o2 = 1; o2 <= 2; o2 <<= 1) {
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
@@ -513,6 +518,7 @@ __global__ void __launch_bounds__(kMmaThreads, kSplit ? 3 : 2)
         }
       }
     } else {
+      R.fq0 = R.fq1 = scale_log2;
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -844,10 +850,10 @@ void segment_attention(CudaContext& ctx, Tensor& out, const Tensor& q, const Ten
   Tensor tiles = ctx.scratch(static_cast<int64_t>(segs + 1) * static_cast<int64_t>(sizeof(int32_t)));
   int32_t* tile_start = static_cast<int32_t*>(tiles.raw());
   const int32_t* off = offsets.data<int32_t>();
-  segment_tiles_kernel<<<1, kThreads, 0, ctx.stream>>>(tile_start, off, segs, rows,
-                                                       !mma                      ? kQueries
-                                                       : form == MmaForm::kSplit ? kMmaBlockRows<true>
-                                                                                 : kMmaBlockRows<false>);
+  // Query rows per tile of the kernel that runs.
+  int tile_rows = kQueries;
+  if (mma) tile_rows = form == MmaForm::kSplit ? kMmaBlockRows<true> : kMmaBlockRows<false>;
+  segment_tiles_kernel<<<1, kThreads, 0, ctx.stream>>>(tile_start, off, segs, rows, tile_rows);
   check_launch("segment_attention tiles");
   float* o = out.data<float>();
   const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
