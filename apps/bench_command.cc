@@ -222,6 +222,19 @@ Json tp_step_figures(const engine::EngineHealth& a, const engine::EngineHealth& 
   return j;
 }
 
+// The device memory after a scenario (zero on the CPU backend): what stays alive, and the
+// most working memory a step took so far (EngineHealth::step_memory_peak_bytes).
+Json memory_figures(const engine::EngineHealth& h) {
+  if (h.device_memory_held_bytes == 0) return Json();
+  const double gib = 1073741824.0;
+  std::cout << "device memory: " << h.device_memory_in_use_bytes / gib << " GiB alive, "
+            << h.device_memory_held_bytes / gib << " GiB held; a step's working memory so far at most "
+            << h.step_memory_peak_bytes / gib << " GiB\n";
+  return {{"in_use_bytes", h.device_memory_in_use_bytes},
+          {"held_bytes", h.device_memory_held_bytes},
+          {"step_peak_bytes", h.step_memory_peak_bytes}};
+}
+
 // Scenarios in order; one report each in `file` ({"tool", "hardware", "engine", "runs": [...]}).
 int run_scenarios(const Options& o, const bench::BenchSpec& base, const std::vector<bench::BenchScenario>& scenarios,
                   engine::EngineApi* engine, const std::optional<Roofline>& roofline, Json file) {
@@ -235,7 +248,11 @@ int run_scenarios(const Options& o, const bench::BenchSpec& base, const std::vec
     const engine::EngineHealth before = engine ? engine->health() : engine::EngineHealth{};
     Expected<bench::BenchRun> run = run_one(engine, spec);
     Json entry = {{"scenario", sc.name}};
-    if (engine) entry["tp"] = tp_step_figures(before, engine->health(), run ? run->wall_s : 0.0);
+    if (engine) {
+      const engine::EngineHealth after = engine->health();
+      entry["tp"] = tp_step_figures(before, after, run ? run->wall_s : 0.0);
+      if (Json m = memory_figures(after); !m.is_null()) entry["device_memory"] = m;
+    }
     if (!run) {
       std::cerr << "error: scenario " << sc.name << ": " << run.status().to_string() << "\n";
       std::cout << "scenario " << sc.name << " FAILED: " << run.status().to_string() << "\n";
@@ -374,6 +391,7 @@ void run_command(const Options& o) {
     Json bound = *given;
     if (roofline && bound.is_null()) bound = bench::run_roofline(roofline->model, roofline->dtypes, roofline->hw, spec);
     rc = report(spec, run_one(engine.get(), spec), o.json_path, bound);
+    if (engine) memory_figures(engine->health());
   }
   if (tp_leader) {
     tp_leader->begin_shutdown();

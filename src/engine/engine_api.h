@@ -211,6 +211,13 @@ struct EngineHealth {
   // before the point a prompt resumed from (prompt reuse).
   int64_t vision_patches_total = 0;
   int64_t vision_patches_skipped_total = 0;
+  // Device memory (Ops::memory_use; all zero on the CPU backend): tensors alive now (the
+  // weights, the cache pool and the streams' states between steps), what the backend took
+  // from the driver, and the most a step (its media encode included) took above what was
+  // alive when it began: the working memory that MEMORY_RESERVE_GIB leaves room for.
+  int64_t device_memory_in_use_bytes = 0;
+  int64_t device_memory_held_bytes = 0;
+  int64_t step_memory_peak_bytes = 0;
   // Speculative decoding (COPY): decode steps that verified drafts, the drafts verified,
   // and those kept (each kept draft is a token that cost no step of its own).
   int64_t spec_steps_total = 0;

@@ -57,9 +57,9 @@ struct LiveRequest {
   std::shared_ptr<const grammar::Grammar> structured_grammar;  // null: no structured output
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;  // the token bytes it masks over
   std::shared_ptr<grammar::SharedMasks> grammar_masks;            // its choices' masks (shared_masks.h)
-  // Images/videos (req.media): their features [placeholders, hidden] f32 on the ops
-  // device, encoded a bounded number of patches per engine step before the request
-  // reaches the scheduler, and released once every choice has prefilled (engine_media.cc).
+  // Images/videos (req.media): their features [placeholders, hidden] f32, encoded on the
+  // ops device a bounded number of patches per engine step before the request reaches the
+  // scheduler, then held on the host until every choice has prefilled (engine_media.cc).
   Tensor media_features;
   size_t media_item = 0;     // encoding progress: the next item,
   int64_t media_group = 0;   // its next temporal group,
@@ -211,6 +211,14 @@ struct Engine::Impl {
   void drop_choice(RequestId id);
   void leave_queue(LiveChoice& c);
   void publish_health();
+  // After a step: the device memory now, and the step's working memory (its peak above
+  // `alive_before`, what was alive when it began) into health.
+  void note_step_memory(int64_t alive_before);
+  // At start (engine_memory_probe.cc): runs the largest step and vision encode once on
+  // scratch sequences; an error naming MEMORY_RESERVE_GIB when their working memory does not fit.
+  Status probe_working_memory();
+  // Patches of the largest single vision encode a request can cause.
+  int64_t largest_media_encode_patches() const;
   // Broadcasts the next step's batch (empty: a heartbeat) to the followers. On
   // failure the world is broken: tp_failed() stopped the engine; returns false.
   bool tp_send(std::vector<StepCommandEntry> entries);

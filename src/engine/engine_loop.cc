@@ -55,8 +55,11 @@ void Engine::Impl::run() {
       tp_send({});
       continue;
     }
+    const int64_t alive_before = ops->memory_use().in_use_bytes;
+    ops->reset_memory_peak();
     try {
       step_once();
+      note_step_memory(alive_before);
     } catch (const std::exception& e) {
       // Nothing may take the engine down: fail what was in flight and go on.
       TF_LOG_ERROR("engine step failed: {}", e.what());
@@ -365,7 +368,8 @@ void Engine::Impl::step_once() {
         ce.embed_width = f.size(1);
         int64_t next = 0;
         for (const StepEntry::EmbedRun& r : batch[i].embed_runs) {
-          const std::vector<float> v = ops->to_host(f.slice(0, r.src, r.src + r.count)).to_vector();
+          const Tensor part = f.slice(0, r.src, r.src + r.count);
+          const std::vector<float> v = (part.device().is_cpu() ? part : ops->to_host(part)).to_vector();
           ce.embeds.insert(ce.embeds.end(), v.begin(), v.end());
           ce.embed_runs.push_back({r.row, r.count, next});
           next += r.count;
@@ -513,6 +517,15 @@ void Engine::Impl::tp_failed(const Status& error) {
     health.ok = false;
   }
   if (options.on_tp_failure) options.on_tp_failure(why);
+}
+
+void Engine::Impl::note_step_memory(int64_t alive_before) {
+  const MemoryUse now = ops->memory_use();
+  std::lock_guard<std::mutex> lock(health_mu);
+  health.device_memory_in_use_bytes = now.in_use_bytes;
+  health.device_memory_held_bytes = now.held_bytes;
+  health.step_memory_peak_bytes =
+      std::max(health.step_memory_peak_bytes, now.peak_in_use_bytes - alive_before);
 }
 
 void Engine::Impl::publish_health() {

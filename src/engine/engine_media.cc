@@ -133,6 +133,10 @@ Expected<bool> Engine::Impl::encode_media_step(LiveRequest& r, int64_t patch_bud
   if (r.media_row != r.media_features.size(0))
     return internal_error("vision tower: " + std::to_string(r.media_row) + " features for " +
                           std::to_string(r.media_features.size(0)) + " placeholders");
+  // The request may now wait for the cache pool (up to MAX_QUEUED of them), and the memory
+  // plan counts no device memory for that: its features wait on the host, and each prefill
+  // chunk copies up the rows it places (StepEntry::embeds may be on the host).
+  if (!r.media_features.device().is_cpu()) r.media_features = ops->to_host(r.media_features);
   return true;
 }
 

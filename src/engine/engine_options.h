@@ -34,6 +34,9 @@ struct EngineOptions {
   // a long video does not stall the other streams for its whole encode (whole segments:
   // an image, or a video's temporal groups, are never split).
   int64_t media_patches_per_step = 32768;
+  // At start on a device backend: run the largest step and vision encode once and fail to
+  // start when their working memory does not fit (engine_memory_probe.cc).
+  bool probe_working_memory = true;
   // VISION=0: the vision tower is not loaded (its memory goes to the cache pool); image and
   // video parts are then refused with a 400 that says so.
   bool vision = true;

@@ -151,6 +151,14 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   unlabelled(out, "tensorfold:vision_patches_skipped_total", "counter",
              "Patches not encoded: pictures before the point a prompt resumed from.",
              h.vision_patches_skipped_total);
+  unlabelled(out, "tensorfold:device_memory_in_use_bytes", "gauge",
+             "Device memory of the tensors alive (weights, cache pool, states; 0 on the CPU backend).",
+             h.device_memory_in_use_bytes);
+  unlabelled(out, "tensorfold:device_memory_held_bytes", "gauge",
+             "Device memory the backend took from the driver (alive + cached for reuse).",
+             h.device_memory_held_bytes);
+  unlabelled(out, "tensorfold:step_memory_peak_bytes", "gauge",
+             "Most working memory a step took above what was alive when it began.", h.step_memory_peak_bytes);
   unlabelled(out, "tensorfold:spec_steps_total", "counter",
              "Decode steps that verified drafts (speculative decoding).", h.spec_steps_total);
   unlabelled(out, "tensorfold:drafted_tokens_total", "counter", "Draft tokens verified.",

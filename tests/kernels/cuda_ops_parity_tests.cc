@@ -636,6 +636,44 @@ TEST(CudaAllocator, SteadyStateDoesNotCallCudaMalloc) {
   EXPECT_EQ(alloc->cached_bytes(), 0u);
 }
 
+// The counters behind Ops::memory_use: blocks alive, their peak since a reset, what the
+// cache took from the driver (alive + cached), back to the alive blocks after release_cached.
+TEST(CudaAllocator, CountsAliveBlocksAndTheirPeak) {
+  ASSERT_GT(cuda::device_count(), 0) << "these tests need a CUDA GPU";
+  auto alloc = cuda::DeviceAllocator::create(0);
+  const size_t a_bytes = cuda::round_block_size(3 << 20), b_bytes = cuda::round_block_size(1000);
+  auto a = alloc->allocate(3 << 20);
+  ASSERT_TRUE(a);
+  {
+    auto b = alloc->allocate(1000);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(alloc->in_use_bytes(), a_bytes + b_bytes);
+  }
+  EXPECT_EQ(alloc->in_use_bytes(), a_bytes);
+  EXPECT_EQ(alloc->peak_in_use_bytes(), a_bytes + b_bytes);
+  EXPECT_EQ(alloc->driver_bytes(), a_bytes + b_bytes);
+  alloc->reset_peak();
+  EXPECT_EQ(alloc->peak_in_use_bytes(), a_bytes);
+  { auto c = alloc->allocate(900); }  // served from the cache: the driver's share stays
+  EXPECT_EQ(alloc->peak_in_use_bytes(), a_bytes + b_bytes);
+  EXPECT_EQ(alloc->driver_bytes(), a_bytes + b_bytes);
+  alloc->release_cached();
+  EXPECT_EQ(alloc->driver_bytes(), a_bytes);
+  a->reset();
+  EXPECT_EQ(alloc->in_use_bytes(), 0u);
+
+  // Through the backend: a tensor made and dropped shows in the peak, not in what is alive.
+  auto ops = make_cuda_ops(0);
+  ASSERT_TRUE(ops);
+  const MemoryUse before = (*ops)->memory_use();
+  (*ops)->reset_memory_peak();
+  { Tensor t = (*ops)->empty({1 << 20}, DType::kF32); }
+  const MemoryUse after = (*ops)->memory_use();
+  EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
+  EXPECT_EQ(after.peak_in_use_bytes, before.in_use_bytes + (4 << 20));
+  EXPECT_GE(after.held_bytes, after.peak_in_use_bytes);
+}
+
 TEST(CudaOpsCreate, BadDeviceIsAnError) {
   auto ops = make_cuda_ops(1000);
   EXPECT_FALSE(ops);

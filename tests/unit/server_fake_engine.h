@@ -80,6 +80,9 @@ class FakeEngine : public EngineApi {
     h.cached_tokens_total = 512;
     h.kept_prompts = 2;
     h.kept_prompt_tokens = 512;
+    h.device_memory_in_use_bytes = 3 << 20;
+    h.device_memory_held_bytes = 5 << 20;
+    h.step_memory_peak_bytes = 1 << 20;
     h.vision_patches_total = 1200;
     h.vision_patches_skipped_total = 300;
     return h;

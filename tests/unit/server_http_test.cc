@@ -399,6 +399,9 @@ TEST(ServerHttp, HealthFields) {
   EXPECT_EQ(h["cached_tokens_total"], 512);
   EXPECT_EQ(h["vision_patches_total"], 1200);
   EXPECT_EQ(h["vision_patches_skipped_total"], 300);
+  EXPECT_EQ(h["device_memory"]["in_use_bytes"], 3 << 20);
+  EXPECT_EQ(h["device_memory"]["held_bytes"], 5 << 20);
+  EXPECT_EQ(h["device_memory"]["step_peak_bytes"], 1 << 20);
 }
 
 TEST(ServerHttp, MetricsExposition) {
@@ -411,16 +414,18 @@ TEST(ServerHttp, MetricsExposition) {
   EXPECT_EQ(res->status, 200);
   EXPECT_NE(res->get_header_value("Content-Type").find("text/plain"), std::string::npos);
   EXPECT_EQ(check_exposition(res->body), "") << res->body;
-  for (const char* needle : {"vllm:time_to_first_token_seconds_bucket", "vllm:num_requests_running{",
-                             "vllm:kv_cache_usage_perc{", "tensorfold:time_to_first_token_seconds_count",
-                             "tensorfold:http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1",
-                             "tensorfold:http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1",
-                             "vllm:generation_tokens_total{model_name=\"fake-model\"} 11",
-                             "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1",
-                             "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 700",
-                             "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 512",
-                             "tensorfold:kept_prompts 2", "tensorfold:kept_prompt_tokens 512",
-                             "tensorfold:vision_patches_total 1200", "tensorfold:vision_patches_skipped_total 300"})
+  for (const char* needle :
+       {"vllm:time_to_first_token_seconds_bucket", "vllm:num_requests_running{", "vllm:kv_cache_usage_perc{",
+        "tensorfold:time_to_first_token_seconds_count",
+        "tensorfold:http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1",
+        "tensorfold:http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1",
+        "vllm:generation_tokens_total{model_name=\"fake-model\"} 11",
+        "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1",
+        "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 700",
+        "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 512", "tensorfold:kept_prompts 2",
+        "tensorfold:kept_prompt_tokens 512", "tensorfold:vision_patches_total 1200",
+        "tensorfold:vision_patches_skipped_total 300", "tensorfold:device_memory_in_use_bytes 3145728",
+        "tensorfold:step_memory_peak_bytes 1048576"})
     EXPECT_NE(res->body.find(needle), std::string::npos) << needle;
 }
 

@@ -33,6 +33,16 @@ namespace tf {
 // pages: [num_pages, page_size, width] of dtype f32, bf16 or f8_e4m3 (for fp8,
 // `scales` holds one f32 multiplier per (page, slot)). page_table maps the
 // sequence's logical page i to a physical page.
+// What a backend's allocator holds on its device (DeviceAllocator on CUDA; all zero on the
+// CPU, whose tensors are plain heap memory): the bytes of tensors alive now, the most
+// alive at once since the last reset_memory_peak(), and the bytes taken from the driver
+// (alive + cached for reuse + a graph capture arena).
+struct MemoryUse {
+  int64_t in_use_bytes = 0;
+  int64_t peak_in_use_bytes = 0;
+  int64_t held_bytes = 0;
+};
+
 struct LatentPagesView {
   const void* pages = nullptr;
   const float* scales = nullptr;  // fp8 only
@@ -92,6 +102,10 @@ class Ops {
   // Allocation on this backend's device (uninitialised / zeroed).
   virtual Tensor empty(const Shape& shape, DType dtype = DType::kF32) = 0;
   virtual Tensor zeros(const Shape& shape, DType dtype = DType::kF32) = 0;
+  // The device memory this backend's tensors take (MemoryUse); the engine reports it and
+  // measures a step's working memory as the peak over what the weights and pool take.
+  virtual MemoryUse memory_use() const { return {}; }
+  virtual void reset_memory_peak() {}
 
   // ---- transfers (synchronous whenever the host is involved) ----------------
   // A packed copy of a host tensor on this backend's device; a packed host copy of

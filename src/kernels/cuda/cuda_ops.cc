@@ -191,6 +191,15 @@ class CudaOps final : public Ops {
   }
   cudaStream_t stream() const { return ctx_.stream; }
 
+  MemoryUse memory_use() const override {
+    MemoryUse m;
+    m.in_use_bytes = static_cast<int64_t>(ctx_.alloc->in_use_bytes());
+    m.peak_in_use_bytes = static_cast<int64_t>(ctx_.alloc->peak_in_use_bytes());
+    m.held_bytes = static_cast<int64_t>(ctx_.alloc->driver_bytes() + graphs_.arena_bytes());
+    return m;
+  }
+  void reset_memory_peak() override { ctx_.alloc->reset_peak(); }
+
   Tensor empty(const Shape& shape, DType dtype) override {
     const int64_t n = shape_numel(shape);
     if (n < 0) throw StatusError(invalid_argument("empty: negative shape " + shape_to_string(shape)));

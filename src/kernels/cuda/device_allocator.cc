@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -67,6 +68,13 @@ Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
     got = block;
     std::lock_guard<std::mutex> lock(mu_);
     ++mallocs_;
+    driver_ += block;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_ += got;
+    // Blocks freed inside a side branch's window are not reusable until its join: counted.
+    peak_in_use_ = std::max(peak_in_use_, in_use_ + blocks_.held_bytes());
   }
   auto self = shared_from_this();
   return std::make_shared<Storage>(p, bytes, Device::cuda(device_),
@@ -76,6 +84,7 @@ Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
 void DeviceAllocator::give_back(void* p, size_t block) {
   std::lock_guard<std::mutex> lock(mu_);
   blocks_.put(p, block);
+  in_use_ -= block;
 }
 
 void DeviceAllocator::begin_hold() {
@@ -96,7 +105,13 @@ void DeviceAllocator::release_cached() {
   }
   if (blocks.empty()) return;
   (void)cudaSetDevice(device_);
-  for (auto& [size, p] : blocks) (void)cudaFree(p);
+  size_t freed = 0;
+  for (auto& [size, p] : blocks) {
+    (void)cudaFree(p);
+    freed += size;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  driver_ -= freed;
 }
 
 void DeviceAllocator::begin_arena(std::shared_ptr<void> keep, char* base, size_t bytes) {
@@ -119,6 +134,26 @@ size_t DeviceAllocator::end_arena() {
 size_t DeviceAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return blocks_.cached_bytes();
+}
+
+size_t DeviceAllocator::in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+
+size_t DeviceAllocator::peak_in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_in_use_;
+}
+
+size_t DeviceAllocator::driver_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return driver_;
+}
+
+void DeviceAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_in_use_ = in_use_;
 }
 
 size_t DeviceAllocator::malloc_count() const {

@@ -41,6 +41,13 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   int device() const { return device_; }
   size_t cached_bytes() const;
   size_t malloc_count() const;  // cudaMalloc calls so far (a test checks steady state)
+  // Blocks handed out and not yet given back (arena allocations not counted: the arena is
+  // one block of its own), their most at once since reset_peak(), and what the cache took
+  // from the driver (handed out + cached).
+  size_t in_use_bytes() const;
+  size_t peak_in_use_bytes() const;
+  size_t driver_bytes() const;
+  void reset_peak();
 
   // A side branch's window (CudaOps::branch_begin .. branch_join): freed blocks are
   // held, not reused, until end_hold(), which the join calls once the main stream
@@ -62,6 +69,7 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   mutable std::mutex mu_;
   BlockCache blocks_;
   size_t mallocs_ = 0;
+  size_t in_use_ = 0, peak_in_use_ = 0, driver_ = 0;
   std::shared_ptr<void> arena_keep_;
   char* arena_ = nullptr;
   size_t arena_size_ = 0, arena_used_ = 0;

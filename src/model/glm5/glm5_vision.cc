@@ -314,13 +314,17 @@ Expected<Tensor> Glm5VisionTower::encode(const Tensor& patches, std::span<const 
   try {
     if (n == 0) return ops_.empty({0, out_hidden()});
     const Device device = ops_device(ops_);
-    const Tensor in = to_ops_device(ops_, device, patches);
     Tensor x = ops_.empty({n, cfg_.hidden_size});
-    for_row_chunks(n, [&](int64_t r0, int64_t r1) {
-      Tensor xs = x.slice(0, r0, r1);
-      ops_.matmul(xs, in.slice(0, r0, r1), w_.patch_embed);
-      ops_.add_bias(xs, xs, w_.patch_bias);
-    });
+    {
+      // The patches' device copy (1176 floats a patch, more than a row of x) is freed before the
+      // blocks run: the encode's working memory must fit in MEMORY_RESERVE_GIB.
+      const Tensor in = to_ops_device(ops_, device, patches);
+      for_row_chunks(n, [&](int64_t r0, int64_t r1) {
+        Tensor xs = x.slice(0, r0, r1);
+        ops_.matmul(xs, in.slice(0, r0, r1), w_.patch_embed);
+        ops_.add_bias(xs, xs, w_.patch_bias);
+      });
+    }
     Tensor cos_h, sin_h;
     vision_rope_tables(grids, m, hd, cfg_.rope_theta, &cos_h, &sin_h);
     const Tensor cos = ops_.to_device(cos_h), sin = ops_.to_device(sin_h);
