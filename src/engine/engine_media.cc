@@ -137,6 +137,9 @@ Expected<bool> Engine::Impl::encode_media_step(LiveRequest& r, int64_t patch_bud
   // plan counts no device memory for that: its features wait on the host, and each prefill
   // chunk copies up the rows it places (StepEntry::embeds may be on the host).
   if (!r.media_features.device().is_cpu()) r.media_features = ops->to_host(r.media_features);
+  // Nor are the patches needed again, but those of the pictures prompt reuse skipped
+  // (encode_skipped_media): the request keeps their placements and grids.
+  r.req.media = without_patches_from(*r.req.media, r.media_first_item);
   return true;
 }
 

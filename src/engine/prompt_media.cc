@@ -287,4 +287,24 @@ Expected<RenderedPrompt> expand_prompt_media(std::vector<int32_t> tokens, const 
   return out;
 }
 
+std::shared_ptr<const PromptMedia> without_patches_from(const PromptMedia& m, size_t first) {
+  auto out = std::make_shared<PromptMedia>();
+  out->positions = m.positions;
+  out->reuse_keys = m.reuse_keys;
+  out->items.reserve(m.items.size());
+  for (size_t k = 0; k < m.items.size(); ++k) {
+    const PromptMediaItem& item = m.items[k];
+    if (k < first) {
+      out->items.push_back(item);
+      continue;
+    }
+    PromptMediaItem& copy = out->items.emplace_back();
+    copy.video = item.video;
+    copy.patches.grid_t = item.patches.grid_t;
+    copy.patches.grid_h = item.patches.grid_h;
+    copy.patches.grid_w = item.patches.grid_w;
+  }
+  return out;
+}
+
 }  // namespace tf::engine

@@ -81,4 +81,8 @@ Expected<RenderedPrompt> expand_prompt_media(std::vector<int32_t> tokens, const 
                                              const std::function<Expected<std::vector<int32_t>>(const std::string&)>&
                                                  encode_text);
 
+// A copy of `m` whose items from `first` on keep their grids but not their patch values (the
+// engine's, once the vision tower has encoded them: a long video's patches are ~0.5 GB).
+std::shared_ptr<const PromptMedia> without_patches_from(const PromptMedia& m, size_t first);
+
 }  // namespace tf::engine

@@ -230,11 +230,13 @@ struct HttpServer::Impl {
     throw api_error_from_status(s);
   }
 
-  GenerationRequest chat_generation(const ChatRequest& r, const RenderedPrompt& prompt, int64_t max_tokens) {
+  // Takes the prompt's media: the engine frees their pixels once encoded, which a copy held
+  // here for the request's lifetime would keep.
+  GenerationRequest chat_generation(const ChatRequest& r, RenderedPrompt& prompt, int64_t max_tokens) {
     GenerationRequest g;
     g.request_id = make_id("chatcmpl-");
     g.prompt_tokens = prompt.tokens;
-    g.media = prompt.media;
+    g.media = std::move(prompt.media);
     g.shared_prefix_tokens = prompt.system_tokens;
     g.sampling = r.sampling;
     g.sampling.max_tokens = max_tokens;

@@ -84,6 +84,37 @@ TEST(PromptMedia, ImagePlaceholdersExpandToOneTokenPerFeature) {
   EXPECT_TRUE(std::equal(keys.begin() + 20, keys.end(), again->media->reuse_keys.begin()));
 }
 
+// Once encoded, a request keeps its pictures' placements and grids, and the pixels of those
+// before `first` only (prompt reuse skipped them; they may be encoded later).
+TEST(PromptMedia, EncodedPicturesDropTheirPatches) {
+  std::vector<MediaPart> parts = {{false, png_url("b_pad_130x90.png"), "messages[0].content[0]"},
+                                  {false, png_url("a_tiny_20x30.png"), "messages[0].content[1]"}};
+  const std::vector<int32_t> tokens = {1, kIds.image, 2, kIds.image, 3};
+  auto out = expand_prompt_media(tokens, parts, kIds, MediaLimits{}, no_text);
+  ASSERT_TRUE(out.has_value()) << out.status().to_string();
+  const PromptMedia& m = *out->media;
+  for (size_t first : {size_t{0}, size_t{1}, size_t{2}}) {
+    const std::shared_ptr<const PromptMedia> kept = without_patches_from(m, first);
+    EXPECT_EQ(kept->positions, m.positions);
+    EXPECT_EQ(kept->reuse_keys, m.reuse_keys);
+    ASSERT_EQ(kept->items.size(), m.items.size());
+    for (size_t k = 0; k < m.items.size(); ++k) {
+      const media::VisionPatches& a = kept->items[k].patches;
+      const media::VisionPatches& b = m.items[k].patches;
+      EXPECT_EQ(kept->items[k].video, m.items[k].video);
+      EXPECT_EQ(a.grid_t, b.grid_t);
+      EXPECT_EQ(a.grid_h, b.grid_h);
+      EXPECT_EQ(a.grid_w, b.grid_w);
+      ASSERT_FALSE(b.values.empty());
+      if (k < first) {
+        EXPECT_TRUE(std::equal(a.values.begin(), a.values.end(), b.values.begin(), b.values.end())) << k;
+      } else {
+        EXPECT_TRUE(a.values.empty()) << k;
+      }
+    }
+  }
+}
+
 TEST(PromptMedia, VideoPlaceholderExpandsToTimedFrameGroups) {
   // tests/data/media/clip_64x48_12f_6fps.mp4: 12 frames at 6 fps -> frames 0, 3, 6, 9 at 2 fps,
   // two groups of two frames; 64x48 upscaled to 112x84 -> grid (2, 6, 8): 12 features per group.
