@@ -48,9 +48,16 @@ Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
   const size_t block = round_block_size(bytes);
   void* p = nullptr;
   size_t got = 0;
+  // Under mu_: a block handed out. Blocks freed inside a side branch's window are not
+  // reusable until its join, so they count towards the peak.
+  auto count_handed_out = [this](size_t b) {
+    in_use_ += b;
+    peak_in_use_ = std::max(peak_in_use_, in_use_ + blocks_.held_bytes());
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     p = blocks_.take(block, got);
+    if (p != nullptr) count_handed_out(got);
   }
   if (p == nullptr) {
     cudaError_t err = cudaSetDevice(device_);
@@ -69,12 +76,7 @@ Expected<std::shared_ptr<Storage>> DeviceAllocator::allocate(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ++mallocs_;
     driver_ += block;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_use_ += got;
-    // Blocks freed inside a side branch's window are not reusable until its join: counted.
-    peak_in_use_ = std::max(peak_in_use_, in_use_ + blocks_.held_bytes());
+    count_handed_out(got);
   }
   auto self = shared_from_this();
   return std::make_shared<Storage>(p, bytes, Device::cuda(device_),
