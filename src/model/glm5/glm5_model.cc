@@ -181,14 +181,22 @@ Tensor Glm5Model::logits_for(const Tensor& hidden_rows, const Matrix* head) {
   ops_.matmul(local, hidden_rows, head != nullptr ? *head : weights_.lm_head);
   const int world = comm_.world_size();
   if (world == 1) return local;
-  // Uneven vocab shards: pad every shard to the largest, gather, then unpad.
+  // Uneven vocab shards: pad every shard to the largest, gather, then unpad. The shard's
+  // copies go before the whole rows are made: with every row's logits (prompt_logprobs) a
+  // step holds [rows, vocab] f32 twice at most, not three times.
   const int64_t vmax = (v + world - 1) / world;
-  Tensor padded = ops_.zeros({r, vmax});
-  Tensor padded_cols = padded.slice(1, 0, vl);
-  ops_.copy(padded_cols, local);
   Tensor gathered = ops_.empty({world, r, vmax});
-  Status st = comm_.all_gather(padded, gathered);
-  if (!st.is_ok()) throw StatusError(st.with_context("tensor-parallel logits all-gather"));
+  {
+    Tensor padded = local;
+    if (vl != vmax) {
+      padded = ops_.zeros({r, vmax});
+      Tensor padded_cols = padded.slice(1, 0, vl);
+      ops_.copy(padded_cols, local);
+    }
+    local = Tensor();
+    Status st = comm_.all_gather(padded, gathered);
+    if (!st.is_ok()) throw StatusError(st.with_context("tensor-parallel logits all-gather"));
+  }
   Tensor out = ops_.empty({r, v});
   for (int k = 0; k < world; ++k) {
     const ShardRange s = shard_range(v, k, world);
