@@ -348,20 +348,16 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                        std::chrono::system_clock::now().time_since_epoch()).count();
   if (const MemoryUse use = m.ops->memory_use(); use.held_bytes > 0)
     TF_LOG_INFO(
-        "device memory after loading: {:.2f} GiB alive (weights, cache pool, states), {:.2f} GiB taken "
-        "from the driver; a step's working memory comes out of MEMORY_RESERVE_GIB ({:.2f} GiB)",
-        use.in_use_bytes / 1073741824.0, use.held_bytes / 1073741824.0, options.memory_reserve_gib);
+        "device memory after loading: {} alive (weights, cache pool, states), {} taken from the driver; a "
+        "step's working memory comes out of MEMORY_RESERVE_GIB ({:.2f} GiB)",
+        gib_text(use.in_use_bytes), gib_text(use.held_bytes), options.memory_reserve_gib);
   // TF_MEMORY_PROBE=0 skips the probe (a bench measuring the steps' own working memory).
   const char* probe_env = std::getenv("TF_MEMORY_PROBE");
   if (options.probe_working_memory && !(probe_env != nullptr && std::string(probe_env) == "0"))
     TF_RETURN_IF_ERROR(m.probe_working_memory());
   m.publish_health();
-  {
-    const MemoryUse use = m.ops->memory_use();
-    std::lock_guard<std::mutex> lock(m.health_mu);
-    m.health.device_memory_in_use_bytes = use.in_use_bytes;
-    m.health.device_memory_held_bytes = use.held_bytes;
-  }
+  m.ops->reset_memory_peak();                            // the loading's peak is no step's
+  m.note_step_memory(m.ops->memory_use().in_use_bytes);  // the device memory now, for /health
 
   std::unique_ptr<Engine> engine(new Engine(std::move(impl)));
   Impl* raw = engine->impl_.get();

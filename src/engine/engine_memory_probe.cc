@@ -6,22 +6,13 @@
 // picture. The blocks the probe took stay cached in the device allocator for those steps.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "core/logging.h"
 #include "engine/engine_impl.h"
+#include "engine/memory_plan.h"
 #include "media/video_decode.h"
 
 namespace tf::engine {
-namespace {
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / 1073741824.0);
-  return buf;
-}
-
-}  // namespace
 
 int64_t Engine::Impl::largest_media_encode_patches() const {
   if (!vision) return 0;
@@ -56,9 +47,10 @@ Status Engine::Impl::probe_working_memory() {
   auto failed = [&](const Status& s, const std::string& what) {
     const MemoryUse now = ops->memory_use();
     return Status(s.code(), "the working memory of " + what + " does not fit beside the cache pool (" +
-                                gib(now.peak_in_use_bytes - before.in_use_bytes) + " taken when it failed: " +
-                                s.message() + "); raise MEMORY_RESERVE_GIB (now " +
-                                gib(static_cast<int64_t>(options.memory_reserve_gib * 1073741824.0)) +
+                                gib_text(now.peak_in_use_bytes - before.in_use_bytes) +
+                                " taken when it failed: " + s.message() +
+                                "); raise MEMORY_RESERVE_GIB (now " +
+                                gib_text(static_cast<int64_t>(options.memory_reserve_gib * 1073741824.0)) +
                                 ") or lower KV_POOL_GIB, CONTEXT or --prefill-chunk");
   };
 
@@ -149,11 +141,11 @@ Status Engine::Impl::probe_working_memory() {
   TF_LOG_INFO(
       "working memory, measured: {} for {} prefill chunk(s) of {} tokens and {} decode rows{}; {} held from "
       "the driver",
-      gib(text_bytes), rows, chunk, decode_rows,
-      vision ? ", " + gib(vision_bytes) + " for the vision tower's largest encode (" +
+      gib_text(text_bytes), rows, chunk, decode_rows,
+      vision ? ", " + gib_text(vision_bytes) + " for the vision tower's largest encode (" +
                    std::to_string(patches) + " patches)"
              : std::string(),
-      gib(ops->memory_use().held_bytes));
+      gib_text(ops->memory_use().held_bytes));
   return Status::ok();
 }
 

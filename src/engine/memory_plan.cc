@@ -8,16 +8,12 @@
 #include "model/glm5_weight_spec.h"
 
 namespace tf {
-namespace {
-
-std::string gib(int64_t bytes) {
+std::string gib_text(int64_t bytes) {
   std::ostringstream o;
   o.precision(2);
   o << std::fixed << static_cast<double>(bytes) / double(int64_t{1} << 30) << " GiB";
   return o.str();
 }
-
-}  // namespace
 
 Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   if (in.cache_bytes_per_token <= 0 || in.page_size <= 0 || in.parallel < 1 || in.model_max_context <= 0) {
@@ -30,14 +26,14 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   if (in.pool_cap_bytes > 0) budget = std::min(budget, in.pool_cap_bytes);
   const int64_t page_bytes = in.cache_bytes_per_token * in.page_size;
   if (budget < page_bytes) {
-    return resource_exhausted("not enough memory for the cache pool: " + gib(in.available_bytes) +
-                              " available, " + gib(in.reserve_bytes) + " kept free (MEMORY_RESERVE_GIB), " +
-                              gib(in.weight_bytes) + " for the weights, " +
-                              gib(states * in.state_bytes_per_stream) + " for " + std::to_string(in.parallel) +
-                              " streams' (" + std::to_string(std::max(0, in.speculative_states)) +
-                              " more for speculative decoding) and " + std::to_string(std::max(0, in.kept_states)) +
-                              " kept prompts' state; lower MEMORY_RESERVE_GIB, PARALLEL or KEPT_PROMPTS, set COPY=0, or "
-                              "free memory");
+    return resource_exhausted(
+        "not enough memory for the cache pool: " + gib_text(in.available_bytes) + " available, " +
+        gib_text(in.reserve_bytes) + " kept free (MEMORY_RESERVE_GIB), " + gib_text(in.weight_bytes) +
+        " for the weights, " + gib_text(states * in.state_bytes_per_stream) + " for " +
+        std::to_string(in.parallel) + " streams' (" + std::to_string(std::max(0, in.speculative_states)) +
+        " more for speculative decoding) and " + std::to_string(std::max(0, in.kept_states)) +
+        " kept prompts' state; lower MEMORY_RESERVE_GIB, PARALLEL or KEPT_PROMPTS, set COPY=0, or "
+        "free memory");
   }
   MemoryPlan plan;
   plan.page_size = in.page_size;
@@ -51,7 +47,7 @@ Expected<MemoryPlan> plan_memory(const MemoryPlanInput& in) {
   }
   if (context > fit_tokens) {
     plan.notes.push_back("CONTEXT=" + std::to_string(context) + " does not fit in the cache pool (" +
-                         std::to_string(fit_tokens) + " tokens in " + gib(budget) + "); using " +
+                         std::to_string(fit_tokens) + " tokens in " + gib_text(budget) + "); using " +
                          std::to_string(fit_tokens));
     context = fit_tokens;
   }

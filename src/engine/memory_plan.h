@@ -103,4 +103,7 @@ int64_t routed_expert_elements(const Glm5Config& config);
 // MemAvailable from /proc/meminfo in bytes (0 when unreadable).
 int64_t host_available_bytes();
 
+// "1.50 GiB": bytes for the plan's and the working-memory probe's messages.
+std::string gib_text(int64_t bytes);
+
 }  // namespace tf
