@@ -115,10 +115,6 @@ struct LiveChoice {
   std::vector<TokenLogprob> prompt_logprobs;
 };
 
-// Prompt logprobs: the most prompt rows whose logits one step brings to the host for a
-// request (a chunk's [rows, vocab] f32 logits: about 80 MB at a 150k-token vocabulary).
-inline constexpr int32_t kPromptLogprobsChunk = 128;
-
 // A kept prompt: a fork of a sequence after its first tokens (kept_index has them), holding
 // a reservation of their pages in the budget (evicted when the pool needs them).
 struct KeptPrompt {
@@ -255,10 +251,12 @@ struct Engine::Impl {
   // first logits).
   int64_t reuse_limit(const LiveRequest& r) const;
 
-  // Prompt logprobs (engine_prompt_logprobs.cc): scores the prompt tokens that the rows of
-  // c's prefill chunk (all its logits, on the host) predict, and emits the prompt's entries
-  // once its last chunk ran; leaves the result's logits at the chunk's last row (sampling's).
-  void score_prompt_rows(LiveChoice& c, StepResult& result);
+  // Prompt logprobs (engine_prompt_logprobs.cc): set_prompt_scoring makes c's prefill chunk
+  // of `rows` tokens score the prompt tokens its rows predict (on the device, in the model
+  // step); score_prompt_rows turns the scores into c's entries and emits the prompt's entries
+  // once its last chunk ran.
+  void set_prompt_scoring(StepEntry& e, const LiveChoice& c, int64_t rows) const;
+  void score_prompt_rows(LiveChoice& c, const StepResult& result, int64_t rows);
   // The choice scores its prompt and generates nothing (max_tokens 0): it ends at the prompt's end.
   static bool scores_prompt_only(const LiveChoice& c) {
     return c.request->req.prompt_logprobs >= 0 && c.request->req.sampling.max_tokens <= 0;

@@ -177,8 +177,8 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
       finish_choice(id, FinishReason::kLength, false);
       continue;
     }
-    RequestSpec spec{id, static_cast<int64_t>(g.prompt_tokens.size()), static_cast<int64_t>(params->max_tokens), 0};
-    if (g.prompt_logprobs >= 0) spec.max_prefill_chunk = kPromptLogprobsChunk;
+    RequestSpec spec{id, static_cast<int64_t>(g.prompt_tokens.size()),
+                     static_cast<int64_t>(params->max_tokens), 0};
     const SubmitResult sr = scheduler->submit(spec);
     if (sr != SubmitResult::kQueued) {
       fail_choice(id, resource_exhausted(std::string("the request cannot be scheduled: ") + submit_result_name(sr)));
@@ -316,7 +316,7 @@ void Engine::Impl::step_once() {
         e.embed_runs = runs;
         e.embeds = &c.request->media_features;
       }
-      e.all_logits = c.request->req.prompt_logprobs >= 0;  // every row is scored (score_prompt_rows)
+      if (c.request->req.prompt_logprobs >= 0) set_prompt_scoring(e, c, a.tokens);  // every row is scored
     } else if (std::vector<int32_t> drafts =
                    drafts_for(c, draft_rows, static_cast<int64_t>(plan.advances.size()) + drafted_rows);
                !drafts.empty()) {
@@ -349,7 +349,8 @@ void Engine::Impl::step_once() {
     const bool samples = a.samples && !scores_prompt_only(c);
     device_params.push_back(samples && !e.speculative ? device_row(c) : std::nullopt);
     if (device_params.back() || (!samples && device_sampling_on())) e.host_logits = false;
-    if (e.all_logits && a.kind == AdvanceKind::kPrefill) e.host_logits = true;  // scored on the host
+    // Scored on the device (StepEntry::scored_tokens); sampling downloads the last row if it must.
+    if (e.all_logits && a.kind == AdvanceKind::kPrefill) e.host_logits = false;
     batch.push_back(e);
   }
   publish_health();
@@ -411,9 +412,8 @@ void Engine::Impl::step_once() {
     const Advance& a = plan.advances[i];
     if (a.kind == AdvanceKind::kPrefill) {
       if (batch[i].all_logits) {
-        // Before sampling: the prompt's entries come before the first token's, and the chunk's
-        // logits leave only its last row to sampling.
-        score_prompt_rows(*rows[i], (*results)[i]);
+        // Before sampling: the prompt's entries come before the first token's.
+        score_prompt_rows(*rows[i], (*results)[i], a.tokens);
         if (a.samples && scores_prompt_only(*rows[i])) scored_only.push_back(rows[i]->id);
       }
       rows[i]->prefilled += a.tokens;

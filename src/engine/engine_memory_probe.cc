@@ -54,8 +54,9 @@ Status Engine::Impl::probe_working_memory() {
                                 ") or lower KV_POOL_GIB, CONTEXT or --prefill-chunk");
   };
 
-  // Text: `rows` sequences prefilling a chunk each, every row's logits (prompt_logprobs), for
-  // two steps: the second chunk's rows also attend to the first's.
+  // Text: `rows` sequences prefilling a chunk each, every row's logits (prompt_logprobs; the
+  // model makes them a block of rows at a time), for two steps: the second chunk's rows also
+  // attend to the first's.
   ops->reset_memory_peak();
   {
     std::vector<int32_t> tokens(static_cast<size_t>(per_sequence));

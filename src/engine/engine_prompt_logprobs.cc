@@ -2,14 +2,18 @@
 // token after the tokens before it, for completions' echo with logprobs (scoring a text, as
 // lm-evaluation-harness does).
 //
-// Such a request's prefill chunks bring all their rows' logits to the host (StepEntry::
-// all_logits), kPromptLogprobsChunk rows at most per step. Row j scores prompt token j + 1
-// under the model's raw distribution, exactly as the sampler's raw logprobs do (padding ids
-// masked, nothing else), so a prompt that repeats a reply scores its tokens as the reply
-// reported them. The prompt's last row predicts the first generated token: sampling's.
+// Such a request's prefill chunks score their rows on the device as the model step makes
+// their logits (StepEntry::scored_tokens, through Ops::sample_rows; a block of rows at a
+// time: Glm5Options::logits_block_rows): only the scores come to the host, and its chunks
+// are as long as any other prompt's. Row j scores prompt token j + 1 under
+// the model's raw distribution, with the sampler's raw-logprob math (padding ids masked,
+// nothing else), so a prompt that repeats a reply scores its tokens as the reply reported
+// them. The prompt's last row predicts the first generated token: sampling's.
 // Such a request neither resumes from nor keeps a kept prompt (engine_prompt_reuse.cc).
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "engine/engine_impl.h"
 #include "sampling/logprobs.h"
@@ -47,13 +51,26 @@ TokenLogprob prompt_entry(const text::Tokenizer& tok, const tf::TokenLogprob& ch
 
 }  // namespace
 
-void Engine::Impl::score_prompt_rows(LiveChoice& c, StepResult& result) {
+void Engine::Impl::set_prompt_scoring(StepEntry& e, const LiveChoice& c, int64_t rows) const {
+  const std::vector<int32_t>& prompt = c.request->req.prompt_tokens;
+  // Row j predicts prompt token c.prefilled + j + 1; the prompt's last row predicts none.
+  const int64_t scored = std::clamp<int64_t>(static_cast<int64_t>(prompt.size()) - 1 - c.prefilled, 0, rows);
+  e.all_logits = true;
+  e.scored_tokens = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(c.prefilled + 1),
+                                                             static_cast<size_t>(scored));
+  e.score_params.logprob = true;
+  e.score_params.top_logprobs = std::clamp(c.request->req.prompt_logprobs, 0, kSampleRowsMaxTopLogprobs);
+  e.score_params.vocab_limit = static_cast<int32_t>(text_vocab);  // padding ids are no tokens
+}
+
+void Engine::Impl::score_prompt_rows(LiveChoice& c, const StepResult& result, int64_t rows) {
   LiveRequest& r = *c.request;
   const std::vector<int32_t>& prompt = r.req.prompt_tokens;
   const auto length = static_cast<int64_t>(prompt.size());
-  Tensor& logits = result.logits;
-  if (logits.is_null() || logits.size(0) < 1) throw std::runtime_error("prompt logprobs: the model step returned no logits");
-  const int64_t rows = logits.size(0), vocab = logits.size(1), from = c.prefilled;
+  const int64_t from = c.prefilled;
+  if (static_cast<int64_t>(result.scores.size()) != std::clamp<int64_t>(length - 1 - from, 0, rows))
+    throw std::runtime_error("prompt logprobs: the model step scored " +
+                             std::to_string(result.scores.size()) + " of the chunk's rows");
   if (from == 0) {
     TokenLogprob first;  // nothing before it: no logprob
     first.token = token_text(*tokenizer, prompt[0]);
@@ -61,23 +78,18 @@ void Engine::Impl::score_prompt_rows(LiveChoice& c, StepResult& result) {
     first.bytes = token_bytes(*tokenizer, prompt[0]);
     c.prompt_logprobs.push_back(std::move(first));
   }
-  // Row j scores token from + j + 1; the prompt's last row scores nothing.
-  const int64_t scored = std::clamp<int64_t>(length - 1 - from, 0, rows);
-  std::vector<tf::TokenLogprob> chosen(static_cast<size_t>(scored));
-  std::vector<std::vector<tf::TokenLogprob>> tops(static_cast<size_t>(scored));
-  sample_pool.parallel_for(scored, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      const std::span<float> row(logits.data<float>() + j * vocab, static_cast<size_t>(vocab));
-      mask_padding(row);
-      const double lse = log_sum_exp(row);
-      const int32_t next = prompt[static_cast<size_t>(from + j + 1)];
-      chosen[static_cast<size_t>(j)] = {next, static_cast<float>(static_cast<double>(row[static_cast<size_t>(next)]) - lse)};
-      tops[static_cast<size_t>(j)] = top_logprobs(row, r.req.prompt_logprobs, lse);
+  for (size_t j = 0; j < result.scores.size(); ++j) {
+    const SampleRowResult& s = result.scores[j];
+    // A row with NaN or +inf logits scores nothing (null in the reply).
+    tf::TokenLogprob chosen{prompt[static_cast<size_t>(from) + j + 1],
+                            std::numeric_limits<float>::quiet_NaN()};
+    std::vector<tf::TokenLogprob> top;
+    if (s.status == SampleRowStatus::kOk) {
+      chosen.logprob = s.logprob;
+      for (int32_t k = 0; k < s.top_count; ++k) top.push_back({s.top_tokens[k], s.top_values[k]});
     }
-  });
-  for (size_t j = 0; j < chosen.size(); ++j) c.prompt_logprobs.push_back(prompt_entry(*tokenizer, chosen[j], tops[j]));
-  // Sampling reads the first row of the host logits: the chunk's last.
-  logits = logits.slice(0, rows - 1, rows);
+    c.prompt_logprobs.push_back(prompt_entry(*tokenizer, chosen, top));
+  }
   if (from + rows < length) return;
 
   // The whole prompt is scored: its text offsets, then one event before any token's.

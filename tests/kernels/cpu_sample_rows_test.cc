@@ -4,12 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_sampling.h"
 #include "sample_rows_cases.h"
+#include "sampling/logprobs.h"
 #include "sampling/sequence_sampler.h"
 
 namespace tf {
@@ -97,6 +101,41 @@ TEST(CpuSampleRows, ManyPositionsSameRow) {
   int distinct = 0;
   for (int c : seen) distinct += c > 0;
   EXPECT_GT(distinct, 20);
+}
+
+// Scoring a given token: the host's prompt-logprob math (sampling/logprobs.h over the row
+// with padding masked), bit for bit.
+TEST(CpuSampleRows, ScoredTokensMatchTheHostLogprobs) {
+  for (const auto& [vocab, limit] : {std::pair<int64_t, int32_t>{3001, 2900}, {1000, 0}}) {
+    const ScoredRows cases = scored_rows(vocab, limit, 3, 5);
+    for (size_t r = 0; r < cases.rows.size(); ++r) {
+      SCOPED_TRACE("vocab " + std::to_string(vocab) + " row " + std::to_string(r));
+      const SampleRowParams& p = cases.params[r];
+      const SampleRowResult got = cpu::sample_row(cases.rows[r].data(), vocab, p);
+      std::vector<float> masked = cases.rows[r];
+      for (int64_t t = limit > 0 ? limit : vocab; t < vocab; ++t)
+        masked[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+      const double lse = log_sum_exp(masked);
+      const std::vector<TokenLogprob> top = top_logprobs(masked, p.top_logprobs, lse);
+      ASSERT_EQ(got.status, SampleRowStatus::kOk);
+      EXPECT_EQ(got.token, p.scored_token);
+      const float want =
+          static_cast<float>(static_cast<double>(masked[static_cast<size_t>(p.scored_token)]) - lse);
+      EXPECT_TRUE(std::memcmp(&got.logprob, &want, sizeof(float)) == 0) << got.logprob << " vs " << want;
+      ASSERT_EQ(got.top_count, static_cast<int32_t>(top.size()));
+      for (size_t j = 0; j < top.size(); ++j) {
+        EXPECT_EQ(got.top_tokens[j], top[j].token) << j;
+        EXPECT_EQ(got.top_values[j], top[j].logprob) << j;
+      }
+    }
+  }
+  // An id past the row is refused.
+  auto ops = make_cpu_ops();
+  std::vector<SampleRowResult> out(1);
+  SampleRowParams p;
+  p.scored_token = 10;
+  const std::vector<Tensor> rows{Tensor::from_floats({10}, std::vector<float>(10, 0.0f))};
+  EXPECT_THROW(ops->sample_rows(out, rows, {&p, 1}), StatusError);
 }
 
 TEST(CpuSampleRows, GreedyTiesGoToLowestId) {

@@ -52,6 +52,32 @@ inline std::vector<float> make_row(int64_t n, RowKind kind, uint32_t seed) {
   return row;
 }
 
+// Prompt scoring (SampleRowParams::scored_token): `rows` rows of every kind, each scoring a
+// token of its own, among them ids at or past `limit` (padding: -inf) and -inf holes.
+struct ScoredRows {
+  std::vector<std::vector<float>> rows;
+  std::vector<SampleRowParams> params;
+};
+inline ScoredRows scored_rows(int64_t vocab, int32_t limit, int rows_per_kind, int top) {
+  ScoredRows out;
+  std::mt19937 rng(7);
+  const int64_t lim = limit > 0 ? limit : vocab;
+  std::uniform_int_distribution<int64_t> id(0, lim - 1);
+  uint32_t s = 1;
+  for (RowKind kind : kKinds)
+    for (int i = 0; i < rows_per_kind; ++i, ++s) {
+      out.rows.push_back(make_row(vocab, kind, s * 7919u + static_cast<uint32_t>(vocab)));
+      SampleRowParams p;
+      p.logprob = true;
+      p.top_logprobs = top;
+      p.vocab_limit = limit;
+      p.scored_token = static_cast<int32_t>(id(rng));
+      if (i == 1 && lim < vocab) p.scored_token = static_cast<int32_t>(vocab - 1);  // padding
+      out.params.push_back(p);
+    }
+  return out;
+}
+
 struct ParamCase {
   std::string name;
   SamplingParams p;

@@ -10,15 +10,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "cuda_test_ops.h"
 #include "glm5_fixture.h"
 #include "graph_schedule.h"
-#include "cuda_test_ops.h"
+#include "kernels/cpu/cpu_sampling.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace tf::test {
@@ -196,6 +198,73 @@ TEST(Glm5GraphsCuda, JoinsAndLeavesEqualEager) {
                   "replays %lld\n",
                   f.name.c_str(), dtype_name(latent), got[0].size(), differ, static_cast<long long>(stats.captured),
                   static_cast<long long>(stats.eager_fallbacks), static_cast<long long>(stats.replays));
+    }
+  }
+}
+
+// Many rows' logits in blocks (Glm5Options::logits_block_rows) on the GPU: the rows one
+// lm_head call gives, each entry's last row on the device, and scored rows
+// (StepEntry::scored_tokens) equal to the CPU op on those rows. EXACT_ROWS 64: every call
+// here takes the exact path, whatever its rows.
+TEST(Glm5GraphsCuda, LogitsInBlocksEqualOneCall) {
+  static std::unique_ptr<Ops> ops = [] {
+    auto o = make_cuda_ops(0, 64);
+    return o ? std::move(*o) : std::unique_ptr<Ops>();
+  }();
+  ASSERT_TRUE(ops);
+  const Fixture f = load_fixture(fixture_dirs().front());
+  auto ws = open_weights(f);
+  ASSERT_TRUE(ws);
+  auto comm = make_single_rank_communicator();
+  const std::vector<int32_t> pa(f.prompt_ids.begin(), f.prompt_ids.begin() + 9),
+      pb(f.prompt_ids.begin() + 20, f.prompt_ids.begin() + 26),
+      pc(f.prompt_ids.begin() + 30, f.prompt_ids.begin() + 37);
+  const std::vector<int32_t> scored{pa[1], pa[2], pa[3], pa[4], pa[5]};
+  SampleRowParams sp;
+  sp.logprob = true;
+  sp.top_logprobs = 3;
+  std::vector<std::vector<StepResult>> got;
+  std::vector<Tensor> device_last;  // per run and entry: the last row's device logits, downloaded
+  for (const int64_t block : {int64_t{0}, int64_t{4}}) {
+    Glm5Options o = opts(Glm5Options::Graphs::kOff);
+    o.logits_block_rows = block;
+    auto m = Glm5Model::load(f.config, *ws, *ops, *comm, o);
+    ASSERT_TRUE(m.has_value()) << m.status().to_string();
+    auto a = (*m)->new_sequence(), b = (*m)->new_sequence(), c = (*m)->new_sequence();
+    std::vector<StepEntry> batch{{a.get(), pa, true}, {b.get(), pb, false}, {c.get(), pc, true}};
+    batch[2].scored_tokens = scored;
+    batch[2].score_params = sp;
+    auto r = (*m)->step(batch);
+    ASSERT_TRUE(r.has_value()) << r.status().to_string();
+    for (const StepResult& e : *r) {
+      const Tensor& d = e.device_logits;
+      device_last.push_back(ops->to_host(d.slice(0, d.size(0) - 1, d.size(0))));
+    }
+    got.push_back(std::move(*r));
+  }
+  auto near = [](const Tensor& x, const Tensor& y) {
+    if (x.shape() != y.shape()) return false;
+    const std::vector<float> a = x.to_vector(), b = y.to_vector();
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::fabs(a[i] - b[i]) > 1e-5f * std::max(1.0f, std::fabs(b[i]))) return false;
+    return true;
+  };
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(near(got[1][i].logits, got[0][i].logits)) << i;
+    EXPECT_TRUE(near(device_last[3 + i], device_last[i])) << i;
+  }
+  for (size_t k = 0; k < 2; ++k) {
+    ASSERT_EQ(got[k][2].scores.size(), scored.size());
+    for (size_t j = 0; j < scored.size(); ++j) {
+      SampleRowParams p = sp;
+      p.scored_token = scored[j];
+      const Tensor row = got[0][2].logits.select(0, static_cast<int64_t>(j)).contiguous();
+      const SampleRowResult want = cpu::sample_row(row.data<float>(), row.numel(), p);
+      const SampleRowResult& s = got[k][2].scores[j];
+      EXPECT_EQ(s.token, scored[j]);
+      EXPECT_NEAR(s.logprob, want.logprob, 1e-4f) << k << " " << j;
+      ASSERT_EQ(s.top_count, 3);
+      for (int t = 0; t < 3; ++t) EXPECT_EQ(s.top_tokens[t], want.top_tokens[t]) << k << " " << j << " " << t;
     }
   }
 }

@@ -4,11 +4,12 @@
 // the fixed input/output buffers and the chaining of segments are the same code as
 // on CUDA (tests/model/glm5_graphs_cuda_test.cc runs the real graphs). Also the
 // step's one batched lm_head: entries mixing "last row" and "all rows", the
-// host_logits / want_hidden flags, and device_logits.
+// host_logits / want_hidden flags, device_logits, and many rows' logits in blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -16,6 +17,7 @@
 
 #include "glm5_fixture.h"
 #include "graph_schedule.h"
+#include "kernels/cpu/cpu_sampling.h"
 
 namespace tf::test {
 namespace {
@@ -200,6 +202,89 @@ TEST(Glm5Graphs, OneLmHeadForMixedEntriesEqualsEachAlone) {
   // CPU backend: the device logits are host memory too.
   EXPECT_TRUE(same_bits((*r)[2].device_logits.contiguous(), alone[2]));
   EXPECT_TRUE(same_bits((*r)[1].device_logits.contiguous(), alone[1]));
+}
+
+// Many rows' logits are made a block of rows at a time (Glm5Options::logits_block_rows):
+// the same host rows as one lm_head call, each entry's last row on the device, and the
+// same scores for the rows that score given tokens (StepEntry::scored_tokens).
+TEST(Glm5Graphs, LogitsInBlocksEqualOneCall) {
+  const Fixture f = load_fixture(fixture_dirs().front());
+  auto comm = make_single_rank_communicator();
+  const std::vector<int32_t> pa(f.prompt_ids.begin(), f.prompt_ids.begin() + 9),
+      pb(f.prompt_ids.begin() + 20, f.prompt_ids.begin() + 26),
+      pc(f.prompt_ids.begin() + 30, f.prompt_ids.begin() + 37);
+  std::vector<std::vector<StepResult>> got;
+  for (const int64_t block : {int64_t{0}, int64_t{3}, int64_t{4}}) {
+    Glm5Options o = opts(Glm5Options::Graphs::kOff);
+    o.logits_block_rows = block;
+    auto model = load_model(f, *comm, o);
+    ASSERT_TRUE(model);
+    // Rows wanted: a's 9, b's last, c's 7 (c not downloaded): blocks cut inside entries.
+    auto a = model->new_sequence(), b = model->new_sequence(), c = model->new_sequence();
+    std::vector<StepEntry> batch{{a.get(), pa, true}, {b.get(), pb, false}, {c.get(), pc, true}};
+    batch[0].want_hidden = true;
+    batch[2].host_logits = false;
+    // c's first 6 rows score given tokens (the last one a padding id) on the device.
+    const std::vector<int32_t> scored{pa[1], pa[2], pa[3],
+                                      pa[4], pa[5], static_cast<int32_t>(f.config.text.vocab_size - 1)};
+    batch[2].scored_tokens = scored;
+    batch[2].score_params.logprob = true;
+    batch[2].score_params.top_logprobs = 3;
+    batch[2].score_params.vocab_limit = static_cast<int32_t>(f.config.text.vocab_size - 2);
+    auto r = model->step(batch);
+    ASSERT_TRUE(r.has_value()) << r.status().to_string();
+    got.push_back(std::move(*r));
+  }
+  // The scores are the CPU op's on the rows' logits (c's rows, from a step that downloads them).
+  {
+    auto model = load_model(f, *comm, opts(Glm5Options::Graphs::kOff));
+    ASSERT_TRUE(model);
+    auto a = model->new_sequence(), b = model->new_sequence(), c = model->new_sequence();
+    std::vector<StepEntry> batch{{a.get(), pa, true}, {b.get(), pb, false}, {c.get(), pc, true}};
+    auto r = model->step(batch);
+    ASSERT_TRUE(r.has_value()) << r.status().to_string();
+    const Tensor& rows = (*r)[2].logits;
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k][2].scores.size(), 6u);
+      EXPECT_TRUE(got[k][0].scores.empty());
+      for (int64_t j = 0; j < 6; ++j) {
+        SampleRowParams p;
+        p.logprob = true;
+        p.top_logprobs = 3;
+        p.vocab_limit = static_cast<int32_t>(f.config.text.vocab_size - 2);
+        p.scored_token =
+            j < 5 ? pa[static_cast<size_t>(j) + 1] : static_cast<int32_t>(f.config.text.vocab_size - 1);
+        const Tensor row = rows.select(0, j).contiguous();
+        const SampleRowResult want = cpu::sample_row(row.data<float>(), row.numel(), p);
+        const SampleRowResult& s = got[k][2].scores[static_cast<size_t>(j)];
+        EXPECT_EQ(s.status, SampleRowStatus::kOk);
+        EXPECT_EQ(s.token, p.scored_token);
+        EXPECT_EQ(s.logprob, want.logprob) << k << " " << j;
+        ASSERT_EQ(s.top_count, 3);
+        for (int t = 0; t < 3; ++t) {
+          EXPECT_EQ(s.top_tokens[t], want.top_tokens[t]);
+          EXPECT_EQ(s.top_values[t], want.top_values[t]);
+        }
+      }
+      EXPECT_EQ(got[k][2].scores[5].logprob, -std::numeric_limits<float>::infinity());  // a padding id
+    }
+  }
+  const std::vector<StepResult>& whole = got[0];
+  ASSERT_EQ(whole[0].logits.size(0), static_cast<int64_t>(pa.size()));
+  for (size_t k = 1; k < got.size(); ++k) {
+    const std::vector<StepResult>& blocks = got[k];
+    EXPECT_TRUE(same_bits(blocks[0].logits, whole[0].logits)) << k;
+    EXPECT_TRUE(same_bits(blocks[1].logits, whole[1].logits)) << k;
+    EXPECT_TRUE(blocks[2].logits.is_null());
+    EXPECT_TRUE(same_bits(blocks[0].hidden, whole[0].hidden)) << k;
+    for (size_t i = 0; i < 3; ++i) {
+      const Tensor& dw = whole[i].device_logits;
+      ASSERT_EQ(blocks[i].device_logits.size(0), 1);
+      EXPECT_TRUE(same_bits(blocks[i].device_logits.contiguous(),
+                            dw.slice(0, dw.size(0) - 1, dw.size(0)).contiguous()))
+          << k << " " << i;
+    }
+  }
 }
 
 // Sequences joining and leaving between steps (bucket rows change sequences, pages

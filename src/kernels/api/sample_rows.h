@@ -59,6 +59,11 @@ struct SampleRowParams {
   int32_t vocab_limit = 0;          // ids >= this are never sampled (padding); <= 0: the whole row
   bool logprob = false;             // the chosen token's raw logprob
   int32_t top_logprobs = 0;         // 0..kSampleRowsMaxTopLogprobs raw top logprobs
+  // >= 0: scores this token instead of sampling one (a prompt's own tokens): the result's
+  // token is it, with its raw logprob and the top logprobs as asked; the fields above it are
+  // unused. An id at or past vocab_limit scores -inf (the host masks padding ids so); one
+  // past the row is refused.
+  int32_t scored_token = -1;
 };
 
 enum class SampleRowStatus : int32_t {

@@ -34,7 +34,9 @@ void fill_logprobs(SampleRowResult& r, const float* x, int64_t lim, float max_ra
   double sum = 0.0;
   for (int64_t i = 0; i < lim; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
   const double lse = m + std::log(sum);
-  if (p.logprob) r.logprob = static_cast<float>(static_cast<double>(x[r.token]) - lse);
+  if (p.logprob)
+    r.logprob = r.token < lim ? static_cast<float>(static_cast<double>(x[r.token]) - lse)
+                              : -std::numeric_limits<float>::infinity();
   const int32_t n = std::clamp(p.top_logprobs, 0, kSampleRowsMaxTopLogprobs);
   if (n == 0) return;
   std::vector<std::pair<float, int32_t>> finite;
@@ -114,7 +116,9 @@ SampleRowResult sample_row(const float* x, int64_t n, const SampleRowParams& p) 
     r.status = SampleRowStatus::kNothingLeft;
     return r;
   }
-  if (p.greedy) {
+  if (p.scored_token >= 0) {
+    r.token = p.scored_token;
+  } else if (p.greedy) {
     r.token = static_cast<int32_t>(best);
   } else {
     const bool scale = p.temperature > 0.0f && p.temperature != 1.0f;
@@ -182,6 +186,11 @@ void sample_rows(std::span<SampleRowResult> out, std::span<const Tensor> rows, s
     if (!t.device().is_cpu()) throw StatusError(invalid_argument("sample_rows: " + t.describe() + " is not on the host"));
     check_f32("sample_rows", t, -1);
   }
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (params[k].scored_token >= rows[k].numel())
+      throw StatusError(invalid_argument("sample_rows: scored token " +
+                                         std::to_string(params[k].scored_token) + " is past its row of " +
+                                         std::to_string(rows[k].numel())));
   parallel_rows(static_cast<int64_t>(rows.size()), rows.empty() ? 1 : rows[0].numel() * 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const auto k = static_cast<size_t>(i);

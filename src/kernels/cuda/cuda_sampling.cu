@@ -4,7 +4,7 @@
 // same passes with each row spread over many blocks).
 //
 //   1. raw pass: NaN/+inf check and the argmax (value, lowest id);
-//   greedy rows stop here. Sampled rows:
+//   greedy rows and rows scoring a given token stop here. Sampled rows:
 //   2. temperature (IEEE f32 division, __fdiv_rn: as the host) and min_p (one f32
 //      addition of the host's log(min_p)) are applied on the fly in every pass;
 //   3. top_k: radix select of the k-th largest processed value (4 passes of 8 bits);
@@ -471,7 +471,7 @@ __device__ void raw_logprobs(const float* x, int64_t lim, float m, int64_t token
     }
   });
   const double lse = m + log(group_reduce<G>(part, SumOp{}, sh.sum));  // its barriers publish sh.top
-  logprob = static_cast<float>(static_cast<double>(x[token]) - lse);
+  logprob = token < lim ? static_cast<float>(static_cast<double>(x[token]) - lse) : -INFINITY;
   if (n_top == 0) {
     if (G::leader()) out->top_count = 0;  // (the result buffer is reused scratch)
     return;
@@ -561,8 +561,8 @@ __device__ void sample_row(const RowJob& job, SampleRowResult* out, Shared& sh) 
   if (bad) return finish(SampleRowStatus::kBadLogit, -1);
   if (raw.id < 0) return finish(SampleRowStatus::kNothingLeft, -1);
 
-  int64_t token = raw.id;
-  if (!p.greedy) {
+  int64_t token = p.scored_token >= 0 ? p.scored_token : raw.id;
+  if (!p.greedy && p.scored_token < 0) {
     Processing pr{p.temperature > 0.0f && p.temperature != 1.0f, p.temperature, -INFINITY};
     const float pmax = pr.value(raw.v);  // division by t > 0 keeps the order
     if (pmax == INFINITY) return finish(SampleRowStatus::kUndecided, -1);
@@ -661,6 +661,10 @@ void sample_rows(CudaContext& ctx, std::span<SampleRowResult> out, std::span<con
   std::vector<RowJob> jobs(rows.size());
   for (size_t b = 0; b < rows.size(); ++b) {
     check_dev(ctx, "sample_rows", rows[b], DType::kF32);
+    if (params[b].scored_token >= rows[b].numel())
+      throw StatusError(invalid_argument("sample_rows: scored token " +
+                                         std::to_string(params[b].scored_token) + " is past its row of " +
+                                         std::to_string(rows[b].numel())));
     jobs[b] = {rows[b].data<float>(), rows[b].numel(), params[b]};
   }
   const auto bytes = static_cast<int64_t>(jobs.size() * sizeof(RowJob));

@@ -503,7 +503,7 @@ bool sample_rows_grid(CudaContext& ctx, std::span<const RowJob> jobs, const RowJ
                       SampleRowResult* dev_out) {
   GridArgs a{dev_jobs, dev_out, nullptr, 0, false, false, false};
   for (const RowJob& j : jobs) {
-    if (j.p.logprob || j.p.top_logprobs > 0) return false;
+    if (j.p.logprob || j.p.top_logprobs > 0 || j.p.scored_token >= 0) return false;
     a.any_sampled = a.any_sampled || !j.p.greedy;
     a.any_top_k = a.any_top_k || (!j.p.greedy && j.p.top_k > 0);
     a.any_top_p = a.any_top_p || (!j.p.greedy && j.p.top_p < 1.0f);

@@ -35,11 +35,13 @@ Expected<std::unique_ptr<Glm5Model>> Glm5Model::load(const Glm5Config& config, c
                             " (expected f32, bf16 or f8_e4m3)");
   if (cache.page_size <= 0 || cache.num_pages <= 0)
     return invalid_argument("latent cache: page_size and num_pages must be positive");
+  if (cache.logits_block_rows < 0) return invalid_argument("logits_block_rows must be 0 or more");
   if (cache.weight_dtype != DType::kF32 && ops_device(ops).is_cpu())
     return invalid_argument(std::string("weight matrices in ") + dtype_name(cache.weight_dtype) +
                             ": the CPU backend computes with f32 weights");
   std::unique_ptr<Glm5Model> m(new Glm5Model(cfg, ops, comm));
   m->indexer_ties_ = cache.indexer_ties;
+  m->logits_block_rows_ = cache.logits_block_rows;
   TF_ASSIGN_OR_RETURN(m->weights_,
                       load_glm5_weights(weights, cfg, comm.rank(), comm.world_size(), cache.weight_dtype,
                                         cache.dense_quant, cache.head_quant, cache.draft_head_quant));
@@ -577,16 +579,21 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
         if (batch[j].sequence == e.sequence)
           return invalid_argument("step: sequence appears twice in one batch (entries " + std::to_string(j) +
                                   " and " + std::to_string(i) + ")");
-      for (int32_t t : e.tokens)
-        if (t < 0 || t >= cfg_.vocab_size)
-          return out_of_range("step: token id " + std::to_string(t) + " outside the vocabulary of " +
-                              std::to_string(cfg_.vocab_size));
+      for (const std::span<const int32_t> ids : {e.tokens, e.scored_tokens})
+        for (int32_t t : ids)
+          if (t < 0 || t >= cfg_.vocab_size)
+            return out_of_range("step: token id " + std::to_string(t) + " outside the vocabulary of " +
+                                std::to_string(cfg_.vocab_size));
       if (e.sequence->spec_.pending)
         return invalid_argument("step: entry " + std::to_string(i) +
                                 "'s sequence has a speculative step not committed (commit_speculation)");
       if (e.mtp && !weights_.mtp)
         return invalid_argument("step: entry " + std::to_string(i) +
                                 " asks for MTP drafts, but the checkpoint has no MTP layer");
+      if (!e.scored_tokens.empty() && (!e.all_logits || e.scored_tokens.size() > e.tokens.size()))
+        return invalid_argument("step: entry " + std::to_string(i) + " scores " +
+                                std::to_string(e.scored_tokens.size()) + " tokens (at most its " +
+                                std::to_string(e.tokens.size()) + " rows, with all_logits)");
       if (e.mtp_drafts < 0 || e.mtp_drafts > 63 || (e.mtp_drafts > 0 && (!e.mtp || e.tokens.size() != 1)))
         return invalid_argument("step: entry " + std::to_string(i) + " asks for " + std::to_string(e.mtp_drafts) +
                                 " MTP drafts (0..63, after one token, with mtp)");
@@ -698,7 +705,11 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       for (int64_t r = r0; r < sp.row0 + sp.rows; ++r) wanted.push_back(static_cast<int32_t>(r));
       first_row[i + 1] = static_cast<int64_t>(wanted.size());
     }
-    const bool all_rows = static_cast<int64_t>(wanted.size()) == n;
+    const auto num_wanted = static_cast<int64_t>(wanted.size());
+    // Many rows' logits (prompt chunks being scored): made in blocks (Glm5Options::
+    // logits_block_rows). Decided from the rows alone: tensor-parallel ranks make the same calls.
+    const bool in_blocks = logits_block_rows_ > 0 && num_wanted > logits_block_rows_;
+    const bool all_rows = !in_blocks && num_wanted == n;
     const std::vector<Tensor> head =
         g.run(seg_key_final(cfg_.num_hidden_layers), bucket, n, {{cur[0], true}, {mean_w_.slice(0, 0, rows), true}},
               [this, all_rows](const std::vector<Tensor>& in) { return seg_final(in, all_rows); });
@@ -707,15 +718,15 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
     bool any_mtp = false;
     for (const StepEntry& e : batch) any_mtp = any_mtp || e.mtp;
     if (any_mtp) mtp_keep(batch, spans, tokens, real(head[0]));
-    // One lm_head call for every wanted row of every sequence.
+    // One lm_head call for every wanted row of every sequence (or one per block of them).
     Tensor hidden, logits;
     if (all_rows) {
       hidden = real(head[0]);
       logits = real(head[1]);
     } else {
-      hidden = ops_.empty({static_cast<int64_t>(wanted.size()), cfg_.hidden_size});
+      hidden = ops_.empty({num_wanted, cfg_.hidden_size});
       ops_.gather_rows(hidden, head[0], upload_i32(wanted));
-      logits = logits_for(hidden);
+      if (!in_blocks) logits = logits_for(hidden);
     }
 
     // One download of the logits (and of the hidden states) for all entries that ask.
@@ -734,12 +745,61 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       }
       return h;
     };
-    const Tensor logits_h = any_host ? download(logits) : Tensor();
-    const Tensor hidden_h = any_hidden ? download(hidden) : Tensor();
     std::vector<StepResult> out(batch.size());
+    // The scored rows (StepEntry::scored_tokens) among wanted rows [b0, b1), whose logits
+    // `block` holds: scored on the device, in row order.
+    auto score_rows = [&](const Tensor& block, int64_t b0, int64_t b1) {
+      std::vector<Tensor> rows;
+      std::vector<SampleRowParams> params;
+      std::vector<size_t> entry_of;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const std::span<const int32_t> scored = batch[i].scored_tokens;
+        const int64_t r0 = std::max(b0, first_row[i]);
+        const int64_t r1 = std::min(b1, first_row[i] + static_cast<int64_t>(scored.size()));
+        for (int64_t r = r0; r < r1; ++r) {
+          rows.push_back(block.select(0, r - b0));
+          params.push_back(batch[i].score_params);
+          params.back().scored_token = scored[static_cast<size_t>(r - first_row[i])];
+          entry_of.push_back(i);
+        }
+      }
+      if (rows.empty()) return;
+      std::vector<SampleRowResult> scores(rows.size());
+      ops_.sample_rows(scores, rows, params);
+      for (size_t k = 0; k < scores.size(); ++k) out[entry_of[k]].scores.push_back(scores[k]);
+    };
+    Tensor logits_h;
+    if (in_blocks) {
+      // `logits` keeps each entry's last row on the device (sampling's); every row goes to
+      // the host when an entry asks.
+      size_t entry = 0;
+      for (int64_t b0 = 0; b0 < num_wanted; b0 += logits_block_rows_) {
+        const int64_t b1 = std::min(num_wanted, b0 + logits_block_rows_);
+        const Tensor block = logits_for(hidden.slice(0, b0, b1));
+        score_rows(block, b0, b1);
+        if (b0 == 0) {
+          logits = ops_.empty({static_cast<int64_t>(batch.size()), block.size(1)});
+          if (any_host) logits_h = Tensor::empty({num_wanted, block.size(1)}, DType::kF32);
+        }
+        for (; entry < batch.size() && first_row[entry + 1] <= b1; ++entry) {
+          Tensor last = logits.slice(0, static_cast<int64_t>(entry), static_cast<int64_t>(entry) + 1);
+          const int64_t r = first_row[entry + 1] - 1 - b0;
+          ops_.copy(last, block.slice(0, r, r + 1));
+        }
+        if (any_host) {
+          Tensor rows = logits_h.slice(0, b0, b1);
+          rows.copy_from(to_host(block));
+        }
+      }
+    } else {
+      score_rows(logits, 0, num_wanted);
+      if (any_host) logits_h = download(logits);
+    }
+    const Tensor hidden_h = any_hidden ? download(hidden) : Tensor();
     for (size_t i = 0; i < batch.size(); ++i) {
       const int64_t r0 = first_row[i], r1 = first_row[i + 1];
-      out[i].device_logits = logits.slice(0, r0, r1);
+      const auto e = static_cast<int64_t>(i);
+      out[i].device_logits = in_blocks ? logits.slice(0, e, e + 1) : logits.slice(0, r0, r1);
       if (batch[i].host_logits) out[i].logits = logits_h.slice(0, r0, r1);
       if (batch[i].want_hidden) out[i].hidden = hidden_h.slice(0, r0, r1);
       out[i].drafts = std::move(drafts[i]);

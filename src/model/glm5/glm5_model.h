@@ -78,6 +78,11 @@ struct Glm5Options {
   // backend runs the same padded segment path without graphs (tests).
   enum class Graphs { kAuto, kOff, kOn };
   Graphs graphs = Graphs::kAuto;
+  // A step wanting more rows' logits than this (every row of prompt chunks being scored,
+  // long verify spans) makes them this many rows at a time, each block downloaded before
+  // the next is made: the device never holds [rows, vocab] f32 for all of them (~0.6 MB a
+  // row at the release's vocabulary). 0: one block.
+  int64_t logits_block_rows = 256;
 };
 
 // Per-sequence state: the page table into the shared latent pool, KDA conv and
@@ -186,6 +191,12 @@ struct StepEntry {
   };
   std::span<const EmbedRun> embed_runs;
   const Tensor* embeds = nullptr;  // [k, hidden] f32, on the host or the ops device
+  // Scoring given tokens (a prompt's logprobs): with all_logits, row j's logits score
+  // scored_tokens[j] under score_params (Ops::sample_rows with scored_token set: its raw
+  // logprob and top logprobs) on the device as they are made, so only the scores come to
+  // the host (StepResult::scores). At most the span's rows; none when empty.
+  std::span<const int32_t> scored_tokens;
+  SampleRowParams score_params;
 };
 
 // The step computes the logits of all entries' rows in one lm_head call and
@@ -193,10 +204,12 @@ struct StepEntry {
 struct StepResult {
   Tensor logits;  // host [rows, vocab]: the last position, or every position on request (null: !host_logits)
   Tensor hidden;  // host [rows, hidden]: final hidden state (after the norm) for the same rows (null: !want_hidden)
-  // The same logits rows on the backend's device: a view of the step's one logits
-  // tensor, valid until the next step.
+  // The same logits rows on the backend's device, valid until the next step: a view of the
+  // step's one logits tensor; only the last row when the step made its logits in blocks
+  // (Glm5Options::logits_block_rows).
   Tensor device_logits;
   std::vector<int32_t> drafts;  // StepEntry::mtp_drafts: the drafts verified after the entry's token
+  std::vector<SampleRowResult> scores;  // StepEntry::scored_tokens: one per token, in order
 };
 
 class Glm5Model {
@@ -374,6 +387,7 @@ class Glm5Model {
   std::vector<int> kda_index_, mla_index_;  // layer -> index among its kind, or -1
   int num_kda_ = 0, num_mla_ = 0;
   TopkTies indexer_ties_ = TopkTies::kLowerIndex;
+  int64_t logits_block_rows_ = 256;  // Glm5Options::logits_block_rows
   Device device_;  // where ops_ allocates
   Tensor mean_w_;  // [rows, M] of 1/M on the device: the final stream mean's weights
   // The step's decode runs (by span: index into decode_runs_, or -1) and their metadata:
