@@ -731,9 +731,11 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
 
     // One download of the logits (and of the hidden states) for all entries that ask.
     bool any_host = false, any_hidden = false;
-    for (const StepEntry& e : batch) {
-      any_host = any_host || e.host_logits;
-      any_hidden = any_hidden || e.want_hidden;
+    int64_t host_rows = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      any_host = any_host || batch[i].host_logits;
+      any_hidden = any_hidden || batch[i].want_hidden;
+      if (batch[i].host_logits) host_rows += first_row[i + 1] - first_row[i];
     }
     // A packed host copy that is not the (reused) graph output buffer itself.
     auto download = [&](const Tensor& t) {
@@ -768,32 +770,41 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
       ops_.sample_rows(scores, rows, params);
       for (size_t k = 0; k < scores.size(); ++k) out[entry_of[k]].scores.push_back(scores[k]);
     };
+    // Host copies of the wanted rows [b0, b1) of the entries that ask for host logits, from
+    // `block` (those rows' logits): one download when every row is such an entry's.
     Tensor logits_h;
+    auto download_rows = [&](const Tensor& block, int64_t b0, int64_t b1) {
+      if (host_rows == num_wanted && b0 == 0 && b1 == num_wanted) {
+        logits_h = download(block);
+        return;
+      }
+      if (logits_h.is_null()) logits_h = Tensor::empty({num_wanted, block.size(1)}, DType::kF32);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const int64_t r0 = std::max(b0, first_row[i]), r1 = std::min(b1, first_row[i + 1]);
+        if (!batch[i].host_logits || r0 >= r1) continue;
+        Tensor dst = logits_h.slice(0, r0, r1);
+        dst.copy_from(to_host(block.slice(0, r0 - b0, r1 - b0)));
+      }
+    };
     if (in_blocks) {
-      // `logits` keeps each entry's last row on the device (sampling's); every row goes to
-      // the host when an entry asks.
+      // `logits` keeps each entry's last row on the device (sampling's); the rows of entries
+      // that ask go to the host.
       size_t entry = 0;
       for (int64_t b0 = 0; b0 < num_wanted; b0 += logits_block_rows_) {
         const int64_t b1 = std::min(num_wanted, b0 + logits_block_rows_);
         const Tensor block = logits_for(hidden.slice(0, b0, b1));
         score_rows(block, b0, b1);
-        if (b0 == 0) {
-          logits = ops_.empty({static_cast<int64_t>(batch.size()), block.size(1)});
-          if (any_host) logits_h = Tensor::empty({num_wanted, block.size(1)}, DType::kF32);
-        }
+        if (b0 == 0) logits = ops_.empty({static_cast<int64_t>(batch.size()), block.size(1)});
         for (; entry < batch.size() && first_row[entry + 1] <= b1; ++entry) {
           Tensor last = logits.slice(0, static_cast<int64_t>(entry), static_cast<int64_t>(entry) + 1);
           const int64_t r = first_row[entry + 1] - 1 - b0;
           ops_.copy(last, block.slice(0, r, r + 1));
         }
-        if (any_host) {
-          Tensor rows = logits_h.slice(0, b0, b1);
-          rows.copy_from(to_host(block));
-        }
+        if (any_host) download_rows(block, b0, b1);
       }
     } else {
       score_rows(logits, 0, num_wanted);
-      if (any_host) logits_h = download(logits);
+      if (any_host) download_rows(logits, 0, num_wanted);
     }
     const Tensor hidden_h = any_hidden ? download(hidden) : Tensor();
     for (size_t i = 0; i < batch.size(); ++i) {
