@@ -79,9 +79,10 @@ struct Glm5Options {
   enum class Graphs { kAuto, kOff, kOn };
   Graphs graphs = Graphs::kAuto;
   // A step wanting more rows' logits than this (every row of prompt chunks being scored,
-  // long verify spans) makes them this many rows at a time, each block downloaded before
-  // the next is made: the device never holds [rows, vocab] f32 for all of them (~0.6 MB a
-  // row at the release's vocabulary). 0: one block.
+  // long verify spans) makes them this many rows at a time, each block scored
+  // (StepEntry::scored_tokens) and its host rows copied before the next is made: the device
+  // never holds [rows, vocab] f32 for all of them (~0.6 MB a row at the release's
+  // vocabulary). 0: one block.
   int64_t logits_block_rows = 256;
 };
 
