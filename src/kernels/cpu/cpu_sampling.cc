@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "kernels/api/counter_hash.h"
+#include "kernels/api/sample_rows_call.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace tf::cpu {
@@ -178,19 +179,11 @@ SampleRowResult sample_row(const float* x, int64_t n, const SampleRowParams& p) 
 }
 
 void sample_rows(std::span<SampleRowResult> out, std::span<const Tensor> rows, std::span<const SampleRowParams> params) {
-  if (out.size() != rows.size() || params.size() != rows.size())
-    throw StatusError(invalid_argument("sample_rows: " + std::to_string(rows.size()) + " rows, " +
-                                       std::to_string(params.size()) + " parameter sets and " +
-                                       std::to_string(out.size()) + " results must agree"));
+  if (Status s = check_sample_rows_call(out.size(), rows, params); !s.is_ok()) throw StatusError(s);
   for (const Tensor& t : rows) {
     if (!t.device().is_cpu()) throw StatusError(invalid_argument("sample_rows: " + t.describe() + " is not on the host"));
     check_f32("sample_rows", t, -1);
   }
-  for (size_t k = 0; k < rows.size(); ++k)
-    if (params[k].scored_token >= rows[k].numel())
-      throw StatusError(invalid_argument("sample_rows: scored token " +
-                                         std::to_string(params[k].scored_token) + " is past its row of " +
-                                         std::to_string(rows[k].numel())));
   parallel_rows(static_cast<int64_t>(rows.size()), rows.empty() ? 1 : rows[0].numel() * 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const auto k = static_cast<size_t>(i);

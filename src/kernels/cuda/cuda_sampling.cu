@@ -36,8 +36,6 @@
 // kThreads threads: the same elements per (virtual) thread, the same warps, the same
 // combine orders, hence the same bits; partial results meet through distributed
 // shared memory.
-#include "kernels/cuda/cuda_sampling.h"
-
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -48,8 +46,10 @@
 
 #include "core/status.h"
 #include "kernels/api/counter_hash.h"
+#include "kernels/api/sample_rows_call.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_sampling.h"
 #include "kernels/cuda/cuda_sampling_grid.h"
 #include "kernels/cuda/cuda_sampling_row.cuh"
 #include "kernels/cuda/cuda_util.cuh"
@@ -653,18 +653,11 @@ void launch_for_env(CudaContext& ctx, std::span<const RowJob> jobs, LaunchArgs a
 
 void sample_rows(CudaContext& ctx, std::span<SampleRowResult> out, std::span<const Tensor> rows,
                  std::span<const SampleRowParams> params) {
-  if (out.size() != rows.size() || params.size() != rows.size())
-    throw StatusError(invalid_argument("sample_rows: " + std::to_string(rows.size()) + " rows, " +
-                                       std::to_string(params.size()) + " parameter sets and " +
-                                       std::to_string(out.size()) + " results must agree"));
+  if (Status s = check_sample_rows_call(out.size(), rows, params); !s.is_ok()) throw StatusError(s);
   if (rows.empty()) return;
   std::vector<RowJob> jobs(rows.size());
   for (size_t b = 0; b < rows.size(); ++b) {
     check_dev(ctx, "sample_rows", rows[b], DType::kF32);
-    if (params[b].scored_token >= rows[b].numel())
-      throw StatusError(invalid_argument("sample_rows: scored token " +
-                                         std::to_string(params[b].scored_token) + " is past its row of " +
-                                         std::to_string(rows[b].numel())));
     jobs[b] = {rows[b].data<float>(), rows[b].numel(), params[b]};
   }
   const auto bytes = static_cast<int64_t>(jobs.size() * sizeof(RowJob));

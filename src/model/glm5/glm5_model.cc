@@ -779,8 +779,10 @@ Expected<std::vector<StepResult>> Glm5Model::step(std::span<const StepEntry> bat
         return;
       }
       if (logits_h.is_null()) logits_h = Tensor::empty({num_wanted, block.size(1)}, DType::kF32);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const int64_t r0 = std::max(b0, first_row[i]), r1 = std::min(b1, first_row[i + 1]);
+      // Adjacent such entries' rows are adjacent: one copy for each run of them.
+      for (size_t i = 0, j = 0; i < batch.size(); i = j) {
+        for (j = i + 1; batch[i].host_logits && j < batch.size() && batch[j].host_logits;) ++j;
+        const int64_t r0 = std::max(b0, first_row[i]), r1 = std::min(b1, first_row[j]);
         if (!batch[i].host_logits || r0 >= r1) continue;
         Tensor dst = logits_h.slice(0, r0, r1);
         dst.copy_from(to_host(block.slice(0, r0 - b0, r1 - b0)));
