@@ -31,9 +31,11 @@
 // (expanded to token indices on the host).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -213,6 +215,16 @@ struct StepResult {
   std::vector<SampleRowResult> scores;  // StepEntry::scored_tokens: one per token, in order
 };
 
+// A sequence's whole state as named host tensors (Glm5Model::snapshot / restore,
+// glm5_snapshot.cc): prompt reuse writes kept prompts' states to disk and resumes from
+// them after they left the device, or after a restart.
+struct SequenceSnapshot {
+  int64_t length = 0;
+  int64_t mtp_length = 0;  // positions in the MTP layer's cache (0: the sequence had none)
+  std::vector<std::pair<std::string, Tensor>> tensors;  // host, packed; names as restore() reads them
+  size_t bytes() const;
+};
+
 class Glm5Model {
  public:
   // Loads this rank's shard. `comm` and `ops` must outlive the model.
@@ -233,6 +245,16 @@ class Glm5Model {
   // whole number of pages (a shared page is full, so never written again); kInvalidArgument
   // otherwise. The MTP draft layer's cache goes along (its full pages shared, the last copied).
   Expected<std::unique_ptr<Glm5Sequence>> fork(const Glm5Sequence& src);
+  // The state of `seq` (whose length is a whole number of pages, with no speculative step
+  // pending) copied to the host: KDA conv and recurrent states, indexer rings and pooled
+  // keys, the latent pages (with their scales) and the MTP layer's cache.
+  Expected<SequenceSnapshot> snapshot(const Glm5Sequence& seq);
+  // A new sequence holding a snapshot's state (the tensors by name, on the host): every
+  // tensor is checked against this model's shapes and dtypes (kInvalidArgument naming the
+  // first one that differs or is missing); kResourceExhausted when the pool has no room
+  // for its pages.
+  Expected<std::unique_ptr<Glm5Sequence>> restore(int64_t length, int64_t mtp_length,
+                                                  const std::map<std::string, Tensor>& tensors);
   // Advances every entry (distinct sequences) by its tokens; results in entry order.
   // On error no sequence has advanced its length (its states may be partly updated).
   Expected<std::vector<StepResult>> step(std::span<const StepEntry> batch);
@@ -345,6 +367,15 @@ class Glm5Model {
   std::vector<int32_t> argmax_rows(const Tensor& logits);
   void copy_indexer_state(const Glm5Sequence::IndexerState& from, Glm5Sequence::IndexerState& to);
   void fork_mtp(const Glm5Sequence& src, Glm5Sequence& dst);
+  // snapshot / restore's parts (glm5_snapshot.cc).
+  Tensor host_copy(const Tensor& t);
+  void snapshot_pages(const LatentCachePool& pool, const std::vector<int32_t>& pages, const std::string& name,
+                      SequenceSnapshot& out);
+  void restore_pages(LatentCachePool& pool, std::vector<int32_t>& pages, int64_t tokens,
+                     const std::string& name, const std::map<std::string, Tensor>& tensors);
+  void snapshot_indexer(const Glm5Sequence::IndexerState& st, const std::string& name, SequenceSnapshot& out);
+  void restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, const std::string& name,
+                       const std::map<std::string, Tensor>& tensors);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
   // A dense MLP or expert; with sum_into, its output is added to *sum_into (returned).
   Tensor mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into = nullptr);

@@ -55,6 +55,48 @@ void LatentCachePool::copy_page(Ops& ops, int32_t from, int32_t to) {
   ops.copy_many(dst, src);
 }
 
+namespace {
+// Copies between the pool's rows of `pages` (every layer) and a page-major tensor pair:
+// to_pool decides the direction. One copy_many for all of them.
+void copy_pages(Ops& ops, const Tensor& storage, const Tensor& scales, std::span<const int32_t> pages,
+                const Tensor& data, const Tensor& data_scales, bool to_pool) {
+  const int64_t layers = storage.size(0);
+  std::vector<Tensor> views;
+  views.reserve(pages.size() * static_cast<size_t>(4 * layers));
+  std::vector<Tensor*> dst;
+  std::vector<const Tensor*> src;
+  for (size_t i = 0; i < pages.size(); ++i)
+    for (int64_t l = 0; l < layers; ++l)
+      for (auto [pool, flat] : {std::pair{&storage, &data}, {&scales, &data_scales}}) {
+        views.push_back(pool->select(0, l).select(0, pages[i]));
+        Tensor* p = &views.back();
+        views.push_back(flat->select(0, static_cast<int64_t>(i)).select(0, l));
+        Tensor* f = &views.back();
+        dst.push_back(to_pool ? p : f);
+        src.push_back(to_pool ? f : p);
+      }
+  ops.copy_many(dst, src);
+}
+}  // namespace
+
+void LatentCachePool::read_pages(Ops& ops, std::span<const int32_t> pages, Tensor& data,
+                                 Tensor& scales) const {
+  data = ops.empty(pages_shape(static_cast<int64_t>(pages.size())), dtype_);
+  scales = ops.empty(scales_shape(static_cast<int64_t>(pages.size())), DType::kF32);
+  copy_pages(ops, storage_, scales_, pages, data, scales, false);
+}
+
+void LatentCachePool::write_pages(Ops& ops, std::span<const int32_t> pages, const Tensor& data,
+                                  const Tensor& scales) {
+  const int64_t n = static_cast<int64_t>(pages.size());
+  if (data.shape() != pages_shape(n) || data.dtype() != dtype_ || scales.shape() != scales_shape(n) ||
+      scales.dtype() != DType::kF32)
+    throw StatusError(invalid_argument("latent cache: pages " + data.describe() + " / scales " +
+                                       scales.describe() + " do not match " + std::to_string(n) +
+                                       " pages of this pool"));
+  copy_pages(ops, storage_, scales_, pages, data, scales, true);
+}
+
 void LatentCachePool::release(std::vector<int32_t>& table) {
   for (auto it = table.rbegin(); it != table.rend(); ++it) {
     if (--holders_[static_cast<size_t>(*it)] == 0) free_.push_back(*it);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -42,6 +43,15 @@ class LatentCachePool {
   // Drops `table`'s hold on each of its pages (a page no table holds goes back to the
   // free list) and clears it.
   void release(std::vector<int32_t>& table);
+  // A prompt state on disk (Glm5Model::snapshot / restore): the rows of `pages` with their
+  // scales, as data [pages, layers, page_size, width] and scales [pages, layers, page_size]
+  // on the ops device (page-major, so that a run of pages is one contiguous slice), and
+  // the way back onto pages a table holds alone.
+  void read_pages(Ops& ops, std::span<const int32_t> pages, Tensor& data, Tensor& scales) const;
+  void write_pages(Ops& ops, std::span<const int32_t> pages, const Tensor& data, const Tensor& scales);
+  // The shapes of read_pages' tensors for `pages` pages.
+  Shape pages_shape(int64_t pages) const { return {pages, storage_.size(0), page_size_, width_}; }
+  Shape scales_shape(int64_t pages) const { return {pages, storage_.size(0), page_size_}; }
 
   // The kernel view of MLA layer `layer` for a sequence with page table `table` (int32,
   // on the ops device: the kernels read it there) and `tokens` cached tokens.

@@ -1,0 +1,198 @@
+// Glm5Model::snapshot / restore: a sequence's state as named host tensors and back
+// (prompt reuse's store on disk, engine/prompt_store.h).
+//
+// Names: kda.<i>.conv / kda.<i>.recurrent (by KDA layer), indexer.<i>.ring /
+// indexer.<i>.pool_keys (by MLA layer, each only when the sequence has it), latent.pages /
+// latent.scales (page-major: [pages, mla layers, page_size, width]), and for the MTP layer
+// mtp.pages / mtp.scales / mtp.indexer.* / mtp.pending / mtp.pending_tokens. The pages go
+// through the device kPagesPerCopy at a time, so a long prompt's snapshot needs little
+// device memory beside the pool.
+#include <algorithm>
+#include <string>
+
+#include "model/glm5/glm5_model.h"
+
+namespace tf {
+
+namespace {
+
+constexpr int64_t kPagesPerCopy = 64;
+
+// The tensor `name`, which must have `shape` and `dtype` (kInvalidArgument otherwise).
+const Tensor& expect_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name,
+                            const Shape& shape, DType dtype) {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) throw StatusError(invalid_argument("state tensor " + name + " is missing"));
+  const Tensor& t = it->second;
+  if (t.shape() != shape || t.dtype() != dtype || !t.device().is_cpu() || !t.is_contiguous())
+    throw StatusError(invalid_argument("state tensor " + name + " is " + t.describe() +
+                                       ", this model needs " + dtype_name(dtype) + shape_to_string(shape) +
+                                       " on the host, packed"));
+  return t;
+}
+
+int64_t pages_for(int64_t tokens, int64_t page_size) { return (tokens + page_size - 1) / page_size; }
+
+}  // namespace
+
+size_t SequenceSnapshot::bytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : tensors) n += t.nbytes();
+  return n;
+}
+
+Tensor Glm5Model::host_copy(const Tensor& t) {
+  if (!device_.is_cpu()) return ops_.to_host(t);
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  out.copy_from(t);
+  return out;
+}
+
+void Glm5Model::snapshot_pages(const LatentCachePool& pool, const std::vector<int32_t>& pages,
+                               const std::string& name, SequenceSnapshot& out) {
+  const int64_t n = static_cast<int64_t>(pages.size());
+  Tensor data = Tensor::empty(pool.pages_shape(n), pool.dtype());
+  Tensor scales = Tensor::empty(pool.scales_shape(n), DType::kF32);
+  for (int64_t at = 0; at < n; at += kPagesPerCopy) {
+    const int64_t k = std::min(kPagesPerCopy, n - at);
+    Tensor dev_data, dev_scales;
+    pool.read_pages(ops_,
+                    std::span<const int32_t>(pages).subspan(static_cast<size_t>(at), static_cast<size_t>(k)),
+                    dev_data, dev_scales);
+    data.slice(0, at, at + k).copy_from(ops_.to_host(dev_data));
+    scales.slice(0, at, at + k).copy_from(ops_.to_host(dev_scales));
+  }
+  out.tensors.emplace_back(name + ".pages", std::move(data));
+  out.tensors.emplace_back(name + ".scales", std::move(scales));
+}
+
+void Glm5Model::restore_pages(LatentCachePool& pool, std::vector<int32_t>& pages, int64_t tokens,
+                              const std::string& name, const std::map<std::string, Tensor>& tensors) {
+  const int64_t n = pages_for(tokens, pool.page_size());
+  const Tensor& data = expect_tensor(tensors, name + ".pages", pool.pages_shape(n), pool.dtype());
+  const Tensor& scales = expect_tensor(tensors, name + ".scales", pool.scales_shape(n), DType::kF32);
+  if (Status s = pool.reserve(pages, tokens); !s.is_ok()) throw StatusError(s);
+  for (int64_t at = 0; at < n; at += kPagesPerCopy) {
+    const int64_t k = std::min(kPagesPerCopy, n - at);
+    pool.write_pages(ops_,
+                     std::span<const int32_t>(pages).subspan(static_cast<size_t>(at), static_cast<size_t>(k)),
+                     ops_.to_device(data.slice(0, at, at + k)), ops_.to_device(scales.slice(0, at, at + k)));
+  }
+}
+
+void Glm5Model::snapshot_indexer(const Glm5Sequence::IndexerState& st, const std::string& name,
+                                 SequenceSnapshot& out) {
+  if (!st.ring.is_null()) out.tensors.emplace_back(name + ".ring", host_copy(st.ring));
+  if (st.pools > 0)
+    out.tensors.emplace_back(name + ".pool_keys", host_copy(st.pool_keys.slice(0, 0, st.pools)));
+}
+
+void Glm5Model::restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, const std::string& name,
+                                const std::map<std::string, Tensor>& tensors) {
+  // Counters follow from the length (glm5_model.h); a layer that never ran its indexer (a
+  // shared one) has neither tensor.
+  const int64_t kp = cfg_.index_kpool, di = cfg_.index_head_dim;
+  if (tensors.count(name + ".ring")) {
+    const Tensor& ring = expect_tensor(tensors, name + ".ring", {2, kp, di}, DType::kF32);
+    ensure_indexer_ring(st);
+    ops_.copy(st.ring, ring);
+    st.ring_rows = length % kp;
+  }
+  if (tensors.count(name + ".pool_keys")) {
+    const int64_t pools = length / kp;
+    const Tensor& keys = expect_tensor(tensors, name + ".pool_keys", {pools, di}, DType::kF32);
+    ensure_pool_capacity(st, pools);
+    Tensor dst = st.pool_keys.slice(0, 0, pools);
+    ops_.copy(dst, keys);
+    st.pools = pools;
+  }
+}
+
+Expected<SequenceSnapshot> Glm5Model::snapshot(const Glm5Sequence& seq) {
+  const int64_t ps = pool_->page_size();
+  if (seq.length_ % ps != 0)
+    return invalid_argument("snapshot: sequence length " + std::to_string(seq.length_) +
+                            " is not a whole number of " + std::to_string(ps) + "-token pages");
+  if (seq.spec_.pending) return invalid_argument("snapshot: a speculative step is still to be committed");
+  try {
+    SequenceSnapshot out;
+    out.length = seq.length_;
+    for (size_t i = 0; i < seq.kda_.size(); ++i) {
+      out.tensors.emplace_back("kda." + std::to_string(i) + ".conv", host_copy(seq.kda_[i].conv));
+      out.tensors.emplace_back("kda." + std::to_string(i) + ".recurrent", host_copy(seq.kda_[i].recurrent));
+    }
+    for (size_t i = 0; i < seq.indexer_.size(); ++i)
+      snapshot_indexer(seq.indexer_[i], "indexer." + std::to_string(i), out);
+    snapshot_pages(*pool_, seq.pages_, "latent", out);
+    if (mtp_pool_ && seq.mtp_length_ > 0) {
+      out.mtp_length = seq.mtp_length_;
+      snapshot_pages(*mtp_pool_, seq.mtp_pages_, "mtp", out);
+      snapshot_indexer(seq.mtp_indexer_, "mtp.indexer", out);
+      if (!seq.mtp_pending_.is_null()) {
+        out.tensors.emplace_back("mtp.pending", host_copy(seq.mtp_pending_));
+        std::vector<int32_t> tokens = seq.mtp_pending_tokens_;
+        Tensor t = Tensor::empty({static_cast<int64_t>(tokens.size())}, DType::kI32);
+        std::copy(tokens.begin(), tokens.end(), t.data<int32_t>());
+        out.tensors.emplace_back("mtp.pending_tokens", std::move(t));
+      }
+    }
+    return out;
+  } catch (const StatusError& e) {
+    return e.status().with_context("snapshot");
+  } catch (const std::exception& e) {
+    return resource_exhausted(std::string("snapshot: ") + e.what());
+  }
+}
+
+Expected<std::unique_ptr<Glm5Sequence>> Glm5Model::restore(int64_t length, int64_t mtp_length,
+                                                           const std::map<std::string, Tensor>& tensors) {
+  const int64_t ps = pool_->page_size();
+  if (length <= 0 || length % ps != 0)
+    return invalid_argument("restore: length " + std::to_string(length) +
+                            " is not a positive whole number of " + std::to_string(ps) + "-token pages");
+  if (mtp_length < 0 || mtp_length > length || (mtp_length > 0 && !mtp_pool_))
+    return invalid_argument("restore: MTP length " + std::to_string(mtp_length) + " for a sequence of " +
+                            std::to_string(length) + (mtp_pool_ ? "" : " (this model has no MTP layer)"));
+  try {
+    std::unique_ptr<Glm5Sequence> s = new_sequence();
+    for (size_t i = 0; i < s->kda_.size(); ++i) {
+      Glm5Sequence::KdaState& k = s->kda_[i];
+      const std::string name = "kda." + std::to_string(i);
+      ops_.copy(k.conv, expect_tensor(tensors, name + ".conv", k.conv.shape(), k.conv.dtype()));
+      ops_.copy(k.recurrent,
+                expect_tensor(tensors, name + ".recurrent", k.recurrent.shape(), k.recurrent.dtype()));
+    }
+    for (size_t i = 0; i < s->indexer_.size(); ++i)
+      restore_indexer(s->indexer_[i], length, "indexer." + std::to_string(i), tensors);
+    restore_pages(*pool_, s->pages_, length, "latent", tensors);
+    s->pages_dev_ = upload_i32(s->pages_);
+    s->length_ = length;
+    if (mtp_length > 0) {
+      restore_pages(*mtp_pool_, s->mtp_pages_, mtp_length, "mtp", tensors);
+      s->mtp_pages_dev_ = upload_i32(s->mtp_pages_);
+      s->mtp_length_ = mtp_length;
+      restore_indexer(s->mtp_indexer_, mtp_length, "mtp.indexer", tensors);
+      if (auto it = tensors.find("mtp.pending"); it != tensors.end()) {
+        const Tensor& pending = it->second;
+        if (pending.dim() != 2)
+          throw StatusError(invalid_argument("state tensor mtp.pending is " + pending.describe()));
+        const int64_t rows = pending.size(0);
+        const Tensor& host = expect_tensor(tensors, "mtp.pending", {rows, cfg_.hidden_size}, DType::kF32);
+        const Tensor& tokens = expect_tensor(tensors, "mtp.pending_tokens", {rows}, DType::kI32);
+        if (mtp_length + rows > length)
+          throw StatusError(invalid_argument("state tensor mtp.pending has " + std::to_string(rows) +
+                                             " rows; the MTP cache and the sequence are only " +
+                                             std::to_string(length - mtp_length) + " apart"));
+        s->mtp_pending_ = ops_.to_device(host);
+        s->mtp_pending_tokens_.assign(tokens.data<int32_t>(), tokens.data<int32_t>() + rows);
+      }
+    }
+    return s;
+  } catch (const StatusError& e) {
+    return e.status().with_context("restore");
+  } catch (const std::exception& e) {
+    return resource_exhausted(std::string("restore: ") + e.what());
+  }
+}
+
+}  // namespace tf
