@@ -220,6 +220,16 @@ void add_serve_command(CLI::App& app) {
       ->envname("KEPT_PROMPTS")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  cmd->add_option(
+         "--prompt-store", o->engine.prompt_store,
+         "a folder where kept prompt states are also written: a prompt resumes from one after it left "
+         "the device or after a restart (unset: none)")
+      ->envname("PROMPT_STORE");
+  cmd->add_option("--prompt-store-gib", o->engine.prompt_store_gib,
+                  "--prompt-store: the most its files hold (least recently used deleted first)")
+      ->envname("PROMPT_STORE_GIB")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--kv-pool-gib", o->engine.kv_pool_gib, "cap on the cache pool (0: no cap)")
       ->envname("KV_POOL_GIB")
       ->check(CLI::NonNegativeNumber)

@@ -336,7 +336,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   sc.max_waiting = options.max_waiting;
   if (Status s = sc.validate(); !s.is_ok()) return s;
   m.scheduler = std::make_unique<Scheduler>(sc, *m.budget);
-  m.setup_prompt_reuse();
+  if (Status s = m.setup_prompt_reuse(); !s.is_ok()) return s;
   m.samplers.resize(static_cast<size_t>(m.sample_pool.size()));
 
   m.info.id = options.served_name.empty() ? fs::absolute(dir).filename().string() : options.served_name;

@@ -23,6 +23,7 @@
 #include "engine/memory_plan.h"
 #include "engine/paged_cache_budget.h"
 #include "engine/prompt_media.h"
+#include "engine/prompt_store.h"
 #include "engine/scheduler.h"
 #include "engine/step_broadcast.h"
 #include "engine/structured_output.h"
@@ -167,6 +168,9 @@ struct Engine::Impl {
   PromptIndex kept_index;
   std::map<uint64_t, KeptPrompt> kept;
   int64_t kept_pages = 0;
+  // PROMPT_STORE: kept states on disk too (null: none). Destroyed before the model (it is
+  // declared after it), after the writer has written what was queued.
+  std::unique_ptr<PromptStore> store;
   int64_t reuse_grain = 0;
   int kept_max = 0;
   std::unique_ptr<Scheduler> scheduler;
@@ -242,8 +246,12 @@ struct Engine::Impl {
   // Prompt reuse (engine_prompt_reuse.cc): set up at load; the scheduler's admission hook
   // (resumes a choice from the longest kept prompt it starts with, and plans where its
   // state is kept); after a step, keeps the state of the choices that reached such a
-  // point; evicts one kept prompt.
-  void setup_prompt_reuse();
+  // point; evicts one kept prompt. PROMPT_STORE: opens the store (an error when its folder
+  // cannot be used); restore_stored makes a stored state a kept prompt (its id, or none).
+  Status setup_prompt_reuse();
+  std::optional<uint64_t> restore_stored(const PromptIndex::Hit& hit, std::span<const int32_t> prompt);
+  void store_prompt_state(const LiveChoice& c, std::span<const int32_t> tokens);
+  std::string prompt_store_fingerprint() const;
   int64_t resume_from_kept(RequestId id);
   void keep_prompt_states(std::span<LiveChoice* const> prefilled);
   void evict_kept(uint64_t id);

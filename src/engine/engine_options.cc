@@ -31,6 +31,9 @@ Status EngineOptions::validate() const {
     return invalid_argument("DRAFTER (--drafter) must be mtp or none, got '" + draft_model + "'");
   if (mtp_max < 1 || mtp_max > 63)
     return invalid_argument("MTP_MAX (--mtp-max) must be in 1..63, got " + std::to_string(mtp_max));
+  if (!(prompt_store_gib > 0.0) || prompt_store_gib > 1048576.0)
+    return invalid_argument("PROMPT_STORE_GIB (--prompt-store-gib) must be in (0, 1048576], got " +
+                            std::to_string(prompt_store_gib));
   if (kept_prompts < 0 || kept_prompts > 4096)
     return invalid_argument("KEPT_PROMPTS (--kept-prompts) must be in 0..4096, got " + std::to_string(kept_prompts));
   if (device != "cpu" && device != "cuda") {

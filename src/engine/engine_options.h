@@ -50,6 +50,11 @@ struct EngineOptions {
   // off (SHARED_PREFIX=0). Each holds one stream's KDA state (in the memory plan) and its
   // prompt's cache pages (given back whenever a request needs them).
   int32_t kept_prompts = 16;
+  // PROMPT_STORE: a folder where kept prompts' states are also written (prompt_store.h), so
+  // that a prompt resumes from one after it left the device or after a restart; empty: none.
+  // PROMPT_STORE_GIB bounds what the folder holds (least recently used files deleted first).
+  std::string prompt_store;
+  double prompt_store_gib = 64.0;
   std::string device = "cpu";     // DEVICE: cpu | cuda (GPU 0; needs a CUDA build)
   // DENSE: how the projection matrices are held. "" is kDefaultDense (q4). q4 / fp8: the
   // large dense matrices (load_glm5_weights lists them) are re-quantized at load

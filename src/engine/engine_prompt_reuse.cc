@@ -36,9 +36,13 @@ bool Engine::Impl::KeptReclaimer::reclaim_one() {
   return true;
 }
 
-void Engine::Impl::setup_prompt_reuse() {
+Status Engine::Impl::setup_prompt_reuse() {
   const int64_t page = budget ? plan.page_size : 0;
-  if (options.kept_prompts <= 0 || page <= 0) return;
+  if (options.kept_prompts <= 0 || page <= 0) {
+    if (!options.prompt_store.empty())
+      TF_LOG_WARN("PROMPT_STORE is not used: prompt reuse is off (KEPT_PROMPTS=0)");
+    return Status::ok();
+  }
   // A kept length ends a prefill chunk (bit-equal resumes), fills its last cache page (a
   // shared page is never written again) and its last indexer pool (no partial pool to carry).
   const int64_t grain = std::lcm(std::lcm<int64_t>(options.prefill_chunk_or_default(), page),
@@ -48,6 +52,22 @@ void Engine::Impl::setup_prompt_reuse() {
   kept_reclaimer.impl = this;
   budget->set_reclaimer(&kept_reclaimer);
   scheduler->set_prefix_hit([this](const RequestSpec& spec) { return resume_from_kept(spec.id); });
+  if (options.prompt_store.empty()) return Status::ok();
+  if (tp) {
+    // Every rank would need its shard's file, and a read that fails on one rank must fail
+    // on all: not built yet.
+    TF_LOG_WARN("PROMPT_STORE is not used with tensor parallelism (TP > 1) yet");
+    return Status::ok();
+  }
+  PromptStoreOptions so;
+  so.dir = options.prompt_store;
+  so.fingerprint = prompt_store_fingerprint();
+  so.max_bytes = static_cast<int64_t>(options.prompt_store_gib * 1073741824.0);
+  TF_ASSIGN_OR_RETURN(store, PromptStore::open(so));
+  const PromptStoreStats st = store->stats();
+  TF_LOG_INFO("prompt store: {} ({} states, {:.2f} GiB of {:.2f})", store->folder(), st.files,
+              st.bytes / 1073741824.0, options.prompt_store_gib);
+  return Status::ok();
 }
 
 int64_t Engine::Impl::reuse_limit(const LiveRequest& r) const {
@@ -70,7 +90,16 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
   const int64_t system = std::min(c.request->req.shared_prefix_tokens, limit);
   c.keep_at = {round_down(limit), round_down(shared), round_down(system)};
   int64_t from = 0;
-  if (const std::optional<PromptIndex::Hit> hit = kept_index.longest_prefix(prompt, limit)) {
+  std::optional<PromptIndex::Hit> hit = kept_index.longest_prefix(prompt, limit);
+  if (store) {
+    // A longer prefix on disk than on the device: it becomes a kept prompt first.
+    const std::optional<PromptIndex::Hit> stored = store->longest_prefix(prompt, limit);
+    if (stored && stored->tokens > (hit ? hit->tokens : 0)) {
+      if (const std::optional<uint64_t> id = restore_stored(*stored, prompt))
+        hit = PromptIndex::Hit{*id, stored->tokens};
+    }
+  }
+  if (hit) {
     auto forked = model->fork(*kept.at(hit->id).sequence);
     if (forked) {
       c.sequence = std::move(*forked);
@@ -95,6 +124,7 @@ void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {
     if (std::find(c->keep_at.begin(), c->keep_at.end(), c->prefilled) == c->keep_at.end()) continue;
     const std::vector<int32_t>& prompt = c->request->reuse_prompt();
     const std::span<const int32_t> tokens(prompt.data(), static_cast<size_t>(c->prefilled));
+    if (store) store_prompt_state(*c, tokens);
     if (kept_index.find(tokens)) continue;  // kept already (and now the most recently used)
     while (static_cast<int>(kept.size()) >= kept_max) {
       if (!kept_reclaimer.reclaim_one()) break;

@@ -511,6 +511,13 @@ struct HttpServer::Impl {
         {"pool_free_tokens", h.pool_free_tokens},
         {"kept_prompts", h.kept_prompts},
         {"kept_prompt_tokens", h.kept_prompt_tokens},
+        {"prompt_store", h.prompt_store ? Json{{"files", h.prompt_store_files},
+                                               {"bytes", h.prompt_store_bytes},
+                                               {"written_total", h.prompt_store_written_total},
+                                               {"skipped_total", h.prompt_store_skipped_total},
+                                               {"restored_total", h.prompt_store_restored_total},
+                                               {"failed_reads_total", h.prompt_store_failed_reads_total}}
+                                        : Json(nullptr)},
         {"vision_patches_total", h.vision_patches_total},
         {"vision_patches_skipped_total", h.vision_patches_skipped_total},
         {"device_memory",

@@ -146,6 +146,22 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   unlabelled(out, "tensorfold:kept_prompts", "gauge", "Prompt states kept for reuse.", h.kept_prompts);
   unlabelled(out, "tensorfold:kept_prompt_tokens", "gauge", "Prompt tokens the kept prompt states cover.",
              h.kept_prompt_tokens);
+  if (h.prompt_store) {
+    unlabelled(out, "tensorfold:prompt_store_files", "gauge", "Prompt states in PROMPT_STORE's folder.",
+               h.prompt_store_files);
+    unlabelled(out, "tensorfold:prompt_store_bytes", "gauge",
+               "Bytes of the prompt states in PROMPT_STORE's folder.", h.prompt_store_bytes);
+    unlabelled(out, "tensorfold:prompt_store_written_total", "counter",
+               "Prompt states written to PROMPT_STORE.", h.prompt_store_written_total);
+    unlabelled(out, "tensorfold:prompt_store_skipped_total", "counter",
+               "Prompt states not written: the writer's queue was full, or the write failed.",
+               h.prompt_store_skipped_total);
+    unlabelled(out, "tensorfold:prompt_store_restored_total", "counter",
+               "Prompts resumed from a state read back from PROMPT_STORE.", h.prompt_store_restored_total);
+    unlabelled(out, "tensorfold:prompt_store_failed_reads_total", "counter",
+               "Stored prompt states that failed their checks when read (deleted).",
+               h.prompt_store_failed_reads_total);
+  }
   unlabelled(out, "tensorfold:vision_patches_total", "counter",
              "Image and video patches the vision tower encoded.", h.vision_patches_total);
   unlabelled(out, "tensorfold:vision_patches_skipped_total", "counter",

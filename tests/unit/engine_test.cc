@@ -1068,6 +1068,169 @@ TEST_F(PromptReuseTest, KeptPromptsAreCappedAndGiveWay) {
   EXPECT_EQ(run_on(e, sampled("big1-again", text_of("big one", 1000), 4)).cached, 0) << "it was evicted";
 }
 
+// PROMPT_STORE (prompt_store.h): kept states are written to files, read back by the next
+// engine on the same checkpoint and settings (a restart), and by the same engine after a
+// state left the device; every resumed reply is the fresh run's bit for bit. A file that
+// fails its checks is deleted and not used; another fingerprint's files are not read.
+class PromptStoreTest : public PromptReuseTest {
+ protected:
+  static EngineOptions store_options(const fs::path& dir) {
+    EngineOptions o = demo_options();
+    o.prompt_store = dir.string();
+    return o;
+  }
+  static std::unique_ptr<Engine> engine_at(const EngineOptions& o) {
+    auto e = Engine::create(o);
+    EXPECT_TRUE(e.has_value()) << e.status().to_string();
+    return e.has_value() ? std::move(*e) : nullptr;
+  }
+  static void wait_written(Engine& e, int64_t n) {
+    for (int i = 0; i < 500 && e.health().prompt_store_written_total < n; ++i)
+      std::this_thread::sleep_for(10ms);
+    EXPECT_GE(e.health().prompt_store_written_total, n);
+  }
+  // A prompt of exactly `tokens` tokens (kept at the same length, so stored in files of one size).
+  static std::vector<int32_t> of_length(const std::string& topic, size_t tokens) {
+    std::vector<int32_t> p = prompt(long_text(topic, 200));
+    EXPECT_GE(p.size(), tokens);
+    p.resize(tokens);
+    return p;
+  }
+  // The state files under the store's root (one fingerprint folder each).
+  static std::vector<fs::path> files_in(const fs::path& dir) {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+      if (e.is_regular_file()) out.push_back(e.path());
+    return out;
+  }
+  void SetUp() override {
+    dir_ = root_ / ("store-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(PromptStoreTest, StatesSurviveARestart) {
+  const std::vector<int32_t> p = prompt(long_text("restarted", 90));
+  const auto n = static_cast<int64_t>(p.size());
+  Reply first;
+  {
+    auto a = engine_at(store_options(dir_));
+    ASSERT_NE(a, nullptr);
+    first = run_on(*a, sampled("s1", p, 16));
+    EXPECT_EQ(first.cached, 0);
+    const EngineHealth h = a->health();
+    EXPECT_TRUE(h.prompt_store);
+  }  // the engine's stop writes what is queued
+  const std::vector<fs::path> files = files_in(dir_);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(fs::status(files[0]).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  auto b = engine_at(store_options(dir_));
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->health().prompt_store_files, 1);
+  const Reply second = run_on(*b, sampled("s2", p, 16));
+  EXPECT_EQ(second.cached, (n - 1) / 64 * 64);
+  EXPECT_EQ(second.text, first.text);
+  EXPECT_EQ(second.logprobs, first.logprobs);  // bit for bit
+  const Reply fresh = run_on(fresh_engine(), sampled("s3", p, 16));
+  EXPECT_EQ(fresh.logprobs, first.logprobs);
+  EXPECT_EQ(b->health().prompt_store_restored_total, 1);
+  EXPECT_EQ(b->health().kept_prompts, 1) << "the stored state became a kept prompt";
+  EXPECT_EQ(run_on(*b, sampled("s4", p, 16)).cached, second.cached);
+  EXPECT_EQ(b->health().prompt_store_restored_total, 1) << "the second resume is from the device";
+}
+
+TEST_F(PromptStoreTest, ACorruptFileIsDeletedAndNotUsed) {
+  const std::vector<int32_t> p = prompt(long_text("corrupted", 90));
+  Reply first;
+  {
+    auto a = engine_at(store_options(dir_));
+    ASSERT_NE(a, nullptr);
+    first = run_on(*a, sampled("c1", p, 8));
+  }
+  std::vector<fs::path> files = files_in(dir_);
+  ASSERT_EQ(files.size(), 1u);
+  {
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-100, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(-100, std::ios::end);
+    f.write(&c, 1);
+  }
+  auto b = engine_at(store_options(dir_));
+  ASSERT_NE(b, nullptr);
+  const Reply second = run_on(*b, sampled("c2", p, 8));
+  EXPECT_EQ(second.cached, 0);
+  EXPECT_EQ(second.logprobs, first.logprobs);
+  EXPECT_EQ(b->health().prompt_store_failed_reads_total, 1);
+  EXPECT_EQ(b->health().prompt_store_restored_total, 0);
+  wait_written(*b, 1);  // deleted, then written again by the run in full
+  b.reset();
+  auto again = engine_at(store_options(dir_));
+  ASSERT_NE(again, nullptr);
+  const Reply third = run_on(*again, sampled("c3", p, 8));
+  EXPECT_GT(third.cached, 0);
+  EXPECT_EQ(third.logprobs, first.logprobs);
+  // Another prefill chunk (states at other multiples, other bits): another folder, nothing read.
+  EngineOptions other = store_options(dir_);
+  other.prefill_chunk = 64;
+  auto c = engine_at(other);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->health().prompt_store_files, 0);
+}
+
+TEST_F(PromptStoreTest, AnEvictedStateResumesFromTheFile) {
+  EngineOptions o = store_options(dir_);
+  o.parallel = 1;
+  o.kept_prompts = 2;  // the third prompt evicts the first from the device
+  auto e = engine_at(o);
+  ASSERT_NE(e, nullptr);
+  std::map<std::string, Reply> first;
+  std::map<std::string, std::vector<int32_t>> prompts;
+  for (const char* topic : {"first", "second", "third"}) {
+    prompts[topic] = prompt(long_text(topic, 90));
+    first[topic] = run_on(*e, sampled(topic, prompts[topic], 8));
+  }
+  wait_written(*e, 3);
+  EXPECT_EQ(e->health().kept_prompts, 2);
+  EXPECT_EQ(e->health().prompt_store_files, 3);
+  const Reply again = run_on(*e, sampled("first-again", prompts["first"], 8));
+  EXPECT_EQ(again.cached, (static_cast<int64_t>(prompts["first"].size()) - 1) / 64 * 64);
+  EXPECT_EQ(again.logprobs, first["first"].logprobs);
+  EXPECT_EQ(e->health().prompt_store_restored_total, 1);
+  EXPECT_EQ(e->health().prompt_store_written_total, 3) << "a restored state is not written again";
+}
+
+TEST_F(PromptStoreTest, TheFolderStaysWithinItsBound) {
+  EngineOptions o = store_options(dir_);
+  auto probe = engine_at(o);
+  ASSERT_NE(probe, nullptr);
+  run_on(*probe, sampled("b0", of_length("bounded", 200), 4));
+  wait_written(*probe, 1);
+  const int64_t one = probe->health().prompt_store_bytes;
+  ASSERT_GT(one, 0);
+  probe.reset();
+  fs::remove_all(dir_);
+  o.prompt_store_gib = (2.5 * static_cast<double>(one)) / 1073741824.0;  // room for two such files
+  auto e = engine_at(o);
+  ASSERT_NE(e, nullptr);
+  int64_t written = 0;
+  for (const char* topic : {"bound one", "bound two", "bound three", "bound four"}) {
+    run_on(*e, sampled(topic, of_length(topic, 200), 4));
+    wait_written(*e, ++written);
+  }
+  const EngineHealth h = e->health();
+  EXPECT_EQ(h.prompt_store_written_total, 4);
+  EXPECT_EQ(h.prompt_store_files, 2);
+  EXPECT_LE(h.prompt_store_bytes, static_cast<int64_t>(2.5 * static_cast<double>(one)));
+  EXPECT_EQ(files_in(dir_).size(), 2u);
+}
+
 }  // namespace
 }  // namespace tf::engine
 

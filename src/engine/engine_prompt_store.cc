@@ -1,0 +1,118 @@
+// Prompt reuse's store on disk (PROMPT_STORE, prompt_store.h): a kept state is also written
+// to a file, and a prompt that starts with a stored state longer than any kept on the device
+// resumes from it (it becomes a kept prompt first). A stored state must be one this server
+// would have computed itself, bit for bit: the fingerprint names the build, the checkpoint
+// and the settings that change a state's bits, and a file is read only under its own.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/logging.h"
+#include "core/version.h"
+#include "engine/engine_impl.h"
+
+extern char** environ;
+
+namespace tf::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// FNV-1a, 64 bits: names, not security (a file is also checked by its tokens and CRC).
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  Fnv& add(std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;  // a separator: ("ab", "c") differs from ("a", "bc")
+    h *= 1099511628211ull;
+    return *this;
+  }
+  Fnv& add(int64_t v) { return add(std::to_string(v)); }
+};
+
+// A file's identity without reading it: size and modification time (a rebuilt binary or a
+// re-downloaded checkpoint shard counts as another).
+void add_file_identity(Fnv& f, const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    f.add(path.string()).add(-1);
+    return;
+  }
+  f.add(path.filename().string())
+      .add(static_cast<int64_t>(st.st_size))
+      .add(static_cast<int64_t>(st.st_mtim.tv_sec))
+      .add(static_cast<int64_t>(st.st_mtim.tv_nsec));
+}
+
+}  // namespace
+
+std::string Engine::Impl::prompt_store_fingerprint() const {
+  Fnv f;
+  f.add(kVersion);
+  std::error_code ec;
+  add_file_identity(f, fs::read_symlink("/proc/self/exe", ec));
+  // The checkpoint: every file of its folder (config.json, the shards, the tokenizer).
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(options.model_dir, ec))
+    if (e.is_regular_file(ec)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) add_file_identity(f, p);
+  // The settings a state's bits depend on, and the TF_* knobs that pick kernels.
+  f.add(options.device).add(options.cuda_device).add(options.kv).add(options.dense).add(options.lm_head);
+  f.add(plan.page_size).add(options.prefill_chunk_or_default()).add(options.exact_rows).add(reuse_grain);
+  f.add(options.draft_model);
+  std::vector<std::string> knobs;
+  for (char** e = environ; e && *e; ++e)
+    if (std::string_view(*e).substr(0, 3) == "TF_") knobs.emplace_back(*e);
+  std::sort(knobs.begin(), knobs.end());
+  for (const std::string& k : knobs) f.add(k);
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(f.h));
+  return buf;
+}
+
+std::optional<uint64_t> Engine::Impl::restore_stored(const PromptIndex::Hit& hit,
+                                                     std::span<const int32_t> prompt) {
+  if (hit.tokens % reuse_grain != 0) return std::nullopt;
+  Expected<StoredState> state = store->read(hit.id, prompt);
+  if (!state) {
+    TF_LOG_WARN("prompt store: not resuming from a stored state: {}", state.status().to_string());
+    return std::nullopt;
+  }
+  while (static_cast<int>(kept.size()) >= kept_max) {
+    if (!kept_reclaimer.reclaim_one()) break;
+  }
+  Expected<CacheHandle> handle = budget->reserve(hit.tokens);
+  if (!handle) return std::nullopt;  // the pool is full of live requests: prefill instead
+  auto seq = model->restore(state->length, state->mtp_length, state->tensors);
+  if (!seq) {
+    budget->release(*handle);
+    TF_LOG_WARN("prompt store: restoring a stored state failed: {}", seq.status().to_string());
+    return std::nullopt;
+  }
+  const uint64_t id = next_id++;
+  kept_pages += budget->pages_for(hit.tokens);
+  kept.emplace(id, KeptPrompt{std::move(*seq), *handle});
+  kept_index.add(id, std::vector<int32_t>(prompt.begin(), prompt.begin() + hit.tokens));
+  store->note_restored();
+  return id;
+}
+
+void Engine::Impl::store_prompt_state(const LiveChoice& c, std::span<const int32_t> tokens) {
+  if (!store->wants(tokens)) return;
+  // The copy to the host happens here, on the engine thread; the file is written by the store's own.
+  Expected<SequenceSnapshot> snap = model->snapshot(*c.sequence);
+  if (!snap) {
+    TF_LOG_WARN("prompt store: no snapshot of a prompt's state: {}", snap.status().to_string());
+    return;
+  }
+  store->put(std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(*snap));
+}
+
+}  // namespace tf::engine

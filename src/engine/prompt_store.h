@@ -1,0 +1,123 @@
+// PromptStore: kept prompts' states on disk (PROMPT_STORE), so that a prompt resumes from
+// one after its state left the device (evicted for a request's pages, or past
+// KEPT_PROMPTS) or after the server restarted.
+//
+// Each state is one file, <dir>/<fingerprint>/<hash of its tokens>.tfstate, in the
+// safetensors format: the prompt's tokens ("prompt.tokens", the reuse keys: media
+// placeholders as their pictures' hashes) and the model's snapshot of the sequence
+// (Glm5Model::snapshot), with the metadata: format, fingerprint, lengths and a CRC-32 of
+// the data section. The fingerprint names the build, the checkpoint and every setting
+// that changes a state's bits (engine_prompt_reuse.cc), so a file is only ever read by
+// a server that would have computed the same state; other fingerprints' folders are
+// left alone. Files are written by a thread of their own (the engine thread only copies
+// the state to the host), to a temporary name, fsynced, then renamed, mode 0600 in a
+// 0700 folder: a crash leaves either the whole file or none, and a file that fails its
+// CRC when read is deleted and not used. The folder is bounded by max_bytes, least
+// recently used files deleted first (the order survives restarts through the files'
+// modification times).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/prompt_index.h"
+#include "core/status.h"
+#include "model/glm5/glm5_model.h"
+#include "model/safetensors.h"
+
+namespace tf::engine {
+
+struct PromptStoreOptions {
+  std::string dir;          // the store's root; created (0700) when missing
+  std::string fingerprint;  // names the subfolder this server reads and writes
+  int64_t max_bytes = 0;    // the subfolder's bound
+  int max_pending = 2;      // states waiting for the writer (each held on the host)
+};
+
+struct PromptStoreStats {
+  int64_t files = 0, bytes = 0;
+  int64_t written_total = 0, skipped_total = 0;  // skipped: the writer's queue was full
+  int64_t restored_total = 0, failed_reads_total = 0;
+};
+
+// A stored state read back: its tensors by name (views of the mapped file, valid while
+// `file` lives) and lengths, for Glm5Model::restore.
+struct StoredState {
+  std::unique_ptr<SafetensorsFile> file;
+  int64_t length = 0, mtp_length = 0;
+  std::map<std::string, Tensor> tensors;
+};
+
+class PromptStore {
+ public:
+  // Creates the folders when missing and indexes the files of this fingerprint (a file
+  // whose header cannot be read is deleted; leftovers of interrupted writes too).
+  static Expected<std::unique_ptr<PromptStore>> open(const PromptStoreOptions& options);
+  // Writes what is still queued (a clean stop keeps every state it was given).
+  ~PromptStore();
+  PromptStore(const PromptStore&) = delete;
+  PromptStore& operator=(const PromptStore&) = delete;
+
+  const std::string& folder() const { return folder_; }
+  // The longest stored state whose tokens are a prefix of prompt[0, limit).
+  std::optional<PromptIndex::Hit> longest_prefix(std::span<const int32_t> prompt, int64_t limit);
+  // Whether put() would take these tokens now: not stored or queued already, and room
+  // in the writer's queue (counted as skipped when it is full).
+  bool wants(std::span<const int32_t> tokens);
+  // Queues a state for the writer.
+  void put(std::vector<int32_t> tokens, SequenceSnapshot snapshot);
+  // Reads a stored state (a hit of longest_prefix for `prompt`) and checks it: format,
+  // fingerprint, tokens (a prefix of the prompt) and CRC. A file that fails is deleted and
+  // leaves the index.
+  Expected<StoredState> read(uint64_t id, std::span<const int32_t> prompt);
+  // Marks a read state as restored (stats).
+  void note_restored();
+  PromptStoreStats stats() const;
+  // Tests: waits until the writer's queue is empty.
+  void flush();
+
+ private:
+  struct Pending {
+    std::vector<int32_t> tokens;
+    SequenceSnapshot snapshot;
+  };
+  struct File {
+    std::string path;
+    int64_t bytes = 0;
+  };
+  explicit PromptStore(PromptStoreOptions options) : options_(std::move(options)) {}
+  void scan();
+  void writer_loop();
+  Status write(const Pending& p);
+  void add_file(std::vector<int32_t> tokens, File file);  // mu_ held
+  void drop_file(uint64_t id, bool delete_it);            // mu_ held
+  void make_room(int64_t bytes);                          // mu_ held
+
+  PromptStoreOptions options_;
+  std::string folder_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  PromptIndex index_;
+  std::map<uint64_t, File> files_;
+  uint64_t next_id_ = 1;
+  std::deque<Pending> queue_;
+  std::set<std::string> queued_names_;
+  bool writing_ = false, stop_ = false;
+  PromptStoreStats stats_;
+  std::thread writer_;
+};
+
+// The store's file name for a prompt's tokens (a 64-bit hash of them, in hex).
+std::string prompt_state_name(std::span<const int32_t> tokens);
+
+}  // namespace tf::engine
