@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "core/logging.h"
 #include "core/version.h"
@@ -67,6 +68,14 @@ std::string Engine::Impl::prompt_store_fingerprint() const {
   f.add(options.device).add(options.cuda_device).add(options.kv).add(options.dense).add(options.lm_head);
   f.add(plan.page_size).add(options.prefill_chunk_or_default()).add(options.exact_rows).add(reuse_grain);
   f.add(options.draft_model);
+  // Kernels size themselves from the GPU they run on: its model too.
+  if (options.device == "cuda") {
+    for (const auto& gpu : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+      std::ifstream info(gpu.path() / "information");
+      for (std::string line; std::getline(info, line);)
+        if (line.rfind("Model:", 0) == 0) f.add(line);
+    }
+  }
   std::vector<std::string> knobs;
   for (char** e = environ; e && *e; ++e)
     if (std::string_view(*e).substr(0, 3) == "TF_") knobs.emplace_back(*e);
