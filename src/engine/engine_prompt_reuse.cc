@@ -63,6 +63,10 @@ Status Engine::Impl::setup_prompt_reuse() {
   so.dir = options.prompt_store;
   so.fingerprint = prompt_store_fingerprint();
   so.max_bytes = static_cast<int64_t>(options.prompt_store_gib * 1073741824.0);
+  // States wait for the writer in host memory: at most half of what MEMORY_RESERVE_GIB leaves
+  // free for such work (at least 512 MiB), so a long prompt's state cannot crowd the host.
+  so.max_pending_bytes =
+      std::max<int64_t>(int64_t{512} << 20, static_cast<int64_t>(options.memory_reserve_gib * 536870912.0));
   TF_ASSIGN_OR_RETURN(store, PromptStore::open(so));
   const PromptStoreStats st = store->stats();
   TF_LOG_INFO("prompt store: {} ({} states, {:.2f} GiB of {:.2f})", store->folder(), st.files,

@@ -114,7 +114,7 @@ std::optional<uint64_t> Engine::Impl::restore_stored(const PromptIndex::Hit& hit
 }
 
 void Engine::Impl::store_prompt_state(const LiveChoice& c, std::span<const int32_t> tokens) {
-  if (!store->wants(tokens)) return;
+  if (!store->wants(tokens, model->snapshot_bytes(*c.sequence))) return;
   // The copy to the host happens here, on the engine thread; the file is written by the store's own.
   Expected<SequenceSnapshot> snap = model->snapshot(*c.sequence);
   if (!snap) {

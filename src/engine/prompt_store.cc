@@ -192,10 +192,11 @@ std::optional<PromptIndex::Hit> PromptStore::longest_prefix(std::span<const int3
   return index_.longest_prefix(prompt, limit);
 }
 
-bool PromptStore::wants(std::span<const int32_t> tokens) {
+bool PromptStore::wants(std::span<const int32_t> tokens, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.find(tokens) || queued_names_.count(prompt_state_name(tokens))) return false;
-  if (static_cast<int>(queue_.size()) >= options_.max_pending) {
+  if (static_cast<int>(queue_.size()) >= options_.max_pending ||
+      queued_bytes_ + bytes > options_.max_pending_bytes || bytes > options_.max_bytes) {
     ++stats_.skipped_total;
     return false;
   }
@@ -206,6 +207,7 @@ void PromptStore::put(std::vector<int32_t> tokens, SequenceSnapshot snapshot) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queued_names_.insert(prompt_state_name(tokens));
+    queued_bytes_ += static_cast<int64_t>(snapshot.bytes());
     queue_.push_back(Pending{std::move(tokens), std::move(snapshot)});
   }
   cv_.notify_all();
@@ -223,6 +225,7 @@ void PromptStore::writer_loop() {
     const Status s = write(p);
     lock.lock();
     queued_names_.erase(prompt_state_name(p.tokens));
+    queued_bytes_ -= static_cast<int64_t>(p.snapshot.bytes());
     writing_ = false;
     if (s.is_ok()) {
       ++stats_.written_total;

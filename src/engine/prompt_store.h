@@ -42,6 +42,7 @@ struct PromptStoreOptions {
   std::string fingerprint;  // names the subfolder this server reads and writes
   int64_t max_bytes = 0;    // the subfolder's bound
   int max_pending = 2;      // states waiting for the writer (each held on the host)
+  int64_t max_pending_bytes = int64_t{1} << 31;  // and their bytes together (a larger state is not stored)
 };
 
 struct PromptStoreStats {
@@ -71,9 +72,9 @@ class PromptStore {
   const std::string& folder() const { return folder_; }
   // The longest stored state whose tokens are a prefix of prompt[0, limit).
   std::optional<PromptIndex::Hit> longest_prefix(std::span<const int32_t> prompt, int64_t limit);
-  // Whether put() would take these tokens now: not stored or queued already, and room
-  // in the writer's queue (counted as skipped when it is full).
-  bool wants(std::span<const int32_t> tokens);
+  // Whether put() would take these tokens' state of `bytes` bytes now: not stored or queued
+  // already, and room in the writer's queue (counted as skipped when there is none).
+  bool wants(std::span<const int32_t> tokens, int64_t bytes);
   // Queues a state for the writer.
   void put(std::vector<int32_t> tokens, SequenceSnapshot snapshot);
   // Reads a stored state (a hit of longest_prefix for `prompt`) and checks it: format,
@@ -112,6 +113,7 @@ class PromptStore {
   uint64_t next_id_ = 1;
   std::deque<Pending> queue_;
   std::set<std::string> queued_names_;
+  int64_t queued_bytes_ = 0;  // of the queue and the state being written
   bool writing_ = false, stop_ = false;
   PromptStoreStats stats_;
   std::thread writer_;

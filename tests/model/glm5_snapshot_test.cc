@@ -52,6 +52,7 @@ TEST(Glm5Snapshot, ARestoredSequenceGoesOnBitForBit) {
       ASSERT_TRUE(snap.has_value()) << snap.status().to_string();
       EXPECT_EQ(snap->length, at);
       EXPECT_GT(snap->bytes(), 0u);
+      EXPECT_EQ(model->snapshot_bytes(*source), static_cast<int64_t>(snap->bytes()));
       const int64_t free_before = model->cache_pool().free_pages();
       auto restored = model->restore(snap->length, snap->mtp_length, by_name(*snap));
       ASSERT_TRUE(restored.has_value()) << restored.status().to_string();
@@ -168,6 +169,7 @@ TEST(Glm5Snapshot, TheMtpLayersCacheGoesAlong) {
   auto snap = model->snapshot(*seq);
   ASSERT_TRUE(snap.has_value()) << snap.status().to_string();
   EXPECT_EQ(snap->mtp_length, 31);  // the last row waits for its next token
+  EXPECT_EQ(model->snapshot_bytes(*seq), static_cast<int64_t>(snap->bytes()));
   auto restored = model->restore(snap->length, snap->mtp_length, by_name(*snap));
   ASSERT_TRUE(restored.has_value()) << restored.status().to_string();
   EXPECT_EQ(model->mtp_length(**restored), 31);

@@ -46,7 +46,7 @@ class PromptStoreUnitTest : public ::testing::Test {
     return s.has_value() ? std::move(*s) : nullptr;
   }
   void store(PromptStore& s, std::vector<int32_t> tokens, float value) {
-    ASSERT_TRUE(s.wants(tokens));
+    ASSERT_TRUE(s.wants(tokens, 4096));
     const auto n = static_cast<int64_t>(tokens.size());
     s.put(std::move(tokens), snapshot_of(n, value));
     s.flush();
@@ -59,7 +59,7 @@ TEST_F(PromptStoreUnitTest, AStateIsReadBackAsWritten) {
   ASSERT_NE(s, nullptr);
   EXPECT_EQ((fs::status(s->folder()).permissions() & fs::perms::all), fs::perms::owner_all);
   store(*s, {5, -7, 9, 11}, 2.5f);  // a negative key: a picture's hash
-  EXPECT_FALSE(s->wants(std::vector<int32_t>{5, -7, 9, 11})) << "stored already";
+  EXPECT_FALSE(s->wants(std::vector<int32_t>{5, -7, 9, 11}, 4096)) << "stored already";
   EXPECT_EQ(s->stats().files, 1);
   EXPECT_EQ(s->stats().written_total, 1);
   const std::vector<int32_t> prompt = {5, -7, 9, 11, 13, 2};
@@ -135,8 +135,18 @@ TEST_F(PromptStoreUnitTest, TheLeastRecentlyUsedFileGoesFirstAcrossReopenings) {
 TEST_F(PromptStoreUnitTest, AFullQueueSkipsTheState) {
   auto s = open(int64_t{1} << 30, 0);
   ASSERT_NE(s, nullptr);
-  EXPECT_FALSE(s->wants(std::vector<int32_t>{1, 2}));
+  EXPECT_FALSE(s->wants(std::vector<int32_t>{1, 2}, 4096));
   EXPECT_EQ(s->stats().skipped_total, 1);
+  PromptStoreOptions o;
+  o.dir = dir_.string();
+  o.fingerprint = "bounded";
+  o.max_bytes = int64_t{1} << 30;
+  o.max_pending_bytes = 10000;
+  auto b = PromptStore::open(o);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_FALSE((*b)->wants(std::vector<int32_t>{1, 2}, 10001)) << "more host memory than the queue may hold";
+  EXPECT_TRUE((*b)->wants(std::vector<int32_t>{1, 2}, 10000));
+  EXPECT_EQ((*b)->stats().skipped_total, 1);
 }
 
 TEST_F(PromptStoreUnitTest, BadOptionsAreRefused) {

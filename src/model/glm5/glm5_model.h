@@ -249,6 +249,8 @@ class Glm5Model {
   // pending) copied to the host: KDA conv and recurrent states, indexer rings and pooled
   // keys, the latent pages (with their scales) and the MTP layer's cache.
   Expected<SequenceSnapshot> snapshot(const Glm5Sequence& seq);
+  // The bytes snapshot(seq) would take on the host, without copying anything.
+  int64_t snapshot_bytes(const Glm5Sequence& seq) const;
   // A new sequence holding a snapshot's state (the tensors by name, on the host): every
   // tensor is checked against this model's shapes and dtypes (kInvalidArgument naming the
   // first one that differs or is missing); kResourceExhausted when the pool has no room

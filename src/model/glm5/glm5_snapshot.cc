@@ -108,6 +108,33 @@ void Glm5Model::restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, 
   }
 }
 
+int64_t Glm5Model::snapshot_bytes(const Glm5Sequence& seq) const {
+  int64_t n = 0;
+  auto add = [&n](const Tensor& t) { n += t.is_null() ? 0 : static_cast<int64_t>(t.nbytes()); };
+  auto add_indexer = [&](const Glm5Sequence::IndexerState& st) {
+    add(st.ring);
+    n += st.pools * cfg_.index_head_dim * static_cast<int64_t>(sizeof(float));
+  };
+  auto add_pages = [&n](const LatentCachePool& pool, size_t pages) {
+    const auto p = static_cast<int64_t>(pages);
+    n += shape_numel(pool.pages_shape(p)) * static_cast<int64_t>(dtype_size(pool.dtype())) +
+         shape_numel(pool.scales_shape(p)) * static_cast<int64_t>(sizeof(float));
+  };
+  for (const auto& k : seq.kda_) {
+    add(k.conv);
+    add(k.recurrent);
+  }
+  for (const auto& st : seq.indexer_) add_indexer(st);
+  add_pages(*pool_, seq.pages_.size());
+  if (mtp_pool_ && seq.mtp_length_ > 0) {
+    add_pages(*mtp_pool_, seq.mtp_pages_.size());
+    add_indexer(seq.mtp_indexer_);
+    add(seq.mtp_pending_);
+    n += static_cast<int64_t>(seq.mtp_pending_tokens_.size() * sizeof(int32_t));
+  }
+  return n;
+}
+
 Expected<SequenceSnapshot> Glm5Model::snapshot(const Glm5Sequence& seq) {
   const int64_t ps = pool_->page_size();
   if (seq.length_ % ps != 0)
