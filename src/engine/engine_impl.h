@@ -251,7 +251,6 @@ struct Engine::Impl {
   Status setup_prompt_reuse();
   std::optional<uint64_t> restore_stored(const PromptIndex::Hit& hit, std::span<const int32_t> prompt);
   void store_prompt_state(const LiveChoice& c, std::span<const int32_t> tokens);
-  std::string prompt_store_fingerprint() const;
   int64_t resume_from_kept(RequestId id);
   void keep_prompt_states(std::span<LiveChoice* const> prefilled);
   void evict_kept(uint64_t id);

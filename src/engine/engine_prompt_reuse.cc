@@ -45,29 +45,16 @@ Status Engine::Impl::setup_prompt_reuse() {
   }
   // A kept length ends a prefill chunk (bit-equal resumes), fills its last cache page (a
   // shared page is never written again) and its last indexer pool (no partial pool to carry).
-  const int64_t grain = std::lcm(std::lcm<int64_t>(options.prefill_chunk_or_default(), page),
-                                 std::max<int64_t>(1, config.text.index_kpool));
-  reuse_grain = grain;
+  reuse_grain = prompt_reuse_grain(options, page, config.text.index_kpool);
   kept_max = options.kept_prompts;
   kept_reclaimer.impl = this;
   budget->set_reclaimer(&kept_reclaimer);
   scheduler->set_prefix_hit([this](const RequestSpec& spec) { return resume_from_kept(spec.id); });
   if (options.prompt_store.empty()) return Status::ok();
-  if (tp) {
-    // Every rank would need its shard's file, and a read that fails on one rank must fail
-    // on all: not built yet.
-    TF_LOG_WARN("PROMPT_STORE is not used with tensor parallelism (TP > 1) yet");
-    return Status::ok();
-  }
-  PromptStoreOptions so;
-  so.dir = options.prompt_store;
-  so.fingerprint = prompt_store_fingerprint();
-  so.max_bytes = static_cast<int64_t>(options.prompt_store_gib * 1073741824.0);
-  // States wait for the writer in host memory: at most half of what MEMORY_RESERVE_GIB leaves
-  // free for such work (at least 512 MiB), so a long prompt's state cannot crowd the host.
-  so.max_pending_bytes =
-      std::max<int64_t>(int64_t{512} << 20, static_cast<int64_t>(options.memory_reserve_gib * 536870912.0));
-  TF_ASSIGN_OR_RETURN(store, PromptStore::open(so));
+  // Under tensor parallelism every rank keeps its own shard's states in a store of its own
+  // (tp_follower.cc), told what to write and read by the step commands.
+  const int world = options.tp_comm ? options.tp_comm->world_size() : 1;
+  TF_ASSIGN_OR_RETURN(store, open_prompt_store(options, page, reuse_grain, 0, world));
   const PromptStoreStats st = store->stats();
   TF_LOG_INFO("prompt store: {} ({} states, {:.2f} GiB of {:.2f})", store->folder(), st.files,
               st.bytes / 1073741824.0, options.prompt_store_gib);

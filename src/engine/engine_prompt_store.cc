@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "core/logging.h"
 #include "core/version.h"
@@ -53,7 +54,10 @@ void add_file_identity(Fnv& f, const fs::path& path) {
 
 }  // namespace
 
-std::string Engine::Impl::prompt_store_fingerprint() const {
+namespace {
+
+std::string prompt_store_fingerprint(const EngineOptions& options, int64_t page_size, int64_t grain, int rank,
+                                     int world) {
   Fnv f;
   f.add(kVersion);
   std::error_code ec;
@@ -66,7 +70,8 @@ std::string Engine::Impl::prompt_store_fingerprint() const {
   for (const fs::path& p : files) add_file_identity(f, p);
   // The settings a state's bits depend on, and the TF_* knobs that pick kernels.
   f.add(options.device).add(options.cuda_device).add(options.kv).add(options.dense).add(options.lm_head);
-  f.add(plan.page_size).add(options.prefill_chunk_or_default()).add(options.exact_rows).add(reuse_grain);
+  f.add(page_size).add(options.prefill_chunk_or_default()).add(options.exact_rows).add(grain);
+  f.add(rank).add(world);
   f.add(options.draft_model);
   // Kernels size themselves from the GPU they run on: its model too.
   if (options.device == "cuda") {
@@ -84,6 +89,26 @@ std::string Engine::Impl::prompt_store_fingerprint() const {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(f.h));
   return buf;
+}
+
+}  // namespace
+
+int64_t prompt_reuse_grain(const EngineOptions& options, int64_t page_size, int64_t index_kpool) {
+  return std::lcm(std::lcm<int64_t>(options.prefill_chunk_or_default(), page_size),
+                  std::max<int64_t>(1, index_kpool));
+}
+
+Expected<std::unique_ptr<PromptStore>> open_prompt_store(const EngineOptions& options, int64_t page_size,
+                                                         int64_t grain, int rank, int world) {
+  PromptStoreOptions so;
+  so.dir = options.prompt_store;
+  so.fingerprint = prompt_store_fingerprint(options, page_size, grain, rank, world);
+  so.max_bytes = static_cast<int64_t>(options.prompt_store_gib * 1073741824.0);
+  // States wait for the writer in host memory: at most half of what MEMORY_RESERVE_GIB leaves
+  // free for such work (at least 512 MiB), so a long prompt's state cannot crowd the host.
+  so.max_pending_bytes =
+      std::max<int64_t>(int64_t{512} << 20, static_cast<int64_t>(options.memory_reserve_gib * 536870912.0));
+  return PromptStore::open(so);
 }
 
 std::optional<uint64_t> Engine::Impl::restore_stored(const PromptIndex::Hit& hit,
@@ -106,9 +131,29 @@ std::optional<uint64_t> Engine::Impl::restore_stored(const PromptIndex::Hit& hit
     return std::nullopt;
   }
   const uint64_t id = next_id++;
+  std::vector<int32_t> tokens(prompt.begin(), prompt.begin() + hit.tokens);
+  if (tp) {
+    // Every follower reads its own part; the prompt is kept only if all of them could.
+    Status sent =
+        tp_broken ? unavailable("the tensor-parallel world is broken") : tp->send_restores({{id, tokens}});
+    Expected<bool> agreed = sent.is_ok() ? all_ranks_agree(*options.tp_comm, true) : Expected<bool>(sent);
+    if (!agreed || !*agreed) {
+      budget->release(*handle);
+      if (!agreed) {
+        // The world is broken: the next step command fails too and stops the engine there
+        // (not here, inside the scheduler's admission).
+        TF_LOG_WARN("prompt store: {}", agreed.status().to_string());
+        return std::nullopt;
+      }
+      store->forget(hit.id);  // a follower lacks its part: the file is no use
+      TF_LOG_WARN(
+          "prompt store: not resuming from a stored state: another rank could not read its part of it");
+      return std::nullopt;  // the followers dropped theirs
+    }
+  }
   kept_pages += budget->pages_for(hit.tokens);
   kept.emplace(id, KeptPrompt{std::move(*seq), *handle});
-  kept_index.add(id, std::vector<int32_t>(prompt.begin(), prompt.begin() + hit.tokens));
+  kept_index.add(id, std::move(tokens));
   store->note_restored();
   return id;
 }
@@ -121,6 +166,8 @@ void Engine::Impl::store_prompt_state(const LiveChoice& c, std::span<const int32
     TF_LOG_WARN("prompt store: no snapshot of a prompt's state: {}", snap.status().to_string());
     return;
   }
+  // Each follower writes its own part of the same state before its next step.
+  if (tp) tp->sequence_stored(c.id, std::vector<int32_t>(tokens.begin(), tokens.end()));
   store->put(std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(*snap));
 }
 

@@ -315,6 +315,16 @@ Expected<StoredState> PromptStore::read(uint64_t id, std::span<const int32_t> pr
   return st;
 }
 
+std::optional<uint64_t> PromptStore::find(std::span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.find(tokens);
+}
+
+void PromptStore::forget(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_file(id, true);
+}
+
 void PromptStore::note_restored() {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.restored_total;

@@ -32,6 +32,7 @@
 
 #include "cache/prompt_index.h"
 #include "core/status.h"
+#include "engine/engine_options.h"
 #include "model/glm5/glm5_model.h"
 #include "model/safetensors.h"
 
@@ -81,6 +82,11 @@ class PromptStore {
   // fingerprint, tokens (a prefix of the prompt) and CRC. A file that fails is deleted and
   // leaves the index.
   Expected<StoredState> read(uint64_t id, std::span<const int32_t> prompt);
+  // The stored state with exactly these tokens (a tensor-parallel follower's lookup of
+  // what rank 0 found in its own store).
+  std::optional<uint64_t> find(std::span<const int32_t> tokens);
+  // Deletes a stored state (another rank could not read its own part of it).
+  void forget(uint64_t id);
   // Marks a read state as restored (stats).
   void note_restored();
   PromptStoreStats stats() const;
@@ -121,5 +127,14 @@ class PromptStore {
 
 // The store's file name for a prompt's tokens (a 64-bit hash of them, in hex).
 std::string prompt_state_name(std::span<const int32_t> tokens);
+
+// Where kept states lie (engine_prompt_reuse.cc): multiples of the prefill chunk, the cache
+// page and the indexer pool.
+int64_t prompt_reuse_grain(const EngineOptions& options, int64_t page_size, int64_t index_kpool);
+// Rank `rank` of `world`'s store under options.prompt_store (engine_prompt_store.cc): its
+// fingerprint names this binary, the checkpoint's files, the rank, and the settings a
+// state's bits depend on (grain: prompt_reuse_grain).
+Expected<std::unique_ptr<PromptStore>> open_prompt_store(const EngineOptions& options, int64_t page_size,
+                                                         int64_t grain, int rank, int world);
 
 }  // namespace tf::engine

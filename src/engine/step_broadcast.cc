@@ -138,6 +138,13 @@ Expected<std::vector<uint8_t>> receive_message(Communicator& comm, MessageKind e
 
 }  // namespace
 
+Expected<bool> all_ranks_agree(Communicator& comm, bool mine) {
+  float votes = mine ? 1.0f : 0.0f;
+  Tensor t = Tensor::view_of(&votes, {1}, DType::kF32);
+  TF_RETURN_IF_ERROR(comm.all_reduce_sum(t));
+  return votes == static_cast<float>(comm.world_size());
+}
+
 const char* step_command_kind_name(StepCommandKind kind) {
   switch (kind) {
     case StepCommandKind::kStep:
@@ -159,6 +166,14 @@ std::vector<uint8_t> encode_step_command(const StepCommand& command) {
   std::vector<uint64_t> commits;
   for (const auto& c : command.commits) commits.insert(commits.end(), c.begin(), c.end());
   write_ids(w, commits);
+  for (const auto* list : {&command.stores, &command.restores}) {
+    w.u64(list->size());
+    for (const StoredPrompt& s : *list) {
+      w.u64(s.sequence);
+      w.u64(s.tokens.size());
+      for (int32_t t : s.tokens) w.i32(t);
+    }
+  }
   w.u64(command.entries.size());
   for (const StepCommandEntry& e : command.entries) {
     w.u64(e.sequence);
@@ -204,6 +219,19 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
       return invalid_argument("step command: a commit keeps " + std::to_string(commits[i + 1]) + " rows");
     c.commits.push_back({commits[i], commits[i + 1]});
   }
+  for (auto [list, field] : {std::pair{&c.stores, "store"}, {&c.restores, "restore"}}) {
+    uint64_t n = 0;
+    TF_RETURN_IF_ERROR(r.count(n, 16, field));  // id + token count
+    list->resize(n);
+    for (StoredPrompt& s : *list) {
+      TF_RETURN_IF_ERROR(r.u64(s.sequence, field));
+      uint64_t tokens = 0;
+      TF_RETURN_IF_ERROR(r.count(tokens, 4, field));
+      if (tokens == 0) return invalid_argument(std::string("step command: a ") + field + " without tokens");
+      s.tokens.resize(tokens);
+      for (int32_t& t : s.tokens) TF_RETURN_IF_ERROR(r.i32(t, field));
+    }
+  }
   uint64_t entries = 0;
   TF_RETURN_IF_ERROR(r.count(entries, 17, "entry count"));  // id + flags + token count
   c.entries.resize(entries);
@@ -247,7 +275,8 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
     for (float& v : e.embeds) TF_RETURN_IF_ERROR(r.f32(v, "entry embedding"));
   }
   if (c.kind == StepCommandKind::kStop &&
-      (!c.create.empty() || !c.forks.empty() || !c.drop.empty() || !c.commits.empty() || !c.entries.empty())) {
+      (!c.create.empty() || !c.forks.empty() || !c.drop.empty() || !c.commits.empty() || !c.entries.empty() ||
+       !c.stores.empty() || !c.restores.empty())) {
     return invalid_argument("step command: a stop command carries sequences");
   }
   TF_RETURN_IF_ERROR(r.finish());

@@ -58,6 +58,15 @@ struct StepCommandEntry {
   bool operator==(const StepCommandEntry&) const = default;
 };
 
+// PROMPT_STORE under tensor parallelism: a sequence (or a new kept prompt's id) with the
+// prompt tokens whose state it holds.
+struct StoredPrompt {
+  uint64_t sequence = 0;
+  std::vector<int32_t> tokens;
+
+  bool operator==(const StoredPrompt&) const = default;
+};
+
 struct StepCommand {
   StepCommandKind kind = StepCommandKind::kStep;
   std::vector<uint64_t> create;  // new sequences, before the step
@@ -68,11 +77,20 @@ struct StepCommand {
   // first (Glm5Model::commit_speculation, the rows rank 0 kept after sampling).
   std::vector<std::array<uint64_t, 2>> commits;
   std::vector<uint64_t> drop;    // finished sequences (after the forks), before the step
+  // PROMPT_STORE: sequences whose state each rank writes to its own store, as they are when
+  // the command arrives (first of all); and kept prompts each rank reads back from its own
+  // store as new sequences (after the drops), after which every rank calls
+  // all_ranks_agree: a prompt is kept only when every rank read its state.
+  std::vector<StoredPrompt> stores;
+  std::vector<StoredPrompt> restores;
   std::vector<StepCommandEntry> entries;
 
   bool is_heartbeat() const { return kind == StepCommandKind::kStep && entries.empty(); }
   bool operator==(const StepCommand&) const = default;
 };
+
+// Whether every rank of `comm` says `mine` is true (one all-reduce; every rank must call it).
+Expected<bool> all_ranks_agree(Communicator& comm, bool mine);
 
 // The payload of one command (the header is added by send_step_command).
 std::vector<uint8_t> encode_step_command(const StepCommand& command);
@@ -110,6 +128,15 @@ class StepBroadcaster {
   void sequence_created(uint64_t id) { pending_.create.push_back(id); }
   void sequence_forked(uint64_t id, uint64_t from) { pending_.forks.push_back({id, from}); }
   void sequence_dropped(uint64_t id) { pending_.drop.push_back(id); }
+  void sequence_stored(uint64_t id, std::vector<int32_t> tokens) {
+    pending_.stores.push_back({id, std::move(tokens)});
+  }
+  // Sends the pending creates/forks/drops with `restores` at once (a command without a
+  // batch); the caller then calls all_ranks_agree as every follower does.
+  Status send_restores(std::vector<StoredPrompt> restores) {
+    pending_.restores = std::move(restores);
+    return send_step({});
+  }
   void sequence_committed(uint64_t id, int64_t rows) {
     pending_.commits.push_back({id, static_cast<uint64_t>(rows)});
   }

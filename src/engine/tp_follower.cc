@@ -26,9 +26,44 @@ std::string rank_name(const Communicator& comm) {
   return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.world_size());
 }
 
+// PROMPT_STORE: this rank's part of a state rank 0 writes (its queue may be full, or the
+// state too large, as rank 0's may not: a part missing later only costs that resume).
+void store_part(Glm5Model& model, PromptStore& store, const Glm5Sequence& seq,
+                const std::vector<int32_t>& tokens, const std::string& rank) {
+  if (!store.wants(tokens, model.snapshot_bytes(seq))) return;
+  Expected<SequenceSnapshot> snap = model.snapshot(seq);
+  if (!snap) {
+    TF_LOG_WARN("{}: no snapshot for the prompt store: {}", rank, snap.status().to_string());
+    return;
+  }
+  store.put(tokens, std::move(*snap));
+}
+
+// This rank's part of a stored state rank 0 resumes from, or null.
+std::unique_ptr<Glm5Sequence> restore_part(Glm5Model& model, PromptStore* store,
+                                           const std::vector<int32_t>& tokens, const std::string& rank) {
+  const std::optional<uint64_t> id = store ? store->find(tokens) : std::nullopt;
+  if (!id) {
+    TF_LOG_WARN("{}: rank 0 resumes from a stored state this rank does not hold", rank);
+    return nullptr;
+  }
+  Expected<StoredState> state = store->read(*id, tokens);
+  if (!state) {
+    TF_LOG_WARN("{}: reading a stored state failed: {}", rank, state.status().to_string());
+    return nullptr;
+  }
+  auto seq = model.restore(state->length, state->mtp_length, state->tensors);
+  if (!seq) {
+    TF_LOG_WARN("{}: restoring a stored state failed: {}", rank, seq.status().to_string());
+    return nullptr;
+  }
+  store->note_restored();
+  return std::move(*seq);
+}
+
 }  // namespace
 
-Status run_follower(Glm5Model& model, Communicator& comm) {
+Status run_follower(Glm5Model& model, Communicator& comm, PromptStore* store) {
   if (comm.rank() == 0) return internal_error("run_follower: rank 0 leads, it does not follow");
   std::map<uint64_t, std::unique_ptr<Glm5Sequence>> sequences;
   int64_t steps = 0;
@@ -47,6 +82,14 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
       TF_LOG_INFO("{}: rank 0 stopped after {} steps; {} sequences were open", rank_name(comm), steps,
                   sequences.size());
       return Status::ok();
+    }
+    for (const StoredPrompt& s : command->stores) {
+      auto it = sequences.find(s.sequence);
+      if (it == sequences.end()) {
+        return internal_error(rank_name(comm) + ": rank 0 stored sequence " + std::to_string(s.sequence) +
+                              ", which this rank does not hold");
+      }
+      if (store) store_part(model, *store, *it->second, s.tokens, rank_name(comm));
     }
     for (const auto& [id, rows] : command->commits) {
       auto it = sequences.find(id);
@@ -81,6 +124,24 @@ Status run_follower(Glm5Model& model, Communicator& comm) {
         return internal_error(rank_name(comm) + ": rank 0 dropped sequence " + std::to_string(id) +
                               ", which this rank does not hold");
       }
+    }
+    if (!command->restores.empty()) {
+      bool all = true;
+      std::vector<std::pair<uint64_t, std::unique_ptr<Glm5Sequence>>> parts;
+      for (const StoredPrompt& r : command->restores) {
+        if (sequences.count(r.sequence)) {
+          return internal_error(rank_name(comm) + ": rank 0 restored sequence " + std::to_string(r.sequence) +
+                                ", which this rank holds already");
+        }
+        parts.emplace_back(r.sequence, restore_part(model, store, r.tokens, rank_name(comm)));
+        all = all && parts.back().second != nullptr;
+      }
+      // Rank 0 keeps them only if every rank read its part (then all do; else none).
+      Expected<bool> agreed = all_ranks_agree(comm, all);
+      if (!agreed)
+        return agreed.status().with_context(rank_name(comm) + ": agreeing on restored prompt states");
+      if (*agreed)
+        for (auto& [id, seq] : parts) sequences.emplace(id, std::move(seq));
     }
     if (command->entries.empty()) continue;  // a heartbeat
 
@@ -208,7 +269,15 @@ Status serve_follower(const EngineOptions& options, Communicator& comm) {
               rank_name(comm), ops_device(*ops).to_string(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), mo.num_pages,
               mo.page_size, model_comm->backend_name());
-  Status s = run_follower(**model, comm);
+  // PROMPT_STORE: this rank's own store (its folder named by its rank among the rest).
+  std::unique_ptr<PromptStore> store;
+  if (!options.prompt_store.empty() && options.kept_prompts > 0) {
+    const int64_t grain = prompt_reuse_grain(options, mo.page_size, config->text.index_kpool);
+    TF_ASSIGN_OR_RETURN(store,
+                        open_prompt_store(options, mo.page_size, grain, comm.rank(), comm.world_size()));
+    TF_LOG_INFO("{}: prompt store {} ({} states)", rank_name(comm), store->folder(), store->stats().files);
+  }
+  Status s = run_follower(**model, comm, store.get());
   const CommStats st = model_comm->stats();
   if (st.all_reduce_calls > 0) {
     TF_LOG_INFO("{}: {} all-reduces ({:.1f} MB) took {:.3f} s in all", rank_name(comm), st.all_reduce_calls,

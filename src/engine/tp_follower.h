@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "core/status.h"
 #include "engine/engine_options.h"
+#include "engine/prompt_store.h"
 #include "kernels/api/ops.h"
 #include "model/glm5/glm5_model.h"
 
@@ -23,7 +24,9 @@ namespace tf::engine {
 // rank holds (a protocol bug) is kInternal. A model step that fails on its own
 // (e.g. bad input) is logged and the loop goes on, as rank 0 fails that step's
 // requests and goes on; a step that fails in a collective ends the loop.
-Status run_follower(Glm5Model& model, Communicator& comm);
+// `store` (PROMPT_STORE, may be null): this rank's own store, written and read as rank 0's
+// commands say (StepCommand::stores / restores).
+Status run_follower(Glm5Model& model, Communicator& comm, PromptStore* store = nullptr);
 
 // A whole follower process's work: reads options.model_dir's config, receives
 // the model setup from rank 0 (Engine::create sends it) over `comm` (the host

@@ -21,6 +21,8 @@ StepCommand sample_command() {
   c.forks = {{11, 3}, {12, 11}};  // a kept prompt of 3, then a sequence resumed from it
   c.drop = {3};
   c.commits = {{8, 3}, {7, 1}};  // rows kept of the last verify steps
+  c.stores = {{7, {1, 2, -3}}};  // PROMPT_STORE: each rank writes its part (a picture's key is negative)
+  c.restores = {{14, {std::numeric_limits<int32_t>::min(), 5}}, {15, {9}}};
   c.entries.push_back({7, {1, 2, 3, 4, 5}, false});
   c.entries.back().speculative = true;
   c.entries.push_back({8, {std::numeric_limits<int32_t>::max()}, true});
@@ -75,8 +77,9 @@ TEST(StepCommandTest, HeartbeatAndStopRoundTrip) {
   EXPECT_FALSE(st->is_heartbeat());
   EXPECT_STREQ(step_command_kind_name(st->kind), "stop");
 
-  // The smallest payload: kind + five zero counts (creates, forks, drops, commits, entries).
-  EXPECT_EQ(encode_step_command(StepCommand{}).size(), 1u + 5 * 8);
+  // The smallest payload: kind + seven zero counts (creates, forks, drops, commits, stores,
+  // restores, entries).
+  EXPECT_EQ(encode_step_command(StepCommand{}).size(), 1u + 7 * 8);
 }
 
 TEST(StepCommandTest, EveryTruncationIsAnErrorNamingTheField) {
@@ -112,7 +115,7 @@ TEST(StepCommandTest, TrailingBytesAndBadKindsAndFlagsAreRefused) {
   std::vector<uint8_t> b = encode_step_command(one);
   // The entry's flags byte (1: all logits, 2: embeddings follow, 4: speculative, 8: MTP kept,
   // 16: MTP drafts follow).
-  b[1 + 8 + 8 + 8 + 8 + 8 + 8] = 32;
+  b[1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8] = 32;  // kind, 6 counts, the entry count, its id
   auto flags = decode_step_command(b);
   ASSERT_FALSE(flags.has_value());
   EXPECT_NE(flags.status().message().find("flags"), std::string::npos) << flags.status().to_string();
@@ -144,8 +147,9 @@ TEST(StepCommandTest, EmbeddingsThatDoNotFitTheirSpanAreRefused) {
 TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
   // Each count in turn claims 2^60 items: the decoder must refuse before resizing.
   const std::vector<uint8_t> base = encode_step_command(StepCommand{});
-  const char* fields[] = {"create count", "fork count", "drop count", "commit count", "entry count"};
-  for (int k = 0; k < 5; ++k) {
+  const char* fields[] = {"create count", "fork count", "drop count", "commit count",
+                          "store",        "restore",    "entry count"};
+  for (int k = 0; k < 7; ++k) {
     std::vector<uint8_t> b = base;
     put_u64(b, 1 + 8 * static_cast<size_t>(k), uint64_t{1} << 60);
     auto r = decode_step_command(b);
@@ -155,7 +159,7 @@ TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
   StepCommand one;
   one.entries.push_back({5, {1, 2}, false});
   std::vector<uint8_t> b = encode_step_command(one);
-  put_u64(b, 1 + 8 + 8 + 8 + 8 + 8 + 8 + 1, uint64_t{1} << 62);  // the entry's token count
+  put_u64(b, 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 1, uint64_t{1} << 62);  // the entry's token count
   auto r = decode_step_command(b);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("entry token count"), std::string::npos) << r.status().to_string();
@@ -195,6 +199,23 @@ TEST(StepCommandTest, StopCarryingSequencesIsRefused) {
   auto r = decode_step_command(encode_step_command(stop));
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("stop command carries"), std::string::npos) << r.status().to_string();
+  StepCommand stop_restoring;
+  stop_restoring.kind = StepCommandKind::kStop;
+  stop_restoring.restores = {{4, {1}}};
+  EXPECT_FALSE(decode_step_command(encode_step_command(stop_restoring)).has_value());
+}
+
+TEST(StepCommandTest, AStoredPromptWithoutTokensIsRefused) {
+  StepCommand c;
+  c.stores = {{4, {}}};
+  auto r = decode_step_command(encode_step_command(c));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("store without tokens"), std::string::npos) << r.status().to_string();
+  c.stores.clear();
+  c.restores = {{4, {}}};
+  r = decode_step_command(encode_step_command(c));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("restore without tokens"), std::string::npos) << r.status().to_string();
 }
 
 TEST(StepCommandTest, SingleRankSendIsANoOpAndOnlyRankZeroSends) {

@@ -401,6 +401,69 @@ TEST_F(TpEngineTest, KeptPromptsAreForkedOnTheFollower) {
   EXPECT_TRUE(results[1].is_ok()) << "the follower: " << results[1].to_string();
 }
 
+// PROMPT_STORE at TP=2: each rank writes its own part of a kept state (its own folder), a
+// restarted world resumes from them with the single rank's reply, and when a follower lacks
+// its part every rank gives the resume up together (rank 0 prefills in full, same reply,
+// and deletes its part, which is no use alone).
+TEST_F(TpEngineTest, StoredStatesResumeAfterTheWorldRestarts) {
+  std::string text = "A long stored prompt:";
+  for (int k = 0; k < 70; ++k) text += " piece" + std::to_string(k);
+  std::string single;
+  {
+    EngineOptions o = options();
+    o.kept_prompts = 0;
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.has_value()) << e.status().to_string();
+    single = replies(**e, {{text, 6}})[0];
+  }
+  const fs::path dir = root_ / "tp-store", lacking = root_ / "tp-store-empty";
+  // One world: rank 0's options, the follower's store folder, and what rank 0 checks.
+  auto world = [&](const fs::path& follower_store, const std::function<void(Engine&, const Reply&)>& check) {
+    auto results = run_world(2, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
+      EngineOptions o = options();
+      o.kept_prompts = 2;
+      o.prompt_store = (rank == 0 ? dir : follower_store).string();
+      if (rank == 1) return serve_follower(o, *comm);
+      o.tp_comm = std::shared_ptr<Communicator>(std::move(comm));
+      auto e = Engine::create(o);
+      if (!e) return e.status();
+      Reply r;
+      Status s = (*e)->submit(request(**e, "s", text, 6), r.sink());
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+      EXPECT_TRUE(r.wait());
+      EXPECT_FALSE(r.error) << r.status.to_string();
+      EXPECT_EQ(r.text, single);
+      check(**e, r);
+      EXPECT_TRUE((*e)->health().ok);
+      return Status::ok();
+    });
+    EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
+    EXPECT_TRUE(results[1].is_ok()) << "the follower: " << results[1].to_string();
+  };
+  auto state_files = [](const fs::path& root) {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(root, ec)) n += e.path().extension() == ".tfstate";
+    return n;
+  };
+  world(dir, [](Engine& e, const Reply& r) {
+    EXPECT_EQ(r.cached, 0);
+    EXPECT_EQ(e.health().prompt_store_restored_total, 0);
+  });
+  EXPECT_EQ(state_files(dir), 2) << "one part per rank, in folders of their own";
+  world(dir, [](Engine& e, const Reply& r) {
+    EXPECT_GE(r.cached, 64);
+    EXPECT_EQ(e.health().prompt_store_restored_total, 1);
+  });
+  world(lacking, [](Engine& e, const Reply& r) {
+    EXPECT_EQ(r.cached, 0) << "the follower had no part";
+    EXPECT_EQ(e.health().prompt_store_restored_total, 0);
+  });
+  // Rank 0 deleted its unusable part, then both wrote the prompt's state again.
+  EXPECT_EQ(state_files(dir), 2);
+  EXPECT_EQ(state_files(lacking), 1);
+}
+
 // LM_HEAD=q4 travels in the model setup: the follower quantizes its vocab rows as the
 // single rank quantizes the same rows (q4 groups run along the hidden size), so TP=2
 // reproduces TP=1's greedy replies; a follower holding its rows unquantized would not.
