@@ -195,6 +195,28 @@ TEST(Glm5Cuda, ChunkedPrefillEqualsOneShot) {
   }
 }
 
+// A sequence holding the fixture prompt's first `at` tokens goes on: the rest of the prompt
+// (every row's logits), then six decode steps; all those logits in order.
+std::vector<float> prefill_rest_then_decode(Glm5Model& gpu, const Fixture& f, Glm5Sequence* seq, int64_t at) {
+  const int64_t n = static_cast<int64_t>(f.prompt_ids.size());
+  std::vector<float> out;
+  StepEntry rest{seq, std::span<const int32_t>(f.prompt_ids.data() + at, n - at), true};
+  auto r = gpu.step({&rest, 1});
+  EXPECT_TRUE(r.has_value()) << r.status().to_string();
+  if (!r) return out;
+  out = (*r)[0].logits.to_vector();
+  for (int i = 0; i < 6; ++i) {
+    const int32_t tok = f.greedy_ids[static_cast<size_t>(i) % f.greedy_ids.size()];
+    StepEntry d{seq, std::span<const int32_t>(&tok, 1), false};
+    auto s = gpu.step({&d, 1});
+    EXPECT_TRUE(s.has_value()) << s.status().to_string();
+    if (!s) return out;
+    const std::vector<float> v = (*s)[0].logits.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
 // Prompt reuse on the GPU: a fork after 64 prompt tokens (FP8 cache, decode steps through
 // the captured graphs) gives the source's logits bit for bit, prefill and decode, also once
 // the source is gone (its shared pages stay with the fork).
@@ -214,24 +236,7 @@ TEST(Glm5Cuda, ForkGoesOnBitForBit) {
     ASSERT_TRUE(gpu->step({&head, 1}).has_value());
     auto fork = gpu->fork(*source);
     ASSERT_TRUE(fork.has_value()) << fork.status().to_string();
-    auto go_on = [&](Glm5Sequence* seq) {
-      std::vector<float> out;
-      StepEntry rest{seq, std::span<const int32_t>(f.prompt_ids.data() + at, n - at), true};
-      auto r = gpu->step({&rest, 1});
-      EXPECT_TRUE(r.has_value()) << r.status().to_string();
-      if (!r) return out;
-      out = (*r)[0].logits.to_vector();
-      for (int i = 0; i < 6; ++i) {
-        const int32_t tok = f.greedy_ids[static_cast<size_t>(i) % f.greedy_ids.size()];
-        StepEntry d{seq, std::span<const int32_t>(&tok, 1), false};
-        auto s = gpu->step({&d, 1});
-        EXPECT_TRUE(s.has_value()) << s.status().to_string();
-        if (!s) return out;
-        const std::vector<float> v = (*s)[0].logits.to_vector();
-        out.insert(out.end(), v.begin(), v.end());
-      }
-      return out;
-    };
+    auto go_on = [&](Glm5Sequence* seq) { return prefill_rest_then_decode(*gpu, f, seq, at); };
     const std::vector<float> from_source = go_on(source.get());
     source.reset();
     const std::vector<float> from_fork = go_on(fork->get());
@@ -275,24 +280,7 @@ TEST(Glm5Cuda, RestoredSnapshotGoesOnBitForBit) {
       EXPECT_TRUE(a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0)
           << snap->tensors[i].first;
     }
-    auto go_on = [&](Glm5Sequence* seq) {
-      std::vector<float> out;
-      StepEntry rest{seq, std::span<const int32_t>(f.prompt_ids.data() + at, n - at), true};
-      auto r = gpu->step({&rest, 1});
-      EXPECT_TRUE(r.has_value()) << r.status().to_string();
-      if (!r) return out;
-      out = (*r)[0].logits.to_vector();
-      for (int i = 0; i < 6; ++i) {
-        const int32_t tok = f.greedy_ids[static_cast<size_t>(i) % f.greedy_ids.size()];
-        StepEntry d{seq, std::span<const int32_t>(&tok, 1), false};
-        auto s = gpu->step({&d, 1});
-        EXPECT_TRUE(s.has_value()) << s.status().to_string();
-        if (!s) return out;
-        const std::vector<float> v = (*s)[0].logits.to_vector();
-        out.insert(out.end(), v.begin(), v.end());
-      }
-      return out;
-    };
+    auto go_on = [&](Glm5Sequence* seq) { return prefill_rest_then_decode(*gpu, f, seq, at); };
     const std::vector<float> from_source = go_on(source.get());
     source.reset();
     const std::vector<float> from_restored = go_on(restored->get());
