@@ -258,7 +258,12 @@ Status PromptStore::write(const Pending& p) {
     std::lock_guard<std::mutex> lock(mu_);
     make_room(bytes);  // before the bytes land: the folder stays within its bound
   }
-  TF_RETURN_IF_ERROR(write_safetensors(part, tensors, meta));
+  if (Status s = write_safetensors(part, tensors, meta); !s.is_ok()) {
+    std::error_code ec;  // e.g. the disk is full: leave nothing behind
+    fs::remove(part + ".tmp", ec);
+    fs::remove(part, ec);
+    return s;
+  }
   ::chmod(part.c_str(), 0600);
   sync_path(part);
   std::error_code ec;
