@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -173,6 +174,43 @@ finally:
             os.kill(k, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+# --prompt-store at --tp 2: each rank writes its part of a kept state into its own folder; a restarted
+# world resumes the same prompt from them (cached tokens, the same reply), and stops cleanly.
+store = os.path.join(CACHE, "prompt_store")
+shutil.rmtree(store, ignore_errors=True)
+long_prompt = " ".join("word%d is a thing we talk about" % i for i in range(50))
+
+
+def stored_chat(server):
+    code, j = server.post("/v1/chat/completions", {"model": server.model, "max_tokens": 6, "temperature": 0,
+                                                   "ignore_eos": True,
+                                                   "messages": [{"role": "user", "content": long_prompt}]})
+    check(code == 200, "a chat with --prompt-store: HTTP %d %s" % (code, j))
+    if code != 200:
+        return None, -1
+    msg = j["choices"][0]["message"]
+    return (msg.get("reasoning_content"), msg.get("content")), j["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+replies_from = []
+for run in range(2):
+    server = Server(2, ["--prompt-store", store])
+    try:
+        replies_from.append(stored_chat(server))
+        server.proc.send_signal(signal.SIGTERM)
+        check(server.wait(30) == 0, "--tp 2 --prompt-store stops on SIGTERM with exit code 0 (run %d)" % run)
+    finally:
+        server.kill()
+        if failures:
+            print(server.log(), file=sys.stderr)
+folders = sorted(d for d in os.listdir(store)) if os.path.isdir(store) else []
+parts = [f for d in folders for f in os.listdir(os.path.join(store, d)) if f.endswith(".tfstate")]
+check(len(folders) == 2 and len(parts) == 2, "one folder and one state file per rank: %s %s" % (folders, parts))
+if len(replies_from) == 2:
+    (first, cached0), (again, cached1) = replies_from
+    check(cached0 == 0 and cached1 >= 256, "the restarted world resumed from the store (cached %d, then %d)" % (cached0, cached1))
+    check(first == again, "the resumed reply equals the first:\n  %r\n  %r" % (first, again))
 
 # `tensorfold bench --offline --tp 2` (CPU ranks): the bench starts its follower like serve does, every
 # request succeeds, and the report counts the model's steps and all-reduces per scenario.
