@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "core/fnv1a.h"
 #include "model/glm5_weight_spec.h"
 
 namespace tf {
@@ -13,12 +14,6 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
-}
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
 }
 
 uint64_t stream_of(uint64_t seed, const std::string& name) { return splitmix64(seed ^ fnv1a(name)); }

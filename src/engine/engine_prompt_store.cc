@@ -11,6 +11,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "core/fnv1a.h"
 #include "core/logging.h"
 #include "core/version.h"
 #include "engine/engine_impl.h"
@@ -23,16 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// FNV-1a, 64 bits: names, not security (a file is also checked by its tokens and CRC).
+// The fingerprint's pieces hashed one after another (a file is also checked by its tokens and CRC).
 struct Fnv {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnv1aOffset;
   Fnv& add(std::string_view s) {
-    for (unsigned char c : s) {
-      h ^= c;
-      h *= 1099511628211ull;
-    }
-    h ^= 0xff;  // a separator: ("ab", "c") differs from ("a", "bc")
-    h *= 1099511628211ull;
+    h = fnv1a(std::string_view("\xff"), fnv1a(s, h));  // a separator: ("ab", "c") differs from ("a", "bc")
     return *this;
   }
   Fnv& add(int64_t v) { return add(std::to_string(v)); }
@@ -166,9 +162,10 @@ void Engine::Impl::store_prompt_state(const LiveChoice& c, std::span<const int32
     TF_LOG_WARN("prompt store: no snapshot of a prompt's state: {}", snap.status().to_string());
     return;
   }
+  std::vector<int32_t> ids(tokens.begin(), tokens.end());
   // Each follower writes its own part of the same state before its next step.
-  if (tp) tp->sequence_stored(c.id, std::vector<int32_t>(tokens.begin(), tokens.end()));
-  store->put(std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(*snap));
+  if (tp) tp->sequence_stored(c.id, ids);
+  store->put(std::move(ids), std::move(*snap));
 }
 
 }  // namespace tf::engine

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <tuple>
 
+#include "core/fnv1a.h"
 #include "core/logging.h"
 
 namespace tf::engine {
@@ -79,12 +80,8 @@ uint32_t data_crc(const SafetensorsFile& file) {
 }  // namespace
 
 std::string prompt_state_name(std::span<const int32_t> tokens) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the tokens' little-endian bytes
-  for (int32_t t : tokens)
-    for (int b = 0; b < 4; ++b) {
-      h ^= (static_cast<uint32_t>(t) >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
+  const uint64_t h =
+      fnv1a_bytes(tokens.data(), tokens.size_bytes());  // the ranks of one world share a byte order
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;
@@ -160,7 +157,6 @@ void PromptStore::add_file(std::vector<int32_t> tokens, File file) {
     if (same) drop_file(old, false);
   }
   const uint64_t id = next_id_++;
-  stats_.files += 1;
   stats_.bytes += file.bytes;
   files_.emplace(id, std::move(file));
   index_.add(id, std::move(tokens));
@@ -174,7 +170,6 @@ void PromptStore::drop_file(uint64_t id, bool delete_it) {
     std::error_code ec;
     fs::remove(it->second.path, ec);
   }
-  stats_.files -= 1;
   stats_.bytes -= it->second.bytes;
   files_.erase(it);
 }
@@ -337,7 +332,9 @@ void PromptStore::note_restored() {
 
 PromptStoreStats PromptStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  PromptStoreStats s = stats_;
+  s.files = static_cast<int64_t>(files_.size());
+  return s;
 }
 
 void PromptStore::flush() {
