@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <map>
+#include <numeric>
 
 #include "glm5_fixture.h"
 
@@ -152,6 +153,58 @@ TEST(Glm5Snapshot, ASnapshotThatDoesNotFitIsRefused) {
   ASSERT_FALSE(full.has_value());
   EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted) << full.status().to_string();
   EXPECT_EQ(model->cache_pool().free_pages(), left);
+}
+
+// snapshot(seq, from) leaves out the rows of the tensors that run along the sequence before
+// `from`, and holds everything else as the whole snapshot does.
+TEST(Glm5Snapshot, ASnapshotFromATokenHoldsTheRowsAfterIt) {
+  const auto dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  Fixture f = load_fixture(dirs[0]);
+  auto comm = make_single_rank_communicator();
+  auto model = load_model(f, *comm, pool_of(DType::kF8E4M3));
+  ASSERT_TRUE(model);
+  const int64_t kp = model->config().index_kpool;
+  const int64_t from = std::lcm<int64_t>(4, kp), length = 2 * from;  // whole pages and pools
+  ASSERT_LE(length, static_cast<int64_t>(f.prompt_ids.size()));
+  auto seq = model->new_sequence();
+  StepEntry e{seq.get(), std::span<const int32_t>(f.prompt_ids.data(), static_cast<size_t>(length)), false};
+  ASSERT_TRUE(model->step({&e, 1}).has_value());
+  auto whole = model->snapshot(*seq);
+  ASSERT_TRUE(whole.has_value()) << whole.status().to_string();
+  ASSERT_EQ(whole->tokens_per_row.at("latent.pages"), 4);
+  ASSERT_EQ(whole->tokens_per_row.at("latent.scales"), 4);
+  int pooled = 0;
+  for (const auto& [name, per_row] : whole->tokens_per_row) {
+    if (name.find(".pool_keys") == std::string::npos) continue;
+    EXPECT_EQ(per_row, kp) << name;
+    ++pooled;
+  }
+  EXPECT_GT(pooled, 0) << "the fixture's indexers pool keys";
+  auto part = model->snapshot(*seq, from);
+  ASSERT_TRUE(part.has_value()) << part.status().to_string();
+  EXPECT_EQ(part->from, from);
+  EXPECT_EQ(part->tokens_per_row, whole->tokens_per_row);
+  EXPECT_EQ(model->snapshot_bytes(*seq, from), static_cast<int64_t>(part->bytes()));
+  EXPECT_LT(part->bytes(), whole->bytes());
+  const auto rows = by_name(*part);
+  for (const auto& [name, t] : whole->tensors) {
+    auto along = whole->tokens_per_row.find(name);
+    ASSERT_TRUE(rows.count(name)) << name;
+    const Tensor expected =
+        along == whole->tokens_per_row.end() ? t : t.slice(0, from / along->second, t.size(0));
+    EXPECT_TRUE(bits_equal(rows.at(name), expected.contiguous())) << name;
+  }
+  // From the end: no rows along the sequence at all, the rest as before.
+  auto none = model->snapshot(*seq, length);
+  ASSERT_TRUE(none.has_value()) << none.status().to_string();
+  for (const auto& [name, t] : none->tensors) EXPECT_FALSE(whole->tokens_per_row.count(name)) << name;
+  EXPECT_EQ(model->snapshot_bytes(*seq, length), static_cast<int64_t>(none->bytes()));
+  for (int64_t bad : {int64_t{-4}, int64_t{2}, length + from}) {
+    auto no = model->snapshot(*seq, bad);
+    ASSERT_FALSE(no.has_value()) << bad;
+    EXPECT_NE(no.status().message().find("from token"), std::string::npos) << no.status().to_string();
+  }
 }
 
 // The MTP layer's cache goes along: drafts after a restore equal the source's.

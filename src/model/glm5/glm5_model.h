@@ -222,6 +222,12 @@ struct SequenceSnapshot {
   int64_t length = 0;
   int64_t mtp_length = 0;  // positions in the MTP layer's cache (0: the sequence had none)
   std::vector<std::pair<std::string, Tensor>> tensors;  // host, packed; names as restore() reads them
+  // The tensors whose dim 0 runs along the sequence (the latent pages and their scales, the
+  // indexers' pooled keys), each with the tokens one of its rows holds: their rows for the
+  // tokens before `from` are left out (snapshot(seq, from)), and a store may keep the rows
+  // of a prompt's leading tokens apart, shared by every longer prompt.
+  std::map<std::string, int64_t> tokens_per_row;
+  int64_t from = 0;
   size_t bytes() const;
 };
 
@@ -248,9 +254,11 @@ class Glm5Model {
   // The state of `seq` (whose length is a whole number of pages, with no speculative step
   // pending) copied to the host: KDA conv and recurrent states, indexer rings and pooled
   // keys, the latent pages (with their scales) and the MTP layer's cache.
-  Expected<SequenceSnapshot> snapshot(const Glm5Sequence& seq);
-  // The bytes snapshot(seq) would take on the host, without copying anything.
-  int64_t snapshot_bytes(const Glm5Sequence& seq) const;
+  // With `from` > 0 (a multiple of the page and the indexer pool) the rows of
+  // SequenceSnapshot::tokens_per_row's tensors start at that token.
+  Expected<SequenceSnapshot> snapshot(const Glm5Sequence& seq, int64_t from = 0);
+  // The bytes snapshot(seq, from) would take on the host, without copying anything.
+  int64_t snapshot_bytes(const Glm5Sequence& seq, int64_t from = 0) const;
   // A new sequence holding a snapshot's state (the tensors by name, on the host): every
   // tensor is checked against this model's shapes and dtypes (kInvalidArgument naming the
   // first one that differs or is missing); kResourceExhausted when the pool has no room
@@ -371,11 +379,12 @@ class Glm5Model {
   void fork_mtp(const Glm5Sequence& src, Glm5Sequence& dst);
   // snapshot / restore's parts (glm5_snapshot.cc).
   Tensor host_copy(const Tensor& t);
-  void snapshot_pages(const LatentCachePool& pool, const std::vector<int32_t>& pages, const std::string& name,
+  void snapshot_pages(const LatentCachePool& pool, std::span<const int32_t> pages, const std::string& name,
                       SequenceSnapshot& out);
   void restore_pages(LatentCachePool& pool, std::vector<int32_t>& pages, int64_t tokens,
                      const std::string& name, const std::map<std::string, Tensor>& tensors);
-  void snapshot_indexer(const Glm5Sequence::IndexerState& st, const std::string& name, SequenceSnapshot& out);
+  void snapshot_indexer(const Glm5Sequence::IndexerState& st, const std::string& name, int64_t from,
+                        SequenceSnapshot& out);
   void restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, const std::string& name,
                        const std::map<std::string, Tensor>& tensors);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);

@@ -4,7 +4,9 @@
 // Names: kda.<i>.conv / kda.<i>.recurrent (by KDA layer), indexer.<i>.ring /
 // indexer.<i>.pool_keys (by MLA layer, each only when the sequence has it), latent.pages /
 // latent.scales (page-major: [pages, mla layers, page_size, width]), and for the MTP layer
-// mtp.pages / mtp.scales / mtp.indexer.* / mtp.pending / mtp.pending_tokens. The pages go
+// mtp.pages / mtp.scales / mtp.indexer.* / mtp.pending / mtp.pending_tokens. The latent
+// pages and pooled keys run along the sequence (SequenceSnapshot::tokens_per_row); the MTP
+// layer's cache does not count as such, since it lags the sequence (its rows are kept whole). The pages go
 // through the device kPagesPerCopy at a time, so a long prompt's snapshot needs little
 // device memory beside the pool.
 #include <algorithm>
@@ -48,17 +50,17 @@ Tensor Glm5Model::host_copy(const Tensor& t) {
   return out;
 }
 
-void Glm5Model::snapshot_pages(const LatentCachePool& pool, const std::vector<int32_t>& pages,
+void Glm5Model::snapshot_pages(const LatentCachePool& pool, std::span<const int32_t> pages,
                                const std::string& name, SequenceSnapshot& out) {
-  const int64_t n = static_cast<int64_t>(pages.size());
+  const auto n = static_cast<int64_t>(pages.size());
+  if (n == 0) return;  // every row lies before the snapshot's `from`
   Tensor data = Tensor::empty(pool.pages_shape(n), pool.dtype());
   Tensor scales = Tensor::empty(pool.scales_shape(n), DType::kF32);
   for (int64_t at = 0; at < n; at += kPagesPerCopy) {
     const int64_t k = std::min(kPagesPerCopy, n - at);
     Tensor dev_data, dev_scales;
-    pool.read_pages(ops_,
-                    std::span<const int32_t>(pages).subspan(static_cast<size_t>(at), static_cast<size_t>(k)),
-                    dev_data, dev_scales);
+    pool.read_pages(ops_, pages.subspan(static_cast<size_t>(at), static_cast<size_t>(k)), dev_data,
+                    dev_scales);
     data.slice(0, at, at + k).copy_from(ops_.to_host(dev_data));
     scales.slice(0, at, at + k).copy_from(ops_.to_host(dev_scales));
   }
@@ -80,11 +82,13 @@ void Glm5Model::restore_pages(LatentCachePool& pool, std::vector<int32_t>& pages
   }
 }
 
-void Glm5Model::snapshot_indexer(const Glm5Sequence::IndexerState& st, const std::string& name,
+void Glm5Model::snapshot_indexer(const Glm5Sequence::IndexerState& st, const std::string& name, int64_t from,
                                  SequenceSnapshot& out) {
   if (!st.ring.is_null()) out.tensors.emplace_back(name + ".ring", host_copy(st.ring));
-  if (st.pools > 0)
-    out.tensors.emplace_back(name + ".pool_keys", host_copy(st.pool_keys.slice(0, 0, st.pools)));
+  if (st.pools == 0) return;
+  const int64_t first = from / cfg_.index_kpool;
+  if (st.pools > first)
+    out.tensors.emplace_back(name + ".pool_keys", host_copy(st.pool_keys.slice(0, first, st.pools)));
 }
 
 void Glm5Model::restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, const std::string& name,
@@ -108,53 +112,65 @@ void Glm5Model::restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, 
   }
 }
 
-int64_t Glm5Model::snapshot_bytes(const Glm5Sequence& seq) const {
+int64_t Glm5Model::snapshot_bytes(const Glm5Sequence& seq, int64_t from) const {
   int64_t n = 0;
   auto add = [&n](const Tensor& t) { n += t.is_null() ? 0 : static_cast<int64_t>(t.nbytes()); };
-  auto add_indexer = [&](const Glm5Sequence::IndexerState& st) {
+  auto add_indexer = [&](const Glm5Sequence::IndexerState& st, int64_t from_token) {
     add(st.ring);
-    n += st.pools * cfg_.index_head_dim * static_cast<int64_t>(sizeof(float));
+    n += std::max<int64_t>(0, st.pools - from_token / cfg_.index_kpool) * cfg_.index_head_dim *
+         static_cast<int64_t>(sizeof(float));
   };
-  auto add_pages = [&n](const LatentCachePool& pool, size_t pages) {
-    const auto p = static_cast<int64_t>(pages);
-    n += shape_numel(pool.pages_shape(p)) * static_cast<int64_t>(dtype_size(pool.dtype())) +
-         shape_numel(pool.scales_shape(p)) * static_cast<int64_t>(sizeof(float));
+  auto add_pages = [&n](const LatentCachePool& pool, int64_t pages) {
+    n += shape_numel(pool.pages_shape(pages)) * static_cast<int64_t>(dtype_size(pool.dtype())) +
+         shape_numel(pool.scales_shape(pages)) * static_cast<int64_t>(sizeof(float));
   };
   for (const auto& k : seq.kda_) {
     add(k.conv);
     add(k.recurrent);
   }
-  for (const auto& st : seq.indexer_) add_indexer(st);
-  add_pages(*pool_, seq.pages_.size());
+  for (const auto& st : seq.indexer_) add_indexer(st, from);
+  add_pages(*pool_,
+            std::max<int64_t>(0, static_cast<int64_t>(seq.pages_.size()) - from / pool_->page_size()));
   if (mtp_pool_ && seq.mtp_length_ > 0) {
-    add_pages(*mtp_pool_, seq.mtp_pages_.size());
-    add_indexer(seq.mtp_indexer_);
+    add_pages(*mtp_pool_, static_cast<int64_t>(seq.mtp_pages_.size()));
+    add_indexer(seq.mtp_indexer_, 0);
     add(seq.mtp_pending_);
     n += static_cast<int64_t>(seq.mtp_pending_tokens_.size() * sizeof(int32_t));
   }
   return n;
 }
 
-Expected<SequenceSnapshot> Glm5Model::snapshot(const Glm5Sequence& seq) {
-  const int64_t ps = pool_->page_size();
+Expected<SequenceSnapshot> Glm5Model::snapshot(const Glm5Sequence& seq, int64_t from) {
+  const int64_t ps = pool_->page_size(), kp = cfg_.index_kpool;
   if (seq.length_ % ps != 0)
     return invalid_argument("snapshot: sequence length " + std::to_string(seq.length_) +
                             " is not a whole number of " + std::to_string(ps) + "-token pages");
+  if (from < 0 || from > seq.length_ || from % ps != 0 || from % kp != 0)
+    return invalid_argument("snapshot: from token " + std::to_string(from) + " of " +
+                            std::to_string(seq.length_) +
+                            " is not a whole number of pages and indexer pools");
   if (seq.spec_.pending) return invalid_argument("snapshot: a speculative step is still to be committed");
   try {
     SequenceSnapshot out;
     out.length = seq.length_;
+    out.from = from;
     for (size_t i = 0; i < seq.kda_.size(); ++i) {
       out.tensors.emplace_back("kda." + std::to_string(i) + ".conv", host_copy(seq.kda_[i].conv));
       out.tensors.emplace_back("kda." + std::to_string(i) + ".recurrent", host_copy(seq.kda_[i].recurrent));
     }
-    for (size_t i = 0; i < seq.indexer_.size(); ++i)
-      snapshot_indexer(seq.indexer_[i], "indexer." + std::to_string(i), out);
-    snapshot_pages(*pool_, seq.pages_, "latent", out);
+    for (size_t i = 0; i < seq.indexer_.size(); ++i) {
+      const std::string name = "indexer." + std::to_string(i);
+      snapshot_indexer(seq.indexer_[i], name, from, out);
+      if (seq.indexer_[i].pools > 0) out.tokens_per_row[name + ".pool_keys"] = kp;
+    }
+    snapshot_pages(*pool_, std::span<const int32_t>(seq.pages_).subspan(static_cast<size_t>(from / ps)),
+                   "latent", out);
+    out.tokens_per_row["latent.pages"] = ps;
+    out.tokens_per_row["latent.scales"] = ps;
     if (mtp_pool_ && seq.mtp_length_ > 0) {
       out.mtp_length = seq.mtp_length_;
       snapshot_pages(*mtp_pool_, seq.mtp_pages_, "mtp", out);
-      snapshot_indexer(seq.mtp_indexer_, "mtp.indexer", out);
+      snapshot_indexer(seq.mtp_indexer_, "mtp.indexer", 0, out);
       if (!seq.mtp_pending_.is_null()) {
         out.tensors.emplace_back("mtp.pending", host_copy(seq.mtp_pending_));
         std::vector<int32_t> tokens = seq.mtp_pending_tokens_;
