@@ -58,10 +58,13 @@ Json chat_usage_json(const UsageTotals& u) {
           {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
 }
 
+// OpenAI's CompletionUsage, as for chat: prompt_tokens_details.cached_tokens says how many
+// prompt tokens resumed from a kept state (lm-eval and agents read it from completions too).
 Json completion_usage_json(const UsageTotals& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 std::string make_id(const std::string& prefix) {

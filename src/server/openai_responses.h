@@ -48,6 +48,14 @@ struct UsageTotals {
   int64_t completion_tokens = 0;
   int64_t reasoning_tokens = 0;
   int64_t cached_tokens = 0;
+  // Adds another prompt's usage (completions with a list of prompts).
+  UsageTotals& operator+=(const UsageTotals& o) {
+    prompt_tokens += o.prompt_tokens;
+    completion_tokens += o.completion_tokens;
+    reasoning_tokens += o.reasoning_tokens;
+    cached_tokens += o.cached_tokens;
+    return *this;
+  }
 };
 UsageTotals sum_usage(const std::vector<ChoiceState>& choices, int64_t prompt_tokens);
 Json chat_usage_json(const UsageTotals& u);

@@ -107,8 +107,7 @@ std::string CompletionStreamFormatter::on_error(const Status& error) {
 }
 
 std::string CompletionStreamFormatter::on_done(const std::vector<ChoiceState>&, const UsageTotals& usage) {
-  total_->prompt_tokens += usage.prompt_tokens;
-  total_->completion_tokens += usage.completion_tokens;
+  *total_ += usage;
   if (!last_) return "";
   std::string out;
   if (include_usage_) {

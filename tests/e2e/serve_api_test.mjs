@@ -739,6 +739,21 @@ await run.check('prompt reuse: a repeated long chat resumes from its kept state 
   assert.ok(h.cached_tokens_total >= cachedB + u.prompt_tokens_details.cached_tokens, JSON.stringify(h));
 });
 
+await run.check('prompt reuse: completions report cached_tokens as chat does, streamed and not', async () => {
+  const text = Array.from({ length: 220 }, (_, i) => `item${(i * 41) % 223}`).join(' ');
+  const body = { model, prompt: `List: ${text}`, max_tokens: 3, temperature: 0 };
+  const a = await post200(server, '/v1/completions', body);
+  assert.ok(a.usage.prompt_tokens > 520, `a long prompt (${a.usage.prompt_tokens} tokens)`);
+  assert.equal(a.usage.prompt_tokens_details.cached_tokens, 0, JSON.stringify(a.usage));
+  const b = await client.completions.create(body);
+  const cached = b.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached > 0 && cached < b.usage.prompt_tokens, JSON.stringify(b.usage));
+  assert.equal(b.choices[0].text, a.choices[0].text);
+  const s = await postSse(server, '/v1/completions', { ...body, stream: true, stream_options: { include_usage: true } });
+  const last = s.events.filter((e) => e.json?.usage).at(-1).json.usage;
+  assert.equal(last.prompt_tokens_details.cached_tokens, cached, JSON.stringify(last));
+});
+
 await run.check('prompt reuse: a second chat with the same long system prompt resumes from its system block', async () => {
   const rules = Array.from({ length: 100 }, (_, i) => `rule${(i * 53) % 197}`).join(' ');
   const chat = (q) => ({ model, max_tokens: 4, temperature: 0, messages: [{ role: 'system', content: `Obey: ${rules}` }, { role: 'user', content: q }] });
