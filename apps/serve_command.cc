@@ -230,6 +230,13 @@ void add_serve_command(CLI::App& app) {
       ->envname("PROMPT_STORE_GIB")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option(
+         "--prompt-store-block", o->engine.prompt_store_block_tokens,
+         "--prompt-store: tokens per block of a prompt's leading rows, shared by the states that start "
+         "with them (0: 2,048 rounded up to where states are kept; else a multiple of that)")
+      ->envname("PROMPT_STORE_BLOCK")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
   cmd->add_option("--kv-pool-gib", o->engine.kv_pool_gib, "cap on the cache pool (0: no cap)")
       ->envname("KV_POOL_GIB")
       ->check(CLI::NonNegativeNumber)

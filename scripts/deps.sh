@@ -14,6 +14,7 @@ BUILD_PKGS=(
   libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev   # image decoding (src/media)
   libcurl4-openssl-dev   # media from https:// URLs when VISION_URLS allows it (src/media/url_fetch)
   zlib1g-dev   # CRC-32 of the prompt store's files (src/engine/prompt_store)
+  libssl-dev   # SHA-256 names of the prompt store's blocks (src/engine/prompt_state_files)
   libgtest-dev libgmock-dev   # every configuration configures the test targets
 )
 # prometheus ships promtool: `promtool check metrics` validates /metrics (server_promtool_metrics).

@@ -368,8 +368,25 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
 ModelInfo Engine::model_info() const { return impl_->info; }
 
 EngineHealth Engine::health() const {
-  std::lock_guard<std::mutex> lock(impl_->health_mu);
-  return impl_->health;
+  EngineHealth health;
+  {
+    std::lock_guard<std::mutex> lock(impl_->health_mu);
+    health = impl_->health;
+  }
+  // The store's figures live: its writer finishes after the engine's last step.
+  if (const PromptStore* store = impl_->store.get()) {
+    const PromptStoreStats ss = store->stats();
+    health.prompt_store = true;
+    health.prompt_store_files = ss.files;
+    health.prompt_store_blocks = ss.blocks;
+    health.prompt_store_bytes = ss.bytes;
+    health.prompt_store_written_total = ss.written_total;
+    health.prompt_store_written_bytes_total = ss.written_bytes_total;
+    health.prompt_store_skipped_total = ss.skipped_total;
+    health.prompt_store_restored_total = ss.restored_total;
+    health.prompt_store_failed_reads_total = ss.failed_reads_total;
+  }
+  return health;
 }
 
 Expected<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool add_special_tokens) const {

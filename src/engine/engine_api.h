@@ -199,13 +199,16 @@ struct EngineHealth {
   // Prompt reuse: the prompt states kept, and the prompt tokens they cover.
   int64_t kept_prompts = 0;
   int64_t kept_prompt_tokens = 0;
-  // PROMPT_STORE: the states on disk (files, bytes), written so far, not written (the
-  // writer's queue was full, or a write failed), resumed from, and files that failed their
-  // checks when read (deleted).
+  // PROMPT_STORE: the states on disk (state files, their blocks, bytes of both), states
+  // written so far and the bytes written for them, states not written (the writer's queue
+  // was full, or a write failed), resumed from, and states whose files failed their checks
+  // when read (deleted).
   bool prompt_store = false;
   int64_t prompt_store_files = 0;
+  int64_t prompt_store_blocks = 0;
   int64_t prompt_store_bytes = 0;
   int64_t prompt_store_written_total = 0;
+  int64_t prompt_store_written_bytes_total = 0;
   int64_t prompt_store_skipped_total = 0;
   int64_t prompt_store_restored_total = 0;
   int64_t prompt_store_failed_reads_total = 0;

@@ -548,16 +548,6 @@ void Engine::Impl::publish_health() {
   health.pool_free_tokens = budget->free_tokens();
   health.kept_prompts = static_cast<int64_t>(kept.size());
   health.kept_prompt_tokens = kept_index.total_tokens();
-  if (store) {
-    const PromptStoreStats ss = store->stats();
-    health.prompt_store = true;
-    health.prompt_store_files = ss.files;
-    health.prompt_store_bytes = ss.bytes;
-    health.prompt_store_written_total = ss.written_total;
-    health.prompt_store_skipped_total = ss.skipped_total;
-    health.prompt_store_restored_total = ss.restored_total;
-    health.prompt_store_failed_reads_total = ss.failed_reads_total;
-  }
   health.model_steps = model_steps;
   health.tp_world = comm->world_size();
   const CommStats cs = comm->stats();

@@ -55,6 +55,9 @@ struct EngineOptions {
   // PROMPT_STORE_GIB bounds what the folder holds (least recently used files deleted first).
   std::string prompt_store;
   double prompt_store_gib = 64.0;
+  // The store's blocks (prompt_store.h), in tokens: 0 = 2,048 rounded up to a multiple of where
+  // kept states lie (prompt_reuse_grain); a set value must be such a multiple (tests).
+  int64_t prompt_store_block_tokens = 0;
   std::string device = "cpu";     // DEVICE: cpu | cuda (GPU 0; needs a CUDA build)
   // DENSE: how the projection matrices are held. "" is kDefaultDense (q4). q4 / fp8: the
   // large dense matrices (load_glm5_weights lists them) are re-quantized at load

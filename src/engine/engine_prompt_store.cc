@@ -98,7 +98,15 @@ Expected<std::unique_ptr<PromptStore>> open_prompt_store(const EngineOptions& op
                                                          int64_t grain, int rank, int world) {
   PromptStoreOptions so;
   so.dir = options.prompt_store;
-  so.fingerprint = prompt_store_fingerprint(options, page_size, grain, rank, world);
+  so.block_tokens = options.prompt_store_block_tokens > 0 ? options.prompt_store_block_tokens
+                                                          : (2048 + grain - 1) / grain * grain;
+  if (so.block_tokens % grain != 0)
+    return invalid_argument("prompt store: blocks of " + std::to_string(so.block_tokens) +
+                            " tokens, not a multiple of the " + std::to_string(grain) +
+                            " tokens kept states lie at");
+  // The block size is part of the name: another size's blocks are never read.
+  so.fingerprint = prompt_store_fingerprint(options, page_size, grain, rank, world) + "-b" +
+                   std::to_string(so.block_tokens);
   so.max_bytes = static_cast<int64_t>(options.prompt_store_gib * 1073741824.0);
   // States wait for the writer in host memory: at most half of what MEMORY_RESERVE_GIB leaves
   // free for such work (at least 512 MiB), so a long prompt's state cannot crowd the host.
@@ -154,18 +162,25 @@ std::optional<uint64_t> Engine::Impl::restore_stored(const PromptIndex::Hit& hit
   return id;
 }
 
-void Engine::Impl::store_prompt_state(const LiveChoice& c, std::span<const int32_t> tokens) {
-  if (!store->wants(tokens, model->snapshot_bytes(*c.sequence))) return;
-  // The copy to the host happens here, on the engine thread; the file is written by the store's own.
-  Expected<SequenceSnapshot> snap = model->snapshot(*c.sequence);
+bool store_sequence_state(Glm5Model& model, PromptStore& store, const Glm5Sequence& seq,
+                          std::span<const int32_t> tokens, const std::string& who) {
+  const std::optional<int64_t> from =
+      store.wants(tokens, [&](int64_t at) { return model.snapshot_bytes(seq, at); });
+  if (!from) return false;
+  // The copy to the host happens here, on the caller's thread; the files are written by the store's own.
+  Expected<SequenceSnapshot> snap = model.snapshot(seq, *from);
   if (!snap) {
-    TF_LOG_WARN("prompt store: no snapshot of a prompt's state: {}", snap.status().to_string());
-    return;
+    TF_LOG_WARN("{}prompt store: no snapshot of a prompt's state: {}", who, snap.status().to_string());
+    return false;
   }
-  std::vector<int32_t> ids(tokens.begin(), tokens.end());
+  store.put(std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(*snap));
+  return true;
+}
+
+void Engine::Impl::store_prompt_state(const LiveChoice& c, std::span<const int32_t> tokens) {
+  if (!store_sequence_state(*model, *store, *c.sequence, tokens, "")) return;
   // Each follower writes its own part of the same state before its next step.
-  if (tp) tp->sequence_stored(c.id, ids);
-  store->put(std::move(ids), std::move(*snap));
+  if (tp) tp->sequence_stored(c.id, std::vector<int32_t>(tokens.begin(), tokens.end()));
 }
 
 }  // namespace tf::engine

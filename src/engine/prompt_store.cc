@@ -1,10 +1,10 @@
-// PromptStore: the files, their index and the writer thread (see prompt_store.h).
+// PromptStore: the index of its files, their blocks' references and the writer thread (see
+// prompt_store.h; the files themselves: prompt_state_files.h).
 #include "engine/prompt_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -20,62 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "tensorfold-prompt-state/1";
 constexpr const char* kSuffix = ".tfstate";
-constexpr const char* kPartSuffix = ".part";  // a write not yet complete
-constexpr const char* kTokens = "prompt.tokens";
-
-uint32_t crc_of(uint32_t crc, const void* data, size_t bytes) {
-  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
-}
-
-// Flushes a file (or a folder's entries) to the disk.
-void sync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
-}
-
-// The prompt's tokens of a stored file, after its format and fingerprint are checked.
-Expected<std::vector<int32_t>> tokens_of(const SafetensorsFile& file, const std::string& fingerprint) {
-  const auto& meta = file.metadata();
-  auto field = [&](const char* key) {
-    auto it = meta.find(key);
-    return it == meta.end() ? std::string() : it->second;
-  };
-  if (field("format") != kFormat)
-    return invalid_argument(file.path() + ": not a prompt state of this format (" + field("format") + ")");
-  if (field("fingerprint") != fingerprint)
-    return invalid_argument(file.path() + ": made by another build or model");
-  TF_ASSIGN_OR_RETURN(Tensor t, file.tensor(kTokens));
-  if (t.dtype() != DType::kI32 || t.dim() != 1 || t.numel() == 0)
-    return invalid_argument(file.path() + ": " + kTokens + " is " + t.describe());
-  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-}
-
-Expected<int64_t> int_field(const SafetensorsFile& file, const char* key) {
-  auto it = file.metadata().find(key);
-  if (it == file.metadata().end()) return invalid_argument(file.path() + ": no " + key);
-  int64_t v = 0;
-  if (std::sscanf(it->second.c_str(), "%lld", reinterpret_cast<long long*>(&v)) != 1 || v < 0)
-    return invalid_argument(file.path() + ": " + key + " is '" + it->second + "'");
-  return v;
-}
-
-// The CRC-32 of a file's data section: its tensors in the order they lie there.
-uint32_t data_crc(const SafetensorsFile& file) {
-  std::vector<const TensorEntry*> order;
-  for (const TensorEntry& e : file.entries()) order.push_back(&e);
-  std::sort(order.begin(), order.end(),
-            [](const TensorEntry* a, const TensorEntry* b) { return a->data_begin < b->data_begin; });
-  uint32_t crc = crc_of(0, nullptr, 0);
-  for (const TensorEntry* e : order) {
-    Expected<Tensor> t = file.tensor(e->name);
-    if (t) crc = crc_of(crc, t->raw(), t->nbytes());
-  }
-  return crc;
-}
+constexpr const char* kBlockSuffix = ".tfblock";
 
 }  // namespace
 
@@ -123,29 +69,70 @@ void PromptStore::scan() {
   };
   std::vector<Found> found;
   std::error_code ec;
+  auto remove = [&ec](const fs::path& path, const std::string& why) {
+    if (!why.empty()) TF_LOG_WARN("prompt store: deleting {}: {}", path.string(), why);
+    fs::remove(path, ec);
+  };
+  std::vector<fs::directory_entry> states;
   for (const auto& entry : fs::directory_iterator(folder_, ec)) {
-    const std::string path = entry.path().string();
     const std::string ext = entry.path().extension().string();
-    if (ext == kPartSuffix || ext == ".tmp") {  // an interrupted write
-      fs::remove(entry.path(), ec);
+    if (ext == ".part" || ext == ".tmp") {  // an interrupted write
+      remove(entry.path(), "");
       continue;
     }
-    if (ext != kSuffix || !entry.is_regular_file(ec)) continue;
+    if (!entry.is_regular_file(ec)) continue;
+    if (ext == kSuffix) states.push_back(entry);
+    if (ext != kBlockSuffix) continue;
+    auto file = SafetensorsFile::open(entry.path().string());
+    Expected<std::string> digest =
+        file ? block_file_digest(**file, options_.fingerprint) : Expected<std::string>(file.status());
+    if (!digest || block_file_name(*digest) != entry.path().filename().string()) {
+      remove(entry.path(), digest ? "its name is not its digest's" : digest.status().to_string());
+      continue;
+    }
+    blocks_[*digest] = Block{entry.path().string(), static_cast<int64_t>(entry.file_size(ec)), 0};
+  }
+  for (const auto& entry : states) {
+    const std::string path = entry.path().string();
     auto file = SafetensorsFile::open(path);
-    Expected<std::vector<int32_t>> tokens =
-        file ? tokens_of(**file, options_.fingerprint) : Expected<std::vector<int32_t>>(file.status());
-    if (!tokens) {
-      TF_LOG_WARN("prompt store: deleting {}: {}", path, tokens.status().to_string());
-      fs::remove(entry.path(), ec);
+    Expected<StateFileInfo> info =
+        file ? state_file_info(**file, options_.fingerprint) : Expected<StateFileInfo>(file.status());
+    if (!info) {
+      remove(entry.path(), info.status().to_string());
       continue;
     }
-    found.push_back({entry.last_write_time(ec), std::move(*tokens),
-                     File{path, static_cast<int64_t>(entry.file_size(ec))}});
+    if (info->block_tokens != options_.block_tokens) {
+      remove(entry.path(), "blocks of another size");
+      continue;
+    }
+    File f{path, static_cast<int64_t>(entry.file_size(ec)),
+           block_digests(info->tokens, options_.block_tokens)};
+    auto missing = std::find_if(f.blocks.begin(), f.blocks.end(),
+                                [this](const std::string& d) { return !blocks_.count(d); });
+    if (missing != f.blocks.end()) {
+      remove(entry.path(), "its block " + block_file_name(*missing) + " is gone");
+      continue;
+    }
+    for (const std::string& d : f.blocks) ++blocks_.at(d).refs;
+    found.push_back({entry.last_write_time(ec), std::move(info->tokens), std::move(f)});
+  }
+  for (auto it = blocks_.begin(); it != blocks_.end();) {
+    if (it->second.refs > 0) {
+      stats_.bytes += it->second.bytes;
+      ++it;
+    } else {
+      remove(it->second.path, "");  // no state needs it (its state's write was interrupted)
+      it = blocks_.erase(it);
+    }
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.when < b.when; });
   std::lock_guard<std::mutex> lock(mu_);
   for (Found& f : found) add_file(std::move(f.tokens), std::move(f.file));  // oldest first: least recent
   make_room(0);
+}
+
+std::string PromptStore::block_path(const std::string& digest) const {
+  return (fs::path(folder_) / block_file_name(digest)).string();
 }
 
 void PromptStore::add_file(std::vector<int32_t> tokens, File file) {
@@ -171,10 +158,28 @@ void PromptStore::drop_file(uint64_t id, bool delete_it) {
     fs::remove(it->second.path, ec);
   }
   stats_.bytes -= it->second.bytes;
+  for (const std::string& d : it->second.blocks) release_block(d);
   files_.erase(it);
 }
 
+void PromptStore::release_block(const std::string& digest) {
+  auto it = blocks_.find(digest);
+  if (it == blocks_.end() || --it->second.refs > 0) return;
+  std::error_code ec;
+  fs::remove(it->second.path, ec);
+  stats_.bytes -= it->second.bytes;
+  blocks_.erase(it);
+}
+
+void PromptStore::drop_states_needing(const std::string& digest) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, f] : files_)
+    if (std::find(f.blocks.begin(), f.blocks.end(), digest) != f.blocks.end()) ids.push_back(id);
+  for (uint64_t id : ids) drop_file(id, true);
+}
+
 void PromptStore::make_room(int64_t bytes) {
+  // Blocks a state being written holds a reference to stay; the states before it go.
   while (stats_.bytes + bytes > options_.max_bytes) {
     const std::optional<uint64_t> id = index_.least_recent();
     if (!id) break;
@@ -187,15 +192,22 @@ std::optional<PromptIndex::Hit> PromptStore::longest_prefix(std::span<const int3
   return index_.longest_prefix(prompt, limit);
 }
 
-bool PromptStore::wants(std::span<const int32_t> tokens, int64_t bytes) {
+std::optional<int64_t> PromptStore::wants(std::span<const int32_t> tokens,
+                                          const std::function<int64_t(int64_t)>& bytes) {
+  // The digests before the lock: hashing a long prompt is the slow part.
+  const std::vector<std::string> digests = block_digests(tokens, options_.block_tokens);
   std::lock_guard<std::mutex> lock(mu_);
-  if (index_.find(tokens) || queued_names_.count(prompt_state_name(tokens))) return false;
+  if (index_.find(tokens) || queued_names_.count(prompt_state_name(tokens))) return std::nullopt;
+  size_t stored = 0;
+  while (stored < digests.size() && blocks_.count(digests[stored])) ++stored;
+  const int64_t from = static_cast<int64_t>(stored) * options_.block_tokens;
+  const int64_t n = bytes(from);
   if (static_cast<int>(queue_.size()) >= options_.max_pending ||
-      queued_bytes_ + bytes > options_.max_pending_bytes || bytes > options_.max_bytes) {
+      queued_bytes_ + n > options_.max_pending_bytes || bytes(0) > options_.max_bytes) {
     ++stats_.skipped_total;
-    return false;
+    return std::nullopt;
   }
-  return true;
+  return from;
 }
 
 void PromptStore::put(std::vector<int32_t> tokens, SequenceSnapshot snapshot) {
@@ -233,44 +245,60 @@ void PromptStore::writer_loop() {
 }
 
 Status PromptStore::write(const Pending& p) {
-  const int64_t bytes = static_cast<int64_t>(p.snapshot.bytes() + p.tokens.size() * sizeof(int32_t));
+  const SequenceSnapshot& snap = p.snapshot;
+  const int64_t bytes = static_cast<int64_t>(snap.bytes() + p.tokens.size() * sizeof(int32_t));
   if (bytes > options_.max_bytes)
     return resource_exhausted(std::to_string(bytes) + " bytes, more than PROMPT_STORE_GIB allows");
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  tensors.emplace_back(kTokens, Tensor::view_of(const_cast<int32_t*>(p.tokens.data()),
-                                                {static_cast<int64_t>(p.tokens.size())}, DType::kI32));
-  for (const auto& t : p.snapshot.tensors) tensors.push_back(t);
-  uint32_t crc = crc_of(0, nullptr, 0);
-  for (const auto& [name, t] : tensors) crc = crc_of(crc, t.raw(), t.nbytes());
-  const std::map<std::string, std::string> meta = {{"format", kFormat},
-                                                   {"fingerprint", options_.fingerprint},
-                                                   {"length", std::to_string(p.snapshot.length)},
-                                                   {"mtp_length", std::to_string(p.snapshot.mtp_length)},
-                                                   {"crc32", std::to_string(crc)}};
-  const std::string path = (fs::path(folder_) / (prompt_state_name(p.tokens) + kSuffix)).string();
-  const std::string part = path + kPartSuffix;
+  const std::vector<std::string> digests = block_digests(p.tokens, options_.block_tokens);
+  std::vector<std::string> held;  // references this write holds (they become the state's)
+  auto let_go = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& d : held) release_block(d);
+  };
+  std::vector<size_t> to_write;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (size_t k = 0; k < digests.size(); ++k) {
+      auto it = blocks_.find(digests[k]);
+      if (it != blocks_.end()) {
+        ++it->second.refs;  // kept from here on, whatever make_room evicts
+        held.push_back(digests[k]);
+      } else if (static_cast<int64_t>(k) * options_.block_tokens < snap.from) {
+        for (const std::string& d : held) release_block(d);
+        return not_found("a block its snapshot left out was deleted meanwhile");
+      } else {
+        to_write.push_back(k);
+      }
+    }
     make_room(bytes);  // before the bytes land: the folder stays within its bound
   }
-  if (Status s = write_safetensors(part, tensors, meta); !s.is_ok()) {
-    std::error_code ec;  // e.g. the disk is full: leave nothing behind
-    fs::remove(part + ".tmp", ec);
-    fs::remove(part, ec);
+  const int64_t block = options_.block_tokens;
+  for (size_t k : to_write) {
+    const std::string path = block_path(digests[k]);
+    if (Status s = write_block_file(path, options_.fingerprint, digests[k], snap,
+                                    static_cast<int64_t>(k) * block, block);
+        !s.is_ok()) {
+      let_go();
+      return s;
+    }
+    std::error_code ec;
+    const auto size = static_cast<int64_t>(fs::file_size(path, ec));
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_[digests[k]] = Block{path, ec ? 0 : size, 1};
+    stats_.bytes += ec ? 0 : size;
+    stats_.written_bytes_total += ec ? 0 : size;
+    held.push_back(digests[k]);
+  }
+  const std::string path = (fs::path(folder_) / (prompt_state_name(p.tokens) + kSuffix)).string();
+  if (Status s = write_state_file(path, options_.fingerprint, p.tokens, snap, block); !s.is_ok()) {
+    let_go();
     return s;
   }
-  ::chmod(part.c_str(), 0600);
-  sync_path(part);
   std::error_code ec;
-  fs::rename(part, path, ec);
-  if (ec) {
-    fs::remove(part, ec);
-    return internal_error(path + ": rename failed (" + ec.message() + ")");
-  }
-  sync_path(folder_);
   const auto size = static_cast<int64_t>(fs::file_size(path, ec));
   std::lock_guard<std::mutex> lock(mu_);
-  add_file(p.tokens, File{path, ec ? bytes : size});
+  stats_.written_bytes_total += ec ? 0 : size;
+  add_file(p.tokens, File{path, ec ? 0 : size, digests});  // takes over the references held
   make_room(0);
   return Status::ok();
 }
@@ -283,34 +311,19 @@ Expected<StoredState> PromptStore::read(uint64_t id, std::span<const int32_t> pr
     if (it == files_.end()) return not_found("prompt store: the state was deleted");
     path = it->second.path;
   }
-  auto check = [&]() -> Expected<StoredState> {
-    StoredState st;
-    TF_ASSIGN_OR_RETURN(st.file, SafetensorsFile::open(path));
-    TF_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, tokens_of(*st.file, options_.fingerprint));
-    if (tokens.size() > prompt.size() || !std::equal(tokens.begin(), tokens.end(), prompt.begin()))
-      return invalid_argument(path + ": its tokens are not the prompt's");
-    TF_ASSIGN_OR_RETURN(st.length, int_field(*st.file, "length"));
-    TF_ASSIGN_OR_RETURN(st.mtp_length, int_field(*st.file, "mtp_length"));
-    TF_ASSIGN_OR_RETURN(const int64_t crc, int_field(*st.file, "crc32"));
-    if (st.length != static_cast<int64_t>(tokens.size()))
-      return invalid_argument(path + ": length " + std::to_string(st.length) + " for " +
-                              std::to_string(tokens.size()) + " tokens");
-    if (data_crc(*st.file) != static_cast<uint32_t>(crc)) return invalid_argument(path + ": CRC mismatch");
-    for (const TensorEntry& e : st.file->entries()) {
-      if (e.name == kTokens) continue;
-      TF_ASSIGN_OR_RETURN(Tensor t, st.file->tensor(e.name));
-      st.tensors.emplace(e.name, std::move(t));
-    }
-    return st;
-  };
-  Expected<StoredState> st = check();
+  StateReadFault fault;
+  Expected<StoredState> st = read_stored_state(
+      path, prompt, options_.fingerprint, options_.block_tokens,
+      [this](const std::string& digest) { return block_path(digest); }, fault);
   std::lock_guard<std::mutex> lock(mu_);
   if (!st) {
+    if (fault.missing_file) return st.status();  // deleted meanwhile (made room): nothing is corrupt
     ++stats_.failed_reads_total;
+    if (!fault.bad_block.empty()) drop_states_needing(fault.bad_block);
     drop_file(id, true);
     return st.status();
   }
-  // The file's modification time is its last use: the order of eviction after a restart.
+  // The state file's modification time is its last use: the order of eviction after a restart.
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
   return st;
 }
@@ -334,6 +347,7 @@ PromptStoreStats PromptStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   PromptStoreStats s = stats_;
   s.files = static_cast<int64_t>(files_.size());
+  s.blocks = static_cast<int64_t>(blocks_.size());
   return s;
 }
 

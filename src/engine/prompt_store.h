@@ -2,24 +2,24 @@
 // one after its state left the device (evicted for a request's pages, or past
 // KEPT_PROMPTS) or after the server restarted.
 //
-// Each state is one file, <dir>/<fingerprint>/<hash of its tokens>.tfstate, in the
-// safetensors format: the prompt's tokens ("prompt.tokens", the reuse keys: media
-// placeholders as their pictures' hashes) and the model's snapshot of the sequence
-// (Glm5Model::snapshot), with the metadata: format, fingerprint, lengths and a CRC-32 of
-// the data section. The fingerprint names the build, the checkpoint and every setting
-// that changes a state's bits (engine_prompt_reuse.cc), so a file is only ever read by
-// a server that would have computed the same state; other fingerprints' folders are
-// left alone. Files are written by a thread of their own (the engine thread only copies
-// the state to the host), to a temporary name, fsynced, then renamed, mode 0600 in a
-// 0700 folder: a crash leaves either the whole file or none, and a file that fails its
-// CRC when read is deleted and not used. The folder is bounded by max_bytes, least
-// recently used files deleted first (the order survives restarts through the files'
-// modification times).
+// A state is a state file, <dir>/<fingerprint>/<hash of its tokens>.tfstate, and the block
+// files of its leading tokens' rows along the sequence, shared with every other stored
+// state that starts with the same tokens (prompt_state_files.h): the next turn of a chat
+// writes its new blocks and a small state file, not its whole history again. The
+// fingerprint names the build, the checkpoint and every setting that changes a state's
+// bits (engine_prompt_store.cc), so a file is only ever read by a server that would have
+// computed the same state; other fingerprints' folders are left alone. Files are written
+// by a thread of their own (the engine thread only copies the rows the store does not
+// hold yet to the host), mode 0600 in a 0700 folder; a file that fails its checks when read
+// is deleted with the states that need it. The folder is bounded by max_bytes: the least
+// recently used states go first, and a block goes with the last state that needs it (the
+// order survives restarts through the state files' modification times).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,8 +33,8 @@
 #include "cache/prompt_index.h"
 #include "core/status.h"
 #include "engine/engine_options.h"
+#include "engine/prompt_state_files.h"
 #include "model/glm5/glm5_model.h"
-#include "model/safetensors.h"
 
 namespace tf::engine {
 
@@ -44,20 +44,15 @@ struct PromptStoreOptions {
   int64_t max_bytes = 0;    // the subfolder's bound
   int max_pending = 2;      // states waiting for the writer (each held on the host)
   int64_t max_pending_bytes = int64_t{1} << 31;  // and their bytes together (a larger state is not stored)
+  int64_t block_tokens = 2048;  // the rows along the sequence go to blocks of this many tokens
 };
 
 struct PromptStoreStats {
-  int64_t files = 0, bytes = 0;
+  int64_t files = 0, bytes = 0;  // states, and the bytes of their files and blocks
+  int64_t blocks = 0;
   int64_t written_total = 0, skipped_total = 0;  // skipped: the writer's queue was full
+  int64_t written_bytes_total = 0;               // new blocks and state files
   int64_t restored_total = 0, failed_reads_total = 0;
-};
-
-// A stored state read back: its tensors by name (views of the mapped file, valid while
-// `file` lives) and lengths, for Glm5Model::restore.
-struct StoredState {
-  std::unique_ptr<SafetensorsFile> file;
-  int64_t length = 0, mtp_length = 0;
-  std::map<std::string, Tensor> tensors;
 };
 
 class PromptStore {
@@ -73,14 +68,17 @@ class PromptStore {
   const std::string& folder() const { return folder_; }
   // The longest stored state whose tokens are a prefix of prompt[0, limit).
   std::optional<PromptIndex::Hit> longest_prefix(std::span<const int32_t> prompt, int64_t limit);
-  // Whether put() would take these tokens' state of `bytes` bytes now: not stored or queued
-  // already, and room in the writer's queue (counted as skipped when there is none).
-  bool wants(std::span<const int32_t> tokens, int64_t bytes);
-  // Queues a state for the writer.
+  // Whether put() would take these tokens' state now, and from which token its snapshot must
+  // hold the rows along the sequence (SequenceSnapshot::from: the blocks before it are
+  // stored). Not when it is stored or queued already, or when the writer's queue has no room
+  // for its `bytes(from)` bytes (counted as skipped).
+  std::optional<int64_t> wants(std::span<const int32_t> tokens, const std::function<int64_t(int64_t)>& bytes);
+  // Queues a state for the writer (its snapshot from the token wants() gave). Should a block
+  // it leaves out be gone by the time it is written, it is skipped.
   void put(std::vector<int32_t> tokens, SequenceSnapshot snapshot);
-  // Reads a stored state (a hit of longest_prefix for `prompt`) and checks it: format,
-  // fingerprint, tokens (a prefix of the prompt) and CRC. A file that fails is deleted and
-  // leaves the index.
+  // Reads a stored state (a hit of longest_prefix for `prompt`) and checks its files: format,
+  // fingerprint, tokens (a prefix of the prompt), digests and CRCs. A state file that fails is
+  // deleted and leaves the index; a block file that fails, with every state that needs it.
   Expected<StoredState> read(uint64_t id, std::span<const int32_t> prompt);
   // The stored state with exactly these tokens (a tensor-parallel follower's lookup of
   // what rank 0 found in its own store).
@@ -101,13 +99,22 @@ class PromptStore {
   struct File {
     std::string path;
     int64_t bytes = 0;
+    std::vector<std::string> blocks;  // digests of its blocks, in order (each holds a reference)
+  };
+  struct Block {
+    std::string path;
+    int64_t bytes = 0;
+    int refs = 0;  // states that need it, and a state being written that will
   };
   explicit PromptStore(PromptStoreOptions options) : options_(std::move(options)) {}
   void scan();
   void writer_loop();
   Status write(const Pending& p);
-  void add_file(std::vector<int32_t> tokens, File file);  // mu_ held
+  std::string block_path(const std::string& digest) const;
+  void add_file(std::vector<int32_t> tokens, File file);  // mu_ held; file's blocks referenced already
   void drop_file(uint64_t id, bool delete_it);            // mu_ held
+  void release_block(const std::string& digest);          // mu_ held
+  void drop_states_needing(const std::string& digest);    // mu_ held
   void make_room(int64_t bytes);                          // mu_ held
 
   PromptStoreOptions options_;
@@ -116,6 +123,7 @@ class PromptStore {
   std::condition_variable cv_;
   PromptIndex index_;
   std::map<uint64_t, File> files_;
+  std::map<std::string, Block> blocks_;  // by digest
   uint64_t next_id_ = 1;
   std::deque<Pending> queue_;
   std::set<std::string> queued_names_;
@@ -136,5 +144,11 @@ int64_t prompt_reuse_grain(const EngineOptions& options, int64_t page_size, int6
 // state's bits depend on (grain: prompt_reuse_grain).
 Expected<std::unique_ptr<PromptStore>> open_prompt_store(const EngineOptions& options, int64_t page_size,
                                                          int64_t grain, int rank, int world);
+
+// Copies the part of `seq`'s state that `store` does not hold yet (the rows after its stored
+// blocks) to the host and queues it under `tokens`; false when the store wants none of it.
+// `who` starts log lines ("rank 1 of 2: ").
+bool store_sequence_state(Glm5Model& model, PromptStore& store, const Glm5Sequence& seq,
+                          std::span<const int32_t> tokens, const std::string& who);
 
 }  // namespace tf::engine

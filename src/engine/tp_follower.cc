@@ -26,19 +26,6 @@ std::string rank_name(const Communicator& comm) {
   return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.world_size());
 }
 
-// PROMPT_STORE: this rank's part of a state rank 0 writes (its queue may be full, or the
-// state too large, as rank 0's may not: a part missing later only costs that resume).
-void store_part(Glm5Model& model, PromptStore& store, const Glm5Sequence& seq,
-                const std::vector<int32_t>& tokens, const std::string& rank) {
-  if (!store.wants(tokens, model.snapshot_bytes(seq))) return;
-  Expected<SequenceSnapshot> snap = model.snapshot(seq);
-  if (!snap) {
-    TF_LOG_WARN("{}: no snapshot for the prompt store: {}", rank, snap.status().to_string());
-    return;
-  }
-  store.put(tokens, std::move(*snap));
-}
-
 // This rank's part of a stored state rank 0 resumes from, or null.
 std::unique_ptr<Glm5Sequence> restore_part(Glm5Model& model, PromptStore* store,
                                            const std::vector<int32_t>& tokens, const std::string& rank) {
@@ -89,7 +76,9 @@ Status run_follower(Glm5Model& model, Communicator& comm, PromptStore* store) {
         return internal_error(rank_name(comm) + ": rank 0 stored sequence " + std::to_string(s.sequence) +
                               ", which this rank does not hold");
       }
-      if (store) store_part(model, *store, *it->second, s.tokens, rank_name(comm));
+      // This rank's part of the state rank 0 writes (its queue may be full, or the state too
+      // large, as rank 0's may not: a part missing later only costs that resume).
+      if (store) store_sequence_state(model, *store, *it->second, s.tokens, rank_name(comm) + ": ");
     }
     for (const auto& [id, rows] : command->commits) {
       auto it = sequences.find(id);

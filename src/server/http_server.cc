@@ -347,9 +347,7 @@ struct HttpServer::Impl {
     for (auto& s : sessions) {
       wait_for(req, *s);
       all.insert(all.end(), s->choices().begin(), s->choices().end());
-      UsageTotals u = s->usage();
-      total.prompt_tokens += u.prompt_tokens;
-      total.completion_tokens += u.completion_tokens;
+      total += s->usage();
     }
     write_json(res, 200, text_completion_json(meta, all, r.echo ? echo : std::vector<std::string>{}, r.n, total,
                                               r.logprobs >= 0));
@@ -512,8 +510,10 @@ struct HttpServer::Impl {
         {"kept_prompts", h.kept_prompts},
         {"kept_prompt_tokens", h.kept_prompt_tokens},
         {"prompt_store", h.prompt_store ? Json{{"files", h.prompt_store_files},
+                                               {"blocks", h.prompt_store_blocks},
                                                {"bytes", h.prompt_store_bytes},
                                                {"written_total", h.prompt_store_written_total},
+                                               {"written_bytes_total", h.prompt_store_written_bytes_total},
                                                {"skipped_total", h.prompt_store_skipped_total},
                                                {"restored_total", h.prompt_store_restored_total},
                                                {"failed_reads_total", h.prompt_store_failed_reads_total}}

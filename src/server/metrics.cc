@@ -149,10 +149,16 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   if (h.prompt_store) {
     unlabelled(out, "tensorfold:prompt_store_files", "gauge", "Prompt states in PROMPT_STORE's folder.",
                h.prompt_store_files);
+    unlabelled(out, "tensorfold:prompt_store_blocks", "gauge",
+               "Blocks of prompt states' leading tokens in PROMPT_STORE's folder (shared by the states).",
+               h.prompt_store_blocks);
     unlabelled(out, "tensorfold:prompt_store_bytes", "gauge",
-               "Bytes of the prompt states in PROMPT_STORE's folder.", h.prompt_store_bytes);
+               "Bytes of the prompt states and their blocks in PROMPT_STORE's folder.", h.prompt_store_bytes);
     unlabelled(out, "tensorfold:prompt_store_written_total", "counter",
                "Prompt states written to PROMPT_STORE.", h.prompt_store_written_total);
+    unlabelled(out, "tensorfold:prompt_store_written_bytes_total", "counter",
+               "Bytes written to PROMPT_STORE (new blocks and state files).",
+               h.prompt_store_written_bytes_total);
     unlabelled(out, "tensorfold:prompt_store_skipped_total", "counter",
                "Prompt states not written: the writer's queue was full, or the write failed.",
                h.prompt_store_skipped_total);

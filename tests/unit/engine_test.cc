@@ -1077,6 +1077,7 @@ class PromptStoreTest : public PromptReuseTest {
   static EngineOptions store_options(const fs::path& dir) {
     EngineOptions o = demo_options();
     o.prompt_store = dir.string();
+    o.prompt_store_block_tokens = 64;  // the grain: every kept state's rows lie in blocks
     return o;
   }
   static std::unique_ptr<Engine> engine_at(const EngineOptions& o) {
@@ -1096,12 +1097,12 @@ class PromptStoreTest : public PromptReuseTest {
     p.resize(tokens);
     return p;
   }
-  // The state files under the store's root (one fingerprint folder each).
-  static std::vector<fs::path> files_in(const fs::path& dir) {
+  // The files under the store's root (one fingerprint folder each) with this extension.
+  static std::vector<fs::path> files_in(const fs::path& dir, const std::string& ext = ".tfstate") {
     std::vector<fs::path> out;
     std::error_code ec;
     for (const auto& e : fs::recursive_directory_iterator(dir, ec))
-      if (e.is_regular_file()) out.push_back(e.path());
+      if (e.is_regular_file() && e.path().extension() == ext) out.push_back(e.path());
     return out;
   }
   void SetUp() override {
@@ -1127,6 +1128,10 @@ TEST_F(PromptStoreTest, StatesSurviveARestart) {
   const std::vector<fs::path> files = files_in(dir_);
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(fs::status(files[0]).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  const std::vector<fs::path> blocks = files_in(dir_, ".tfblock");
+  ASSERT_EQ(static_cast<int64_t>(blocks.size()), (n - 1) / 64);
+  EXPECT_EQ(fs::status(blocks[0]).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
   auto b = engine_at(store_options(dir_));
   ASSERT_NE(b, nullptr);
@@ -1229,6 +1234,50 @@ TEST_F(PromptStoreTest, TheFolderStaysWithinItsBound) {
   EXPECT_EQ(h.prompt_store_files, 2);
   EXPECT_LE(h.prompt_store_bytes, static_cast<int64_t>(2.5 * static_cast<double>(one)));
   EXPECT_EQ(files_in(dir_).size(), 2u);
+  EXPECT_EQ(static_cast<int64_t>(files_in(dir_, ".tfblock").size()), h.prompt_store_blocks)
+      << "the evicted states' blocks went with them";
+}
+
+// A chat's next turn starts with the last turn's prompt: its state writes only the blocks the
+// new tokens complete, and after a restart it resumes from the blocks the turns share.
+TEST_F(PromptStoreTest, AChatsNextTurnWritesOnlyItsNewBlocks) {
+  const std::vector<int32_t> turn1 = prompt(long_text("turns", 90));
+  std::vector<int32_t> turn2 = turn1;
+  const std::vector<int32_t> more = prompt(long_text("and then", 60));
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  const auto n1 = static_cast<int64_t>(turn1.size()), n2 = static_cast<int64_t>(turn2.size());
+  Reply second;
+  {
+    auto a = engine_at(store_options(dir_));
+    ASSERT_NE(a, nullptr);
+    run_on(*a, sampled("t1", turn1, 4));
+    wait_written(*a, 1);
+    const int64_t first_bytes = a->health().prompt_store_written_bytes_total;
+    EXPECT_EQ(a->health().prompt_store_blocks, (n1 - 1) / 64);
+    const std::vector<fs::path> blocks1 = files_in(dir_, ".tfblock"), states1 = files_in(dir_);
+    second = run_on(*a, sampled("t2", turn2, 8));
+    EXPECT_EQ(second.cached, (n1 - 1) / 64 * 64) << "from the device";
+    wait_written(*a, 2);
+    const EngineHealth h = a->health();
+    EXPECT_EQ(h.prompt_store_blocks, (n2 - 1) / 64) << "the first turn's blocks are shared";
+    // What the second turn wrote: the blocks that were not there, and its state file.
+    int64_t expected = 0;
+    for (const fs::path& f : files_in(dir_, ".tfblock"))
+      if (std::find(blocks1.begin(), blocks1.end(), f) == blocks1.end()) expected += fs::file_size(f);
+    for (const fs::path& f : files_in(dir_))
+      if (std::find(states1.begin(), states1.end(), f) == states1.end()) expected += fs::file_size(f);
+    EXPECT_EQ(h.prompt_store_written_bytes_total - first_bytes, expected);
+    EXPECT_EQ(h.prompt_store_bytes, first_bytes + expected);
+  }
+  // A restarted engine resumes the second turn from the stored blocks, bit for bit.
+  auto b = engine_at(store_options(dir_));
+  ASSERT_NE(b, nullptr);
+  const Reply again = run_on(*b, sampled("t2-again", turn2, 8));
+  EXPECT_EQ(again.cached, (n2 - 1) / 64 * 64);
+  EXPECT_EQ(again.logprobs, second.logprobs);
+  EXPECT_EQ(b->health().prompt_store_restored_total, 1);
+  const Reply fresh = run_on(fresh_engine(), sampled("t2-fresh", turn2, 8));
+  EXPECT_EQ(fresh.logprobs, second.logprobs);
 }
 
 }  // namespace

@@ -1,14 +1,19 @@
 // PromptStore (engine/prompt_store.h) on its own, with small made-up snapshots: a state
-// written is found by a prompt it starts and read back as written; leftovers of
-// interrupted writes and unreadable files are deleted when the store opens; the folder
-// keeps within its bound, evicting the least recently used file, in an order that
-// survives a reopening; a full writer queue skips states rather than hold them.
+// written is found by a prompt it starts and read back as written; a longer prompt's state
+// writes only the blocks its shorter prefix's did not, and both read back whole; leftovers
+// of interrupted writes, unreadable files, blocks no state needs and states whose blocks
+// are gone are deleted when the store opens; a corrupt block takes every state that needs
+// it along; the folder keeps within its bound, evicting the least recently used state
+// (and a block with the last state that needs it), in an order that survives a
+// reopening; a full writer queue skips states rather than hold them.
 #include "engine/prompt_store.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -18,13 +23,51 @@ namespace {
 
 namespace fs = std::filesystem;
 
-SequenceSnapshot snapshot_of(int64_t length, float value, int64_t floats = 1024) {
+constexpr int64_t kBlock = 4;  // tokens per block in these tests
+
+// The made-up rows along the sequence (2 tokens a row) a prompt's tokens give: each row's
+// values depend on every token up to its end, as a model's cache rows do.
+Tensor rows_for(std::span<const int32_t> tokens) {
+  const auto rows = static_cast<int64_t>(tokens.size()) / 2;
+  Tensor t = Tensor::empty({rows, 3}, DType::kF32);
+  float sum = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    sum += static_cast<float>(tokens[2 * r] + 2 * tokens[2 * r + 1]);
+    t.data<float>()[3 * r] = sum;
+    t.data<float>()[3 * r + 1] = static_cast<float>(r);
+    t.data<float>()[3 * r + 2] = static_cast<float>(tokens[2 * r + 1]);
+  }
+  return t;
+}
+
+// A snapshot of `tokens`: a tensor "x" of `floats` values from `value` on (not along the
+// sequence), and the rows along it from token `from` on.
+SequenceSnapshot snapshot_of(std::span<const int32_t> tokens, float value, int64_t floats = 1024,
+                             int64_t from = 0) {
   SequenceSnapshot s;
-  s.length = length;
+  s.length = static_cast<int64_t>(tokens.size());
+  s.from = from;
   Tensor t = Tensor::empty({floats}, DType::kF32);
   for (int64_t i = 0; i < floats; ++i) t.data<float>()[i] = value + static_cast<float>(i);
   s.tensors.emplace_back("x", std::move(t));
+  Tensor rows = rows_for(tokens);
+  if (rows.size(0) > from / 2)
+    s.tensors.emplace_back("rows", rows.slice(0, from / 2, rows.size(0)).contiguous());
+  s.tokens_per_row["rows"] = 2;
   return s;
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())) == 0;
+}
+
+std::vector<fs::path> files_with(const std::string& folder, const std::string& ext) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (e.path().extension() == ext) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 class PromptStoreUnitTest : public ::testing::Test {
@@ -41,15 +84,36 @@ class PromptStoreUnitTest : public ::testing::Test {
     o.fingerprint = "0123456789abcdef";
     o.max_bytes = max_bytes;
     o.max_pending = max_pending;
+    o.block_tokens = kBlock;
     auto s = PromptStore::open(o);
     EXPECT_TRUE(s.has_value()) << s.status().to_string();
     return s.has_value() ? std::move(*s) : nullptr;
   }
+  static std::function<int64_t(int64_t)> bytes_of(int64_t n) {
+    return [n](int64_t) { return n; };
+  }
+  // Stores `tokens`' state as the engine does: from the token the store asks for.
   void store(PromptStore& s, std::vector<int32_t> tokens, float value) {
-    ASSERT_TRUE(s.wants(tokens, 4096));
-    const auto n = static_cast<int64_t>(tokens.size());
-    s.put(std::move(tokens), snapshot_of(n, value));
+    const std::optional<int64_t> from = s.wants(tokens, bytes_of(4096));
+    ASSERT_TRUE(from.has_value());
+    SequenceSnapshot snap = snapshot_of(tokens, value, 1024, *from);
+    s.put(std::move(tokens), std::move(snap));
     s.flush();
+  }
+  // Reads back the state of exactly `tokens` and checks it against what was stored.
+  void expect_reads_back(PromptStore& s, const std::vector<int32_t>& tokens, float value) {
+    std::vector<int32_t> prompt = tokens;
+    prompt.push_back(99);
+    auto hit = s.longest_prefix(prompt, static_cast<int64_t>(prompt.size()));
+    ASSERT_TRUE(hit.has_value());
+    ASSERT_EQ(hit->tokens, static_cast<int64_t>(tokens.size()));
+    auto st = s.read(hit->id, prompt);
+    ASSERT_TRUE(st.has_value()) << st.status().to_string();
+    EXPECT_EQ(st->length, static_cast<int64_t>(tokens.size()));
+    ASSERT_EQ(st->tensors.count("x"), 1u);
+    EXPECT_EQ(st->tensors.at("x").data<float>()[0], value);
+    ASSERT_EQ(st->tensors.count("rows"), 1u);
+    EXPECT_TRUE(equal(st->tensors.at("rows"), rows_for(tokens))) << "the rows gathered from the blocks";
   }
   fs::path dir_;
 };
@@ -59,7 +123,7 @@ TEST_F(PromptStoreUnitTest, AStateIsReadBackAsWritten) {
   ASSERT_NE(s, nullptr);
   EXPECT_EQ((fs::status(s->folder()).permissions() & fs::perms::all), fs::perms::owner_all);
   store(*s, {5, -7, 9, 11}, 2.5f);  // a negative key: a picture's hash
-  EXPECT_FALSE(s->wants(std::vector<int32_t>{5, -7, 9, 11}, 4096)) << "stored already";
+  EXPECT_FALSE(s->wants(std::vector<int32_t>{5, -7, 9, 11}, bytes_of(4096))) << "stored already";
   EXPECT_EQ(s->stats().files, 1);
   EXPECT_EQ(s->stats().written_total, 1);
   const std::vector<int32_t> prompt = {5, -7, 9, 11, 13, 2};
@@ -77,6 +141,127 @@ TEST_F(PromptStoreUnitTest, AStateIsReadBackAsWritten) {
   EXPECT_EQ(x.data<float>()[0], 2.5f);
   EXPECT_EQ(x.data<float>()[1023], 1025.5f);
   EXPECT_EQ(st->tensors.count("prompt.tokens"), 0u);
+  EXPECT_TRUE(equal(st->tensors.at("rows"), rows_for(std::vector<int32_t>{5, -7, 9, 11})));
+  EXPECT_EQ(s->stats().blocks, 1);
+}
+
+TEST_F(PromptStoreUnitTest, ALongerPromptWritesOnlyItsNewBlocks) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  const std::vector<int32_t> turn1 = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 2 blocks + 2 tokens
+  std::vector<int32_t> turn2 = turn1;
+  for (int32_t t : {11, 12, 13, 14, 15, 16}) turn2.push_back(t);  // 4 blocks
+  store(*s, turn1, 1.0f);
+  EXPECT_EQ(s->stats().blocks, 2);
+  const int64_t first_write = s->stats().written_bytes_total;
+  EXPECT_EQ(s->wants(turn2, bytes_of(4096)), 8) << "its first two blocks are stored";
+  store(*s, turn2, 2.0f);
+  EXPECT_EQ(s->stats().files, 2);
+  EXPECT_EQ(s->stats().blocks, 4);
+  EXPECT_EQ(files_with(s->folder(), ".tfblock").size(), 4u);
+  EXPECT_LT(s->stats().written_bytes_total - first_write, first_write + 64)
+      << "two new blocks and a state file, not the whole prefix again";
+  expect_reads_back(*s, turn1, 1.0f);
+  expect_reads_back(*s, turn2, 2.0f);
+  // Another prompt that parts from them inside the first block shares none of them.
+  store(*s, {1, 2, 3, 0, 5, 6, 7, 8}, 3.0f);
+  EXPECT_EQ(s->stats().blocks, 6);
+  expect_reads_back(*s, {1, 2, 3, 0, 5, 6, 7, 8}, 3.0f);
+  // After a reopening the blocks are shared as before.
+  s.reset();
+  s = open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->stats().files, 3);
+  EXPECT_EQ(s->stats().blocks, 6);
+  expect_reads_back(*s, turn2, 2.0f);
+  // A block goes with the last state that needs it.
+  s->forget(*s->find(turn2));
+  EXPECT_EQ(s->stats().blocks, 4);
+  expect_reads_back(*s, turn1, 1.0f);
+  s->forget(*s->find(turn1));
+  s->forget(*s->find(std::vector<int32_t>{1, 2, 3, 0, 5, 6, 7, 8}));
+  EXPECT_EQ(s->stats().blocks, 0);
+  EXPECT_EQ(s->stats().bytes, 0);
+  EXPECT_TRUE(files_with(s->folder(), ".tfblock").empty());
+}
+
+TEST_F(PromptStoreUnitTest, AStateWhoseLeftOutBlockWentIsNotWritten) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  const std::vector<int32_t> turn1 = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int32_t> turn2 = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  store(*s, turn1, 1.0f);
+  const std::optional<int64_t> from = s->wants(turn2, bytes_of(4096));
+  ASSERT_EQ(from, 8);
+  s->forget(*s->find(turn1));  // its blocks go with it, before turn2's state is written
+  s->put(turn2, snapshot_of(turn2, 2.0f, 1024, *from));
+  s->flush();
+  EXPECT_EQ(s->stats().skipped_total, 1);
+  EXPECT_EQ(s->stats().files, 0);
+  EXPECT_EQ(s->stats().blocks, 0);
+  EXPECT_TRUE(files_with(s->folder(), ".tfblock").empty()) << "nothing half written is left";
+}
+
+TEST_F(PromptStoreUnitTest, ACorruptBlockTakesTheStatesThatNeedIt) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int32_t> b = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const std::vector<int32_t> other = {7, 7, 7, 7};
+  store(*s, a, 1.0f);
+  store(*s, b, 2.0f);
+  store(*s, other, 3.0f);
+  // Flip the last byte of a's second block (its data): the CRC catches it.
+  const std::string second = block_file_name(block_digests(a, kBlock)[1]);
+  const fs::path path = fs::path(s->folder()) / second;
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  std::vector<int32_t> prompt = b;
+  prompt.push_back(0);
+  auto hit = s->longest_prefix(prompt, static_cast<int64_t>(prompt.size()));
+  ASSERT_TRUE(hit.has_value());
+  auto st = s->read(hit->id, prompt);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.status().message().find("CRC"), std::string::npos) << st.status().to_string();
+  EXPECT_EQ(s->stats().failed_reads_total, 1);
+  EXPECT_EQ(s->stats().files, 1) << "a and b needed the block; only the other state is left";
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(s->stats().blocks, 1);
+  expect_reads_back(*s, other, 3.0f);
+}
+
+TEST_F(PromptStoreUnitTest, BrokenSetsOfFilesAreMendedAtOpen) {
+  std::string folder;
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int32_t> b = {2, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int32_t> c = {3, 2, 3, 4};
+  {
+    auto s = open();
+    ASSERT_NE(s, nullptr);
+    store(*s, a, 1.0f);
+    store(*s, b, 2.0f);
+    store(*s, c, 3.0f);
+    folder = s->folder();
+  }
+  // a's second block is gone (a state whose block is missing goes); b's state file is gone
+  // (its blocks, needed by nobody, go); c's block is renamed to a name it does not hold.
+  fs::remove(fs::path(folder) / block_file_name(block_digests(a, kBlock)[1]));
+  fs::remove(fs::path(folder) / (prompt_state_name(b) + ".tfstate"));
+  fs::rename(fs::path(folder) / block_file_name(block_digests(c, kBlock)[0]),
+             fs::path(folder) / block_file_name(std::string(64, 'e')));
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->stats().files, 0);
+  EXPECT_EQ(s->stats().blocks, 0);
+  EXPECT_EQ(s->stats().bytes, 0);
+  EXPECT_TRUE(files_with(folder, ".tfblock").empty());
+  EXPECT_TRUE(files_with(folder, ".tfstate").empty());
 }
 
 TEST_F(PromptStoreUnitTest, LeftoversAndUnreadableFilesAreDeletedAtOpen) {
@@ -126,7 +311,7 @@ TEST_F(PromptStoreUnitTest, TheLeastRecentlyUsedFileGoesFirstAcrossReopenings) {
   EXPECT_LE(s->stats().bytes, one + one / 2);
   EXPECT_TRUE(s->longest_prefix(std::vector<int32_t>{3, 3, 3, 3, 0}, 5).has_value());
   // A state larger than the whole bound is not written.
-  s->put({4, 4, 4, 4}, snapshot_of(4, 4.0f, 1 << 16));
+  s->put({4, 4, 4, 4}, snapshot_of(std::vector<int32_t>{4, 4, 4, 4}, 4.0f, 1 << 16));
   s->flush();
   EXPECT_EQ(s->stats().skipped_total, 1);
   EXPECT_EQ(s->stats().files, 1);
@@ -135,7 +320,7 @@ TEST_F(PromptStoreUnitTest, TheLeastRecentlyUsedFileGoesFirstAcrossReopenings) {
 TEST_F(PromptStoreUnitTest, AFullQueueSkipsTheState) {
   auto s = open(int64_t{1} << 30, 0);
   ASSERT_NE(s, nullptr);
-  EXPECT_FALSE(s->wants(std::vector<int32_t>{1, 2}, 4096));
+  EXPECT_FALSE(s->wants(std::vector<int32_t>{1, 2}, bytes_of(4096)));
   EXPECT_EQ(s->stats().skipped_total, 1);
   PromptStoreOptions o;
   o.dir = dir_.string();
@@ -144,8 +329,9 @@ TEST_F(PromptStoreUnitTest, AFullQueueSkipsTheState) {
   o.max_pending_bytes = 10000;
   auto b = PromptStore::open(o);
   ASSERT_TRUE(b.has_value());
-  EXPECT_FALSE((*b)->wants(std::vector<int32_t>{1, 2}, 10001)) << "more host memory than the queue may hold";
-  EXPECT_TRUE((*b)->wants(std::vector<int32_t>{1, 2}, 10000));
+  EXPECT_FALSE((*b)->wants(std::vector<int32_t>{1, 2}, bytes_of(10001)))
+      << "more host memory than the queue may hold";
+  EXPECT_EQ((*b)->wants(std::vector<int32_t>{1, 2}, bytes_of(10000)), 0);
   EXPECT_EQ((*b)->stats().skipped_total, 1);
 }
 

@@ -19,13 +19,14 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/demo_checkpoint.h"
 #include "draft_oracle.h"
+#include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
 #include "engine/step_broadcast.h"
 #include "engine/tp_follower.h"
@@ -423,6 +424,7 @@ TEST_F(TpEngineTest, StoredStatesResumeAfterTheWorldRestarts) {
       EngineOptions o = options();
       o.kept_prompts = 2;
       o.prompt_store = (rank == 0 ? dir : follower_store).string();
+      o.prompt_store_block_tokens = 64;  // the grain: each rank's rows lie in blocks of its own
       if (rank == 1) return serve_follower(o, *comm);
       o.tp_comm = std::shared_ptr<Communicator>(std::move(comm));
       auto e = Engine::create(o);
@@ -451,6 +453,13 @@ TEST_F(TpEngineTest, StoredStatesResumeAfterTheWorldRestarts) {
     EXPECT_EQ(e.health().prompt_store_restored_total, 0);
   });
   EXPECT_EQ(state_files(dir), 2) << "one part per rank, in folders of their own";
+  {
+    std::error_code ec;
+    std::set<std::string> with_blocks;  // each rank's folder holds its own blocks
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+      if (e.path().extension() == ".tfblock") with_blocks.insert(e.path().parent_path().string());
+    EXPECT_EQ(with_blocks.size(), 2u);
+  }
   world(dir, [](Engine& e, const Reply& r) {
     EXPECT_GE(r.cached, 64);
     EXPECT_EQ(e.health().prompt_store_restored_total, 1);
