@@ -195,6 +195,24 @@ TEST(Glm5Snapshot, ASnapshotFromATokenHoldsTheRowsAfterIt) {
         along == whole->tokens_per_row.end() ? t : t.slice(0, from / along->second, t.size(0));
     EXPECT_TRUE(bits_equal(rows.at(name), expected.contiguous())) << name;
   }
+  // The rows before `from` (from the whole snapshot) and the part's, as two pieces, restore
+  // the same state as the whole snapshot.
+  SnapshotPieces pieces;
+  for (const auto& [name, t] : part->tensors) pieces[name].push_back(t);
+  const auto full = by_name(*whole);
+  for (const auto& [name, per_row] : whole->tokens_per_row)
+    pieces[name].insert(pieces[name].begin(), full.at(name).slice(0, 0, from / per_row).contiguous());
+  auto restored = model->restore(length, 0, pieces);
+  ASSERT_TRUE(restored.has_value()) << restored.status().to_string();
+  auto again = model->snapshot(**restored);
+  ASSERT_TRUE(again.has_value());
+  for (const auto& [name, t] : again->tensors) EXPECT_TRUE(bits_equal(t, full.at(name))) << name;
+  // Pieces whose rows do not add up are refused, naming the tensor.
+  pieces["latent.scales"].pop_back();
+  auto short_one = model->restore(length, 0, pieces);
+  ASSERT_FALSE(short_one.has_value());
+  EXPECT_NE(short_one.status().message().find("latent.scales"), std::string::npos)
+      << short_one.status().to_string();
   // From the end: no rows along the sequence at all, the rest as before.
   auto none = model->snapshot(*seq, length);
   ASSERT_TRUE(none.has_value()) << none.status().to_string();

@@ -231,6 +231,11 @@ struct SequenceSnapshot {
   size_t bytes() const;
 };
 
+// A snapshot's tensors by name for Glm5Model::restore, each as one or more host pieces
+// along dim 0 in order (a store keeps a prompt's leading rows in blocks of their own:
+// they are uploaded from where they lie, never gathered into one host tensor first).
+using SnapshotPieces = std::map<std::string, std::vector<Tensor>>;
+
 class Glm5Model {
  public:
   // Loads this rank's shard. `comm` and `ops` must outlive the model.
@@ -263,6 +268,9 @@ class Glm5Model {
   // tensor is checked against this model's shapes and dtypes (kInvalidArgument naming the
   // first one that differs or is missing); kResourceExhausted when the pool has no room
   // for its pages.
+  Expected<std::unique_ptr<Glm5Sequence>> restore(int64_t length, int64_t mtp_length,
+                                                  const SnapshotPieces& tensors);
+  // The same with each tensor whole.
   Expected<std::unique_ptr<Glm5Sequence>> restore(int64_t length, int64_t mtp_length,
                                                   const std::map<std::string, Tensor>& tensors);
   // Advances every entry (distinct sequences) by its tokens; results in entry order.
@@ -382,11 +390,11 @@ class Glm5Model {
   void snapshot_pages(const LatentCachePool& pool, std::span<const int32_t> pages, const std::string& name,
                       SequenceSnapshot& out);
   void restore_pages(LatentCachePool& pool, std::vector<int32_t>& pages, int64_t tokens,
-                     const std::string& name, const std::map<std::string, Tensor>& tensors);
+                     const std::string& name, const SnapshotPieces& tensors);
   void snapshot_indexer(const Glm5Sequence::IndexerState& st, const std::string& name, int64_t from,
                         SequenceSnapshot& out);
   void restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, const std::string& name,
-                       const std::map<std::string, Tensor>& tensors);
+                       const SnapshotPieces& tensors);
   Tensor ffn_forward(const LayerWeights& lw, const Tensor& x);
   // A dense MLP or expert; with sum_into, its output is added to *sum_into (returned).
   Tensor mlp_forward(const MlpWeights& w, const Tensor& x, Tensor* sum_into = nullptr);

@@ -20,17 +20,38 @@ namespace {
 
 constexpr int64_t kPagesPerCopy = 64;
 
-// The tensor `name`, which must have `shape` and `dtype` (kInvalidArgument otherwise).
-const Tensor& expect_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name,
-                            const Shape& shape, DType dtype) {
+// The pieces of tensor `name`, which together must have `shape` and `dtype` (each on the
+// host, packed, with shape's trailing dims; kInvalidArgument otherwise).
+const std::vector<Tensor>& expect_pieces(const SnapshotPieces& tensors, const std::string& name,
+                                         const Shape& shape, DType dtype) {
   auto it = tensors.find(name);
-  if (it == tensors.end()) throw StatusError(invalid_argument("state tensor " + name + " is missing"));
-  const Tensor& t = it->second;
-  if (t.shape() != shape || t.dtype() != dtype || !t.device().is_cpu() || !t.is_contiguous())
-    throw StatusError(invalid_argument("state tensor " + name + " is " + t.describe() +
-                                       ", this model needs " + dtype_name(dtype) + shape_to_string(shape) +
-                                       " on the host, packed"));
-  return t;
+  if (it == tensors.end() || it->second.empty())
+    throw StatusError(invalid_argument("state tensor " + name + " is missing"));
+  int64_t rows = 0;
+  std::string seen;
+  bool fits = true;
+  for (const Tensor& t : it->second) {
+    Shape tail = t.shape();
+    if (!tail.empty()) tail[0] = shape.empty() ? 0 : shape[0];
+    fits = fits && t.dim() == static_cast<int64_t>(shape.size()) && tail == shape && t.dtype() == dtype &&
+           t.device().is_cpu() && t.is_contiguous();
+    rows += t.dim() > 0 ? t.size(0) : 0;
+    seen += (seen.empty() ? "" : " + ") + t.describe();
+  }
+  if (!fits || (!shape.empty() && rows != shape[0]))
+    throw StatusError(invalid_argument("state tensor " + name + " is " + seen + ", this model needs " +
+                                       dtype_name(dtype) + shape_to_string(shape) + " on the host, packed"));
+  return it->second;
+}
+
+// A tensor that is one piece.
+const Tensor& expect_tensor(const SnapshotPieces& tensors, const std::string& name, const Shape& shape,
+                            DType dtype) {
+  const std::vector<Tensor>& pieces = expect_pieces(tensors, name, shape, dtype);
+  if (pieces.size() != 1)
+    throw StatusError(invalid_argument("state tensor " + name + " comes in " + std::to_string(pieces.size()) +
+                                       " pieces; it does not run along the sequence"));
+  return pieces[0];
 }
 
 int64_t pages_for(int64_t tokens, int64_t page_size) { return (tokens + page_size - 1) / page_size; }
@@ -69,16 +90,31 @@ void Glm5Model::snapshot_pages(const LatentCachePool& pool, std::span<const int3
 }
 
 void Glm5Model::restore_pages(LatentCachePool& pool, std::vector<int32_t>& pages, int64_t tokens,
-                              const std::string& name, const std::map<std::string, Tensor>& tensors) {
+                              const std::string& name, const SnapshotPieces& tensors) {
   const int64_t n = pages_for(tokens, pool.page_size());
-  const Tensor& data = expect_tensor(tensors, name + ".pages", pool.pages_shape(n), pool.dtype());
-  const Tensor& scales = expect_tensor(tensors, name + ".scales", pool.scales_shape(n), DType::kF32);
+  const std::vector<Tensor>& data =
+      expect_pieces(tensors, name + ".pages", pool.pages_shape(n), pool.dtype());
+  const std::vector<Tensor>& scales =
+      expect_pieces(tensors, name + ".scales", pool.scales_shape(n), DType::kF32);
+  if (data.size() != scales.size())
+    throw StatusError(
+        invalid_argument("state tensors " + name + ".pages and .scales come in pieces that differ"));
+  for (size_t i = 0; i < data.size(); ++i)
+    if (data[i].size(0) != scales[i].size(0))
+      throw StatusError(
+          invalid_argument("state tensors " + name + ".pages and .scales come in pieces that differ"));
   if (Status s = pool.reserve(pages, tokens); !s.is_ok()) throw StatusError(s);
-  for (int64_t at = 0; at < n; at += kPagesPerCopy) {
-    const int64_t k = std::min(kPagesPerCopy, n - at);
-    pool.write_pages(ops_,
-                     std::span<const int32_t>(pages).subspan(static_cast<size_t>(at), static_cast<size_t>(k)),
-                     ops_.to_device(data.slice(0, at, at + k)), ops_.to_device(scales.slice(0, at, at + k)));
+  int64_t first = 0;  // the piece's first page
+  for (size_t i = 0; i < data.size(); ++i) {
+    const int64_t rows = data[i].size(0);
+    for (int64_t at = 0; at < rows; at += kPagesPerCopy) {
+      const int64_t k = std::min(kPagesPerCopy, rows - at);
+      pool.write_pages(
+          ops_,
+          std::span<const int32_t>(pages).subspan(static_cast<size_t>(first + at), static_cast<size_t>(k)),
+          ops_.to_device(data[i].slice(0, at, at + k)), ops_.to_device(scales[i].slice(0, at, at + k)));
+    }
+    first += rows;
   }
 }
 
@@ -92,7 +128,7 @@ void Glm5Model::snapshot_indexer(const Glm5Sequence::IndexerState& st, const std
 }
 
 void Glm5Model::restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, const std::string& name,
-                                const std::map<std::string, Tensor>& tensors) {
+                                const SnapshotPieces& tensors) {
   // Counters follow from the length (glm5_model.h); a layer that never ran its indexer (a
   // shared one) has neither tensor.
   const int64_t kp = cfg_.index_kpool, di = cfg_.index_head_dim;
@@ -104,10 +140,14 @@ void Glm5Model::restore_indexer(Glm5Sequence::IndexerState& st, int64_t length, 
   }
   if (tensors.count(name + ".pool_keys")) {
     const int64_t pools = length / kp;
-    const Tensor& keys = expect_tensor(tensors, name + ".pool_keys", {pools, di}, DType::kF32);
+    const std::vector<Tensor>& keys = expect_pieces(tensors, name + ".pool_keys", {pools, di}, DType::kF32);
     ensure_pool_capacity(st, pools);
-    Tensor dst = st.pool_keys.slice(0, 0, pools);
-    ops_.copy(dst, keys);
+    int64_t at = 0;
+    for (const Tensor& piece : keys) {
+      Tensor dst = st.pool_keys.slice(0, at, at + piece.size(0));
+      ops_.copy(dst, piece);
+      at += piece.size(0);
+    }
     st.pools = pools;
   }
 }
@@ -189,6 +229,13 @@ Expected<SequenceSnapshot> Glm5Model::snapshot(const Glm5Sequence& seq, int64_t 
 
 Expected<std::unique_ptr<Glm5Sequence>> Glm5Model::restore(int64_t length, int64_t mtp_length,
                                                            const std::map<std::string, Tensor>& tensors) {
+  SnapshotPieces pieces;
+  for (const auto& [name, t] : tensors) pieces[name] = {t};
+  return restore(length, mtp_length, pieces);
+}
+
+Expected<std::unique_ptr<Glm5Sequence>> Glm5Model::restore(int64_t length, int64_t mtp_length,
+                                                           const SnapshotPieces& tensors) {
   const int64_t ps = pool_->page_size();
   if (length <= 0 || length % ps != 0)
     return invalid_argument("restore: length " + std::to_string(length) +
@@ -215,8 +262,8 @@ Expected<std::unique_ptr<Glm5Sequence>> Glm5Model::restore(int64_t length, int64
       s->mtp_pages_dev_ = upload_i32(s->mtp_pages_);
       s->mtp_length_ = mtp_length;
       restore_indexer(s->mtp_indexer_, mtp_length, "mtp.indexer", tensors);
-      if (auto it = tensors.find("mtp.pending"); it != tensors.end()) {
-        const Tensor& pending = it->second;
+      if (auto it = tensors.find("mtp.pending"); it != tensors.end() && !it->second.empty()) {
+        const Tensor& pending = it->second[0];
         if (pending.dim() != 2)
           throw StatusError(invalid_argument("state tensor mtp.pending is " + pending.describe()));
         const int64_t rows = pending.size(0);
