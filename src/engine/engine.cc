@@ -385,6 +385,7 @@ EngineHealth Engine::health() const {
     health.prompt_store_skipped_total = ss.skipped_total;
     health.prompt_store_restored_total = ss.restored_total;
     health.prompt_store_failed_reads_total = ss.failed_reads_total;
+    health.prompt_store_read_ahead_total = ss.read_ahead_total;
   }
   return health;
 }

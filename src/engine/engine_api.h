@@ -212,6 +212,7 @@ struct EngineHealth {
   int64_t prompt_store_skipped_total = 0;
   int64_t prompt_store_restored_total = 0;
   int64_t prompt_store_failed_reads_total = 0;
+  int64_t prompt_store_read_ahead_total = 0;  // of the resumes, those read while the request waited
   // Model steps run so far, and (tensor parallelism) the world size and what the
   // model's all-reduces cost so far (CommStats): the bench reports per-step figures.
   int64_t model_steps = 0;

@@ -75,6 +75,8 @@ struct LiveRequest {
   // placeholder replaced by its key (PromptMedia::reuse_keys); empty: the prompt itself.
   std::vector<int32_t> reuse_tokens;
   const std::vector<int32_t>& reuse_prompt() const { return reuse_tokens.empty() ? req.prompt_tokens : reuse_tokens; }
+  // PROMPT_STORE: the stored state read ahead while the request waits (wait_for_stored_state).
+  uint64_t stored_state = 0;
 };
 
 // One choice: a scheduler request with its own sequence, sampler and text pipeline.
@@ -183,9 +185,13 @@ struct Engine::Impl {
   std::deque<std::shared_ptr<LiveRequest>> inbox;
   std::vector<std::string> cancels;
   bool stopping = false;
+  bool read_ahead_done = false;  // the store finished a read ahead (engine_prompt_store.cc)
   // Engine-thread state: requests whose media are being encoded (engine_media.cc); they
   // reach the scheduler once their features are complete.
   std::deque<std::shared_ptr<LiveRequest>> media_pending;
+  // Requests that wait while the store reads the state they will resume from (the disk is
+  // read on the store's thread, not in the step that admits them).
+  std::deque<std::shared_ptr<LiveRequest>> store_pending;
   std::atomic<int64_t> queued_choices{0};  // inbox + scheduler queue, for 429 without the engine thread
 
   // Engine-thread state.
@@ -251,6 +257,12 @@ struct Engine::Impl {
   Status setup_prompt_reuse();
   std::optional<uint64_t> restore_stored(const PromptIndex::Hit& hit, std::span<const int32_t> prompt);
   void store_prompt_state(const LiveChoice& c, std::span<const int32_t> tokens);
+  // A request whose prompt starts with a stored state longer than any kept on the device
+  // waits in store_pending while the store reads that state ahead (true); admit_read_ahead
+  // admits those whose read ended.
+  bool wait_for_stored_state(const std::shared_ptr<LiveRequest>& r);
+  void admit_read_ahead();
+  bool cancel_pending_store(const std::string& request_id);
   int64_t resume_from_kept(RequestId id);
   void keep_prompt_states(std::span<LiveChoice* const> prefilled);
   void evict_kept(uint64_t id);

@@ -42,7 +42,8 @@ void Engine::Impl::run() {
     {
       std::unique_lock<std::mutex> lock(mu);
       auto ready = [&] {
-        return stopping || !inbox.empty() || !cancels.empty() || !media_pending.empty() || scheduler->has_work();
+        return stopping || !inbox.empty() || !cancels.empty() || !media_pending.empty() || read_ahead_done ||
+               scheduler->has_work();
       };
       if (tp) {
         heartbeat = !wake.wait_for(lock, kTpHeartbeat, ready);
@@ -86,6 +87,8 @@ void Engine::Impl::run() {
     requests.clear();
   };
   refuse_all(media_pending);
+  for (const auto& r : store_pending) store->drop_prefetched(r->stored_state);
+  refuse_all(store_pending);
   std::lock_guard<std::mutex> lock(mu);
   refuse_all(inbox);
 }
@@ -103,12 +106,12 @@ void Engine::Impl::take_inbox() {
     if (r->req.media) {
       set_reuse_tokens(*r);
       media_pending.push_back(r);
-    } else {
+    } else if (!wait_for_stored_state(r)) {
       admit(r);
     }
   }
   for (const std::string& rid : cancel_ids) {
-    if (cancel_pending_media(rid)) continue;
+    if (cancel_pending_media(rid) || cancel_pending_store(rid)) continue;
     auto [lo, hi] = by_request_id.equal_range(rid);
     for (auto it = lo; it != hi; ++it) scheduler->cancel(it->second);
   }
@@ -279,6 +282,7 @@ void Engine::Impl::drop_choice(RequestId id) {
 
 void Engine::Impl::step_once() {
   take_inbox();
+  admit_read_ahead();
   encode_pending_media();
   StepPlan plan = scheduler->schedule();
   for (RequestId id : plan.cancelled) drop_choice(id);
@@ -538,7 +542,7 @@ void Engine::Impl::publish_health() {
   std::lock_guard<std::mutex> lock(health_mu);
   health.ok = !tp_broken;
   health.requests_running = s.running;
-  health.requests_waiting = s.waiting + inbox_size;
+  health.requests_waiting = s.waiting + inbox_size + static_cast<int64_t>(store_pending.size());
   health.busy = s.running > 0 || health.requests_waiting > 0;
   health.streams_decoding = s.decoding;
   health.streams_prefilling = s.prefilling;

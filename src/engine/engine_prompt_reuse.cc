@@ -21,6 +21,7 @@
 // with the next step command (StepCommand::forks / drop).
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "core/logging.h"
 #include "engine/engine_impl.h"
@@ -89,6 +90,8 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
       if (const std::optional<uint64_t> id = restore_stored(*stored, prompt))
         hit = PromptIndex::Hit{*id, stored->tokens};
     }
+    // A state read ahead for this request and not taken (it resumes otherwise) is let go.
+    if (c.request->stored_state != 0) store->drop_prefetched(std::exchange(c.request->stored_state, 0));
   }
   if (hit) {
     auto forked = model->fork(*kept.at(hit->id).sequence);

@@ -162,6 +162,58 @@ std::optional<uint64_t> Engine::Impl::restore_stored(const PromptIndex::Hit& hit
   return id;
 }
 
+bool Engine::Impl::wait_for_stored_state(const std::shared_ptr<LiveRequest>& r) {
+  if (!store || reuse_grain == 0 || r->req.prompt_logprobs >= 0 || tp_broken) return false;
+  const std::vector<int32_t>& prompt = r->reuse_prompt();
+  const int64_t limit = reuse_limit(*r);
+  const std::optional<PromptIndex::Hit> stored = store->longest_prefix(prompt, limit);
+  if (!stored || stored->tokens % reuse_grain != 0) return false;
+  const std::optional<PromptIndex::Hit> kept = kept_index.longest_prefix(prompt, limit);
+  if (kept && kept->tokens >= stored->tokens) return false;
+  auto done = [this] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      read_ahead_done = true;
+    }
+    wake.notify_all();
+  };
+  if (!store->prefetch(stored->id, prompt, done)) return false;  // reads enough ahead: read it at admission
+  r->stored_state = stored->id;
+  store_pending.push_back(r);
+  // Each follower reads its own part ahead too (its store finds it by the tokens).
+  if (tp) {
+    tp->prefetch_stored(std::vector<int32_t>(prompt.begin(), prompt.begin() + stored->tokens));
+    tp_send({});
+  }
+  return true;
+}
+
+void Engine::Impl::admit_read_ahead() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    read_ahead_done = false;
+  }
+  for (auto it = store_pending.begin(); it != store_pending.end();) {
+    if (store->prefetching((*it)->stored_state)) {
+      ++it;
+      continue;
+    }
+    const std::shared_ptr<LiveRequest> r = *it;
+    it = store_pending.erase(it);
+    admit(r);  // its admission takes the read (restore_stored), or drops it should it resume otherwise
+  }
+}
+
+bool Engine::Impl::cancel_pending_store(const std::string& request_id) {
+  auto it = std::find_if(store_pending.begin(), store_pending.end(),
+                         [&](const auto& r) { return r->req.request_id == request_id; });
+  if (it == store_pending.end()) return false;
+  store->drop_prefetched((*it)->stored_state);
+  queued_choices.fetch_sub((*it)->req.n);
+  store_pending.erase(it);
+  return true;
+}
+
 bool store_sequence_state(Glm5Model& model, PromptStore& store, const Glm5Sequence& seq,
                           std::span<const int32_t> tokens, const std::string& who) {
   const std::optional<int64_t> from =

@@ -231,76 +231,55 @@ Expected<StoredState> read_stored_state(const std::string& path, std::span<const
                                         StateReadFault& fault) {
   StoredState st;
   if (!fs::exists(path)) fault.missing_file = true;
-  TF_ASSIGN_OR_RETURN(st.file, SafetensorsFile::open(path));
-  TF_ASSIGN_OR_RETURN(StateFileInfo info, state_file_info(*st.file, fingerprint));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(path));
+  TF_ASSIGN_OR_RETURN(StateFileInfo info, state_file_info(*file, fingerprint));
   if (info.tokens.size() > prompt.size() ||
       !std::equal(info.tokens.begin(), info.tokens.end(), prompt.begin()))
     return invalid_argument(path + ": its tokens are not the prompt's");
   if (info.block_tokens != block_tokens)
     return invalid_argument(path + ": blocks of " + std::to_string(info.block_tokens) + " tokens, not " +
                             std::to_string(block_tokens));
-  TF_RETURN_IF_ERROR(check_crc(*st.file));
+  TF_RETURN_IF_ERROR(check_crc(*file));
   st.length = info.length;
   st.mtp_length = info.mtp_length;
-  for (const TensorEntry& e : st.file->entries()) {
+  for (const TensorEntry& e : file->entries()) {
     if (e.name == kTokens || info.tokens_per_row.count(e.name)) continue;
-    TF_ASSIGN_OR_RETURN(Tensor t, st.file->tensor(e.name));
-    st.tensors.emplace(e.name, std::move(t));
+    TF_ASSIGN_OR_RETURN(Tensor t, file->tensor(e.name));
+    st.tensors[e.name] = {std::move(t)};
   }
   // The rows along the sequence: each block's, then the state file's own after them.
   const std::vector<std::string> digests = block_digests(info.tokens, block_tokens);
-  const auto blocks = static_cast<int64_t>(digests.size());
-  std::vector<std::unique_ptr<SafetensorsFile>> block_files;
   for (const std::string& digest : digests) {
     const std::string bpath = block_path(digest);
-    auto opened = SafetensorsFile::open(bpath);
-    if (!opened) {
-      if (!fs::exists(bpath))
-        fault.missing_file = true;
-      else
+    auto block = SafetensorsFile::open(bpath);
+    if (!block) {
+      if (fs::exists(bpath))
         fault.bad_block = digest;
-      return opened.status();
+      else
+        fault.missing_file = true;
+      return block.status();
     }
-    Expected<std::string> says = block_file_digest(**opened, fingerprint);
+    Expected<std::string> says = block_file_digest(**block, fingerprint);
     Status ok = !says             ? says.status()
                 : *says != digest ? invalid_argument(bpath + ": holds another prefix's rows")
-                                  : check_crc(**opened);
+                                  : check_crc(**block);
+    for (auto it = info.tokens_per_row.begin(); ok.is_ok() && it != info.tokens_per_row.end(); ++it) {
+      Expected<Tensor> rows = open_rows(**block, it->first, block_tokens / it->second);
+      if (rows)
+        st.tensors[it->first].push_back(std::move(*rows));
+      else
+        ok = rows.status();
+    }
     if (!ok.is_ok()) {
       fault.bad_block = digest;
       return ok;
     }
-    block_files.push_back(std::move(*opened));
   }
+  const auto tail = info.length - static_cast<int64_t>(digests.size()) * block_tokens;
   for (const auto& [name, per_row] : info.tokens_per_row) {
-    const int64_t rows = info.length / per_row, block_rows = block_tokens / per_row;
-    const int64_t tail_rows = rows - blocks * block_rows;
-    std::vector<Tensor> pieces;
-    for (int64_t k = 0; k < blocks; ++k) {
-      Expected<Tensor> piece = open_rows(*block_files[static_cast<size_t>(k)], name, block_rows);
-      if (!piece) {
-        fault.bad_block = digests[static_cast<size_t>(k)];
-        return piece.status();
-      }
-      pieces.push_back(std::move(*piece));
-    }
-    if (tail_rows > 0) {
-      TF_ASSIGN_OR_RETURN(Tensor tail, open_rows(*st.file, name, tail_rows));
-      pieces.push_back(std::move(tail));
-    }
-    if (pieces.empty()) continue;
-    Shape shape = pieces[0].shape();
-    shape[0] = rows;
-    Tensor whole = Tensor::empty(shape, pieces[0].dtype());
-    int64_t at = 0;
-    for (const Tensor& p : pieces) {
-      Shape want = shape;
-      want[0] = p.size(0);
-      if (p.shape() != want || p.dtype() != whole.dtype())
-        return invalid_argument(path + ": " + name + "'s pieces disagree (" + p.describe() + ")");
-      whole.slice(0, at, at + p.size(0)).copy_from(p);
-      at += p.size(0);
-    }
-    st.tensors.emplace(name, std::move(whole));
+    if (tail == 0) break;
+    TF_ASSIGN_OR_RETURN(Tensor rows, open_rows(*file, name, tail / per_row));
+    st.tensors[name].push_back(std::move(rows));
   }
   return st;
 }

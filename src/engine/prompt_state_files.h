@@ -61,13 +61,12 @@ Expected<StateFileInfo> state_file_info(const SafetensorsFile& file, const std::
 // The digest a block file says it holds (checked: format, fingerprint).
 Expected<std::string> block_file_digest(const SafetensorsFile& file, const std::string& fingerprint);
 
-// A stored state read back: its tensors by name, for Glm5Model::restore (views of the
-// mapped state file, valid while `file` lives, and the rows along the sequence gathered
-// from its blocks into tensors of their own).
+// A stored state read back, for Glm5Model::restore: its tensors by name as views of the
+// mapped files (each view keeps its file's mapping), the rows along the sequence in pieces:
+// each block's, then the state file's own.
 struct StoredState {
-  std::unique_ptr<SafetensorsFile> file;
   int64_t length = 0, mtp_length = 0;
-  std::map<std::string, Tensor> tensors;
+  SnapshotPieces tensors;
 };
 
 // Why reading a state failed, beyond its status: which block, if one was at fault.

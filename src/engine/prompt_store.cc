@@ -49,6 +49,7 @@ Expected<std::unique_ptr<PromptStore>> PromptStore::open(const PromptStoreOption
     return invalid_argument("PROMPT_STORE: the folder " + s->folder_ + " is not ours to read and write");
   s->scan();
   s->writer_ = std::thread([p = s.get()] { p->writer_loop(); });
+  s->reader_ = std::thread([p = s.get()] { p->reader_loop(); });
   return s;
 }
 
@@ -59,6 +60,7 @@ PromptStore::~PromptStore() {
   }
   cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  if (reader_.joinable()) reader_.join();
 }
 
 void PromptStore::scan() {
@@ -304,6 +306,84 @@ Status PromptStore::write(const Pending& p) {
 }
 
 Expected<StoredState> PromptStore::read(uint64_t id, std::span<const int32_t> prompt) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = prefetches_.find(id);
+    if (it != prefetches_.end()) {
+      cv_.wait(lock, [&] {
+        it = prefetches_.find(id);
+        return it == prefetches_.end() || it->second.result.has_value();
+      });
+      if (it != prefetches_.end()) {
+        Expected<StoredState> st = std::move(*it->second.result);
+        prefetches_.erase(it);
+        if (st) ++stats_.read_ahead_total;
+        return st;
+      }
+    }
+  }
+  return read_now(id, prompt);
+}
+
+bool PromptStore::prefetch(uint64_t id, std::vector<int32_t> prompt, std::function<void()> done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (prefetches_.count(id)) return true;  // asked for already
+    if (!files_.count(id)) return false;
+    // At the bound, the read that ended first and was not taken makes room (its request went
+    // away, or waits; it will read when admitted).
+    while (static_cast<int>(prefetches_.size()) >= options_.max_prefetched) {
+      auto oldest = prefetches_.end();
+      for (auto it = prefetches_.begin(); it != prefetches_.end(); ++it)
+        if (it->second.result && (oldest == prefetches_.end() || it->second.ended < oldest->second.ended))
+          oldest = it;
+      if (oldest == prefetches_.end()) return false;  // all still running
+      prefetches_.erase(oldest);
+    }
+    prefetches_[id] = Prefetch{std::move(prompt), std::move(done), std::nullopt};
+    to_prefetch_.push_back(id);
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool PromptStore::prefetching(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = prefetches_.find(id);
+  return it != prefetches_.end() && !it->second.result.has_value();
+}
+
+void PromptStore::drop_prefetched(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prefetches_.erase(id);  // a read still running finds no entry and lets its result go
+}
+
+void PromptStore::reader_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !to_prefetch_.empty(); });
+    if (stop_) return;
+    const uint64_t id = to_prefetch_.front();
+    to_prefetch_.pop_front();
+    auto it = prefetches_.find(id);
+    if (it == prefetches_.end() || it->second.result) continue;  // dropped before it started, or done
+    const std::vector<int32_t> prompt = it->second.prompt;
+    lock.unlock();
+    Expected<StoredState> st = read_now(id, prompt);
+    lock.lock();
+    it = prefetches_.find(id);
+    if (it == prefetches_.end() || it->second.result) continue;  // dropped meanwhile
+    it->second.result = std::move(st);
+    it->second.ended = ++prefetches_ended_;
+    std::function<void()> done = it->second.done;
+    cv_.notify_all();
+    lock.unlock();
+    if (done) done();
+    lock.lock();
+  }
+}
+
+Expected<StoredState> PromptStore::read_now(uint64_t id, std::span<const int32_t> prompt) {
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -45,6 +45,7 @@ struct PromptStoreOptions {
   int max_pending = 2;      // states waiting for the writer (each held on the host)
   int64_t max_pending_bytes = int64_t{1} << 31;  // and their bytes together (a larger state is not stored)
   int64_t block_tokens = 2048;  // the rows along the sequence go to blocks of this many tokens
+  int max_prefetched = 2;       // reads ahead running or waiting to be taken (prefetch)
 };
 
 struct PromptStoreStats {
@@ -53,6 +54,7 @@ struct PromptStoreStats {
   int64_t written_total = 0, skipped_total = 0;  // skipped: the writer's queue was full
   int64_t written_bytes_total = 0;               // new blocks and state files
   int64_t restored_total = 0, failed_reads_total = 0;
+  int64_t read_ahead_total = 0;  // reads taken from prefetch() (the disk read before the state was needed)
 };
 
 class PromptStore {
@@ -79,7 +81,17 @@ class PromptStore {
   // Reads a stored state (a hit of longest_prefix for `prompt`) and checks its files: format,
   // fingerprint, tokens (a prefix of the prompt), digests and CRCs. A state file that fails is
   // deleted and leaves the index; a block file that fails, with every state that needs it.
+  // Takes the read prefetch() started for `id`, waiting for it if it still runs.
   Expected<StoredState> read(uint64_t id, std::span<const int32_t> prompt);
+  // Reads a stored state ahead (read()'s checks, which bring every byte of its files in
+  // from the disk) on the store's reader thread, so that the read() taking it later does
+  // not wait for the disk; `done` (may be empty) runs on that thread when it is ready.
+  // False when max_prefetched reads are held already (the caller reads when it must).
+  bool prefetch(uint64_t id, std::vector<int32_t> prompt, std::function<void()> done);
+  // Whether a read prefetch() started for `id` is still running.
+  bool prefetching(uint64_t id) const;
+  // Lets go of a read ahead nobody will take (its request went away).
+  void drop_prefetched(uint64_t id);
   // The stored state with exactly these tokens (a tensor-parallel follower's lookup of
   // what rank 0 found in its own store).
   std::optional<uint64_t> find(std::span<const int32_t> tokens);
@@ -106,9 +118,17 @@ class PromptStore {
     int64_t bytes = 0;
     int refs = 0;  // states that need it, and a state being written that will
   };
+  struct Prefetch {
+    std::vector<int32_t> prompt;
+    std::function<void()> done;
+    std::optional<Expected<StoredState>> result;  // set when the read ended
+    uint64_t ended = 0;                           // the order reads ended in
+  };
   explicit PromptStore(PromptStoreOptions options) : options_(std::move(options)) {}
   void scan();
   void writer_loop();
+  void reader_loop();
+  Expected<StoredState> read_now(uint64_t id, std::span<const int32_t> prompt);
   Status write(const Pending& p);
   std::string block_path(const std::string& digest) const;
   void add_file(std::vector<int32_t> tokens, File file);  // mu_ held; file's blocks referenced already
@@ -130,7 +150,10 @@ class PromptStore {
   int64_t queued_bytes_ = 0;  // of the queue and the state being written
   bool writing_ = false, stop_ = false;
   PromptStoreStats stats_;
-  std::thread writer_;
+  std::map<uint64_t, Prefetch> prefetches_;  // by state id
+  std::deque<uint64_t> to_prefetch_;
+  uint64_t prefetches_ended_ = 0;
+  std::thread writer_, reader_;
 };
 
 // The store's file name for a prompt's tokens (a 64-bit hash of them, in hex).

@@ -166,7 +166,7 @@ std::vector<uint8_t> encode_step_command(const StepCommand& command) {
   std::vector<uint64_t> commits;
   for (const auto& c : command.commits) commits.insert(commits.end(), c.begin(), c.end());
   write_ids(w, commits);
-  for (const auto* list : {&command.stores, &command.restores}) {
+  for (const auto* list : {&command.stores, &command.restores, &command.prefetches}) {
     w.u64(list->size());
     for (const StoredPrompt& s : *list) {
       w.u64(s.sequence);
@@ -219,7 +219,8 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
       return invalid_argument("step command: a commit keeps " + std::to_string(commits[i + 1]) + " rows");
     c.commits.push_back({commits[i], commits[i + 1]});
   }
-  for (auto [list, field] : {std::pair{&c.stores, "store"}, {&c.restores, "restore"}}) {
+  for (auto [list, field] :
+       {std::pair{&c.stores, "store"}, {&c.restores, "restore"}, {&c.prefetches, "prefetch"}}) {
     uint64_t n = 0;
     TF_RETURN_IF_ERROR(r.count(n, 16, field));  // id + token count
     list->resize(n);
@@ -276,7 +277,7 @@ Expected<StepCommand> decode_step_command(std::span<const uint8_t> payload) {
   }
   if (c.kind == StepCommandKind::kStop &&
       (!c.create.empty() || !c.forks.empty() || !c.drop.empty() || !c.commits.empty() || !c.entries.empty() ||
-       !c.stores.empty() || !c.restores.empty())) {
+       !c.stores.empty() || !c.restores.empty() || !c.prefetches.empty())) {
     return invalid_argument("step command: a stop command carries sequences");
   }
   TF_RETURN_IF_ERROR(r.finish());

@@ -83,6 +83,9 @@ struct StepCommand {
   // all_ranks_agree: a prompt is kept only when every rank read its state.
   std::vector<StoredPrompt> stores;
   std::vector<StoredPrompt> restores;
+  // Stored states (by their tokens; `sequence` unused) each rank starts reading ahead from
+  // its own store, for restores to come (PromptStore::prefetch).
+  std::vector<StoredPrompt> prefetches;
   std::vector<StepCommandEntry> entries;
 
   bool is_heartbeat() const { return kind == StepCommandKind::kStep && entries.empty(); }
@@ -131,6 +134,7 @@ class StepBroadcaster {
   void sequence_stored(uint64_t id, std::vector<int32_t> tokens) {
     pending_.stores.push_back({id, std::move(tokens)});
   }
+  void prefetch_stored(std::vector<int32_t> tokens) { pending_.prefetches.push_back({0, std::move(tokens)}); }
   // Sends the pending creates/forks/drops with `restores` at once (a command without a
   // batch); the caller then calls all_ranks_agree as every follower does.
   Status send_restores(std::vector<StoredPrompt> restores) {

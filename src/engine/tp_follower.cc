@@ -80,6 +80,10 @@ Status run_follower(Glm5Model& model, Communicator& comm, PromptStore* store) {
       // large, as rank 0's may not: a part missing later only costs that resume).
       if (store) store_sequence_state(model, *store, *it->second, s.tokens, rank_name(comm) + ": ");
     }
+    // Rank 0 reads a stored state ahead for a waiting request: this rank reads its part.
+    for (const StoredPrompt& p : command->prefetches)
+      if (const std::optional<uint64_t> id = store ? store->find(p.tokens) : std::nullopt)
+        (void)store->prefetch(*id, p.tokens, nullptr);
     for (const auto& [id, rows] : command->commits) {
       auto it = sequences.find(id);
       if (it == sequences.end()) {

@@ -516,7 +516,8 @@ struct HttpServer::Impl {
                                                {"written_bytes_total", h.prompt_store_written_bytes_total},
                                                {"skipped_total", h.prompt_store_skipped_total},
                                                {"restored_total", h.prompt_store_restored_total},
-                                               {"failed_reads_total", h.prompt_store_failed_reads_total}}
+                                               {"failed_reads_total", h.prompt_store_failed_reads_total},
+                                               {"read_ahead_total", h.prompt_store_read_ahead_total}}
                                         : Json(nullptr)},
         {"vision_patches_total", h.vision_patches_total},
         {"vision_patches_skipped_total", h.vision_patches_skipped_total},

@@ -167,6 +167,9 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
     unlabelled(out, "tensorfold:prompt_store_failed_reads_total", "counter",
                "Stored prompt states that failed their checks when read (deleted).",
                h.prompt_store_failed_reads_total);
+    unlabelled(out, "tensorfold:prompt_store_read_ahead_total", "counter",
+               "Stored prompt states read from disk while their request waited, before its admission.",
+               h.prompt_store_read_ahead_total);
   }
   unlabelled(out, "tensorfold:vision_patches_total", "counter",
              "Image and video patches the vision tower encoded.", h.vision_patches_total);

@@ -1143,6 +1143,7 @@ TEST_F(PromptStoreTest, StatesSurviveARestart) {
   const Reply fresh = run_on(fresh_engine(), sampled("s3", p, 16));
   EXPECT_EQ(fresh.logprobs, first.logprobs);
   EXPECT_EQ(b->health().prompt_store_restored_total, 1);
+  EXPECT_EQ(b->health().prompt_store_read_ahead_total, 1) << "read while the request waited";
   EXPECT_EQ(b->health().kept_prompts, 1) << "the stored state became a kept prompt";
   EXPECT_EQ(run_on(*b, sampled("s4", p, 16)).cached, second.cached);
   EXPECT_EQ(b->health().prompt_store_restored_total, 1) << "the second resume is from the device";
@@ -1208,6 +1209,7 @@ TEST_F(PromptStoreTest, AnEvictedStateResumesFromTheFile) {
   EXPECT_EQ(again.cached, (static_cast<int64_t>(prompts["first"].size()) - 1) / 64 * 64);
   EXPECT_EQ(again.logprobs, first["first"].logprobs);
   EXPECT_EQ(e->health().prompt_store_restored_total, 1);
+  EXPECT_EQ(e->health().prompt_store_read_ahead_total, 1);
   EXPECT_EQ(e->health().prompt_store_written_total, 3) << "a restored state is not written again";
 }
 

@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 namespace tf::engine {
@@ -55,6 +57,20 @@ SequenceSnapshot snapshot_of(std::span<const int32_t> tokens, float value, int64
     s.tensors.emplace_back("rows", rows.slice(0, from / 2, rows.size(0)).contiguous());
   s.tokens_per_row["rows"] = 2;
   return s;
+}
+
+// A tensor's pieces (a stored state's rows come in one per block) as one tensor.
+Tensor whole(const std::vector<Tensor>& pieces) {
+  Shape shape = pieces.at(0).shape();
+  shape[0] = 0;
+  for (const Tensor& p : pieces) shape[0] += p.size(0);
+  Tensor out = Tensor::empty(shape, pieces[0].dtype());
+  int64_t at = 0;
+  for (const Tensor& p : pieces) {
+    out.slice(0, at, at + p.size(0)).copy_from(p);
+    at += p.size(0);
+  }
+  return out;
 }
 
 bool equal(const Tensor& a, const Tensor& b) {
@@ -111,9 +127,12 @@ class PromptStoreUnitTest : public ::testing::Test {
     ASSERT_TRUE(st.has_value()) << st.status().to_string();
     EXPECT_EQ(st->length, static_cast<int64_t>(tokens.size()));
     ASSERT_EQ(st->tensors.count("x"), 1u);
-    EXPECT_EQ(st->tensors.at("x").data<float>()[0], value);
+    ASSERT_EQ(st->tensors.at("x").size(), 1u);
+    EXPECT_EQ(st->tensors.at("x")[0].data<float>()[0], value);
     ASSERT_EQ(st->tensors.count("rows"), 1u);
-    EXPECT_TRUE(equal(st->tensors.at("rows"), rows_for(tokens))) << "the rows gathered from the blocks";
+    EXPECT_EQ(st->tensors.at("rows").size(), (tokens.size() + kBlock - 1) / kBlock)
+        << "a piece per block, and the rest";
+    EXPECT_TRUE(equal(whole(st->tensors.at("rows")), rows_for(tokens))) << "the rows from the blocks";
   }
   fs::path dir_;
 };
@@ -136,12 +155,12 @@ TEST_F(PromptStoreUnitTest, AStateIsReadBackAsWritten) {
   EXPECT_EQ(st->length, 4);
   EXPECT_EQ(st->mtp_length, 0);
   ASSERT_EQ(st->tensors.count("x"), 1u);
-  const Tensor& x = st->tensors.at("x");
+  const Tensor& x = st->tensors.at("x").at(0);
   ASSERT_EQ(x.numel(), 1024);
   EXPECT_EQ(x.data<float>()[0], 2.5f);
   EXPECT_EQ(x.data<float>()[1023], 1025.5f);
   EXPECT_EQ(st->tensors.count("prompt.tokens"), 0u);
-  EXPECT_TRUE(equal(st->tensors.at("rows"), rows_for(std::vector<int32_t>{5, -7, 9, 11})));
+  EXPECT_TRUE(equal(whole(st->tensors.at("rows")), rows_for(std::vector<int32_t>{5, -7, 9, 11})));
   EXPECT_EQ(s->stats().blocks, 1);
 }
 
@@ -262,6 +281,72 @@ TEST_F(PromptStoreUnitTest, BrokenSetsOfFilesAreMendedAtOpen) {
   EXPECT_EQ(s->stats().bytes, 0);
   EXPECT_TRUE(files_with(folder, ".tfblock").empty());
   EXPECT_TRUE(files_with(folder, ".tfstate").empty());
+}
+
+// prefetch() reads a state on the store's thread; read() then takes that read (or waits for
+// it); reads ahead are bounded, the oldest finished one giving way; a dropped one is gone;
+// a read ahead of a corrupt file ends in its error, with the file deleted.
+TEST_F(PromptStoreUnitTest, AReadAheadIsTakenByTheRead) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6}, b = {2, 2, 3, 4}, c = {3, 2, 3, 4}, d = {4, 4, 4, 4};
+  store(*s, a, 1.0f);
+  store(*s, b, 2.0f);
+  store(*s, c, 3.0f);
+  store(*s, d, 4.0f);
+  std::mutex m;
+  std::condition_variable cv;
+  int done = 0;
+  auto signal = [&] {
+    std::lock_guard<std::mutex> lock(m);
+    ++done;
+    cv.notify_all();
+  };
+  auto wait_done = [&](int n) {
+    std::unique_lock<std::mutex> lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return done >= n; }));
+  };
+  const uint64_t ia = *s->find(a), ib = *s->find(b), ic = *s->find(c), id = *s->find(d);
+  ASSERT_TRUE(s->prefetch(ia, a, signal));
+  EXPECT_TRUE(s->prefetch(ia, a, signal)) << "asked for already";
+  wait_done(1);
+  EXPECT_FALSE(s->prefetching(ia));
+  expect_reads_back(*s, a, 1.0f);
+  EXPECT_EQ(s->stats().read_ahead_total, 1);
+  expect_reads_back(*s, a, 1.0f);  // nothing ahead this time: read now
+  EXPECT_EQ(s->stats().read_ahead_total, 1);
+  // Two reads ahead at most: a third makes the older finished one give way.
+  ASSERT_TRUE(s->prefetch(ib, b, signal));
+  wait_done(2);
+  ASSERT_TRUE(s->prefetch(ic, c, signal));
+  wait_done(3);
+  ASSERT_TRUE(s->prefetch(id, d, signal));
+  wait_done(4);
+  expect_reads_back(*s, c, 3.0f);
+  expect_reads_back(*s, d, 4.0f);
+  expect_reads_back(*s, b, 2.0f);  // read now: its read ahead gave way
+  EXPECT_EQ(s->stats().read_ahead_total, 3);
+  // A dropped read ahead is not taken.
+  ASSERT_TRUE(s->prefetch(ib, b, signal));
+  wait_done(5);
+  s->drop_prefetched(ib);
+  expect_reads_back(*s, b, 2.0f);
+  EXPECT_EQ(s->stats().read_ahead_total, 3);
+  // A corrupt state file: the read ahead ends in the error, and the file is gone.
+  const fs::path path = fs::path(s->folder()) / (prompt_state_name(d) + ".tfstate");
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  ASSERT_TRUE(s->prefetch(id, d, signal));
+  wait_done(6);
+  auto bad = s->read(id, d);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.status().message().find("CRC"), std::string::npos) << bad.status().to_string();
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(s->stats().failed_reads_total, 1);
+  EXPECT_FALSE(s->prefetch(id, d, signal)) << "no such state any more";
 }
 
 TEST_F(PromptStoreUnitTest, LeftoversAndUnreadableFilesAreDeletedAtOpen) {

@@ -23,6 +23,7 @@ StepCommand sample_command() {
   c.commits = {{8, 3}, {7, 1}};  // rows kept of the last verify steps
   c.stores = {{7, {1, 2, -3}}};  // PROMPT_STORE: each rank writes its part (a picture's key is negative)
   c.restores = {{14, {std::numeric_limits<int32_t>::min(), 5}}, {15, {9}}};
+  c.prefetches = {{0, {4, 5, 6, 7}}};  // each rank reads a stored state ahead
   c.entries.push_back({7, {1, 2, 3, 4, 5}, false});
   c.entries.back().speculative = true;
   c.entries.push_back({8, {std::numeric_limits<int32_t>::max()}, true});
@@ -77,9 +78,9 @@ TEST(StepCommandTest, HeartbeatAndStopRoundTrip) {
   EXPECT_FALSE(st->is_heartbeat());
   EXPECT_STREQ(step_command_kind_name(st->kind), "stop");
 
-  // The smallest payload: kind + seven zero counts (creates, forks, drops, commits, stores,
-  // restores, entries).
-  EXPECT_EQ(encode_step_command(StepCommand{}).size(), 1u + 7 * 8);
+  // The smallest payload: kind + eight zero counts (creates, forks, drops, commits, stores,
+  // restores, prefetches, entries).
+  EXPECT_EQ(encode_step_command(StepCommand{}).size(), 1u + 8 * 8);
 }
 
 TEST(StepCommandTest, EveryTruncationIsAnErrorNamingTheField) {
@@ -115,7 +116,7 @@ TEST(StepCommandTest, TrailingBytesAndBadKindsAndFlagsAreRefused) {
   std::vector<uint8_t> b = encode_step_command(one);
   // The entry's flags byte (1: all logits, 2: embeddings follow, 4: speculative, 8: MTP kept,
   // 16: MTP drafts follow).
-  b[1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8] = 32;  // kind, 6 counts, the entry count, its id
+  b[1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8] = 32;  // kind, 7 counts, the entry count, its id
   auto flags = decode_step_command(b);
   ASSERT_FALSE(flags.has_value());
   EXPECT_NE(flags.status().message().find("flags"), std::string::npos) << flags.status().to_string();
@@ -148,8 +149,8 @@ TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
   // Each count in turn claims 2^60 items: the decoder must refuse before resizing.
   const std::vector<uint8_t> base = encode_step_command(StepCommand{});
   const char* fields[] = {"create count", "fork count", "drop count", "commit count",
-                          "store",        "restore",    "entry count"};
-  for (int k = 0; k < 7; ++k) {
+                          "store",        "restore",    "prefetch",   "entry count"};
+  for (int k = 0; k < 8; ++k) {
     std::vector<uint8_t> b = base;
     put_u64(b, 1 + 8 * static_cast<size_t>(k), uint64_t{1} << 60);
     auto r = decode_step_command(b);
@@ -159,7 +160,7 @@ TEST(StepCommandTest, CountsBeyondThePayloadFailWithoutAllocating) {
   StepCommand one;
   one.entries.push_back({5, {1, 2}, false});
   std::vector<uint8_t> b = encode_step_command(one);
-  put_u64(b, 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 1, uint64_t{1} << 62);  // the entry's token count
+  put_u64(b, 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 1, uint64_t{1} << 62);  // the entry's token count
   auto r = decode_step_command(b);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("entry token count"), std::string::npos) << r.status().to_string();
@@ -203,6 +204,10 @@ TEST(StepCommandTest, StopCarryingSequencesIsRefused) {
   stop_restoring.kind = StepCommandKind::kStop;
   stop_restoring.restores = {{4, {1}}};
   EXPECT_FALSE(decode_step_command(encode_step_command(stop_restoring)).has_value());
+  StepCommand stop_prefetching;
+  stop_prefetching.kind = StepCommandKind::kStop;
+  stop_prefetching.prefetches = {{0, {1}}};
+  EXPECT_FALSE(decode_step_command(encode_step_command(stop_prefetching)).has_value());
 }
 
 TEST(StepCommandTest, AStoredPromptWithoutTokensIsRefused) {
@@ -216,6 +221,12 @@ TEST(StepCommandTest, AStoredPromptWithoutTokensIsRefused) {
   r = decode_step_command(encode_step_command(c));
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("restore without tokens"), std::string::npos) << r.status().to_string();
+  c.restores.clear();
+  c.prefetches = {{0, {}}};
+  r = decode_step_command(encode_step_command(c));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.status().message().find("prefetch without tokens"), std::string::npos)
+      << r.status().to_string();
 }
 
 TEST(StepCommandTest, SingleRankSendIsANoOpAndOnlyRankZeroSends) {
