@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <tuple>
@@ -369,7 +370,16 @@ void PromptStore::reader_loop() {
     if (it == prefetches_.end() || it->second.result) continue;  // dropped before it started, or done
     const std::vector<int32_t> prompt = it->second.prompt;
     lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
     Expected<StoredState> st = read_now(id, prompt);
+    if (st) {
+      size_t bytes = 0;
+      for (const auto& [name, pieces] : st->tensors)
+        for (const Tensor& t : pieces) bytes += t.nbytes();
+      TF_LOG_INFO("prompt store: read a state of {} tokens ahead ({:.1f} MB) in {:.1f} ms", st->length,
+                  static_cast<double>(bytes) / 1e6,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
     lock.lock();
     it = prefetches_.find(id);
     if (it == prefetches_.end() || it->second.result) continue;  // dropped meanwhile
