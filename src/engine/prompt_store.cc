@@ -407,7 +407,11 @@ Expected<StoredState> PromptStore::read_now(uint64_t id, std::span<const int32_t
       [this](const std::string& digest) { return block_path(digest); }, fault);
   std::lock_guard<std::mutex> lock(mu_);
   if (!st) {
-    if (fault.missing_file) return st.status();  // deleted meanwhile (made room): nothing is corrupt
+    if (fault.missing_file) {
+      // Deleted meanwhile (made room, or by hand): nothing is corrupt, but the state is no use.
+      drop_file(id, true);
+      return st.status();
+    }
     ++stats_.failed_reads_total;
     if (!fault.bad_block.empty()) drop_states_needing(fault.bad_block);
     drop_file(id, true);

@@ -255,6 +255,24 @@ TEST_F(PromptStoreUnitTest, ACorruptBlockTakesTheStatesThatNeedIt) {
   expect_reads_back(*s, other, 3.0f);
 }
 
+// A block deleted by hand while the store runs: the state that needs it is dropped when read
+// (not counted as a failed check: nothing was corrupt).
+TEST_F(PromptStoreUnitTest, AMissingBlockDropsTheStateWhenRead) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  store(*s, a, 1.0f);
+  fs::remove(fs::path(s->folder()) / block_file_name(block_digests(a, kBlock)[1]));
+  std::vector<int32_t> prompt = a;
+  prompt.push_back(0);
+  auto st = s->read(*s->find(a), prompt);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_EQ(s->stats().failed_reads_total, 0);
+  EXPECT_EQ(s->stats().files, 0);
+  EXPECT_FALSE(s->longest_prefix(prompt, 9).has_value());
+  EXPECT_EQ(s->stats().blocks, 0) << "the block it shared with nobody went with it";
+}
+
 TEST_F(PromptStoreUnitTest, BrokenSetsOfFilesAreMendedAtOpen) {
   std::string folder;
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8};
