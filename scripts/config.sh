@@ -6,7 +6,7 @@
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
-  SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB VISION VISION_URLS VISION_URLS_CA
+  SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
@@ -134,6 +134,8 @@ tf_validate_settings() {
     tf_fail "KEPT_PROMPTS must be a number in 0..4096, got '$KEPT_PROMPTS'"
   [[ -z "${PROMPT_STORE_GIB:-}" || "$PROMPT_STORE_GIB" =~ ^[0-9]*[.]?[0-9]+$ ]] ||
     tf_fail "PROMPT_STORE_GIB must be a number, got '$PROMPT_STORE_GIB'"
+  [[ -z "${PROMPT_STORE_BLOCK:-}" || "$PROMPT_STORE_BLOCK" =~ ^[0-9]+$ ]] ||
+    tf_fail "PROMPT_STORE_BLOCK must be a whole number of tokens, got '$PROMPT_STORE_BLOCK'"
   [[ "$TP" =~ ^[0-9]+$ ]] && ((TP >= 1)) || tf_fail "TP must be >= 1, got '$TP'"
   [[ "$DEVICE" =~ ^(cpu|cuda)$ ]] || tf_fail "DEVICE must be cpu or cuda, got '$DEVICE'"
   [[ "$FOREGROUND" =~ ^[01]$ ]] || tf_fail "FOREGROUND must be 0 or 1, got '$FOREGROUND'"
@@ -162,6 +164,7 @@ tf_serve_args() {
   if [[ "$SHARED_PREFIX" == 0 ]]; then TF_SERVE_ARGS+=(--kept-prompts 0); else TF_SERVE_ARGS+=(--kept-prompts "$KEPT_PROMPTS"); fi
   [[ -n "${PROMPT_STORE:-}" ]] && TF_SERVE_ARGS+=(--prompt-store "$PROMPT_STORE")
   [[ -n "${PROMPT_STORE_GIB:-}" ]] && TF_SERVE_ARGS+=(--prompt-store-gib "$PROMPT_STORE_GIB")
+  [[ -n "${PROMPT_STORE_BLOCK:-}" ]] && TF_SERVE_ARGS+=(--prompt-store-block "$PROMPT_STORE_BLOCK")
   [[ -n "${MODEL_DIR:-}" ]] && TF_SERVE_ARGS+=(--model "$MODEL_DIR")
   [[ -n "${SERVED_NAME:-}" ]] && TF_SERVE_ARGS+=(--served-name "$SERVED_NAME")
   [[ -n "${DENSE:-}" ]] && TF_SERVE_ARGS+=(--dense "$DENSE")
