@@ -52,7 +52,7 @@ void add_file_identity(Fnv& f, const fs::path& path) {
 
 namespace {
 
-std::string prompt_store_fingerprint(const EngineOptions& options, int64_t page_size, int64_t grain, int rank,
+std::string prompt_store_fingerprint(const EngineOptions& options, int64_t page_size, int64_t grain,
                                      int world) {
   Fnv f;
   f.add(kVersion);
@@ -65,9 +65,9 @@ std::string prompt_store_fingerprint(const EngineOptions& options, int64_t page_
   std::sort(files.begin(), files.end());
   for (const fs::path& p : files) add_file_identity(f, p);
   // The settings a state's bits depend on, and the TF_* knobs that pick kernels.
-  f.add(options.device).add(options.cuda_device).add(options.kv).add(options.dense).add(options.lm_head);
+  f.add(options.device).add(options.kv).add(options.dense).add(options.lm_head);
   f.add(page_size).add(options.prefill_chunk_or_default()).add(options.exact_rows).add(grain);
-  f.add(rank).add(world);
+  f.add(world);
   f.add(options.draft_model);
   // Kernels size themselves from the GPU they run on: its model too.
   if (options.device == "cuda") {
@@ -105,8 +105,14 @@ Expected<std::unique_ptr<PromptStore>> open_prompt_store(const EngineOptions& op
                             " tokens, not a multiple of the " + std::to_string(grain) +
                             " tokens kept states lie at");
   // The block size is part of the name: another size's blocks are never read.
-  so.fingerprint = prompt_store_fingerprint(options, page_size, grain, rank, world) + "-b" +
-                   std::to_string(so.block_tokens);
+  // One fingerprint for the world, then the rank: the other ranks' folders are known by name.
+  const std::string world_print = prompt_store_fingerprint(options, page_size, grain, world);
+  auto folder = [&](int r) {
+    return world_print + "-r" + std::to_string(r) + "-b" + std::to_string(so.block_tokens);
+  };
+  so.fingerprint = folder(rank);
+  for (int r = 0; r < world; ++r)
+    if (r != rank) so.siblings.push_back(folder(r));
   so.max_bytes = static_cast<int64_t>(options.prompt_store_gib * 1073741824.0);
   // States wait for the writer in host memory: at most half of what MEMORY_RESERVE_GIB leaves
   // free for such work (at least 512 MiB), so a long prompt's state cannot crowd the host.

@@ -49,6 +49,7 @@ Expected<std::unique_ptr<PromptStore>> PromptStore::open(const PromptStoreOption
   if (::chmod(s->folder_.c_str(), 0700) != 0 || ::access(s->folder_.c_str(), R_OK | W_OK | X_OK) != 0)
     return invalid_argument("PROMPT_STORE: the folder " + s->folder_ + " is not ours to read and write");
   s->scan();
+  s->note_other_folders();
   s->writer_ = std::thread([p = s.get()] { p->writer_loop(); });
   s->reader_ = std::thread([p = s.get()] { p->reader_loop(); });
   return s;
@@ -132,6 +133,33 @@ void PromptStore::scan() {
   std::lock_guard<std::mutex> lock(mu_);
   for (Found& f : found) add_file(std::move(f.tokens), std::move(f.file));  // oldest first: least recent
   make_room(0);
+}
+
+void PromptStore::note_other_folders() const {
+  // Other fingerprints' folders (another build, checkpoint or setting) are never read
+  // by this server, nor deleted: another server may use them. Say what they hold, so that
+  // an upgrade's leftovers do not fill the disk unnoticed.
+  std::error_code ec;
+  int64_t folders = 0, bytes = 0;
+  for (const auto& dir : fs::directory_iterator(options_.dir, ec)) {
+    const std::string name = dir.path().filename().string();
+    if (!dir.is_directory(ec) || dir.path() == fs::path(folder_) ||
+        std::find(options_.siblings.begin(), options_.siblings.end(), name) != options_.siblings.end())
+      continue;
+    bool ours = false;
+    for (const auto& f : fs::directory_iterator(dir.path(), ec)) {
+      const std::string ext = f.path().extension().string();
+      if (ext != kSuffix && ext != kBlockSuffix) continue;
+      ours = true;
+      bytes += static_cast<int64_t>(f.file_size(ec));
+    }
+    folders += ours;
+  }
+  if (folders > 0)
+    TF_LOG_WARN(
+        "prompt store: {} other folder(s) under {} ({:.2f} GiB) hold states of other builds, checkpoints "
+        "or settings, which this server never reads; delete them when no other server uses them",
+        folders, options_.dir, static_cast<double>(bytes) / 1073741824.0);
 }
 
 std::string PromptStore::block_path(const std::string& digest) const {

@@ -46,6 +46,7 @@ struct PromptStoreOptions {
   int64_t max_pending_bytes = int64_t{1} << 31;  // and their bytes together (a larger state is not stored)
   int64_t block_tokens = 2048;  // the rows along the sequence go to blocks of this many tokens
   int max_prefetched = 2;       // reads ahead running or waiting to be taken (prefetch)
+  std::vector<std::string> siblings;  // the other ranks' folders of this world (not reported as leftovers)
 };
 
 struct PromptStoreStats {
@@ -126,6 +127,7 @@ class PromptStore {
   };
   explicit PromptStore(PromptStoreOptions options) : options_(std::move(options)) {}
   void scan();
+  void note_other_folders() const;
   void writer_loop();
   void reader_loop();
   Expected<StoredState> read_now(uint64_t id, std::span<const int32_t> prompt);
