@@ -47,7 +47,7 @@ Status write_store_file(const std::string& path, const char* format, const std::
 Status write_block_file(const std::string& path, const std::string& fingerprint, const std::string& digest,
                         const SequenceSnapshot& snap, int64_t first, int64_t tokens);
 // A state file: the prompt's tokens, the snapshot's tensors that do not run along the
-// sequence and the rows after its `blocks` whole blocks.
+// sequence and the rows after its last whole block of `block_tokens`.
 Status write_state_file(const std::string& path, const std::string& fingerprint,
                         std::span<const int32_t> tokens, const SequenceSnapshot& snap, int64_t block_tokens);
 

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <tuple>
 
 #include "core/fnv1a.h"
 #include "core/logging.h"
@@ -287,21 +286,25 @@ Status PromptStore::write(const Pending& p) {
     for (const std::string& d : held) release_block(d);
   };
   std::vector<size_t> to_write;
+  bool gone = false;  // a block the snapshot left out was deleted meanwhile
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t k = 0; k < digests.size(); ++k) {
+    for (size_t k = 0; k < digests.size() && !gone; ++k) {
       auto it = blocks_.find(digests[k]);
       if (it != blocks_.end()) {
         ++it->second.refs;  // kept from here on, whatever make_room evicts
         held.push_back(digests[k]);
       } else if (static_cast<int64_t>(k) * options_.block_tokens < snap.from) {
-        for (const std::string& d : held) release_block(d);
-        return not_found("a block its snapshot left out was deleted meanwhile");
+        gone = true;
       } else {
         to_write.push_back(k);
       }
     }
-    make_room(bytes);  // before the bytes land: the folder stays within its bound
+    if (!gone) make_room(bytes);  // before the bytes land: the folder stays within its bound
+  }
+  if (gone) {
+    let_go();
+    return not_found("a block its snapshot left out was deleted meanwhile");
   }
   const int64_t block = options_.block_tokens;
   for (size_t k : to_write) {
