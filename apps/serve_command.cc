@@ -179,6 +179,13 @@ void add_serve_command(CLI::App& app) {
       ->envname("COPY_MATCH")
       ->check(CLI::Range(2, 64))
       ->capture_default_str();
+  cmd->add_option(
+         "--loop-guard", o->engine.loop_guard,
+         "tokens: a reasoning that ends in 3+ exact copies of one block (1-512 tokens), together at least "
+         "this long, is closed (</think>) so the model answers; 0: off")
+      ->envname("LOOP_GUARD")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
   cmd->add_option("--drafter", o->engine.draft_model,
                   "mtp: where no copy draft is made, the checkpoint's MTP layer drafts tokens verified in the next "
                   "step (the same replies in fewer steps); none: off (dflash2 is served by the MTP layer)")

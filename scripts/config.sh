@@ -5,7 +5,7 @@
 # Sourced, not run. Every setting is listed in README.md ("Configuration").
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX LOOP_GUARD MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
@@ -115,6 +115,8 @@ tf_validate_settings() {
     tf_fail "COPY_MAX must be a number in 1..63, got '$COPY_MAX'"
   [[ -z "${COPY_MATCH:-}" || ("$COPY_MATCH" =~ ^[0-9]+$ && "$COPY_MATCH" -ge 2 && "$COPY_MATCH" -le 64) ]] ||
     tf_fail "COPY_MATCH must be a number in 2..64, got '$COPY_MATCH'"
+  [[ -z "${LOOP_GUARD:-}" || ("$LOOP_GUARD" =~ ^[0-9]+$ && ${#LOOP_GUARD} -le 10 && "$LOOP_GUARD" -le 1073741824) ]] ||
+    tf_fail "LOOP_GUARD must be a number of tokens in 0..1073741824 (0: off), got '$LOOP_GUARD'"
   [[ -z "${DRAFTER:-}" || "$DRAFTER" =~ ^(mtp|none|dflash2)$ ]] ||
     tf_fail "DRAFTER must be mtp or none, got '$DRAFTER'"
   [[ -z "${MTP_MAX:-}" || ("$MTP_MAX" =~ ^[0-9]+$ && "$MTP_MAX" -ge 1 && "$MTP_MAX" -le 63) ]] ||
@@ -174,6 +176,7 @@ tf_serve_args() {
   [[ -n "${COPY:-}" ]] && TF_SERVE_ARGS+=(--copy "$COPY")
   [[ -n "${COPY_MAX:-}" ]] && TF_SERVE_ARGS+=(--copy-max "$COPY_MAX")
   [[ -n "${COPY_MATCH:-}" ]] && TF_SERVE_ARGS+=(--copy-match "$COPY_MATCH")
+  [[ -n "${LOOP_GUARD:-}" ]] && TF_SERVE_ARGS+=(--loop-guard "$LOOP_GUARD")
   [[ -n "${DRAFTER:-}" ]] && TF_SERVE_ARGS+=(--drafter "$DRAFTER")
   [[ -n "${MTP_MAX:-}" ]] && TF_SERVE_ARGS+=(--mtp-max "$MTP_MAX")
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).

@@ -8,6 +8,8 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::kLength: return "length";
     case FinishReason::kToolCalls: return "tool_calls";
     case FinishReason::kAbort: return "abort";
+    case FinishReason::kRepetition:
+      return "repetition";
   }
   return "stop";
 }

@@ -15,13 +15,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/status.h"
+#include "sampling/repetition_detector.h"
 
 namespace tf::engine {
 
@@ -49,6 +49,9 @@ struct SamplingOptions {
   bool logprobs = false;
   int top_logprobs = 0;
   bool skip_special_tokens = true;
+  // vLLM's repetition_detection: a reply whose tokens (its reasoning's included) end in
+  // min_count copies of one block of min..max_pattern tokens finishes with "repetition".
+  RepetitionRule repetition_detection;
 };
 
 // A structured-output constraint on the content (never on the reasoning).
@@ -150,7 +153,9 @@ struct ToolCallDelta {
   std::string arguments;  // JSON fragment; fragments concatenate to the final string
 };
 
-enum class FinishReason { kStop, kLength, kToolCalls, kAbort };
+// kRepetition: the reply fell into a loop its request's repetition_detection describes
+// (vLLM's finish_reason "repetition").
+enum class FinishReason { kStop, kLength, kToolCalls, kAbort, kRepetition };
 const char* finish_reason_name(FinishReason r);
 
 struct GenerationEvent {
@@ -242,6 +247,10 @@ struct EngineHealth {
   int64_t mtp_streams_total = 0;
   int64_t mtp_drafted_tokens_total = 0;
   int64_t mtp_accepted_tokens_total = 0;
+  // LOOP_GUARD: replies whose reasoning fell into a loop and was closed by the engine, and
+  // replies a request's repetition_detection ended.
+  int64_t loop_guard_closed_total = 0;
+  int64_t repetition_stops_total = 0;
 };
 
 struct ModelInfo {

@@ -31,6 +31,7 @@
 #include "model/config.h"
 #include "model/glm5/glm5_model.h"
 #include "model/glm5/glm5_vision.h"
+#include "sampling/repetition_detector.h"
 #include "sampling/sampler.h"
 #include "sampling/sequence_sampler.h"
 #include "spec/copy_drafter.h"
@@ -114,6 +115,12 @@ struct LiveChoice {
   int64_t mtp_drafted = 0, mtp_kept = 0;
   int64_t mtp_idle_steps = 0;  // decode steps since its last MTP draft
   bool drafts_from_mtp = false;
+  // Loops (sampling/repetition_detector.h): the request's repetition_detection over the whole
+  // reply, and LOOP_GUARD over its reasoning; once the guard found one, the reasoning is
+  // closed at the next token (must_close_reasoning).
+  std::optional<RepetitionDetector> reply_loop;
+  std::optional<RepetitionDetector> reasoning_loop;
+  bool reasoning_loop_found = false;
   // Prompt logprobs (engine_prompt_logprobs.cc): the prompt tokens' entries scored so far.
   std::vector<TokenLogprob> prompt_logprobs;
 };
@@ -213,7 +220,13 @@ struct Engine::Impl {
   void finish_choice(RequestId id, FinishReason reason, bool release_in_scheduler);
   void fail_choice(RequestId id, const Status& error);
   // The choice has spent its reasoning budget: its next token is </think>.
+  // The next token must be </think>: the reasoning reached thinking_budget, or LOOP_GUARD found
+  // it in a loop. Such a row is sampled on the host with every other token masked.
   bool must_close_reasoning(const LiveChoice& c) const;
+  // After take_token kept `token`: finishes the choice when its request's repetition_detection
+  // found a loop (true: it ended), or marks its reasoning for closing when LOOP_GUARD did.
+  bool caught_in_loop(LiveChoice& c, int32_t token);
+  void close_reasoning_row(std::span<float> row) const;  // only </think> left to sample
   void drop_choice(RequestId id);
   void leave_queue(LiveChoice& c);
   void publish_health();

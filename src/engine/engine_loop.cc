@@ -166,6 +166,10 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     oo.call_id_prefix = call_id_prefix(g.request_id, i);
     oo.logprobs = params->logprobs;
     c.output = std::make_unique<ChoiceOutput>(*tokenizer, std::move(oo), i);
+    if (g.sampling.repetition_detection.enabled()) c.reply_loop.emplace(g.sampling.repetition_detection);
+    if (options.loop_guard > 0 && g.parse_reasoning && think_end_id)
+      c.reasoning_loop.emplace(RepetitionRule{1, EngineOptions::kLoopGuardMaxPattern,
+                                              EngineOptions::kLoopGuardCopies, options.loop_guard});
     if (r->structured_grammar) {
       c.constraint = std::make_unique<grammar::StructuredConstraint>(
           r->structured_grammar, r->grammar_vocab, eos_ids, grammar::kMaxMaskWork, r->grammar_masks);
@@ -494,7 +498,37 @@ bool Engine::Impl::take_token(LiveChoice& c, const SequenceStep& st) {
     finish_choice(id, FinishReason::kLength, true);
     return false;
   }
-  return true;
+  return !caught_in_loop(c, token);
+}
+
+bool Engine::Impl::caught_in_loop(LiveChoice& c, int32_t token) {
+  if (c.reply_loop) {
+    if (const auto loop = c.reply_loop->push(token)) {
+      TF_LOG_INFO(
+          "request {} choice {}: the reply ends in {} tokens repeating a {}-token block; finished "
+          "(repetition_detection)",
+          c.request->req.request_id, c.index, loop->tokens, loop->pattern);
+      {
+        std::lock_guard<std::mutex> lock(health_mu);
+        ++health.repetition_stops_total;
+      }
+      finish_choice(c.id, FinishReason::kRepetition, true);
+      return true;
+    }
+  }
+  // The guard counts reasoning tokens only: </think> (the token that left it) is not one.
+  if (c.reasoning_loop && !c.reasoning_loop_found && c.output->in_reasoning()) {
+    if (const auto loop = c.reasoning_loop->push(token)) {
+      c.reasoning_loop_found = true;
+      TF_LOG_INFO(
+          "request {} choice {}: the reasoning ends in {} tokens repeating a {}-token block; closing it "
+          "(LOOP_GUARD {})",
+          c.request->req.request_id, c.index, loop->tokens, loop->pattern, options.loop_guard);
+      std::lock_guard<std::mutex> lock(health_mu);
+      ++health.loop_guard_closed_total;
+    }
+  }
+  return false;
 }
 
 bool Engine::Impl::tp_send(std::vector<StepCommandEntry> entries) {

@@ -27,6 +27,9 @@ Status EngineOptions::validate() const {
     return invalid_argument("COPY_MAX (--copy-max) must be in 1..63, got " + std::to_string(copy_max));
   if (copy_match < 2 || copy_match > 64)
     return invalid_argument("COPY_MATCH (--copy-match) must be in 2..64, got " + std::to_string(copy_match));
+  if (loop_guard < 0 || loop_guard > (int64_t{1} << 30))
+    return invalid_argument("LOOP_GUARD (--loop-guard) must be in 0..2^30 tokens, got " +
+                            std::to_string(loop_guard));
   if (draft_model != "mtp" && draft_model != "none" && draft_model != "dflash2")
     return invalid_argument("DRAFTER (--drafter) must be mtp or none, got '" + draft_model + "'");
   if (mtp_max < 1 || mtp_max > 63)

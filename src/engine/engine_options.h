@@ -74,6 +74,13 @@ struct EngineOptions {
   // row-independent kernels (a reply does not depend on its batch-mates); larger
   // steps use BF16 tensor cores (cuBLAS). 0..64.
   int32_t exact_rows = 8;
+  // LOOP_GUARD: a reply whose reasoning ends in at least 3 exact copies of one block of
+  // 1..kLoopGuardMaxPattern tokens, together at least this many tokens, has fallen into a loop
+  // it rarely leaves before max_tokens: the engine closes the reasoning (</think>, as
+  // thinking_budget does) and the model answers from what it has. 0: off.
+  int64_t loop_guard = 1024;
+  static constexpr int32_t kLoopGuardMaxPattern = 512;
+  static constexpr int32_t kLoopGuardCopies = 3;
   // COPY: copy drafts (spec/copy_drafter.h). A decoding stream whose last COPY_MATCH tokens
   // occurred before verifies what followed them (up to COPY_MAX tokens) in its next step
   // and keeps those the model samples itself, so replies are the same token for token,

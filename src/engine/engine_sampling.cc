@@ -42,6 +42,8 @@ Expected<SamplingParams> Engine::Impl::sampling_params(const GenerationRequest& 
       std::clamp<int64_t>(o.max_tokens, 1, std::numeric_limits<int32_t>::max()));
   p.min_tokens = std::min(o.min_tokens, p.max_tokens);
   if (Status s = p.validate(static_cast<int32_t>(text_vocab)); !s.is_ok()) return s;
+  if (Status s = o.repetition_detection.validate(); !s.is_ok())
+    return invalid_argument("repetition_detection: " + s.message());
   return p;
 }
 
@@ -67,8 +69,15 @@ void Engine::Impl::mask_padding(std::span<float> row) const {
 }
 
 bool Engine::Impl::must_close_reasoning(const LiveChoice& c) const {
+  if (!think_end_id || !c.output->in_reasoning()) return false;
   const int64_t budget = c.request->req.reasoning_budget;
-  return budget >= 0 && think_end_id && c.output->in_reasoning() && c.output->reasoning_tokens() >= budget;
+  return c.reasoning_loop_found || (budget >= 0 && c.output->reasoning_tokens() >= budget);
+}
+
+void Engine::Impl::close_reasoning_row(std::span<float> row) const {
+  for (size_t t = 0; t < row.size(); ++t)
+    if (static_cast<int64_t>(t) != *think_end_id) row[t] = -std::numeric_limits<float>::infinity();
+  row[static_cast<size_t>(*think_end_id)] = 0.0f;
 }
 
 std::optional<SampleRowParams> Engine::Impl::device_row(const LiveChoice& c) {
@@ -144,11 +153,8 @@ std::vector<Expected<SequenceStep>> Engine::Impl::sample_step(std::span<LiveChoi
           continue;
         }
       }
-      if (must_close_reasoning(*rows[i])) {  // only </think> is left to choose
-        for (int64_t t = 0; t < vocab; ++t)
-          if (t != *think_end_id) row[t] = -std::numeric_limits<float>::infinity();
-        row[*think_end_id] = 0.0f;
-      }
+      if (must_close_reasoning(*rows[i]))
+        close_reasoning_row(std::span<float>(row, static_cast<size_t>(vocab)));
       steps[static_cast<size_t>(k)] = rows[i]->sampler->step(std::span<const float>(row, static_cast<size_t>(vocab)),
                                                             samplers[static_cast<size_t>(k)]);
     }

@@ -150,6 +150,9 @@ void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
   for (int64_t j = 0; j < rows; ++j) {
     const std::span<float> row(logits.data<float>() + j * vocab, static_cast<size_t>(vocab));
     mask_padding(row);
+    // LOOP_GUARD may have found a loop at the row before (its token taken below): this row
+    // closes the reasoning, and the drafts after it, made for the loop, are dropped.
+    if (must_close_reasoning(c)) close_reasoning_row(row);
     auto st = c.sampler->step(row, spec_sampler);
     if (!st) {
       if (used > 0) count();

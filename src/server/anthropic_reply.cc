@@ -13,7 +13,9 @@ const char* stop_reason(const ChoiceState& c, AnthropicLimit limit) {
     // A forced call (tool_choice tool) ends with "stop" on the OpenAI side; Anthropic says tool_use.
     case FinishReason::kStop:
       return !c.tool_calls.empty() ? "tool_use" : c.stop_string.empty() ? "end_turn" : "stop_sequence";
-    case FinishReason::kAbort: break;
+    case FinishReason::kAbort:
+    case FinishReason::kRepetition:
+      break;
   }
   return "end_turn";
 }

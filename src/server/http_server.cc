@@ -531,7 +531,10 @@ struct HttpServer::Impl {
           {"accepted_tokens_total", h.accepted_tokens_total},
           {"mtp_streams_total", h.mtp_streams_total},
           {"mtp_drafted_tokens_total", h.mtp_drafted_tokens_total},
-          {"mtp_accepted_tokens_total", h.mtp_accepted_tokens_total}}}};
+          {"mtp_accepted_tokens_total", h.mtp_accepted_tokens_total}}},
+        {"loops",
+         {{"reasoning_closed_total", h.loop_guard_closed_total},
+          {"repetition_stops_total", h.repetition_stops_total}}}};
     write_json(res, h.ok && !h.loading ? 200 : 503, out);
   }
 

@@ -194,6 +194,12 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
              h.mtp_drafted_tokens_total);
   unlabelled(out, "tensorfold:mtp_accepted_tokens_total", "counter", "MTP layer draft tokens kept.",
              h.mtp_accepted_tokens_total);
+  unlabelled(out, "tensorfold:loop_guard_closed_total", "counter",
+             "Replies whose reasoning fell into a loop and was closed by the server (LOOP_GUARD).",
+             h.loop_guard_closed_total);
+  unlabelled(out, "tensorfold:repetition_stops_total", "counter",
+             "Replies ended by their request's repetition_detection (finish_reason repetition).",
+             h.repetition_stops_total);
   unlabelled(out, "tensorfold:streams_decoding", "gauge", "Streams decoding now.", h.streams_decoding);
   unlabelled(out, "tensorfold:streams_prefilling", "gauge", "Streams prefilling now.", h.streams_prefilling);
   unlabelled(out, "tensorfold:streams_max", "gauge", "Maximum concurrent decoding streams (PARALLEL).",

@@ -149,6 +149,24 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
   s.ignore_eos = json_bool(body, "ignore_eos").value_or(false);
   s.skip_special_tokens = json_bool(body, "skip_special_tokens").value_or(true);
   s.min_tokens = static_cast<int>(json_int(body, "min_tokens", 0, 1 << 30).value_or(0));
+  if (const Json* rd = json_field(body, "repetition_detection")) {
+    require_object(*rd, "repetition_detection");
+    auto size = [&](const char* name, int64_t hi) {
+      try {
+        return static_cast<int32_t>(json_int(*rd, name, 0, hi).value_or(0));
+      } catch (const ApiError&) {
+        throw bad_request(
+            "'repetition_detection." + std::string(name) + "' must be an integer in 0.." + std::to_string(hi),
+            "repetition_detection." + std::string(name));
+      }
+    };
+    RepetitionRule& rule = s.repetition_detection;
+    rule.max_pattern = size("max_pattern_size", RepetitionRule::kMaxPattern);
+    rule.min_pattern = size("min_pattern_size", RepetitionRule::kMaxPattern);
+    rule.min_count = size("min_count", 1 << 20);
+    if (Status st = rule.validate(); !st.is_ok())
+      throw bad_request("'repetition_detection': " + st.message(), "repetition_detection");
+  }
   if (chat_logprobs) {
     s.logprobs = json_bool(body, "logprobs").value_or(false);
     if (auto tl = json_int(body, "top_logprobs", 0, 20)) {

@@ -316,6 +316,46 @@ await run.check('logit_bias +100 on one token makes greedy decoding repeat it', 
   assert.notEqual(banned.choices[0].logprobs.tokens[0], (await post200(server, '/detokenize', { model, tokens: [id] })).prompt);
 });
 
+await run.check('LOOP_GUARD closes a reasoning loop (the model answers); repetition_detection ends a reply with "repetition"', async () => {
+  // A server of its own with a short guard; one token forced by logit_bias is a 1-token loop.
+  const server = await startServer({ bin: cmd.bin, args: [...cmd.args, '--loop-guard', '24', '--drafter', 'none'] });
+  try {
+    const client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'e2e-key', maxRetries: 0, timeout: 60000 });
+    const id = (await post200(server, '/tokenize', { model, prompt: ' harbor', add_special_tokens: false })).tokens[0];
+    const text = async (n) => (await post200(server, '/detokenize', { model, tokens: Array(n).fill(id) })).prompt;
+    const body = { model, messages, max_tokens: 40, temperature: 0, ignore_eos: true, logit_bias: { [id]: 100 } };
+    // 24 looping reasoning tokens, then </think> (usage counts it with the reasoning), then the answer.
+    const r = await client.chat.completions.create(body);
+    assert.equal(r.choices[0].message.reasoning_content, await text(24));
+    assert.equal(r.choices[0].message.content, await text(40 - 25));
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 25);
+    const streamed = foldChatStream(await postSse(server, '/v1/chat/completions', { ...body, stream: true }));
+    assert.deepEqual(streamed.per[0].reasoning, r.choices[0].message.reasoning_content);
+    assert.deepEqual(streamed.per[0].content, r.choices[0].message.content);
+
+    // vLLM's repetition_detection: 5 copies of a 1..4-token block end the reply at its 5th token.
+    const rd = { ...body, repetition_detection: { max_pattern_size: 4, min_count: 5 } };
+    const ended = await client.chat.completions.create(rd);
+    assert.equal(ended.choices[0].finish_reason, 'repetition');
+    assert.equal(ended.usage.completion_tokens, 5);
+    const endedStream = foldChatStream(await postSse(server, '/v1/chat/completions', { ...rd, stream: true }));
+    assert.deepEqual(endedStream.per[0].finish, ['repetition']);
+    const comp = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 40, temperature: 0, ignore_eos: true, logit_bias: { [id]: 100 }, repetition_detection: { max_pattern_size: 2, min_count: 7 } });
+    assert.equal(comp.choices[0].finish_reason, 'repetition');
+    assert.equal(comp.choices[0].text, await text(7));
+
+    const h = await health(server);
+    assert.deepEqual(h.loops, { reasoning_closed_total: 2, repetition_stops_total: 3 });
+    const m = await request(server, 'GET', '/metrics');
+    assert.match(m.text, /^tensorfold:loop_guard_closed_total 2$/m);
+    assert.match(m.text, /^tensorfold:repetition_stops_total 3$/m);
+    assert.match(m.text, /finished_reason="repetition"/);
+  } finally {
+    await server.stop();
+  }
+});
+
 // The demo model's random weights never call a tool by themselves: these calls are the
 // tool-call grammar's (tool_choice required / named is enforced, api.md §6).
 await run.check('tool_choice required / named is enforced: chat, stream, SDK, Responses', async () => {

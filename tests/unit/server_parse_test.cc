@@ -94,6 +94,40 @@ TEST(ServerParse, RepetitionPenaltyRangeIsTheSamplers) {
   EXPECT_EQ(kMaxRepetitionPenalty, 2.0);
 }
 
+// vLLM's repetition_detection, on chat and completions; what cannot be checked is a 400 naming it.
+TEST(ServerParse, RepetitionDetection) {
+  Json b = chat();
+  b["repetition_detection"] = {{"max_pattern_size", 64}, {"min_count", 3}};
+  RepetitionRule r = parse_chat_request(b).sampling.repetition_detection;
+  EXPECT_TRUE(r.enabled());
+  EXPECT_EQ(r.max_pattern, 64);
+  EXPECT_EQ(r.min_pattern, 0);
+  EXPECT_EQ(r.min_count, 3);
+  Json c = {{"prompt", "hi"},
+            {"repetition_detection", {{"max_pattern_size", 8}, {"min_pattern_size", 2}, {"min_count", 4}}}};
+  EXPECT_EQ(parse_completion_request(c).sampling.repetition_detection.min_pattern, 2);
+  EXPECT_FALSE(parse_chat_request(chat()).sampling.repetition_detection.enabled());
+  const std::vector<std::pair<Json, std::string>> bad = {
+      {Json(5), "repetition_detection"},
+      {Json{{"max_pattern_size", 8}, {"min_count", 1}}, "repetition_detection"},
+      {Json{{"max_pattern_size", 8}, {"min_pattern_size", 9}, {"min_count", 2}}, "repetition_detection"},
+      {Json{{"max_pattern_size", RepetitionRule::kMaxPattern + 1}, {"min_count", 2}},
+       "repetition_detection.max_pattern_size"},
+      {Json{{"max_pattern_size", "8"}, {"min_count", 2}}, "repetition_detection.max_pattern_size"},
+      {Json{{"max_pattern_size", 8}, {"min_count", -3}}, "repetition_detection.min_count"},
+  };
+  for (const auto& [value, param] : bad) {
+    b["repetition_detection"] = value;
+    try {
+      parse_chat_request(b);
+      ADD_FAILURE() << value.dump() << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param().value_or(""), param) << value.dump();
+      EXPECT_EQ(e.http_status(), 400) << value.dump();
+    }
+  }
+}
+
 TEST(ServerParse, CompletionsPromptForms) {
   CompletionRequest r = parse_completion_request({{"prompt", {{1, 2}, {3}}}});
   ASSERT_EQ(r.prompts.size(), 2u);
