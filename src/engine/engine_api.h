@@ -49,6 +49,10 @@ struct SamplingOptions {
   bool logprobs = false;
   int top_logprobs = 0;
   bool skip_special_tokens = true;
+  // vLLM: only these ids may be sampled (empty: all); words never written (each is
+  // tokenized as it stands and with a leading space, as vLLM does).
+  std::vector<int32_t> allowed_token_ids;
+  std::vector<std::string> bad_words;
   // vLLM's repetition_detection: a reply whose tokens (its reasoning's included) end in
   // min_count copies of one block of min..max_pattern tokens finishes with "repetition".
   RepetitionRule repetition_detection;

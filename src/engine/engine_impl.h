@@ -223,6 +223,8 @@ struct Engine::Impl {
   // The next token must be </think>: the reasoning reached thinking_budget, or LOOP_GUARD found
   // it in a loop. Such a row is sampled on the host with every other token masked.
   bool must_close_reasoning(const LiveChoice& c) const;
+  // bad_words as token sequences (engine_sampling.cc).
+  Expected<std::vector<std::vector<int32_t>>> bad_words_ids(const std::vector<std::string>& words) const;
   // After take_token kept `token`: finishes the choice when its request's repetition_detection
   // found a loop (true: it ended), or marks its reasoning for closing when LOOP_GUARD did.
   bool caught_in_loop(LiveChoice& c, int32_t token);

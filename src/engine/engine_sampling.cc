@@ -34,6 +34,11 @@ Expected<SamplingParams> Engine::Impl::sampling_params(const GenerationRequest& 
   p.n = r.n;
   p.logprobs = o.logprobs || o.top_logprobs > 0;
   p.top_logprobs = o.top_logprobs;
+  p.allowed_token_ids = o.allowed_token_ids;
+  std::sort(p.allowed_token_ids.begin(), p.allowed_token_ids.end());
+  p.allowed_token_ids.erase(std::unique(p.allowed_token_ids.begin(), p.allowed_token_ids.end()),
+                            p.allowed_token_ids.end());
+  TF_ASSIGN_OR_RETURN(p.bad_words_ids, bad_words_ids(o.bad_words));
   p.stop = o.stop;
   p.stop_token_ids = o.stop_token_ids;
   p.include_stop_str_in_output = o.include_stop_str_in_output;
@@ -45,6 +50,24 @@ Expected<SamplingParams> Engine::Impl::sampling_params(const GenerationRequest& 
   if (Status s = o.repetition_detection.validate(); !s.is_ok())
     return invalid_argument("repetition_detection: " + s.message());
   return p;
+}
+
+// vLLM's SamplingParams.update_from_tokenizer: a word is banned as written (with its leading
+// spaces dropped) and, where that gives the same number of tokens and another first token,
+// with a leading space too (a word inside a text is usually tokenized with its space).
+Expected<std::vector<std::vector<int32_t>>> Engine::Impl::bad_words_ids(
+    const std::vector<std::string>& words) const {
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& word : words) {
+    const std::string bare = word.substr(std::min(word.find_first_not_of(' '), word.size()));
+    std::vector<int32_t> plain = tokenizer->encode(bare, false);
+    if (plain.empty()) return invalid_argument("'bad_words' must not contain an empty word");
+    std::vector<int32_t> spaced = tokenizer->encode(" " + bare, false);
+    const bool other_word = spaced.size() == plain.size() && spaced.front() != plain.front();
+    out.push_back(std::move(plain));
+    if (other_word) out.push_back(std::move(spaced));
+  }
+  return out;
 }
 
 bool Engine::Impl::device_sampling_on() {

@@ -8,7 +8,7 @@ namespace tf {
 
 std::optional<SampleRowParams> device_row_params(const SamplingParams& p, uint64_t seed, int64_t position,
                                                  std::span<const int32_t> banned, int32_t vocab_limit) {
-  if (!p.logit_bias.empty() || !banned.empty()) return std::nullopt;
+  if (!p.logit_bias.empty() || !banned.empty() || !p.allowed_token_ids.empty()) return std::nullopt;
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) return std::nullopt;
   if (p.logprobs && (p.logprobs_mode != LogprobsMode::kRaw || p.top_logprobs > kSampleRowsMaxTopLogprobs))
     return std::nullopt;

@@ -4,10 +4,10 @@
 //
 // A row goes to the device only when the device computes exactly what
 // Sampler::sample would: no logit_bias, no banned ids (stop ids before
-// min_tokens), no repetition/presence/frequency penalty, and logprobs (if any)
-// of the raw distribution. Everything else stays on the host, per row. A
-// device result other than kOk (undecided, bad logit, nothing left) is also
-// resampled on the host, which gives the exact token or the exact error.
+// min_tokens, bad words), no allowed_token_ids, no repetition/presence/frequency penalty, and logprobs (if
+// any) of the raw distribution. Everything else stays on the host, per row. A device result other than kOk
+// (undecided, bad logit, nothing left) is also resampled on the host, which gives the exact token or the
+// exact error.
 #pragma once
 
 #include <cstdint>

@@ -41,6 +41,16 @@ void mask_tokens(std::span<float> logits, std::span<const int32_t> tokens) {
   }
 }
 
+void keep_only_tokens(std::span<float> logits, std::span<const int32_t> allowed) {
+  if (allowed.empty()) return;
+  size_t next = 0;  // walks the sorted list beside the row
+  for (size_t t = 0; t < logits.size(); ++t) {
+    while (next < allowed.size() && static_cast<size_t>(allowed[next]) < t) ++next;
+    if (next == allowed.size() || static_cast<size_t>(allowed[next]) != t)
+      logits[t] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 void apply_penalties(std::span<float> logits, const TokenHistory& history, float presence, float frequency,
                      float repetition) {
   if (repetition != 1.0f) {

@@ -3,7 +3,8 @@
 //
 // Order (sampler.cc applies them so; it matches vLLM v1's Sampler):
 //   1. logit_bias            (added to the raw logits)
-//   2. banned tokens         (EOS / stop ids before min_tokens, -> -inf)
+//   2. banned tokens         (EOS / stop ids before min_tokens, bad words' last tokens,
+//                            ids outside allowed_token_ids: -> -inf)
 //   3. penalties             repetition, then frequency, then presence
 //   4. temperature           (skipped when greedy: argmax needs no scaling)
 //   5. min_p                 keep p_i >= min_p * p_max
@@ -25,6 +26,8 @@ namespace tf {
 
 void apply_logit_bias(std::span<float> logits, const std::map<int32_t, float>& bias);
 void mask_tokens(std::span<float> logits, std::span<const int32_t> tokens);
+// Every id not in `allowed` (sorted) -> -inf; an empty list allows all.
+void keep_only_tokens(std::span<float> logits, std::span<const int32_t> allowed);
 
 // Repetition (transformers): for every distinct token of prompt + generated,
 // a positive logit is divided by `repetition`, a negative one multiplied.

@@ -87,6 +87,7 @@ Expected<SampledToken> Sampler::sample(const SampleInput& in) {
   std::span<float> row(work_);
   apply_logit_bias(row, p.logit_bias);
   mask_tokens(row, in.banned);
+  keep_only_tokens(row, p.allowed_token_ids);
   if (in.history != nullptr) {
     apply_penalties(row, *in.history, p.presence_penalty, p.frequency_penalty, p.repetition_penalty);
   }
@@ -102,8 +103,9 @@ Expected<SampledToken> Sampler::sample(const SampleInput& in) {
     out.token = gumbel_argmax(row, in.seed, in.position);
   }
   if (out.token < 0) {
-    return invalid_argument("sampler: every token is excluded at position " + std::to_string(in.position) +
-                            " (logit_bias, stop tokens or filters left nothing to sample)");
+    return invalid_argument(
+        "sampler: every token is excluded at position " + std::to_string(in.position) +
+        " (logit_bias, stop tokens, allowed_token_ids, bad_words or filters left nothing to sample)");
   }
 
   if (p.logprobs) {

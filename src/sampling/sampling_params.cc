@@ -84,6 +84,19 @@ Status SamplingParams::validate(int32_t vocab_size) const {
                                                std::to_string(vocab_size) + ")");
     }
   }
+  for (int32_t t : allowed_token_ids) {
+    if (t < 0 || t >= vocab_size) {
+      return field_error("allowed_token_ids", "token id " + std::to_string(t) +
+                                                  " is outside the vocabulary [0, " +
+                                                  std::to_string(vocab_size) + ")");
+    }
+  }
+  for (const auto& word : bad_words_ids) {
+    if (word.empty()) return field_error("bad_words", "must not contain a word of no tokens");
+    for (int32_t t : word)
+      if (t < 0 || t >= vocab_size)
+        return field_error("bad_words", "token id " + std::to_string(t) + " is outside the vocabulary");
+  }
   if (max_tokens < 0) return field_error("max_tokens", "must be >= 0, got " + std::to_string(max_tokens));
   if (min_tokens < 0 || min_tokens > max_tokens) {
     return field_error("min_tokens", "must be in [0, max_tokens], got " + std::to_string(min_tokens));

@@ -10,6 +10,9 @@
 //   most likely alternatives. LogprobsMode says which distribution: kRaw (the
 //   default, as vLLM's "raw_logprobs") is the model's unmodified softmax;
 //   kProcessed is the distribution actually sampled from.
+// - allowed_token_ids (vLLM): when set, only these ids may be sampled.
+// - bad_words_ids (vLLM's bad_words, tokenized by the engine): a one-token word is never
+//   sampled; a longer one's last token is banned where the reply ends with the rest.
 // - stop strings end generation and are cut from the text unless
 //   include_stop_str_in_output; stop_token_ids and the model's EOS ids
 //   (unless ignore_eos) end it too, but only after min_tokens.
@@ -50,6 +53,8 @@ struct SamplingParams {
   int32_t top_logprobs = 0;
   LogprobsMode logprobs_mode = LogprobsMode::kRaw;
 
+  std::vector<int32_t> allowed_token_ids;           // sorted, distinct; empty: every id
+  std::vector<std::vector<int32_t>> bad_words_ids;  // each non-empty
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;

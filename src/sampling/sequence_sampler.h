@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/api/sample_rows.h"
@@ -57,6 +58,11 @@ class SequenceSampler {
   uint64_t seed_;
   TokenHistory history_;
   StopConditions stop_;
+  // Bad words: the reply's tokens (a word's last token is banned where they end with the
+  // rest of it), and the ids banned at the next token (stop ids + bad words' last tokens).
+  std::vector<int32_t> reply_;
+  mutable std::vector<int32_t> banned_;
+  std::span<const int32_t> banned_now() const;
   FinishReason finish_ = FinishReason::kNone;
 };
 

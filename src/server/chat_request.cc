@@ -190,7 +190,10 @@ ChatRequest parse_chat_request(const Json& body, MediaUrlPolicy policy) {
     req.thinking_enabled = kw["enable_thinking"].get<bool>();
   else if (kw.contains("thinking") && kw["thinking"].is_boolean())
     req.thinking_enabled = kw["thinking"].get<bool>();
+  // thinking_budget (the reference deployment's name) or vLLM's thinking_token_budget.
   req.reasoning_budget = json_int(body, "thinking_budget", 0, int64_t{1} << 40);
+  if (!req.reasoning_budget)
+    req.reasoning_budget = json_int(body, "thinking_token_budget", 0, int64_t{1} << 40);
   req.include_reasoning = json_bool(body, "include_reasoning").value_or(true);
   req.chat.add_generation_prompt = json_bool(body, "add_generation_prompt").value_or(true);
   req.chat.continue_final_message = json_bool(body, "continue_final_message").value_or(false);

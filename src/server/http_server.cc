@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <functional>
 #include <optional>
@@ -214,7 +215,20 @@ struct HttpServer::Impl {
     if (s.is_ok()) return session;
     if (auto param = grammar_error_param(tool_grammar, structured_param, s))
       throw bad_request(s.message(), *param);
+    if (auto param = quoted_field(s)) throw bad_request(s.message(), *param);
     throw api_error_from_status(s);
+  }
+
+  // The engine's checks of a request's values (SamplingParams::validate) start with the field
+  // they refuse, quoted as the API spells it: "'allowed_token_ids' token id 9 is outside ...".
+  static std::optional<std::string> quoted_field(const Status& s) {
+    if (s.code() != StatusCode::kInvalidArgument || !s.message().starts_with("'")) return std::nullopt;
+    const size_t end = s.message().find('\'', 1);
+    if (end == std::string::npos || end == 1) return std::nullopt;
+    std::string field = s.message().substr(1, end - 1);
+    for (char ch : field)
+      if (!(std::islower(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.')) return std::nullopt;
+    return field;
   }
 
   // Non-streaming: waits for the session while watching the connection, so a client

@@ -22,6 +22,8 @@ constexpr int kMaxStopStrings = 16;
 // while it may be starting one: 16 stop strings of a megabyte cost 2 ms a token, of 6 MB
 // (a 96 MiB body) ~100 ms, on the engine's thread.
 constexpr size_t kMaxStopStringBytes = 4096;
+// vLLM's bad_words: each is checked against the reply's tail at every token (<= 4 KiB each).
+constexpr int kMaxBadWords = 64;
 
 // Fields shared by chat, completions and responses.
 struct CommonRequest {

@@ -149,6 +149,15 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
   s.ignore_eos = json_bool(body, "ignore_eos").value_or(false);
   s.skip_special_tokens = json_bool(body, "skip_special_tokens").value_or(true);
   s.min_tokens = static_cast<int>(json_int(body, "min_tokens", 0, 1 << 30).value_or(0));
+  s.allowed_token_ids = json_int_list(body, "allowed_token_ids", 0, INT32_MAX);
+  if (const Json* a = json_field(body, "allowed_token_ids"); a && s.allowed_token_ids.empty())
+    throw bad_request("'allowed_token_ids' must not be empty", "allowed_token_ids");
+  s.bad_words = json_string_or_list(body, "bad_words", kMaxBadWords);
+  for (const std::string& w : s.bad_words)
+    if (w.size() > kMaxStopStringBytes || w.find_first_not_of(' ') == std::string::npos)
+      throw bad_request("'bad_words' must be non-blank strings of at most " +
+                            std::to_string(kMaxStopStringBytes) + " bytes",
+                        "bad_words");
   if (const Json* rd = json_field(body, "repetition_detection")) {
     require_object(*rd, "repetition_detection");
     auto size = [&](const char* name, int64_t hi) {

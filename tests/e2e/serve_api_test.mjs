@@ -316,6 +316,31 @@ await run.check('logit_bias +100 on one token makes greedy decoding repeat it', 
   assert.notEqual(banned.choices[0].logprobs.tokens[0], (await post200(server, '/detokenize', { model, tokens: [id] })).prompt);
 });
 
+await run.check('vLLM sampling fields: allowed_token_ids, bad_words (as written and after a space), thinking_token_budget', async () => {
+  const ids = async (text) => (await post200(server, '/tokenize', { model, prompt: text, add_special_tokens: false })).tokens;
+  const [harbor] = await ids(' harbor');
+  const [light] = await ids(' light');
+  const str = async (id) => (await post200(server, '/detokenize', { model, tokens: [id] })).prompt;
+  // Sampled among two ids only: every token of the reply is one of them.
+  const allowed = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 24, temperature: 1, seed: 3, ignore_eos: true, allowed_token_ids: [harbor, light], logprobs: 1 });
+  const names = new Set([await str(harbor), await str(light)]);
+  assert.equal(allowed.choices[0].logprobs.tokens.length, 24);
+  for (const t of allowed.choices[0].logprobs.tokens) assert.ok(names.has(t), JSON.stringify(t));
+  assert.equal(allowed.choices[0].text, allowed.choices[0].logprobs.tokens.join(''));
+  // A +100 bias makes greedy decoding write that token (a space and a word piece) every time;
+  // bad_words with the piece written without its space bans it anyway, since a word is banned
+  // after a space too (vLLM's rule).
+  const forced = { model, prompt: 'The lighthouse keeper said', max_tokens: 12, temperature: 0, ignore_eos: true, logit_bias: { [harbor]: 100 } };
+  assert.equal((await post200(server, '/v1/completions', forced)).choices[0].text, (await str(harbor)).repeat(12));
+  const banned = await post200(server, '/v1/completions', { ...forced, bad_words: [(await str(harbor)).trim()], logprobs: 1 });
+  assert.equal(banned.usage.completion_tokens, 12);
+  assert.ok(!banned.choices[0].logprobs.tokens.includes(await str(harbor)), JSON.stringify(banned.choices[0].logprobs.tokens));
+  // thinking_token_budget (vLLM's name for thinking_budget) closes the reasoning after 3 tokens.
+  const budget = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, max_tokens: 24, ignore_eos: true, thinking_token_budget: 3 }));
+  assert.ok(budget.usage.completion_tokens_details.reasoning_tokens <= 4, JSON.stringify(budget.usage));
+  assert.ok((budget.choices[0].message.content ?? '').length > 0, JSON.stringify(budget.choices[0].message));
+});
+
 await run.check('LOOP_GUARD closes a reasoning loop (the model answers); repetition_detection ends a reply with "repetition"', async () => {
   // A server of its own with a short guard; one token forced by logit_bias is a 1-token loop.
   const server = await startServer({ bin: cmd.bin, args: [...cmd.args, '--loop-guard', '24', '--drafter', 'none'] });

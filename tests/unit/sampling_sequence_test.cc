@@ -2,12 +2,14 @@
 // from the prompt, min/max tokens and EOS.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <vector>
 
-#include "sampling/counter_hash.h"
 #include "core/thread_pool.h"
 #include "sampling/batch_sampler.h"
+#include "sampling/counter_hash.h"
 #include "sampling/sequence_sampler.h"
 
 namespace tf {
@@ -177,6 +179,81 @@ TEST(BatchSampler, ShapeMismatchIsAnErrorPerRow) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_FALSE(out[0]);
   EXPECT_FALSE(out[1]);
+}
+
+}  // namespace
+}  // namespace tf
+
+namespace tf {
+namespace {
+
+// allowed_token_ids: every token comes from the list, greedy and sampled, and a list that
+// leaves the greedy token in gives the same token as no list; nothing goes to the device.
+TEST(SequenceSampler, AllowedTokenIdsAreTheOnlyOnesSampled) {
+  const std::vector<int32_t> prompt{5, 6, 7};
+  for (float temperature : {0.0f, 1.0f}) {
+    auto p = params(40);
+    p.temperature = temperature;
+    p.seed = 3;
+    const auto free = generate(p, prompt, 0);
+    p.allowed_token_ids = {4, 9, 17, 33};
+    const auto kept = generate(p, prompt, 0);
+    ASSERT_EQ(kept.size(), 40u);
+    for (int32_t t : kept) EXPECT_TRUE(t == 4 || t == 9 || t == 17 || t == 33) << t;
+    EXPECT_NE(kept, free);
+    SequenceSampler seq(p, prompt, std::vector<int32_t>{kEos}, 0);
+    EXPECT_FALSE(seq.device_params(kVocab).has_value());
+  }
+}
+
+// bad_words: a one-token word never appears; a two-token word's second token never follows
+// its first, while each token alone still may. Checked against the free reply of the same seed.
+TEST(SequenceSampler, BadWordsAreNeverWritten) {
+  const std::vector<int32_t> prompt{5, 6, 7};
+  auto p = params(400);
+  p.temperature = 1.0f;
+  p.seed = 11;
+  const auto free = generate(p, prompt, 0);
+  // The free reply's most common token, and its most common bigram that does not involve it.
+  std::map<int32_t, int> count;
+  for (int32_t t : free) ++count[t];
+  const int32_t single = std::max_element(count.begin(), count.end(), [](auto& a, auto& b) {
+                           return a.second < b.second;
+                         })->first;
+  std::map<std::pair<int32_t, int32_t>, int> pairs;
+  for (size_t i = 1; i < free.size(); ++i)
+    if (free[i - 1] != single && free[i] != single) ++pairs[{free[i - 1], free[i]}];
+  ASSERT_FALSE(pairs.empty());
+  const auto pair = std::max_element(pairs.begin(), pairs.end(), [](auto& a, auto& b) {
+                      return a.second < b.second;
+                    })->first;
+  p.bad_words_ids = {{single}, {pair.first, pair.second}};
+  const auto clean = generate(p, prompt, 0);
+  ASSERT_EQ(clean.size(), 400u);
+  bool first_seen = false, second_seen = false;
+  for (size_t i = 0; i < clean.size(); ++i) {
+    EXPECT_NE(clean[i], single) << i;
+    if (i > 0) {
+      EXPECT_FALSE(clean[i - 1] == pair.first && clean[i] == pair.second) << i;
+    }
+    first_seen = first_seen || clean[i] == pair.first;
+    second_seen = second_seen || clean[i] == pair.second;
+  }
+  EXPECT_TRUE(first_seen && second_seen);  // only the pair is banned, not its tokens
+  SequenceSampler seq(p, prompt, std::vector<int32_t>{kEos}, 0);
+  EXPECT_FALSE(seq.device_params(kVocab).has_value());
+}
+
+TEST(SamplingParamsValidate, AllowedIdsAndBadWordsAreInTheVocabulary) {
+  auto p = params(4);
+  p.allowed_token_ids = {1, kVocab};
+  EXPECT_FALSE(p.validate(kVocab).is_ok());
+  p.allowed_token_ids = {1, 2};
+  EXPECT_TRUE(p.validate(kVocab).is_ok());
+  p.bad_words_ids = {{}};
+  EXPECT_FALSE(p.validate(kVocab).is_ok());
+  p.bad_words_ids = {{3, -1}};
+  EXPECT_FALSE(p.validate(kVocab).is_ok());
 }
 
 }  // namespace
