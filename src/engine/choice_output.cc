@@ -101,6 +101,7 @@ GenerationEvent ChoiceOutput::add(int32_t token, const SampledToken& sampled, bo
   GenerationEvent ev;
   ev.choice = choice_;
   add_logprobs(token, sampled, ev);
+  if (opt_.token_ids) ev.token_ids.push_back(token);
   if (reasoning_ && reasoning_->in_reasoning()) ++reasoning_tokens_;
   stopped = stopped_;
   if (stopped_) return ev;
@@ -123,6 +124,7 @@ GenerationEvent ChoiceOutput::add_stop_token(int32_t token, const SampledToken& 
   GenerationEvent ev;
   ev.choice = choice_;
   add_logprobs(token, sampled, ev);
+  if (opt_.token_ids) ev.token_ids.push_back(token);
   return ev;
 }
 

@@ -38,6 +38,7 @@ struct ChoiceOutputOptions {
   nlohmann::json tools;              // null: no tool-call parsing
   std::string call_id_prefix;        // tool call ids: prefix + index
   bool logprobs = false;
+  bool token_ids = false;  // each token's id on its event (GenerationRequest::return_token_ids)
 };
 
 class ChoiceOutput {

@@ -130,6 +130,9 @@ struct GenerationRequest {
   // logprob entry with this many top alternatives (GenerationEvent::prompt_logprobs), and the
   // request runs its prompt even with max_tokens 0. -1: no prompt logprobs.
   int prompt_logprobs = -1;
+  // vLLM's return_token_ids: every generated token's id rides on the delta event that adds it
+  // (GenerationEvent::token_ids; the stop token's included), even when it shows no text yet.
+  bool return_token_ids = false;
 };
 
 struct TopLogprob {
@@ -171,6 +174,7 @@ struct GenerationEvent {
   std::string content;
   std::vector<ToolCallDelta> tool_calls;
   std::vector<TokenLogprob> logprobs;
+  std::vector<int32_t> token_ids;  // kDelta: GenerationRequest::return_token_ids
   // kDelta, once per choice before its first token's, when the request asked
   // (GenerationRequest::prompt_logprobs): one entry per prompt token, under the model's own
   // distribution (temperature 1, no penalties). The first token has nothing before it: its

@@ -24,7 +24,7 @@ void emit(LiveRequest& r, GenerationEvent ev) {
 
 bool has_payload(const GenerationEvent& ev) {
   return !ev.reasoning.empty() || !ev.content.empty() || !ev.tool_calls.empty() || !ev.logprobs.empty() ||
-         !ev.prompt_logprobs.empty();
+         !ev.prompt_logprobs.empty() || !ev.token_ids.empty();
 }
 
 std::string call_id_prefix(const std::string& request_id, int choice) {
@@ -165,6 +165,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     oo.tools = g.tools;
     oo.call_id_prefix = call_id_prefix(g.request_id, i);
     oo.logprobs = params->logprobs;
+    oo.token_ids = g.return_token_ids;
     c.output = std::make_unique<ChoiceOutput>(*tokenizer, std::move(oo), i);
     if (g.sampling.repetition_detection.enabled()) c.reply_loop.emplace(g.sampling.repetition_detection);
     if (options.loop_guard > 0 && g.parse_reasoning && think_end_id)

@@ -287,17 +287,25 @@ struct HttpServer::Impl {
     GenerationRequest g = chat_generation(r, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
     ResponseMeta meta{g.request_id, unix_now(), model.id};
+    g.return_token_ids = r.return_token_ids;
+    auto prompt_ids =
+        r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompt.tokens) : nullptr;
     auto session = start_session(std::move(g), static_cast<int64_t>(prompt.tokens.size()), t0);
     if (r.stream) {
       auto fmt = std::make_shared<ChatStreamFormatter>(meta, r.n, r.include_usage, r.include_reasoning,
-                                                       r.sampling.logprobs);
+                                                       r.sampling.logprobs, prompt_ids);
       stream(res, {session}, {fmt});
       return;
     }
     wait_for(req, *session);
-    write_json(res, 200,
-               chat_completion_json(meta, session->choices(), session->usage(), r.include_reasoning,
-                                    r.sampling.logprobs));
+    Json out = chat_completion_json(meta, session->choices(), session->usage(), r.include_reasoning,
+                                    r.sampling.logprobs);
+    if (prompt_ids) {  // vLLM's places: the prompt's ids at the top, each choice's in it
+      out["prompt_token_ids"] = *prompt_ids;
+      for (size_t i = 0; i < session->choices().size(); ++i)
+        out["choices"][i]["token_ids"] = session->choices()[i].token_ids;
+    }
+    write_json(res, 200, out);
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
@@ -343,6 +351,7 @@ struct HttpServer::Impl {
       g.sampling.max_tokens = *r.max_tokens;
       g.structured = r.structured;
       g.n = r.n;
+      g.return_token_ids = r.return_token_ids;
       if (r.echo && r.logprobs >= 0) g.prompt_logprobs = r.logprobs;  // the echoed prompt is scored too
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
     }
@@ -350,9 +359,10 @@ struct HttpServer::Impl {
       auto total = std::make_shared<UsageTotals>();
       std::vector<std::shared_ptr<StreamFormatter>> fmts;
       for (size_t i = 0; i < sessions.size(); ++i)
-        fmts.push_back(std::make_shared<CompletionStreamFormatter>(meta, r.n, r.include_usage, echo[i],
-                                                                   r.logprobs >= 0, static_cast<int>(i) * r.n,
-                                                                   i + 1 == sessions.size(), total));
+        fmts.push_back(std::make_shared<CompletionStreamFormatter>(
+            meta, r.n, r.include_usage, echo[i], r.logprobs >= 0, static_cast<int>(i) * r.n,
+            i + 1 == sessions.size(), total,
+            r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompts[i]) : nullptr));
       stream(res, sessions, fmts);
       return;
     }
@@ -363,8 +373,14 @@ struct HttpServer::Impl {
       all.insert(all.end(), s->choices().begin(), s->choices().end());
       total += s->usage();
     }
-    write_json(res, 200, text_completion_json(meta, all, r.echo ? echo : std::vector<std::string>{}, r.n, total,
-                                              r.logprobs >= 0));
+    Json out = text_completion_json(meta, all, r.echo ? echo : std::vector<std::string>{}, r.n, total,
+                                    r.logprobs >= 0);
+    if (r.return_token_ids)  // vLLM's places: each choice holds its prompt's ids and its own
+      for (size_t i = 0; i < all.size(); ++i) {
+        out["choices"][i]["prompt_token_ids"] = prompts[i / static_cast<size_t>(r.n)];
+        out["choices"][i]["token_ids"] = all[i].token_ids;
+      }
+    write_json(res, 200, out);
   }
 
   void responses(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {

@@ -33,6 +33,7 @@ struct CommonRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
+  bool return_token_ids = false;      // vLLM: the prompt's and the reply's token ids in the reply
   std::optional<int64_t> max_tokens;  // unset: fill the window (chat) / 16 (completions)
 };
 

@@ -25,6 +25,7 @@ void ChoiceState::apply(const GenerationEvent& ev) {
       t.arguments += d.arguments;
     }
     if (!ev.prompt_logprobs.empty()) prompt_logprobs = ev.prompt_logprobs;
+    token_ids.insert(token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
     for (const TokenLogprob& lp : ev.logprobs) {
       logprobs.push_back(lp);
       text_offsets.push_back(lp.text_offset >= 0 ? lp.text_offset : chars_before);

@@ -33,6 +33,7 @@ struct ChoiceState {
   // Completions' echo with logprobs: one entry per prompt token (the first one's logprob
   // null), before the generated tokens' (GenerationEvent::prompt_logprobs).
   std::vector<TokenLogprob> prompt_logprobs;
+  std::vector<int32_t> token_ids;  // return_token_ids: the generated tokens' ids
   int64_t content_chars = 0;  // code points in `content`
   bool finished = false;
   FinishReason finish_reason = FinishReason::kStop;

@@ -190,6 +190,7 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
     if (!out.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     out.include_usage = json_bool(*so, "include_usage").value_or(false);
   }
+  out.return_token_ids = json_bool(body, "return_token_ids").value_or(false);
   if (json_bool(body, "use_beam_search").value_or(false))
     throw bad_request("beam search is not supported", "use_beam_search");
   parse_structured(body, out.structured);

@@ -19,24 +19,50 @@ std::pair<size_t, size_t> LogprobCursor::take(int choice, const ChoiceState& sta
   return {begin, sent};
 }
 
+void TokenIdStream::add(Json& chunk, int choice, const ChoiceState& state, bool prompt_in_choice) {
+  if (!on()) return;
+  Json& c = chunk["choices"][0];
+  if (first_.at(static_cast<size_t>(choice))) {
+    first_[static_cast<size_t>(choice)] = false;
+    // Chat sends the prompt once per stream (on choice 0's first chunk); completions per choice.
+    if (prompt_in_choice)
+      c["prompt_token_ids"] = *prompt_ids_;
+    else if (choice == 0)
+      chunk["prompt_token_ids"] = *prompt_ids_;
+  }
+  size_t& sent = sent_.at(static_cast<size_t>(choice));
+  c["token_ids"] = std::vector<int32_t>(state.token_ids.begin() + static_cast<std::ptrdiff_t>(sent),
+                                        state.token_ids.end());
+  sent = state.token_ids.size();
+}
+
 // ---- chat ----
 
 std::string ChatStreamFormatter::start() {
   std::string out;
-  for (int i = 0; i < n_; ++i)
-    out += sse_data(chat_chunk_json(meta_, i, {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}, nullptr));
+  for (int i = 0; i < n_; ++i) {
+    Json chunk =
+        chat_chunk_json(meta_, i, {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}, nullptr);
+    ids_.add(chunk, i, ChoiceState{}, false);
+    out += sse_data(chunk);
+  }
   return out;
 }
 
 std::string ChatStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
   if (ev.kind == GenerationEvent::Kind::kDelta) {
     Json delta = chat_delta_json(ev, include_reasoning_);
-    if (delta.is_null()) return "";  // its logprobs wait for the next chunk
-    return sse_data(chat_chunk_json(meta_, ev.choice, delta, nullptr, take_logprobs(ev.choice, state)));
+    if (delta.is_null()) return "";  // its logprobs and token ids wait for the next chunk
+    Json chunk = chat_chunk_json(meta_, ev.choice, delta, nullptr, take_logprobs(ev.choice, state));
+    ids_.add(chunk, ev.choice, state, false);
+    return sse_data(chunk);
   }
   std::string out;
-  if (logprobs_ && cursor_.pending(ev.choice, state))
-    out += sse_data(chat_chunk_json(meta_, ev.choice, Json::object(), nullptr, take_logprobs(ev.choice, state)));
+  if ((logprobs_ && cursor_.pending(ev.choice, state)) || ids_.pending(ev.choice, state)) {
+    Json chunk = chat_chunk_json(meta_, ev.choice, Json::object(), nullptr, take_logprobs(ev.choice, state));
+    ids_.add(chunk, ev.choice, state, false);
+    out += sse_data(chunk);
+  }
   return out + sse_data(chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason)));
 }
 
@@ -76,7 +102,14 @@ std::string CompletionStreamFormatter::echo_chunk(int choice, const ChoiceState&
   echoed_[static_cast<size_t>(choice)] = true;
   Json logprobs;
   if (logprobs_) logprobs = prompt_logprobs_json(state.prompt_logprobs, echo_chars_);
-  return sse_data(text_completion_chunk_json(meta_, index_offset_ + choice, echo_, nullptr, logprobs));
+  return chunk(choice, state, echo_, nullptr, logprobs);
+}
+
+std::string CompletionStreamFormatter::chunk(int choice, const ChoiceState& state, const std::string& text,
+                                             const Json& finish_reason, const Json& logprobs) {
+  Json c = text_completion_chunk_json(meta_, index_offset_ + choice, text, finish_reason, logprobs);
+  if (finish_reason.is_null()) ids_.add(c, choice, state, true);
+  return sse_data(c);
 }
 
 std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState& state) {
@@ -91,14 +124,14 @@ std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const
     return completion_logprobs_json(state, begin, taken, echo_chars_);
   };
   if (ev.kind == GenerationEvent::Kind::kDelta) {
-    if (ev.content.empty()) return "";  // its logprobs wait for the next chunk
+    if (ev.content.empty()) return "";  // its logprobs and token ids wait for the next chunk
     size_t ready = state.logprobs.size();
     while (ready > 0 && state.text_offsets[ready - 1] > state.content_chars) --ready;
-    return sse_data(text_completion_chunk_json(meta_, index, ev.content, nullptr, take_logprobs(ready)));
+    return chunk(ev.choice, state, ev.content, nullptr, take_logprobs(ready));
   }
   std::string out;
-  if (logprobs_ && cursor_.pending(ev.choice, state))
-    out += sse_data(text_completion_chunk_json(meta_, index, "", nullptr, take_logprobs(SIZE_MAX)));
+  if ((logprobs_ && cursor_.pending(ev.choice, state)) || ids_.pending(ev.choice, state))
+    out += chunk(ev.choice, state, "", nullptr, take_logprobs(SIZE_MAX));
   return out + sse_data(text_completion_chunk_json(meta_, index, "", finish_reason_name(state.finish_reason)));
 }
 

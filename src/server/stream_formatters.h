@@ -33,11 +33,41 @@ class LogprobCursor {
   std::vector<size_t> sent_;
 };
 
+// vLLM's return_token_ids in a stream: each chunk of a choice carries the ids of the tokens
+// generated since its last chunk (`token_ids`; a token that showed no text rides on the next
+// chunk, or on one just before the finish chunk), and the prompt's ids come once (chat: on the
+// stream's first chunk; completions: on each choice's first chunk). Off when built with null.
+class TokenIdStream {
+ public:
+  TokenIdStream(std::shared_ptr<const std::vector<int32_t>> prompt_ids, int n)
+      : prompt_ids_(std::move(prompt_ids)),
+        sent_(static_cast<size_t>(n > 0 ? n : 1), 0),
+        first_(static_cast<size_t>(n > 0 ? n : 1), true) {}
+  bool on() const { return prompt_ids_ != nullptr; }
+  bool pending(int choice, const ChoiceState& state) const {
+    return on() && sent_.at(static_cast<size_t>(choice)) < state.token_ids.size();
+  }
+  // Adds the ids not sent yet to the chunk's choice; and the prompt's, on a choice's first
+  // chunk, at the chunk's top (chat) or in its choice (completions).
+  void add(Json& chunk, int choice, const ChoiceState& state, bool prompt_in_choice);
+
+ private:
+  std::shared_ptr<const std::vector<int32_t>> prompt_ids_;
+  std::vector<size_t> sent_;
+  std::vector<bool> first_;
+};
+
 class ChatStreamFormatter : public StreamFormatter {
  public:
-  ChatStreamFormatter(ResponseMeta meta, int n, bool include_usage, bool include_reasoning, bool logprobs)
-      : meta_(std::move(meta)), n_(n), include_usage_(include_usage), include_reasoning_(include_reasoning),
-        logprobs_(logprobs), cursor_(n) {}
+  ChatStreamFormatter(ResponseMeta meta, int n, bool include_usage, bool include_reasoning, bool logprobs,
+                      std::shared_ptr<const std::vector<int32_t>> prompt_ids = nullptr)
+      : meta_(std::move(meta)),
+        n_(n),
+        include_usage_(include_usage),
+        include_reasoning_(include_reasoning),
+        logprobs_(logprobs),
+        cursor_(n),
+        ids_(std::move(prompt_ids), n) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -49,6 +79,7 @@ class ChatStreamFormatter : public StreamFormatter {
   int n_;
   bool include_usage_, include_reasoning_, logprobs_;
   LogprobCursor cursor_;
+  TokenIdStream ids_;
 };
 
 class CompletionStreamFormatter : public StreamFormatter {
@@ -58,10 +89,20 @@ class CompletionStreamFormatter : public StreamFormatter {
   // summed over all prompts in `total`. With echo and logprobs, a choice's echo chunk waits
   // for its first event, which carries the prompt's logprobs (ChoiceState::prompt_logprobs).
   CompletionStreamFormatter(ResponseMeta meta, int n, bool include_usage, std::string echo, bool logprobs,
-                            int index_offset, bool last, std::shared_ptr<UsageTotals> total)
-      : meta_(std::move(meta)), n_(n), include_usage_(include_usage), echo_(std::move(echo)), logprobs_(logprobs),
-        index_offset_(index_offset), last_(last), total_(std::move(total)), cursor_(n),
-        echo_chars_(code_points(echo_)), echoed_(static_cast<size_t>(n > 0 ? n : 1), false) {}
+                            int index_offset, bool last, std::shared_ptr<UsageTotals> total,
+                            std::shared_ptr<const std::vector<int32_t>> prompt_ids = nullptr)
+      : meta_(std::move(meta)),
+        n_(n),
+        include_usage_(include_usage),
+        echo_(std::move(echo)),
+        logprobs_(logprobs),
+        index_offset_(index_offset),
+        last_(last),
+        total_(std::move(total)),
+        cursor_(n),
+        echo_chars_(code_points(echo_)),
+        echoed_(static_cast<size_t>(n > 0 ? n : 1), false),
+        ids_(std::move(prompt_ids), n) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -79,8 +120,12 @@ class CompletionStreamFormatter : public StreamFormatter {
   LogprobCursor cursor_;
   int64_t echo_chars_;  // text_offset of the first generated character
   std::vector<bool> echoed_;  // per choice: its echo chunk was sent
+  TokenIdStream ids_;
   bool echo_waits_for_prompt_logprobs() const { return !echo_.empty() && logprobs_; }
   std::string echo_chunk(int choice, const ChoiceState& state);
+  // A chunk of `choice` (its token ids added when asked for).
+  std::string chunk(int choice, const ChoiceState& state, const std::string& text, const Json& finish_reason,
+                    const Json& logprobs = nullptr);
 };
 
 // Responses API events: created, in_progress, items (added / deltas / done), completed.

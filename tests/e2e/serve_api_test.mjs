@@ -341,6 +341,32 @@ await run.check('vLLM sampling fields: allowed_token_ids, bad_words (as written 
   assert.ok((budget.choices[0].message.content ?? '').length > 0, JSON.stringify(budget.choices[0].message));
 });
 
+await run.check('return_token_ids: the prompt\'s and the reply\'s ids, streamed the same (chat, completions)', async () => {
+  const prompt = 'The lighthouse keeper said';
+  const comp = { model, prompt, max_tokens: 10, temperature: 0, ignore_eos: true, return_token_ids: true };
+  const r = await post200(server, '/v1/completions', comp);
+  const c = r.choices[0];
+  assert.deepEqual(c.prompt_token_ids, (await post200(server, '/tokenize', { model, prompt })).tokens);
+  assert.equal(c.token_ids.length, r.usage.completion_tokens);
+  assert.equal((await post200(server, '/detokenize', { model, tokens: c.token_ids })).prompt, c.text);
+  const s = await postSse(server, '/v1/completions', { ...comp, stream: true });
+  const chunks = s.events.filter((e) => e.data !== '[DONE]').map((e) => e.json).filter((j) => j.choices.length);
+  assert.deepEqual(chunks[0].choices[0].prompt_token_ids, c.prompt_token_ids);
+  assert.deepEqual(chunks.flatMap((j) => j.choices[0].token_ids ?? []), c.token_ids);
+  // Without the field: no ids.
+  const plain = await post200(server, '/v1/completions', { ...comp, return_token_ids: undefined });
+  assert.equal(plain.choices[0].token_ids, undefined);
+
+  const chat = chatBody({ temperature: 0, max_tokens: 10, ignore_eos: true, return_token_ids: true });
+  const cr = await post200(server, '/v1/chat/completions', chat);
+  assert.deepEqual(cr.prompt_token_ids, (await post200(server, '/tokenize', { model, messages })).tokens);
+  assert.equal(cr.choices[0].token_ids.length, cr.usage.completion_tokens);
+  const cs = await postSse(server, '/v1/chat/completions', { ...chat, stream: true });
+  const cchunks = cs.events.filter((e) => e.data !== '[DONE]').map((e) => e.json).filter((j) => j.choices.length);
+  assert.deepEqual(cchunks[0].prompt_token_ids, cr.prompt_token_ids);
+  assert.deepEqual(cchunks.flatMap((j) => j.choices[0].token_ids ?? []), cr.choices[0].token_ids);
+});
+
 await run.check('LOOP_GUARD closes a reasoning loop (the model answers); repetition_detection ends a reply with "repetition"', async () => {
   // A server of its own with a short guard; one token forced by logit_bias is a 1-token loop.
   const server = await startServer({ bin: cmd.bin, args: [...cmd.args, '--loop-guard', '24', '--drafter', 'none'] });
