@@ -1,6 +1,7 @@
 #include "sampling/repetition_detector.h"
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 namespace tf {
@@ -20,23 +21,41 @@ Status RepetitionRule::validate() const {
 RepetitionDetector::RepetitionDetector(const RepetitionRule& rule) : rule_(rule) {
   rule_.min_pattern = std::max(rule_.min_pattern, 1);
   if (!rule_.enabled()) return;
-  recent_.assign(static_cast<size_t>(rule_.max_pattern), 0);
+  recent_.assign(2 * static_cast<size_t>(rule_.max_pattern), -1);
   run_.assign(static_cast<size_t>(rule_.max_pattern - rule_.min_pattern + 1), 0);
+  // The run a block length needs: min_count copies, and min_tokens in all (at least 1).
+  need_.resize(run_.size());
+  for (int32_t p = rule_.min_pattern; p <= rule_.max_pattern; ++p) {
+    const int64_t copies = static_cast<int64_t>(rule_.min_count - 1) * p, span = rule_.min_tokens - p;
+    need_[static_cast<size_t>(p - rule_.min_pattern)] =
+        static_cast<int32_t>(std::clamp<int64_t>(std::max(copies, span), 1, INT32_MAX));
+  }
 }
 
 std::optional<Repetition> RepetitionDetector::push(int32_t token) {
   if (recent_.empty()) return std::nullopt;
-  const int64_t n = pushed_;  // this token's index
-  const auto size = static_cast<int64_t>(recent_.size());
-  std::optional<Repetition> found;
-  for (int32_t p = rule_.min_pattern; p <= rule_.max_pattern; ++p) {
-    int64_t& run = run_[static_cast<size_t>(p - rule_.min_pattern)];
-    // recent_ holds tokens n - size .. n - 1; the one p back is at (n - p) mod size.
-    run = (n >= p && recent_[static_cast<size_t>((n - p) % size)] == token) ? run + 1 : 0;
-    if (!found && run >= static_cast<int64_t>(rule_.min_count - 1) * p && run + p >= rule_.min_tokens)
-      found = Repetition{p, run + p};
+  const int64_t size = rule_.max_pattern;
+  const auto head = static_cast<size_t>(pushed_ % size);
+  // recent_ holds the last `size` tokens twice over, so the one p back is at newest[-p] for
+  // every p <= size, without a modulo per length.
+  const int32_t* newest = recent_.data() + head + static_cast<size_t>(size);
+  const int64_t lo = rule_.min_pattern, hi = std::min<int64_t>(rule_.max_pattern, pushed_);
+  int32_t* run = run_.data() - lo;  // run[p] (a reply is far shorter than 2^31 tokens)
+  const int32_t* need = need_.data() - lo;
+  int32_t any = 0;  // one branch-free pass (it vectorizes); the lengths are searched only on a hit
+  for (int64_t p = lo; p <= hi; ++p) {
+    const int32_t r = newest[-p] == token ? run[p] + 1 : 0;
+    run[p] = r;
+    any |= static_cast<int32_t>(r >= need[p]);
   }
-  recent_[static_cast<size_t>(n % size)] = token;
+  std::optional<Repetition> found;
+  if (any)
+    for (int64_t p = lo; p <= hi; ++p)
+      if (run[p] >= need[p]) {
+        found = Repetition{static_cast<int32_t>(p), run[p] + p};
+        break;
+      }
+  recent_[head] = recent_[head + static_cast<size_t>(size)] = token;
   ++pushed_;
   return found;
 }

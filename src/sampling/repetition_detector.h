@@ -43,8 +43,9 @@ class RepetitionDetector {
 
  private:
   RepetitionRule rule_;
-  std::vector<int32_t> recent_;  // the last max_pattern tokens, a ring
-  std::vector<int64_t> run_;     // [p - min_pattern]: trailing tokens equal to the one p before
+  std::vector<int32_t> recent_;  // the last max_pattern tokens, a ring stored twice over
+  std::vector<int32_t> run_;     // [p - min_pattern]: trailing tokens equal to the one p before
+  std::vector<int32_t> need_;    // [p - min_pattern]: the run that makes a loop of p-blocks
   int64_t pushed_ = 0;
 };
 

@@ -145,6 +145,21 @@ struct HttpServer::Impl {
   }
 
   // Resolves max_tokens and checks the window (400 context_length_exceeded).
+  // vLLM's truncate_prompt_tokens: the prompt's first tokens dropped so that the last `keep` are
+  // run (-1: the window). Returns whether it cut. A prompt with pictures is not cut (their
+  // placeholders and features go together), and a cut prompt has no system block to share.
+  bool truncate_prompt(std::vector<int32_t>& tokens, std::optional<int64_t> keep, bool has_media) const {
+    if (!keep) return false;
+    const int64_t k = *keep < 0 ? model.context_length : *keep;
+    if (k <= 0 || static_cast<int64_t>(tokens.size()) <= k) return false;
+    if (has_media)
+      throw bad_request("'truncate_prompt_tokens' cannot cut a prompt with images or videos (" +
+                            std::to_string(tokens.size()) + " tokens, " + std::to_string(k) + " to keep)",
+                        "truncate_prompt_tokens");
+    tokens.erase(tokens.begin(), tokens.end() - k);
+    return true;
+  }
+
   int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, bool use_default) const {
     int64_t ctx = model.context_length;
     if (prompt_tokens >= ctx && ctx > 0) throw context_length_exceeded(ctx, prompt_tokens, requested.value_or(1));
@@ -283,6 +298,8 @@ struct HttpServer::Impl {
     check_model(r.model);
     check_queued_choices(r.n, "n");
     auto prompt = render_prompt(r.chat);
+    if (truncate_prompt(prompt.tokens, r.truncate_prompt_tokens, prompt.media != nullptr))
+      prompt.system_tokens = 0;
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
     GenerationRequest g = chat_generation(r, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
@@ -337,6 +354,11 @@ struct HttpServer::Impl {
           if (!d) throw api_error_from_status(d.status());
           text = *d;
         }
+      }
+      if (truncate_prompt(ids, r.truncate_prompt_tokens, false) && r.echo) {
+        auto d = engine.detokenize(ids);  // the echo is the prompt that ran
+        if (!d) throw api_error_from_status(d.status());
+        text = *d;
       }
       resolve_max_tokens(r.max_tokens, static_cast<int64_t>(ids.size()), false);
       prompts.push_back(std::move(ids));

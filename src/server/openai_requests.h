@@ -34,6 +34,9 @@ struct CommonRequest {
   bool stream = false;
   bool include_usage = false;
   bool return_token_ids = false;      // vLLM: the prompt's and the reply's token ids in the reply
+  // vLLM's truncate_prompt_tokens: only the prompt's last k tokens are run; -1: the last
+  // CONTEXT tokens.
+  std::optional<int64_t> truncate_prompt_tokens;
   std::optional<int64_t> max_tokens;  // unset: fill the window (chat) / 16 (completions)
 };
 

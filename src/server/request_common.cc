@@ -191,6 +191,10 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
     out.include_usage = json_bool(*so, "include_usage").value_or(false);
   }
   out.return_token_ids = json_bool(body, "return_token_ids").value_or(false);
+  out.truncate_prompt_tokens = json_int(body, "truncate_prompt_tokens", -1, INT64_MAX);
+  if (out.truncate_prompt_tokens == 0)
+    throw bad_request("'truncate_prompt_tokens' must be -1 (the window) or at least 1",
+                      "truncate_prompt_tokens");
   if (json_bool(body, "use_beam_search").value_or(false))
     throw bad_request("beam search is not supported", "use_beam_search");
   parse_structured(body, out.structured);

@@ -367,6 +367,23 @@ await run.check('return_token_ids: the prompt\'s and the reply\'s ids, streamed 
   assert.deepEqual(cchunks.flatMap((j) => j.choices[0].token_ids ?? []), cr.choices[0].token_ids);
 });
 
+await run.check('truncate_prompt_tokens runs the prompt\'s last k tokens (completions with echo, chat)', async () => {
+  const prompt = 'The lighthouse keeper said to the harbour master';
+  const ids = (await post200(server, '/tokenize', { model, prompt })).tokens;
+  assert.ok(ids.length > 4);
+  const body = { model, max_tokens: 6, temperature: 0, ignore_eos: true };
+  const cut = await post200(server, '/v1/completions', { ...body, prompt, truncate_prompt_tokens: 4, echo: true });
+  const tail = await post200(server, '/v1/completions', { ...body, prompt: ids.slice(-4) });
+  assert.equal(cut.usage.prompt_tokens, 4);
+  const echoed = (await post200(server, '/detokenize', { model, tokens: ids.slice(-4) })).prompt;
+  assert.equal(cut.choices[0].text, echoed + tail.choices[0].text);
+  // Longer than the prompt (or -1, the window): nothing is cut.
+  const whole = await post200(server, '/v1/completions', { ...body, prompt, truncate_prompt_tokens: -1 });
+  assert.equal(whole.usage.prompt_tokens, ids.length);
+  const chat = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, truncate_prompt_tokens: 5 }));
+  assert.equal(chat.usage.prompt_tokens, 5);
+});
+
 await run.check('LOOP_GUARD closes a reasoning loop (the model answers); repetition_detection ends a reply with "repetition"', async () => {
   // A server of its own with a short guard; one token forced by logit_bias is a 1-token loop.
   const server = await startServer({ bin: cmd.bin, args: [...cmd.args, '--loop-guard', '24', '--drafter', 'none'] });
