@@ -35,6 +35,9 @@ Expected<SamplingParams> Engine::Impl::sampling_params(const GenerationRequest& 
   p.logprobs = o.logprobs || o.top_logprobs > 0;
   p.top_logprobs = o.top_logprobs;
   p.allowed_token_ids = o.allowed_token_ids;
+  // A reply that thinks may always end its thinking (thinking_budget and LOOP_GUARD force it).
+  if (!p.allowed_token_ids.empty() && r.parse_reasoning && think_end_id)
+    p.allowed_token_ids.push_back(*think_end_id);
   std::sort(p.allowed_token_ids.begin(), p.allowed_token_ids.end());
   p.allowed_token_ids.erase(std::unique(p.allowed_token_ids.begin(), p.allowed_token_ids.end()),
                             p.allowed_token_ids.end());

@@ -178,6 +178,21 @@ TEST_F(LoopGuardTest, InsideAVerifyStepTheReplyIsTheSame) {
   }
 }
 
+// allowed_token_ids leaves </think> to a reply that thinks: the guard can still close it.
+TEST_F(LoopGuardTest, AllowedTokenIdsStillLetTheReasoningClose) {
+  auto e = engine(20, false);
+  ASSERT_TRUE(e);
+  const int32_t loop = one_token(*e, "la");
+  auto text = e->detokenize({loop});
+  ASSERT_TRUE(text.has_value());
+  GenerationRequest g = chat(*e, "allowed", loop);
+  g.sampling.allowed_token_ids = {loop};  // without </think>: the engine adds it
+  const Reply r = run(*e, std::move(g));
+  ASSERT_FALSE(r.error) << r.error_text;
+  EXPECT_EQ(r.reasoning, repeated(*text, 20));
+  EXPECT_EQ(r.content, repeated(*text, 48 - 21));
+}
+
 TEST_F(LoopGuardTest, RepetitionDetectionEndsTheReply) {
   auto e = engine(0, false);
   ASSERT_TRUE(e);
