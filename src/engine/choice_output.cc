@@ -102,6 +102,7 @@ GenerationEvent ChoiceOutput::add(int32_t token, const SampledToken& sampled, bo
   ev.choice = choice_;
   add_logprobs(token, sampled, ev);
   if (opt_.token_ids) ev.token_ids.push_back(token);
+  ev.tokens_so_far = ++tokens_;
   if (reasoning_ && reasoning_->in_reasoning()) ++reasoning_tokens_;
   stopped = stopped_;
   if (stopped_) return ev;
@@ -125,12 +126,14 @@ GenerationEvent ChoiceOutput::add_stop_token(int32_t token, const SampledToken& 
   ev.choice = choice_;
   add_logprobs(token, sampled, ev);
   if (opt_.token_ids) ev.token_ids.push_back(token);
+  ev.tokens_so_far = ++tokens_;
   return ev;
 }
 
 GenerationEvent ChoiceOutput::finish() {
   GenerationEvent ev;
   ev.choice = choice_;
+  ev.tokens_so_far = tokens_;
   std::string tail;
   if (!stopped_) {
     const std::string rest = detok_.finish();

@@ -78,6 +78,7 @@ class ChoiceOutput {
   std::optional<GlmToolCallParser> tools_;
   std::unordered_set<int32_t> parser_markers_;
   int64_t reasoning_tokens_ = 0;
+  int64_t tokens_ = 0;  // generated tokens added so far (GenerationEvent::tokens_so_far)
   size_t tool_calls_made_ = 0;
   bool stopped_ = false;
   int32_t stop_index_ = -1;

@@ -175,6 +175,9 @@ struct GenerationEvent {
   std::vector<ToolCallDelta> tool_calls;
   std::vector<TokenLogprob> logprobs;
   std::vector<int32_t> token_ids;  // kDelta: GenerationRequest::return_token_ids
+  // kDelta: the choice's generated tokens so far, this event's included (a running count: an
+  // event is only sent with text, logprobs or ids, so the tokens between two events add up).
+  int64_t tokens_so_far = 0;
   // kDelta, once per choice before its first token's, when the request asked
   // (GenerationRequest::prompt_logprobs): one entry per prompt token, under the model's own
   // distribution (temperature 1, no penalties). The first token has nothing before it: its

@@ -307,10 +307,12 @@ struct HttpServer::Impl {
     g.return_token_ids = r.return_token_ids;
     auto prompt_ids =
         r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompt.tokens) : nullptr;
-    auto session = start_session(std::move(g), static_cast<int64_t>(prompt.tokens.size()), t0);
+    const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+    auto session = start_session(std::move(g), prompt_tokens, t0);
     if (r.stream) {
-      auto fmt = std::make_shared<ChatStreamFormatter>(meta, r.n, r.include_usage, r.include_reasoning,
-                                                       r.sampling.logprobs, prompt_ids);
+      auto fmt = std::make_shared<ChatStreamFormatter>(
+          meta, r.n, r.include_usage, r.include_reasoning, r.sampling.logprobs, prompt_ids,
+          ContinuousUsage{r.continuous_usage ? prompt_tokens : -1});
       stream(res, {session}, {fmt});
       return;
     }
@@ -384,7 +386,8 @@ struct HttpServer::Impl {
         fmts.push_back(std::make_shared<CompletionStreamFormatter>(
             meta, r.n, r.include_usage, echo[i], r.logprobs >= 0, static_cast<int>(i) * r.n,
             i + 1 == sessions.size(), total,
-            r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompts[i]) : nullptr));
+            r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompts[i]) : nullptr,
+            ContinuousUsage{r.continuous_usage ? static_cast<int64_t>(prompts[i].size()) : -1}));
       stream(res, sessions, fmts);
       return;
     }

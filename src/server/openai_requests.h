@@ -33,6 +33,7 @@ struct CommonRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;      // vLLM: stream_options.continuous_usage_stats (with include_usage)
   bool return_token_ids = false;      // vLLM: the prompt's and the reply's token ids in the reply
   // vLLM's truncate_prompt_tokens: only the prompt's last k tokens are run; -1: the last
   // CONTEXT tokens.

@@ -26,6 +26,7 @@ void ChoiceState::apply(const GenerationEvent& ev) {
     }
     if (!ev.prompt_logprobs.empty()) prompt_logprobs = ev.prompt_logprobs;
     token_ids.insert(token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    tokens_so_far = std::max(tokens_so_far, ev.tokens_so_far);
     for (const TokenLogprob& lp : ev.logprobs) {
       logprobs.push_back(lp);
       text_offsets.push_back(lp.text_offset >= 0 ? lp.text_offset : chars_before);
@@ -34,6 +35,7 @@ void ChoiceState::apply(const GenerationEvent& ev) {
     finished = true;
     finish_reason = ev.finish_reason;
     completion_tokens = ev.completion_tokens;
+    tokens_so_far = ev.completion_tokens;
     reasoning_tokens = ev.reasoning_tokens;
     cached_prompt_tokens = ev.cached_prompt_tokens;
     stop_string = ev.stop_string;

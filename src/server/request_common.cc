@@ -189,6 +189,7 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
     require_object(*so, "stream_options");
     if (!out.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     out.include_usage = json_bool(*so, "include_usage").value_or(false);
+    out.continuous_usage = out.include_usage && json_bool(*so, "continuous_usage_stats").value_or(false);
   }
   out.return_token_ids = json_bool(body, "return_token_ids").value_or(false);
   out.truncate_prompt_tokens = json_int(body, "truncate_prompt_tokens", -1, INT64_MAX);

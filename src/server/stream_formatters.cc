@@ -38,14 +38,18 @@ void TokenIdStream::add(Json& chunk, int choice, const ChoiceState& state, bool 
 
 // ---- chat ----
 
+std::string ChatStreamFormatter::send(Json chunk, int choice, const ChoiceState& state, bool ids) {
+  if (ids) ids_.add(chunk, choice, state, false);
+  continuous_.add(chunk, state);
+  return sse_data(chunk);
+}
+
 std::string ChatStreamFormatter::start() {
   std::string out;
-  for (int i = 0; i < n_; ++i) {
-    Json chunk =
-        chat_chunk_json(meta_, i, {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}, nullptr);
-    ids_.add(chunk, i, ChoiceState{}, false);
-    out += sse_data(chunk);
-  }
+  for (int i = 0; i < n_; ++i)
+    out += send(
+        chat_chunk_json(meta_, i, {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}, nullptr), i,
+        ChoiceState{});
   return out;
 }
 
@@ -53,17 +57,16 @@ std::string ChatStreamFormatter::on_event(const GenerationEvent& ev, const Choic
   if (ev.kind == GenerationEvent::Kind::kDelta) {
     Json delta = chat_delta_json(ev, include_reasoning_);
     if (delta.is_null()) return "";  // its logprobs and token ids wait for the next chunk
-    Json chunk = chat_chunk_json(meta_, ev.choice, delta, nullptr, take_logprobs(ev.choice, state));
-    ids_.add(chunk, ev.choice, state, false);
-    return sse_data(chunk);
+    return send(chat_chunk_json(meta_, ev.choice, delta, nullptr, take_logprobs(ev.choice, state)), ev.choice,
+                state);
   }
   std::string out;
-  if ((logprobs_ && cursor_.pending(ev.choice, state)) || ids_.pending(ev.choice, state)) {
-    Json chunk = chat_chunk_json(meta_, ev.choice, Json::object(), nullptr, take_logprobs(ev.choice, state));
-    ids_.add(chunk, ev.choice, state, false);
-    out += sse_data(chunk);
-  }
-  return out + sse_data(chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason)));
+  if ((logprobs_ && cursor_.pending(ev.choice, state)) || ids_.pending(ev.choice, state))
+    out += send(chat_chunk_json(meta_, ev.choice, Json::object(), nullptr, take_logprobs(ev.choice, state)),
+                ev.choice, state);
+  return out +
+         send(chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason)),
+              ev.choice, state, false);
 }
 
 Json ChatStreamFormatter::take_logprobs(int choice, const ChoiceState& state) {
@@ -109,6 +112,7 @@ std::string CompletionStreamFormatter::chunk(int choice, const ChoiceState& stat
                                              const Json& finish_reason, const Json& logprobs) {
   Json c = text_completion_chunk_json(meta_, index_offset_ + choice, text, finish_reason, logprobs);
   if (finish_reason.is_null()) ids_.add(c, choice, state, true);
+  continuous_.add(c, state);
   return sse_data(c);
 }
 
@@ -117,7 +121,6 @@ std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const
     std::string echo = echo_chunk(ev.choice, state);
     if (!echo.empty()) return echo + on_event(ev, state);
   }
-  const int index = index_offset_ + ev.choice;
   auto take_logprobs = [&](size_t end) {
     if (!logprobs_) return Json();
     auto [begin, taken] = cursor_.take(ev.choice, state, end);
@@ -132,7 +135,7 @@ std::string CompletionStreamFormatter::on_event(const GenerationEvent& ev, const
   std::string out;
   if ((logprobs_ && cursor_.pending(ev.choice, state)) || ids_.pending(ev.choice, state))
     out += chunk(ev.choice, state, "", nullptr, take_logprobs(SIZE_MAX));
-  return out + sse_data(text_completion_chunk_json(meta_, index, "", finish_reason_name(state.finish_reason)));
+  return out + chunk(ev.choice, state, "", finish_reason_name(state.finish_reason));
 }
 
 std::string CompletionStreamFormatter::on_error(const Status& error) {

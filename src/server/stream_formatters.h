@@ -57,17 +57,31 @@ class TokenIdStream {
   std::vector<bool> first_;
 };
 
+// vLLM's stream_options.continuous_usage_stats: every chunk of a choice carries the usage so
+// far (the prompt's tokens and the choice's generated tokens). Off when prompt_tokens < 0.
+struct ContinuousUsage {
+  int64_t prompt_tokens = -1;
+  void add(Json& chunk, const ChoiceState& state) const {
+    if (prompt_tokens < 0) return;
+    chunk["usage"] = {{"prompt_tokens", prompt_tokens},
+                      {"completion_tokens", state.tokens_so_far},
+                      {"total_tokens", prompt_tokens + state.tokens_so_far}};
+  }
+};
+
 class ChatStreamFormatter : public StreamFormatter {
  public:
   ChatStreamFormatter(ResponseMeta meta, int n, bool include_usage, bool include_reasoning, bool logprobs,
-                      std::shared_ptr<const std::vector<int32_t>> prompt_ids = nullptr)
+                      std::shared_ptr<const std::vector<int32_t>> prompt_ids = nullptr,
+                      ContinuousUsage continuous = {})
       : meta_(std::move(meta)),
         n_(n),
         include_usage_(include_usage),
         include_reasoning_(include_reasoning),
         logprobs_(logprobs),
         cursor_(n),
-        ids_(std::move(prompt_ids), n) {}
+        ids_(std::move(prompt_ids), n),
+        continuous_(continuous) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -80,6 +94,9 @@ class ChatStreamFormatter : public StreamFormatter {
   bool include_usage_, include_reasoning_, logprobs_;
   LogprobCursor cursor_;
   TokenIdStream ids_;
+  ContinuousUsage continuous_;
+  // A chunk of a choice, with its token ids and usage so far when asked for.
+  std::string send(Json chunk, int choice, const ChoiceState& state, bool ids = true);
 };
 
 class CompletionStreamFormatter : public StreamFormatter {
@@ -90,7 +107,8 @@ class CompletionStreamFormatter : public StreamFormatter {
   // for its first event, which carries the prompt's logprobs (ChoiceState::prompt_logprobs).
   CompletionStreamFormatter(ResponseMeta meta, int n, bool include_usage, std::string echo, bool logprobs,
                             int index_offset, bool last, std::shared_ptr<UsageTotals> total,
-                            std::shared_ptr<const std::vector<int32_t>> prompt_ids = nullptr)
+                            std::shared_ptr<const std::vector<int32_t>> prompt_ids = nullptr,
+                            ContinuousUsage continuous = {})
       : meta_(std::move(meta)),
         n_(n),
         include_usage_(include_usage),
@@ -102,7 +120,8 @@ class CompletionStreamFormatter : public StreamFormatter {
         cursor_(n),
         echo_chars_(code_points(echo_)),
         echoed_(static_cast<size_t>(n > 0 ? n : 1), false),
-        ids_(std::move(prompt_ids), n) {}
+        ids_(std::move(prompt_ids), n),
+        continuous_(continuous) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -121,6 +140,7 @@ class CompletionStreamFormatter : public StreamFormatter {
   int64_t echo_chars_;  // text_offset of the first generated character
   std::vector<bool> echoed_;  // per choice: its echo chunk was sent
   TokenIdStream ids_;
+  ContinuousUsage continuous_;
   bool echo_waits_for_prompt_logprobs() const { return !echo_.empty() && logprobs_; }
   std::string echo_chunk(int choice, const ChoiceState& state);
   // A chunk of `choice` (its token ids added when asked for).

@@ -384,6 +384,32 @@ await run.check('truncate_prompt_tokens runs the prompt\'s last k tokens (comple
   assert.equal(chat.usage.prompt_tokens, 5);
 });
 
+await run.check('stream_options.continuous_usage_stats: every chunk carries the usage so far (chat, completions)', async () => {
+  const opts = { include_usage: true, continuous_usage_stats: true };
+  for (const [path, body] of [
+    ['/v1/chat/completions', chatBody({ temperature: 0, max_tokens: 10, ignore_eos: true })],
+    ['/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 10, temperature: 0, ignore_eos: true }],
+  ]) {
+    const s = await postSse(server, path, { ...body, stream: true, stream_options: opts });
+    const chunks = s.events.filter((e) => e.data !== '[DONE]').map((e) => e.json);
+    const final = chunks.at(-1);
+    assert.equal(final.choices.length, 0, 'the usage chunk is last');
+    let last = 0;
+    for (const c of chunks.slice(0, -1)) {
+      assert.ok(c.usage, `${path}: a chunk without usage: ${JSON.stringify(c)}`);
+      assert.equal(c.usage.prompt_tokens, final.usage.prompt_tokens);
+      assert.ok(c.usage.completion_tokens >= last, JSON.stringify(c.usage));
+      assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
+      last = c.usage.completion_tokens;
+    }
+    assert.equal(last, final.usage.completion_tokens);
+    // Without it (include_usage alone) only the last chunk has usage.
+    const plain = await postSse(server, path, { ...body, stream: true, stream_options: { include_usage: true } });
+    const pc = plain.events.filter((e) => e.data !== '[DONE]').map((e) => e.json);
+    assert.ok(pc.slice(0, -1).every((c) => c.usage === undefined || c.usage === null));
+  }
+});
+
 await run.check('LOOP_GUARD closes a reasoning loop (the model answers); repetition_detection ends a reply with "repetition"', async () => {
   // A server of its own with a short guard; one token forced by logit_bias is a 1-token loop.
   const server = await startServer({ bin: cmd.bin, args: [...cmd.args, '--loop-guard', '24', '--drafter', 'none'] });
