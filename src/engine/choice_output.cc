@@ -33,6 +33,12 @@ std::string ChoiceOutput::token_text(int32_t token) const {
   return tok_.decode(ids, /*skip_special_tokens=*/false);
 }
 
+void ChoiceOutput::record(int32_t token, const SampledToken& sampled, GenerationEvent& ev) {
+  add_logprobs(token, sampled, ev);
+  if (opt_.token_ids) ev.token_ids.push_back(token);
+  ev.tokens_so_far = ++tokens_;
+}
+
 void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, GenerationEvent& ev) const {
   if (!opt_.logprobs) return;
   TokenLogprob lp;
@@ -100,9 +106,7 @@ void ChoiceOutput::route_text(const std::string& text, bool final, GenerationEve
 GenerationEvent ChoiceOutput::add(int32_t token, const SampledToken& sampled, bool& stopped) {
   GenerationEvent ev;
   ev.choice = choice_;
-  add_logprobs(token, sampled, ev);
-  if (opt_.token_ids) ev.token_ids.push_back(token);
-  ev.tokens_so_far = ++tokens_;
+  record(token, sampled, ev);
   if (reasoning_ && reasoning_->in_reasoning()) ++reasoning_tokens_;
   stopped = stopped_;
   if (stopped_) return ev;
@@ -124,9 +128,7 @@ GenerationEvent ChoiceOutput::add(int32_t token, const SampledToken& sampled, bo
 GenerationEvent ChoiceOutput::add_stop_token(int32_t token, const SampledToken& sampled) {
   GenerationEvent ev;
   ev.choice = choice_;
-  add_logprobs(token, sampled, ev);
-  if (opt_.token_ids) ev.token_ids.push_back(token);
-  ev.tokens_so_far = ++tokens_;
+  record(token, sampled, ev);
   return ev;
 }
 

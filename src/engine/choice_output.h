@@ -65,6 +65,8 @@ class ChoiceOutput {
  private:
   void route_text(const std::string& text, bool final, GenerationEvent& ev);
   void route_content(const std::string& content, bool final, GenerationEvent& ev);
+  // Every generated token, stop token included: its logprobs, its id, the running count.
+  void record(int32_t token, const SampledToken& sampled, GenerationEvent& ev);
   void add_logprobs(int32_t token, const SampledToken& sampled, GenerationEvent& ev) const;
   void count_text(const std::string& piece);
   std::string token_text(int32_t token) const;

@@ -144,7 +144,6 @@ struct HttpServer::Impl {
             {"created_at", rfc3339(model.created)}};
   }
 
-  // Resolves max_tokens and checks the window (400 context_length_exceeded).
   // vLLM's truncate_prompt_tokens: the prompt's first tokens dropped so that the last `keep` are
   // run (-1: the window). Returns whether it cut. A prompt with pictures is not cut (their
   // placeholders and features go together), and a cut prompt has no system block to share.
@@ -160,6 +159,7 @@ struct HttpServer::Impl {
     return true;
   }
 
+  // Resolves max_tokens and checks the window (400 context_length_exceeded).
   int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, bool use_default) const {
     int64_t ctx = model.context_length;
     if (prompt_tokens >= ctx && ctx > 0) throw context_length_exceeded(ctx, prompt_tokens, requested.value_or(1));
@@ -278,6 +278,7 @@ struct HttpServer::Impl {
     g.named_tool_choice = r.named_tool_choice;
     g.parallel_tool_calls = r.parallel_tool_calls;
     g.reasoning_budget = r.reasoning_budget.value_or(-1);
+    g.return_token_ids = r.return_token_ids;
     return g;
   }
 
@@ -304,7 +305,6 @@ struct HttpServer::Impl {
     GenerationRequest g = chat_generation(r, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
     ResponseMeta meta{g.request_id, unix_now(), model.id};
-    g.return_token_ids = r.return_token_ids;
     auto prompt_ids =
         r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompt.tokens) : nullptr;
     const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
