@@ -22,7 +22,7 @@ if ! pid=$(tf_running_pid); then
   stop_workers
   exit 0
 fi
-running=$(curl -sf --max-time 2 "http://127.0.0.1:$PORT/health" |
+running=$(tf_curl -sf --max-time 2 "http://127.0.0.1:$PORT/health" |
   python3 -c 'import json,sys; print(json.load(sys.stdin).get("requests_running", 0))' 2>/dev/null || echo 0)
 if [[ "$running" != 0 ]]; then echo "warning: $running request(s) still running; they end now"; fi
 kill -TERM "$pid" 2>/dev/null || true

@@ -47,6 +47,20 @@ void resolve_demo(ServeOptions& o) {
   if (o.engine.served_name.empty()) o.engine.served_name = "GLM-5.3-Flash-demo";
 }
 
+// SIGHUP: API_KEY_FILE read again; a file that cannot be read or lists no key leaves the
+// keys in force (a typo must not open the server or lock every client out).
+void reload_api_keys(server::HttpServer& http) {
+  if (http.api_key_file().empty()) {
+    TF_LOG_INFO("SIGHUP: no API_KEY_FILE to read again");
+    return;
+  }
+  auto n = http.reload_api_keys();
+  if (n)
+    TF_LOG_INFO("SIGHUP: API_KEY_FILE {} read again: {} key(s) in force", http.api_key_file(), *n);
+  else
+    TF_LOG_ERROR("SIGHUP: {}; the keys in force stay", n.status().message());
+}
+
 int serve(ServeOptions& o) {
   if (o.tp < 1) fail("--tp must be >= 1, got " + std::to_string(o.tp));
   if (o.tp_process.rank == 0) {
@@ -61,13 +75,14 @@ int serve(ServeOptions& o) {
     resolve_demo(o);
     return run_tp_follower(o.engine, o.tp_process);
   }
-  // SIGINT/SIGTERM are handled by one thread (sigwait), so every other thread
-  // (HTTP, engine) starts with them blocked.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGINT/SIGTERM (stop) and SIGHUP (read API_KEY_FILE again) are handled by one thread
+  // (sigwait), so every other thread (HTTP, engine) starts with them blocked.
+  sigset_t handled_signals;
+  sigemptyset(&handled_signals);
+  sigaddset(&handled_signals, SIGINT);
+  sigaddset(&handled_signals, SIGTERM);
+  sigaddset(&handled_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &handled_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
   o.http.https_media = o.engine.vision_urls != "0";  // the engine fetches them (VISION_URLS)
@@ -92,11 +107,17 @@ int serve(ServeOptions& o) {
   std::cout << "tensorfold: serving " << info.id << " (window " << info.context_length << " tokens, PARALLEL="
             << o.engine.parallel << "), listening on http://" << o.http.host << ":" << http.port() << std::endl;
 
-  std::thread signals([&http, stop_signals] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    TF_LOG_INFO("signal {}: stopping", sig);
-    http.stop();
+  std::thread signals([&http, handled_signals] {
+    for (;;) {
+      int sig = 0;
+      sigwait(&handled_signals, &sig);
+      if (sig != SIGHUP) {
+        TF_LOG_INFO("signal {}: stopping", sig);
+        http.stop();
+        return;
+      }
+      reload_api_keys(http);
+    }
   });
   if (tp_leader) tp_leader->set_stop([&http] { http.stop(); });  // a lost rank stops the server
   Status s = http.listen();
@@ -296,7 +317,15 @@ void add_serve_command(CLI::App& app) {
       ->envname("DEVICE")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--api-key", o->http.api_key, "require this bearer token (default: none)")->envname("API_KEY");
+  cmd->add_option("--api-key", o->http.api_key,
+                  "require one of these keys (comma-separated) as `Authorization: Bearer KEY` or `x-api-key` "
+                  "(default: none)")
+      ->envname("API_KEY");
+  cmd->add_option(
+         "--api-key-file", o->http.api_key_file,
+         "require one of the keys in this file (one per line, '#' comments; with --api-key: either's); "
+         "read again on SIGHUP (./start.sh reload)")
+      ->envname("API_KEY_FILE");
   cmd->add_option("--cache-dir", o->cache_dir, "where the demo checkpoint is written")
       ->envname("TF_CACHE_DIR")
       ->capture_default_str();

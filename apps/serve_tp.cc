@@ -90,12 +90,12 @@ Status check_devices(const engine::EngineOptions& engine, int world) {
 const std::vector<std::string> kRankZeroOptions = {"--worker", "--fabric-peer", "--worker-dir", "--worker-model",
                                                    "--tp", "--rank", "--rendezvous", "--gpu"};
 // ... and, on a worker, what names paths or ports of this machine.
-const std::vector<std::string> kThisMachineOptions = {"--model", "-m", "--cache-dir", "--host", "--port",
-                                                      "--api-key"};
+const std::vector<std::string> kThisMachineOptions = {"--model", "-m",        "--cache-dir",   "--host",
+                                                      "--port",  "--api-key", "--api-key-file"};
 // Settings rank 0's environment gives that a worker gets otherwise (or not at all).
-const std::vector<std::string> kNotForwarded = {"MODEL_DIR", "TF_CACHE_DIR", "HOST", "PORT", "API_KEY",
-                                                "TP", "WORKER", "FABRIC_PEER", "WORKER_DIR", "WORKER_MODEL_DIR",
-                                                "TF_LOG_FILE"};
+const std::vector<std::string> kNotForwarded = {
+    "MODEL_DIR", "TF_CACHE_DIR", "HOST",        "PORT",       "API_KEY",          "API_KEY_FILE",
+    "TP",        "WORKER",       "FABRIC_PEER", "WORKER_DIR", "WORKER_MODEL_DIR", "TF_LOG_FILE"};
 
 std::string host_port(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos;

@@ -7,7 +7,8 @@ TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX LOOP_GUARD MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
-  MAX_QUEUED TP API_KEY TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND PREPARE
+  MAX_QUEUED TP API_KEY API_KEY_FILE TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND
+  PREPARE DRY_RUN
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
 # The environment as the user gave it (these win over everything).
@@ -74,6 +75,7 @@ done
 : "${STOP_TIMEOUT:=30}"
 : "${FOREGROUND:=0}"
 : "${PREPARE:=auto}"
+: "${DRY_RUN:=0}"
 # Ranks on other machines (WORKER=user@host[,user@host...]): the tensorfold folder there, relative to
 # the SSH login's home unless absolute, and the SSH client (key-based logins only).
 : "${WORKER_DIR:=.cache/tensorfold}"
@@ -142,6 +144,11 @@ tf_validate_settings() {
   [[ "$DEVICE" =~ ^(cpu|cuda)$ ]] || tf_fail "DEVICE must be cpu or cuda, got '$DEVICE'"
   [[ "$FOREGROUND" =~ ^[01]$ ]] || tf_fail "FOREGROUND must be 0 or 1, got '$FOREGROUND'"
   [[ "$PREPARE" =~ ^(auto|0|1)$ ]] || tf_fail "PREPARE must be auto, 0 or 1, got '$PREPARE'"
+  [[ "$DRY_RUN" =~ ^[01]$ ]] || tf_fail "DRY_RUN must be 0 or 1, got '$DRY_RUN'"
+  if [[ -n "${API_KEY_FILE:-}" ]]; then
+    [[ -f "$API_KEY_FILE" && -r "$API_KEY_FILE" ]] || tf_fail "API_KEY_FILE=$API_KEY_FILE is not a readable file"
+    [[ -n "$(tf_api_key)" ]] || tf_fail "API_KEY_FILE=$API_KEY_FILE lists no key (one key per line, # comments)"
+  fi
   if [[ -n "${MODEL_DIR:-}" && ! -f "$MODEL_DIR/config.json" ]]; then
     tf_fail "MODEL_DIR=$MODEL_DIR has no config.json"
   fi
@@ -193,6 +200,29 @@ tf_serve_args() {
     [[ -n "${FABRIC_PEER:-}" ]] && TF_SERVE_ARGS+=(--fabric-peer "$FABRIC_PEER")
   fi
   return 0
+}
+
+# The first API key (API_KEY's, else API_KEY_FILE's): what this machine's own requests to the
+# server present (start.sh's smoke test, stop.sh). Empty when none is set.
+tf_api_key() {
+  local k keys=()
+  IFS=$', \t' read -r -a keys <<<"${API_KEY:-}"
+  for k in "${keys[@]}"; do [[ -n "$k" ]] && { echo "$k"; return 0; }; done
+  if [[ -n "${API_KEY_FILE:-}" && -r "$API_KEY_FILE" ]]; then
+    sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$API_KEY_FILE" | grep -v -m1 -e '^#' -e '^$' || true
+  fi
+}
+
+# curl against this machine's server, with the API key when one is set. The key goes in through
+# a file descriptor, not the command line, which every user of the machine can read in ps.
+tf_curl() {
+  local key
+  key=$(tf_api_key)
+  if [[ -n "$key" ]]; then
+    curl -H @<(printf 'Authorization: Bearer %s\n' "$key") "$@"
+  else
+    curl "$@"
+  fi
 }
 
 tf_pid_file() { echo "$STATE_DIR/tensorfold.pid"; }

@@ -15,6 +15,7 @@
 #include "engine/structured_output.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
+#include "server/api_keys.h"
 #include "server/generation_session.h"
 #include "server/media_parts.h"
 #include "server/metrics.h"
@@ -79,9 +80,17 @@ struct HttpServer::Impl {
   std::thread thread;
   int bound_port = -1;
   int listen_socket = -1;  // recorded by the socket options callback (bind())
+  std::unique_ptr<ApiKeys> keys;  // null when they could not be read: bind() says why
+  Status keys_status;
 
   Impl(EngineApi& e, ServerOptions o)
-      : engine(e), options(std::move(o)), model(e.model_info()), metrics(model.id) {}
+      : engine(e), options(std::move(o)), model(e.model_info()), metrics(model.id) {
+    auto loaded = ApiKeys::load(options.api_key, options.api_key_file);
+    if (loaded)
+      keys = std::move(*loaded);
+    else
+      keys_status = loaded.status();
+  }
 
   using Handler = std::function<void(const httplib::Request&, httplib::Response&, Clock::time_point)>;
 
@@ -115,10 +124,10 @@ struct HttpServer::Impl {
   }
 
   void check_auth(const httplib::Request& req) const {
-    if (options.api_key.empty()) return;
+    if (!keys->required()) return;
     // OpenAI clients send a bearer token, Anthropic's x-api-key.
-    if (req.get_header_value("Authorization") != "Bearer " + options.api_key &&
-        req.get_header_value("x-api-key") != options.api_key)
+    if (!keys->accepts(
+            presented_key(req.get_header_value("Authorization"), req.get_header_value("x-api-key"))))
       throw ApiError(401, "Incorrect API key provided.", "invalid_request_error", std::nullopt, "invalid_api_key");
   }
 
@@ -673,6 +682,7 @@ HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
 HttpServer::~HttpServer() { stop(); }
 
 Status HttpServer::bind() {
+  if (!impl_->keys) return impl_->keys_status;
   if (impl_->options.port == 0) {
     impl_->bound_port = impl_->http.bind_to_any_port(impl_->options.host);
   } else {
@@ -690,6 +700,13 @@ Status HttpServer::bind() {
 }
 
 int HttpServer::port() const { return impl_->bound_port; }
+
+Expected<size_t> HttpServer::reload_api_keys() {
+  if (!impl_->keys) return impl_->keys_status;
+  return impl_->keys->reload();
+}
+
+const std::string& HttpServer::api_key_file() const { return impl_->options.api_key_file; }
 
 Status HttpServer::listen() {
   if (impl_->bound_port <= 0) TF_RETURN_IF_ERROR(bind());

@@ -17,7 +17,8 @@ namespace tf::server {
 struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 8888;                 // 0: any free port (see HttpServer::port())
-  std::string api_key;             // empty: no authentication
+  std::string api_key;  // API_KEY: keys separated by commas; with api_key_file empty too: no authentication
+  std::string api_key_file;  // API_KEY_FILE: one key per line, read again by reload_api_keys() (api_keys.h)
   int64_t default_max_tokens = 4096;  // chat/responses cap when the request sets none; 0: fill the window
   size_t max_body_bytes = size_t{96} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
@@ -39,6 +40,9 @@ class HttpServer {
   // Binds and serves on a background thread (tests, embedding).
   Status start_background();
   void stop();
+  // Reads API_KEY_FILE again (SIGHUP): how many keys are now in force, or why the old ones stay.
+  Expected<size_t> reload_api_keys();
+  const std::string& api_key_file() const;
 
  private:
   struct Impl;
