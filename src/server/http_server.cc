@@ -16,6 +16,7 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/api_keys.h"
+#include "server/dashboard_page.h"
 #include "server/generation_session.h"
 #include "server/media_parts.h"
 #include "server/metrics.h"
@@ -94,16 +95,16 @@ struct HttpServer::Impl {
 
   using Handler = std::function<void(const httplib::Request&, httplib::Response&, Clock::time_point)>;
 
-  // The one wrapper: auth, request id, error mapping, metrics.
-  httplib::Server::Handler handle(std::string endpoint, Handler h) {
+  // The one wrapper: auth (unless `needs_key` is false), request id, error mapping, metrics.
+  httplib::Server::Handler handle(std::string endpoint, Handler h, bool needs_key = true) {
     const bool anthropic = is_anthropic_path(endpoint);
-    return [this, anthropic, endpoint = std::move(endpoint), h = std::move(h)](const httplib::Request& req,
-                                                                                httplib::Response& res) {
+    return [this, anthropic, needs_key, endpoint = std::move(endpoint), h = std::move(h)](
+               const httplib::Request& req, httplib::Response& res) {
       Clock::time_point t0 = Clock::now();
       std::string rid = req.get_header_value("x-request-id");
       res.set_header("x-request-id", rid.empty() ? make_id("req-") : rid);
       try {
-        check_auth(req);
+        if (needs_key) check_auth(req);
         h(req, res, t0);
       } catch (const ApiError& e) {
         write_error(res, e, anthropic);
@@ -633,6 +634,16 @@ struct HttpServer::Impl {
     bind_post("/detokenize", &Impl::detokenize);
     bind_post("/v1/detokenize", &Impl::detokenize);
     http.Get("/health", handle("/health", [this](const auto& req, auto& res, auto t0) { health(req, res, t0); }));
+    // A page without data (it asks /health, with the key): a browser cannot send a bearer token
+    // when it opens a URL.
+    http.Get("/dashboard", handle(
+                               "/dashboard",
+                               [](const auto&, auto& res, auto) {
+                                 res.set_header("Cache-Control", "no-store");
+                                 res.set_header("X-Frame-Options", "DENY");
+                                 res.set_content(std::string(dashboard_html()), "text/html; charset=utf-8");
+                               },
+                               /*needs_key=*/false));
     for (const char* path : {"/metrics", "/v1/metrics"})
       http.Get(path, handle(path, [this](const auto&, auto& res, auto) {
         res.set_content(metrics.render(engine.health()), "text/plain; version=0.0.4; charset=utf-8");
