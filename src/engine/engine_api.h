@@ -133,6 +133,9 @@ struct GenerationRequest {
   // vLLM's return_token_ids: every generated token's id rides on the delta event that adds it
   // (GenerationEvent::token_ids; the stop token's included), even when it shows no text yet.
   bool return_token_ids = false;
+  // vLLM's cache_salt: this prompt resumes only from states of prompts with the same salt,
+  // and its own kept states serve only them (cache/prompt_salt.h). Empty: unsalted.
+  std::string cache_salt;
 };
 
 struct TopLogprob {

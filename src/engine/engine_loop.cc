@@ -103,8 +103,8 @@ void Engine::Impl::take_inbox() {
   }
   // A request with images or videos is encoded first (encode_pending_media), then admitted.
   for (auto& r : fresh) {
+    set_reuse_tokens(*r);  // what the prompt store's read ahead looks up too
     if (r->req.media) {
-      set_reuse_tokens(*r);
       media_pending.push_back(r);
     } else if (!wait_for_stored_state(r)) {
       admit(r);

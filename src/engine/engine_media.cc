@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "cache/prompt_salt.h"
 #include "core/logging.h"
 #include "engine/engine_impl.h"
 
@@ -145,11 +146,15 @@ Expected<bool> Engine::Impl::encode_media_step(LiveRequest& r, int64_t patch_bud
 
 void Engine::Impl::set_reuse_tokens(LiveRequest& r) const {
   const GenerationRequest& g = r.req;
-  if (reuse_grain == 0 || !g.media || !r.reuse_tokens.empty() || g.media->reuse_keys.size() != g.media->positions.size())
-    return;
+  if (reuse_grain == 0 || !r.reuse_tokens.empty()) return;
+  const bool media = g.media && g.media->reuse_keys.size() == g.media->positions.size();
+  if (!media && g.cache_salt.empty()) return;
   r.reuse_tokens = g.prompt_tokens;
-  for (size_t k = 0; k < g.media->positions.size(); ++k)
-    r.reuse_tokens[static_cast<size_t>(g.media->positions[k])] = g.media->reuse_keys[k];
+  if (media) {
+    for (size_t k = 0; k < g.media->positions.size(); ++k)
+      r.reuse_tokens[static_cast<size_t>(g.media->positions[k])] = g.media->reuse_keys[k];
+  }
+  salt_prompt_tokens(r.reuse_tokens, g.cache_salt);
 }
 
 void Engine::Impl::encode_pending_media() {

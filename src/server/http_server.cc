@@ -289,6 +289,7 @@ struct HttpServer::Impl {
     g.parallel_tool_calls = r.parallel_tool_calls;
     g.reasoning_budget = r.reasoning_budget.value_or(-1);
     g.return_token_ids = r.return_token_ids;
+    g.cache_salt = r.cache_salt;
     return g;
   }
 
@@ -386,6 +387,7 @@ struct HttpServer::Impl {
       g.structured = r.structured;
       g.n = r.n;
       g.return_token_ids = r.return_token_ids;
+      g.cache_salt = r.cache_salt;
       if (r.echo && r.logprobs >= 0) g.prompt_logprobs = r.logprobs;  // the echoed prompt is scored too
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
     }

@@ -24,6 +24,8 @@ constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopStringBytes = 4096;
 // vLLM's bad_words: each is checked against the reply's tail at every token (<= 4 KiB each).
 constexpr int kMaxBadWords = 64;
+// vLLM's cache_salt: vLLM suggests 43 base64 characters (256 bits); hashed once per request.
+constexpr size_t kMaxCacheSaltBytes = 4096;
 
 // Fields shared by chat, completions and responses.
 struct CommonRequest {
@@ -38,6 +40,7 @@ struct CommonRequest {
   // vLLM's truncate_prompt_tokens: only the prompt's last k tokens are run; -1: the last
   // CONTEXT tokens.
   std::optional<int64_t> truncate_prompt_tokens;
+  std::string cache_salt;  // vLLM: prompt reuse only between requests of the same salt (empty: none)
   std::optional<int64_t> max_tokens;  // unset: fill the window (chat) / 16 (completions)
 };
 

@@ -196,6 +196,14 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
   if (out.truncate_prompt_tokens == 0)
     throw bad_request("'truncate_prompt_tokens' must be -1 (the window) or at least 1",
                       "truncate_prompt_tokens");
+  if (const Json* salt = json_field(body, "cache_salt")) {
+    if (!salt->is_string() || salt->get_ref<const std::string&>().empty() ||
+        salt->get_ref<const std::string&>().size() > kMaxCacheSaltBytes)
+      throw bad_request("'cache_salt' must be a non-empty string of at most " +
+                            std::to_string(kMaxCacheSaltBytes) + " bytes",
+                        "cache_salt");
+    out.cache_salt = salt->get<std::string>();
+  }
   if (json_bool(body, "use_beam_search").value_or(false))
     throw bad_request("beam search is not supported", "use_beam_search");
   parse_structured(body, out.structured);

@@ -873,6 +873,30 @@ await run.check('prompt reuse: a repeated long chat resumes from its kept state 
   assert.ok(h.cached_tokens_total >= cachedB + u.prompt_tokens_details.cached_tokens, JSON.stringify(h));
 });
 
+await run.check('cache_salt: a prompt resumes only from states kept under the same salt', async () => {
+  const words = Array.from({ length: 170 }, (_, i) => `note${(i * 29) % 199}`).join(' ');
+  const body = (extra) => ({ model, max_tokens: 4, temperature: 0, ignore_eos: true, ...extra,
+    messages: [{ role: 'user', content: `Private: ${words}` }] });
+  const cached = (r) => r.usage.prompt_tokens_details?.cached_tokens ?? 0;
+  const first = await client.chat.completions.create(body({ cache_salt: 'alice-3b1f9c' }));
+  assert.ok(first.usage.prompt_tokens > 520, `a long prompt (${first.usage.prompt_tokens} tokens)`);
+  assert.equal(cached(first), 0, 'a new prompt');
+  // Other salts, and no salt, see no kept state; the same salt resumes, with the same reply.
+  const other = await client.chat.completions.create(body({ cache_salt: 'mallory' }));
+  const plain = await client.chat.completions.create(body({}));
+  assert.equal(cached(other), 0, JSON.stringify(other.usage));
+  assert.equal(cached(plain), 0, JSON.stringify(plain.usage));
+  const again = await client.chat.completions.create(body({ cache_salt: 'alice-3b1f9c' }));
+  assert.ok(cached(again) > 0, JSON.stringify(again.usage));
+  assert.deepEqual(chatText(again.choices[0]), chatText(first.choices[0]));
+  assert.deepEqual(chatText(other.choices[0]), chatText(first.choices[0]), 'the salt changes no token');
+  // The unsalted prompt kept its own state: it resumes from it, and completions take the field too.
+  assert.ok(cached(await client.chat.completions.create(body({}))) > 0);
+  const bad = await postJson(server, '/v1/completions', { model, prompt: 'x', cache_salt: '' });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'cache_salt');
+});
+
 await run.check('prompt reuse: completions report cached_tokens as chat does, streamed and not', async () => {
   const text = Array.from({ length: 220 }, (_, i) => `item${(i * 41) % 223}`).join(' ');
   const body = { model, prompt: `List: ${text}`, max_tokens: 3, temperature: 0 };

@@ -95,6 +95,25 @@ TEST(ServerParse, RepetitionPenaltyRangeIsTheSamplers) {
 }
 
 // vLLM's repetition_detection, on chat and completions; what cannot be checked is a 400 naming it.
+TEST(ServerParse, CacheSalt) {
+  Json b = chat();
+  EXPECT_EQ(parse_chat_request(b).cache_salt, "");
+  b["cache_salt"] = "c2VjcmV0LXNhbHQ";
+  EXPECT_EQ(parse_chat_request(b).cache_salt, "c2VjcmV0LXNhbHQ");
+  EXPECT_EQ(parse_completion_request(Json{{"prompt", "hi"}, {"cache_salt", "x"}}).cache_salt, "x");
+  for (const Json& bad :
+       {Json(""), Json(5), Json::array({"a"}), Json(std::string(kMaxCacheSaltBytes + 1, 's'))}) {
+    b["cache_salt"] = bad;
+    try {
+      parse_chat_request(b);
+      ADD_FAILURE() << bad.dump().substr(0, 40) << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param().value_or(""), "cache_salt");
+      EXPECT_EQ(e.http_status(), 400);
+    }
+  }
+}
+
 TEST(ServerParse, RepetitionDetection) {
   Json b = chat();
   b["repetition_detection"] = {{"max_pattern_size", 64}, {"min_count", 3}};
