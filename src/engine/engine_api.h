@@ -142,6 +142,7 @@ struct TopLogprob {
   std::string token;
   double logprob = 0.0;
   std::vector<uint8_t> bytes;
+  int32_t token_id = -1;  // set in prompt logprobs (vLLM keys them by id)
 };
 
 struct TokenLogprob {
@@ -154,6 +155,9 @@ struct TokenLogprob {
   // adds none. -1 when unknown: the server then counts the text of the events before it.
   int64_t text_offset = -1;
   int32_t token_id = -1;  // the engine's (a fake engine may leave it unset)
+  // Prompt logprobs: the token's rank under the model (vLLM's: ids with a logit >= its
+  // own, so 1 for the most likely); 0 when not computed.
+  int32_t rank = 0;
 };
 
 struct ToolCallDelta {

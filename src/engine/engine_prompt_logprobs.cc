@@ -36,16 +36,18 @@ std::vector<uint8_t> token_bytes(const text::Tokenizer& tok, int32_t token) {
 // An entry: the token's logprob and the top alternatives, with the token itself among them
 // (as vLLM lists it) when it is not one of the top.
 TokenLogprob prompt_entry(const text::Tokenizer& tok, const tf::TokenLogprob& chosen,
-                          const std::vector<tf::TokenLogprob>& top) {
+                          const std::vector<tf::TokenLogprob>& top, int32_t rank) {
   TokenLogprob lp;
   lp.token = token_text(tok, chosen.token);
   lp.token_id = chosen.token;
   lp.logprob = chosen.logprob;
   lp.bytes = token_bytes(tok, chosen.token);
+  lp.rank = rank;
   std::vector<tf::TokenLogprob> listed = top;
   if (!listed.empty() && std::none_of(listed.begin(), listed.end(), [&](const auto& t) { return t.token == chosen.token; }))
     listed.push_back(chosen);
-  for (const tf::TokenLogprob& t : listed) lp.top.push_back({token_text(tok, t.token), t.logprob, token_bytes(tok, t.token)});
+  for (const tf::TokenLogprob& t : listed)
+    lp.top.push_back({token_text(tok, t.token), t.logprob, token_bytes(tok, t.token), t.token});
   return lp;
 }
 
@@ -59,6 +61,7 @@ void Engine::Impl::set_prompt_scoring(StepEntry& e, const LiveChoice& c, int64_t
   e.scored_tokens = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(c.prefilled + 1),
                                                              static_cast<size_t>(scored));
   e.score_params.logprob = true;
+  e.score_params.rank = true;  // one comparison per logit in the pass the logprob makes anyway
   e.score_params.top_logprobs = std::clamp(c.request->req.prompt_logprobs, 0, kSampleRowsMaxTopLogprobs);
   e.score_params.vocab_limit = static_cast<int32_t>(text_vocab);  // padding ids are no tokens
 }
@@ -84,11 +87,13 @@ void Engine::Impl::score_prompt_rows(LiveChoice& c, const StepResult& result, in
     tf::TokenLogprob chosen{prompt[static_cast<size_t>(from) + j + 1],
                             std::numeric_limits<float>::quiet_NaN()};
     std::vector<tf::TokenLogprob> top;
+    int32_t rank = 0;
     if (s.status == SampleRowStatus::kOk) {
       chosen.logprob = s.logprob;
+      rank = s.rank;
       for (int32_t k = 0; k < s.top_count; ++k) top.push_back({s.top_tokens[k], s.top_values[k]});
     }
-    c.prompt_logprobs.push_back(prompt_entry(*tokenizer, chosen, top));
+    c.prompt_logprobs.push_back(prompt_entry(*tokenizer, chosen, top, rank));
   }
   if (from + rows < length) return;
 

@@ -290,6 +290,7 @@ struct HttpServer::Impl {
     g.reasoning_budget = r.reasoning_budget.value_or(-1);
     g.return_token_ids = r.return_token_ids;
     g.cache_salt = r.cache_salt;
+    g.prompt_logprobs = r.prompt_logprobs.value_or(-1);
     return g;
   }
 
@@ -330,6 +331,9 @@ struct HttpServer::Impl {
     wait_for(req, *session);
     Json out = chat_completion_json(meta, session->choices(), session->usage(), r.include_reasoning,
                                     r.sampling.logprobs);
+    if (r.prompt_logprobs)  // vLLM's place: at the top (every choice has the same prompt)
+      out["prompt_logprobs"] =
+          vllm_prompt_logprobs_json(session->choices().at(0).prompt_logprobs, *r.prompt_logprobs);
     if (prompt_ids) {  // vLLM's places: the prompt's ids at the top, each choice's in it
       out["prompt_token_ids"] = *prompt_ids;
       for (size_t i = 0; i < session->choices().size(); ++i)
@@ -389,6 +393,7 @@ struct HttpServer::Impl {
       g.return_token_ids = r.return_token_ids;
       g.cache_salt = r.cache_salt;
       if (r.echo && r.logprobs >= 0) g.prompt_logprobs = r.logprobs;  // the echoed prompt is scored too
+      if (r.prompt_logprobs) g.prompt_logprobs = std::max(g.prompt_logprobs, *r.prompt_logprobs);
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
     }
     if (r.stream) {
@@ -410,8 +415,17 @@ struct HttpServer::Impl {
       all.insert(all.end(), s->choices().begin(), s->choices().end());
       total += s->usage();
     }
+    Json prompt_lps = Json::array();  // vLLM's prompt_logprobs, per choice
+    if (r.prompt_logprobs) {
+      for (ChoiceState& c : all) {
+        prompt_lps.push_back(vllm_prompt_logprobs_json(c.prompt_logprobs, *r.prompt_logprobs));
+        if (r.echo && r.logprobs >= 0)
+          keep_top_logprobs(c.prompt_logprobs, r.logprobs);  // the echo's own count
+      }
+    }
     Json out = text_completion_json(meta, all, r.echo ? echo : std::vector<std::string>{}, r.n, total,
                                     r.logprobs >= 0);
+    for (size_t i = 0; i < prompt_lps.size(); ++i) out["choices"][i]["prompt_logprobs"] = prompt_lps[i];
     if (r.return_token_ids)  // vLLM's places: each choice holds its prompt's ids and its own
       for (size_t i = 0; i < all.size(); ++i) {
         out["choices"][i]["prompt_token_ids"] = prompts[i / static_cast<size_t>(r.n)];

@@ -26,6 +26,8 @@ constexpr size_t kMaxStopStringBytes = 4096;
 constexpr int kMaxBadWords = 64;
 // vLLM's cache_salt: vLLM suggests 43 base64 characters (256 bits); hashed once per request.
 constexpr size_t kMaxCacheSaltBytes = 4096;
+// vLLM's prompt_logprobs: top alternatives per prompt token at most (the device scorer's limit).
+constexpr int kMaxPromptLogprobs = 20;
 
 // Fields shared by chat, completions and responses.
 struct CommonRequest {
@@ -41,6 +43,9 @@ struct CommonRequest {
   // CONTEXT tokens.
   std::optional<int64_t> truncate_prompt_tokens;
   std::string cache_salt;  // vLLM: prompt reuse only between requests of the same salt (empty: none)
+  // vLLM's prompt_logprobs: each prompt token's logprob and rank, with this many top
+  // alternatives (0..20; not with stream). Unset: none.
+  std::optional<int> prompt_logprobs;
   std::optional<int64_t> max_tokens;  // unset: fill the window (chat) / 16 (completions)
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -138,6 +139,41 @@ Json prompt_logprobs_json(std::span<const TokenLogprob> entries, int64_t echo_ch
     offsets.push_back(std::clamp<int64_t>(lp.text_offset, 0, echo_chars));
   }
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+Json vllm_prompt_logprobs_json(std::span<const TokenLogprob> entries, int top_n) {
+  const auto clamped = [](double lp) { return std::isinf(lp) && lp < 0 ? -9999.0 : lp; };
+  Json out = Json::array();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TokenLogprob& lp = entries[i];
+    if (i == 0 || std::isnan(lp.logprob)) {
+      out.push_back(nullptr);
+      continue;
+    }
+    Json position = Json::object();
+    position[std::to_string(lp.token_id)] = {
+        {"logprob", clamped(lp.logprob)}, {"rank", lp.rank}, {"decoded_token", lp.token}};
+    int listed = 0;
+    for (const TopLogprob& t : lp.top) {
+      if (listed == top_n) break;
+      ++listed;  // the top list is most likely first; the own token appended after it is never reached
+      if (t.token_id == lp.token_id) continue;
+      position[std::to_string(t.token_id)] = {
+          {"logprob", clamped(t.logprob)}, {"rank", listed}, {"decoded_token", t.token}};
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
+void keep_top_logprobs(std::vector<TokenLogprob>& entries, int top_n) {
+  for (TokenLogprob& lp : entries) {
+    std::vector<TopLogprob> kept;
+    for (size_t j = 0; j < lp.top.size(); ++j)
+      if (static_cast<int>(j) < top_n || (lp.token_id >= 0 && lp.top[j].token_id == lp.token_id))
+        kept.push_back(std::move(lp.top[j]));
+    lp.top = std::move(kept);
+  }
 }
 
 Json concat_completion_logprobs(Json first, const Json& then) {

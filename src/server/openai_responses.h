@@ -79,6 +79,13 @@ Json completion_logprobs_json(const ChoiceState& c, size_t begin, size_t end, in
 // token's logprob and top_logprobs are null (nothing precedes it); offsets count into the
 // echoed prompt (echo_chars code points), never past it.
 Json prompt_logprobs_json(std::span<const TokenLogprob> entries, int64_t echo_chars);
+// vLLM's prompt_logprobs: per prompt position null (the first token; a row that could not be
+// scored) or {"<id>": {logprob, rank, decoded_token}}: the prompt's own token first, then the
+// `top_n` most likely (ranks 1..top_n). A -inf logprob reads -9999.0, as vLLM clamps it.
+Json vllm_prompt_logprobs_json(std::span<const TokenLogprob> entries, int top_n);
+// Each entry's alternatives cut to the `top_n` most likely, the entry's own token kept where
+// it was listed (the engine scored more than one field asked for).
+void keep_top_logprobs(std::vector<TokenLogprob>& entries, int top_n);
 // `first`'s arrays followed by `then`'s (the echoed prompt's entries, then the reply's).
 Json concat_completion_logprobs(Json first, const Json& then);
 

@@ -204,6 +204,15 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
                         "cache_salt");
     out.cache_salt = salt->get<std::string>();
   }
+  if (const Json* pl = json_field(body, "prompt_logprobs"); pl && !pl->is_null()) {
+    if (pl->is_number_integer() && pl->get<int64_t>() == -1)
+      throw bad_request("'prompt_logprobs' -1 (every token of the vocabulary) is not supported; at most " +
+                            std::to_string(kMaxPromptLogprobs),
+                        "prompt_logprobs");
+    out.prompt_logprobs = static_cast<int>(*json_int(body, "prompt_logprobs", 0, kMaxPromptLogprobs));
+    if (out.stream && *out.prompt_logprobs > 0)
+      throw bad_request("'prompt_logprobs' are not available when 'stream' is true", "prompt_logprobs");
+  }
   if (json_bool(body, "use_beam_search").value_or(false))
     throw bad_request("beam search is not supported", "use_beam_search");
   parse_structured(body, out.structured);

@@ -873,6 +873,47 @@ await run.check('prompt reuse: a repeated long chat resumes from its kept state 
   assert.ok(h.cached_tokens_total >= cachedB + u.prompt_tokens_details.cached_tokens, JSON.stringify(h));
 });
 
+await run.check("prompt_logprobs (vLLM): each prompt token's logprob and rank, its top alternatives, beside echo's", async () => {
+  const body = { model, prompt: 'The quick brown fox jumps over the lazy dog', max_tokens: 2, temperature: 0,
+    prompt_logprobs: 3, echo: true, logprobs: 1, return_token_ids: true };
+  const r = await post200(server, '/v1/completions', body);
+  const c = r.choices[0];
+  const ids = c.prompt_token_ids;
+  const pl = c.prompt_logprobs;
+  assert.equal(pl.length, ids.length);
+  assert.equal(pl[0], null, 'nothing precedes the first token');
+  for (let i = 1; i < pl.length; i++) {
+    // (JavaScript lists integer keys in ascending order, whatever order the JSON had.)
+    const own = pl[i][String(ids[i])];
+    assert.ok(own, `position ${i}: the prompt's own token ${ids[i]} is listed`);
+    const keys = [String(ids[i]), ...Object.keys(pl[i]).filter((k) => k !== String(ids[i]))];
+    assert.ok(Number.isInteger(own.rank) && own.rank >= 1, JSON.stringify(own));
+    assert.equal(typeof own.decoded_token, 'string');
+    // The top 3 carry ranks 1..3; the own token adds a key only when it is not among them.
+    const tops = keys.slice(1).map((k) => pl[i][k]).concat(own.rank <= 3 ? [own] : []).sort((x, y) => x.rank - y.rank);
+    assert.deepEqual(tops.map((t) => t.rank), [1, 2, 3], `position ${i}: ${JSON.stringify(pl[i])}`);
+    assert.equal(keys.length, own.rank <= 3 ? 3 : 4);
+    for (let j = 1; j < tops.length; j++) assert.ok(tops[j].logprob <= tops[j - 1].logprob);
+    assert.ok(own.logprob <= tops[0].logprob);
+    if (own.rank > 3) assert.ok(own.logprob <= tops[2].logprob);
+    // The echo's logprob of the same token is the same score; its alternatives keep echo's own count.
+    assert.equal(c.logprobs.token_logprobs[i], own.logprob, `position ${i}`);
+    assert.ok(Object.keys(c.logprobs.top_logprobs[i]).length <= 2, JSON.stringify(c.logprobs.top_logprobs[i]));
+  }
+  // In the JSON text (Python keeps that order) the own token comes first, as in vLLM.
+  const raw = await postJson(server, '/v1/completions', body);
+  assert.ok(raw.text.includes(`"prompt_logprobs":[null,{"${ids[1]}":{"logprob":`), raw.text.slice(0, 400));
+  // Chat puts them at the top; 0 alternatives: the own token alone.
+  const chat = await post200(server, '/v1/chat/completions', { model, max_tokens: 1, prompt_logprobs: 0,
+    messages: [{ role: 'user', content: 'Rank these tokens.' }] });
+  assert.equal(chat.prompt_logprobs.length, chat.usage.prompt_tokens);
+  assert.equal(chat.prompt_logprobs[0], null);
+  assert.ok(chat.prompt_logprobs.slice(1).every((p) => p && Object.keys(p).length === 1));
+  const streamed = await postJson(server, '/v1/completions', { ...body, stream: true });
+  assert.equal(streamed.status, 400);
+  assert.equal(streamed.json.error.param, 'prompt_logprobs');
+});
+
 await run.check('cache_salt: a prompt resumes only from states kept under the same salt', async () => {
   const words = Array.from({ length: 170 }, (_, i) => `note${(i * 29) % 199}`).join(' ');
   const body = (extra) => ({ model, max_tokens: 4, temperature: 0, ignore_eos: true, ...extra,

@@ -122,6 +122,17 @@ TEST(CpuSampleRows, ScoredTokensMatchTheHostLogprobs) {
       const float want =
           static_cast<float>(static_cast<double>(masked[static_cast<size_t>(p.scored_token)]) - lse);
       EXPECT_TRUE(std::memcmp(&got.logprob, &want, sizeof(float)) == 0) << got.logprob << " vs " << want;
+      if (p.rank) {  // vLLM's rank: the ids (padding excluded) whose logit is >= the token's
+        const float v = masked[static_cast<size_t>(p.scored_token)];
+        int32_t want_rank = 0;
+        for (int64_t t = 0; t < (limit > 0 ? limit : vocab); ++t)
+          want_rank += masked[static_cast<size_t>(t)] >= v;
+        EXPECT_EQ(got.rank, want_rank);
+        EXPECT_GE(got.rank, 1);
+        if (got.rank == 1 && got.top_count > 0) {
+          EXPECT_EQ(got.top_tokens[0], p.scored_token);
+        }
+      }
       ASSERT_EQ(got.top_count, static_cast<int32_t>(top.size()));
       for (size_t j = 0; j < top.size(); ++j) {
         EXPECT_EQ(got.top_tokens[j], top[j].token) << j;

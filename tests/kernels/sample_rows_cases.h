@@ -73,6 +73,7 @@ inline ScoredRows scored_rows(int64_t vocab, int32_t limit, int rows_per_kind, i
       p.vocab_limit = limit;
       p.scored_token = static_cast<int32_t>(id(rng));
       if (i == 1 && lim < vocab) p.scored_token = static_cast<int32_t>(vocab - 1);  // padding
+      p.rank = i % 2 == 0 || i == 1;  // vLLM's prompt_logprobs ask for it
       out.params.push_back(p);
     }
   return out;

@@ -64,6 +64,9 @@ struct SampleRowParams {
   // unused. An id at or past vocab_limit scores -inf (the host masks padding ids so); one
   // past the row is refused.
   int32_t scored_token = -1;
+  // The chosen (or scored) token's rank as vLLM counts it: the ids below vocab_limit whose
+  // logit is >= the token's (1 for the argmax; ties count against it). Needs logprob.
+  bool rank = false;
 };
 
 enum class SampleRowStatus : int32_t {
@@ -80,6 +83,7 @@ struct SampleRowResult {
   int32_t top_count = 0;            // entries of top_tokens/top_values filled (finite logits only)
   int32_t top_tokens[kSampleRowsMaxTopLogprobs] = {};
   float top_values[kSampleRowsMaxTopLogprobs] = {};  // logprobs, most likely first (ties: lower id)
+  int32_t rank = 0;                                  // when params.rank
 };
 
 // Order-preserving map of a float to an unsigned key (larger float, larger key;

@@ -38,6 +38,12 @@ void fill_logprobs(SampleRowResult& r, const float* x, int64_t lim, float max_ra
   if (p.logprob)
     r.logprob = r.token < lim ? static_cast<float>(static_cast<double>(x[r.token]) - lse)
                               : -std::numeric_limits<float>::infinity();
+  if (p.rank) {
+    const float v = r.token < lim ? x[r.token] : -std::numeric_limits<float>::infinity();
+    int32_t at_least = 0;
+    for (int64_t i = 0; i < lim; ++i) at_least += x[i] >= v;
+    r.rank = at_least;
+  }
   const int32_t n = std::clamp(p.top_logprobs, 0, kSampleRowsMaxTopLogprobs);
   if (n == 0) return;
   std::vector<std::pair<float, int32_t>> finite;

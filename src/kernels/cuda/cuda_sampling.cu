@@ -451,8 +451,8 @@ __device__ void top_candidate_bound(int n, Shared& sh) {
 
 // Raw logprobs: the chosen token's and the n_top best (value desc, id asc).
 template <typename G>
-__device__ void raw_logprobs(const float* x, int64_t lim, float m, int64_t token, int n_top, float& logprob,
-                             SampleRowResult* out, Shared& sh) {
+__device__ void raw_logprobs(const float* x, int64_t lim, float m, int64_t token, int n_top, bool rank,
+                             float& logprob, SampleRowResult* out, Shared& sh) {
   // kV1 finds the top n by n block argmaxes over the row; otherwise the lse pass
   // also collects every finite value >= a bound of the n-th (usually a few dozen).
   const bool collect = G::kWalk != Walk::kV1 && n_top > 0;
@@ -461,10 +461,13 @@ __device__ void raw_logprobs(const float* x, int64_t lim, float m, int64_t token
     __syncthreads();
   }
   const float bound = sh.top_bound;
+  const float token_v = token < lim ? x[token] : -INFINITY;
   double part = 0.0;
+  int at_least = 0;  // rank: ids whose logit is >= the token's
   walk_row<G>(x, lim, [&](int64_t i, float v, bool valid) {
     if (!valid) return;
     part += exp(static_cast<double>(v) - m);
+    at_least += v >= token_v;
     if (collect && v >= bound && v != -INFINITY) {
       const unsigned slot = atomicAdd(&sh.top_count, 1u);
       if (slot < kTopCandidates) sh.top[slot] = {v, static_cast<int32_t>(i)};
@@ -472,6 +475,10 @@ __device__ void raw_logprobs(const float* x, int64_t lim, float m, int64_t token
   });
   const double lse = m + log(group_reduce<G>(part, SumOp{}, sh.sum));  // its barriers publish sh.top
   logprob = token < lim ? static_cast<float>(static_cast<double>(x[token]) - lse) : -INFINITY;
+  if (rank) {  // a count far below 2^53: exact in double, in any order
+    const double ranked = group_reduce<G>(static_cast<double>(at_least), SumOp{}, sh.sum);
+    if (G::leader()) out->rank = static_cast<int32_t>(ranked);
+  }
   if (n_top == 0) {
     if (G::leader()) out->top_count = 0;  // (the result buffer is reused scratch)
     return;
@@ -592,7 +599,7 @@ __device__ void sample_row(const RowJob& job, SampleRowResult* out, Shared& sh) 
   float logprob = 0.0f;
   const int n_top = p.top_logprobs < 0 ? 0 : (p.top_logprobs > kSampleRowsMaxTopLogprobs ? kSampleRowsMaxTopLogprobs : p.top_logprobs);
   if (p.logprob || n_top > 0) {
-    raw_logprobs<G>(x, lim, raw.v, token, n_top, logprob, out, sh);
+    raw_logprobs<G>(x, lim, raw.v, token, n_top, p.rank, logprob, out, sh);
   } else if (G::leader()) {
     out->top_count = 0;
   }
