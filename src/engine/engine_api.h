@@ -136,6 +136,9 @@ struct GenerationRequest {
   // vLLM's cache_salt: this prompt resumes only from states of prompts with the same salt,
   // and its own kept states serve only them (cache/prompt_salt.h). Empty: unsalted.
   std::string cache_salt;
+  // vLLM's priority: while requests wait for a slot or the cache pool, lower values are
+  // admitted first (ties: arrival order). Running requests are not preempted.
+  int32_t priority = 0;
 };
 
 struct TopLogprob {

@@ -187,6 +187,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     }
     RequestSpec spec{id, static_cast<int64_t>(g.prompt_tokens.size()),
                      static_cast<int64_t>(params->max_tokens), 0};
+    spec.priority = g.priority;
     const SubmitResult sr = scheduler->submit(spec);
     if (sr != SubmitResult::kQueued) {
       fail_choice(id, resource_exhausted(std::string("the request cannot be scheduled: ") + submit_result_name(sr)));

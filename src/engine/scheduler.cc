@@ -43,7 +43,10 @@ SubmitResult Scheduler::submit(const RequestSpec& spec) {
   }
   if (spec.cache_tokens() > cache_.capacity_tokens()) return SubmitResult::kTooLarge;
   if (waiting_.size() >= static_cast<size_t>(config_.max_waiting)) return SubmitResult::kQueueFull;
-  waiting_.push_back(spec);
+  // After every waiting request of the same or a lower value: arrival order within a priority.
+  const auto at = std::upper_bound(waiting_.begin(), waiting_.end(), spec.priority,
+                                   [](int32_t p, const RequestSpec& s) { return p < s.priority; });
+  waiting_.insert(at, spec);
   return SubmitResult::kQueued;
 }
 

@@ -44,6 +44,9 @@ struct RequestSpec {
   // This request's own cap on its prefill chunks when below the configured one (a request
   // that downloads every prompt row's logits bounds them); 0: the configured cap.
   int32_t max_prefill_chunk = 0;
+  // Waiting order: lower first, equal ones in arrival order (vLLM's priority). Requests
+  // already running are never stopped for a waiting one.
+  int32_t priority = 0;
   int64_t cache_tokens() const { return prompt_tokens + max_new_tokens; }
 };
 

@@ -291,6 +291,7 @@ struct HttpServer::Impl {
     g.return_token_ids = r.return_token_ids;
     g.cache_salt = r.cache_salt;
     g.prompt_logprobs = r.prompt_logprobs.value_or(-1);
+    g.priority = r.priority;
     return g;
   }
 
@@ -392,6 +393,7 @@ struct HttpServer::Impl {
       g.n = r.n;
       g.return_token_ids = r.return_token_ids;
       g.cache_salt = r.cache_salt;
+      g.priority = r.priority;
       if (r.echo && r.logprobs >= 0) g.prompt_logprobs = r.logprobs;  // the echoed prompt is scored too
       if (r.prompt_logprobs) g.prompt_logprobs = std::max(g.prompt_logprobs, *r.prompt_logprobs);
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));

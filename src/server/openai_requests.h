@@ -46,6 +46,7 @@ struct CommonRequest {
   // vLLM's prompt_logprobs: each prompt token's logprob and rank, with this many top
   // alternatives (0..20; not with stream). Unset: none.
   std::optional<int> prompt_logprobs;
+  int32_t priority = 0;               // vLLM: lower values leave the waiting queue first
   std::optional<int64_t> max_tokens;  // unset: fill the window (chat) / 16 (completions)
 };
 

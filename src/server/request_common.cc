@@ -213,6 +213,7 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
     if (out.stream && *out.prompt_logprobs > 0)
       throw bad_request("'prompt_logprobs' are not available when 'stream' is true", "prompt_logprobs");
   }
+  out.priority = static_cast<int32_t>(json_int(body, "priority", INT32_MIN, INT32_MAX).value_or(0));
   if (json_bool(body, "use_beam_search").value_or(false))
     throw bad_request("beam search is not supported", "use_beam_search");
   parse_structured(body, out.structured);

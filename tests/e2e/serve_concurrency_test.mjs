@@ -104,4 +104,22 @@ await run.check('idle afterwards', async () => {
   assert.equal(h.streams.decoding + h.streams.prefilling, 0);
 });
 
+await run.check('priority (vLLM): a waiting request with a lower value is admitted first', async () => {
+  const idle = await waitHealth(server, (h) => h.requests_running === 0 && h.requests_waiting === 0, 60000);
+  assert.ok(idle.ok, JSON.stringify(idle.last));
+  const ask = (content, max_tokens, priority) => post200(server, '/v1/chat/completions', {
+    model, messages: [{ role: 'user', content }], max_tokens, ignore_eos: true, temperature: 0, priority });
+  // Every slot busy, freed one at a time (different lengths).
+  const long = [40, 70, 100, 130].map((n, i) => ask(`Busy stream ${i}.`, n, 0));
+  const full = await waitHealth(server, (h) => h.requests_running === PARALLEL, 60000);
+  assert.ok(full.ok, JSON.stringify(full.last));
+  const finished = [];
+  const low = ask('Low priority.', 2, 5).then(() => finished.push('low'));
+  assert.ok((await waitHealth(server, (h) => h.requests_waiting === 1, 30000)).ok);
+  const high = ask('High priority.', 2, -5).then(() => finished.push('high'));
+  assert.ok((await waitHealth(server, (h) => h.requests_waiting === 2, 30000)).ok);
+  await Promise.all([low, high, ...long]);
+  assert.deepEqual(finished, ['high', 'low'], 'the later, more urgent request took the first free slot');
+});
+
 await run.finish(server);

@@ -128,6 +128,7 @@ const CASES = [
   ['prompt_logprobs -1 (the whole vocabulary)', P, comp({ prompt_logprobs: -1 }), 400, 'prompt_logprobs'],
   ['prompt_logprobs 21', C, chat({ prompt_logprobs: 21 }), 400, 'prompt_logprobs'],
   ['prompt_logprobs a string', P, comp({ prompt_logprobs: 'all' }), 400, 'prompt_logprobs'],
+  ['priority a string', C, chat({ priority: 'high' }), 400, 'priority'],
   ['cache_salt empty', C, chat({ cache_salt: '' }), 400, 'cache_salt'],
   ['cache_salt a number', P, comp({ cache_salt: 42 }), 400, 'cache_salt'],
   ['cache_salt of 5000 bytes', C, chat({ cache_salt: 's'.repeat(5000) }), 400, 'cache_salt'],

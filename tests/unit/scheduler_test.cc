@@ -108,6 +108,28 @@ TEST(SchedulerTimeline, WaitsForCacheUntilAnotherFinishes) {
   EXPECT_EQ(h.cache.free_tokens(), 20 - 10 - 2);
 }
 
+TEST(SchedulerTimeline, LowerPriorityValuesLeaveTheQueueFirstTiesInArrivalOrder) {
+  Harness h(config(1, 8), 1000);
+  auto submit = [&](char name, int32_t priority) {
+    RequestSpec s{id(name), 2, 1};
+    s.priority = priority;
+    return h.sched.submit(s);
+  };
+  ASSERT_EQ(submit('A', 5), SubmitResult::kQueued);
+  EXPECT_EQ(h.step(), "A:P2!");  // running: never stopped for a later arrival
+  ASSERT_EQ(submit('B', 0), SubmitResult::kQueued);
+  ASSERT_EQ(submit('C', -3), SubmitResult::kQueued);
+  ASSERT_EQ(submit('D', 0), SubmitResult::kQueued);
+  ASSERT_EQ(submit('E', 7), SubmitResult::kQueued);
+  ASSERT_EQ(submit('F', -3), SubmitResult::kQueued);
+  std::string order;
+  for (int i = 0; i < 6 && h.sched.has_work(); ++i) {
+    h.step();
+    for (RequestId r : h.last.admitted) order += static_cast<char>(r);
+  }
+  EXPECT_EQ(order, "CFBDE");
+}
+
 TEST(SchedulerTimeline, QueueFullIsRejectedAndFreesUpAfterAdmission) {
   Harness h(config(1, 8, /*max_waiting=*/2), 1000);
   EXPECT_EQ(h.submit('A', 4, 2), SubmitResult::kQueued);

@@ -114,6 +114,23 @@ TEST(ServerParse, CacheSalt) {
   }
 }
 
+TEST(ServerParse, Priority) {
+  Json b = chat();
+  EXPECT_EQ(parse_chat_request(b).priority, 0);
+  b["priority"] = -5;
+  EXPECT_EQ(parse_chat_request(b).priority, -5);
+  EXPECT_EQ(parse_completion_request(Json{{"prompt", "hi"}, {"priority", 9}}).priority, 9);
+  for (const Json& bad : {Json("high"), Json(1.5), Json(int64_t{1} << 40)}) {
+    b["priority"] = bad;
+    try {
+      parse_chat_request(b);
+      ADD_FAILURE() << bad.dump() << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param().value_or(""), "priority");
+    }
+  }
+}
+
 TEST(ServerParse, RepetitionDetection) {
   Json b = chat();
   b["repetition_detection"] = {{"max_pattern_size", 64}, {"min_count", 3}};
