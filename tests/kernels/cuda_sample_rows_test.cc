@@ -272,7 +272,9 @@ TEST_F(CudaSampleRows, ScoredTokensMatchTheCpuOp) {
     for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
       SCOPED_TRACE("vocab " + std::to_string(vocab) + " row " + std::to_string(r));
       EXPECT_TRUE(same_tokens(dev[r], ref[r])) << dev[r].logprob << " vs " << ref[r].logprob;
-      if (cases.params[r].rank) EXPECT_EQ(dev[r].rank, ref[r].rank);  // a count: exact
+      if (cases.params[r].rank) {
+        EXPECT_EQ(dev[r].rank, ref[r].rank);  // a count: exact
+      }
     }
   }
 }
