@@ -108,6 +108,8 @@ fi
 mkdir -p "$LOG_DIR" "$STATE_DIR"
 log="$LOG_DIR/tensorfold-$(date +%Y%m%d-%H%M%S).log"
 ln -sfn "$(basename "$log")" "$LOG_DIR/tensorfold.log"
+: >"$log"
+tf_rotate_logs "$log"
 echo "starting: $bin serve ${TF_SERVE_ARGS[*]} $*"
 nohup "$bin" serve "${TF_SERVE_ARGS[@]}" "$@" >"$log" 2>&1 </dev/null 9>&- &
 pid=$!

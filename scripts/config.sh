@@ -8,7 +8,7 @@ TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX LOOP_GUARD MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY API_KEY_FILE TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND
-  PREPARE DRY_RUN
+  PREPARE DRY_RUN LOG_KEEP
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
 # The environment as the user gave it (these win over everything).
@@ -70,6 +70,7 @@ done
 : "${DEVICE:=cpu}"
 : "${BUILD_DIR:=$TF_ROOT/build}"
 : "${LOG_DIR:=$TF_ROOT/logs}"
+: "${LOG_KEEP:=10}"
 : "${STATE_DIR:=$TF_ROOT/.run}"
 : "${WAIT_TIMEOUT:=1800}"
 : "${STOP_TIMEOUT:=30}"
@@ -145,6 +146,8 @@ tf_validate_settings() {
   [[ "$FOREGROUND" =~ ^[01]$ ]] || tf_fail "FOREGROUND must be 0 or 1, got '$FOREGROUND'"
   [[ "$PREPARE" =~ ^(auto|0|1)$ ]] || tf_fail "PREPARE must be auto, 0 or 1, got '$PREPARE'"
   [[ "$DRY_RUN" =~ ^[01]$ ]] || tf_fail "DRY_RUN must be 0 or 1, got '$DRY_RUN'"
+  [[ "$LOG_KEEP" =~ ^[0-9]+$ ]] && ((${#LOG_KEEP} <= 5 && LOG_KEEP >= 1)) ||
+    tf_fail "LOG_KEEP must be a number of logs, at least 1, got '$LOG_KEEP'"
   if [[ -n "${API_KEY_FILE:-}" ]]; then
     [[ -f "$API_KEY_FILE" && -r "$API_KEY_FILE" ]] || tf_fail "API_KEY_FILE=$API_KEY_FILE is not a readable file"
     [[ -n "$(tf_api_key)" ]] || tf_fail "API_KEY_FILE=$API_KEY_FILE lists no key (one key per line, # comments)"
@@ -232,4 +235,21 @@ tf_running_pid() {
   [[ -f "$f" ]] || return 1
   pid=$(cat "$f")
   [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+# The server's logs (tensorfold-YYYYmmdd-HHMMSS.log, one per start): the newest LOG_KEEP are kept,
+# every one but CURRENT gzipped (zless reads them), the older ones deleted.
+tf_rotate_logs() {
+  local current=$1 f n=0
+  local -a logs
+  mapfile -t logs < <(find "$LOG_DIR" -maxdepth 1 -type f -regextype posix-extended \
+    -regex '.*/tensorfold-[0-9]{8}-[0-9]{6}\.log(\.gz)?' -printf '%f\n' | sort -r)
+  for f in "${logs[@]}"; do
+    n=$((n + 1))
+    if ((n > LOG_KEEP)); then
+      rm -f -- "$LOG_DIR/$f"
+    elif [[ "$LOG_DIR/$f" != "$current" && "$f" == *.log ]]; then
+      gzip -9f -- "$LOG_DIR/$f" 2>/dev/null || true
+    fi
+  done
 }

@@ -51,6 +51,7 @@ void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, Gene
   for (const auto& t : sampled.top) {
     TopLogprob top;
     top.token = token_text(t.token);
+    top.token_id = t.token;
     top.logprob = t.logprob;
     const std::string top_bytes = tok_.token_bytes(t.token);
     top.bytes.assign(top_bytes.begin(), top_bytes.end());

@@ -453,6 +453,18 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
       if (p < 0 || p >= static_cast<int64_t>(request.prompt_tokens.size()))
         return invalid_argument("an image placeholder position lies outside the prompt");
   }
+  if (!request.label_tokens.empty()) {
+    if (request.sampling.max_tokens != 0)
+      return invalid_argument("label scoring generates nothing: max_tokens must be 0");
+    if (request.prompt_logprobs >= 0)
+      return invalid_argument("label scoring does not score the prompt's tokens too");
+    if (request.label_tokens.size() > static_cast<size_t>(kMaxLabelTokens))
+      return invalid_argument("at most " + std::to_string(kMaxLabelTokens) + " label tokens are scored");
+    for (int32_t t : request.label_tokens)
+      if (t < 0 || t >= m.text_vocab)
+        return invalid_argument("label token id " + std::to_string(t) + " is out of range [0, " +
+                                std::to_string(m.text_vocab) + ")");
+  }
   if (request.prompt_logprobs > kMaxTopLogprobs)
     return invalid_argument("prompt_logprobs must be at most " + std::to_string(kMaxTopLogprobs));
   auto params = m.sampling_params(request);

@@ -30,6 +30,9 @@ namespace tf::engine {
 inline constexpr double kMaxRepetitionPenalty = 2.0;
 
 // Sampling and stopping, already validated by the server (ranges per api.md §1.1).
+// Label tokens one request may score (GenerationRequest::label_tokens).
+inline constexpr int kMaxLabelTokens = 64;
+
 struct SamplingOptions {
   std::optional<double> temperature;  // unset: the model's generation_config default
   std::optional<double> top_p;
@@ -130,12 +133,20 @@ struct GenerationRequest {
   // logprob entry with this many top alternatives (GenerationEvent::prompt_logprobs), and the
   // request runs its prompt even with max_tokens 0. -1: no prompt logprobs.
   int prompt_logprobs = -1;
+  // Label scoring (/v1/decisions): the request generates nothing (max_tokens 0); at the
+  // prompt's end it reports the model's raw logprob of each of these ids (padding ids masked,
+  // temperature 1, no penalties) on one event (GenerationEvent::label_logprobs). Empty: none.
+  std::vector<int32_t> label_tokens;
   // vLLM's return_token_ids: every generated token's id rides on the delta event that adds it
   // (GenerationEvent::token_ids; the stop token's included), even when it shows no text yet.
   bool return_token_ids = false;
   // vLLM's cache_salt: this prompt resumes only from states of prompts with the same salt,
   // and its own kept states serve only them (cache/prompt_salt.h). Empty: unsalted.
   std::string cache_salt;
+  // The reference engine's `draft`: false decodes this request serially, one token per step
+  // (no copy or MTP drafts; the reply is the same either way, so this is for checking that
+  // and for timing the serial path).
+  bool drafts = true;
   // vLLM's priority: while requests wait for a slot or the cache pool, lower values are
   // admitted first (ties: arrival order). Running requests are not preempted.
   int32_t priority = 0;
@@ -145,7 +156,7 @@ struct TopLogprob {
   std::string token;
   double logprob = 0.0;
   std::vector<uint8_t> bytes;
-  int32_t token_id = -1;  // set in prompt logprobs (vLLM keys them by id)
+  int32_t token_id = -1;  // the engine's (a fake engine may leave it unset)
 };
 
 struct TokenLogprob {
@@ -194,6 +205,9 @@ struct GenerationEvent {
   // entry's logprob and top mean nothing (the API's null). text_offset counts code points
   // of the prompt's text (its tokens decoded, special ones included) before the token.
   std::vector<TokenLogprob> prompt_logprobs;
+  // kDelta, once per choice, when the request asked (GenerationRequest::label_tokens): the
+  // logprob of each label token at the prompt's end, in the request's order.
+  std::vector<double> label_logprobs;
   // kFinish: per choice, exactly once.
   FinishReason finish_reason = FinishReason::kStop;
   int64_t completion_tokens = 0;

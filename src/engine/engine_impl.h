@@ -291,10 +291,15 @@ struct Engine::Impl {
   // once its last chunk ran.
   void set_prompt_scoring(StepEntry& e, const LiveChoice& c, int64_t rows) const;
   void score_prompt_rows(LiveChoice& c, const StepResult& result, int64_t rows);
-  // The choice scores its prompt and generates nothing (max_tokens 0): it ends at the prompt's end.
+  // The choice scores its prompt or its labels and generates nothing (max_tokens 0): it ends
+  // at the prompt's end.
   static bool scores_prompt_only(const LiveChoice& c) {
-    return c.request->req.prompt_logprobs >= 0 && c.request->req.sampling.max_tokens <= 0;
+    const GenerationRequest& g = c.request->req;
+    return (g.prompt_logprobs >= 0 || !g.label_tokens.empty()) && g.sampling.max_tokens <= 0;
   }
+  // Label scoring (GenerationRequest::label_tokens, engine_label_scores.cc): the raw logprobs
+  // of c's labels from the prompt's last row (its logits on the host, or left on the device).
+  Status score_labels(LiveChoice& c, StepResult& result);
 
   // Sampling of a step's rows (engine_sampling.cc). A row whose parameters the device
   // sampler supports (device_row) is sampled by Ops::sample_rows on the logits left on

@@ -151,7 +151,8 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     if (options.copy_drafts) c.history = g.prompt_tokens;
     // The MTP layer drafts where drafts may be verified at all (draft_limit), starting from
     // what the layer's drafts have been worth so far (mtp_outlook).
-    c.mtp = mtp_drafting && !r->structured_grammar && g.reasoning_budget < 0 && mtp_outlook(c.mtp_acceptance);
+    c.mtp = mtp_drafting && g.drafts && !r->structured_grammar && g.reasoning_budget < 0 &&
+            mtp_outlook(c.mtp_acceptance);
     if (c.mtp) {
       std::lock_guard<std::mutex> lock(health_mu);
       ++health.mtp_streams_total;
@@ -181,7 +182,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     by_request_id.emplace(g.request_id, id);
     // Completions with echo and max_tokens 0: nothing to run, unless the prompt is scored
     // (it then runs, and ends at its last row: scores_prompt_only).
-    if (g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0) {
+    if (g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0 && g.label_tokens.empty()) {
       finish_choice(id, FinishReason::kLength, false);
       continue;
     }
@@ -361,6 +362,9 @@ void Engine::Impl::step_once() {
     if (device_params.back() || (!samples && device_sampling_on())) e.host_logits = false;
     // Scored on the device (StepEntry::scored_tokens); sampling downloads the last row if it must.
     if (e.all_logits && a.kind == AdvanceKind::kPrefill) e.host_logits = false;
+    // Label scoring reads the prompt's last row on the host (score_labels downloads it when
+    // the row was left on the device).
+    if (a.samples && !c.request->req.label_tokens.empty() && !e.all_logits) e.host_logits = true;
     batch.push_back(e);
   }
   publish_health();
@@ -418,13 +422,21 @@ void Engine::Impl::step_once() {
   std::vector<size_t> sampling_rows;
   std::vector<LiveChoice*> prefilled;
   std::vector<RequestId> scored_only;  // prompts scored to their end that generate nothing
+  std::vector<std::pair<RequestId, Status>> label_failures;  // failed after the loop (rows[] stays valid)
   for (size_t i = 0; i < plan.advances.size(); ++i) {
     const Advance& a = plan.advances[i];
     if (a.kind == AdvanceKind::kPrefill) {
       if (batch[i].all_logits) {
         // Before sampling: the prompt's entries come before the first token's.
         score_prompt_rows(*rows[i], (*results)[i], a.tokens);
-        if (a.samples && scores_prompt_only(*rows[i])) scored_only.push_back(rows[i]->id);
+      }
+      if (a.samples && scores_prompt_only(*rows[i])) {
+        Status s;
+        if (!rows[i]->request->req.label_tokens.empty()) s = score_labels(*rows[i], (*results)[i]);
+        if (s.is_ok())
+          scored_only.push_back(rows[i]->id);
+        else
+          label_failures.emplace_back(rows[i]->id, std::move(s));
       }
       rows[i]->prefilled += a.tokens;
       prefilled.push_back(rows[i]);
@@ -445,6 +457,7 @@ void Engine::Impl::step_once() {
     (void)take_token(c, *steps[k]);
   }
   for (RequestId id : scored_only) finish_choice(id, FinishReason::kLength, true);
+  for (const auto& [id, s] : label_failures) fail_choice(id, s);
   // Verify steps: their rows sampled one after the other while the drafts hold.
   int64_t step_rows = 0;
   bool decode_only = true, mtp_drafted = false;

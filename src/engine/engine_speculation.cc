@@ -34,7 +34,9 @@ int64_t Engine::Impl::draft_rows_for(const StepPlan& plan) const {
 }
 
 int64_t Engine::Impl::draft_limit(const LiveChoice& c, int64_t rows, int64_t max) const {
-  if (rows <= 0 || !c.sampler || c.constraint || c.request->req.reasoning_budget >= 0) return 0;
+  if (rows <= 0 || !c.sampler || c.constraint || c.request->req.reasoning_budget >= 0 ||
+      !c.request->req.drafts)
+    return 0;
   // The last token a verify step may yield must still be within max_tokens (the cache
   // reserved prompt + max_tokens positions).
   const int64_t left = static_cast<int64_t>(c.request->req.sampling.max_tokens) - c.sampler->generated() - 1;

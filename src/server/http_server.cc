@@ -17,6 +17,7 @@
 #include "server/api_error.h"
 #include "server/api_keys.h"
 #include "server/dashboard_page.h"
+#include "server/decision_request.h"
 #include "server/generation_session.h"
 #include "server/media_parts.h"
 #include "server/metrics.h"
@@ -292,6 +293,7 @@ struct HttpServer::Impl {
     g.cache_salt = r.cache_salt;
     g.prompt_logprobs = r.prompt_logprobs.value_or(-1);
     g.priority = r.priority;
+    g.drafts = r.drafts;
     return g;
   }
 
@@ -341,6 +343,106 @@ struct HttpServer::Impl {
         out["choices"][i]["token_ids"] = session->choices()[i].token_ids;
     }
     write_json(res, 200, out);
+  }
+
+  // /v1/decisions (decision_request.h): each question's prompt runs as a request that
+  // generates nothing and reports its labels' logprobs at the prompt's end.
+  struct DecisionPrompt {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> labels;
+  };
+
+  // The question's chat prompt (thinking off) and its labels' tokens. Each label must be one
+  // token of its own after the prompt: the prompt's text with the label appended must encode
+  // to the prompt's ids and one more, distinct from the other labels'.
+  DecisionPrompt decision_prompt(const DecisionQuestion& q) const {
+    const std::string which = "question '" + q.id + "': ";
+    ChatPrompt chat;
+    chat.messages = Json::array({Json{{"role", "user"}, {"content", q.content}}});
+    chat.chat_template_kwargs = Json{{"enable_thinking", false}};
+    chat.find_system_block = false;
+    auto tokens = engine.render_chat(chat);
+    if (!tokens) throw bad_request(which + tokens.status().message(), "questions");
+    DecisionPrompt d{std::move(*tokens), {}};
+    const auto n = static_cast<int64_t>(d.tokens.size());
+    if (model.context_length > 0 && n >= model.context_length)
+      throw ApiError(400,
+                     which + "the prompt has " + std::to_string(n) +
+                         " tokens, which does not fit the context length of " +
+                         std::to_string(model.context_length) + " tokens",
+                     "invalid_request_error", "questions", "context_length_exceeded");
+    auto text = engine.detokenize(d.tokens);
+    if (!text) throw api_error_from_status(text.status());
+    auto again = engine.tokenize(*text, false);
+    if (!again || *again != d.tokens)
+      throw bad_request(
+          which +
+              "this model's tokenizer does not encode the rendered chat prompt back to the same ids, "
+              "so its answer labels cannot be checked",
+          "questions");
+    if (text->rfind("<think>") != std::string::npos &&
+        (text->rfind("</think>") == std::string::npos || text->rfind("<think>") > text->rfind("</think>")))
+      throw bad_request(which + "the chat template leaves a reasoning block open at the answer position",
+                        "questions");
+    for (const std::string& label : q.labels) {
+      auto ids = engine.tokenize(*text + label, false);
+      const bool one_more = ids && ids->size() == d.tokens.size() + 1 &&
+                            std::equal(d.tokens.begin(), d.tokens.end(), ids->begin());
+      if (!one_more || std::find(d.labels.begin(), d.labels.end(), ids->back()) != d.labels.end())
+        throw bad_request(
+            which + "the answer label '" + label +
+                "' is not one distinct token after the chat prompt for this tokenizer, so this model "
+                "cannot answer it",
+            "questions");
+      d.labels.push_back(ids->back());
+    }
+    return d;
+  }
+
+  void decisions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
+    const DecisionRequest r = parse_decision_request(parse_body(req));
+    check_model(r.model);
+    check_queued_choices(static_cast<int64_t>(r.questions.size()), "questions");
+    std::vector<DecisionPrompt> prompts;
+    for (const DecisionQuestion& q : r.questions) prompts.push_back(decision_prompt(q));
+    // Submitted together: the questions share the input, so their prompts run side by side
+    // (and a later request with the same input resumes from a kept prompt).
+    std::vector<std::shared_ptr<GenerationSession>> sessions;
+    for (const DecisionPrompt& p : prompts) {
+      GenerationRequest g;
+      g.request_id = make_id("dec-");
+      g.prompt_tokens = p.tokens;
+      g.sampling.max_tokens = 0;
+      g.label_tokens = p.labels;
+      sessions.push_back(start_session(std::move(g), static_cast<int64_t>(p.tokens.size()), t0));
+    }
+    Json answers = Json::object();
+    int64_t prompt_tokens = 0, cached_tokens = 0;
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      wait_for(req, *sessions[i]);
+      const ChoiceState& c = sessions[i]->choices().at(0);
+      if (c.label_logprobs.size() != prompts[i].labels.size())
+        throw ApiError(500,
+                       "the engine scored " + std::to_string(c.label_logprobs.size()) + " of " +
+                           std::to_string(prompts[i].labels.size()) + " labels",
+                       "server_error");
+      const bool ids = r.return_prompt_token_ids;
+      answers[r.questions[i].id] =
+          decision_answer_json(r.questions[i], c.label_logprobs, r.temperature,
+                               ids ? &prompts[i].tokens : nullptr, ids ? &prompts[i].labels : nullptr);
+      prompt_tokens += static_cast<int64_t>(prompts[i].tokens.size());
+      cached_tokens += c.cached_prompt_tokens;
+    }
+    Json usage{{"prompt_tokens", prompt_tokens},
+               {"completion_tokens", 0},
+               {"total_tokens", prompt_tokens},
+               {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+    write_json(res, 200,
+               Json{{"object", "decisions"},
+                    {"model", model.id},
+                    {"prompt_format_version", kDecisionPromptFormatVersion},
+                    {"answers", std::move(answers)},
+                    {"usage", std::move(usage)}});
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
@@ -394,6 +496,7 @@ struct HttpServer::Impl {
       g.return_token_ids = r.return_token_ids;
       g.cache_salt = r.cache_salt;
       g.priority = r.priority;
+      g.drafts = r.drafts;
       if (r.echo && r.logprobs >= 0) g.prompt_logprobs = r.logprobs;  // the echoed prompt is scored too
       if (r.prompt_logprobs) g.prompt_logprobs = std::max(g.prompt_logprobs, *r.prompt_logprobs);
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
@@ -638,6 +741,7 @@ struct HttpServer::Impl {
     bind_post("/v1/chat/completions", &Impl::chat_completions);
     bind_post("/v1/completions", &Impl::completions);
     bind_post("/v1/responses", &Impl::responses);
+    bind_post("/v1/decisions", &Impl::decisions);
     for (bool erase : {false, true}) {
       auto fn = handle("/v1/responses/{id}", [this, erase](const auto& req, auto& res, auto) {
         stored_response(req, res, erase);

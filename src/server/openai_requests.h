@@ -30,6 +30,9 @@ constexpr size_t kMaxCacheSaltBytes = 4096;
 constexpr int kMaxPromptLogprobs = 20;
 
 // Fields shared by chat, completions and responses.
+// priority "background": after any request of priority below this.
+inline constexpr int32_t kBackgroundPriority = 1 << 20;
+
 struct CommonRequest {
   std::optional<std::string> model;
   SamplingOptions sampling;
@@ -47,6 +50,7 @@ struct CommonRequest {
   // alternatives (0..20; not with stream). Unset: none.
   std::optional<int> prompt_logprobs;
   int32_t priority = 0;               // vLLM: lower values leave the waiting queue first
+  bool drafts = true;                 // the reference engine's `draft`: false decodes serially
   std::optional<int64_t> max_tokens;  // unset: fill the window (chat) / 16 (completions)
 };
 

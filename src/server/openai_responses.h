@@ -34,6 +34,7 @@ struct ChoiceState {
   // null), before the generated tokens' (GenerationEvent::prompt_logprobs).
   std::vector<TokenLogprob> prompt_logprobs;
   std::vector<int32_t> token_ids;  // return_token_ids: the generated tokens' ids
+  std::vector<double> label_logprobs;  // GenerationRequest::label_tokens' logprobs (decisions)
   int64_t tokens_so_far = 0;       // generated tokens the events so far report (continuous usage)
   int64_t content_chars = 0;  // code points in `content`
   bool finished = false;

@@ -213,7 +213,16 @@ void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs) {
     if (out.stream && *out.prompt_logprobs > 0)
       throw bad_request("'prompt_logprobs' are not available when 'stream' is true", "prompt_logprobs");
   }
-  out.priority = static_cast<int32_t>(json_int(body, "priority", INT32_MIN, INT32_MAX).value_or(0));
+  // vLLM's integer priority, or the reference engine's "background": after every request of
+  // an ordinary priority.
+  if (const Json* p = json_field(body, "priority"); p && p->is_string()) {
+    if (p->get<std::string>() != "background")
+      throw bad_request("'priority' must be an integer or \"background\"", "priority");
+    out.priority = kBackgroundPriority;
+  } else {
+    out.priority = static_cast<int32_t>(json_int(body, "priority", INT32_MIN, INT32_MAX).value_or(0));
+  }
+  out.drafts = json_bool(body, "draft").value_or(true);
   if (json_bool(body, "use_beam_search").value_or(false))
     throw bad_request("beam search is not supported", "use_beam_search");
   parse_structured(body, out.structured);

@@ -531,6 +531,10 @@ async function copyDraftsCheck(server) {
   assert.ok(after.drafted_tokens_total - before.drafted_tokens_total >= kept, JSON.stringify({ before, after }));
   const m = await request(server, 'GET', '/metrics');
   assert.match(m.text, new RegExp(`^tensorfold:accepted_tokens_total ${after.accepted_tokens_total}$`, 'm'));
+  // draft: false (the reference engine's serial reference): the same reply, no verify step.
+  const serial = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 64, temperature: 0, ignore_eos: true, logit_bias: { [id]: 100 }, draft: false });
+  assert.equal(serial.choices[0].text, expected);
+  assert.deepEqual((await health(server)).speculation, after, 'no drafts for draft: false');
 }
 
 await run.check('Responses accepts tools: [] (as OpenAI does); /metrics counts streamed answers as 200', async () => {

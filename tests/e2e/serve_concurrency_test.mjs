@@ -104,7 +104,7 @@ await run.check('idle afterwards', async () => {
   assert.equal(h.streams.decoding + h.streams.prefilling, 0);
 });
 
-await run.check('priority (vLLM): a waiting request with a lower value is admitted first', async () => {
+await run.check('priority (vLLM\'s, and "background"): a waiting request with a lower value is admitted first', async () => {
   const idle = await waitHealth(server, (h) => h.requests_running === 0 && h.requests_waiting === 0, 60000);
   assert.ok(idle.ok, JSON.stringify(idle.last));
   const ask = (content, max_tokens, priority) => post200(server, '/v1/chat/completions', {
@@ -114,12 +114,15 @@ await run.check('priority (vLLM): a waiting request with a lower value is admitt
   const full = await waitHealth(server, (h) => h.requests_running === PARALLEL, 60000);
   assert.ok(full.ok, JSON.stringify(full.last));
   const finished = [];
-  const low = ask('Low priority.', 2, 5).then(() => finished.push('low'));
+  // The reference engine's "background" waits behind every ordinary priority, however early.
+  const background = ask('Background.', 2, 'background').then(() => finished.push('background'));
   assert.ok((await waitHealth(server, (h) => h.requests_waiting === 1, 30000)).ok);
-  const high = ask('High priority.', 2, -5).then(() => finished.push('high'));
+  const low = ask('Low priority.', 2, 5).then(() => finished.push('low'));
   assert.ok((await waitHealth(server, (h) => h.requests_waiting === 2, 30000)).ok);
-  await Promise.all([low, high, ...long]);
-  assert.deepEqual(finished, ['high', 'low'], 'the later, more urgent request took the first free slot');
+  const high = ask('High priority.', 2, -5).then(() => finished.push('high'));
+  assert.ok((await waitHealth(server, (h) => h.requests_waiting === 3, 30000)).ok);
+  await Promise.all([background, low, high, ...long]);
+  assert.deepEqual(finished, ['high', 'low', 'background'], 'the later, more urgent requests took the first free slots');
 });
 
 await run.finish(server);

@@ -60,10 +60,39 @@ check("unset knobs leave serve's defaults", r.returncode == 0 and "--drafter" no
       "--mtp-max" not in r.stdout.split("\n"), r.stdout + r.stderr)
 
 for key, value in (("DRAFTER", "eagle"), ("DRAFTER", "mtp;rm"), ("MTP_MAX", "0"), ("MTP_MAX", "64"),
-                   ("MTP_MAX", "three"), ("COPY_MAX", "99"), ("COPY", "yes")):
+                   ("MTP_MAX", "three"), ("COPY_MAX", "99"), ("COPY", "yes"), ("LOG_KEEP", "0"),
+                   ("LOG_KEEP", "ten")):
     r = settings({key: value})
     check("%s=%s is refused, naming it" % (key, value), r.returncode != 0 and key in r.stderr and
           "--" not in r.stdout, "rc %d, stdout %r, stderr %r" % (r.returncode, r.stdout, r.stderr))
+
+# LOG_KEEP: the newest logs kept, all but the current one gzipped, older ones deleted; other files
+# in LOG_DIR are left alone.
+import gzip
+logs = os.path.join(work, "logs")
+os.makedirs(logs)
+names = ["tensorfold-202612%02d-101500.log" % d for d in range(1, 14)]
+for i, n in enumerate(names):
+    with open(os.path.join(logs, n), "w") as f:
+        f.write("run %d\n" % i)
+os.rename(os.path.join(logs, names[5]), os.path.join(logs, names[5] + ".tmp"))
+with gzip.open(os.path.join(logs, names[5] + ".gz"), "wt") as f:  # gzipped by an earlier start
+    f.write("run 5\n")
+os.remove(os.path.join(logs, names[5] + ".tmp"))
+for other in ("notes.txt", "tensorfold.log"):
+    with open(os.path.join(logs, other), "w") as f:
+        f.write("keep\n")
+env = dict(os.environ, LOG_DIR=logs, LOG_KEEP="4")
+current = os.path.join(logs, names[-1])
+r = subprocess.run(["bash", "-c", 'source "%s/scripts/config.sh" && tf_validate_settings && tf_rotate_logs "%s"'
+                    % (work, current)], env=env, capture_output=True, text=True, timeout=60)
+left = sorted(os.listdir(logs))
+want = sorted([names[-1]] + [n + ".gz" for n in names[-4:-1]] + ["notes.txt", "tensorfold.log"])
+check("LOG_KEEP=4 keeps the newest 4 logs, the older 3 of them gzipped", r.returncode == 0 and left == want,
+      "rc %d %s: %s" % (r.returncode, r.stderr, left))
+if r.returncode == 0 and left == want:
+    with gzip.open(os.path.join(logs, names[-2] + ".gz"), "rt") as f:
+        check("a gzipped log reads back", f.read() == "run 11\n", "")
 
 if failures:
     print("\n".join(failures), file=sys.stderr)

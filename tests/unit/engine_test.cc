@@ -39,6 +39,7 @@ struct Collector {
   std::map<int, std::string> content;
   std::map<int, std::vector<TokenLogprob>> logprobs;
   std::map<int, std::vector<TokenLogprob>> prompt_logprobs;  // GenerationRequest::prompt_logprobs
+  std::map<int, std::vector<double>> label_logprobs;         // GenerationRequest::label_tokens
   std::map<int, std::map<int, std::pair<std::string, std::string>>> calls;  // choice -> index -> name, arguments
   std::map<int, GenerationEvent> finish;
   int events = 0;
@@ -60,6 +61,7 @@ struct Collector {
         content[ev.choice] += ev.content;
         for (auto& l : ev.logprobs) logprobs[ev.choice].push_back(l);
         for (auto& l : ev.prompt_logprobs) prompt_logprobs[ev.choice].push_back(l);
+        for (double l : ev.label_logprobs) label_logprobs[ev.choice].push_back(l);
         for (auto& d : ev.tool_calls) {
           auto& call = calls[ev.choice][d.index];
           call.first += d.name;
@@ -1402,6 +1404,28 @@ TEST_F(SpeculationTest, RepliesEqualSerialDecodingWhateverTheDrafts) {
   }
 }
 
+// `draft: false` (GenerationRequest::drafts): the request is decoded serially on an engine that
+// drafts every step, and gives the reply it gives with drafts.
+TEST_F(SpeculationTest, ADraftFalseRequestVerifiesNoDrafts) {
+  EngineOptions o = demo_options();
+  o.always_draft = true;
+  o.mtp_max = 3;
+  auto e = Engine::create(o);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  for (double temperature : {0.0, 1.0}) {
+    GenerationRequest g =
+        few_token_request("nodraft" + std::to_string(temperature), "Harbour light again:", 32, temperature);
+    const int64_t before = (*e)->health().drafted_tokens_total;
+    const Reply drafted = reply(**e, g);
+    const int64_t mid = (*e)->health().drafted_tokens_total;
+    EXPECT_GT(mid, before) << "this engine drafts";
+    g.drafts = false;
+    EXPECT_EQ(reply(**e, g), drafted) << temperature;
+    EXPECT_EQ((*e)->health().drafted_tokens_total, mid) << "no drafts for draft: false";
+    EXPECT_EQ(reply(serial_engine(), g), drafted);
+  }
+}
+
 // The copy drafter itself (no oracle), made eager with 2-token matches on prompts that repeat
 // themselves: whatever it proposes and the policy lets through, replies are the serial ones.
 TEST_F(SpeculationTest, CopyDraftsGiveTheSerialReplies) {
@@ -1653,6 +1677,92 @@ TEST_F(PromptLogprobsTest, ChoicesScoreThePromptAndGenerateAsBefore) {
   }
   ASSERT_EQ(c.prompt_logprobs[0].size(), p.size());
   for (size_t i = 1; i < p.size(); ++i) EXPECT_LE(c.prompt_logprobs[0][i].top.size(), 2u) << "top 1, and the token";
+}
+
+// Label scoring (engine_label_scores.cc): the logprobs of given tokens at the prompt's end
+// are the ones the sampler reports for the same tokens as the first reply token's
+// alternatives, fresh or resumed from a kept prompt.
+class LabelScoresTest : public PromptReuseTest {
+ protected:
+  struct Scores {
+    std::vector<double> logprobs;
+    int64_t cached = -1;
+  };
+  static Scores labels(Engine& e, const std::string& id, const std::vector<int32_t>& p,
+                       std::vector<int32_t> ids) {
+    GenerationRequest g = sampled(id, p, 0);
+    g.sampling.logprobs = false;
+    g.label_tokens = std::move(ids);
+    Collector c;
+    EXPECT_TRUE(e.submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(c.finish[0].completion_tokens, 0);
+    EXPECT_TRUE(c.text[0].empty());
+    return {c.label_logprobs[0], c.finish[0].cached_prompt_tokens};
+  }
+  // The first greedy token's top 5 alternatives (the sampler's raw logprobs).
+  static std::vector<TopLogprob> first_top(Engine& e, const std::string& id, const std::vector<int32_t>& p) {
+    GenerationRequest g = sampled(id, p, 1);
+    g.sampling.temperature = 0.0;
+    g.sampling.top_logprobs = 5;
+    Collector c;
+    EXPECT_TRUE(e.submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(c.logprobs[0].size(), 1u);
+    return c.logprobs[0].empty() ? std::vector<TopLogprob>{} : c.logprobs[0][0].top;
+  }
+};
+
+TEST_F(LabelScoresTest, LabelsScoreAsTheFirstTokensAlternatives) {
+  const std::vector<int32_t> p = prompt(long_text("labels", 50));
+  const std::vector<TopLogprob> top = first_top(fresh_engine(), "lb1", p);
+  ASSERT_EQ(top.size(), 5u);
+  std::vector<int32_t> ids;
+  for (auto it = top.rbegin(); it != top.rend(); ++it) {  // reversed: the request's order is kept
+    ASSERT_GE(it->token_id, 0) << it->token;
+    ids.push_back(it->token_id);
+  }
+  const Scores s = labels(fresh_engine(), "lb2", p, ids);
+  ASSERT_EQ(s.logprobs.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(s.logprobs[i], top[4 - i].logprob, 2e-5) << i;
+  for (size_t i = 1; i < 5; ++i) EXPECT_LE(s.logprobs[i - 1], s.logprobs[i]) << "ascending, as asked";
+}
+
+// Prompt reuse: a label request resumes from a kept prompt and keeps its own; the scores are
+// the fresh run's bit for bit (the same rows run from the same state).
+TEST_F(LabelScoresTest, AResumedPromptScoresAsAFreshOne) {
+  const std::vector<int32_t> p = prompt(long_text("decide", 90));
+  const std::vector<int32_t> ids = {p[3], p[5], p[7]};
+  const Scores fresh = labels(fresh_engine(), "lb3", p, ids);
+  const Scores first = labels(*engine_, "lb4", p, ids);
+  wait_idle();
+  const Scores again = labels(*engine_, "lb5", p, ids);
+  EXPECT_EQ(first.logprobs, fresh.logprobs);
+  EXPECT_GT(again.cached, 0) << "the first label request kept its prompt";
+  EXPECT_EQ(again.logprobs, fresh.logprobs);
+}
+
+TEST_F(LabelScoresTest, RefusedRequests) {
+  const std::vector<int32_t> p = prompt("Is it true?");
+  auto refused = [&](GenerationRequest g, const std::string& words) {
+    Collector c;
+    const Status s = engine_->submit(std::move(g), c.sink());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << words;
+    EXPECT_NE(s.message().find(words), std::string::npos) << s.message();
+  };
+  GenerationRequest g = sampled("lb6", p, 1);
+  g.label_tokens = {1};
+  refused(g, "max_tokens must be 0");
+  g.sampling.max_tokens = 0;
+  g.label_tokens = {1, -1};
+  refused(g, "label token id -1 is out of range");
+  g.label_tokens = std::vector<int32_t>(kMaxLabelTokens + 1, 1);
+  refused(g, "label tokens are scored");
+  g.label_tokens = {1};
+  g.prompt_logprobs = 0;
+  refused(g, "does not score the prompt");
 }
 
 }  // namespace

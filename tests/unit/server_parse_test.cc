@@ -120,7 +120,11 @@ TEST(ServerParse, Priority) {
   b["priority"] = -5;
   EXPECT_EQ(parse_chat_request(b).priority, -5);
   EXPECT_EQ(parse_completion_request(Json{{"prompt", "hi"}, {"priority", 9}}).priority, 9);
-  for (const Json& bad : {Json("high"), Json(1.5), Json(int64_t{1} << 40)}) {
+  // The reference engine's "background": after every request of an ordinary priority.
+  b["priority"] = "background";
+  EXPECT_EQ(parse_chat_request(b).priority, kBackgroundPriority);
+  EXPECT_GT(kBackgroundPriority, 1000);
+  for (const Json& bad : {Json("high"), Json("Background"), Json(1.5), Json(int64_t{1} << 40)}) {
     b["priority"] = bad;
     try {
       parse_chat_request(b);
@@ -128,6 +132,22 @@ TEST(ServerParse, Priority) {
     } catch (const ApiError& e) {
       EXPECT_EQ(e.param().value_or(""), "priority");
     }
+  }
+}
+
+// The reference engine's `draft`: false decodes the request serially.
+TEST(ServerParse, Draft) {
+  Json b = chat();
+  EXPECT_TRUE(parse_chat_request(b).drafts);
+  b["draft"] = false;
+  EXPECT_FALSE(parse_chat_request(b).drafts);
+  EXPECT_FALSE(parse_completion_request(Json{{"prompt", "hi"}, {"draft", false}}).drafts);
+  b["draft"] = "no";
+  try {
+    parse_chat_request(b);
+    ADD_FAILURE() << "a string was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param().value_or(""), "draft");
   }
 }
 
