@@ -3,13 +3,14 @@
 // SIGINT/SIGTERM. Every flag also reads its environment variable (the names of
 // ../shared/spec/system.md), so `PARALLEL=2 tensorfold serve` works; a flag
 // given on the command line wins over the environment.
+#include <pthread.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <pthread.h>
 #include <string>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "core/logging.h"
 #include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
+#include "engine/memory_guard.h"
 #include "server/http_server.h"
 
 namespace tf::apps {
@@ -30,7 +32,11 @@ struct ServeOptions {
   std::string cache_dir;
   int tp = 1;
   TpServeOptions tp_process;  // --rank, --rendezvous, --tp-timeout (serve_tp.h)
+  int64_t memory_guard_mib = 1024;  // MEMORY_GUARD_MIB (engine/memory_guard.h); 0: off
 };
+
+// The exit code of a server the memory guard stopped.
+constexpr int kMemoryGuardExit = 3;
 
 [[noreturn]] void fail(const std::string& message) {
   std::cerr << "tensorfold serve: " << message << "\n";
@@ -73,6 +79,13 @@ int serve(ServeOptions& o) {
   if (o.tp > 1 && o.tp_process.rank > 0) {
     init_logging(o.tp_process.rank);
     resolve_demo(o);
+    // A rank on another machine guards that machine: it exits, and rank 0 stops on the lost rank.
+    auto guard =
+        MemoryGuard::start({.floor_bytes = o.memory_guard_mib << 20}, [](int64_t available, int64_t floor) {
+          TF_LOG_ERROR("{}", memory_guard_message(available, floor));
+          spdlog::default_logger()->flush();
+          std::_Exit(kMemoryGuardExit);
+        });
     return run_tp_follower(o.engine, o.tp_process);
   }
   // SIGINT/SIGTERM (stop) and SIGHUP (read API_KEY_FILE again) are handled by one thread
@@ -120,15 +133,23 @@ int serve(ServeOptions& o) {
     }
   });
   if (tp_leader) tp_leader->set_stop([&http] { http.stop(); });  // a lost rank stops the server
+  auto guard = MemoryGuard::start({.floor_bytes = o.memory_guard_mib << 20},
+                                  [&http](int64_t available, int64_t floor) {
+                                    TF_LOG_ERROR("{}", memory_guard_message(available, floor));
+                                    http.stop();
+                                  });
   Status s = http.listen();
+  const bool out_of_memory = guard && guard->tripped();
+  guard.reset();
   // listen() also returns when the port fails; wake the signal thread either way.
   pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();
   if (tp_leader) {
     tp_leader->begin_shutdown();
     eng->reset();  // the engine thread sends the followers the stop command
-    if (int code = tp_leader->finish(); code != 0) return code;
+    if (int code = tp_leader->finish(); code != 0 && !out_of_memory) return code;
   }
+  if (out_of_memory) return kMemoryGuardExit;
   if (!s.is_ok()) fail(s.to_string());
   return 0;
 }
@@ -180,6 +201,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--memory-reserve-gib", o->engine.memory_reserve_gib, "memory left free for the OS and other work")
       ->envname("MEMORY_RESERVE_GIB")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--memory-guard-mib", o->memory_guard_mib,
+                  "stop the server (exit code 3) when the host's available memory stays under this many MiB, "
+                  "before the machine runs out; 0: off")
+      ->envname("MEMORY_GUARD_MIB")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
   cmd->add_option("--exact-rows", o->engine.exact_rows,
                   "GPU: steps of at most this many rows keep replies independent of batch-mates (f32 "

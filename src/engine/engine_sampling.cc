@@ -42,6 +42,10 @@ Expected<SamplingParams> Engine::Impl::sampling_params(const GenerationRequest& 
   p.allowed_token_ids.erase(std::unique(p.allowed_token_ids.begin(), p.allowed_token_ids.end()),
                             p.allowed_token_ids.end());
   TF_ASSIGN_OR_RETURN(p.bad_words_ids, bad_words_ids(o.bad_words));
+  // Nor may a bad word keep it from ending its thinking: a word whose last token is </think> is
+  // not banned in such a reply (the engine could not close a reasoning block that ran too long).
+  if (r.parse_reasoning && think_end_id)
+    std::erase_if(p.bad_words_ids, [&](const std::vector<int32_t>& w) { return w.back() == *think_end_id; });
   p.stop = o.stop;
   p.stop_token_ids = o.stop_token_ids;
   p.include_stop_str_in_output = o.include_stop_str_in_output;

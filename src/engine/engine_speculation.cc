@@ -138,17 +138,20 @@ void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
   }
   const int64_t vocab = logits.size(1);
   int64_t used = 0;
-  // The counters once per step, whichever way the step ends.
-  auto count = [&] {
+  // The counters before any token is taken: take_token may end the choice, and a client that
+  // sees its reply finished reads /health with this step counted. A kept draft is counted as
+  // the row after it is reached.
+  auto count = [&](int64_t drafted, int64_t kept) {
     std::lock_guard<std::mutex> lock(health_mu);
-    ++health.spec_steps_total;
-    health.drafted_tokens_total += rows - 1;
-    health.accepted_tokens_total += std::max<int64_t>(0, used - 1);
+    health.spec_steps_total += drafted > 0 ? 1 : 0;
+    health.drafted_tokens_total += drafted;
+    health.accepted_tokens_total += kept;
     if (c.drafts_from_mtp) {
-      health.mtp_drafted_tokens_total += rows - 1;
-      health.mtp_accepted_tokens_total += std::max<int64_t>(0, used - 1);
+      health.mtp_drafted_tokens_total += drafted;
+      health.mtp_accepted_tokens_total += kept;
     }
   };
+  count(rows - 1, 0);
   for (int64_t j = 0; j < rows; ++j) {
     const std::span<float> row(logits.data<float>() + j * vocab, static_cast<size_t>(vocab));
     mask_padding(row);
@@ -157,19 +160,15 @@ void Engine::Impl::verify_drafts(LiveChoice& c, StepResult& result) {
     if (must_close_reasoning(c)) close_reasoning_row(row);
     auto st = c.sampler->step(row, spec_sampler);
     if (!st) {
-      if (used > 0) count();
       fail_choice(id, st.status().with_context("sampling"));
       return;
     }
     ++used;
+    if (j > 0) count(0, 1);  // row j is reached: draft j was kept
     const int32_t token = st->sampled.token;
-    if (!take_token(c, *st)) {  // the choice ended: its sequence goes with it
-      count();
-      return;
-    }
+    if (!take_token(c, *st)) return;  // the choice ended: its sequence goes with it
     if (j + 1 == rows || token != c.verify_tokens[static_cast<size_t>(j + 1)]) break;
   }
-  count();
   const int drafted = static_cast<int>(rows - 1), kept = static_cast<int>(used - 1);
   if (c.drafts_from_mtp) {
     c.mtp_acceptance.observe(drafted, kept);

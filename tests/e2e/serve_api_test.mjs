@@ -339,6 +339,9 @@ await run.check('vLLM sampling fields: allowed_token_ids, bad_words (as written 
   const budget = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, max_tokens: 24, ignore_eos: true, thinking_token_budget: 3 }));
   assert.ok(budget.usage.completion_tokens_details.reasoning_tokens <= 4, JSON.stringify(budget.usage));
   assert.ok((budget.choices[0].message.content ?? '').length > 0, JSON.stringify(budget.choices[0].message));
+  // bad_words cannot keep the engine from closing the reasoning: the same reply with '</think>' banned.
+  const unbanned = await post200(server, '/v1/chat/completions', chatBody({ temperature: 0, max_tokens: 24, ignore_eos: true, thinking_token_budget: 3, bad_words: ['</think>'] }));
+  assert.deepEqual(unbanned.choices[0].message, budget.choices[0].message);
 });
 
 await run.check('return_token_ids: the prompt\'s and the reply\'s ids, streamed the same (chat, completions)', async () => {
