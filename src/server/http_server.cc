@@ -16,6 +16,7 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/api_keys.h"
+#include "server/chat_page.h"
 #include "server/dashboard_page.h"
 #include "server/decision_request.h"
 #include "server/generation_session.h"
@@ -758,14 +759,17 @@ struct HttpServer::Impl {
     http.Get("/health", handle("/health", [this](const auto& req, auto& res, auto t0) { health(req, res, t0); }));
     // A page without data (it asks /health, with the key): a browser cannot send a bearer token
     // when it opens a URL.
-    http.Get("/dashboard", handle(
-                               "/dashboard",
-                               [](const auto&, auto& res, auto) {
-                                 res.set_header("Cache-Control", "no-store");
-                                 res.set_header("X-Frame-Options", "DENY");
-                                 res.set_content(std::string(dashboard_html()), "text/html; charset=utf-8");
-                               },
-                               /*needs_key=*/false));
+    // So is the chat page at / (it talks to /v1/chat/completions with the key).
+    for (const auto& [path, page] :
+         {std::pair{"/dashboard", dashboard_html()}, std::pair{"/", chat_page_html()}})
+      http.Get(path, handle(
+                         path,
+                         [page](const auto&, auto& res, auto) {
+                           res.set_header("Cache-Control", "no-store");
+                           res.set_header("X-Frame-Options", "DENY");
+                           res.set_content(std::string(page), "text/html; charset=utf-8");
+                         },
+                         /*needs_key=*/false));
     for (const char* path : {"/metrics", "/v1/metrics"})
       http.Get(path, handle(path, [this](const auto&, auto& res, auto) {
         res.set_content(metrics.render(engine.health()), "text/plain; version=0.0.4; charset=utf-8");
