@@ -46,6 +46,7 @@ void ChoiceOutput::add_logprobs(int32_t token, const SampledToken& sampled, Gene
   lp.token_id = token;
   lp.logprob = sampled.logprob;
   lp.text_offset = text_chars_;
+  lp.reasoning = in_reasoning();  // before this token's text reaches the parser: </think> counts as reasoning
   const std::string bytes = tok_.token_bytes(token);
   lp.bytes.assign(bytes.begin(), bytes.end());
   for (const auto& t : sampled.top) {

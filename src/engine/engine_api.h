@@ -172,6 +172,8 @@ struct TokenLogprob {
   // Prompt logprobs: the token's rank under the model (vLLM's: ids with a logit >= its
   // own, so 1 for the most likely); 0 when not computed.
   int32_t rank = 0;
+  // A generated token of the reasoning (the </think> that ends it included), not of the answer.
+  bool reasoning = false;
 };
 
 struct ToolCallDelta {

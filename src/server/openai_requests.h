@@ -79,6 +79,9 @@ struct ResponsesRequest : CommonRequest {
   // The conversation's input items: the previous response's (previous_response_id), then this
   // request's `input` as items (instructions are not carried over, as in OpenAI's API).
   Json input_items = Json::array();
+  // include: ["message.output_text.logprobs"]: each output_text part carries its tokens'
+  // logprobs (top_logprobs alternatives each).
+  bool output_logprobs = false;
 };
 
 struct TokenizeRequest {

@@ -305,7 +305,14 @@ Json response_object_json(const ResponseMeta& meta, const Json& echo, const std:
   return r;
 }
 
-Json response_output_items(const ChoiceState& c, const std::string& id_seed) {
+Json answer_logprobs_json(std::span<const TokenLogprob> lps) {
+  std::vector<TokenLogprob> answer;
+  for (const TokenLogprob& lp : lps)
+    if (!lp.reasoning) answer.push_back(lp);
+  return chat_logprobs_json(answer)["content"];
+}
+
+Json response_output_items(const ChoiceState& c, const std::string& id_seed, bool with_logprobs) {
   // Same ids as the streaming formatter: an item's id carries its output index when > 0.
   Json items = Json::array();
   auto suffix = [&] { return items.empty() ? std::string() : "_" + std::to_string(items.size()); };
@@ -315,12 +322,15 @@ Json response_output_items(const ChoiceState& c, const std::string& id_seed) {
                      {"summary", Json::array()},
                      {"content", Json::array({{{"type", "reasoning_text"}, {"text", c.reasoning}}})},
                      {"status", "completed"}});
-  if (!c.content.empty())
+  if (!c.content.empty()) {
+    Json part = {{"type", "output_text"}, {"text", c.content}, {"annotations", Json::array()}};
+    if (with_logprobs) part["logprobs"] = answer_logprobs_json(c.logprobs);
     items.push_back({{"type", "message"},
                      {"id", "msg_" + id_seed + suffix()},
                      {"role", "assistant"},
                      {"status", "completed"},
-                     {"content", Json::array({{{"type", "output_text"}, {"text", c.content}, {"annotations", Json::array()}}})}});
+                     {"content", Json::array({std::move(part)})}});
+  }
   for (size_t i = 0; i < c.tool_calls.size(); ++i) {
     const ToolCallState& t = c.tool_calls[i];
     items.push_back({{"type", "function_call"},

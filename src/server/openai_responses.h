@@ -114,7 +114,10 @@ Json response_object_json(const ResponseMeta& meta, const Json& echo, const std:
                           const Json& usage);
 Json response_usage_json(const UsageTotals& u);
 // Output items of a finished choice (reasoning, message, function calls) with stable ids.
-Json response_output_items(const ChoiceState& c, const std::string& id_seed);
+// with_logprobs: the message's output_text part carries the answer's tokens' logprobs.
+Json response_output_items(const ChoiceState& c, const std::string& id_seed, bool with_logprobs = false);
+// The answer's logprobs (reasoning tokens left out) in the Responses API's form.
+Json answer_logprobs_json(std::span<const TokenLogprob> lps);
 
 std::string sse_data(const Json& payload);                           // "data: {...}\n\n"
 std::string sse_event(const std::string& event, const Json& payload);  // "event: t\ndata: {...}\n\n"

@@ -155,14 +155,31 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
       }
     }
   }
+  // include: what OpenAI adds to the response on request. Only the answer's logprobs apply here
+  // (reasoning comes back as text in every reasoning item; there is nothing to encrypt).
+  bool logprobs = false;
+  if (const Json* include = json_field(body, "include")) {
+    if (!include->is_array()) throw bad_request("'include' must be an array of strings", "include");
+    for (const Json& v : *include) {
+      if (!v.is_string()) throw bad_request("'include' must be an array of strings", "include");
+      logprobs = logprobs || v.get<std::string>() == "message.output_text.logprobs";
+    }
+  }
+  const std::optional<int64_t> top = json_int(body, "top_logprobs", 0, 20);
+  if (logprobs) {
+    chat["logprobs"] = true;
+    chat["top_logprobs"] = top.value_or(0);
+  }
   if (const Json* reasoning = json_field(body, "reasoning")) {
     require_object(*reasoning, "reasoning");
     if (auto effort = json_string(*reasoning, "effort")) chat["reasoning_effort"] = *effort;
   }
   req.chat = parse_chat_request(chat, policy);
+  req.output_logprobs = logprobs;
   static_cast<CommonRequest&>(req) = static_cast<const CommonRequest&>(req.chat);
-  for (const char* f : {"instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "text",
-                        "reasoning", "max_output_tokens", "previous_response_id", "store", "metadata"})
+  for (const char* f :
+       {"instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "text",
+        "reasoning", "max_output_tokens", "previous_response_id", "store", "metadata", "top_logprobs"})
     req.echo[f] = body.contains(f) ? body[f] : Json();
   if (req.echo["tools"].is_null()) req.echo["tools"] = Json::array();
   if (req.echo["tool_choice"].is_null()) req.echo["tool_choice"] = "auto";

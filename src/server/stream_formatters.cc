@@ -183,8 +183,15 @@ std::string ResponsesStreamFormatter::close_item() {
     bool reasoning = open_ == Open::kReasoning;
     Json part = reasoning ? Json{{"type", "reasoning_text"}, {"text", text_}}
                           : Json{{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}};
-    out += emit(reasoning ? "response.reasoning_text.done" : "response.output_text.done",
-                {{"item_id", id}, {"output_index", idx}, {"content_index", 0}, {"text", text_}});
+    Json done = {{"item_id", id}, {"output_index", idx}, {"content_index", 0}, {"text", text_}};
+    if (logprobs_ && !reasoning) {
+      for (const Json& lp : answer_logprobs_json(pending_)) part_logprobs_.push_back(lp);
+      pending_.clear();
+      part["logprobs"] = part_logprobs_;
+      done["logprobs"] = part_logprobs_;
+      part_logprobs_ = Json::array();
+    }
+    out += emit(reasoning ? "response.reasoning_text.done" : "response.output_text.done", std::move(done));
     out += emit("response.content_part.done", {{"item_id", id}, {"output_index", idx}, {"content_index", 0}, {"part", part}});
     item_["content"] = Json::array({part});
   }
@@ -217,6 +224,9 @@ std::string ResponsesStreamFormatter::open_text_item(Open kind) {
 std::string ResponsesStreamFormatter::on_event(const GenerationEvent& ev, const ChoiceState&) {
   if (ev.kind != GenerationEvent::Kind::kDelta || ev.choice != 0) return "";
   std::string out;
+  if (logprobs_)
+    for (const TokenLogprob& lp : ev.logprobs)
+      if (!lp.reasoning) pending_.push_back(lp);
   if (!ev.reasoning.empty()) {
     if (open_ != Open::kReasoning) out += open_text_item(Open::kReasoning);
     text_ += ev.reasoning;
@@ -226,8 +236,17 @@ std::string ResponsesStreamFormatter::on_event(const GenerationEvent& ev, const 
   if (!ev.content.empty()) {
     if (open_ != Open::kMessage) out += open_text_item(Open::kMessage);
     text_ += ev.content;
-    out += emit("response.output_text.delta", {{"item_id", item_["id"]}, {"output_index", output_.size()},
-                                               {"content_index", 0}, {"delta", ev.content}, {"logprobs", Json::array()}});
+    Json lps = Json::array();
+    if (logprobs_) {
+      lps = answer_logprobs_json(pending_);
+      pending_.clear();
+      for (const Json& lp : lps) part_logprobs_.push_back(lp);
+    }
+    out += emit("response.output_text.delta", {{"item_id", item_["id"]},
+                                               {"output_index", output_.size()},
+                                               {"content_index", 0},
+                                               {"delta", ev.content},
+                                               {"logprobs", std::move(lps)}});
   }
   for (const ToolCallDelta& t : ev.tool_calls) {
     if (open_ != Open::kCall || t.index != call_index_) {

@@ -152,8 +152,13 @@ class CompletionStreamFormatter : public StreamFormatter {
 class ResponsesStreamFormatter : public StreamFormatter {
  public:
   // on_completed: called with the final response object (the handler stores it).
-  ResponsesStreamFormatter(ResponseMeta meta, Json echo, std::function<void(const Json&)> on_completed = nullptr)
-      : meta_(std::move(meta)), echo_(std::move(echo)), on_completed_(std::move(on_completed)) {}
+  // logprobs: each output_text delta carries its tokens' logprobs, the done part all of them.
+  ResponsesStreamFormatter(ResponseMeta meta, Json echo,
+                           std::function<void(const Json&)> on_completed = nullptr, bool logprobs = false)
+      : meta_(std::move(meta)),
+        echo_(std::move(echo)),
+        on_completed_(std::move(on_completed)),
+        logprobs_(logprobs) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -173,6 +178,9 @@ class ResponsesStreamFormatter : public StreamFormatter {
   std::string text_; // its accumulated text or arguments
   Json output_ = Json::array();
   std::function<void(const Json&)> on_completed_;
+  bool logprobs_ = false;
+  std::vector<TokenLogprob> pending_;   // the answer's token logprobs not sent with a delta yet
+  Json part_logprobs_ = Json::array();  // the open message's, for its done part
 };
 
 }  // namespace tf::server

@@ -847,6 +847,33 @@ await run.check('responses streaming, ended by a stop string: response.completed
   assert.equal(items[0].content[0].text, text.slice(0, text.indexOf(stop)));
 });
 
+await run.check('responses include message.output_text.logprobs: the answer\'s tokens as chat reports them, streamed the same', async () => {
+  const body = { model, input: 'Tell me about lighthouses.', max_output_tokens: 16, temperature: 0, reasoning: { effort: 'none' },
+    include: ['message.output_text.logprobs'], top_logprobs: 2 };
+  const plain = await post200(server, '/v1/responses', body);
+  const msg = plain.output.find((o) => o.type === 'message');
+  const lps = msg.content[0].logprobs;
+  assert.ok(Array.isArray(lps) && lps.length > 0, JSON.stringify(msg));
+  lps.forEach((l) => assert.equal(l.top_logprobs.length, 2));
+  const chat = await post200(server, '/v1/chat/completions', { model, messages: [{ role: 'user', content: 'Tell me about lighthouses.' }],
+    max_tokens: 16, temperature: 0, reasoning_effort: 'none', logprobs: true, top_logprobs: 2 });
+  assert.deepEqual(lps, chat.choices[0].logprobs.content);
+  const items = await checkResponsesStream(body, plain);
+  assert.deepEqual(items.find((o) => o.type === 'message').content[0].logprobs, lps);
+  const s = await postSse(server, '/v1/responses', { ...body, stream: true });
+  const deltas = s.events.filter((e) => e.json?.type === 'response.output_text.delta').flatMap((e) => e.json.logprobs);
+  assert.deepEqual(deltas, lps, 'the deltas carry their tokens');
+  // A reply that thinks: only the answer's tokens (the reasoning's are left out).
+  const thinking = await post200(server, '/v1/responses', { ...body, reasoning: { effort: 'high' }, max_output_tokens: 40 });
+  const answer = thinking.output.find((o) => o.type === 'message');
+  if (answer) assert.ok(answer.content[0].logprobs.length < thinking.usage.output_tokens, JSON.stringify(thinking.usage));
+  const none = await post200(server, '/v1/responses', { ...body, include: undefined });
+  assert.equal(none.output.find((o) => o.type === 'message').content[0].logprobs, undefined, 'only on request');
+  const bad = await postJson(server, '/v1/responses', { ...body, include: 'message.output_text.logprobs' });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'include');
+});
+
 await run.check('responses: small max_output_tokens -> incomplete / max_output_tokens', async () => {
   const r = await post200(server, '/v1/responses', { model, input: 'hi', max_output_tokens: 2, ignore_eos: true });
   assert.equal(r.status, 'incomplete');
