@@ -21,6 +21,7 @@
 #include "engine/demo_checkpoint.h"
 #include "engine/engine.h"
 #include "engine/memory_guard.h"
+#include "engine/stall_watchdog.h"
 #include "server/http_server.h"
 
 namespace tf::apps {
@@ -33,7 +34,11 @@ struct ServeOptions {
   int tp = 1;
   TpServeOptions tp_process;  // --rank, --rendezvous, --tp-timeout (serve_tp.h)
   int64_t memory_guard_mib = 1024;  // MEMORY_GUARD_MIB (engine/memory_guard.h); 0: off
+  double watchdog_s = -1;  // WATCHDOG_S (engine/stall_watchdog.h); 0: off, -1: 300 on a GPU, off on the CPU
 };
+
+// The exit code of a server whose model step stalled past WATCHDOG_S.
+constexpr int kWatchdogExit = 4;
 
 // The exit code of a server the memory guard stopped.
 constexpr int kMemoryGuardExit = 3;
@@ -138,7 +143,17 @@ int serve(ServeOptions& o) {
                                     TF_LOG_ERROR("{}", memory_guard_message(available, floor));
                                     http.stop();
                                   });
+  // A step stuck for minutes cannot be stopped from here (the engine thread is inside it): exit.
+  const double watchdog = o.watchdog_s >= 0 ? o.watchdog_s : (o.engine.device == "cpu" ? 0.0 : 300.0);
+  auto stall = StallWatchdog::start(
+      {.limit_seconds = watchdog, .step_seconds = [&e = **eng] { return e.step_seconds(); }},
+      [](double seconds, double limit) {
+        TF_LOG_ERROR("{}", stall_message(seconds, limit));
+        spdlog::default_logger()->flush();
+        std::_Exit(kWatchdogExit);
+      });
   Status s = http.listen();
+  stall.reset();
   const bool out_of_memory = guard && guard->tripped();
   guard.reset();
   // listen() also returns when the port fails; wake the signal thread either way.
@@ -202,6 +217,12 @@ void add_serve_command(CLI::App& app) {
       ->envname("MEMORY_RESERVE_GIB")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option(
+         "--watchdog-s", o->watchdog_s,
+         "exit (code 4) when one model step runs longer than this many seconds (a device or rank that "
+         "stopped answering); 0: off; default 300 on a GPU, off on the CPU")
+      ->envname("WATCHDOG_S")
+      ->check(CLI::Range(-1.0, 1e9));
   cmd->add_option("--memory-guard-mib", o->memory_guard_mib,
                   "stop the server (exit code 3) when the host's available memory stays under this many MiB, "
                   "before the machine runs out; 0: off")

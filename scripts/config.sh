@@ -8,7 +8,7 @@ TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX LOOP_GUARD MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY API_KEY_FILE TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND
-  PREPARE DRY_RUN LOG_KEEP MEMORY_GUARD_MIB
+  PREPARE DRY_RUN LOG_KEEP MEMORY_GUARD_MIB WATCHDOG_S
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
 # The environment as the user gave it (these win over everything).
@@ -148,6 +148,8 @@ tf_validate_settings() {
   [[ "$DRY_RUN" =~ ^[01]$ ]] || tf_fail "DRY_RUN must be 0 or 1, got '$DRY_RUN'"
   [[ -z "${MEMORY_GUARD_MIB:-}" || ("$MEMORY_GUARD_MIB" =~ ^[0-9]+$ && ${#MEMORY_GUARD_MIB} -le 9) ]] ||
     tf_fail "MEMORY_GUARD_MIB must be a number of MiB (0: off), got '$MEMORY_GUARD_MIB'"
+  [[ -z "${WATCHDOG_S:-}" || ("$WATCHDOG_S" =~ ^[0-9]+$ && ${#WATCHDOG_S} -le 9) ]] ||
+    tf_fail "WATCHDOG_S must be a number of seconds (0: off), got '$WATCHDOG_S'"
   [[ "$LOG_KEEP" =~ ^[0-9]+$ ]] && ((${#LOG_KEEP} <= 5 && LOG_KEEP >= 1)) ||
     tf_fail "LOG_KEEP must be a number of logs, at least 1, got '$LOG_KEEP'"
   if [[ -n "${API_KEY_FILE:-}" ]]; then
@@ -192,6 +194,7 @@ tf_serve_args() {
   [[ -n "${DRAFTER:-}" ]] && TF_SERVE_ARGS+=(--drafter "$DRAFTER")
   [[ -n "${MTP_MAX:-}" ]] && TF_SERVE_ARGS+=(--mtp-max "$MTP_MAX")
   [[ -n "${MEMORY_GUARD_MIB:-}" ]] && TF_SERVE_ARGS+=(--memory-guard-mib "$MEMORY_GUARD_MIB")
+  [[ -n "${WATCHDOG_S:-}" ]] && TF_SERVE_ARGS+=(--watchdog-s "$WATCHDOG_S")
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
   [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")

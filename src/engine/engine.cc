@@ -427,6 +427,15 @@ Expected<std::vector<std::string>> Engine::token_strings(const std::vector<int32
   return out;
 }
 
+double Engine::step_seconds() const {
+  const int64_t t0 = impl_->step_started_ns.load();
+  if (t0 == 0) return 0.0;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  return static_cast<double>(now - t0) * 1e-9;
+}
+
 Status Engine::submit(GenerationRequest request, EventSink sink) {
   Impl& m = *impl_;
   if (request.n < 1) return invalid_argument("n must be >= 1");

@@ -35,6 +35,9 @@ class Engine final : public EngineApi {
   Expected<std::vector<std::string>> token_strings(const std::vector<int32_t>& tokens) const override;
   Status submit(GenerationRequest request, EventSink sink) override;
   void cancel(const std::string& request_id) override;
+  // How long the model step in flight has run, in seconds (0 between steps): the stall
+  // watchdog's reading (WATCHDOG_S). Safe from any thread.
+  double step_seconds() const;
 
   struct Impl;
 

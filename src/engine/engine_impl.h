@@ -200,6 +200,8 @@ struct Engine::Impl {
   // read on the store's thread, not in the step that admits them).
   std::deque<std::shared_ptr<LiveRequest>> store_pending;
   std::atomic<int64_t> queued_choices{0};  // inbox + scheduler queue, for 429 without the engine thread
+  std::atomic<int64_t> step_started_ns{
+      0};  // steady clock when the step in flight began; 0: none (step_seconds)
 
   // Engine-thread state.
   std::map<RequestId, LiveChoice> choices;

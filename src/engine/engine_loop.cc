@@ -58,10 +58,15 @@ void Engine::Impl::run() {
     }
     const int64_t alive_before = ops->memory_use().in_use_bytes;
     ops->reset_memory_peak();
+    step_started_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
     try {
       step_once();
+      step_started_ns = 0;
       note_step_memory(alive_before);
     } catch (const std::exception& e) {
+      step_started_ns = 0;
       // Nothing may take the engine down: fail what was in flight and go on.
       TF_LOG_ERROR("engine step failed: {}", e.what());
       std::vector<RequestId> ids;

@@ -8,38 +8,19 @@ namespace tf {
 std::unique_ptr<MemoryGuard> MemoryGuard::start(Options options, Trip trip) {
   if (options.floor_bytes <= 0) return nullptr;
   if (!options.available) options.available = host_available_bytes;
-  std::unique_ptr<MemoryGuard> g(new MemoryGuard(std::move(options), std::move(trip)));
-  g->thread_ = std::thread([raw = g.get()] { raw->run(); });
-  return g;
-}
-
-MemoryGuard::MemoryGuard(Options options, Trip trip) : options_(std::move(options)), trip_(std::move(trip)) {}
-
-MemoryGuard::~MemoryGuard() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void MemoryGuard::run() {
-  int low = 0;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, options_.period, [this] { return stopping_; })) return;
-    }
-    const int64_t available = options_.available();
+  std::unique_ptr<MemoryGuard> g(new MemoryGuard());
+  const auto period = options.period;
+  auto check = [o = std::move(options), trip = std::move(trip), tripped = g->tripped_, low = 0]() mutable {
+    const int64_t available = o.available();
     // 0: /proc/meminfo could not be read; never a reason to stop.
-    low = available > 0 && available < options_.floor_bytes ? low + 1 : 0;
-    if (low >= options_.checks) {
-      tripped_ = true;
-      trip_(available, options_.floor_bytes);
-      return;
-    }
-  }
+    low = available > 0 && available < o.floor_bytes ? low + 1 : 0;
+    if (low < o.checks) return false;
+    *tripped = true;
+    trip(available, o.floor_bytes);
+    return true;
+  };
+  g->watch_ = std::make_unique<PeriodicWatch>(period, std::move(check));
+  return g;
 }
 
 std::string memory_guard_message(int64_t available_bytes, int64_t floor_bytes) {

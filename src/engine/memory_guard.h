@@ -13,13 +13,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
+
+#include "engine/periodic_watch.h"
 
 namespace tf {
 
@@ -37,23 +36,14 @@ class MemoryGuard {
 
   // Null when floor_bytes is 0.
   static std::unique_ptr<MemoryGuard> start(Options options, Trip trip);
-  ~MemoryGuard();
-  MemoryGuard(const MemoryGuard&) = delete;
-  MemoryGuard& operator=(const MemoryGuard&) = delete;
 
-  bool tripped() const { return tripped_.load(); }
+  // Set before the trip callback runs (a server stopped by it can tell why).
+  bool tripped() const { return tripped_->load(); }
 
  private:
-  MemoryGuard(Options options, Trip trip);
-  void run();
-
-  Options options_;
-  Trip trip_;
-  std::atomic<bool> tripped_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread thread_;
+  MemoryGuard() = default;
+  std::shared_ptr<std::atomic<bool>> tripped_ = std::make_shared<std::atomic<bool>>(false);
+  std::unique_ptr<PeriodicWatch> watch_;  // last: stopped first
 };
 
 // The message a tripped guard logs: the reading, the floor, what happens now.

@@ -1404,6 +1404,32 @@ TEST_F(SpeculationTest, RepliesEqualSerialDecodingWhateverTheDrafts) {
   }
 }
 
+// Engine::step_seconds (WATCHDOG_S's reading): how long the step in flight has run, 0 between
+// steps. A drafter that takes 300 ms makes each decode step at least that long.
+TEST_F(SpeculationTest, StepSecondsTimesTheStepInFlight) {
+  EngineOptions o = demo_options();
+  o.draft_model = "none";
+  o.drafter = [](std::span<const int32_t>, int) {
+    std::this_thread::sleep_for(300ms);
+    return std::vector<int32_t>{};
+  };
+  auto e = Engine::create(o);
+  ASSERT_TRUE(e.has_value()) << e.status().to_string();
+  EXPECT_EQ((*e)->step_seconds(), 0.0) << "idle";
+  Collector c;
+  ASSERT_TRUE((*e)->submit(request("slow", "Slow steps:", 3, 0.0), c.sink()).is_ok());
+  double most = 0.0;
+  while (!c.wait(std::chrono::seconds(0))) {
+    most = std::max(most, (*e)->step_seconds());
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_FALSE(c.error) << c.status.to_string();
+  EXPECT_GE(most, 0.2) << "a 300 ms step was seen in flight";
+  EXPECT_LT(most, 30.0);
+  for (int i = 0; i < 200 && (*e)->step_seconds() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ((*e)->step_seconds(), 0.0) << "idle again";
+}
+
 // `draft: false` (GenerationRequest::drafts): the request is decoded serially on an engine that
 // drafts every step, and gives the reply it gives with drafts.
 TEST_F(SpeculationTest, ADraftFalseRequestVerifiesNoDrafts) {

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/stall_watchdog.h"
+
 namespace tf {
 namespace {
 
@@ -89,6 +91,45 @@ TEST(MemoryGuard, TheMessageNamesTheSettingAndTheNumbers) {
   const std::string m = memory_guard_message(int64_t{700} << 20, int64_t{1024} << 20);
   EXPECT_NE(m.find("700 MiB"), std::string::npos) << m;
   EXPECT_NE(m.find("MEMORY_GUARD_MIB (1024 MiB)"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace tf
+
+namespace tf {
+namespace {
+
+// WATCHDOG_S (engine/stall_watchdog.h): trips once when the step in flight runs past the limit.
+TEST(StallWatchdog, TripsOnceWhenAStepRunsPastTheLimit) {
+  std::atomic<double> step{0.0};
+  std::atomic<int> trips{0};
+  std::atomic<double> seen{0.0};
+  StallWatchdog::Options o;
+  o.limit_seconds = 5;
+  o.period = std::chrono::milliseconds(1);
+  o.step_seconds = [&] { return step.load(); };
+  auto w = StallWatchdog::start(o, [&](double s, double limit) {
+    ++trips;
+    seen = s;
+    EXPECT_EQ(limit, 5);
+  });
+  ASSERT_TRUE(w);
+  step = 4.9;  // long, but within the limit
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(trips.load(), 0);
+  step = 5.5;
+  for (int i = 0; i < 2000 && trips.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(trips.load(), 1);
+  EXPECT_EQ(seen.load(), 5.5);
+  EXPECT_TRUE(w->tripped());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(trips.load(), 1) << "once";
+  o.limit_seconds = 0;
+  EXPECT_EQ(StallWatchdog::start(o, [](double, double) {}), nullptr);
+  EXPECT_NE(stall_message(301.7, 300).find("has run for 301 s, more than WATCHDOG_S (300 s)"),
+            std::string::npos)
+      << stall_message(301.7, 300);
 }
 
 }  // namespace

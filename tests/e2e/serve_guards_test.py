@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""MEMORY_GUARD_MIB on the real `tensorfold serve` (demo checkpoint): the server runs while the host has
-memory, and stops by itself (exit code 3, a log line naming the setting and the numbers) once the host's
-available memory stays under the guard; a dip shorter than the guard's checks does not stop it. The host's
-memory is read from a file in /proc/meminfo's format that the test rewrites (TF_MEMINFO).
+"""The guards of the real `tensorfold serve` (demo checkpoint).
+MEMORY_GUARD_MIB: the server runs while the host has memory, and stops by itself (exit code 3, a log line
+naming the setting and the numbers) once the host's available memory stays under the guard; a dip shorter
+than the guard's checks does not stop it. The host's memory is read from a file in /proc/meminfo's format that
+the test rewrites (TF_MEMINFO).
+WATCHDOG_S: a server whose limit is shorter than its steps exits with code 4 while it decodes, saying why.
 
-Usage: serve_memory_guard_test.py TENSORFOLD WORK_DIR
+Usage: serve_guards_test.py TENSORFOLD WORK_DIR
 """
 import os
 import shutil
@@ -63,4 +65,20 @@ try:
 finally:
     server.kill()
 
-check.finish("serve_memory_guard", t0)
+# WATCHDOG_S 0.001 s: every step of a long reply is longer; the watchdog looks once a second.
+env.pop("TF_MEMINFO")
+server = ServeProcess([binary, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--watchdog-s",
+                       "0.001", "--cache-dir", os.path.join(work, "cache")], env=env)
+try:
+    try:
+        server.chat("Go on for a while.", 900)
+    except Exception:  # the connection closes when the process exits
+        pass
+    code = server.wait(30)
+    check(code == 4, "a step past WATCHDOG_S: the server exits with code 4 (got %r)" % code)
+    log = server.log(40)
+    check("more than WATCHDOG_S (0 s)" in log and "can be restarted" in log, "its log says why:\n" + log[-600:])
+finally:
+    server.kill()
+
+check.finish("serve_guards", t0)
