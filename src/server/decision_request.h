@@ -24,6 +24,9 @@ namespace tf::server {
 inline constexpr int kDecisionPromptFormatVersion = 1;
 // Questions per request: each is a prompt of its own in the engine's queue.
 inline constexpr size_t kMaxDecisionQuestions = 64;
+// Prompt tokens before the answer that a label is checked against (it must stay one token of
+// its own after them).
+inline constexpr size_t kDecisionLabelWindow = 64;
 
 struct DecisionQuestion {
   std::string id;

@@ -372,10 +372,25 @@ struct HttpServer::Impl {
                          " tokens, which does not fit the context length of " +
                          std::to_string(model.context_length) + " tokens",
                      "invalid_request_error", "questions", "context_length_exceeded");
-    auto text = engine.detokenize(d.tokens);
-    if (!text) throw api_error_from_status(text.status());
-    auto again = engine.tokenize(*text, false);
-    if (!again || *again != d.tokens)
+    // The labels are checked after the prompt's last tokens only (a label can merge with the
+    // end of the text and nothing before it), so a long input is not encoded once per label;
+    // the window's text must encode back to the window's ids for the check to mean anything
+    // (a window that starts inside a word or a character may not: it grows, up to the prompt).
+    std::vector<int32_t> tail;
+    std::optional<std::string> text;
+    for (size_t window = kDecisionLabelWindow;; window *= 8) {
+      window = std::min(window, d.tokens.size());
+      tail.assign(d.tokens.end() - static_cast<std::ptrdiff_t>(window), d.tokens.end());
+      auto t = engine.detokenize(tail);
+      if (!t) throw api_error_from_status(t.status());
+      auto again = engine.tokenize(*t, false);
+      if (again && *again == tail) {
+        text = std::move(*t);
+        break;
+      }
+      if (window == d.tokens.size()) break;
+    }
+    if (!text)
       throw bad_request(
           which +
               "this model's tokenizer does not encode the rendered chat prompt back to the same ids, "
@@ -387,8 +402,8 @@ struct HttpServer::Impl {
                         "questions");
     for (const std::string& label : q.labels) {
       auto ids = engine.tokenize(*text + label, false);
-      const bool one_more = ids && ids->size() == d.tokens.size() + 1 &&
-                            std::equal(d.tokens.begin(), d.tokens.end(), ids->begin());
+      const bool one_more =
+          ids && ids->size() == tail.size() + 1 && std::equal(tail.begin(), tail.end(), ids->begin());
       if (!one_more || std::find(d.labels.begin(), d.labels.end(), ids->back()) != d.labels.end())
         throw bad_request(
             which + "the answer label '" + label +

@@ -108,6 +108,32 @@ await run.check('yes_no: answered when yes and no are single tokens after the pr
   }
 });
 
+await run.check('labels are checked after the prompt\'s last tokens: text the tokenizer splits inside characters', async () => {
+  // The demo tokenizer has no CJK or emoji tokens: these characters become byte tokens, so the window of the
+  // prompt's last 64 tokens that the labels are checked after can start inside a character; the check then
+  // grows it until its text encodes back to its ids. Shifted by 0..5 short words until the window does.
+  let exercised = false;
+  for (let shift = 0; shift < 6 && !exercised; shift++) {
+    const cjk = { id: 'cjk', type: 'choice', question: '誰が対応しますか？',
+      options: [{ name: 'billing', description: '請求書と返金 🚀'.repeat(3) }, { name: 'technical', description: '技術的な問題 🔧'.repeat(3) + ' a'.repeat(shift) }] };
+    const r = await post200(server, '/v1/decisions', { input: INPUT, questions: [cjk], return_prompt_token_ids: true });
+    const a = r.answers.cjk;
+    const lines = cjk.options.map((o, i) => `${'AB'[i]}: ${o.name} - ${o.description}`).join('\n');
+    const wording = `${INPUT}\n\nQuestion: ${cjk.question}\n${lines}\nAnswer with the letter of one option only.`;
+    const tok = await post200(server, '/tokenize', { model: server.model, messages: [{ role: 'user', content: wording }], chat_template_kwargs: { enable_thinking: false } });
+    assert.deepEqual(a.prompt_token_ids, tok.tokens);
+    assert.deepEqual(a.label_token_ids, first.answers.team.label_token_ids.slice(0, 2), 'the same label tokens as before');
+    const lp = await labelLogprob(a.prompt_token_ids, a.label_token_ids[0]);
+    assert.ok(Math.abs(Math.exp(lp) - a.probabilities.billing * a.label_mass) < 1e-4);
+    // Did the last 64 tokens' text fail to encode back to them (the wider window was needed)?
+    const window = a.prompt_token_ids.slice(-64);
+    const text = (await post200(server, '/detokenize', { model: server.model, tokens: window })).prompt;
+    const again = await post200(server, '/tokenize', { model: server.model, prompt: text, add_special_tokens: false });
+    exercised = JSON.stringify(again.tokens) !== JSON.stringify(window);
+  }
+  assert.ok(exercised, 'one of the inputs needed the wider window');
+});
+
 await run.check('a chat before and after decisions gives the same greedy reply', async () => {
   const chat = {
     model: server.model, messages: [{ role: 'user', content: INPUT }], max_tokens: 16, temperature: 0,
