@@ -317,6 +317,18 @@ void add_serve_command(CLI::App& app) {
       ->envname("KV_POOL_GIB")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--reasoning-effort", o->http.default_reasoning_effort,
+                  "the reasoning effort of requests that choose none (none, low, high or max; default: the "
+                  "template's own, max)")
+      ->envname("REASONING_EFFORT")
+      ->check(CLI::IsMember({"none", "low", "high", "max"}));
+  cmd->add_option(
+         "--thinking-budget", o->http.default_thinking_budget,
+         "reasoning tokens of requests that set no thinking budget, after which the reasoning is closed "
+         "(-1: no limit)")
+      ->envname("THINKING_BUDGET")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
+      ->capture_default_str();
   cmd->add_option("--max-tokens", o->http.default_max_tokens,
                   "max_tokens when a chat/responses request sets none (0: fill the window)")
       ->envname("MAX_TOKENS")

@@ -271,6 +271,22 @@ struct HttpServer::Impl {
     throw api_error_from_status(s);
   }
 
+  // REASONING_EFFORT for a conversation that chose no effort and no thinking switch; true when
+  // it applied.
+  bool default_effort(ChatPrompt& chat) const {
+    const std::string& effort = options.default_reasoning_effort;
+    const Json& kw = chat.chat_template_kwargs;
+    if (effort.empty() || !chat.reasoning_effort.empty() || kw.contains("enable_thinking") ||
+        kw.contains("thinking"))
+      return false;
+    chat.reasoning_effort = effort;
+    chat.chat_template_kwargs["enable_thinking"] = effort != "none";
+    return true;
+  }
+  void apply_defaults(ChatRequest& r) const {
+    if (default_effort(r.chat)) r.thinking_enabled = options.default_reasoning_effort != "none";
+  }
+
   // Takes the prompt's media: the engine frees their pixels once encoded, which a copy held
   // here for the request's lifetime would keep.
   GenerationRequest chat_generation(const ChatRequest& r, RenderedPrompt& prompt, int64_t max_tokens) {
@@ -289,7 +305,7 @@ struct HttpServer::Impl {
     g.tool_choice = r.tool_choice;
     g.named_tool_choice = r.named_tool_choice;
     g.parallel_tool_calls = r.parallel_tool_calls;
-    g.reasoning_budget = r.reasoning_budget.value_or(-1);
+    g.reasoning_budget = r.reasoning_budget.value_or(options.default_thinking_budget);
     g.return_token_ids = r.return_token_ids;
     g.cache_salt = r.cache_salt;
     g.prompt_logprobs = r.prompt_logprobs.value_or(-1);
@@ -312,6 +328,7 @@ struct HttpServer::Impl {
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     const Json body = parse_body(req);
     ChatRequest r = parse_chat_request(body, media_policy());
+    apply_defaults(r);
     check_model(r.model);
     check_queued_choices(r.n, "n");
     auto prompt = render_prompt(r.chat);
@@ -566,6 +583,7 @@ struct HttpServer::Impl {
                        "invalid_request_error", "previous_response_id", "previous_response_not_found");
     }
     ResponsesRequest r = parse_responses_request(body, media_policy(), previous ? &previous->items : nullptr);
+    apply_defaults(r.chat);
     check_model(r.model);
     auto prompt = render_prompt(r.chat.chat);
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
@@ -624,6 +642,7 @@ struct HttpServer::Impl {
   void messages(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     const Json body = parse_body(req);
     MessagesRequest r = parse_messages_request(body, false, media_policy());
+    apply_defaults(r.chat);
     auto prompt = render_prompt(r.chat.chat);
     const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
     // As Anthropic's API: max_tokens may reach past the window; the reply then stops at the
@@ -654,6 +673,7 @@ struct HttpServer::Impl {
 
   void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
     MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true, media_policy());
+    apply_defaults(r.chat);
     auto prompt = render_prompt(r.chat.chat);
     write_json(res, 200, {{"input_tokens", prompt.tokens.size()}});
   }
@@ -664,6 +684,7 @@ struct HttpServer::Impl {
     Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
     if (r.is_chat) {
       r.chat.find_system_block = false;  // only the tokens are wanted
+      (void)default_effort(r.chat);      // the prompt the chat route would run
       ids = std::move(render_prompt(r.chat).tokens);
     } else {
       ids = engine.tokenize(r.prompt, r.add_special_tokens);

@@ -20,6 +20,11 @@ struct ServerOptions {
   std::string api_key;  // API_KEY: keys separated by commas; with api_key_file empty too: no authentication
   std::string api_key_file;  // API_KEY_FILE: one key per line, read again by reload_api_keys() (api_keys.h)
   int64_t default_max_tokens = 4096;  // chat/responses cap when the request sets none; 0: fill the window
+  // REASONING_EFFORT: the effort of a chat (responses, messages) request that chose none, neither
+  // reasoning_effort nor an enable_thinking / thinking kwarg ("": the template's own, max).
+  std::string default_reasoning_effort;
+  // THINKING_BUDGET: the reasoning tokens of a request that sets no thinking budget (-1: no limit).
+  int64_t default_thinking_budget = -1;
   size_t max_body_bytes = size_t{96} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
   bool https_media = false;        // VISION_URLS: https:// media URLs go on to the engine (it fetches them)

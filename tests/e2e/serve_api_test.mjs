@@ -540,6 +540,30 @@ async function copyDraftsCheck(server) {
   assert.deepEqual((await health(server)).speculation, after, 'no drafts for draft: false');
 }
 
+await run.check('REASONING_EFFORT and THINKING_BUDGET: the defaults of requests that choose none', async () => {
+  const srv = await startServer({ bin: cmd.bin, args: [...cmd.args, '--reasoning-effort', 'high', '--thinking-budget', '3'] });
+  try {
+    const q = { model, messages: [{ role: 'user', content: 'Why is the sea blue?' }], max_tokens: 24, temperature: 0, ignore_eos: true, return_token_ids: true };
+    const plain = await post200(srv, '/v1/chat/completions', q);
+    const explicit = await post200(srv, '/v1/chat/completions', { ...q, reasoning_effort: 'high', thinking_budget: 3 });
+    assert.deepEqual(plain.choices[0].message, explicit.choices[0].message, 'the same as asking for them');
+    assert.deepEqual(plain.prompt_token_ids, explicit.prompt_token_ids);
+    assert.ok(plain.usage.completion_tokens_details.reasoning_tokens <= 4, JSON.stringify(plain.usage));
+    // /tokenize renders the prompt the chat route runs.
+    const tok = await post200(srv, '/tokenize', { model, messages: q.messages });
+    assert.deepEqual(tok.tokens, plain.prompt_token_ids);
+    // The default (max) effort's prompt is another one; a request's own choices win.
+    const max = await post200(srv, '/tokenize', { model, messages: q.messages, reasoning_effort: 'max' });
+    assert.notDeepEqual(max.tokens, plain.prompt_token_ids);
+    const off = await post200(srv, '/v1/chat/completions', { ...q, chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(off.usage.completion_tokens_details.reasoning_tokens, 0, 'enable_thinking false wins');
+    const longer = await post200(srv, '/v1/chat/completions', { ...q, thinking_budget: 10 });
+    assert.ok(longer.usage.completion_tokens_details.reasoning_tokens > 4, JSON.stringify(longer.usage));
+  } finally {
+    await srv.stop();
+  }
+});
+
 await run.check('Responses accepts tools: [] (as OpenAI does); /metrics counts streamed answers as 200', async () => {
   const r = await post200(server, '/v1/responses', { model, input: 'hi', max_output_tokens: 4, tools: [] });
   assert.equal(r.object, 'response');

@@ -55,11 +55,12 @@ args = r.stdout.split("\n")
 check("the environment wins over .env", r.returncode == 0 and args[args.index("--mtp-max") + 1] == "7",
       r.stdout + r.stderr)
 
-r = settings({"MEMORY_GUARD_MIB": "2048", "WATCHDOG_S": "600"})
+r = settings({"MEMORY_GUARD_MIB": "2048", "WATCHDOG_S": "600", "REASONING_EFFORT": "high", "THINKING_BUDGET": "4096"})
 args = r.stdout.split("\n")
-check("MEMORY_GUARD_MIB and WATCHDOG_S become serve flags", r.returncode == 0 and "--memory-guard-mib" in args and
-      args[args.index("--memory-guard-mib") + 1] == "2048" and args[args.index("--watchdog-s") + 1] == "600",
-      r.stdout + r.stderr)
+check("MEMORY_GUARD_MIB, WATCHDOG_S, REASONING_EFFORT and THINKING_BUDGET become serve flags",
+      r.returncode == 0 and "--memory-guard-mib" in args and args[args.index("--memory-guard-mib") + 1] == "2048" and
+      args[args.index("--watchdog-s") + 1] == "600" and args[args.index("--reasoning-effort") + 1] == "high" and
+      args[args.index("--thinking-budget") + 1] == "4096", r.stdout + r.stderr)
 
 r = settings({})
 check("unset knobs leave serve's defaults", r.returncode == 0 and "--drafter" not in r.stdout.split("\n") and
@@ -68,7 +69,7 @@ check("unset knobs leave serve's defaults", r.returncode == 0 and "--drafter" no
 for key, value in (("DRAFTER", "eagle"), ("DRAFTER", "mtp;rm"), ("MTP_MAX", "0"), ("MTP_MAX", "64"),
                    ("MTP_MAX", "three"), ("COPY_MAX", "99"), ("COPY", "yes"), ("LOG_KEEP", "0"),
                    ("LOG_KEEP", "ten"), ("MEMORY_GUARD_MIB", "-1"), ("MEMORY_GUARD_MIB", "1g"),
-                   ("WATCHDOG_S", "5m")):
+                   ("WATCHDOG_S", "5m"), ("REASONING_EFFORT", "medium"), ("THINKING_BUDGET", "lots")):
     r = settings({key: value})
     check("%s=%s is refused, naming it" % (key, value), r.returncode != 0 and key in r.stderr and
           "--" not in r.stdout, "rc %d, stdout %r, stderr %r" % (r.returncode, r.stdout, r.stderr))
