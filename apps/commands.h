@@ -22,6 +22,8 @@ void add_demo_checkpoint_command(CLI::App& app);
 void add_synth_checkpoint_command(CLI::App& app);
 // `tensorfold bench --url URL --concurrency N ...`: TTFT and tok/s of a server (apps/bench_command.h: --offline hook).
 void add_bench_command(CLI::App& app);
+// `tensorfold tui [--url URL] [--once]`: a live terminal view of a server's /health.
+void add_tui_command(CLI::App& app);
 // `tensorfold quant-report --model DIR --dense q4|fp8`: KL / top-1 of re-quantized dense matrices.
 void add_quant_report_command(CLI::App& app);
 

@@ -329,6 +329,13 @@ void add_serve_command(CLI::App& app) {
       ->envname("THINKING_BUDGET")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
       ->capture_default_str();
+  cmd->add_option(
+         "--stream-smooth-ms", o->http.stream_smooth_ms,
+         "smooth streaming: streamed tokens go out evenly spaced at the stream's own recent pace "
+         "(speculative decoding delivers them in bursts), none held longer than this (0: sent as they come)")
+      ->envname("STREAM_SMOOTH_MS")
+      ->check(CLI::Range(0, 5000))
+      ->capture_default_str();
   cmd->add_option("--max-tokens", o->http.default_max_tokens,
                   "max_tokens when a chat/responses request sets none (0: fill the window)")
       ->envname("MAX_TOKENS")

@@ -8,7 +8,7 @@ TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX LOOP_GUARD MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY API_KEY_FILE TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND
-  PREPARE DRY_RUN LOG_KEEP MEMORY_GUARD_MIB WATCHDOG_S REASONING_EFFORT THINKING_BUDGET
+  PREPARE DRY_RUN LOG_KEEP MEMORY_GUARD_MIB WATCHDOG_S REASONING_EFFORT THINKING_BUDGET STREAM_SMOOTH STREAM_SMOOTH_MS
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
 # The environment as the user gave it (these win over everything).
@@ -154,6 +154,9 @@ tf_validate_settings() {
     tf_fail "REASONING_EFFORT must be none, low, high or max, got '$REASONING_EFFORT'"
   [[ -z "${THINKING_BUDGET:-}" || "$THINKING_BUDGET" == -1 || ("$THINKING_BUDGET" =~ ^[0-9]+$ && ${#THINKING_BUDGET} -le 12) ]] ||
     tf_fail "THINKING_BUDGET must be a number of tokens (-1: no limit), got '$THINKING_BUDGET'"
+  [[ -z "${STREAM_SMOOTH:-}" || "$STREAM_SMOOTH" =~ ^[01]$ ]] || tf_fail "STREAM_SMOOTH must be 0 or 1, got '$STREAM_SMOOTH'"
+  [[ -z "${STREAM_SMOOTH_MS:-}" || ("$STREAM_SMOOTH_MS" =~ ^[0-9]+$ && ${#STREAM_SMOOTH_MS} -le 4 && STREAM_SMOOTH_MS -le 5000) ]] ||
+    tf_fail "STREAM_SMOOTH_MS must be 0..5000 milliseconds, got '$STREAM_SMOOTH_MS'"
   [[ "$LOG_KEEP" =~ ^[0-9]+$ ]] && ((${#LOG_KEEP} <= 5 && LOG_KEEP >= 1)) ||
     tf_fail "LOG_KEEP must be a number of logs, at least 1, got '$LOG_KEEP'"
   if [[ -n "${API_KEY_FILE:-}" ]]; then
@@ -201,6 +204,12 @@ tf_serve_args() {
   [[ -n "${WATCHDOG_S:-}" ]] && TF_SERVE_ARGS+=(--watchdog-s "$WATCHDOG_S")
   [[ -n "${REASONING_EFFORT:-}" ]] && TF_SERVE_ARGS+=(--reasoning-effort "$REASONING_EFFORT")
   [[ -n "${THINKING_BUDGET:-}" ]] && TF_SERVE_ARGS+=(--thinking-budget "$THINKING_BUDGET")
+  # STREAM_SMOOTH=0 sends streamed tokens as they come; STREAM_SMOOTH_MS is the playout limit.
+  if [[ "${STREAM_SMOOTH:-1}" == 0 ]]; then
+    TF_SERVE_ARGS+=(--stream-smooth-ms 0)
+  elif [[ -n "${STREAM_SMOOTH_MS:-}" ]]; then
+    TF_SERVE_ARGS+=(--stream-smooth-ms "$STREAM_SMOOTH_MS")
+  fi
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
   [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")

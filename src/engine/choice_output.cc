@@ -36,6 +36,7 @@ std::string ChoiceOutput::token_text(int32_t token) const {
 void ChoiceOutput::record(int32_t token, const SampledToken& sampled, GenerationEvent& ev) {
   add_logprobs(token, sampled, ev);
   if (opt_.token_ids) ev.token_ids.push_back(token);
+  digest_.add(token);
   ev.tokens_so_far = ++tokens_;
 }
 

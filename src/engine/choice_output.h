@@ -12,14 +12,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/engine_api.h"
+#include "engine/token_digest.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_string_matcher.h"
 #include "text/detokenizer.h"
@@ -61,6 +61,8 @@ class ChoiceOutput {
     return stop_index_ >= 0 && static_cast<size_t>(stop_index_) < opt_.stop.size() ? opt_.stop[static_cast<size_t>(stop_index_)] : "";
   }
   bool made_tool_calls() const { return tool_calls_made_ > 0; }
+  // The SHA-256 of the tokens added so far (GenerationEvent::token_sha256).
+  std::string token_sha256() const { return digest_.hex(); }
 
  private:
   void route_text(const std::string& text, bool final, GenerationEvent& ev);
@@ -81,6 +83,7 @@ class ChoiceOutput {
   std::unordered_set<int32_t> parser_markers_;
   int64_t reasoning_tokens_ = 0;
   int64_t tokens_ = 0;  // generated tokens added so far (GenerationEvent::tokens_so_far)
+  TokenDigest digest_;  // of the same tokens
   size_t tool_calls_made_ = 0;
   bool stopped_ = false;
   int32_t stop_index_ = -1;

@@ -344,6 +344,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   m.info.context_length = m.plan.context;
   m.info.vocab_size = m.text_vocab;
   m.info.max_queued_choices = options.max_waiting;
+  m.info.parallel = options.parallel;
+  m.info.vision = m.vision != nullptr;
+  m.info.chat_template = m.tokenizer->config().chat_template.value_or("");
+  m.info.bos_token = m.chat_template->bos_token().value_or("");
+  m.info.eos_token = m.chat_template->eos_token().value_or("");
   m.info.created = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch()).count();
   if (const MemoryUse use = m.ops->memory_use(); use.held_bytes > 0)

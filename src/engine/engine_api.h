@@ -216,6 +216,9 @@ struct GenerationEvent {
   int64_t reasoning_tokens = 0;
   int64_t cached_prompt_tokens = 0;
   std::string stop_string;  // kFinish: the stop string that ended the choice ("" when none did)
+  // kFinish: the SHA-256 of the choice's generated token ids, its stop token included (the
+  // ids return_token_ids lists, as little-endian int32s; engine/token_digest.h).
+  std::string token_sha256;
   // kError: the request failed after it was admitted (ends every choice).
   Status error;
 };
@@ -241,6 +244,22 @@ struct EngineHealth {
   // Prompt reuse: the prompt states kept, and the prompt tokens they cover.
   int64_t kept_prompts = 0;
   int64_t kept_prompt_tokens = 0;
+  // Why the kept prompts were kept (kept_mix; they add up to kept_prompts): at a prompt's
+  // end (a repeated prompt or the chat's next turn resumes there), at the end of a chat's
+  // system block, where a prompt stopped agreeing with a kept one (a shared prefix), or read
+  // back from the prompt store.
+  struct KeptMix {
+    int64_t prompt_end = 0, system_block = 0, shared_prefix = 0, restored = 0;
+  } kept_mix;
+  // Requests that resumed from a kept prompt, and of those the ones that continued a chat:
+  // their prompt went past the end of the prompt whose state they resumed from (the next
+  // turn), rather than repeating it or sharing only its start.
+  int64_t prompts_resumed_total = 0;
+  int64_t chats_continued_total = 0;
+  // Engine iterations that ran the model: the last one's seconds and the mean of the last
+  // kIterationWindow (0 before the first).
+  double iteration_s = 0.0;
+  double iteration_s_mean = 0.0;
   // PROMPT_STORE: the states on disk (state files, their blocks, bytes of both), states
   // written so far and the bytes written for them, states not written (the writer's queue
   // was full, or a write failed), resumed from, and states whose files failed their checks
@@ -297,6 +316,10 @@ struct ModelInfo {
   int64_t vocab_size = 0;
   int64_t created = 0;       // unix seconds
   int64_t max_queued_choices = 0;  // choices that may wait at once (MAX_QUEUED); 0: no limit
+  int parallel = 0;                // streams decoded together (PARALLEL)
+  bool vision = false;             // images and videos are taken (the vision tower is loaded)
+  std::string chat_template;       // the template's Jinja source
+  std::string bos_token, eos_token;  // tokenizer_config.json's ("" when it names none)
 };
 
 class EngineApi {

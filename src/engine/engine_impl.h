@@ -80,6 +80,14 @@ struct LiveRequest {
   uint64_t stored_state = 0;
 };
 
+// Why a prompt's state is kept at a point (EngineHealth::kept_mix), in the order of
+// precedence when several points coincide.
+enum class KeepReason { kPromptEnd, kSystemBlock, kSharedPrefix, kRestored };
+struct KeepPoint {
+  int64_t tokens = 0;
+  KeepReason reason = KeepReason::kPromptEnd;
+};
+
 // One choice: a scheduler request with its own sequence, sampler and text pipeline.
 struct LiveChoice {
   RequestId id = 0;
@@ -99,7 +107,7 @@ struct LiveChoice {
   // Prompt reuse: the prompt tokens a kept prompt gave (not run again), and the prefill
   // lengths at which this choice's state is kept (engine_prompt_reuse.cc).
   int64_t cached = 0;
-  std::vector<int64_t> keep_at;
+  std::vector<KeepPoint> keep_at;
   // Speculative decoding (engine_speculation.cc): the prompt and reply so far, where copy
   // drafts are searched (empty when they are off), and the span of this step's verify
   // entry (the pending token, then the drafts).
@@ -130,6 +138,8 @@ struct LiveChoice {
 struct KeptPrompt {
   std::unique_ptr<Glm5Sequence> sequence;
   CacheHandle handle;
+  KeepReason reason = KeepReason::kPromptEnd;
+  int64_t source_prompt_tokens = 0;  // the length of the prompt it was kept from (0: unknown)
 };
 
 struct Engine::Impl {
@@ -155,6 +165,9 @@ struct Engine::Impl {
   std::unique_ptr<StepBroadcaster> tp;
   bool tp_broken = false;  // engine thread only
   int64_t model_steps = 0;  // engine thread only
+  // Seconds of the latest iterations that ran the model (EngineHealth::iteration_s).
+  static constexpr size_t kIterationWindow = 64;
+  std::deque<double> iteration_seconds;  // engine thread only
   std::unique_ptr<Glm5Model> model;
   // The vision tower (rank 0 only; null for a text-only checkpoint) and what
   // render_chat_media needs to expand placeholders.
@@ -216,6 +229,7 @@ struct Engine::Impl {
 
   void run();
   void step_once();
+  void note_iteration(double seconds);
   void take_inbox();
   void admit(const std::shared_ptr<LiveRequest>& r);
   void start_choice(LiveChoice& c);

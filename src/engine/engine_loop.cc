@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <future>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
 #include "core/logging.h"
@@ -62,8 +63,12 @@ void Engine::Impl::run() {
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();
     try {
+      const int64_t steps_before = model_steps;
+      const auto began = std::chrono::steady_clock::now();
       step_once();
       step_started_ns = 0;
+      if (model_steps != steps_before)
+        note_iteration(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
       note_step_memory(alive_before);
     } catch (const std::exception& e) {
       step_started_ns = 0;
@@ -234,6 +239,7 @@ void Engine::Impl::finish_choice(RequestId id, FinishReason reason, bool release
   fin.cached_prompt_tokens = c.cached;
   fin.reasoning_tokens = std::min<int64_t>(c.output->reasoning_tokens(), fin.completion_tokens);
   if (fin.finish_reason == FinishReason::kStop) fin.stop_string = c.output->matched_stop();
+  fin.token_sha256 = c.output->token_sha256();
   {
     std::lock_guard<std::mutex> lock(health_mu);
     health.completion_tokens_total += fin.completion_tokens;
@@ -577,6 +583,15 @@ void Engine::Impl::tp_failed(const Status& error) {
   if (options.on_tp_failure) options.on_tp_failure(why);
 }
 
+void Engine::Impl::note_iteration(double seconds) {
+  iteration_seconds.push_back(seconds);
+  if (iteration_seconds.size() > kIterationWindow) iteration_seconds.pop_front();
+  const double sum = std::accumulate(iteration_seconds.begin(), iteration_seconds.end(), 0.0);
+  std::lock_guard<std::mutex> lock(health_mu);
+  health.iteration_s = seconds;
+  health.iteration_s_mean = sum / static_cast<double>(iteration_seconds.size());
+}
+
 void Engine::Impl::note_step_memory(int64_t alive_before) {
   const MemoryUse now = ops->memory_use();
   std::lock_guard<std::mutex> lock(health_mu);
@@ -606,6 +621,23 @@ void Engine::Impl::publish_health() {
   health.pool_free_tokens = budget->free_tokens();
   health.kept_prompts = static_cast<int64_t>(kept.size());
   health.kept_prompt_tokens = kept_index.total_tokens();
+  health.kept_mix = {};
+  for (const auto& [id, k] : kept) {
+    switch (k.reason) {
+      case KeepReason::kPromptEnd:
+        ++health.kept_mix.prompt_end;
+        break;
+      case KeepReason::kSystemBlock:
+        ++health.kept_mix.system_block;
+        break;
+      case KeepReason::kSharedPrefix:
+        ++health.kept_mix.shared_prefix;
+        break;
+      case KeepReason::kRestored:
+        ++health.kept_mix.restored;
+        break;
+    }
+  }
   health.model_steps = model_steps;
   health.tp_world = comm->world_size();
   const CommStats cs = comm->stats();

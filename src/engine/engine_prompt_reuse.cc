@@ -80,7 +80,9 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
   // agreeing with the kept prompts (each beyond what it resumes from).
   const int64_t shared = std::min(kept_index.shared_prefix(prompt), limit);
   const int64_t system = std::min(c.request->req.shared_prefix_tokens, limit);
-  c.keep_at = {round_down(limit), round_down(shared), round_down(system)};
+  c.keep_at = {{round_down(limit), KeepReason::kPromptEnd},
+               {round_down(system), KeepReason::kSystemBlock},
+               {round_down(shared), KeepReason::kSharedPrefix}};
   int64_t from = 0;
   std::optional<PromptIndex::Hit> hit = kept_index.longest_prefix(prompt, limit);
   if (store) {
@@ -93,9 +95,13 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
     // A state read ahead for this request and not taken (it resumes otherwise) is let go.
     if (c.request->stored_state != 0) store->drop_prefetched(std::exchange(c.request->stored_state, 0));
   }
+  bool continued = false;
   if (hit) {
-    auto forked = model->fork(*kept.at(hit->id).sequence);
+    const KeptPrompt& from_kept = kept.at(hit->id);
+    auto forked = model->fork(*from_kept.sequence);
     if (forked) {
+      continued = from_kept.reason == KeepReason::kPromptEnd &&
+                  static_cast<int64_t>(prompt.size()) > from_kept.source_prompt_tokens;
       c.sequence = std::move(*forked);
       if (tp) tp->sequence_forked(c.id, hit->id);
       from = hit->tokens;
@@ -103,19 +109,23 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
       TF_LOG_WARN("prompt reuse: resuming from a kept prompt failed: {}", forked.status().to_string());
     }
   }
-  std::erase_if(c.keep_at, [from](int64_t at) { return at <= from; });
+  std::erase_if(c.keep_at, [from](const KeepPoint& at) { return at.tokens <= from; });
   c.cached = from;
   c.prefilled = from;
   if (from > 0) {
     std::lock_guard<std::mutex> lock(health_mu);
     health.cached_tokens_total += from;
+    ++health.prompts_resumed_total;
+    if (continued) ++health.chats_continued_total;
   }
   return from;
 }
 
 void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {
   for (LiveChoice* c : prefilled) {
-    if (std::find(c->keep_at.begin(), c->keep_at.end(), c->prefilled) == c->keep_at.end()) continue;
+    const auto point = std::find_if(c->keep_at.begin(), c->keep_at.end(),
+                                    [c](const KeepPoint& at) { return at.tokens == c->prefilled; });
+    if (point == c->keep_at.end()) continue;
     const std::vector<int32_t>& prompt = c->request->reuse_prompt();
     const std::span<const int32_t> tokens(prompt.data(), static_cast<size_t>(c->prefilled));
     if (store) store_prompt_state(*c, tokens);
@@ -134,7 +144,8 @@ void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {
     const uint64_t id = next_id++;
     if (tp) tp->sequence_forked(id, c->id);
     kept_pages += budget->pages_for(c->prefilled);
-    kept.emplace(id, KeptPrompt{std::move(*forked), *handle});
+    kept.emplace(id,
+                 KeptPrompt{std::move(*forked), *handle, point->reason, static_cast<int64_t>(prompt.size())});
     kept_index.add(id, std::vector<int32_t>(tokens.begin(), tokens.end()));
   }
 }

@@ -162,7 +162,7 @@ std::optional<uint64_t> Engine::Impl::restore_stored(const PromptIndex::Hit& hit
     }
   }
   kept_pages += budget->pages_for(hit.tokens);
-  kept.emplace(id, KeptPrompt{std::move(*seq), *handle});
+  kept.emplace(id, KeptPrompt{std::move(*seq), *handle, KeepReason::kRestored, 0});
   kept_index.add(id, std::move(tokens));
   store->note_restored();
   return id;

@@ -51,6 +51,8 @@ function summarize(prev, cur, seconds) {
     pool_tokens: cur.pool_tokens,
     context_length: cur.context_length,
     kept_prompts: cur.kept_prompts,
+    chats_continued: cur.chats_continued || 0,
+    iteration_ms: 1000 * (cur.iteration_s_mean || 0),
     cached_share: cur.prompt_tokens_total > 0 ? cur.cached_tokens_total / cur.prompt_tokens_total : 0,
     draft_acceptance: drafted > 0 ? (spec.accepted_tokens_total || 0) / drafted : null,
     device_gib: (mem.in_use_bytes || 0) / 2 ** 30,
@@ -89,9 +91,10 @@ if (typeof document !== "undefined") {
       card("requests", `${s.running} running`, `${s.waiting} waiting, ${fmt(s.requests_per_min, 1)} / min`),
       card("streams", `${s.decoding + s.prefilling} / ${s.streams_max}`, `${s.decoding} decoding, ${s.prefilling} prefilling`),
       card("cache pool", fmt(100 * s.pool_used, 1) + " %", `${fmt(s.pool_tokens)} tokens, window ${fmt(s.context_length)}`, s.pool_used),
-      card("prompt reuse", fmt(100 * s.cached_share, 1) + " %", `of prompt tokens; ${s.kept_prompts} prompts kept`, s.cached_share),
+      card("prompt reuse", fmt(100 * s.cached_share, 1) + " %", `of prompt tokens; ${s.kept_prompts} prompts kept, ${s.chats_continued} chats continued`, s.cached_share),
       card("drafts kept", s.draft_acceptance === null ? "–" : fmt(100 * s.draft_acceptance, 1) + " %", "speculative decoding"),
       card("device memory", fmt(s.device_gib, 1) + " GiB", `${s.loops_closed} looping reasonings closed`),
+      card("iteration", fmt(s.iteration_ms, 1) + " ms", "mean of the latest 64 model steps"),
     ].join("");
     const c = document.getElementById("chart"), g = c.getContext("2d");
     g.clearRect(0, 0, c.width, c.height);

@@ -1,6 +1,7 @@
 // A per-request queue between the engine's sink callback (producer, engine thread)
 // and the HTTP handler thread (consumer). Shared-owned by both, so events that
-// arrive after the client left are simply dropped with the queue.
+// arrive after the client left are simply dropped with the queue. Each event carries the
+// time it arrived (the stream pacer spaces tokens by it).
 #pragma once
 
 #include <chrono>
@@ -14,18 +15,30 @@ namespace tf::server {
 
 class EventQueue {
  public:
+  using Clock = std::chrono::steady_clock;
+  struct Arrived {
+    GenerationEvent event;
+    Clock::time_point at;
+  };
+
   void push(GenerationEvent ev) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(ev));
+      events_.push_back({std::move(ev), Clock::now()});
     }
     cv_.notify_one();
   }
   // False when nothing arrived within `timeout`.
   bool pop(GenerationEvent& ev, std::chrono::milliseconds timeout) {
+    Arrived a;
+    if (!pop_arrived(a, timeout)) return false;
+    ev = std::move(a.event);
+    return true;
+  }
+  bool pop_arrived(Arrived& a, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
-    ev = std::move(events_.front());
+    a = std::move(events_.front());
     events_.pop_front();
     return true;
   }
@@ -33,7 +46,7 @@ class EventQueue {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<GenerationEvent> events_;
+  std::deque<Arrived> events_;
 };
 
 }  // namespace tf::server

@@ -1,6 +1,8 @@
 // See generation_session.h.
 #include "server/generation_session.h"
 
+#include <algorithm>
+
 namespace tf::server {
 
 namespace {
@@ -71,6 +73,12 @@ Status GenerationSession::wait() {
   return error_;
 }
 
+void GenerationSession::hold(EventQueue::Arrived a) {
+  if (a.event.kind == GenerationEvent::Kind::kError) flush_held_ = true;  // nothing waits behind an error
+  if (a.event.kind == GenerationEvent::Kind::kDelta) pacer_.arrived(a.at);
+  held_.push_back(std::move(a));
+}
+
 GenerationSession::Pump GenerationSession::pump(StreamFormatter& fmt,
                                                 const std::function<bool(const std::string&)>& write) {
   if (!started_stream_) {
@@ -78,32 +86,50 @@ GenerationSession::Pump GenerationSession::pump(StreamFormatter& fmt,
     last_write_ = Clock::now();
     if (!write(fmt.start())) return Pump::kBroken;
   }
-  std::string out;
-  GenerationEvent ev;
-  if (!queue_->pop(ev, kPollInterval)) {
-    if (Clock::now() - last_write_ >= kKeepAlive) {
-      last_write_ = Clock::now();
-      if (!write(": keep-alive\n\n")) return Pump::kBroken;
-    }
-    if (alive_ && !alive_()) return Pump::kBroken;
-    return Pump::kMore;
+  // Wait for events: up to the poll interval, or until the oldest held token may go.
+  auto wait = kPollInterval;
+  if (!held_.empty()) {
+    const auto until = pacer_.due(held_.front().at) - Clock::now();
+    wait = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(until), std::chrono::milliseconds(0),
+                      kPollInterval);
   }
-  // Drain what is already queued so one write carries several events.
-  for (;;) {
-    bool ended = apply(ev);
+  EventQueue::Arrived a;
+  if (queue_->pop_arrived(a, wait)) {
+    hold(std::move(a));
+    while (queue_->pop_arrived(a, std::chrono::milliseconds(0)))
+      hold(std::move(a));  // one write carries several
+  }
+  // Release what is due: a token once the pacer lets it go, the finish and error events as
+  // they reach the front.
+  std::string out;
+  const Clock::time_point now = Clock::now();
+  while (!held_.empty()) {
+    const GenerationEvent& ev = held_.front().event;
+    const bool paced = ev.kind == GenerationEvent::Kind::kDelta && !flush_held_;
+    if (paced && pacer_.due(held_.front().at) > now) break;
+    if (paced) pacer_.released(now);
+    const bool ended = apply(ev);
     if (ev.kind == GenerationEvent::Kind::kError) {
       out += fmt.on_error(error_);
     } else if (ev.choice >= 0 && static_cast<size_t>(ev.choice) < choices_.size()) {
       out += fmt.on_event(ev, choices_[static_cast<size_t>(ev.choice)]);
     }
+    held_.pop_front();
     if (ended) {
       if (error_.is_ok()) out += fmt.on_done(choices_, usage());
-      last_write_ = Clock::now();
+      last_write_ = now;
       return write(out) ? Pump::kDone : Pump::kBroken;
     }
-    if (!queue_->pop(ev, std::chrono::milliseconds(0))) break;
   }
-  last_write_ = Clock::now();
+  if (out.empty()) {
+    if (now - last_write_ >= kKeepAlive) {
+      last_write_ = now;
+      if (!write(": keep-alive\n\n")) return Pump::kBroken;
+    }
+    if (alive_ && !alive_()) return Pump::kBroken;
+    return Pump::kMore;
+  }
+  last_write_ = now;
   return write(out) ? Pump::kMore : Pump::kBroken;
 }
 

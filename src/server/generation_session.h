@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "server/event_queue.h"
 #include "server/metrics.h"
 #include "server/openai_responses.h"
+#include "server/stream_pacer.h"
 
 namespace tf::server {
 
@@ -47,18 +49,22 @@ class GenerationSession {
   // Non-streaming: waits for every choice; returns the engine's error if any.
   Status wait();
   // Streaming: forwards events through `fmt` to `write`; `write` returning false
-  // means the client is gone. Sends a keep-alive comment when idle for a second.
+  // means the client is gone. Sends a keep-alive comment when idle for a second. With
+  // smooth streaming on (set_smoothing), tokens go out paced by a StreamPacer.
   Pump pump(StreamFormatter& fmt, const std::function<bool(const std::string&)>& write);
 
   const std::vector<ChoiceState>& choices() const { return choices_; }
   UsageTotals usage() const { return sum_usage(choices_, prompt_tokens_); }
   const std::string& request_id() const { return request_.request_id; }
   void set_alive_check(std::function<bool()> alive) { alive_ = std::move(alive); }
+  // STREAM_SMOOTH: the longest a streamed token is held to even out bursts (0: off).
+  void set_smoothing(std::chrono::milliseconds max_hold) { pacer_ = StreamPacer(max_hold); }
 
  private:
   // Applies one event; true when the request has ended (all finished or error).
   bool apply(const GenerationEvent& ev);
   void record_done();
+  void hold(EventQueue::Arrived a);  // a streamed event, until the pacer lets it go
 
   EngineApi& engine_;
   ServerMetrics& metrics_;
@@ -75,6 +81,9 @@ class GenerationSession {
   Status error_;
   Clock::time_point last_write_;
   std::function<bool()> alive_;
+  StreamPacer pacer_{std::chrono::milliseconds(0)};
+  std::deque<EventQueue::Arrived> held_;
+  bool flush_held_ = false;  // an error arrived: release everything held at once
 };
 
 }  // namespace tf::server

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/version.h"
 #include "engine/structured_output.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
@@ -192,6 +193,7 @@ struct HttpServer::Impl {
   void stream(httplib::Response& res, std::vector<std::shared_ptr<GenerationSession>> sessions,
               std::vector<std::shared_ptr<StreamFormatter>> formatters) {
     res.set_header("Cache-Control", "no-cache");
+    for (auto& s : sessions) s->set_smoothing(std::chrono::milliseconds(options.stream_smooth_ms));
     auto index = std::make_shared<size_t>(0);
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -733,6 +735,15 @@ struct HttpServer::Impl {
         {"pool_free_tokens", h.pool_free_tokens},
         {"kept_prompts", h.kept_prompts},
         {"kept_prompt_tokens", h.kept_prompt_tokens},
+        {"kept_mix",
+         {{"prompt_end", h.kept_mix.prompt_end},
+          {"system_block", h.kept_mix.system_block},
+          {"shared_prefix", h.kept_mix.shared_prefix},
+          {"restored", h.kept_mix.restored}}},
+        {"prompts_resumed_total", h.prompts_resumed_total},
+        {"chats_continued", h.chats_continued_total},
+        {"iteration_s", h.iteration_s},
+        {"iteration_s_mean", h.iteration_s_mean},
         {"prompt_store", h.prompt_store ? Json{{"files", h.prompt_store_files},
                                                {"blocks", h.prompt_store_blocks},
                                                {"bytes", h.prompt_store_bytes},
@@ -760,6 +771,24 @@ struct HttpServer::Impl {
          {{"reasoning_closed_total", h.loop_guard_closed_total},
           {"repetition_stops_total", h.repetition_stops_total}}}};
     write_json(res, h.ok && !h.loading ? 200 : 503, out);
+  }
+
+  // llama.cpp's GET /props, for the clients and UIs that read a server's window, slots, template
+  // and modalities from it (its n_ctx is the per-request window, CONTEXT).
+  Json props_json() const {
+    const int64_t n_predict = options.default_max_tokens > 0 ? options.default_max_tokens : -1;
+    return {{"default_generation_settings",
+             {{"n_ctx", model.context_length},
+              {"model", model.id},
+              {"params", {{"n_predict", n_predict}, {"max_tokens", n_predict}}}}},
+            {"total_slots", model.parallel},
+            {"model_alias", model.id},
+            {"model_path", model.root},
+            {"chat_template", model.chat_template},
+            {"bos_token", model.bos_token},
+            {"eos_token", model.eos_token},
+            {"modalities", {{"vision", model.vision}, {"audio", false}}},
+            {"build_info", std::string("tensorfold ") + kVersion}};
   }
 
   void register_routes() {
@@ -794,6 +823,8 @@ struct HttpServer::Impl {
     bind_post("/detokenize", &Impl::detokenize);
     bind_post("/v1/detokenize", &Impl::detokenize);
     http.Get("/health", handle("/health", [this](const auto& req, auto& res, auto t0) { health(req, res, t0); }));
+    http.Get("/props",
+             handle("/props", [this](const auto&, auto& res, auto) { write_json(res, 200, props_json()); }));
     // A page without data (it asks /health, with the key): a browser cannot send a bearer token
     // when it opens a URL.
     // So is the chat page at / (it talks to /v1/chat/completions with the key).

@@ -28,6 +28,9 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{96} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
   bool https_media = false;        // VISION_URLS: https:// media URLs go on to the engine (it fetches them)
+  // STREAM_SMOOTH: streamed tokens are paced to even out speculative bursts, each held at
+  // most this long (StreamPacer; 0: sent as they come).
+  int stream_smooth_ms = 400;
 };
 
 class HttpServer {

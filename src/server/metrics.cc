@@ -146,6 +146,26 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   unlabelled(out, "tensorfold:kept_prompts", "gauge", "Prompt states kept for reuse.", h.kept_prompts);
   unlabelled(out, "tensorfold:kept_prompt_tokens", "gauge", "Prompt tokens the kept prompt states cover.",
              h.kept_prompt_tokens);
+  header(out, "tensorfold:kept_prompts_by_reason", "gauge",
+         "Kept prompt states by where they were kept (they add up to tensorfold:kept_prompts).");
+  const std::pair<const char*, int64_t> mix[] = {{"prompt_end", h.kept_mix.prompt_end},
+                                                 {"system_block", h.kept_mix.system_block},
+                                                 {"shared_prefix", h.kept_mix.shared_prefix},
+                                                 {"restored", h.kept_mix.restored}};
+  for (const auto& [reason, n] : mix)
+    out += std::string("tensorfold:kept_prompts_by_reason{reason=\"") + reason + "\"} " + std::to_string(n) +
+           "\n";
+  unlabelled(out, "tensorfold:prompts_resumed_total", "counter",
+             "Choices that resumed from a kept prompt state.", h.prompts_resumed_total);
+  unlabelled(out, "tensorfold:chats_continued_total", "counter",
+             "Choices that resumed from the state kept at an earlier prompt's end and went past it.",
+             h.chats_continued_total);
+  header(out, "tensorfold:iteration_seconds", "gauge",
+         "Seconds of the last engine iteration that ran the model.");
+  out += "tensorfold:iteration_seconds " + fmt_double(h.iteration_s) + "\n";
+  header(out, "tensorfold:iteration_seconds_mean", "gauge",
+         "Mean seconds of the latest 64 engine iterations that ran the model.");
+  out += "tensorfold:iteration_seconds_mean " + fmt_double(h.iteration_s_mean) + "\n";
   if (h.prompt_store) {
     unlabelled(out, "tensorfold:prompt_store_files", "gauge", "Prompt states in PROMPT_STORE's folder.",
                h.prompt_store_files);

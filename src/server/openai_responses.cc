@@ -41,6 +41,7 @@ void ChoiceState::apply(const GenerationEvent& ev) {
     reasoning_tokens = ev.reasoning_tokens;
     cached_prompt_tokens = ev.cached_prompt_tokens;
     stop_string = ev.stop_string;
+    token_sha256 = ev.token_sha256;
   }
 }
 
@@ -183,6 +184,10 @@ Json concat_completion_logprobs(Json first, const Json& then) {
   return first;
 }
 
+void add_token_sha256(Json& choice, const ChoiceState& c) {
+  if (!c.token_sha256.empty()) choice["token_sha256"] = c.token_sha256;
+}
+
 Json chat_completion_json(const ResponseMeta& meta, const std::vector<ChoiceState>& choices, const UsageTotals& usage,
                           bool include_reasoning, bool want_logprobs) {
   Json out_choices = Json::array();
@@ -206,6 +211,7 @@ Json chat_completion_json(const ResponseMeta& meta, const std::vector<ChoiceStat
                            {"message", msg},
                            {"logprobs", want_logprobs ? chat_logprobs_json(c.logprobs) : Json()},
                            {"finish_reason", finish_reason_name(c.finish_reason)}});
+    add_token_sha256(out_choices.back(), c);
   }
   return {{"id", meta.id},           {"object", "chat.completion"}, {"created", meta.created},
           {"model", meta.model},     {"system_fingerprint", nullptr}, {"choices", out_choices},
@@ -265,6 +271,7 @@ Json text_completion_json(const ResponseMeta& meta, const std::vector<ChoiceStat
                    {"text", prefix + choices[i].content},
                    {"logprobs", logprobs},
                    {"finish_reason", finish_reason_name(choices[i].finish_reason)}});
+    add_token_sha256(out.back(), choices[i]);
   }
   return {{"id", meta.id},       {"object", "text_completion"}, {"created", meta.created},
           {"model", meta.model}, {"system_fingerprint", nullptr}, {"choices", out},

@@ -43,6 +43,7 @@ struct ChoiceState {
   int64_t reasoning_tokens = 0;
   int64_t cached_prompt_tokens = 0;
   std::string stop_string;  // the stop string that ended the choice, "" when none did
+  std::string token_sha256;  // the engine's digest of the choice's token ids (on finish)
   void apply(const GenerationEvent& ev);
 };
 
@@ -96,6 +97,9 @@ struct ResponseMeta {
   std::string model;
 };
 
+// A finished choice's token_sha256 (an extension: the SHA-256 of its token ids, for checking
+// that two replies are the same tokens), set on `choice` when the engine gave one.
+void add_token_sha256(Json& choice, const ChoiceState& c);
 Json chat_completion_json(const ResponseMeta& meta, const std::vector<ChoiceState>& choices, const UsageTotals& usage,
                           bool include_reasoning, bool want_logprobs);
 Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, const Json& finish_reason,

@@ -64,9 +64,9 @@ std::string ChatStreamFormatter::on_event(const GenerationEvent& ev, const Choic
   if ((logprobs_ && cursor_.pending(ev.choice, state)) || ids_.pending(ev.choice, state))
     out += send(chat_chunk_json(meta_, ev.choice, Json::object(), nullptr, take_logprobs(ev.choice, state)),
                 ev.choice, state);
-  return out +
-         send(chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason)),
-              ev.choice, state, false);
+  Json last = chat_chunk_json(meta_, ev.choice, Json::object(), finish_reason_name(state.finish_reason));
+  add_token_sha256(last["choices"][0], state);
+  return out + send(std::move(last), ev.choice, state, false);
 }
 
 Json ChatStreamFormatter::take_logprobs(int choice, const ChoiceState& state) {
@@ -112,6 +112,8 @@ std::string CompletionStreamFormatter::chunk(int choice, const ChoiceState& stat
                                              const Json& finish_reason, const Json& logprobs) {
   Json c = text_completion_chunk_json(meta_, index_offset_ + choice, text, finish_reason, logprobs);
   if (finish_reason.is_null()) ids_.add(c, choice, state, true);
+  else
+    add_token_sha256(c["choices"][0], state);
   continuous_.add(c, state);
   return sse_data(c);
 }

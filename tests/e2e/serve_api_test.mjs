@@ -12,6 +12,7 @@
 // Usage: node serve_api_test.mjs BINARY [ARGS...]   (see lib/server.mjs)
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import {
   serverCommand, startServer, makeRunner, post200, postJson, postSse, getJson, assertErrorObject, waitHealth, usageCore, health, request,
 } from './lib/server.mjs';
@@ -87,6 +88,13 @@ await run.check('/v1/models lists the served model; retrieve; unknown -> 404', a
   const raw = await getJson(server, '/v1/models');
   assert.match(String(raw.headers['content-type']), /application\/json/);
   assert.ok(raw.json.data[0].max_model_len > 0);
+  // llama.cpp's /props: the same window, the streams, the checkpoint's own template.
+  const props = (await getJson(server, '/props')).json;
+  assert.equal(props.default_generation_settings.n_ctx, raw.json.data[0].max_model_len);
+  assert.equal(props.model_alias, model);
+  assert.ok(Number.isInteger(props.total_slots) && props.total_slots >= 1, JSON.stringify(props));
+  assert.match(props.chat_template, /\{%/, 'the Jinja source');
+  assert.equal(typeof props.modalities.vision, 'boolean');
 });
 
 let greedy;
@@ -368,6 +376,14 @@ await run.check('return_token_ids: the prompt\'s and the reply\'s ids, streamed 
   const cchunks = cs.events.filter((e) => e.data !== '[DONE]').map((e) => e.json).filter((j) => j.choices.length);
   assert.deepEqual(cchunks[0].prompt_token_ids, cr.prompt_token_ids);
   assert.deepEqual(cchunks.flatMap((j) => j.choices[0].token_ids ?? []), cr.choices[0].token_ids);
+  // token_sha256: the SHA-256 of the ids as little-endian int32s, on every finished choice.
+  const sha = (ids) => createHash('sha256').update(Buffer.from(Int32Array.from(ids).buffer)).digest('hex');
+  assert.equal(cr.choices[0].token_sha256, sha(cr.choices[0].token_ids));
+  assert.equal(c.token_sha256, sha(c.token_ids));
+  assert.equal(plain.choices[0].token_sha256, c.token_sha256, 'without return_token_ids too');
+  const last = (chunks) => chunks.filter((j) => j.choices[0].finish_reason)[0].choices[0];
+  assert.equal(last(cchunks).token_sha256, cr.choices[0].token_sha256, 'on the streamed finish chunk');
+  assert.equal(last(chunks).token_sha256, c.token_sha256);
 });
 
 await run.check('truncate_prompt_tokens runs the prompt\'s last k tokens (completions with echo, chat)', async () => {
@@ -537,6 +553,7 @@ async function copyDraftsCheck(server) {
   // draft: false (the reference engine's serial reference): the same reply, no verify step.
   const serial = await post200(server, '/v1/completions', { model, prompt: 'The lighthouse keeper said', max_tokens: 64, temperature: 0, ignore_eos: true, logit_bias: { [id]: 100 }, draft: false });
   assert.equal(serial.choices[0].text, expected);
+  assert.equal(serial.choices[0].token_sha256, r.choices[0].token_sha256, 'the drafted reply is the serial one, token for token');
   assert.deepEqual((await health(server)).speculation, after, 'no drafts for draft: false');
 }
 
@@ -923,11 +940,18 @@ await run.check('prompt reuse: a repeated long chat resumes from its kept state 
   // The next turn starts with this prompt: it resumes too, and the stream says the same.
   const next = { ...body, stream: true, stream_options: { include_usage: true },
     messages: [...body.messages, { role: 'assistant', content: a.choices[0].message.content ?? '' }, { role: 'user', content: 'And then?' }] };
+  const continuedBefore = (await health(server)).chats_continued;
   const s = await postSse(server, '/v1/chat/completions', next);
   const u = foldChatStream(s).usageChunk.usage;
   assert.ok(u.prompt_tokens_details.cached_tokens >= cachedB, JSON.stringify(u));
   const h = await health(server);
   assert.ok(h.kept_prompts >= 1 && h.kept_prompt_tokens >= cachedB, JSON.stringify(h));
+  // Cache diagnostics: why each state was kept, and this turn counted as a chat continued.
+  const mix = h.kept_mix;
+  assert.equal(mix.prompt_end + mix.system_block + mix.shared_prefix + mix.restored, h.kept_prompts, JSON.stringify(mix));
+  assert.ok(mix.prompt_end >= 1, JSON.stringify(mix));
+  assert.equal(h.chats_continued, continuedBefore + 1);
+  assert.ok(h.prompts_resumed_total >= 2 && h.iteration_s > 0 && h.iteration_s_mean > 0, JSON.stringify(h));
   assert.ok(h.cached_tokens_total >= cachedB + u.prompt_tokens_details.cached_tokens, JSON.stringify(h));
 });
 

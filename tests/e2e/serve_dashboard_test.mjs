@@ -5,6 +5,7 @@
 //   node serve_dashboard_test.mjs BINARY serve ARGS...
 import assert from 'node:assert/strict';
 import vm from 'node:vm';
+import { execFile } from 'node:child_process';
 import { serverCommand, startServer, makeRunner, getJson, post200, request } from './lib/server.mjs';
 
 const KEY = 'sk-dashboard-e2e';
@@ -49,6 +50,8 @@ await run.check('summarize(): rates from two /health snapshots around a request'
   assert.equal(s.status, 'ok');
   assert.ok(s.pool_used >= 0 && s.pool_used <= 1, `pool_used ${s.pool_used}`);
   assert.equal(s.streams_max, after.streams.max);
+  assert.ok(s.iteration_ms > 0, `iteration_ms ${s.iteration_ms}`);
+  assert.equal(s.chats_continued, after.chats_continued);
   assert.equal(ctx.summarize(null, after, 1).decode_tps, null, 'no rate from one snapshot');
 });
 
@@ -87,6 +90,27 @@ await run.check('the drawing code runs over a stub DOM and sends the key to /hea
   assert.equal(elements.model.textContent, server.model);
   assert.equal(elements.status.textContent, 'ok');
   assert.notEqual(elements.key?.style.display, 'block', 'the key was accepted');
+});
+
+await run.check('tensorfold tui --once: the same figures in a terminal, behind the same key', async () => {
+  const tui = (args, env = {}) => new Promise((resolve) => {
+    execFile(cmd.bin, ['tui', '--url', server.base, '--interval', '0.3', '--once', ...args],
+      { env: { ...process.env, API_KEY: '', ...env }, timeout: 30000 },
+      (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr }));
+  });
+  const r = await tui(['--api-key', KEY]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, new RegExp(`^tensorfold  ${server.model}  \\[ok\\]$`, 'm'));
+  assert.match(r.stdout, /^decode +[\d.]+ tok\/s +prefill +[\d.]+ tok\/s$/m, 'rates from two snapshots');
+  const h = (await getJson(server, '/health', auth)).json;
+  assert.match(r.stdout, new RegExp(`^streams +\\d+ / ${h.streams.max} `, 'm'));
+  assert.match(r.stdout, new RegExp(`of ${h.pool_tokens} tokens, window ${h.context_length}$`, 'm'));
+  assert.match(r.stdout, /^kept +\d+ prompts: \d+ prompt ends, \d+ system blocks, \d+ shared prefixes, \d+ restored$/m);
+  // The key from API_KEY (the first of a list) does too; without one: exit 1, saying why.
+  assert.equal((await tui([], { API_KEY: `${KEY},another` })).code, 0);
+  const refused = await tui([]);
+  assert.equal(refused.code, 1);
+  assert.match(refused.stderr, /needs the API key/);
 });
 
 await run.finish(server);

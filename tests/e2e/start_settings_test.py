@@ -62,14 +62,25 @@ check("MEMORY_GUARD_MIB, WATCHDOG_S, REASONING_EFFORT and THINKING_BUDGET become
       args[args.index("--watchdog-s") + 1] == "600" and args[args.index("--reasoning-effort") + 1] == "high" and
       args[args.index("--thinking-budget") + 1] == "4096", r.stdout + r.stderr)
 
+r = settings({"STREAM_SMOOTH": "0", "STREAM_SMOOTH_MS": "250"})
+args = r.stdout.split("\n")
+check("STREAM_SMOOTH=0 turns smooth streaming off, whatever STREAM_SMOOTH_MS says",
+      r.returncode == 0 and args[args.index("--stream-smooth-ms") + 1] == "0", r.stdout + r.stderr)
+r = settings({"STREAM_SMOOTH_MS": "250"})
+args = r.stdout.split("\n")
+check("STREAM_SMOOTH_MS becomes --stream-smooth-ms", r.returncode == 0 and
+      args[args.index("--stream-smooth-ms") + 1] == "250", r.stdout + r.stderr)
+
 r = settings({})
 check("unset knobs leave serve's defaults", r.returncode == 0 and "--drafter" not in r.stdout.split("\n") and
+      "--stream-smooth-ms" not in r.stdout.split("\n") and
       "--mtp-max" not in r.stdout.split("\n"), r.stdout + r.stderr)
 
 for key, value in (("DRAFTER", "eagle"), ("DRAFTER", "mtp;rm"), ("MTP_MAX", "0"), ("MTP_MAX", "64"),
                    ("MTP_MAX", "three"), ("COPY_MAX", "99"), ("COPY", "yes"), ("LOG_KEEP", "0"),
                    ("LOG_KEEP", "ten"), ("MEMORY_GUARD_MIB", "-1"), ("MEMORY_GUARD_MIB", "1g"),
-                   ("WATCHDOG_S", "5m"), ("REASONING_EFFORT", "medium"), ("THINKING_BUDGET", "lots")):
+                   ("WATCHDOG_S", "5m"), ("REASONING_EFFORT", "medium"), ("THINKING_BUDGET", "lots"),
+                   ("STREAM_SMOOTH", "yes"), ("STREAM_SMOOTH_MS", "9000"), ("STREAM_SMOOTH_MS", "-5")):
     r = settings({key: value})
     check("%s=%s is refused, naming it" % (key, value), r.returncode != 0 and key in r.stderr and
           "--" not in r.stdout, "rc %d, stdout %r, stderr %r" % (r.returncode, r.stdout, r.stderr))

@@ -858,8 +858,15 @@ TEST_F(PromptReuseTest, RepeatedPromptResumesWithTheSameReply) {
   EXPECT_GE(h.kept_prompts, 1);
   EXPECT_GE(h.kept_prompt_tokens, (n - 1) / 64 * 64);
   EXPECT_EQ(h.pool_free_tokens, h.pool_tokens) << "kept prompts' pages count as free";
+  EXPECT_GE(h.kept_mix.prompt_end, 1);
+  EXPECT_EQ(h.kept_mix.prompt_end + h.kept_mix.system_block + h.kept_mix.shared_prefix + h.kept_mix.restored,
+            h.kept_prompts);
+  EXPECT_GT(h.iteration_s, 0.0);
+  EXPECT_GT(h.iteration_s_mean, 0.0);
   const Reply second = run_on(*engine_, sampled("r2", p, 16));
   EXPECT_EQ(second.cached, (n - 1) / 64 * 64);
+  EXPECT_EQ(engine_->health().prompts_resumed_total, h.prompts_resumed_total + 1);
+  EXPECT_EQ(engine_->health().chats_continued_total, h.chats_continued_total) << "a repeat continues no chat";
   EXPECT_EQ(second.text, first.text);
   EXPECT_EQ(second.logprobs, first.logprobs);  // bit for bit
   const Reply fresh = run_on(fresh_engine(), sampled("r3", p, 16));
@@ -876,9 +883,11 @@ TEST_F(PromptReuseTest, NextTurnResumesFromThePreviousPrompt) {
   const int64_t kept = (static_cast<int64_t>(p.size()) - 1) / 64 * 64;
   std::vector<int32_t> more = prompt(turn1.text + long_text(" and then", 40));
   p.insert(p.end(), more.begin(), more.end());
+  const int64_t continued_before = engine_->health().chats_continued_total;
   const Reply turn2 = run_on(*engine_, sampled("t2", p, 12));
   EXPECT_GE(turn2.cached, kept);
   EXPECT_GT(turn2.cached, 0);
+  EXPECT_EQ(engine_->health().chats_continued_total, continued_before + 1);
   const Reply fresh = run_on(fresh_engine(), sampled("t3", p, 12));
   EXPECT_EQ(turn2.text, fresh.text);
   EXPECT_EQ(turn2.logprobs, fresh.logprobs);
@@ -934,8 +943,13 @@ TEST_F(PromptReuseTest, SecondChatWithTheSameSystemPromptResumes) {
   ASSERT_LT(a.system_tokens, static_cast<int64_t>(a.tokens.size()));
   EXPECT_TRUE(std::equal(a.tokens.begin(), a.tokens.begin() + a.system_tokens, b.tokens.begin()));
   EXPECT_EQ(run_on(*engine_, rendered_request("sys1", a, 8)).cached, 0);
+  wait_idle();
+  EXPECT_GE(engine_->health().kept_mix.system_block, 1);
+  const int64_t continued_before = engine_->health().chats_continued_total;
   const Reply second = run_on(*engine_, rendered_request("sys2", b, 8));
   EXPECT_EQ(second.cached, b.system_tokens / 64 * 64);
+  EXPECT_EQ(engine_->health().chats_continued_total, continued_before)
+      << "another chat, not this one's next turn";
   const Reply fresh = run_on(fresh_engine(), rendered_request("sys3", b, 8));
   EXPECT_EQ(second.text, fresh.text);
   EXPECT_EQ(second.logprobs, fresh.logprobs);
@@ -1147,6 +1161,7 @@ TEST_F(PromptStoreTest, StatesSurviveARestart) {
   EXPECT_EQ(b->health().prompt_store_restored_total, 1);
   EXPECT_EQ(b->health().prompt_store_read_ahead_total, 1) << "read while the request waited";
   EXPECT_EQ(b->health().kept_prompts, 1) << "the stored state became a kept prompt";
+  EXPECT_EQ(b->health().kept_mix.restored, 1);
   EXPECT_EQ(run_on(*b, sampled("s4", p, 16)).cached, second.cached);
   EXPECT_EQ(b->health().prompt_store_restored_total, 1) << "the second resume is from the device";
 }

@@ -5,6 +5,7 @@
 // (structured output, forced tool calls) is compiled and refused as the engine does.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -25,6 +26,7 @@ class FakeEngine : public EngineApi {
   // What every request replays for each choice: deltas, then a finish.
   std::vector<GenerationEvent> script;
   std::chrono::milliseconds delay{1};
+  int burst = 1;  // events sent together before each delay (a verify step's several tokens)
   int64_t context_length = 4096;
   bool queue_full = false;
   bool fail_after_first = false;  // sends a kError after the first delta
@@ -63,7 +65,13 @@ class FakeEngine : public EngineApi {
     script.push_back(fin);
   }
 
-  ModelInfo model_info() const override { return {"fake-model", "/models/fake", context_length, 256, 1735000000}; }
+  ModelInfo model_info() const override {
+    ModelInfo m{"fake-model", "/models/fake", context_length, 256, 1735000000};
+    m.parallel = 4;
+    m.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+    m.eos_token = "<|endoftext|>";
+    return m;
+  }
 
   EngineHealth health() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -80,6 +88,11 @@ class FakeEngine : public EngineApi {
     h.cached_tokens_total = 512;
     h.kept_prompts = 2;
     h.kept_prompt_tokens = 512;
+    h.kept_mix = {1, 1, 0, 0};
+    h.prompts_resumed_total = 3;
+    h.chats_continued_total = 2;
+    h.iteration_s = 0.25;
+    h.iteration_s_mean = 0.125;
     h.device_memory_in_use_bytes = 3 << 20;
     h.device_memory_held_bytes = 5 << 20;
     h.step_memory_peak_bytes = 1 << 20;
@@ -145,8 +158,9 @@ class FakeEngine : public EngineApi {
     ++total_;
     const auto& chosen = !request.tools.is_null() && !tool_script.empty() ? tool_script : script;
     threads_.emplace_back([this, request, sink, flag, script = chosen, delay = delay, endless = endless,
-                           fail = fail_after_first] {
+                           fail = fail_after_first, burst = std::max(1, burst)] {
       bool done = false;
+      int sent = 0;
       while (!done && !*flag) {
         for (int c = 0; c < request.n && !*flag; ++c) {
           for (const GenerationEvent& e : script) {
@@ -163,7 +177,7 @@ class FakeEngine : public EngineApi {
               *flag = true;
               break;
             }
-            std::this_thread::sleep_for(delay);
+            if (++sent % burst == 0) std::this_thread::sleep_for(delay);
           }
         }
         done = !endless;

@@ -52,6 +52,24 @@ TEST(ServerHttp, ModelsListAndRetrieve) {
   EXPECT_EQ(c.Get("/v1/models/fake-model")->status, 200);
 }
 
+// llama.cpp's /props: the window, slots, template and modalities.
+TEST(ServerHttp, PropsLikeLlamaCpp) {
+  TestServer ts;
+  auto c = ts.client();
+  auto res = c.Get("/props");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json p = Json::parse(res->body);
+  EXPECT_EQ(p["default_generation_settings"]["n_ctx"], 4096);
+  EXPECT_EQ(p["total_slots"], 4);
+  EXPECT_EQ(p["model_path"], "/models/fake");
+  EXPECT_EQ(p["model_alias"], "fake-model");
+  EXPECT_EQ(p["chat_template"], ts.engine.model_info().chat_template);
+  EXPECT_EQ(p["eos_token"], "<|endoftext|>");
+  EXPECT_EQ(p["modalities"], Json({{"vision", false}, {"audio", false}}));
+  EXPECT_TRUE(p["build_info"].get<std::string>().starts_with("tensorfold "));
+}
+
 TEST(ServerHttp, ChatNonStreamingShape) {
   TestServer ts;
   ts.engine.set_text_script("Let me think.", "Hello world", FinishReason::kStop);
@@ -175,6 +193,31 @@ TEST(ServerHttp, ChatStreamingFraming) {
   EXPECT_EQ(finishes, 1);
   EXPECT_EQ(content, "Hello world");
   EXPECT_EQ(reasoning, "Think.");
+}
+
+// token_sha256: the engine's digest of a choice's ids, on the choice (non-streamed) and on its
+// finish chunk (streamed), chat and completions; absent when the engine gave none.
+TEST(ServerHttp, TokenSha256OnFinishedChoices) {
+  TestServer ts;
+  const std::string digest(64, 'a');
+  ts.engine.script.back().token_sha256 = digest;
+  auto c = ts.client();
+  Json j = post_json(c, "/v1/chat/completions", chat_body());
+  EXPECT_EQ(j["choices"][0]["token_sha256"], digest);
+  auto chunks = stream_chunks(c, "/v1/chat/completions", chat_body(true));
+  ASSERT_FALSE(chunks.empty());
+  int with_digest = 0;
+  for (const Json& ch : chunks) {
+    if (!ch["choices"][0].contains("token_sha256")) continue;
+    ++with_digest;
+    EXPECT_EQ(ch["choices"][0]["token_sha256"], digest);
+    EXPECT_EQ(ch["choices"][0]["finish_reason"], "stop") << "only on the finish chunk";
+  }
+  EXPECT_EQ(with_digest, 1);
+  Json comp = post_json(c, "/v1/completions", {{"model", "fake-model"}, {"prompt", "hi"}});
+  EXPECT_EQ(comp["choices"][0]["token_sha256"], digest);
+  ts.engine.script.back().token_sha256.clear();
+  EXPECT_FALSE(post_json(c, "/v1/chat/completions", chat_body())["choices"][0].contains("token_sha256"));
 }
 
 TEST(ServerHttp, ChatStreamingIncludeUsage) {
@@ -396,6 +439,12 @@ TEST(ServerHttp, HealthFields) {
   EXPECT_EQ(h["context_length"], 4096);
   EXPECT_EQ(h["kept_prompts"], 2);
   EXPECT_EQ(h["kept_prompt_tokens"], 512);
+  EXPECT_EQ(h["kept_mix"],
+            Json({{"prompt_end", 1}, {"system_block", 1}, {"shared_prefix", 0}, {"restored", 0}}));
+  EXPECT_EQ(h["prompts_resumed_total"], 3);
+  EXPECT_EQ(h["chats_continued"], 2);
+  EXPECT_EQ(h["iteration_s"], 0.25);
+  EXPECT_EQ(h["iteration_s_mean"], 0.125);
   EXPECT_EQ(h["cached_tokens_total"], 512);
   EXPECT_EQ(h["vision_patches_total"], 1200);
   EXPECT_EQ(h["vision_patches_skipped_total"], 300);

@@ -153,6 +153,7 @@ struct Reply {
   Status status;
   int64_t tokens = 0;
   int64_t cached = 0;  // prompt tokens resumed from a kept prompt
+  std::vector<double> labels;  // GenerationRequest::label_tokens' logprobs
 
   EventSink sink() {
     return [this](GenerationEvent ev) {
@@ -166,6 +167,7 @@ struct Reply {
         cached = ev.cached_prompt_tokens;
       } else {
         text += ev.reasoning + ev.content;
+        labels.insert(labels.end(), ev.label_logprobs.begin(), ev.label_logprobs.end());
       }
       cv.notify_all();
     };
@@ -279,6 +281,43 @@ TEST_F(TpEngineTest, TwoRanksGiveTheSingleRankGreedyReplies) {
   EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
   EXPECT_TRUE(results[1].is_ok()) << "the follower did not stop cleanly: " << results[1].to_string();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// Label scoring (/v1/decisions) at TP=2: rank 0 reads the labels from the all-gathered logits of
+// the prompt's last row; they are the single rank's to float rounding (the all-reduces sum the
+// ranks' partial sums in rank order).
+TEST_F(TpEngineTest, LabelScoresMatchTheSingleRank) {
+  auto scores = [](Engine& e) {
+    GenerationRequest g = request(e, "labels", kPrompts[2].first, 0);
+    g.label_tokens = {g.prompt_tokens[1], g.prompt_tokens[4], 7, 300};
+    Reply r;
+    EXPECT_TRUE(e.submit(std::move(g), r.sink()).is_ok());
+    EXPECT_TRUE(r.wait());
+    EXPECT_FALSE(r.error) << r.status.to_string();
+    EXPECT_EQ(r.tokens, 0);
+    return r.labels;
+  };
+  std::vector<double> single;
+  {
+    auto e = Engine::create(options());
+    ASSERT_TRUE(e.has_value()) << e.status().to_string();
+    single = scores(**e);
+  }
+  ASSERT_EQ(single.size(), 4u);
+  auto results = run_world(2, [&](int rank, std::unique_ptr<Communicator> comm) -> Status {
+    if (rank == 1) return serve_follower(options(), *comm);
+    EngineOptions o = options();
+    o.tp_comm = std::shared_ptr<Communicator>(std::move(comm));
+    auto e = Engine::create(o);
+    if (!e) return e.status();
+    const std::vector<double> two = scores(**e);
+    EXPECT_EQ(two.size(), single.size());
+    for (size_t i = 0; i < std::min(two.size(), single.size()); ++i)
+      EXPECT_NEAR(two[i], single[i], 1e-4) << i;
+    return Status::ok();
+  });
+  EXPECT_TRUE(results[0].is_ok()) << results[0].to_string();
+  EXPECT_TRUE(results[1].is_ok()) << results[1].to_string();
 }
 
 // Speculative decoding at TP=2: the follower runs rank 0's verify steps and keeps the rows
