@@ -345,6 +345,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   m.info.vocab_size = m.text_vocab;
   m.info.max_queued_choices = options.max_waiting;
   m.info.parallel = options.parallel;
+  m.info.hidden_size = m.config.text.hidden_size;
   m.info.vision = m.vision != nullptr;
   m.info.chat_template = m.tokenizer->config().chat_template.value_or("");
   m.info.bos_token = m.chat_template->bos_token().value_or("");
@@ -478,6 +479,12 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
       if (t < 0 || t >= m.text_vocab)
         return invalid_argument("label token id " + std::to_string(t) + " is out of range [0, " +
                                 std::to_string(m.text_vocab) + ")");
+  }
+  if (request.embed) {
+    if (request.sampling.max_tokens != 0)
+      return invalid_argument("an embedding generates nothing: max_tokens must be 0");
+    if (request.prompt_logprobs >= 0 || !request.label_tokens.empty() || request.n != 1)
+      return invalid_argument("an embedding request neither scores tokens nor has several choices");
   }
   if (request.prompt_logprobs > kMaxTopLogprobs)
     return invalid_argument("prompt_logprobs must be at most " + std::to_string(kMaxTopLogprobs));

@@ -137,6 +137,10 @@ struct GenerationRequest {
   // prompt's end it reports the model's raw logprob of each of these ids (padding ids masked,
   // temperature 1, no penalties) on one event (GenerationEvent::label_logprobs). Empty: none.
   std::vector<int32_t> label_tokens;
+  // Embedding (/v1/embeddings): the request generates nothing (max_tokens 0); at the prompt's
+  // end it reports the model's final hidden state of the last token (after the final norm, as
+  // it enters the lm_head; last-token pooling) on one event (GenerationEvent::embedding).
+  bool embed = false;
   // vLLM's return_token_ids: every generated token's id rides on the delta event that adds it
   // (GenerationEvent::token_ids; the stop token's included), even when it shows no text yet.
   bool return_token_ids = false;
@@ -210,6 +214,9 @@ struct GenerationEvent {
   // kDelta, once per choice, when the request asked (GenerationRequest::label_tokens): the
   // logprob of each label token at the prompt's end, in the request's order.
   std::vector<double> label_logprobs;
+  // kDelta, once per choice, when the request asked (GenerationRequest::embed): the final
+  // hidden state of the prompt's last token (not normalized).
+  std::vector<float> embedding;
   // kFinish: per choice, exactly once.
   FinishReason finish_reason = FinishReason::kStop;
   int64_t completion_tokens = 0;
@@ -317,6 +324,7 @@ struct ModelInfo {
   int64_t created = 0;       // unix seconds
   int64_t max_queued_choices = 0;  // choices that may wait at once (MAX_QUEUED); 0: no limit
   int parallel = 0;                // streams decoded together (PARALLEL)
+  int64_t hidden_size = 0;         // the width of the model's hidden state (embeddings)
   bool vision = false;             // images and videos are taken (the vision tower is loaded)
   std::string chat_template;       // the template's Jinja source
   std::string bos_token, eos_token;  // tokenizer_config.json's ("" when it names none)

@@ -311,11 +311,14 @@ struct Engine::Impl {
   // at the prompt's end.
   static bool scores_prompt_only(const LiveChoice& c) {
     const GenerationRequest& g = c.request->req;
-    return (g.prompt_logprobs >= 0 || !g.label_tokens.empty()) && g.sampling.max_tokens <= 0;
+    return (g.prompt_logprobs >= 0 || !g.label_tokens.empty() || g.embed) && g.sampling.max_tokens <= 0;
   }
   // Label scoring (GenerationRequest::label_tokens, engine_label_scores.cc): the raw logprobs
   // of c's labels from the prompt's last row (its logits on the host, or left on the device).
   Status score_labels(LiveChoice& c, StepResult& result);
+  // Embedding (GenerationRequest::embed, engine_label_scores.cc): the prompt's last row's
+  // final hidden state (its StepResult::hidden, asked for with StepEntry::want_hidden).
+  Status emit_embedding(LiveChoice& c, const StepResult& result);
 
   // Sampling of a step's rows (engine_sampling.cc). A row whose parameters the device
   // sampler supports (device_row) is sampled by Ops::sample_rows on the logits left on

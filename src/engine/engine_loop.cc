@@ -192,7 +192,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     by_request_id.emplace(g.request_id, id);
     // Completions with echo and max_tokens 0: nothing to run, unless the prompt is scored
     // (it then runs, and ends at its last row: scores_prompt_only).
-    if (g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0 && g.label_tokens.empty()) {
+    if (g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0 && g.label_tokens.empty() && !g.embed) {
       finish_choice(id, FinishReason::kLength, false);
       continue;
     }
@@ -376,6 +376,8 @@ void Engine::Impl::step_once() {
     // Label scoring reads the prompt's last row on the host (score_labels downloads it when
     // the row was left on the device).
     if (a.samples && !c.request->req.label_tokens.empty() && !e.all_logits) e.host_logits = true;
+    // An embedding is the prompt's last row's final hidden state.
+    if (a.samples && c.request->req.embed) e.want_hidden = true;
     batch.push_back(e);
   }
   publish_health();
@@ -444,6 +446,7 @@ void Engine::Impl::step_once() {
       if (a.samples && scores_prompt_only(*rows[i])) {
         Status s;
         if (!rows[i]->request->req.label_tokens.empty()) s = score_labels(*rows[i], (*results)[i]);
+        if (s.is_ok() && rows[i]->request->req.embed) s = emit_embedding(*rows[i], (*results)[i]);
         if (s.is_ok())
           scored_only.push_back(rows[i]->id);
         else

@@ -21,35 +21,41 @@ std::vector<int32_t> token_list(const Json& v, const std::string& param) {
 
 }  // namespace
 
+std::vector<PromptInput> parse_prompt_inputs(const Json& v, const std::string& param) {
+  const std::string q = "'" + param + "'";
+  std::vector<PromptInput> out;
+  if (v.is_string()) {
+    if (v.get<std::string>().empty()) throw bad_request(q + " must not be empty", param);
+    out.emplace_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.empty()) throw bad_request(q + " must not be empty", param);
+    if (v[0].is_number()) {
+      out.emplace_back(token_list(v, param));
+    } else {
+      for (const Json& p : v) {
+        if (p.is_string()) {
+          if (p.get<std::string>().empty()) throw bad_request(q + " must not contain empty strings", param);
+          out.emplace_back(p.get<std::string>());
+        } else if (p.is_array()) {
+          out.emplace_back(token_list(p, param));
+        } else {
+          throw bad_request(q + " must be a string, a list of strings or token ids", param);
+        }
+      }
+    }
+  } else {
+    throw bad_request(q + " must be a string, a list of strings or token ids", param);
+  }
+  return out;
+}
+
 CompletionRequest parse_completion_request(const Json& body) {
   require_object(body, "body");
   CompletionRequest req;
   if (json_field(body, "suffix")) throw bad_request("suffix is not currently supported", "suffix");
   const Json* prompt = json_field(body, "prompt");
   if (!prompt) throw bad_request("'prompt' is required", "prompt");
-  if (prompt->is_string()) {
-    if (prompt->get<std::string>().empty()) throw bad_request("'prompt' must not be empty", "prompt");
-    req.prompts.emplace_back(prompt->get<std::string>());
-  } else if (prompt->is_array()) {
-    if (prompt->empty()) throw bad_request("'prompt' must not be empty", "prompt");
-    const Json& first = (*prompt)[0];
-    if (first.is_number()) {
-      req.prompts.emplace_back(token_list(*prompt, "prompt"));
-    } else {
-      for (const Json& p : *prompt) {
-        if (p.is_string()) {
-          if (p.get<std::string>().empty()) throw bad_request("'prompt' must not contain empty strings", "prompt");
-          req.prompts.emplace_back(p.get<std::string>());
-        } else if (p.is_array()) {
-          req.prompts.emplace_back(token_list(p, "prompt"));
-        } else {
-          throw bad_request("'prompt' must be a string, a list of strings or token ids", "prompt");
-        }
-      }
-    }
-  } else {
-    throw bad_request("'prompt' must be a string, a list of strings or token ids", "prompt");
-  }
+  req.prompts = parse_prompt_inputs(*prompt, "prompt");
   if (req.prompts.size() > 1024) throw bad_request("'prompt' has more than 1024 prompts", "prompt");
   parse_common(body, req, /*chat_logprobs=*/false);
   if (req.prompts.size() * static_cast<size_t>(req.n) > 1024)

@@ -20,6 +20,7 @@
 #include "server/chat_page.h"
 #include "server/dashboard_page.h"
 #include "server/decision_request.h"
+#include "server/embedding_request.h"
 #include "server/generation_session.h"
 #include "server/media_parts.h"
 #include "server/metrics.h"
@@ -480,6 +481,75 @@ struct HttpServer::Impl {
                     {"usage", std::move(usage)}});
   }
 
+  // A prompt's ids: text tokenized with the special tokens, or given ids checked against the
+  // vocabulary (a 400 naming `param`).
+  std::vector<int32_t> prompt_ids(const PromptInput& p, const char* param) const {
+    if (const auto* s = std::get_if<std::string>(&p)) {
+      auto t = engine.tokenize(*s, true);
+      if (!t) throw api_error_from_status(t.status());
+      return std::move(*t);
+    }
+    const auto& ids = std::get<std::vector<int32_t>>(p);
+    for (int32_t id : ids)
+      if (model.vocab_size > 0 && id >= model.vocab_size)
+        throw bad_request("token id " + std::to_string(id) + " is out of range [0, " +
+                              std::to_string(model.vocab_size) + ")",
+                          param);
+    return ids;
+  }
+
+  void embeddings(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
+    const EmbeddingRequest r = parse_embedding_request(parse_body(req));
+    check_model(r.model);
+    if (r.dimensions && *r.dimensions != model.hidden_size)
+      throw bad_request("'dimensions' must be " + std::to_string(model.hidden_size) +
+                            ": this model's embeddings cannot be shortened",
+                        "dimensions");
+    std::vector<std::vector<int32_t>> prompts;
+    for (const PromptInput& p : r.inputs) {
+      std::vector<int32_t> ids = prompt_ids(p, "input");
+      if (ids.empty()) throw bad_request("an input has no tokens", "input");
+      const auto n = static_cast<int64_t>(ids.size());
+      if (model.context_length > 0 && n > model.context_length)
+        throw context_length_exceeded(model.context_length, n, 0);
+      prompts.push_back(std::move(ids));
+    }
+    // In waves of a few per stream, so that a batch of thousands neither overflows the queue
+    // (MAX_QUEUED) nor keeps other clients' requests waiting behind all of it.
+    int64_t wave = std::max<int64_t>(1, 2 * std::max(1, model.parallel));
+    if (model.max_queued_choices > 0) wave = std::min(wave, model.max_queued_choices);
+    Json data = Json::array();
+    int64_t prompt_tokens = 0;
+    for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(wave)) {
+      const size_t last = std::min(prompts.size(), first + static_cast<size_t>(wave));
+      std::vector<std::shared_ptr<GenerationSession>> sessions;
+      for (size_t i = first; i < last; ++i) {
+        GenerationRequest g;
+        g.request_id = make_id("emb-");
+        g.prompt_tokens = prompts[i];
+        g.sampling.max_tokens = 0;
+        g.embed = true;
+        sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
+      }
+      for (size_t k = 0; k < sessions.size(); ++k) {
+        wait_for(req, *sessions[k]);
+        const std::vector<float>& hidden = sessions[k]->choices().at(0).embedding;
+        if (hidden.empty() ||
+            (model.hidden_size > 0 && static_cast<int64_t>(hidden.size()) != model.hidden_size))
+          throw ApiError(500,
+                         "the engine returned an embedding of " + std::to_string(hidden.size()) + " values",
+                         "server_error");
+        data.push_back(embedding_json(static_cast<int>(first + k), hidden, r.base64));
+        prompt_tokens += static_cast<int64_t>(prompts[first + k].size());
+      }
+    }
+    write_json(res, 200,
+               Json{{"object", "list"},
+                    {"data", std::move(data)},
+                    {"model", model.id},
+                    {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}});
+  }
+
   void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
     const Json body = parse_body(req);
     CompletionRequest r = parse_completion_request(body);
@@ -490,25 +560,14 @@ struct HttpServer::Impl {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;
     for (const PromptInput& p : r.prompts) {
-      std::vector<int32_t> ids;
+      std::vector<int32_t> ids = prompt_ids(p, "prompt");
       std::string text;
       if (const auto* s = std::get_if<std::string>(&p)) {
-        auto t = engine.tokenize(*s, true);
-        if (!t) throw api_error_from_status(t.status());
-        ids = std::move(*t);
         text = *s;
-      } else {
-        ids = std::get<std::vector<int32_t>>(p);
-        for (int32_t id : ids)
-          if (model.vocab_size > 0 && id >= model.vocab_size)
-            throw bad_request("token id " + std::to_string(id) + " is out of range [0, " +
-                                  std::to_string(model.vocab_size) + ")",
-                              "prompt");
-        if (r.echo) {
-          auto d = engine.detokenize(ids);
-          if (!d) throw api_error_from_status(d.status());
-          text = *d;
-        }
+      } else if (r.echo) {
+        auto d = engine.detokenize(ids);
+        if (!d) throw api_error_from_status(d.status());
+        text = *d;
       }
       if (truncate_prompt(ids, r.truncate_prompt_tokens, false) && r.echo) {
         auto d = engine.detokenize(ids);  // the echo is the prompt that ran
@@ -809,6 +868,7 @@ struct HttpServer::Impl {
     bind_post("/v1/completions", &Impl::completions);
     bind_post("/v1/responses", &Impl::responses);
     bind_post("/v1/decisions", &Impl::decisions);
+    bind_post("/v1/embeddings", &Impl::embeddings);
     for (bool erase : {false, true}) {
       auto fn = handle("/v1/responses/{id}", [this, erase](const auto& req, auto& res, auto) {
         stored_response(req, res, erase);

@@ -67,6 +67,10 @@ struct ChatRequest : CommonRequest {
 // A completion prompt: text or token ids.
 using PromptInput = std::variant<std::string, std::vector<int32_t>>;
 
+// A string, a list of strings, a list of token ids or a list of such lists (OpenAI's
+// completions `prompt`, embeddings `input`): one PromptInput each; 400s name `param`.
+std::vector<PromptInput> parse_prompt_inputs(const Json& v, const std::string& param);
+
 struct CompletionRequest : CommonRequest {
   std::vector<PromptInput> prompts;
   bool echo = false;

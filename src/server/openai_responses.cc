@@ -27,6 +27,7 @@ void ChoiceState::apply(const GenerationEvent& ev) {
     }
     if (!ev.prompt_logprobs.empty()) prompt_logprobs = ev.prompt_logprobs;
     if (!ev.label_logprobs.empty()) label_logprobs = ev.label_logprobs;
+    if (!ev.embedding.empty()) embedding = ev.embedding;
     token_ids.insert(token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
     tokens_so_far = std::max(tokens_so_far, ev.tokens_so_far);
     for (const TokenLogprob& lp : ev.logprobs) {

@@ -44,6 +44,7 @@ struct ChoiceState {
   int64_t cached_prompt_tokens = 0;
   std::string stop_string;  // the stop string that ended the choice, "" when none did
   std::string token_sha256;  // the engine's digest of the choice's token ids (on finish)
+  std::vector<float> embedding;  // GenerationRequest::embed: the prompt's last hidden state
   void apply(const GenerationEvent& ev);
 };
 

@@ -915,6 +915,30 @@ await run.check('responses include message.output_text.logprobs: the answer\'s t
   assert.equal(bad.json.error.param, 'include');
 });
 
+await run.check('embeddings (openai client): unit vectors of the model width, the same for the same text', async () => {
+  const props = (await getJson(server, '/props')).json;
+  // The client asks for base64 and decodes it; float comes as JSON numbers.
+  const r = await client.embeddings.create({ model, input: ['The lighthouse keeper', 'A harbour at night', 'The lighthouse keeper'] });
+  assert.equal(r.data.length, 3);
+  const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  for (const [i, d] of r.data.entries()) {
+    assert.equal(d.index, i);
+    assert.ok(d.embedding.length > 0 && Math.abs(norm(d.embedding) - 1) < 1e-5, `norm ${norm(d.embedding)}`);
+  }
+  assert.deepEqual(r.data[2].embedding, r.data[0].embedding, 'the same text, the same vector');
+  assert.notDeepEqual(r.data[1].embedding, r.data[0].embedding);
+  const f = await post200(server, '/v1/embeddings', { model, input: 'The lighthouse keeper', encoding_format: 'float' });
+  assert.deepEqual(f.data[0].embedding.map(Math.fround), r.data[0].embedding);
+  const ids = (await post200(server, '/tokenize', { model, prompt: 'The lighthouse keeper' })).tokens;
+  assert.equal(f.usage.prompt_tokens, ids.length);
+  const byIds = await post200(server, '/v1/embeddings', { model, input: ids, encoding_format: 'float' });
+  assert.deepEqual(byIds.data[0].embedding, f.data[0].embedding, 'token ids embed as their text');
+  const bad = await postJson(server, '/v1/embeddings', { model, input: 'x', dimensions: f.data[0].embedding.length - 1 });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'dimensions');
+  assert.ok(props.default_generation_settings.n_ctx > 0);
+});
+
 await run.check('responses: small max_output_tokens -> incomplete / max_output_tokens', async () => {
   const r = await post200(server, '/v1/responses', { model, input: 'hi', max_output_tokens: 2, ignore_eos: true });
   assert.equal(r.status, 'incomplete');

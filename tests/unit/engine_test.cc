@@ -1,26 +1,28 @@
 // The serving engine end to end on the CPU backend, over the built-in demo
 // checkpoint: events, determinism, batch independence, cancellation, limits.
-#include <gtest/gtest.h>
+#include "engine/engine.h"
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
-#include <mutex>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "data_url_test_util.h"
 #include "draft_oracle.h"
 #include "engine/demo_checkpoint.h"
-#include "engine/engine.h"
 #include "engine/prompt_media.h"
 #include "model/exl3_synthetic.h"
 #include "model/safetensors.h"
@@ -1806,6 +1808,93 @@ TEST_F(LabelScoresTest, RefusedRequests) {
   g.label_tokens = {1};
   g.prompt_logprobs = 0;
   refused(g, "does not score the prompt");
+}
+
+// Embeddings (GenerationRequest::embed, engine_embedding.cc): the prompt's last row's final
+// hidden state, checked against the checkpoint's own lm_head: its logits through that matrix,
+// log-softmaxed over the text vocabulary, are the logprobs label scoring reports there.
+class EmbeddingTest : public LabelScoresTest {
+ protected:
+  struct Embedded {
+    std::vector<float> vector;
+    int64_t cached = -1;
+  };
+  static Embedded embed(Engine& e, const std::string& id, const std::vector<int32_t>& p) {
+    GenerationRequest g = sampled(id, p, 0);
+    g.sampling.logprobs = false;
+    g.embed = true;
+    std::vector<float> got;
+    int events = 0;
+    Collector c;
+    EventSink inner = c.sink();
+    EXPECT_TRUE(e.submit(std::move(g), [&](GenerationEvent ev) {
+                   if (!ev.embedding.empty()) {
+                     got = ev.embedding;
+                     ++events;
+                   }
+                   inner(std::move(ev));
+                 }).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(events, 1);
+    EXPECT_EQ(c.finish[0].completion_tokens, 0);
+    return {got, c.finish[0].cached_prompt_tokens};
+  }
+};
+
+TEST_F(EmbeddingTest, TheHiddenStateTheLmHeadReads) {
+  const std::vector<int32_t> p = prompt(long_text("embedding", 40));
+  const Embedded h = embed(fresh_engine(), "em1", p);
+  const ModelInfo info = fresh_engine().model_info();
+  ASSERT_EQ(static_cast<int64_t>(h.vector.size()), info.hidden_size);
+  auto ckpt = Checkpoint::open(model_dir_);
+  ASSERT_TRUE(ckpt.has_value()) << ckpt.status().to_string();
+  auto head = (*ckpt)->tensor("lm_head.weight");
+  ASSERT_TRUE(head.has_value()) << head.status().to_string();
+  const std::vector<float> w = head->to_vector();
+  const int64_t width = head->size(1), vocab = std::min<int64_t>(head->size(0), info.vocab_size);
+  ASSERT_EQ(width, info.hidden_size);
+  std::vector<double> logits(static_cast<size_t>(vocab));
+  double peak = -1e300;
+  for (int64_t t = 0; t < vocab; ++t) {
+    double dot = 0.0;
+    for (int64_t j = 0; j < width; ++j) dot += static_cast<double>(w[t * width + j]) * h.vector[j];
+    logits[t] = dot;
+    peak = std::max(peak, dot);
+  }
+  double sum = 0.0;
+  for (double x : logits) sum += std::exp(x - peak);
+  const double log_total = peak + std::log(sum);
+  const std::vector<int32_t> ids = {p[1], p[4], p[9], 0, static_cast<int32_t>(vocab - 1)};
+  const Scores s = labels(fresh_engine(), "em2", p, ids);
+  ASSERT_EQ(s.logprobs.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_NEAR(logits[ids[i]] - log_total, s.logprobs[i], 1e-3) << ids[i];
+}
+
+TEST_F(EmbeddingTest, AResumedPromptEmbedsAsAFreshOneAndOthersDiffer) {
+  const std::vector<int32_t> p = prompt(long_text("vectors", 90));
+  const Embedded fresh = embed(fresh_engine(), "em3", p);
+  const Embedded first = embed(*engine_, "em4", p);
+  wait_idle();
+  const Embedded again = embed(*engine_, "em5", p);
+  EXPECT_EQ(first.vector, fresh.vector);
+  EXPECT_GT(again.cached, 0) << "the first embedding kept its prompt";
+  EXPECT_EQ(again.vector, fresh.vector) << "bit for bit";
+  EXPECT_NE(embed(fresh_engine(), "em6", prompt(long_text("other", 20))).vector, fresh.vector);
+}
+
+TEST_F(EmbeddingTest, RefusedRequests) {
+  GenerationRequest g = sampled("em7", prompt("Embed me"), 1);
+  g.embed = true;
+  Collector c;
+  Status s = engine_->submit(g, c.sink());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("max_tokens must be 0"), std::string::npos) << s.message();
+  g.sampling.max_tokens = 0;
+  g.label_tokens = {1};
+  s = engine_->submit(g, c.sink());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "labels and an embedding at once";
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ class FakeEngine : public EngineApi {
   ModelInfo model_info() const override {
     ModelInfo m{"fake-model", "/models/fake", context_length, 256, 1735000000};
     m.parallel = 4;
+    m.hidden_size = 8;
     m.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
     m.eos_token = "<|endoftext|>";
     return m;
@@ -156,7 +157,21 @@ class FakeEngine : public EngineApi {
     cancelled_flags_[request.request_id] = flag;
     ++active_;
     ++total_;
-    const auto& chosen = !request.tools.is_null() && !tool_script.empty() ? tool_script : script;
+    std::vector<GenerationEvent> embedding_script;
+    if (request.embed) {
+      // An embedding request: one event with a "hidden state" made of the prompt's ids
+      // (hidden[i] = prompt[i % n]), then the finish.
+      GenerationEvent ev;
+      for (size_t i = 0; i < 8; ++i)
+        ev.embedding.push_back(static_cast<float>(request.prompt_tokens[i % request.prompt_tokens.size()]));
+      GenerationEvent fin;
+      fin.kind = GenerationEvent::Kind::kFinish;
+      fin.finish_reason = FinishReason::kLength;
+      embedding_script = {ev, fin};
+    }
+    const auto& chosen = request.embed                                      ? embedding_script
+                         : !request.tools.is_null() && !tool_script.empty() ? tool_script
+                                                                            : script;
     threads_.emplace_back([this, request, sink, flag, script = chosen, delay = delay, endless = endless,
                            fail = fail_after_first, burst = std::max(1, burst)] {
       bool done = false;
