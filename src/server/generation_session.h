@@ -83,7 +83,7 @@ class GenerationSession {
   std::function<bool()> alive_;
   StreamPacer pacer_{std::chrono::milliseconds(0)};
   std::deque<EventQueue::Arrived> held_;
-  bool flush_held_ = false;  // an error arrived: release everything held at once
+  bool flush_held_ = false;  // a finish or an error arrived: release everything held at once
 };
 
 }  // namespace tf::server

@@ -5,7 +5,9 @@
 // that jumps and stalls looks slower than the same tokens at an even pace. The pacer holds
 // the tokens of a burst and lets them go one by one, spaced by the stream's own recent mean
 // gap between tokens, and never holds one longer than the playout limit: the stream runs as
-// fast as before on average, only more evenly, and its end comes at most the limit later.
+// fast as before on average, only more evenly. Its end is never delayed: once the reply
+// finished, what is held goes at once (GenerationSession), so its first and last tokens
+// arrive when they would unpaced and a client's measured rate is the same.
 //
 // Pure timing logic over given times (no clock of its own): GenerationSession asks it when
 // the oldest held token may go.

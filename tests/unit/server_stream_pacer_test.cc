@@ -134,8 +134,23 @@ TEST(StreamSmoothing, BurstsGoOutAsSeparateEvenWrites) {
   EXPECT_LE(plain.text.size(), 12u);
   // Paced, the tokens of a burst go one by one.
   EXPECT_GE(smooth.text.size(), 18u);
-  // The stream ends at most the limit (and some scheduling slack) after the unpaced one.
-  EXPECT_LE(smooth_took, plain_took + 400ms + 300ms);
+  // Pacing never delays the end: held tokens go with the finish (some scheduling slack).
+  EXPECT_LE(smooth_took, plain_took + 150ms);
+}
+
+// A reply that ends right after a burst: its tokens go with the finish, not paced out after it.
+TEST(StreamSmoothing, TheFinishReleasesWhatIsHeld) {
+  testing::FakeEngine engine;
+  bursty(engine);
+  engine.burst = 5;  // 24 tokens and the finish in bursts of 5: the last is u v w x and the finish
+  Clock::duration took{};
+  const Writes w = stream_through(engine, 400ms, &took);
+  ASSERT_FALSE(w.text.empty());
+  EXPECT_EQ(joined(w), "abcdefghijklmnopqrstuvwx[done]");
+  // Paced, the earlier bursts' tokens went one by one; the last burst's went at once with the
+  // finish (at most its first, already due, before it).
+  EXPECT_GE(w.text.size(), 12u);
+  EXPECT_TRUE(w.text.back() == "uvwx[done]" || w.text.back() == "vwx[done]") << w.text.back();
 }
 
 TEST(StreamSmoothing, AnErrorFlushesWhatIsHeld) {
