@@ -91,7 +91,7 @@ GenerationSession::Pump GenerationSession::pump(StreamFormatter& fmt,
   // Wait for events: up to the poll interval, or until the oldest held token may go.
   auto wait = kPollInterval;
   if (!held_.empty()) {
-    const auto until = pacer_.due(held_.front().at) - Clock::now();
+    const auto until = pacer_.due(held_.front().at, held_.size()) - Clock::now();
     wait = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(until), std::chrono::milliseconds(0),
                       kPollInterval);
   }
@@ -108,7 +108,7 @@ GenerationSession::Pump GenerationSession::pump(StreamFormatter& fmt,
   while (!held_.empty()) {
     const GenerationEvent& ev = held_.front().event;
     const bool paced = ev.kind == GenerationEvent::Kind::kDelta && !flush_held_;
-    if (paced && pacer_.due(held_.front().at) > now) break;
+    if (paced && pacer_.due(held_.front().at, held_.size()) > now) break;
     if (paced) pacer_.released(now);
     const bool ended = apply(ev);
     if (ev.kind == GenerationEvent::Kind::kError) {

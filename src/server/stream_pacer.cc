@@ -15,9 +15,21 @@ StreamPacer::Clock::duration StreamPacer::mean_gap() const {
   return (arrivals_.back() - arrivals_.front()) / static_cast<int64_t>(arrivals_.size() - 1);
 }
 
-StreamPacer::Clock::time_point StreamPacer::due(Clock::time_point oldest) const {
+double StreamPacer::mean_burst() const {
+  if (arrivals_.empty()) return 1.0;
+  size_t bursts = 1;
+  for (size_t i = 1; i < arrivals_.size(); ++i)
+    if (arrivals_[i] - arrivals_[i - 1] > kTogether) ++bursts;
+  return static_cast<double>(arrivals_.size()) / static_cast<double>(bursts);
+}
+
+StreamPacer::Clock::time_point StreamPacer::due(Clock::time_point oldest, size_t held) const {
   if (!enabled()) return oldest;
-  const Clock::time_point spaced = last_release_ + mean_gap();
+  Clock::duration gap = mean_gap();
+  const double burst = mean_burst();
+  if (static_cast<double>(held) > burst)
+    gap = std::chrono::duration_cast<Clock::duration>(gap * (burst / static_cast<double>(held)));
+  const Clock::time_point spaced = last_release_ + gap;
   return std::max(oldest, std::min(spaced, oldest + max_hold_));
 }
 

@@ -29,16 +29,21 @@ class StreamPacer {
   bool enabled() const { return max_hold_.count() > 0; }
   // A token arrived at `t` (in arrival order).
   void arrived(Clock::time_point t);
-  // When the oldest held token, which arrived at `oldest`, may go: one mean gap after the
-  // previous release, and no later than `oldest` + the limit. Off: `oldest` (at once).
-  Clock::time_point due(Clock::time_point oldest) const;
+  // When the oldest of `held` tokens, which arrived at `oldest`, may go: one gap after the
+  // previous release, and no later than `oldest` + the limit. Off: `oldest` (at once). The gap
+  // is the mean one, shortened in proportion when more tokens are held than a burst brings
+  // (mean_burst): a backlog left by a stall drains instead of keeping the stream behind.
+  Clock::time_point due(Clock::time_point oldest, size_t held = 1) const;
   // A token went at `t`.
   void released(Clock::time_point t) { last_release_ = t; }
-  // The mean gap between the latest arrivals (zero until two arrived).
+  // The mean gap between the latest arrivals (zero until two arrived), and the mean number of
+  // tokens that arrived together (within kTogether of each other) among them.
   Clock::duration mean_gap() const;
+  double mean_burst() const;
 
  private:
   static constexpr size_t kWindow = 16;  // arrivals the mean gap is taken over
+  static constexpr auto kTogether = std::chrono::milliseconds(1);
   std::chrono::milliseconds max_hold_;
   std::deque<Clock::time_point> arrivals_;
   Clock::time_point last_release_{};

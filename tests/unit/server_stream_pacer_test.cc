@@ -41,6 +41,25 @@ TEST(StreamPacer, SpacesABurstByTheMeanGap) {
   EXPECT_EQ(p.due(oldest - 1s), oldest - 1s + 400ms);
 }
 
+// A stall (or a slow first burst) leaves more tokens held than a burst brings: the gap
+// shortens in proportion, so the backlog drains instead of keeping the stream behind.
+TEST(StreamPacer, ABacklogDrainsFaster) {
+  StreamPacer p(400ms);
+  const Clock::time_point t0 = Clock::now();
+  for (int step = 0; step < 4; ++step)
+    for (int i = 0; i < 5; ++i) p.arrived(t0 + step * 50ms + i * 10us);
+  // The latest 17 arrivals: 2 of the first burst, then three of 5.
+  EXPECT_DOUBLE_EQ(p.mean_burst(), 17.0 / 4.0);
+  const Clock::time_point now = t0 + 150ms;
+  p.released(now);
+  const Clock::duration gap = p.mean_gap();
+  EXPECT_EQ(p.due(now, 4), now + gap) << "no more than a burst held: the mean gap";
+  const Clock::time_point drained = p.due(now, 17);
+  EXPECT_LT(drained, now + gap);
+  EXPECT_NEAR(std::chrono::duration<double>(drained - now).count(),
+              std::chrono::duration<double>(gap).count() * (17.0 / 4.0) / 17.0, 1e-6);
+}
+
 TEST(StreamPacer, TheFirstTokenIsNotHeld) {
   StreamPacer p(400ms);
   const Clock::time_point t0 = Clock::now();
