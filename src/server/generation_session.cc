@@ -76,8 +76,10 @@ Status GenerationSession::wait() {
 void GenerationSession::hold(EventQueue::Arrived a) {
   // A choice finished or the request failed: what is held goes at once, so that pacing never
   // delays a stream's end (its length, and the rate a client measures over it, stay the same).
-  if (a.event.kind != GenerationEvent::Kind::kDelta) flush_held_ = true;
-  if (a.event.kind == GenerationEvent::Kind::kDelta) pacer_.arrived(a.at);
+  if (a.event.kind == GenerationEvent::Kind::kDelta)
+    pacer_.arrived(a.at);
+  else
+    flush_held_ = true;
   held_.push_back(std::move(a));
 }
 
