@@ -47,10 +47,21 @@ Status normalise_message(ordered_json& m, size_t index) {
     for (auto& tc : m["tool_calls"]) {
       ordered_json* fn =
           tc.is_object() && tc.contains("function") && tc["function"].is_object() ? &tc["function"] : &tc;
-      if (!fn->is_object() || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) continue;
+      if (!fn->is_object()) continue;
+      // A call without arguments (none, null or blank text, as clients store no-argument calls)
+      // renders as an empty object, as vLLM does: templates iterate them.
+      auto args = fn->find("arguments");
+      const bool blank = args == fn->end() || args->is_null() ||
+                         (args->is_string() && args->get_ref<const std::string&>().find_first_not_of(
+                                                   " \t\r\n") == std::string::npos);
+      if (blank && fn != &tc) {
+        (*fn)["arguments"] = ordered_json::object();
+        continue;
+      }
+      if (args == fn->end() || !args->is_string()) continue;
       // Bounded: the arguments are client text, and rendering recurses into them.
-      Expected<ordered_json> parsed = text::parse_json((*fn)["arguments"].get<std::string>());
-      if (parsed && parsed->is_object()) (*fn)["arguments"] = std::move(*parsed);
+      Expected<ordered_json> parsed = text::parse_json(args->get<std::string>());
+      if (parsed && parsed->is_object()) *args = std::move(*parsed);
     }
   }
   return Status::ok();

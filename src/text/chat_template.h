@@ -7,6 +7,7 @@
 // Before rendering, messages are normalised the way vLLM does it for templates:
 //  - tool-call `arguments` given as a JSON string (the OpenAI wire format) are parsed into an object,
 //    since templates iterate them (`tc.arguments.items()`); a string that is not a JSON object stays;
+//    a call without arguments (none, null or blank text) gets an empty object;
 //  - an assistant `reasoning` field is copied to `reasoning_content` when that is absent;
 //  - the `developer` role becomes `system` (api.md: "treat as system").
 //

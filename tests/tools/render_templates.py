@@ -86,7 +86,8 @@ def special_tokens(template_path):
 
 def normalise_messages(messages):
     """What vLLM does before rendering (and src/text/chat_template.cc too): JSON-string tool-call
-    arguments become objects, `reasoning` is copied to `reasoning_content`, and the `developer` role
+    arguments become objects (none, null or blank: an empty object), `reasoning` is copied to
+    `reasoning_content`, and the `developer` role
     is treated as `system`."""
     out = json.loads(json.dumps(messages))
     for m in out:
@@ -96,6 +97,10 @@ def normalise_messages(messages):
             m["reasoning_content"] = m["reasoning"]
         for tc in m.get("tool_calls") or []:
             fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+            args = fn.get("arguments")
+            if fn is not tc and (args is None or (isinstance(args, str) and not args.strip(" \t\r\n"))):
+                fn["arguments"] = {}  # a call without arguments, as vLLM renders it
+                continue
             if isinstance(fn.get("arguments"), str):
                 try:
                     parsed = json.loads(fn["arguments"])
