@@ -24,6 +24,8 @@ void add_synth_checkpoint_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 // `tensorfold tui [--url URL] [--once]`: a live terminal view of a server's /health.
 void add_tui_command(CLI::App& app);
+// `tensorfold check [--url URL] [CHECK...]`: live checks of a running server (exit 0 when all pass).
+void add_check_command(CLI::App& app);
 // `tensorfold quant-report --model DIR --dense q4|fp8`: KL / top-1 of re-quantized dense matrices.
 void add_quant_report_command(CLI::App& app);
 

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   tf::apps::add_bench_command(app);
   tf::apps::add_quant_report_command(app);
   tf::apps::add_tui_command(app);
+  tf::apps::add_check_command(app);
   tf::apps::register_bench_engine_factory();
   CLI11_PARSE(app, argc, argv);
   if (app.get_subcommands().empty()) {

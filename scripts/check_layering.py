@@ -20,6 +20,7 @@ ALLOWED = {
                "kernels/cuda", "core"},
     "server": {"engine", "text", "core"},
     "bench": {"engine", "server", "core"},
+    "check": {"bench", "core"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
