@@ -155,15 +155,23 @@ def main():
             conversations = json.load(f)
     for path in sorted(glob.glob(os.path.join(args.templates, "*.jinja"))) if conversations else []:
         # newline="" keeps \r\n as stored: jinja2 itself normalises line endings.
-        with open(path, encoding="utf-8", newline="") as f:
-            source = f.read()
-        template = env.from_string(source)
         if args.only and args.only not in os.path.basename(path):
             continue
+        with open(path, encoding="utf-8", newline="") as f:
+            source = f.read()
+        try:
+            template = env.from_string(source)
+            parse_error = None
+        except Exception as e:  # a template jinja2 cannot parse: every case records the error
+            template, parse_error = None, f"{type(e).__name__}: {e}"
         tokens = special_tokens(path)
         for conversation in conversations:
             context = make_context(conversation, tokens, args.normalise)
             record = {"template": os.path.basename(path), "conversation": conversation["name"], "context": context}
+            if parse_error:
+                record["error"] = parse_error
+                records.append(record)
+                continue
             try:
                 record["output"] = template.render(**context)
             except Exception as e:  # any exception is an expected failure our engine must reproduce
