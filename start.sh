@@ -2,8 +2,10 @@
 # Starts tensorfold: prepares (packages, build), launches the server in the background,
 # follows its log while it loads, smoke-tests it and prints "... is now LIVE! on port N".
 #   ./start.sh [restart|reload] [--help] [extra `tensorfold serve` arguments...]
+#   ./start.sh check [CHECK...] [`tensorfold check` options]
 # restart builds first, then stops the running server and starts the new one; reload makes
-# the running server read API_KEY_FILE again (SIGHUP).
+# the running server read API_KEY_FILE again (SIGHUP); check runs the live checks (needle,
+# toolcheck, end_of_turn, prompt_reuse, pool_pressure) against the running server.
 # Settings: environment > scripts/local.sh > .env > defaults (scripts/config.sh, README "Configuration").
 # With no MODEL_DIR the built-in demo checkpoint is served (random weights).
 # PREPARE=1|0 forces or skips preparation (default: run it; it is incremental).
@@ -14,9 +16,9 @@ source "$(dirname "$0")/scripts/config.sh"
 cd "$TF_ROOT"
 
 mode=start
-if [[ "${1:-}" == "restart" || "${1:-}" == "reload" ]]; then mode=$1; shift; fi
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+if [[ "${1:-}" == "restart" || "${1:-}" == "reload" || "${1:-}" == "check" ]]; then mode=$1; shift; fi
+if [[ "$mode" != check && ( "${1:-}" == "-h" || "${1:-}" == "--help" ) ]]; then
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   echo
   echo "Settings (current values):"
   for k in "${TF_SETTINGS[@]}"; do printf '  %-20s %s\n' "$k" "${!k:-}"; done
@@ -27,6 +29,13 @@ tf_validate_settings
 tf_serve_args
 bin="$BUILD_DIR/apps/tensorfold"
 running=$(tf_running_pid) || running=
+
+if [[ "$mode" == check ]]; then
+  [[ -n "$running" ]] || tf_fail "tensorfold is not running (nothing to check); start it with ./start.sh"
+  [[ -x "$bin" ]] || tf_fail "$bin is missing; run scripts/prepare.sh"
+  # The key goes to the checker in its environment, not on its command line (ps shows that).
+  API_KEY="$(tf_api_key)" exec "$bin" check --url "http://127.0.0.1:$PORT" "$@"
+fi
 
 if [[ "$mode" == reload ]]; then
   [[ -n "$running" ]] || tf_fail "tensorfold is not running (nothing to reload)"

@@ -24,7 +24,7 @@ struct CheckOptions {
   int eot_prompts = 24;  // end_of_turn: prompts (of the built-in list, repeated with a twist)
   int64_t eot_max_tokens = 1024;
   double eot_max_rate = 0.10;          // end_of_turn: highest share that may run to max_tokens
-  int64_t reuse_tokens = 3000;         // prompt_reuse: the system prompt's size
+  int64_t reuse_tokens = 6000;         // prompt_reuse: the system prompt's size (cut to fit the window)
   int pressure_requests = 0;           // pool_pressure: 0 = 2 x PARALLEL + 2
   int64_t pressure_prompt_tokens = 0;  // pool_pressure: 0 = sized to fill the pool (at most 16,384)
 };

@@ -6,6 +6,7 @@ the signal, and `DRY_RUN=1 ./start.sh` prints the plan without starting anything
 Usage: serve_api_keys_test.py TENSORFOLD REPO_ROOT WORK_DIR
 """
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -92,6 +93,8 @@ r = run_script([], script_env(DRY_RUN="1", PORT=str(port), API_KEY_FILE=key_file
 check(r.returncode != 0 and "lists no key" in r.stderr, "an API_KEY_FILE without keys stops start.sh: %r" % r.stderr)
 r = run_script(["reload"], script_env(PORT=str(port)))
 check(r.returncode != 0 and "not running" in r.stderr, "reload with no server says so: %r" % r.stderr)
+r = run_script(["check"], script_env(PORT=str(port)))
+check(r.returncode != 0 and "not running" in r.stderr, "check with no server says so: %r" % r.stderr)
 
 # The server, started as start.sh starts it: its log under LOG_DIR, its pid in STATE_DIR.
 write_keys("sk-one\n")
@@ -129,6 +132,13 @@ try:
     check(status(port, bearer("sk-two")) == 200 and status(port, {}) == 401,
           "after a refused reload the old keys stay in force")
     check(proc.poll() is None and pid_alive(proc.pid), "the server survives SIGHUP")
+
+    # ./start.sh check: the live checks against the running server, with the key in force.
+    build_dir = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+    r = run_script(["check", "prompt_reuse", "--reuse-tokens", "300"],
+                   script_env(PORT=str(port), API_KEY="sk-two", BUILD_DIR=build_dir))
+    check(r.returncode == 0 and re.search(r"^prompt_reuse +PASS", r.stdout, re.M) and "1 of 1 checks passed" in r.stdout,
+          "./start.sh check runs tensorfold check with the key: %r %r" % (r.stdout, r.stderr))
 
     # stop.sh asks /health (with the key) whether requests run, then stops the server.
     r = subprocess.run(["bash", os.path.join(root, "stop.sh")], env=script_env(PORT=str(port), API_KEY="sk-two"),
