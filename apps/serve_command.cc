@@ -235,6 +235,12 @@ void add_serve_command(CLI::App& app) {
       ->envname("EXACT_ROWS")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  cmd->add_option(
+         "--batch-invariant", o->engine.batch_invariant,
+         "GPU: 1: a step keeps within --exact-rows rows or runs one prompt chunk alone, so a reply is the "
+         "same under any load; 0: steps mix decodes and prompt chunks (more throughput while prompts fill)")
+      ->envname("BATCH_INVARIANT")
+      ->capture_default_str();
   cmd->add_option("--copy", o->engine.copy_drafts,
                   "1: copy drafts: a stream repeating earlier tokens verifies what followed them in its next step "
                   "(the same replies in fewer steps); 0: off")

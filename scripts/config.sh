@@ -5,7 +5,7 @@
 # Sourced, not run. Every setting is listed in README.md ("Configuration").
 TF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX LOOP_GUARD MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
+TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM_HEAD EXACT_ROWS BATCH_INVARIANT GRAPHS COPY COPY_MAX COPY_MATCH DRAFTER MTP_MAX LOOP_GUARD MEMORY_RESERVE_GIB KV_POOL_GIB MAX_TOKENS
   SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY API_KEY_FILE TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND
   PREPARE DRY_RUN LOG_KEEP MEMORY_GUARD_MIB WATCHDOG_S REASONING_EFFORT THINKING_BUDGET STREAM_SMOOTH STREAM_SMOOTH_MS
@@ -112,6 +112,8 @@ tf_validate_settings() {
   [[ "$KV" =~ ^(fp8|bf16|f32)$ ]] || tf_fail "KV must be fp8, bf16 or f32, got '$KV'"
   [[ -z "${EXACT_ROWS:-}" || ("$EXACT_ROWS" =~ ^[0-9]+$ && "$EXACT_ROWS" -le 64) ]] ||
     tf_fail "EXACT_ROWS must be a number in 0..64, got '$EXACT_ROWS'"
+  [[ -z "${BATCH_INVARIANT:-}" || "$BATCH_INVARIANT" == 0 || "$BATCH_INVARIANT" == 1 ]] ||
+    tf_fail "BATCH_INVARIANT must be 0 or 1, got '$BATCH_INVARIANT'"
   [[ -z "${GRAPHS:-}" || "$GRAPHS" =~ ^[01]$ ]] || tf_fail "GRAPHS must be 0 or 1, got '$GRAPHS'"
   [[ -z "${COPY:-}" || "$COPY" =~ ^[01]$ ]] || tf_fail "COPY must be 0 or 1, got '$COPY'"
   [[ -z "${COPY_MAX:-}" || ("$COPY_MAX" =~ ^[0-9]+$ && "$COPY_MAX" -ge 1 && "$COPY_MAX" -le 63) ]] ||
@@ -194,6 +196,7 @@ tf_serve_args() {
   [[ -n "${LM_HEAD:-}" ]] && TF_SERVE_ARGS+=(--lm-head "$LM_HEAD")
   [[ -n "${VISION_URLS_CA:-}" ]] && TF_SERVE_ARGS+=(--vision-urls-ca "$VISION_URLS_CA")
   [[ -n "${EXACT_ROWS:-}" ]] && TF_SERVE_ARGS+=(--exact-rows "$EXACT_ROWS")
+  [[ -n "${BATCH_INVARIANT:-}" ]] && TF_SERVE_ARGS+=(--batch-invariant "$BATCH_INVARIANT")
   [[ -n "${COPY:-}" ]] && TF_SERVE_ARGS+=(--copy "$COPY")
   [[ -n "${COPY_MAX:-}" ]] && TF_SERVE_ARGS+=(--copy-max "$COPY_MAX")
   [[ -n "${COPY_MATCH:-}" ]] && TF_SERVE_ARGS+=(--copy-match "$COPY_MATCH")

@@ -334,6 +334,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   sc.align_prefill_chunks = true;
   sc.step_token_budget = options.step_token_budget > 0 ? options.step_token_budget : chunk * 2 + options.parallel;
   sc.max_waiting = options.max_waiting;
+  // The CPU ops are row-independent at any size; on the GPU only up to exact_rows rows.
+  if (options.device == "cuda" && options.batch_invariant && options.exact_rows > 0)
+    sc.batch_invariant_rows = options.exact_rows;
+  else if (options.device == "cuda" && options.batch_invariant)
+    TF_LOG_WARN(
+        "EXACT_ROWS=0: every GPU step uses BF16 tensor cores, so replies depend on their batch-mates");
   if (Status s = sc.validate(); !s.is_ok()) return s;
   m.scheduler = std::make_unique<Scheduler>(sc, *m.budget);
   if (Status s = m.setup_prompt_reuse(); !s.is_ok()) return s;

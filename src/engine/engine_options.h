@@ -74,6 +74,11 @@ struct EngineOptions {
   // row-independent kernels (a reply does not depend on its batch-mates); larger
   // steps use BF16 tensor cores (cuBLAS). 0..64.
   int32_t exact_rows = 8;
+  // BATCH_INVARIANT (GPU, with exact_rows > 0): a step keeps within exact_rows rows or runs one
+  // prompt chunk alone, so no row goes through a kernel whose bits depend on its batch-mates:
+  // a reply is the same under any load (scheduler_policies.h). false: steps mix decodes and
+  // prompt chunks (more throughput while prompts fill, replies then depend on the load).
+  bool batch_invariant = true;
   // LOOP_GUARD: a reply whose reasoning ends in at least 3 exact copies of one block of
   // 1..kLoopGuardMaxPattern tokens, together at least this many tokens, has fallen into a loop
   // it rarely leaves before max_tokens: the engine closes the reasoning (</think>, as

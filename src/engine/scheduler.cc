@@ -24,7 +24,8 @@ int64_t StepPlan::total_tokens() const {
 Scheduler::Scheduler(const SchedulerConfig& config, CacheBudget& cache)
     : config_(config),
       cache_(cache),
-      step_policy_{config.step_token_budget, config.max_prefill_chunk, config.align_prefill_chunks},
+      step_policy_{config.step_token_budget, config.max_prefill_chunk, config.align_prefill_chunks,
+                   config.batch_invariant_rows},
       admission_{config.max_running} {}
 
 Scheduler::~Scheduler() {
@@ -118,7 +119,7 @@ StepPlan Scheduler::schedule() {
 
   // Admit from the head of the queue while the policy agrees; each admission
   // re-runs the step policy so the newcomer's chunk comes out of what is left.
-  std::vector<int32_t> tokens = step_policy_(running_views());
+  std::vector<int32_t> tokens = step_policy_(running_views(), !last_step_solo_);
   while (!waiting_.empty()) {
     const int64_t used = std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
     const RequestSpec& head = waiting_.front();
@@ -132,9 +133,13 @@ StepPlan Scheduler::schedule() {
     running_.push_back(Entry{head, cached, 0, *handle});
     plan.admitted.push_back(head.id);
     waiting_.pop_front();
-    tokens = step_policy_(running_views());
+    tokens = step_policy_(running_views(), !last_step_solo_);
   }
 
+  // Batch-invariant steps alternate: decodes held back by a prompt chunk run alone go first next step.
+  last_step_solo_ = false;
+  for (size_t i = 0; i < running_.size(); ++i)
+    if (tokens[i] == 0 && running_[i].prefilled == running_[i].spec.prompt_tokens) last_step_solo_ = true;
   for (size_t i = 0; i < running_.size(); ++i) {
     if (tokens[i] == 0) continue;
     Entry& e = running_[i];

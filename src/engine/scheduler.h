@@ -132,6 +132,7 @@ class Scheduler {
   std::vector<Entry> running_;  // admission order
   std::deque<RequestSpec> waiting_;
   PrefixHit prefix_hit_;
+  bool last_step_solo_ = false;  // the last step held decodes back for a prompt chunk run alone
 
   std::mutex cancel_mu_;
   std::vector<RequestId> pending_cancels_;

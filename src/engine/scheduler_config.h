@@ -12,6 +12,10 @@
 //                   never cut by the budget (scheduler_policies.h): replies do
 //                   not depend on batch-mates. Needs step_token_budget >=
 //                   max_prefill_chunk + max_running.
+// batch_invariant_rows  0, or the most rows per call the backend computes row-
+//                   independently (the GPU's EXACT_ROWS): a step then keeps within
+//                   that many rows or runs one prompt chunk alone
+//                   (scheduler_policies.h), so replies do not depend on batch-mates.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,7 @@ struct SchedulerConfig {
   int32_t max_waiting = 64;
   int32_t max_prefill_chunk = 0;
   bool align_prefill_chunks = false;
+  int32_t batch_invariant_rows = 0;
 
   [[nodiscard]] Status validate() const;
 };

@@ -16,6 +16,15 @@
 // A request may bring a smaller cap of its own (RunningView::chunk_cap): its chunks then
 // end at multiples of that cap instead.
 //
+// With invariant_rows (a backend whose kernels give row-independent results only up to that
+// many rows per call: the GPU's EXACT_ROWS; larger calls go to tensor-core GEMMs whose
+// per-row bits depend on the call's shape), a step either keeps within invariant_rows rows
+// (the decodes and small chunks) or runs one prompt chunk alone, so every row is computed
+// by the same kernels at the same shape as when its request runs alone: replies do not
+// depend on batch-mates on the GPU either. When both kinds wait, steps alternate
+// (`solo_turn`: the previous step was not a solo chunk), so decodes keep going while a
+// long prompt fills.
+//
 // AdmissionPolicy: FIFO with head-of-line blocking. The oldest waiting
 // request is admitted when a stream slot is free, the step has tokens left to
 // start its prefill, and its whole cache need fits; otherwise it and everyone
@@ -39,9 +48,16 @@ struct StepTokenPolicy {
   int32_t token_budget = 0;
   int32_t max_prefill_chunk = 0;  // 0: no cap
   bool align_chunks = false;      // needs max_prefill_chunk > 0
+  int32_t invariant_rows = 0;     // 0: steps mix rows freely
 
-  // Tokens each running request advances this step, in the same order.
-  [[nodiscard]] std::vector<int32_t> operator()(std::span<const RunningView> running) const;
+  // Tokens each running request advances this step, in the same order. `solo_turn`: with
+  // invariant_rows, a chunk too large to share a step goes now if one waits.
+  [[nodiscard]] std::vector<int32_t> operator()(std::span<const RunningView> running,
+                                                bool solo_turn = true) const;
+
+ private:
+  // The chunk request `r` would advance by, given `left` budget (0: it waits).
+  [[nodiscard]] int64_t chunk_for(const RunningView& r, int64_t left) const;
 };
 
 struct AdmissionInput {

@@ -419,6 +419,53 @@ TEST(SchedulerTimeline, AlignedChunksDoNotDependOnBatchMates) {
   EXPECT_FALSE(bad.validate().is_ok());
 }
 
+// Batch-invariant steps: within invariant_rows rows, or one prompt chunk alone; decodes and a
+// chunk too large to join them take turns.
+TEST(SchedulerPolicies, BatchInvariantStepsKeepWithinTheRowsOrRunAChunkAlone) {
+  const StepTokenPolicy p{20, 8, true, 8};
+  const std::vector<RunningView> views{{0, 0}, {0, 0}, {30, 0}};
+  EXPECT_EQ(p(views, true), (std::vector<int32_t>{0, 0, 8}));   // the chunk's turn: alone
+  EXPECT_EQ(p(views, false), (std::vector<int32_t>{1, 1, 0}));  // the decodes' turn
+  // A tail chunk small enough to join the decodes does, on either turn.
+  const std::vector<RunningView> tail{{0, 0}, {3, 24}, {0, 0}};
+  EXPECT_EQ(p(tail, true), (std::vector<int32_t>{1, 3, 1}));
+  EXPECT_EQ(p(tail, false), (std::vector<int32_t>{1, 3, 1}));
+  // Nothing to decode: the oldest chunk runs alone whatever the turn; two never share a step.
+  const std::vector<RunningView> two{{30, 0}, {12, 0}};
+  EXPECT_EQ(p(two, false), (std::vector<int32_t>{8, 0}));
+  // Off: the decodes and both chunks share the step, as before.
+  const StepTokenPolicy mixed{20, 8, true, 0};
+  EXPECT_EQ(mixed(views, true), (std::vector<int32_t>{1, 1, 8}));
+}
+
+TEST(SchedulerTimeline, BatchInvariantStepsNeverMixALargeChunkAndNoRequestStarves) {
+  SchedulerConfig cfg{4, 36, 16, 16, true, 8};
+  ASSERT_TRUE(cfg.validate().is_ok());
+  Harness h(cfg, 100000);
+  ASSERT_EQ(h.submit('A', 5, 40), SubmitResult::kQueued);
+  ASSERT_EQ(h.submit('B', 3, 40), SubmitResult::kQueued);
+  EXPECT_EQ(h.step(), "A:P5! B:P3!");  // 8 rows: one step
+  ASSERT_EQ(h.submit('C', 50, 3), SubmitResult::kQueued);
+  ASSERT_EQ(h.submit('D', 20, 3), SubmitResult::kQueued);
+  std::vector<std::string> steps;
+  for (int i = 0; i < 12; ++i) steps.push_back(h.step());
+  EXPECT_EQ(steps[0], "C:P16");      // C's first chunk alone (A and B wait one step)
+  EXPECT_EQ(steps[1], "A:D1 B:D1");  // then the decodes
+  EXPECT_EQ(steps[2], "C:P16");
+  EXPECT_EQ(steps[3], "A:D1 B:D1");
+  for (int i = 0; i < 400 && h.sched.has_work(); ++i) {
+    std::string s = h.step();
+    int64_t rows = 0, entries = 0;
+    for (const Advance& a : h.last.advances) {
+      rows += a.tokens;
+      ++entries;
+    }
+    EXPECT_TRUE(rows <= 8 || entries == 1) << s;
+  }
+  EXPECT_FALSE(h.sched.has_work());
+  for (char r : {'A', 'B', 'C', 'D'}) EXPECT_GT(h.sampled[id(r)], 0) << r;
+}
+
 // A request's own smaller cap (prompt logprobs bound the logits rows a step brings to the
 // host) holds for its chunks only, aligned or not; a larger one changes nothing.
 TEST(SchedulerPolicies, ARequestsOwnChunkCapIsKeptWhenSmaller) {
