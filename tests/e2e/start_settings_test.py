@@ -71,6 +71,15 @@ args = r.stdout.split("\n")
 check("STREAM_SMOOTH_MS becomes --stream-smooth-ms", r.returncode == 0 and
       args[args.index("--stream-smooth-ms") + 1] == "250", r.stdout + r.stderr)
 
+r = settings({"BATCH_INVARIANT": "0", "EXACT_ROWS": "16"})
+args = r.stdout.split("\n")
+check("BATCH_INVARIANT and EXACT_ROWS become serve flags", r.returncode == 0 and
+      args[args.index("--batch-invariant") + 1] == "0" and args[args.index("--exact-rows") + 1] == "16",
+      r.stdout + r.stderr)
+r = settings({"BATCH_INVARIANT": "yes"})
+check("a BATCH_INVARIANT other than 0 or 1 is refused, naming it", r.returncode != 0 and "BATCH_INVARIANT" in r.stderr,
+      r.stdout + r.stderr)
+
 r = settings({})
 check("unset knobs leave serve's defaults", r.returncode == 0 and "--drafter" not in r.stdout.split("\n") and
       "--stream-smooth-ms" not in r.stdout.split("\n") and
