@@ -13,10 +13,17 @@ Expected<CheckContext> CheckContext::connect(const CheckOptions& options) {
   const Json& data = models.json.is_object() ? models.json.value("data", Json::array()) : Json::array();
   if (!data.is_array() || data.empty() || !data[0].is_object())
     return unavailable("GET /v1/models lists no model");
-  ctx.facts_.model = options.model.empty() ? data[0].value("id", std::string()) : options.model;
+  ctx.facts_.model = options.model;
+  if (ctx.facts_.model.empty() && data[0].contains("id") && data[0]["id"].is_string())
+    ctx.facts_.model = data[0]["id"];
   if (data[0].contains("max_model_len") && data[0]["max_model_len"].is_number_integer())
     ctx.facts_.context_length = data[0]["max_model_len"];
-  TF_ASSIGN_OR_RETURN(Json h, ctx.health(c));
+  // Other servers' /health says less or nothing (vLLM's is an empty 200): their defaults stand.
+  Json h = Json::object();
+  if (auto health = ctx.health(c))
+    h = std::move(*health);
+  else
+    ctx.facts_.health = false;
   if (h.contains("streams") && h["streams"].is_object() && h["streams"].value("max", 0) > 0)
     ctx.facts_.streams_max = h["streams"]["max"];
   if (ctx.facts_.context_length <= 0 && h.contains("context_length") &&

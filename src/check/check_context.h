@@ -35,6 +35,7 @@ struct ServerFacts {
   int64_t context_length = 0;  // /v1/models max_model_len, else /health context_length
   int streams_max = 1;         // /health streams.max (PARALLEL)
   int64_t pool_tokens = 0;     // /health pool_tokens (0: not reported)
+  bool health = true;          // /health answers with a JSON object
 };
 
 class CheckContext {

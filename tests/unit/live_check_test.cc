@@ -131,13 +131,15 @@ class FakeServer {
  public:
   int64_t cached_tokens = 0;
   bool stream_other_city = false;
+  bool empty_health = false;
   std::atomic<int> chats{0};
 
   FakeServer() {
     server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"object":"list","data":[{"id":"fake","max_model_len":8192}]})", "application/json");
     });
-    server_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (empty_health) return;  // vLLM's: an empty 200
       res.set_content(R"({"ok":true,"streams":{"max":2,"decoding":0,"prefilling":0},"pool_tokens":4096,
                           "pool_free_tokens":4096,"requests_running":0,"requests_waiting":0})",
                       "application/json");
@@ -272,6 +274,21 @@ TEST(LiveChecks, UnknownNamesAndUnreachableServersAreErrors) {
   EXPECT_EQ(fake.chats.load(), 0);  // nothing ran
   o.url = "http://127.0.0.1:1";
   EXPECT_FALSE(CheckContext::connect(o).has_value());
+}
+
+TEST(LiveChecks, AServerWithoutOurHealthFieldsIsStillChecked) {
+  FakeServer fake;
+  fake.empty_health = true;
+  CheckOptions o;
+  o.url = fake.url();
+  auto ctx = CheckContext::connect(o);
+  ASSERT_TRUE(ctx.has_value()) << ctx.status().message();
+  EXPECT_FALSE(ctx->facts().health);
+  EXPECT_EQ(ctx->facts().streams_max, 1);
+  EXPECT_EQ(ctx->facts().context_length, 8192);  // from /v1/models
+  auto results = run_live_checks(*ctx, {"prompt_reuse"}, nullptr);
+  ASSERT_TRUE(results.has_value());
+  EXPECT_EQ((*results)[0].error, "");
 }
 
 }  // namespace
