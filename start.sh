@@ -18,7 +18,7 @@ cd "$TF_ROOT"
 mode=start
 if [[ "${1:-}" == "restart" || "${1:-}" == "reload" || "${1:-}" == "check" ]]; then mode=$1; shift; fi
 if [[ "$mode" != check && ( "${1:-}" == "-h" || "${1:-}" == "--help" ) ]]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   echo
   echo "Settings (current values):"
   for k in "${TF_SETTINGS[@]}"; do printf '  %-20s %s\n' "$k" "${!k:-}"; done
