@@ -59,11 +59,13 @@ int run_check_command(CheckCommandOptions o) {
 
 void add_check_command(CLI::App& app) {
   auto o = std::make_shared<CheckCommandOptions>();
-  std::string names;
+  std::string names = "Checks:";
   for (const check::LiveCheck& c : check::live_checks())
     names += std::string("\n  ") + c.name + ": " + c.summary;
-  CLI::App* cmd =
-      app.add_subcommand("check", "Live checks of a running server (exit 0 when all pass)" + names);
+  CLI::App* cmd = app.add_subcommand(
+      "check",
+      "Live checks of a running server: needle, toolcheck, end_of_turn, prompt_reuse, pool_pressure");
+  cmd->footer(names + "\nExit code 0 when every check passed, 1 when one failed, 2 when none could run.");
   cmd->add_option("checks", o->names, "checks to run (default: all)");
   cmd->add_option("--url", o->check.url, "the server")->capture_default_str();
   cmd->add_option("--api-key", o->check.api_key, "its API key (default: the first of API_KEY)");
