@@ -135,7 +135,7 @@ try:
 
     # ./start.sh check: the live checks against the running server, with the key in force.
     build_dir = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
-    r = run_script(["check", "prompt_reuse", "--reuse-tokens", "300"],
+    r = run_script(["check", "prompt_reuse", "--reuse-tokens", "400"],
                    script_env(PORT=str(port), API_KEY="sk-two", BUILD_DIR=build_dir))
     check(r.returncode == 0 and re.search(r"^prompt_reuse +PASS", r.stdout, re.M) and "1 of 1 checks passed" in r.stdout,
           "./start.sh check runs tensorfold check with the key: %r %r" % (r.stdout, r.stderr))
