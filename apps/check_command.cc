@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "apps/client_api_key.h"
 #include "apps/commands.h"
 #include "check/live_checks.h"
 
@@ -22,10 +23,7 @@ struct CheckCommandOptions {
 };
 
 int run_check_command(CheckCommandOptions o) {
-  if (o.check.api_key.empty()) {  // API_KEY may list several keys, comma-separated: any one will do
-    if (const char* env = std::getenv("API_KEY"))
-      o.check.api_key = std::string(env).substr(0, std::string(env).find(','));
-  }
+  o.check.api_key = client_api_key(o.check.api_key);
   if (o.check.reasoning_effort == "default") o.check.reasoning_effort.clear();
   auto ctx = check::CheckContext::connect(o.check);
   if (!ctx) {

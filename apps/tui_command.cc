@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "apps/client_api_key.h"
 #include "apps/commands.h"
 #include "bench/health_view.h"
 #include "bench/http_load_generator.h"
@@ -59,12 +60,7 @@ int run_tui(const TuiOptions& o) {
     std::cerr << "tensorfold tui: " << target.status().message() << "\n";
     return 2;
   }
-  // API_KEY may list several keys, comma-separated: any one of them will do.
-  std::string key = o.api_key;
-  if (key.empty()) {
-    if (const char* env = std::getenv("API_KEY"))
-      key = std::string(env).substr(0, std::string(env).find(','));
-  }
+  const std::string key = client_api_key(o.api_key);
   httplib::Client client(target->base);
   client.set_connection_timeout(3, 0);
   client.set_read_timeout(5, 0);

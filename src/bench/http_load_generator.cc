@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "bench/completion_stream.h"
+#include "bench/http_errors.h"
 #include "bench/prompt_synthesis.h"
 #include "bench/sse_parser.h"
 
@@ -32,17 +32,6 @@ constexpr int32_t kFallbackHi = 30000;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// httplib's names for transport errors are terse ("Connection"); say what happened.
-std::string describe(httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection: return "connection refused or host unreachable";
-    case httplib::Error::ConnectionTimeout: return "connection timed out";
-    case httplib::Error::Read: return "reading the response failed (connection closed or read timeout)";
-    case httplib::Error::Write: return "sending the request failed (connection closed)";
-    default: return httplib::to_string(e);
-  }
 }
 
 httplib::Headers headers_for(const BenchSpec& spec) {
@@ -78,7 +67,9 @@ std::string http_error(int status, const std::string& body) {
 Expected<Json> post_json(httplib::Client& client, const HttpTarget& target, const BenchSpec& spec,
                          const std::string& path, const Json& body) {
   auto res = client.Post((target.prefix + path).c_str(), headers_for(spec), body.dump(), "application/json");
-  if (!res) return unavailable("POST " + target.base + target.prefix + path + ": " + describe(res.error()));
+  if (!res)
+    return unavailable("POST " + target.base + target.prefix + path + ": " +
+                       describe_transport_error(res.error()));
   if (res->status != 200) {
     Status s(res->status == 404 ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
              "POST " + target.prefix + path + ": " + http_error(res->status, res->body));
@@ -93,7 +84,8 @@ Expected<Json> post_json(httplib::Client& client, const HttpTarget& target, cons
 Expected<std::string> preflight(httplib::Client& client, const HttpTarget& target, const BenchSpec& spec) {
   auto res = client.Get((target.prefix + "/v1/models").c_str(), headers_for(spec));
   if (!res)
-    return unavailable("bench: cannot reach " + target.base + target.prefix + ": " + describe(res.error()));
+    return unavailable("bench: cannot reach " + target.base + target.prefix + ": " +
+                       describe_transport_error(res.error()));
   if (res->status != 200)
     return invalid_argument("bench: GET " + target.prefix + "/v1/models: " + http_error(res->status, res->body));
   if (!spec.model.empty()) return spec.model;
@@ -215,7 +207,7 @@ void send_one(httplib::Client& client, const std::string& path, const BenchSpec&
     return;
   }
   if (!sent) {
-    rec.error = "request failed: " + describe(err);
+    rec.error = "request failed: " + describe_transport_error(err);
     return;
   }
   if (res.status != 200) {

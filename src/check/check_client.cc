@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "bench/http_errors.h"
 #include "bench/sse_parser.h"
 
 namespace tf::check {
@@ -12,18 +13,7 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string transport_error(const std::string& what, httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection:
-      return what + ": connection refused or host unreachable";
-    case httplib::Error::ConnectionTimeout:
-      return what + ": connection timed out";
-    case httplib::Error::Read:
-      return what + ": reading the reply failed (connection closed or read timeout)";
-    case httplib::Error::Write:
-      return what + ": sending the request failed (connection closed)";
-    default:
-      return what + ": " + httplib::to_string(e);
-  }
+  return what + ": " + bench::describe_transport_error(e);
 }
 
 }  // namespace

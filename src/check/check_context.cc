@@ -1,5 +1,9 @@
 #include "check/check_context.h"
 
+#include <algorithm>
+
+#include "check/haystack.h"
+
 namespace tf::check {
 
 Expected<CheckContext> CheckContext::connect(const CheckOptions& options) {
@@ -57,6 +61,12 @@ Expected<std::vector<int32_t>> CheckContext::tokenize(CheckClient& client, const
     ids.push_back(t.get<int32_t>());
   }
   return ids;
+}
+
+Expected<double> CheckContext::tokens_per_filler_sentence(CheckClient& client) const {
+  constexpr int kSample = 100;
+  TF_ASSIGN_OR_RETURN(std::vector<int32_t> sample, tokenize(client, filler_sentences(1, kSample)));
+  return std::max(1.0, static_cast<double>(sample.size()) / kSample);
 }
 
 Expected<Json> CheckContext::health(CheckClient& client) const {

@@ -51,6 +51,8 @@ class CheckContext {
   Json chat_body(Json messages, int64_t max_tokens) const;
   // Token ids of text (POST /tokenize, no special tokens).
   Expected<std::vector<int32_t>> tokenize(CheckClient& client, const std::string& text) const;
+  // Tokens per sentence of haystack.h's filler, measured on a sample, to size long prompts.
+  Expected<double> tokens_per_filler_sentence(CheckClient& client) const;
   // GET /health as JSON.
   Expected<Json> health(CheckClient& client) const;
 

@@ -19,9 +19,7 @@ Status run_needle_check(const CheckContext& ctx, CheckResult& result) {
   if (target < 256)
     return invalid_argument("the window (" + std::to_string(ctx.facts().context_length) +
                             " tokens) is too small");
-  constexpr int kSample = 200;
-  TF_ASSIGN_OR_RETURN(std::vector<int32_t> sample, ctx.tokenize(client, filler_sentences(1, kSample)));
-  const double per_sentence = std::max(1.0, static_cast<double>(sample.size()) / kSample);
+  TF_ASSIGN_OR_RETURN(const double per_sentence, ctx.tokens_per_filler_sentence(client));
   const int sentences = std::max(4, static_cast<int>(0.95 * static_cast<double>(target - 64) / per_sentence));
   result.data["target_tokens"] = target;
   result.data["runs"] = Json::array();

@@ -43,9 +43,7 @@ Status run_prompt_reuse_check(const CheckContext& ctx, CheckResult& result) {
   const int64_t target =
       std::min(ctx.options().reuse_tokens, (ctx.facts().context_length - 3 * max_tokens - 200) / 2);
   if (target < 128) return invalid_argument("the window is too small for this check");
-  constexpr int kSample = 100;
-  TF_ASSIGN_OR_RETURN(std::vector<int32_t> sample, ctx.tokenize(client, filler_sentences(5, kSample)));
-  const double per_sentence = std::max(1.0, static_cast<double>(sample.size()) / kSample);
+  TF_ASSIGN_OR_RETURN(const double per_sentence, ctx.tokens_per_filler_sentence(client));
   // A system prompt no earlier run of this check left in the cache: its first sentence
   // depends on the time, so the first request starts cold.
   const uint64_t seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());

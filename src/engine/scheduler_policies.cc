@@ -39,6 +39,7 @@ std::vector<int32_t> StepTokenPolicy::operator()(std::span<const RunningView> ru
   // invariant_rows rows, or else (on its turn) the oldest chunk too large for that, alone.
   int64_t rows = token_budget - left;
   size_t solo = running.size();
+  int64_t solo_chunk = 0;
   for (size_t i = 0; i < running.size(); ++i) {
     if (running[i].prefill_remaining == 0) continue;
     const int64_t chunk = chunk_for(running[i], token_budget);
@@ -49,11 +50,12 @@ std::vector<int32_t> StepTokenPolicy::operator()(std::span<const RunningView> ru
       left -= chunk;
     } else if (solo == running.size()) {
       solo = i;
+      solo_chunk = chunk;
     }
   }
   if (solo < running.size() && (solo_turn || rows == 0)) {
     std::fill(tokens.begin(), tokens.end(), 0);
-    tokens[solo] = static_cast<int32_t>(chunk_for(running[solo], token_budget));
+    tokens[solo] = static_cast<int32_t>(solo_chunk);
   }
   return tokens;
 }
