@@ -8,8 +8,10 @@
 //  graph of the calls, GB/s of the latent, q and output bytes, the % of the measured
 //  HBM copy bandwidth, TFLOP/s (4 H R flops per row token). Self-check: every row
 //  equals, bit for bit, the one-sequence op on that row, and all outputs are finite.
-//  indexer_scores_rows and indexer_topk_rows (S = 512 pools) for rows 1 and 16 at 512 ..
-//  262144 candidate pools (2K .. 1M tokens): us per call and GB/s of pooled keys.
+//  indexer_scores_rows and indexer_topk_rows (S = 512 pools) for rows 1, 4 and 16 at 512 ..
+//  262144 candidate pools (2K .. 1M tokens): us per call (graph-timed) and GB/s of pooled
+//  keys. TF_INDEXER_POOLS_PER_THREAD=1|2|4 (scores) and TF_INDEXER_TOPK=rows (one block a
+//  row) select the kernels' variants (cuda_indexer.cu, cuda_indexer_topk.cu).
 //  head_matmul (the absorbed w_uk_t / w_uv products, bf16) at 1, 4, 8 rows ("head-matmul").
 // Lines start with "mla-decode" / "indexer-rows"; "FAILED" marks a failed check.
 // Kernel knobs (read once per process, for A/B runs): TF_MLA_DECODE_SPLIT=v1 (the first
@@ -239,12 +241,18 @@ void bench_indexer(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, 
   const double ts_eager = eager_seconds(stream, iters, score_call);
   const double ts_graph = graph_seconds(stream, 8, score_call);
   const double ts = ts_graph > 0 ? ts_graph : ts_eager;
-  const double tk = eager_seconds(stream, iters, [&] { ops.indexer_topk_rows(sel, scores, v, tf::TopkTies::kLowerIndex); });
+  // Scores that look like the model's (the kernel above, over random keys), then the top-k
+  // from a graph too (its scratch comes from the graph's arena).
+  score_call();
+  auto topk_call = [&] { ops.indexer_topk_rows(sel, scores, v, tf::TopkTies::kLowerIndex); };
+  const double tk_eager = eager_seconds(stream, iters, topk_call);
+  const double tk_graph = graph_seconds(stream, 8, topk_call);
+  const double tk = tk_graph > 0 ? tk_graph : tk_eager;
   const double bytes = static_cast<double>(rows) * pools * (kIndexDim * 4 + 4);
   std::printf("indexer-rows rows=%-3lld pools=%-7lld  scores %9.1f us graph (eager %7.1f; %6.0f GB/s, %4.1f%% HBM)  "
-              "topk(512) %9.1f us\n",
+              "topk(512) %9.1f us graph (eager %7.1f)\n",
               static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, ts_eager * 1e6, bytes / ts / 1e9,
-              100.0 * bytes / ts / hbm, tk * 1e6);
+              100.0 * bytes / ts / hbm, tk * 1e6, tk_eager * 1e6);
   std::printf("{\"bench\": \"indexer_rows\", \"rows\": %lld, \"pools\": %lld, \"scores_us\": %.2f, \"topk_us\": %.2f}\n",
               static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, tk * 1e6);
 }
@@ -317,9 +325,9 @@ int main(int argc, char** argv) {
       bench_head_matmul(ops, stream, hbm, rows, kWidth, 256);  // q_nope -> latent (w_uk_t)
       bench_head_matmul(ops, stream, hbm, rows, 256, kWidth);  // latent -> v (w_uv)
     }
-    for (int64_t rows : {1, 16})
-      for (int64_t pools : {512, 8192, 65536, 262144}) {
-        if ((quick && pools == 8192) || decode) continue;
+    for (int64_t rows : {1, 4, 16})
+      for (int64_t pools : {512, 8192, 32768, 131072, 262144}) {
+        if ((quick && (pools == 8192 || pools == 32768 || rows == 4)) || decode) continue;
         bench_indexer(ops, stream, hbm, rows, pools, quick ? 5 : 20);
       }
   } catch (const tf::StatusError& e) {

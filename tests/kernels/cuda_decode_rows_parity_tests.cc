@@ -521,6 +521,49 @@ TEST_F(CudaDecodeRows, IndexerLongRows) {
     }
 }
 
+// Top-k over buffers past 8,192 pools goes in two steps (each 8,192-pool chunk keeps its
+// own top-k, then a block a row selects among those): the same set as the CPU's, where a
+// row's top-k sits in one chunk, spreads over all, ends just past a chunk, or is all ties.
+TEST_F(CudaDecodeRows, IndexerTopkInChunksKeepsTheSet) {
+  const int64_t kp = 4, width = 65536, s = 512;
+  const std::vector<int64_t> pools = {513, 8192, 8193, 20000, 65536, 100};
+  const int64_t b = static_cast<int64_t>(pools.size());
+  std::vector<int32_t> positions;
+  for (int64_t n : pools) positions.push_back(static_cast<int32_t>(n * kp + 1));
+  const Tensor hpos = i32(positions), dpos = up(hpos);
+  auto view = [&](const Tensor& pos) {
+    DecodeRowsView v;
+    v.rows = b;
+    v.positions = pos.data<int32_t>();
+    v.kpool = kp;
+    v.index_dim = 128;
+    return v;
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const char* patterns[] = {"random", "rising", "falling", "all equal", "coarse ties"};
+  for (int pattern = 0; pattern < 5; ++pattern) {
+    Tensor sc = Tensor::empty({b, width}, DType::kF32);
+    float* x = sc.data<float>();
+    for (int64_t r = 0; r < b; ++r)
+      for (int64_t j = 0; j < width; ++j) {
+        float v = normal(rng);
+        if (pattern == 1) v = static_cast<float>(j) * 1e-3f;
+        if (pattern == 2) v = -static_cast<float>(j);
+        if (pattern == 3) v = 0.5f;
+        if (pattern == 4) v = std::round(v * 2.0f);
+        x[r * width + j] = j % 7 == 3 && pattern == 0 ? -0.0f : v;  // -0 and +0 are one value
+      }
+    Tensor hsel = Tensor::empty({b, s}, DType::kI32);
+    Tensor dsel = gpu_->empty({b, s}, DType::kI32);
+    cpu_->indexer_topk_rows(hsel, sc, view(hpos), TopkTies::kLowerIndex);
+    gpu_->indexer_topk_rows(dsel, up(sc), view(dpos), TopkTies::kLowerIndex);
+    const bool same = equal_bytes(hsel, down(dsel));
+    EXPECT_TRUE(same) << "indexer_topk_rows in chunks, " << patterns[pattern];
+    std::printf("[parity] indexer_topk_rows in chunks, %-12s %s\n", patterns[pattern], same ? "equal" : "DIFFERENT");
+  }
+}
+
 TEST_F(CudaDecodeRows, BadViewsAreErrorsNotCrashes) {
   DecodeRowsView v;
   v.rows = 2;  // no positions, no pages

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/status.h"
@@ -211,13 +212,17 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
-// The fast path (h <= 32 heads, d a multiple of 16): a thread per pool, blocks over the
-// score columns (the grid follows the score buffer's width, not the rows' lengths, so it
+// The fast path (h <= 32 heads, d a multiple of 16): a thread per P pools (pools
+// first + t + i * kPoolThreads, so a warp reads adjacent keys), blocks over the score
+// columns (the grid follows the score buffer's width, not the rows' lengths, so it
 // stays capture-safe; blocks past a row's pools return at once). The row's q and
-// weights sit in shared memory (every read a broadcast); the pool key comes into
-// registers 16 channels at a time; each head's dot product runs over the channels in
-// order, then the heads are summed in order, as in pool_score.
+// weights sit in shared memory (every read a broadcast, shared by the thread's P pools:
+// at long contexts the shared-memory reads, not the keys' bytes, bound the kernel); the
+// pool keys come into registers 16 channels at a time; each head's dot product runs
+// over the channels in order, then the heads are summed in order, as in pool_score, so
+// P does not change the bits.
 constexpr int kFastHeads = 32, kKeyChunk = 16, kPoolThreads = 128;
+template <int P>
 __global__ void __launch_bounds__(kPoolThreads)
     scores_rows_pool_kernel(float* __restrict__ out, const int32_t* __restrict__ pos,
                             const int64_t* __restrict__ pool_keys, const float* __restrict__ q,
@@ -225,21 +230,31 @@ __global__ void __launch_bounds__(kPoolThreads)
                             int64_t select) {
   extern __shared__ __align__(16) float sqw[];  // q[h*d] then weights[h]
   const int64_t b = blockIdx.y;
-  const int64_t n = min(int64_t(pos[b] + 1) / kp, width), first = int64_t(blockIdx.x) * kPoolThreads;
+  const int64_t n = min(int64_t(pos[b] + 1) / kp, width), first = int64_t(blockIdx.x) * kPoolThreads * P;
   if (first >= n || n <= select) return;
   for (int i = threadIdx.x; i < h * d; i += kPoolThreads) sqw[i] = q[b * h * d + i];
   for (int i = threadIdx.x; i < h; i += kPoolThreads) sqw[h * d + i] = w[b * h + i];
   __syncthreads();
-  const int64_t pi = first + threadIdx.x;
-  if (pi >= n) return;
-  const float4* kv = reinterpret_cast<const float4*>(row_addr<const float>(pool_keys, b) + pi * d);
-  float s[kFastHeads];
+  const float* keys = row_addr<const float>(pool_keys, b);
+  int64_t pi[P];
+  const float4* kv[P];
 #pragma unroll
-  for (int hh = 0; hh < kFastHeads; ++hh) s[hh] = 0.0f;
+  for (int p = 0; p < P; ++p) {
+    pi[p] = first + threadIdx.x + p * kPoolThreads;
+    kv[p] = reinterpret_cast<const float4*>(keys + min(pi[p], n - 1) * d);  // past n: computed, not stored
+  }
+  if (pi[0] >= n) return;
+  float s[P][kFastHeads];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int hh = 0; hh < kFastHeads; ++hh) s[p][hh] = 0.0f;
   for (int c = 0; c < d; c += kKeyChunk) {
-    float4 k4[kKeyChunk / 4];
+    float4 k4[P][kKeyChunk / 4];
 #pragma unroll
-    for (int i = 0; i < kKeyChunk / 4; ++i) k4[i] = kv[c / 4 + i];
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int i = 0; i < kKeyChunk / 4; ++i) k4[p][i] = kv[p][c / 4 + i];
 #pragma unroll
     for (int hh = 0; hh < kFastHeads; ++hh) {
       if (hh < h) {
@@ -247,19 +262,36 @@ __global__ void __launch_bounds__(kPoolThreads)
 #pragma unroll
         for (int i = 0; i < kKeyChunk / 4; ++i) {
           const float4 qv = qh[i];
-          s[hh] = fmaf(qv.x, k4[i].x, s[hh]);
-          s[hh] = fmaf(qv.y, k4[i].y, s[hh]);
-          s[hh] = fmaf(qv.z, k4[i].z, s[hh]);
-          s[hh] = fmaf(qv.w, k4[i].w, s[hh]);
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            s[p][hh] = fmaf(qv.x, k4[p][i].x, s[p][hh]);
+            s[p][hh] = fmaf(qv.y, k4[p][i].y, s[p][hh]);
+            s[p][hh] = fmaf(qv.z, k4[p][i].z, s[p][hh]);
+            s[p][hh] = fmaf(qv.w, k4[p][i].w, s[p][hh]);
+          }
         }
       }
     }
   }
-  float acc = 0.0f;
 #pragma unroll
-  for (int hh = 0; hh < kFastHeads; ++hh)
-    if (hh < h) acc += sqw[h * d + hh] * fmaxf(0.0f, s[hh] * scale);
-  out[b * width + pi] = acc;
+  for (int p = 0; p < P; ++p) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int hh = 0; hh < kFastHeads; ++hh)
+      if (hh < h) acc += sqw[h * d + hh] * fmaxf(0.0f, s[p][hh] * scale);
+    if (pi[p] < n) out[b * width + pi[p]] = acc;
+  }
+}
+
+// Pools per thread of the fast path (TF_INDEXER_POOLS_PER_THREAD=1|2|4, read once, for
+// A/B runs; the bits are the same).
+int pools_per_thread() {
+  static const int p = [] {
+    const char* e = std::getenv("TF_INDEXER_POOLS_PER_THREAD");
+    const int v = e ? std::atoi(e) : 2;
+    return v == 1 || v == 4 ? v : 2;
+  }();
+  return p;
 }
 
 // The short-context path (h <= 32 heads, d a multiple of 4, score buffers up to
@@ -376,10 +408,13 @@ void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& ro
   }
   if (h <= kFastHeads && d % kKeyChunk == 0 && (width + kPoolThreads - 1) / kPoolThreads <= INT32_MAX &&
       b <= 65535) {
-    const dim3 grid(static_cast<unsigned>((width + kPoolThreads - 1) / kPoolThreads), static_cast<unsigned>(b));
-    scores_rows_pool_kernel<<<grid, kPoolThreads, smem, ctx.stream>>>(
-        out.data<float>(), rows.positions, rows.pool_keys, q.data<float>(), weights.data<float>(), width, rows.kpool,
-        static_cast<int>(h), static_cast<int>(d), scale, select);
+    const int ppt = pools_per_thread();
+    const int64_t per_block = int64_t{kPoolThreads} * ppt;
+    const dim3 grid(static_cast<unsigned>((width + per_block - 1) / per_block), static_cast<unsigned>(b));
+    auto kernel = ppt == 1 ? scores_rows_pool_kernel<1> : ppt == 4 ? scores_rows_pool_kernel<4> : scores_rows_pool_kernel<2>;
+    kernel<<<grid, kPoolThreads, smem, ctx.stream>>>(out.data<float>(), rows.positions, rows.pool_keys,
+                                                     q.data<float>(), weights.data<float>(), width, rows.kpool,
+                                                     static_cast<int>(h), static_cast<int>(d), scale, select);
     check_launch("indexer_scores_rows");
     return;
   }
