@@ -17,7 +17,7 @@
 // Kernel knobs (read once per process, for A/B runs): TF_MLA_DECODE_SPLIT=v1 (the first
 // split kernel), TF_MLA_DECODE_CHUNKS=N, TF_MLA_DECODE_MMA=0, TF_MLA_DECODE_INLINE=1 (cuda_mla_decode.cu),
 // TF_HEAD_MATMUL_GEMV=0 (cuda_linear.cu: head_matmul through small_gemm).
-//   cuda_mla_decode_bench [--quick | --decode (rows 1, 2, 4, 8 and head_matmul only)]
+//   cuda_mla_decode_bench [--quick | --decode (rows 1, 2, 4, 8 and head_matmul only) | --indexer]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -289,6 +289,8 @@ int main(int argc, char** argv) {
   // --profile: one attention call at rows 1 and 8, W = 67 and 2051, and one head_matmul of each shape at 1 row,
   // nothing timed (for ncu).
   const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
+  // --indexer: the indexer's scores and top-k only.
+  const bool indexer_only = argc > 1 && std::strcmp(argv[1], "--indexer") == 0;
   auto made = tf::make_cuda_ops(0);
   if (!made) {
     std::printf("mla-decode: FAILED: %s\n", made.status().to_string().c_str());
@@ -318,10 +320,13 @@ int main(int argc, char** argv) {
     }
     for (int64_t sel : {16, 512, 2048})
       for (int64_t rows : {1, 2, 4, 8, 16, 64}) {
-        if ((quick && rows != 1 && rows != 16 && rows != 64) || (decode ? rows > 8 : rows == 2)) continue;
+        if (indexer_only || (quick && rows != 1 && rows != 16 && rows != 64) ||
+            (decode ? rows > 8 : rows == 2))
+          continue;
         ok = bench_attention(ops, stream, hbm, rows, sel, quick ? 10 : 30) && ok;
       }
     for (int64_t rows : {1, 4, 8}) {
+      if (indexer_only) break;
       bench_head_matmul(ops, stream, hbm, rows, kWidth, 256);  // q_nope -> latent (w_uk_t)
       bench_head_matmul(ops, stream, hbm, rows, 256, kWidth);  // latent -> v (w_uv)
     }

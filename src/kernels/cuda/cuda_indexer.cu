@@ -5,8 +5,9 @@
 // (one token per row, each its own sequence) read positions and state addresses on
 // the device and launch a grid that depends only on the row count and the score
 // buffer's width (capture-safe); the pool scores of a row spread over warps, a warp per
-// pool, for buffers up to 2048 pools, else over blocks of 128 pools, a thread per pool
-// (pooled keys 16-byte aligned, as tensors are); the two give the same bits.
+// pool, for buffers up to 2048 pools, else over quads of lanes (two pools a quad) or, for
+// many rows x pools, threads (two pools a thread); pooled keys 16-byte aligned, as
+// tensors are. All three give the same bits.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -212,17 +213,15 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
-// The fast path (h <= 32 heads, d a multiple of 16): a thread per P pools (pools
+// The many-pool path (h <= 32 heads, d a multiple of 16): a thread per kPoolsPerThread pools (pools
 // first + t + i * kPoolThreads, so a warp reads adjacent keys), blocks over the score
 // columns (the grid follows the score buffer's width, not the rows' lengths, so it
 // stays capture-safe; blocks past a row's pools return at once). The row's q and
-// weights sit in shared memory (every read a broadcast, shared by the thread's P pools:
-// at long contexts the shared-memory reads, not the keys' bytes, bound the kernel); the
-// pool keys come into registers 16 channels at a time; each head's dot product runs
-// over the channels in order, then the heads are summed in order, as in pool_score, so
-// P does not change the bits.
-constexpr int kFastHeads = 32, kKeyChunk = 16, kPoolThreads = 128;
-template <int P>
+// weights sit in shared memory (every read a broadcast, shared by the thread's kPoolsPerThread pools);
+// the pool keys come into registers 16 channels at a time; each head's dot product runs
+// over the channels in order, then the heads are summed in order, as in pool_score.
+// H100, 1 row: 49 us at 128K pools, 91 at 256K (59% of HBM); 4-16 rows up to 66%.
+constexpr int kFastHeads = 32, kKeyChunk = 16, kPoolThreads = 128, kPoolsPerThread = 2;
 __global__ void __launch_bounds__(kPoolThreads)
     scores_rows_pool_kernel(float* __restrict__ out, const int32_t* __restrict__ pos,
                             const int64_t* __restrict__ pool_keys, const float* __restrict__ q,
@@ -230,29 +229,30 @@ __global__ void __launch_bounds__(kPoolThreads)
                             int64_t select) {
   extern __shared__ __align__(16) float sqw[];  // q[h*d] then weights[h]
   const int64_t b = blockIdx.y;
-  const int64_t n = min(int64_t(pos[b] + 1) / kp, width), first = int64_t(blockIdx.x) * kPoolThreads * P;
+  const int64_t n = min(int64_t(pos[b] + 1) / kp, width),
+                first = int64_t(blockIdx.x) * kPoolThreads * kPoolsPerThread;
   if (first >= n || n <= select) return;
   for (int i = threadIdx.x; i < h * d; i += kPoolThreads) sqw[i] = q[b * h * d + i];
   for (int i = threadIdx.x; i < h; i += kPoolThreads) sqw[h * d + i] = w[b * h + i];
   __syncthreads();
   const float* keys = row_addr<const float>(pool_keys, b);
-  int64_t pi[P];
-  const float4* kv[P];
+  int64_t pi[kPoolsPerThread];
+  const float4* kv[kPoolsPerThread];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
+  for (int p = 0; p < kPoolsPerThread; ++p) {
     pi[p] = first + threadIdx.x + p * kPoolThreads;
     kv[p] = reinterpret_cast<const float4*>(keys + min(pi[p], n - 1) * d);  // past n: computed, not stored
   }
   if (pi[0] >= n) return;
-  float s[P][kFastHeads];
+  float s[kPoolsPerThread][kFastHeads];
 #pragma unroll
-  for (int p = 0; p < P; ++p)
+  for (int p = 0; p < kPoolsPerThread; ++p)
 #pragma unroll
     for (int hh = 0; hh < kFastHeads; ++hh) s[p][hh] = 0.0f;
   for (int c = 0; c < d; c += kKeyChunk) {
-    float4 k4[P][kKeyChunk / 4];
+    float4 k4[kPoolsPerThread][kKeyChunk / 4];
 #pragma unroll
-    for (int p = 0; p < P; ++p)
+    for (int p = 0; p < kPoolsPerThread; ++p)
 #pragma unroll
       for (int i = 0; i < kKeyChunk / 4; ++i) k4[p][i] = kv[p][c / 4 + i];
 #pragma unroll
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kPoolThreads)
         for (int i = 0; i < kKeyChunk / 4; ++i) {
           const float4 qv = qh[i];
 #pragma unroll
-          for (int p = 0; p < P; ++p) {
+          for (int p = 0; p < kPoolsPerThread; ++p) {
             s[p][hh] = fmaf(qv.x, k4[p][i].x, s[p][hh]);
             s[p][hh] = fmaf(qv.y, k4[p][i].y, s[p][hh]);
             s[p][hh] = fmaf(qv.z, k4[p][i].z, s[p][hh]);
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kPoolThreads)
     }
   }
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
+  for (int p = 0; p < kPoolsPerThread; ++p) {
     float acc = 0.0f;
 #pragma unroll
     for (int hh = 0; hh < kFastHeads; ++hh)
@@ -283,15 +283,97 @@ __global__ void __launch_bounds__(kPoolThreads)
   }
 }
 
-// Pools per thread of the fast path (TF_INDEXER_POOLS_PER_THREAD=1|2|4, read once, for
-// A/B runs; the bits are the same).
-int pools_per_thread() {
-  static const int p = [] {
-    const char* e = std::getenv("TF_INDEXER_POOLS_PER_THREAD");
-    const int v = e ? std::atoi(e) : 2;
-    return v == 1 || v == 4 ? v : 2;
+// The mid-size path (h <= 32 heads, d a multiple of 16; fewer pools than the path above
+// fills the GPU with): a quad of lanes per two pools, lane g of the quad holding heads
+// g, g+4, .., g+28 of both, so the pools spread over twice the threads of the path above
+// (at 32K pools and 1 row that one leaves most SMs one block of 4 warps: 21.7 against
+// 18.4 us here; at 8K pools 21 against 10) and each q read from shared memory serves two
+// pools. q rows sit d + 4 floats apart, so the quad's four heads fall in different banks.
+// Each head's dot product runs over the channels in order; the quad's first lane then
+// gathers the 32 relus by shuffles and sums the heads in order: the operations of
+// pool_score and of the paths above, so the bits are theirs (tested).
+constexpr int kQuadThreads = 128, kQuadPools = kQuadThreads / 2, kQuadHeads = 8, kQuadPad = 4;
+__global__ void __launch_bounds__(kQuadThreads)
+    scores_rows_quad_kernel(float* __restrict__ out, const int32_t* __restrict__ pos,
+                            const int64_t* __restrict__ pool_keys, const float* __restrict__ q,
+                            const float* __restrict__ w, int64_t width, int64_t kp, int h, int d, float scale,
+                            int64_t select) {
+  extern __shared__ __align__(16) float sqw[];  // q[h][d + kQuadPad] then weights[h]
+  const int64_t b = blockIdx.y;
+  const int64_t n = min(int64_t(pos[b] + 1) / kp, width), first = int64_t(blockIdx.x) * kQuadPools;
+  if (first >= n || n <= select) return;
+  const int ld = d + kQuadPad;
+  for (int i = threadIdx.x; i < h * d; i += kQuadThreads) sqw[(i / d) * ld + i % d] = q[b * h * d + i];
+  for (int i = threadIdx.x; i < h; i += kQuadThreads) sqw[h * ld + i] = w[b * h + i];
+  __syncthreads();
+  const int g = threadIdx.x & 3, lane = threadIdx.x & 31;
+  // The quad's pools: first + quad and first + quad + kQuadPools / 2 (adjacent quads read
+  // adjacent keys). Past the row's pools a quad computes on its last pool and stores
+  // nothing (every lane takes part in the shuffles).
+  int64_t pi[2];
+  const float4* kv[2];
+  const float* keys = row_addr<const float>(pool_keys, b);
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    pi[p] = first + (threadIdx.x >> 2) + p * (kQuadPools / 2);
+    kv[p] = reinterpret_cast<const float4*>(keys + min(pi[p], n - 1) * d);
+  }
+  float s[2][kQuadHeads];
+#pragma unroll
+  for (int p = 0; p < 2; ++p)
+#pragma unroll
+    for (int j = 0; j < kQuadHeads; ++j) s[p][j] = 0.0f;
+  for (int c = 0; c < d; c += kKeyChunk) {
+    float4 k4[2][kKeyChunk / 4];
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int i = 0; i < kKeyChunk / 4; ++i) k4[p][i] = kv[p][c / 4 + i];
+#pragma unroll
+    for (int j = 0; j < kQuadHeads; ++j) {
+      const int hh = j * 4 + g;
+      if (hh < h) {
+        const float4* qh = reinterpret_cast<const float4*>(sqw + hh * ld + c);
+#pragma unroll
+        for (int i = 0; i < kKeyChunk / 4; ++i) {
+          const float4 qv = qh[i];
+#pragma unroll
+          for (int p = 0; p < 2; ++p) {
+            s[p][j] = fmaf(qv.x, k4[p][i].x, s[p][j]);
+            s[p][j] = fmaf(qv.y, k4[p][i].y, s[p][j]);
+            s[p][j] = fmaf(qv.z, k4[p][i].z, s[p][j]);
+            s[p][j] = fmaf(qv.w, k4[p][i].w, s[p][j]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    float relu[kQuadHeads];
+#pragma unroll
+    for (int j = 0; j < kQuadHeads; ++j) relu[j] = fmaxf(0.0f, s[p][j] * scale);
+    float acc = 0.0f;
+#pragma unroll
+    for (int hh = 0; hh < 4 * kQuadHeads; ++hh) {
+      const float v = __shfl_sync(0xffffffffu, relu[hh / 4], (lane & ~3) + hh % 4);
+      if (hh < h) acc += sqw[h * ld + hh] * v;
+    }
+    if (g == 0 && pi[p] < n) out[b * width + pi[p]] = acc;
+  }
+}
+
+// The scores kernel past kWarpPoolMaxWidth: the quad path while rows x width <=
+// kQuadMaxPools, else the thread-per-pools path (both give the same bits).
+// TF_INDEXER_SCORES=quad | thread picks one at every size (read once, for A/B runs).
+constexpr int64_t kQuadMaxPools = 65536;
+bool use_quad_scores(int64_t rows, int64_t width) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_INDEXER_SCORES");
+    if (e == nullptr) return 0;
+    return std::string(e) == "quad" ? 1 : std::string(e) == "thread" ? 2 : 0;
   }();
-  return p;
+  return forced == 1 || (forced == 0 && rows * width <= kQuadMaxPools);
 }
 
 // The short-context path (h <= 32 heads, d a multiple of 4, score buffers up to
@@ -406,15 +488,21 @@ void indexer_scores_rows(CudaContext& ctx, Tensor& out, const DecodeRowsView& ro
       return;
     }
   }
-  if (h <= kFastHeads && d % kKeyChunk == 0 && (width + kPoolThreads - 1) / kPoolThreads <= INT32_MAX &&
+  if (h <= kFastHeads && d % kKeyChunk == 0 && (width + kQuadPools - 1) / kQuadPools <= INT32_MAX &&
       b <= 65535) {
-    const int ppt = pools_per_thread();
-    const int64_t per_block = int64_t{kPoolThreads} * ppt;
-    const dim3 grid(static_cast<unsigned>((width + per_block - 1) / per_block), static_cast<unsigned>(b));
-    auto kernel = ppt == 1 ? scores_rows_pool_kernel<1> : ppt == 4 ? scores_rows_pool_kernel<4> : scores_rows_pool_kernel<2>;
-    kernel<<<grid, kPoolThreads, smem, ctx.stream>>>(out.data<float>(), rows.positions, rows.pool_keys,
-                                                     q.data<float>(), weights.data<float>(), width, rows.kpool,
-                                                     static_cast<int>(h), static_cast<int>(d), scale, select);
+    const size_t qsmem = static_cast<size_t>(h * (d + kQuadPad) + h) * sizeof(float);
+    if (use_quad_scores(b, width) && qsmem <= 48 * 1024) {
+      const dim3 grid(static_cast<unsigned>((width + kQuadPools - 1) / kQuadPools), static_cast<unsigned>(b));
+      scores_rows_quad_kernel<<<grid, kQuadThreads, qsmem, ctx.stream>>>(
+          out.data<float>(), rows.positions, rows.pool_keys, q.data<float>(), weights.data<float>(), width,
+          rows.kpool, static_cast<int>(h), static_cast<int>(d), scale, select);
+    } else {
+      constexpr int64_t per_block = int64_t{kPoolThreads} * kPoolsPerThread;
+      const dim3 grid(static_cast<unsigned>((width + per_block - 1) / per_block), static_cast<unsigned>(b));
+      scores_rows_pool_kernel<<<grid, kPoolThreads, smem, ctx.stream>>>(
+          out.data<float>(), rows.positions, rows.pool_keys, q.data<float>(), weights.data<float>(), width,
+          rows.kpool, static_cast<int>(h), static_cast<int>(d), scale, select);
+    }
     check_launch("indexer_scores_rows");
     return;
   }
