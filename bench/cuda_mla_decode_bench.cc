@@ -249,10 +249,11 @@ void bench_indexer(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows, 
   const double tk_graph = graph_seconds(stream, 8, topk_call);
   const double tk = tk_graph > 0 ? tk_graph : tk_eager;
   const double bytes = static_cast<double>(rows) * pools * (kIndexDim * 4 + 4);
-  std::printf("indexer-rows rows=%-3lld pools=%-7lld  scores %9.1f us graph (eager %7.1f; %6.0f GB/s, %4.1f%% HBM)  "
-              "topk(512) %9.1f us graph (eager %7.1f)\n",
-              static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, ts_eager * 1e6, bytes / ts / 1e9,
-              100.0 * bytes / ts / hbm, tk * 1e6, tk_eager * 1e6);
+  std::printf(
+      "indexer-rows rows=%-3lld pools=%-7lld  scores %9.1f us graph (eager %7.1f; %6.0f GB/s, %4.1f%% HBM)  "
+      "topk(512) %9.1f us graph (eager %7.1f)\n",
+      static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, ts_eager * 1e6, bytes / ts / 1e9,
+      100.0 * bytes / ts / hbm, tk * 1e6, tk_eager * 1e6);
   std::printf("{\"bench\": \"indexer_rows\", \"rows\": %lld, \"pools\": %lld, \"scores_us\": %.2f, \"topk_us\": %.2f}\n",
               static_cast<long long>(rows), static_cast<long long>(pools), ts * 1e6, tk * 1e6);
 }

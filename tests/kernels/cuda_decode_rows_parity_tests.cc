@@ -560,7 +560,8 @@ TEST_F(CudaDecodeRows, IndexerTopkInChunksKeepsTheSet) {
     gpu_->indexer_topk_rows(dsel, up(sc), view(dpos), TopkTies::kLowerIndex);
     const bool same = equal_bytes(hsel, down(dsel));
     EXPECT_TRUE(same) << "indexer_topk_rows in chunks, " << patterns[pattern];
-    std::printf("[parity] indexer_topk_rows in chunks, %-12s %s\n", patterns[pattern], same ? "equal" : "DIFFERENT");
+    std::printf("[parity] indexer_topk_rows in chunks, %-12s %s\n", patterns[pattern],
+                same ? "equal" : "DIFFERENT");
   }
 }
 

@@ -17,11 +17,10 @@
 //    steps keep the same set, ties included.
 // kTorchCpu goes through the host (PyTorch's CPU tie-breaking depends on the row
 // length), like topk(kTorchCpu).
-#include <cub/block/block_scan.cuh>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cub/block/block_scan.cuh>
 #include <string>
 #include <vector>
 
@@ -34,9 +33,9 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunkPerThread = 8;                   // pools a thread holds in the one-chunk select
+constexpr int kChunkPerThread = 8;                      // pools a thread holds in the one-chunk select
 constexpr int64_t kChunk = kThreads * kChunkPerThread;  // 8,192 pools (32K tokens at 4 per pool)
-constexpr int kMaxCandPerThread = 32;                // candidates a thread holds in the second step
+constexpr int kMaxCandPerThread = 32;                   // candidates a thread holds in the second step
 constexpr int64_t kMaxCandidates = int64_t{kThreads} * kMaxCandPerThread;
 
 // Larger float -> larger unsigned key (-0 counts as +0, as float comparisons do). Key 0
@@ -63,7 +62,8 @@ struct SelectShared {
 // thread), the rest through load(e) at every pass. Key 0 is an absent entry; k >= 1 and
 // at least k entries are present.
 template <int R, class Load, class Emit>
-__device__ void select_top(const uint32_t (&reg)[R], int64_t per, Load load, int k, SelectShared& sh, Emit emit) {
+__device__ void select_top(const uint32_t (&reg)[R], int64_t per, Load load, int k, SelectShared& sh,
+                           Emit emit) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t prefix = 0, mask = 0;
   int remaining = k;
@@ -139,8 +139,8 @@ __device__ __forceinline__ int64_t row_pools(const int32_t* pos, int64_t b, int6
 // registers (buffers up to kChunk pools); longer buffers (past what the two steps below
 // take) read the rest again at every pass.
 __global__ void __launch_bounds__(kThreads)
-    topk_rows_kernel(int32_t* __restrict__ selected, const float* __restrict__ scores, const int32_t* __restrict__ pos,
-                     int64_t width, int64_t s, int64_t kp) {
+    topk_rows_kernel(int32_t* __restrict__ selected, const float* __restrict__ scores,
+                     const int32_t* __restrict__ pos, int64_t width, int64_t s, int64_t kp) {
   __shared__ SelectShared sh;
   const int64_t b = blockIdx.x, n = row_pools(pos, b, kp, width), k = min(s, n);
   int32_t* out = selected + b * s;
@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kThreads)
 // as (key, pool) candidates in ascending pool order, pool -1 for the unused slots.
 __global__ void __launch_bounds__(kThreads)
     topk_chunks_kernel(uint32_t* __restrict__ cand_key, int32_t* __restrict__ cand_pool,
-                       const float* __restrict__ scores, const int32_t* __restrict__ pos, int64_t width, int64_t s,
-                       int64_t kp) {
+                       const float* __restrict__ scores, const int32_t* __restrict__ pos, int64_t width,
+                       int64_t s, int64_t kp) {
   __shared__ SelectShared sh;
   const int64_t c = blockIdx.x, b = blockIdx.y, chunks = gridDim.x;
   const int64_t n = row_pools(pos, b, kp, width);
@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(kThreads)
 template <int R>
 __global__ void __launch_bounds__(kThreads)
     topk_candidates_kernel(int32_t* __restrict__ selected, const uint32_t* __restrict__ cand_key,
-                           const int32_t* __restrict__ cand_pool, const int32_t* __restrict__ pos, int64_t width,
-                           int64_t chunks, int64_t s, int64_t kp) {
+                           const int32_t* __restrict__ cand_pool, const int32_t* __restrict__ pos,
+                           int64_t width, int64_t chunks, int64_t s, int64_t kp) {
   __shared__ SelectShared sh;
   const int64_t b = blockIdx.x, n = row_pools(pos, b, kp, width), k = min(s, n);
   int32_t* out = selected + b * s;
@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t key[R];
 #pragma unroll
   for (int e = 0; e < R; ++e) key[e] = load(e);
-  select_top(key, R, load, static_cast<int>(k), sh, [&](int64_t e, uint32_t, int rank) { out[rank] = cp[j0 + e]; });
+  select_top(key, R, load, static_cast<int>(k), sh,
+             [&](int64_t e, uint32_t, int rank) { out[rank] = cp[j0 + e]; });
 }
 
 // TF_INDEXER_TOPK=rows: one block a row at every width (for A/B runs; the same set).
@@ -277,17 +278,16 @@ void indexer_topk_rows(CudaContext& ctx, Tensor& selected, const Tensor& scores,
   const int64_t chunks = (width + kChunk - 1) / kChunk;
   if (width <= kChunk || chunks * s > kMaxCandidates || 4 * s > kChunk || one_block_only()) {
     // One block a row (also the fallback for selections the two steps do not reduce).
-    topk_rows_kernel<<<static_cast<unsigned>(b), kThreads, 0, ctx.stream>>>(selected.data<int32_t>(),
-                                                                          scores.data<float>(), rows.positions, width,
-                                                                          s, kp);
+    topk_rows_kernel<<<static_cast<unsigned>(b), kThreads, 0, ctx.stream>>>(
+        selected.data<int32_t>(), scores.data<float>(), rows.positions, width, s, kp);
     check_launch("indexer_topk_rows");
     return;
   }
   Tensor keys = ctx.scratch(b * chunks * s * 4), pools = ctx.scratch(b * chunks * s * 4);
   auto* ck = static_cast<uint32_t*>(keys.raw());
   auto* cp = static_cast<int32_t*>(pools.raw());
-  topk_chunks_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(b)), kThreads, 0, ctx.stream>>>(
-      ck, cp, scores.data<float>(), rows.positions, width, s, kp);
+  topk_chunks_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(b)), kThreads, 0,
+                       ctx.stream>>>(ck, cp, scores.data<float>(), rows.positions, width, s, kp);
   check_launch("indexer_topk_rows chunks");
   if (chunks * s <= kThreads * 16)
     topk_candidates_kernel<16><<<static_cast<unsigned>(b), kThreads, 0, ctx.stream>>>(
