@@ -81,6 +81,23 @@ Expected<std::string> decode_percent(std::string_view text, size_t max_bytes) {
 
 }  // namespace
 
+std::string encode_base64(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t b = (uint32_t{data[i]} << 16) | (i + 1 < n ? uint32_t{data[i + 1]} << 8 : 0) |
+                       (i + 2 < n ? uint32_t{data[i + 2]} : 0);
+    out += kAlphabet[(b >> 18) & 63];
+    out += kAlphabet[(b >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(b >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[b & 63] : '=';
+  }
+  return out;
+}
+
 Expected<std::string> decode_base64(std::string_view text, size_t max_bytes, std::string_view what) {
   const std::string prefix(what);
   // 3 bytes per 4 characters at most; the reservation never exceeds the limit.

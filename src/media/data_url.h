@@ -25,4 +25,7 @@ Expected<DataUrl> parse_data_url(std::string_view url, size_t max_bytes);
 // ASCII whitespace ignored). `what` prefixes the error messages.
 Expected<std::string> decode_base64(std::string_view text, size_t max_bytes, std::string_view what = "base64");
 
+// Standard base64 with padding.
+std::string encode_base64(std::string_view bytes);
+
 }  // namespace tf::media

@@ -4,28 +4,10 @@
 #include <bit>
 #include <cmath>
 
+#include "media/data_url.h"
 #include "server/api_error.h"
 
 namespace tf::server {
-namespace {
-
-std::string base64_encode(const unsigned char* data, size_t n) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((n + 2) / 3 * 4);
-  for (size_t i = 0; i < n; i += 3) {
-    const uint32_t b = (uint32_t{data[i]} << 16) | (i + 1 < n ? uint32_t{data[i + 1]} << 8 : 0) |
-                       (i + 2 < n ? uint32_t{data[i + 2]} : 0);
-    out += kAlphabet[(b >> 18) & 63];
-    out += kAlphabet[(b >> 12) & 63];
-    out += i + 1 < n ? kAlphabet[(b >> 6) & 63] : '=';
-    out += i + 2 < n ? kAlphabet[b & 63] : '=';
-  }
-  return out;
-}
-
-}  // namespace
-
 EmbeddingRequest parse_embedding_request(const Json& body) {
   require_object(body, "body");
   EmbeddingRequest r;
@@ -53,7 +35,8 @@ Json embedding_json(int index, const std::vector<float>& hidden, bool base64) {
   Json vec;
   if (base64) {
     static_assert(std::endian::native == std::endian::little, "the wire format is little-endian float32");
-    vec = base64_encode(reinterpret_cast<const unsigned char*>(unit.data()), unit.size() * sizeof(float));
+    vec = media::encode_base64(
+        std::string_view(reinterpret_cast<const char*>(unit.data()), unit.size() * sizeof(float)));
   } else {
     vec = unit;
   }

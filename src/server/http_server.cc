@@ -669,15 +669,17 @@ struct HttpServer::Impl {
     auto session = start_session(std::move(g), static_cast<int64_t>(prompt.tokens.size()), t0);
     if (r.stream) {
       stream(res, {session},
-             {std::make_shared<ResponsesStreamFormatter>(meta, echo, std::move(keep), r.output_logprobs)});
+             {std::make_shared<ResponsesStreamFormatter>(meta, echo, std::move(keep), r.output_logprobs,
+                                                         r.sealed_reasoning)});
       return;
     }
     wait_for(req, *session);
     const ChoiceState& c = session->choices()[0];
     bool incomplete = c.finish_reason == FinishReason::kLength;
-    Json response = response_object_json(meta, echo, incomplete ? "incomplete" : "completed",
-                                         response_output_items(c, meta.id.substr(5), r.output_logprobs),
-                                         response_usage_json(session->usage()));
+    Json response = response_object_json(
+        meta, echo, incomplete ? "incomplete" : "completed",
+        response_output_items(c, meta.id.substr(5), r.output_logprobs, r.sealed_reasoning),
+        response_usage_json(session->usage()));
     if (keep) keep(response);
     write_json(res, 200, response);
   }

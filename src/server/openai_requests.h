@@ -86,6 +86,9 @@ struct ResponsesRequest : CommonRequest {
   // include: ["message.output_text.logprobs"]: each output_text part carries its tokens'
   // logprobs (top_logprobs alternatives each).
   bool output_logprobs = false;
+  // include: ["reasoning.encrypted_content"]: each reasoning item carries its text as
+  // encrypted_content (responses_reasoning.h).
+  bool sealed_reasoning = false;
 };
 
 struct TokenizeRequest {

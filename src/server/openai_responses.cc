@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 
+#include "server/responses_reasoning.h"
 #include "text/code_points.h"
 
 namespace tf::server {
@@ -320,16 +321,19 @@ Json answer_logprobs_json(std::span<const TokenLogprob> lps) {
   return chat_logprobs_json(answer)["content"];
 }
 
-Json response_output_items(const ChoiceState& c, const std::string& id_seed, bool with_logprobs) {
+Json response_output_items(const ChoiceState& c, const std::string& id_seed, bool with_logprobs,
+                           bool sealed_reasoning) {
   // Same ids as the streaming formatter: an item's id carries its output index when > 0.
   Json items = Json::array();
   auto suffix = [&] { return items.empty() ? std::string() : "_" + std::to_string(items.size()); };
-  if (!c.reasoning.empty())
+  if (!c.reasoning.empty()) {
     items.push_back({{"type", "reasoning"},
                      {"id", "rs_" + id_seed + suffix()},
                      {"summary", Json::array()},
                      {"content", Json::array({{{"type", "reasoning_text"}, {"text", c.reasoning}}})},
                      {"status", "completed"}});
+    if (sealed_reasoning) items.back()["encrypted_content"] = reasoning_encrypted_content(c.reasoning);
+  }
   if (!c.content.empty()) {
     Json part = {{"type", "output_text"}, {"text", c.content}, {"annotations", Json::array()}};
     if (with_logprobs) part["logprobs"] = answer_logprobs_json(c.logprobs);

@@ -120,7 +120,9 @@ Json response_object_json(const ResponseMeta& meta, const Json& echo, const std:
 Json response_usage_json(const UsageTotals& u);
 // Output items of a finished choice (reasoning, message, function calls) with stable ids.
 // with_logprobs: the message's output_text part carries the answer's tokens' logprobs.
-Json response_output_items(const ChoiceState& c, const std::string& id_seed, bool with_logprobs = false);
+// sealed_reasoning: the reasoning item carries its text as encrypted_content too.
+Json response_output_items(const ChoiceState& c, const std::string& id_seed, bool with_logprobs = false,
+                           bool sealed_reasoning = false);
 // The answer's logprobs (reasoning tokens left out) in the Responses API's form.
 Json answer_logprobs_json(std::span<const TokenLogprob> lps);
 

@@ -4,6 +4,7 @@
 #include "server/api_error.h"
 #include "server/media_parts.h"
 #include "server/openai_requests.h"
+#include "server/responses_reasoning.h"
 
 namespace tf::server {
 
@@ -41,6 +42,26 @@ Json input_to_messages(const Json& input, MediaUrlPolicy policy) {
     return messages;
   }
   if (!input.is_array()) throw bad_request("'input' must be a string or a list of items", "input");
+  // A reasoning item's text goes to the assistant turn that follows it (its message or function
+  // calls); one followed by no assistant item is a turn of its own.
+  std::optional<std::string> reasoning;
+  auto take_reasoning = [&](Json& assistant) {
+    if (!reasoning) return;
+    const Json* had = json_field(assistant, "reasoning_content");
+    assistant["reasoning_content"] =
+        had && had->is_string() ? had->get<std::string>() + "\n\n" + *reasoning : *reasoning;
+    reasoning.reset();
+  };
+  auto flush_reasoning = [&] {
+    if (!reasoning) return;
+    Json turn = {{"role", "assistant"}, {"content", ""}};
+    take_reasoning(turn);
+    messages.push_back(std::move(turn));
+  };
+  // Function calls join the assistant turn right before them (the reply they came with).
+  auto open_assistant = [&]() -> bool {
+    return !messages.empty() && messages.back()["role"] == "assistant" && !reasoning;
+  };
   for (size_t i = 0; i < input.size(); ++i) {
     const Json& item = input[i];
     std::string pp = "input[" + std::to_string(i) + "]";
@@ -51,7 +72,12 @@ Json input_to_messages(const Json& input, MediaUrlPolicy policy) {
       if (!role) throw bad_request("'" + pp + ".role' is required", pp + ".role");
       const Json* content = json_field(item, "content");
       if (!content) throw bad_request("'" + pp + ".content' is required", pp + ".content");
-      messages.push_back({{"role", *role}, {"content", content_to_chat(*content, pp + ".content", policy)}});
+      Json msg = {{"role", *role}, {"content", content_to_chat(*content, pp + ".content", policy)}};
+      if (*role == "assistant")
+        take_reasoning(msg);
+      else
+        flush_reasoning();
+      messages.push_back(std::move(msg));
     } else if (type == "function_call") {
       auto call_id = json_string(item, "call_id");
       auto name = json_string(item, "name");
@@ -60,25 +86,31 @@ Json input_to_messages(const Json& input, MediaUrlPolicy policy) {
         throw bad_request("'" + pp + "' function_call needs call_id, name and arguments", pp);
       check_call_arguments(*args, pp + ".arguments");
       Json call = {{"id", *call_id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", *args}}}};
-      // Consecutive calls join one assistant message.
-      if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls")) {
-        messages.back()["tool_calls"].push_back(call);
+      if (open_assistant()) {
+        Json& turn = messages.back();
+        if (!turn.contains("tool_calls")) turn["tool_calls"] = Json::array();
+        turn["tool_calls"].push_back(call);
       } else {
-        messages.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", Json::array({call})}});
+        Json turn = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", Json::array({call})}};
+        take_reasoning(turn);
+        messages.push_back(std::move(turn));
       }
     } else if (type == "function_call_output") {
       auto call_id = json_string(item, "call_id");
       const Json* output = json_field(item, "output");
       if (!call_id || !output) throw bad_request("'" + pp + "' function_call_output needs call_id and output", pp);
+      flush_reasoning();
       messages.push_back({{"role", "tool"},
                           {"tool_call_id", *call_id},
                           {"content", output->is_string() ? *output : Json(output->dump())}});
     } else if (type == "reasoning") {
-      continue;  // earlier reasoning is not replayed into the prompt
+      if (auto text = reasoning_item_text(item, pp))
+        reasoning = reasoning ? *reasoning + "\n\n" + *text : *text;
     } else {
       throw bad_request("input item type '" + type + "' is not supported", pp + ".type");
     }
   }
+  flush_reasoning();
   return messages;
 }
 
@@ -155,14 +187,16 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
       }
     }
   }
-  // include: what OpenAI adds to the response on request. Only the answer's logprobs apply here
-  // (reasoning comes back as text in every reasoning item; there is nothing to encrypt).
-  bool logprobs = false;
+  // include: what OpenAI adds to the response on request: the answer's logprobs, and each
+  // reasoning item's text as encrypted_content (responses_reasoning.h); other entries name
+  // tools this server does not run.
+  bool logprobs = false, sealed_reasoning = false;
   if (const Json* include = json_field(body, "include")) {
     if (!include->is_array()) throw bad_request("'include' must be an array of strings", "include");
     for (const Json& v : *include) {
       if (!v.is_string()) throw bad_request("'include' must be an array of strings", "include");
       logprobs = logprobs || v.get<std::string>() == "message.output_text.logprobs";
+      sealed_reasoning = sealed_reasoning || v.get<std::string>() == "reasoning.encrypted_content";
     }
   }
   const std::optional<int64_t> top = json_int(body, "top_logprobs", 0, 20);
@@ -176,6 +210,7 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
   }
   req.chat = parse_chat_request(chat, policy);
   req.output_logprobs = logprobs;
+  req.sealed_reasoning = sealed_reasoning;
   static_cast<CommonRequest&>(req) = static_cast<const CommonRequest&>(req.chat);
   for (const char* f :
        {"instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "text",

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "server/api_error.h"
+#include "server/responses_reasoning.h"
 
 namespace tf::server {
 
@@ -196,6 +197,7 @@ std::string ResponsesStreamFormatter::close_item() {
     out += emit(reasoning ? "response.reasoning_text.done" : "response.output_text.done", std::move(done));
     out += emit("response.content_part.done", {{"item_id", id}, {"output_index", idx}, {"content_index", 0}, {"part", part}});
     item_["content"] = Json::array({part});
+    if (reasoning && sealed_reasoning_) item_["encrypted_content"] = reasoning_encrypted_content(text_);
   }
   item_["status"] = "completed";
   out += emit("response.output_item.done", {{"output_index", idx}, {"item", item_}});

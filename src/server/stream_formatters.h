@@ -153,12 +153,15 @@ class ResponsesStreamFormatter : public StreamFormatter {
  public:
   // on_completed: called with the final response object (the handler stores it).
   // logprobs: each output_text delta carries its tokens' logprobs, the done part all of them.
+  // sealed_reasoning: a reasoning item, when done, carries its text as encrypted_content.
   ResponsesStreamFormatter(ResponseMeta meta, Json echo,
-                           std::function<void(const Json&)> on_completed = nullptr, bool logprobs = false)
+                           std::function<void(const Json&)> on_completed = nullptr, bool logprobs = false,
+                           bool sealed_reasoning = false)
       : meta_(std::move(meta)),
         echo_(std::move(echo)),
         on_completed_(std::move(on_completed)),
-        logprobs_(logprobs) {}
+        logprobs_(logprobs),
+        sealed_reasoning_(sealed_reasoning) {}
   std::string start() override;
   std::string on_event(const GenerationEvent& ev, const ChoiceState& state) override;
   std::string on_error(const Status& error) override;
@@ -179,6 +182,7 @@ class ResponsesStreamFormatter : public StreamFormatter {
   Json output_ = Json::array();
   std::function<void(const Json&)> on_completed_;
   bool logprobs_ = false;
+  bool sealed_reasoning_ = false;
   std::vector<TokenLogprob> pending_;   // the answer's token logprobs not sent with a delta yet
   Json part_logprobs_ = Json::array();  // the open message's, for its done part
 };

@@ -915,6 +915,36 @@ await run.check('responses include message.output_text.logprobs: the answer\'s t
   assert.equal(bad.json.error.param, 'include');
 });
 
+await run.check('responses reasoning round trip (openai client, store false): encrypted_content on request, reasoning items sent back reach the prompt as chat\'s reasoning_content does', async () => {
+  const ask = 'Why is the sky blue?';
+  const body = { model, input: ask, reasoning: { effort: 'high' }, max_output_tokens: 24, temperature: 0, store: false };
+  const first = await client.responses.create({ ...body, include: ['reasoning.encrypted_content'] });
+  const rs = first.output.find((o) => o.type === 'reasoning');
+  assert.ok(rs, JSON.stringify(first.output));
+  const thought = rs.content[0].text;
+  assert.ok(thought.length > 0);
+  assert.match(rs.encrypted_content, /^tfr1:/);
+  const streamed = await postSse(server, '/v1/responses', { ...body, include: ['reasoning.encrypted_content'], stream: true });
+  const done = streamed.events.map((e) => e.json).find((j) => j?.type === 'response.output_item.done' && j.item.type === 'reasoning');
+  assert.equal(done.item.encrypted_content, rs.encrypted_content, 'streamed the same');
+  const plain = await client.responses.create(body);
+  assert.equal(plain.output.find((o) => o.type === 'reasoning').encrypted_content, undefined, 'only on request');
+  // The next turn: the reasoning item as returned, as encrypted_content alone, or left out.
+  const answer = first.output.filter((o) => o.type !== 'reasoning');
+  const next = (items) => client.responses.create({ model, input: [{ role: 'user', content: ask }, ...items,
+    { role: 'user', content: 'And at sunset?' }], reasoning: { effort: 'none' }, max_output_tokens: 1, store: false });
+  const withText = await next([rs, ...answer]);
+  const sealedOnly = await next([{ type: 'reasoning', id: rs.id, summary: [], encrypted_content: rs.encrypted_content }, ...answer]);
+  const without = await next(answer);
+  assert.equal(sealedOnly.usage.input_tokens, withText.usage.input_tokens);
+  assert.ok(withText.usage.input_tokens > without.usage.input_tokens, `${withText.usage.input_tokens} vs ${without.usage.input_tokens}`);
+  const msg = answer.find((o) => o.type === 'message');
+  const chat = await post200(server, '/v1/chat/completions', { model, max_tokens: 1, reasoning_effort: 'none',
+    messages: [{ role: 'user', content: ask }, { role: 'assistant', content: msg ? msg.content[0].text : '', reasoning_content: thought },
+      { role: 'user', content: 'And at sunset?' }] });
+  assert.equal(chat.usage.prompt_tokens, withText.usage.input_tokens, 'the prompt chat renders');
+});
+
 await run.check('embeddings (openai client): unit vectors of the model width, the same for the same text', async () => {
   const props = (await getJson(server, '/props')).json;
   // The client asks for base64 and decodes it; float comes as JSON numbers.

@@ -2,9 +2,10 @@
 // Responses → chat mapping (api.md §1.1-§1.3, §3).
 #include <gtest/gtest.h>
 
-#include "server/api_error.h"
 #include "server/anthropic_messages.h"
+#include "server/api_error.h"
 #include "server/openai_requests.h"
+#include "server/responses_reasoning.h"
 
 namespace tf::server {
 namespace {
@@ -223,6 +224,59 @@ TEST(ServerParse, ResponsesMapOntoChat) {
   EXPECT_THROW(parse_responses_request(b), ApiError);
   b.erase("text");
   EXPECT_EQ(parse_responses_request(b).chat.tool_choice, "f");
+}
+
+// Reasoning items sent back go to the assistant turn after them (its message, or the function
+// calls that follow it), as chat's reasoning_content; a reply's message and function calls
+// stay one assistant turn; reasoning followed by no assistant item is a turn of its own; the
+// text comes from reasoning_text parts, else the summary, else this server's encrypted_content
+// (another provider's is no text; a damaged one of ours is a 400).
+TEST(ServerParse, ResponsesReasoningItemsReachTheirTurns) {
+  const std::string sealed = reasoning_encrypted_content("sealed thought");
+  EXPECT_EQ(sealed.rfind("tfr1:", 0), 0u);
+  Json b = {{"input",
+             {{{"role", "user"}, {"content", "q1"}},
+              {{"type", "reasoning"},
+               {"id", "rs_1"},
+               {"summary", Json::array()},
+               {"content", {{{"type", "reasoning_text"}, {"text", "think 1"}}}}},
+              {{"type", "message"},
+               {"role", "assistant"},
+               {"content", {{{"type", "output_text"}, {"text", "a1"}}}}},
+              {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{}"}},
+              {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "42"}},
+              {{"type", "reasoning"}, {"summary", {{{"type", "summary_text"}, {"text", "sum"}}}}},
+              {{"type", "function_call"}, {"call_id", "c2"}, {"name", "f"}, {"arguments", "{}"}},
+              {{"type", "function_call_output"}, {"call_id", "c2"}, {"output", "43"}},
+              {{"type", "reasoning"}, {"summary", Json::array()}, {"encrypted_content", sealed}},
+              {{"type", "reasoning"}, {"summary", Json::array()}, {"encrypted_content", "gAAAAB-not-ours"}},
+              {{"role", "user"}, {"content", "q2"}},
+              {{"type", "reasoning"}, {"summary", Json::array()}, {"encrypted_content", "gAAAAB-not-ours"}},
+              {{"type", "message"}, {"role", "assistant"}, {"content", "a2"}}}}};
+  const Json m = parse_responses_request(b).chat.chat.messages;
+  ASSERT_EQ(m.size(), 8u) << m.dump();
+  EXPECT_EQ(m[1]["role"], "assistant");
+  EXPECT_EQ(m[1]["reasoning_content"], "think 1");
+  EXPECT_EQ(m[1]["tool_calls"][0]["id"], "c1");  // the reply's message and call: one turn
+  EXPECT_EQ(m[2]["role"], "tool");
+  EXPECT_EQ(m[3]["reasoning_content"], "sum");
+  EXPECT_EQ(m[3]["tool_calls"][0]["id"], "c2");
+  EXPECT_EQ(m[5]["role"], "assistant");  // reasoning alone before the user's turn
+  EXPECT_EQ(m[5]["reasoning_content"], "sealed thought");
+  EXPECT_EQ(m[5]["content"], "");
+  EXPECT_EQ(m[6]["role"], "user");
+  EXPECT_FALSE(m[7].contains("reasoning_content"));  // another provider's encrypted_content
+  // A damaged encrypted_content of ours names the item.
+  Json bad = {{"input", {{{"type", "reasoning"}, {"encrypted_content", "tfr1:%%%"}}}}};
+  try {
+    parse_responses_request(bad);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param().value_or(""), "input[0].encrypted_content");
+  }
+  EXPECT_FALSE(parse_responses_request(b).sealed_reasoning);
+  b["include"] = {"reasoning.encrypted_content"};
+  EXPECT_TRUE(parse_responses_request(b).sealed_reasoning);
 }
 
 // Media URLs: data: always; https:// only when the server fetches them (VISION_URLS), in all
