@@ -38,18 +38,31 @@ Expected<BenchScenario> parse_one(const std::string& name, int64_t output_tokens
   s.name = name;
   auto bad = [&](const std::string& why) {
     return invalid_argument("bench: --scenario '" + name + "': " + why +
-                            " (expected decode-N, prefill-P[k], reuse-P[k] or gpu)");
+                            " (expected decode-N[@P[k]], prefill-P[k], reuse-P[k] or gpu)");
   };
   if (name.rfind("decode-", 0) == 0) {
-    const int64_t n = parse_count(name.substr(7), false);
+    // decode-N, or decode-N@P: each stream's prompt P tokens long (decode at that context).
+    const size_t at = name.find('@');
+    const int64_t n =
+        parse_count(name.substr(7, at == std::string::npos ? std::string::npos : at - 7), false);
     if (n < 1 || n > 4096) return bad("N must be 1..4096 streams");
     s.kind = BenchScenario::Kind::kDecode;
     s.concurrency = static_cast<int>(n);
+    s.output_tokens = output_tokens;
+    s.prompt_tokens = kDecodeScenarioPrompt;
     // One stream: a few requests for a median; more: exactly one wave at that batch.
     s.requests = n == 1 ? 3 : static_cast<int>(n);
     s.warmup = 1;
-    s.prompt_tokens = kDecodeScenarioPrompt;
-    s.output_tokens = output_tokens;
+    if (at != std::string::npos) {
+      const int64_t p = parse_count(name.substr(at + 1), true);
+      if (p < 1 || p > (int64_t{1} << 24)) return bad("P must be 1..16M tokens");
+      s.prompt_tokens = p;
+      // Past 32K tokens a prompt's prefill is the run's cost: one wave, no warmup.
+      if (p > 32768) {
+        s.requests = static_cast<int>(n);
+        s.warmup = 0;
+      }
+    }
     return s;
   }
   const bool reuse = name.rfind("reuse-", 0) == 0;

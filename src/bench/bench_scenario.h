@@ -4,6 +4,9 @@
 //   decode-N      N streams at once (one wave of N requests; 3 requests when N = 1),
 //                 a short prompt (32 tokens) and the run's --output-tokens each:
 //                 per-stream decode tok/s and aggregate tok/s at batch N.
+//   decode-N@P    the same at a context of P prompt tokens a stream (P may end in k):
+//                 decode where the DSA layers score every pool of a long context
+//                 (one wave and no warmup past 32K).
 //   prefill-P     one prompt of P tokens (P may end in k = x1024), 1 output token:
 //                 TTFT -> prefill tok/s. 2 requests up to 32K, 1 beyond.
 //   reuse-P       prompt reuse: one prompt of P tokens sent 3 times, 1 output token: the

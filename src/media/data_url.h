@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/base64.h"
 #include "core/status.h"
 
 namespace tf::media {
@@ -20,12 +21,5 @@ struct DataUrl {
 // max_bytes bytes; the check is made before decoding. Base64 accepts the
 // standard and the URL-safe alphabets, optional padding and ASCII whitespace.
 Expected<DataUrl> parse_data_url(std::string_view url, size_t max_bytes);
-
-// Base64 decoding alone (standard or URL-safe alphabet, padding optional,
-// ASCII whitespace ignored). `what` prefixes the error messages.
-Expected<std::string> decode_base64(std::string_view text, size_t max_bytes, std::string_view what = "base64");
-
-// Standard base64 with padding.
-std::string encode_base64(std::string_view bytes);
 
 }  // namespace tf::media

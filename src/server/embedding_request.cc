@@ -4,7 +4,7 @@
 #include <bit>
 #include <cmath>
 
-#include "media/data_url.h"
+#include "core/base64.h"
 #include "server/api_error.h"
 
 namespace tf::server {
@@ -35,7 +35,7 @@ Json embedding_json(int index, const std::vector<float>& hidden, bool base64) {
   Json vec;
   if (base64) {
     static_assert(std::endian::native == std::endian::little, "the wire format is little-endian float32");
-    vec = media::encode_base64(
+    vec = encode_base64(
         std::string_view(reinterpret_cast<const char*>(unit.data()), unit.size() * sizeof(float)));
   } else {
     vec = unit;

@@ -3,7 +3,7 @@
 
 #include <string_view>
 
-#include "media/data_url.h"
+#include "core/base64.h"
 #include "server/api_error.h"
 
 namespace tf::server {
@@ -34,7 +34,7 @@ std::optional<std::string> parts_text(const Json& item, const char* field, const
 }  // namespace
 
 std::string reasoning_encrypted_content(const std::string& text) {
-  return std::string(kEncryptedPrefix) + media::encode_base64(text);
+  return std::string(kEncryptedPrefix) + encode_base64(text);
 }
 
 std::optional<std::string> reasoning_item_text(const Json& item, const std::string& param) {
@@ -44,7 +44,7 @@ std::optional<std::string> reasoning_item_text(const Json& item, const std::stri
   if (!sealed || std::string_view(*sealed).substr(0, kEncryptedPrefix.size()) != kEncryptedPrefix)
     return std::nullopt;
   const std::string_view body = std::string_view(*sealed).substr(kEncryptedPrefix.size());
-  auto text = media::decode_base64(body, body.size(), "encrypted_content");
+  auto text = decode_base64(body, body.size(), "encrypted_content");
   if (!text) throw bad_request("'" + param + ".encrypted_content' is damaged", param + ".encrypted_content");
   return *text;
 }

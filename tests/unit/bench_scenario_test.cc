@@ -74,6 +74,27 @@ TEST(BenchScenario, ListsAndSpellings) {
   EXPECT_EQ(max_window(*s), 2049);
 }
 
+// decode-N@P: decode at a long context, one wave past 32K tokens (the prefill is the run's cost).
+TEST(BenchScenario, DecodeAtAContext) {
+  auto s = parse_scenarios("decode-1@128k,decode-4@8000", 256);
+  ASSERT_TRUE(s.has_value()) << s.status().to_string();
+  const BenchScenario& d = (*s)[0];
+  EXPECT_EQ(d.kind, BenchScenario::Kind::kDecode);
+  EXPECT_EQ(d.name, "decode-1@128k");
+  EXPECT_EQ(d.prompt_tokens, 131072);
+  EXPECT_EQ(d.output_tokens, 256);
+  EXPECT_EQ(d.requests, 1);
+  EXPECT_EQ(d.warmup, 0);
+  const BenchScenario& d4 = (*s)[1];
+  EXPECT_EQ(d4.concurrency, 4);
+  EXPECT_EQ(d4.prompt_tokens, 8000);
+  EXPECT_EQ(d4.requests, 4);
+  EXPECT_EQ(d4.warmup, 1);
+  EXPECT_EQ(max_window(*s), 131072 + 256);
+  for (const char* bad : {"decode-1@", "decode-1@0", "decode-@8k", "decode-1@x", "decode-1@99999999k"})
+    EXPECT_FALSE(parse_scenarios(bad, 8).has_value()) << bad;
+}
+
 TEST(BenchScenario, ReuseSendsOnePromptThreeTimes) {
   auto s = parse_scenarios("reuse-64k", 8);
   ASSERT_TRUE(s.has_value()) << s.status().to_string();

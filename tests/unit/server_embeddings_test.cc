@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "media/data_url.h"
+#include "core/base64.h"
 #include "server_test_util.h"
 
 namespace tf::server::testing {
@@ -61,7 +61,7 @@ TEST(ServerEmbeddings, Base64IsTheLittleEndianFloat32Bytes) {
   Json f = post(c, {{"input", "hello"}});
   Json b = post(c, {{"input", "hello"}, {"encoding_format", "base64"}});
   const std::string text = b["data"][0]["embedding"].get<std::string>();
-  auto bytes = media::decode_base64(text, 1 << 20);
+  auto bytes = decode_base64(text, 1 << 20);
   ASSERT_TRUE(bytes.has_value()) << text;
   ASSERT_EQ(bytes->size(), 8 * sizeof(float));
   std::vector<float> v(8);
