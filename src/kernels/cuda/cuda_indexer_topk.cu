@@ -5,16 +5,19 @@
 // The selection is a block-wide radix select over keys held in registers: order-
 // preserving 32-bit keys, 4 passes of 8 bits (a histogram per warp, counted by shared
 // atomics: on an H100 these beat aggregating a warp's equal bins with __match_any_sync
-// first, 24 against 32 us at 32K pools), the bin search by one warp; then, in ascending pool order, every
-// entry above the k-th largest key and the lowest-index entries equal to it until k are taken (two block
-// scans over contiguous segments keep the order). That is the set topk(kLowerIndex) keeps.
+// first, 24 against 32 us at 32K pools), the bin search by one warp; then, in ascending
+// pool order, every entry above the k-th largest key and the lowest-index entries equal
+// to it until k are taken (two block scans over contiguous segments keep the order).
+// That is the set topk(kLowerIndex) keeps.
 //  - Buffers up to kChunk pools: one block per row over the row's scores.
-//  - Longer buffers (long contexts: the single block was latency-bound, ~55 us at 32K
+//  - Longer buffers (long contexts: one block a row waited on its loads, ~55 us at 32K
 //    pools on an H100): every kChunk-pool chunk of a row keeps its own top-k (a block
-//    each, all rows at once), then one block per row selects among those candidates
-//    (at most kMaxChunks x k of them, in ascending pool order). A pool of the row's top-k
-//    is in its chunk's top-k (fewer than k entries precede it in the chunk), so the two
-//    steps keep the same set, ties included.
+//    each, all rows at once), then one block per row selects among those candidates (at
+//    most kMaxCandidates, in ascending pool order). A pool of the row's top-k is in its
+//    chunk's top-k (fewer than k entries precede it in the chunk), so the two steps keep
+//    the same set, ties included.
+//  - Past kMaxCandidates candidates (no 1M-token window with k = 512 gets there) one
+//    block a row reads the keys beyond its registers again at every pass.
 // kTorchCpu goes through the host (PyTorch's CPU tie-breaking depends on the row
 // length), like topk(kTorchCpu).
 #include <algorithm>
