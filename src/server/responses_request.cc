@@ -45,11 +45,9 @@ Json input_to_messages(const Json& input, MediaUrlPolicy policy) {
   // A reasoning item's text goes to the assistant turn that follows it (its message or function
   // calls); one followed by no assistant item is a turn of its own.
   std::optional<std::string> reasoning;
-  auto take_reasoning = [&](Json& assistant) {
+  auto take_reasoning = [&](Json& assistant) {  // a turn made here, with no reasoning yet
     if (!reasoning) return;
-    const Json* had = json_field(assistant, "reasoning_content");
-    assistant["reasoning_content"] =
-        had && had->is_string() ? had->get<std::string>() + "\n\n" + *reasoning : *reasoning;
+    assistant["reasoning_content"] = *reasoning;
     reasoning.reset();
   };
   auto flush_reasoning = [&] {

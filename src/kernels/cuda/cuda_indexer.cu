@@ -213,6 +213,15 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
+// Row b's q [h, d] into shared memory with rows ld floats apart, then its weights [h] at
+// h * ld; the whole block takes part (a barrier ends it).
+__device__ __forceinline__ void stage_row_q(float* sqw, const float* q, const float* w, int64_t b, int h, int d,
+                                            int ld) {
+  for (int i = threadIdx.x; i < h * d; i += blockDim.x) sqw[(i / d) * ld + i % d] = q[b * h * d + i];
+  for (int i = threadIdx.x; i < h; i += blockDim.x) sqw[h * ld + i] = w[b * h + i];
+  __syncthreads();
+}
+
 // The many-pool path (h <= 32 heads, d a multiple of 16): a thread per kPoolsPerThread pools (pools
 // first + t + i * kPoolThreads, so a warp reads adjacent keys), blocks over the score
 // columns (the grid follows the score buffer's width, not the rows' lengths, so it
@@ -232,9 +241,7 @@ __global__ void __launch_bounds__(kPoolThreads)
   const int64_t n = min(int64_t(pos[b] + 1) / kp, width),
                 first = int64_t(blockIdx.x) * kPoolThreads * kPoolsPerThread;
   if (first >= n || n <= select) return;
-  for (int i = threadIdx.x; i < h * d; i += kPoolThreads) sqw[i] = q[b * h * d + i];
-  for (int i = threadIdx.x; i < h; i += kPoolThreads) sqw[h * d + i] = w[b * h + i];
-  __syncthreads();
+  stage_row_q(sqw, q, w, b, h, d, d);
   const float* keys = row_addr<const float>(pool_keys, b);
   int64_t pi[kPoolsPerThread];
   const float4* kv[kPoolsPerThread];
@@ -303,9 +310,7 @@ __global__ void __launch_bounds__(kQuadThreads)
   const int64_t n = min(int64_t(pos[b] + 1) / kp, width), first = int64_t(blockIdx.x) * kQuadPools;
   if (first >= n || n <= select) return;
   const int ld = d + kQuadPad;
-  for (int i = threadIdx.x; i < h * d; i += kQuadThreads) sqw[(i / d) * ld + i % d] = q[b * h * d + i];
-  for (int i = threadIdx.x; i < h; i += kQuadThreads) sqw[h * ld + i] = w[b * h + i];
-  __syncthreads();
+  stage_row_q(sqw, q, w, b, h, d, ld);
   const int g = threadIdx.x & 3, lane = threadIdx.x & 31;
   // The quad's pools: first + quad and first + quad + kQuadPools / 2 (adjacent quads read
   // adjacent keys). Past the row's pools a quad computes on its last pool and stores

@@ -138,6 +138,15 @@ __device__ __forceinline__ int64_t row_pools(const int32_t* pos, int64_t b, int6
   return min(int64_t(pos[b] + 1) / kp, width);
 }
 
+// A row's output slots past its k pools get -1; when the row has no more than k pools
+// (k == n) they are all of them, written here. True when nothing is left to select.
+__device__ __forceinline__ bool select_all(int32_t* out, int64_t n, int64_t k, int64_t s) {
+  for (int64_t j = k + threadIdx.x; j < s; j += kThreads) out[j] = -1;
+  if (k < n) return false;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = static_cast<int32_t>(j);
+  return true;
+}
+
 // A block per row over the row's scores: every thread holds kChunkPerThread of them in
 // registers (buffers up to kChunk pools); longer buffers (past what the two steps below
 // take) read the rest again at every pass.
@@ -147,12 +156,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ SelectShared sh;
   const int64_t b = blockIdx.x, n = row_pools(pos, b, kp, width), k = min(s, n);
   int32_t* out = selected + b * s;
-  for (int64_t j = k + threadIdx.x; j < s; j += kThreads) out[j] = -1;
-  if (k == 0) return;
-  if (k == n) {  // every candidate
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = static_cast<int32_t>(j);
-    return;
-  }
+  if (select_all(out, n, k, s)) return;
   const float* x = scores + b * width;
   const int64_t per = (width + kThreads - 1) / kThreads, j0 = int64_t(threadIdx.x) * per;
   auto load = [&](int64_t e) { return j0 + e < n ? order_key(x[j0 + e]) : 0u; };
@@ -205,12 +209,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ SelectShared sh;
   const int64_t b = blockIdx.x, n = row_pools(pos, b, kp, width), k = min(s, n);
   int32_t* out = selected + b * s;
-  for (int64_t j = k + threadIdx.x; j < s; j += kThreads) out[j] = -1;
-  if (k == 0) return;
-  if (k == n) {
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = static_cast<int32_t>(j);
-    return;
-  }
+  if (select_all(out, n, k, s)) return;
   const int64_t slots = (n + kChunk - 1) / kChunk * s;  // <= kThreads * R (checked at launch)
   const uint32_t* ck = cand_key + b * chunks * s;
   const int32_t* cp = cand_pool + b * chunks * s;
