@@ -35,6 +35,7 @@ struct ServeOptions {
   TpServeOptions tp_process;  // --rank, --rendezvous, --tp-timeout (serve_tp.h)
   int64_t memory_guard_mib = 1024;  // MEMORY_GUARD_MIB (engine/memory_guard.h); 0: off
   double watchdog_s = -1;  // WATCHDOG_S (engine/stall_watchdog.h); 0: off, -1: 300 on a GPU, off on the CPU
+  int64_t reasoning_memory_mib = 64;  // REASONING_MEMORY_MIB (server/reasoning_memory.h); 0: off
 };
 
 // The exit code of a server whose model step stalled past WATCHDOG_S.
@@ -104,6 +105,8 @@ int serve(ServeOptions& o) {
   std::signal(SIGPIPE, SIG_IGN);
 
   o.http.https_media = o.engine.vision_urls != "0";  // the engine fetches them (VISION_URLS)
+  o.http.reasoning_memory_bytes = o.reasoning_memory_mib << 20;
+  o.http.reply_warmup = o.http.reply_warmup && o.engine.kept_prompts > 0;  // it keeps a state, or nothing
   // The workers' copy of the checkpoint: where scripts/prepare.sh put it, else the same path.
   if (o.tp_process.worker_model.empty()) o.tp_process.worker_model = o.engine.model_dir;
   resolve_demo(o);
@@ -341,6 +344,18 @@ void add_serve_command(CLI::App& app) {
          "(speculative decoding delivers them in bursts), none held longer than this (0: sent as they come)")
       ->envname("STREAM_SMOOTH_MS")
       ->check(CLI::Range(0, 5000))
+      ->capture_default_str();
+  cmd->add_option("--reasoning-memory-mib", o->reasoning_memory_mib,
+                  "the reasoning of recent replies, given back to an assistant message that a client sends "
+                  "back without it (matched by the whole conversation before it; 0: off)")
+      ->envname("REASONING_MEMORY_MIB")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option(
+         "--reply-warmup", o->http.reply_warmup,
+         "1: a finished chat reply is prefilled while no request waits, so that the chat's next turn "
+         "resumes after the reply instead of running it again (needs prompt reuse); 0: off")
+      ->envname("REPLY_WARMUP")
       ->capture_default_str();
   cmd->add_option("--max-tokens", o->http.default_max_tokens,
                   "max_tokens when a chat/responses request sets none (0: fill the window)")

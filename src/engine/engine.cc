@@ -492,6 +492,10 @@ Status Engine::submit(GenerationRequest request, EventSink sink) {
     if (request.prompt_logprobs >= 0 || !request.label_tokens.empty() || request.n != 1)
       return invalid_argument("an embedding request neither scores tokens nor has several choices");
   }
+  if (request.warm_from >= 0 && (request.sampling.max_tokens != 0 || request.n != 1 || request.embed ||
+                                 request.prompt_logprobs >= 0 || !request.label_tokens.empty()))
+    return invalid_argument(
+        "a reply's warm-up only runs its prompt: max_tokens 0, one choice, nothing scored");
   if (request.prompt_logprobs > kMaxTopLogprobs)
     return invalid_argument("prompt_logprobs must be at most " + std::to_string(kMaxTopLogprobs));
   auto params = m.sampling_params(request);

@@ -154,6 +154,13 @@ struct GenerationRequest {
   // vLLM's priority: while requests wait for a slot or the cache pool, lower values are
   // admitted first (ties: arrival order). Running requests are not preempted.
   int32_t priority = 0;
+  // A reply's warm-up (>= 0; the server's REPLY_WARMUP): the prompt is a finished chat with its
+  // reply, run only so that its state is kept for the chat's next turn (prompt reuse). It
+  // generates nothing (max_tokens 0, one choice) and reports only its finish. It runs only
+  // when it resumes from a kept state that reaches this many prompt tokens (the reply's own
+  // prompt: what is left to run is the reply) and would keep a state past that one; otherwise
+  // it finishes at once. -1: an ordinary request.
+  int64_t warm_from = -1;
 };
 
 struct TopLogprob {
@@ -263,6 +270,10 @@ struct EngineHealth {
   // turn), rather than repeating it or sharing only its start.
   int64_t prompts_resumed_total = 0;
   int64_t chats_continued_total = 0;
+  // Replies' warm-ups (GenerationRequest::warm_from) that ran, and the tokens they ran (not
+  // counted as requests or prompt tokens above).
+  int64_t reply_warmups_total = 0;
+  int64_t reply_warmup_tokens_total = 0;
   // Engine iterations that ran the model: the last one's seconds and the mean of the last
   // kIterationWindow (0 before the first).
   double iteration_s = 0.0;

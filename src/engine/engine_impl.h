@@ -295,6 +295,9 @@ struct Engine::Impl {
   void admit_read_ahead();
   bool cancel_pending_store(const std::string& request_id);
   int64_t resume_from_kept(RequestId id);
+  // Whether a reply's warm-up (GenerationRequest::warm_from) would keep a new state from one
+  // kept now (engine_prompt_reuse.cc); it runs only then.
+  bool warmup_pays(const LiveRequest& r);
   void keep_prompt_states(std::span<LiveChoice* const> prefilled);
   void evict_kept(uint64_t id);
   // Prompt tokens that a kept state may cover: all but the last (which must run for the
@@ -311,7 +314,8 @@ struct Engine::Impl {
   // at the prompt's end.
   static bool scores_prompt_only(const LiveChoice& c) {
     const GenerationRequest& g = c.request->req;
-    return (g.prompt_logprobs >= 0 || !g.label_tokens.empty() || g.embed) && g.sampling.max_tokens <= 0;
+    return (g.prompt_logprobs >= 0 || !g.label_tokens.empty() || g.embed || g.warm_from >= 0) &&
+           g.sampling.max_tokens <= 0;
   }
   // Label scoring (GenerationRequest::label_tokens, engine_label_scores.cc): the raw logprobs
   // of c's labels from the prompt's last row (its logits on the host, or left on the device).

@@ -138,7 +138,8 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     r->sink(std::move(ev));
     return;
   }
-  {
+  const bool warmup = g.warm_from >= 0;
+  if (!warmup) {
     std::lock_guard<std::mutex> lock(health_mu);
     ++health.requests_total;
     health.prompt_tokens_total += static_cast<int64_t>(g.prompt_tokens.size()) * g.n;
@@ -151,6 +152,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
   // made before its admission evict others first.
   set_reuse_tokens(*r);
   if (reuse_grain > 0 && g.prompt_logprobs < 0) (void)kept_index.longest_prefix(r->reuse_prompt(), reuse_limit(*r));
+  const bool runs_warmup = warmup && warmup_pays(*r);
   for (int i = 0; i < g.n; ++i) {
     const RequestId id = next_id++;
     LiveChoice c;
@@ -192,7 +194,10 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     by_request_id.emplace(g.request_id, id);
     // Completions with echo and max_tokens 0: nothing to run, unless the prompt is scored
     // (it then runs, and ends at its last row: scores_prompt_only).
-    if (g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0 && g.label_tokens.empty() && !g.embed) {
+    // A reply's warm-up that would keep nothing new ends here too.
+    if ((g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0 && g.label_tokens.empty() && !g.embed &&
+         !warmup) ||
+        (warmup && !runs_warmup)) {
       finish_choice(id, FinishReason::kLength, false);
       continue;
     }

@@ -112,6 +112,12 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
   std::erase_if(c.keep_at, [from](const KeepPoint& at) { return at.tokens <= from; });
   c.cached = from;
   c.prefilled = from;
+  if (c.request->req.warm_from >= 0) {  // not a request of a client's: counted apart
+    std::lock_guard<std::mutex> lock(health_mu);
+    ++health.reply_warmups_total;
+    health.reply_warmup_tokens_total += static_cast<int64_t>(prompt.size()) - from;
+    return from;
+  }
   if (from > 0) {
     std::lock_guard<std::mutex> lock(health_mu);
     health.cached_tokens_total += from;
@@ -119,6 +125,18 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
     if (continued) ++health.chats_continued_total;
   }
   return from;
+}
+
+bool Engine::Impl::warmup_pays(const LiveRequest& r) {
+  // Without a state to resume from, the warm-up would run the whole chat again: a state that
+  // gave way (or a chat never seen) is left to the next turn, which would run it anyway.
+  if (reuse_grain == 0 || r.req.media) return false;
+  const int64_t limit = reuse_limit(r);
+  auto round_down = [this](int64_t n) { return n / reuse_grain * reuse_grain; };
+  const std::optional<PromptIndex::Hit> hit = kept_index.longest_prefix(r.reuse_prompt(), limit);
+  // The reply's prompt kept its state at the last point before its end (as any prompt does).
+  return hit && hit->tokens >= round_down(std::min(r.req.warm_from - 1, limit)) &&
+         round_down(limit) > hit->tokens;
 }
 
 void Engine::Impl::keep_prompt_states(std::span<LiveChoice* const> prefilled) {

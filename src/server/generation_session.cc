@@ -47,6 +47,7 @@ bool GenerationSession::apply(const GenerationEvent& ev) {
   if (ev.kind == GenerationEvent::Kind::kFinish && ++finished_ == static_cast<int>(choices_.size())) {
     ended_ = true;
     record_done();
+    if (on_finished_) on_finished_(choices_);
     return true;
   }
   return false;

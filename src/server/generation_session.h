@@ -59,6 +59,10 @@ class GenerationSession {
   void set_alive_check(std::function<bool()> alive) { alive_ = std::move(alive); }
   // STREAM_SMOOTH: the longest a streamed token is held to even out bursts (0: off).
   void set_smoothing(std::chrono::milliseconds max_hold) { pacer_ = StreamPacer(max_hold); }
+  // Called once every choice has finished (not after an error), on the thread that saw it.
+  void set_on_finished(std::function<void(const std::vector<ChoiceState>&)> done) {
+    on_finished_ = std::move(done);
+  }
 
  private:
   // Applies one event; true when the request has ended (all finished or error).
@@ -81,6 +85,7 @@ class GenerationSession {
   Status error_;
   Clock::time_point last_write_;
   std::function<bool()> alive_;
+  std::function<void(const std::vector<ChoiceState>&)> on_finished_;
   StreamPacer pacer_{std::chrono::milliseconds(0)};
   std::deque<EventQueue::Arrived> held_;
   bool flush_held_ = false;  // a finish or an error arrived: release everything held at once

@@ -26,6 +26,8 @@
 #include "server/metrics.h"
 #include "server/openai_requests.h"
 #include "server/peer_socket.h"
+#include "server/reasoning_memory.h"
+#include "server/reply_followup.h"
 #include "server/response_store.h"
 #include "server/stream_formatters.h"
 #include "text/json_parse.h"
@@ -87,9 +89,16 @@ struct HttpServer::Impl {
   int listen_socket = -1;  // recorded by the socket options callback (bind())
   std::unique_ptr<ApiKeys> keys;  // null when they could not be read: bind() says why
   Status keys_status;
+  ReasoningMemory reasoning_memory;
+  ReplyFollowUps followups;  // after reasoning_memory: its thread uses it
 
   Impl(EngineApi& e, ServerOptions o)
-      : engine(e), options(std::move(o)), model(e.model_info()), metrics(model.id) {
+      : engine(e),
+        options(std::move(o)),
+        model(e.model_info()),
+        metrics(model.id),
+        reasoning_memory(options.reasoning_memory_bytes),
+        followups(e, options.reasoning_memory_bytes > 0 ? &reasoning_memory : nullptr, options.reply_warmup) {
     auto loaded = ApiKeys::load(options.api_key, options.api_key_file);
     if (loaded)
       keys = std::move(*loaded);
@@ -321,11 +330,55 @@ struct HttpServer::Impl {
 
   // The chat rendered with its images and videos decoded; an error about a media part
   // names the client's path of the part (media_parts.h).
-  RenderedPrompt render_prompt(ChatPrompt& chat) {
+  RenderedPrompt render_prompt(ChatPrompt& chat, const std::string& cache_salt) {
+    if (options.reasoning_memory_bytes > 0) reasoning_memory.restore(chat.messages, cache_salt);
     const MediaSources sources = take_media_sources(chat.messages);
     auto prompt = engine.render_chat_media(chat);
     if (!prompt) throw media_error(prompt.status(), sources);
     return std::move(*prompt);
+  }
+
+  // Reply follow-ups (reply_followup.h): each finished reply appended to its request's body as
+  // the client gets it, and parsed again by the endpoint's own parser on the follow-up thread.
+  // Several choices: each one's reasoning is remembered; which one continues is unknown, so
+  // none is warmed up.
+  void follow_chat(const Json& body, const std::vector<ChoiceState>& choices, int64_t prompt_tokens,
+                   bool media) {
+    const Json reply = chat_completion_json({"", 0, ""}, choices, {}, true, false)["choices"];
+    for (const Json& choice : reply) {
+      followups.post([this, body, message = choice["message"], prompt_tokens,
+                      warm = !media && choices.size() == 1]() -> std::optional<FinishedChat> {
+        Json b = body;
+        b["messages"].push_back(message);
+        ChatRequest r = parse_chat_request(b, media_policy());
+        apply_defaults(r);
+        return FinishedChat{std::move(r.chat), r.cache_salt, prompt_tokens, warm};
+      });
+    }
+  }
+  void follow_responses(const Json& body, const Json& input_items, const ChoiceState& c,
+                        int64_t prompt_tokens, bool media) {
+    followups.post([this, body, input_items, output = response_output_items(c, "followup"), prompt_tokens,
+                    media]() -> std::optional<FinishedChat> {
+      Json b = body;
+      b.erase("previous_response_id");
+      b["input"] = input_items;
+      for (const Json& item : output) b["input"].push_back(item);
+      ResponsesRequest r = parse_responses_request(b, media_policy(), nullptr);
+      apply_defaults(r.chat);
+      return FinishedChat{std::move(r.chat.chat), r.chat.cache_salt, prompt_tokens, !media};
+    });
+  }
+  void follow_messages(const Json& body, const ResponseMeta& meta, const ChoiceState& c,
+                       int64_t prompt_tokens, bool media) {
+    const Json content = anthropic_message_json(meta, c, {}, AnthropicLimit::kMaxTokens)["content"];
+    followups.post([this, body, content, prompt_tokens, media]() -> std::optional<FinishedChat> {
+      Json b = body;
+      b["messages"].push_back({{"role", "assistant"}, {"content", content}});
+      MessagesRequest r = parse_messages_request(b, false, media_policy());
+      apply_defaults(r.chat);
+      return FinishedChat{std::move(r.chat.chat), r.chat.cache_salt, prompt_tokens, !media};
+    });
   }
 
   void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
@@ -334,7 +387,7 @@ struct HttpServer::Impl {
     apply_defaults(r);
     check_model(r.model);
     check_queued_choices(r.n, "n");
-    auto prompt = render_prompt(r.chat);
+    auto prompt = render_prompt(r.chat, r.cache_salt);
     if (truncate_prompt(prompt.tokens, r.truncate_prompt_tokens, prompt.media != nullptr))
       prompt.system_tokens = 0;
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
@@ -344,7 +397,12 @@ struct HttpServer::Impl {
     auto prompt_ids =
         r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompt.tokens) : nullptr;
     const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+    const bool media = prompt.media != nullptr;
     auto session = start_session(std::move(g), prompt_tokens, t0);
+    if (followups.active() && r.chat.add_generation_prompt && !r.chat.continue_final_message)
+      session->set_on_finished([this, body, prompt_tokens, media](const std::vector<ChoiceState>& choices) {
+        follow_chat(body, choices, prompt_tokens, media);
+      });
     if (r.stream) {
       auto fmt = std::make_shared<ChatStreamFormatter>(
           meta, r.n, r.include_usage, r.include_reasoning, r.sampling.logprobs, prompt_ids,
@@ -646,7 +704,7 @@ struct HttpServer::Impl {
     ResponsesRequest r = parse_responses_request(body, media_policy(), previous ? &previous->items : nullptr);
     apply_defaults(r.chat);
     check_model(r.model);
-    auto prompt = render_prompt(r.chat.chat);
+    auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
     GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) {
@@ -666,7 +724,13 @@ struct HttpServer::Impl {
         for (const Json& item : response.value("output", Json::array())) items.push_back(item);
         response_store.put(id, StoredResponse{response, std::move(items)});
       };
-    auto session = start_session(std::move(g), static_cast<int64_t>(prompt.tokens.size()), t0);
+    const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+    auto session = start_session(std::move(g), prompt_tokens, t0);
+    if (followups.active())
+      session->set_on_finished([this, body, items = r.input_items, prompt_tokens,
+                                media = prompt.media != nullptr](const std::vector<ChoiceState>& choices) {
+        follow_responses(body, items, choices.at(0), prompt_tokens, media);
+      });
     if (r.stream) {
       stream(res, {session},
              {std::make_shared<ResponsesStreamFormatter>(meta, echo, std::move(keep), r.output_logprobs,
@@ -706,7 +770,7 @@ struct HttpServer::Impl {
     const Json body = parse_body(req);
     MessagesRequest r = parse_messages_request(body, false, media_policy());
     apply_defaults(r.chat);
-    auto prompt = render_prompt(r.chat.chat);
+    auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
     const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
     // As Anthropic's API: max_tokens may reach past the window; the reply then stops at the
     // window with stop_reason model_context_window_exceeded (a prompt that fills it is a 400).
@@ -726,6 +790,11 @@ struct HttpServer::Impl {
     g.request_id = make_id("msg_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), prompt_tokens, t0);
+    if (followups.active())
+      session->set_on_finished([this, body, prompt_tokens, media = prompt.media != nullptr,
+                                meta](const std::vector<ChoiceState>& choices) {
+        follow_messages(body, meta, choices.at(0), prompt_tokens, media);
+      });
     if (r.chat.stream) {
       stream(res, {session}, {std::make_shared<AnthropicStreamFormatter>(meta, prompt_tokens, limit)});
       return;
@@ -737,7 +806,7 @@ struct HttpServer::Impl {
   void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
     MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true, media_policy());
     apply_defaults(r.chat);
-    auto prompt = render_prompt(r.chat.chat);
+    auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
     write_json(res, 200, {{"input_tokens", prompt.tokens.size()}});
   }
 
@@ -748,7 +817,7 @@ struct HttpServer::Impl {
     if (r.is_chat) {
       r.chat.find_system_block = false;  // only the tokens are wanted
       (void)default_effort(r.chat);      // the prompt the chat route would run
-      ids = std::move(render_prompt(r.chat).tokens);
+      ids = std::move(render_prompt(r.chat, "").tokens);
     } else {
       ids = engine.tokenize(r.prompt, r.add_special_tokens);
     }
@@ -803,6 +872,8 @@ struct HttpServer::Impl {
           {"restored", h.kept_mix.restored}}},
         {"prompts_resumed_total", h.prompts_resumed_total},
         {"chats_continued", h.chats_continued_total},
+        {"reply_warmups_total", h.reply_warmups_total},
+        {"reply_warmup_tokens_total", h.reply_warmup_tokens_total},
         {"iteration_s", h.iteration_s},
         {"iteration_s_mean", h.iteration_s_mean},
         {"prompt_store", h.prompt_store ? Json{{"files", h.prompt_store_files},

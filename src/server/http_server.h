@@ -31,6 +31,12 @@ struct ServerOptions {
   // STREAM_SMOOTH: streamed tokens are paced to even out speculative bursts, each held at
   // most this long (StreamPacer; 0: sent as they come).
   int stream_smooth_ms = 400;
+  // REASONING_MEMORY_MIB: the reasoning of recent replies given back to conversations whose
+  // client dropped it (reasoning_memory.h); 0: off.
+  int64_t reasoning_memory_bytes = int64_t{64} << 20;
+  // REPLY_WARMUP: a finished reply is prefilled while no request waits, so that the chat's
+  // next turn resumes after it (reply_followup.h).
+  bool reply_warmup = true;
 };
 
 class HttpServer {

@@ -160,6 +160,11 @@ std::string ServerMetrics::render(const EngineHealth& h) const {
   unlabelled(out, "tensorfold:chats_continued_total", "counter",
              "Choices that resumed from the state kept at an earlier prompt's end and went past it.",
              h.chats_continued_total);
+  unlabelled(out, "tensorfold:reply_warmups_total", "counter",
+             "Replies' warm-ups run: a finished chat's reply prefilled while idle for its next turn.",
+             h.reply_warmups_total);
+  unlabelled(out, "tensorfold:reply_warmup_tokens_total", "counter", "Tokens the replies' warm-ups ran.",
+             h.reply_warmup_tokens_total);
   header(out, "tensorfold:iteration_seconds", "gauge",
          "Seconds of the last engine iteration that ran the model.");
   out += "tensorfold:iteration_seconds " + fmt_double(h.iteration_s) + "\n";

@@ -935,9 +935,18 @@ await run.check('responses reasoning round trip (openai client, store false): en
     { role: 'user', content: 'And at sunset?' }], reasoning: { effort: 'none' }, max_output_tokens: 1, store: false });
   const withText = await next([rs, ...answer]);
   const sealedOnly = await next([{ type: 'reasoning', id: rs.id, summary: [], encrypted_content: rs.encrypted_content }, ...answer]);
+  // Left out, the server gives back the reasoning it remembers for this conversation's reply
+  // (REASONING_MEMORY_MIB), when the reply kept a message to give it to (a reply cut inside its
+  // reasoning leaves no assistant turn); under another cache_salt it remembers none.
   const without = await next(answer);
+  const withoutElsewhere = await client.responses.create({ model, input: [{ role: 'user', content: ask }, ...answer,
+    { role: 'user', content: 'And at sunset?' }], reasoning: { effort: 'none' }, max_output_tokens: 1, store: false,
+    cache_salt: 'responses-elsewhere' });
   assert.equal(sealedOnly.usage.input_tokens, withText.usage.input_tokens);
-  assert.ok(withText.usage.input_tokens > without.usage.input_tokens, `${withText.usage.input_tokens} vs ${without.usage.input_tokens}`);
+  assert.ok(withText.usage.input_tokens > withoutElsewhere.usage.input_tokens,
+    `${withText.usage.input_tokens} vs ${withoutElsewhere.usage.input_tokens}`);
+  if (answer.length) assert.equal(without.usage.input_tokens, withText.usage.input_tokens, 'remembered');
+  else assert.equal(without.usage.input_tokens, withoutElsewhere.usage.input_tokens);
   const msg = answer.find((o) => o.type === 'message');
   const chat = await post200(server, '/v1/chat/completions', { model, max_tokens: 1, reasoning_effort: 'none',
     messages: [{ role: 'user', content: ask }, { role: 'assistant', content: msg ? msg.content[0].text : '', reasoning_content: thought },
@@ -1007,6 +1016,52 @@ await run.check('prompt reuse: a repeated long chat resumes from its kept state 
   assert.equal(h.chats_continued, continuedBefore + 1);
   assert.ok(h.prompts_resumed_total >= 2 && h.iteration_s > 0 && h.iteration_s_mean > 0, JSON.stringify(h));
   assert.ok(h.cached_tokens_total >= cachedB + u.prompt_tokens_details.cached_tokens, JSON.stringify(h));
+});
+
+await run.check('a chat whose client drops the reasoning: it is given back, and the next turn resumes after the warmed-up reply, bit for bit a fresh run', async () => {
+  const words = Array.from({ length: 110 }, (_, i) => `item${(i * 41) % 223}`).join(' ');
+  const salt = `turns-${Date.now()}`;  // this check's own states and replies
+  const turn1 = [{ role: 'system', content: `Keep in mind: ${words}` }, { role: 'user', content: 'Tell me a story.' }];
+  const before = await health(server);
+  // The first turn streamed: its reply is remembered and warmed up once the stream ends.
+  // (thinking_budget: the reasoning ends, an answer follows.)
+  const s = await postSse(server, '/v1/chat/completions', { model, messages: turn1, max_tokens: 200, temperature: 0,
+    ignore_eos: true, cache_salt: salt, thinking_budget: 60, stream: true, stream_options: { include_usage: true } });
+  const first = foldChatStream(s);
+  const reply = first.per[0];
+  const promptTokens1 = first.usageChunk.usage.prompt_tokens;
+  assert.ok(reply.reasoning.length > 0 && reply.content.trim().length > 0, JSON.stringify(reply));
+  const warmed = await waitHealth(server, (h) => h.reply_warmups_total > before.reply_warmups_total && h.requests_running === 0, 10000);
+  assert.ok(warmed.ok, JSON.stringify(warmed.last));
+  assert.ok(warmed.last.reply_warmup_tokens_total - before.reply_warmup_tokens_total >= 200, 'the reply ran as a prompt');
+  assert.equal(warmed.last.requests_total, before.requests_total + 1, 'a warm-up is not a client request');
+  const turn2 = (assistant) => [...turn1, { role: 'assistant', content: reply.content || null, ...assistant },
+    { role: 'user', content: 'And then?' }];
+  const ask = (msgs, extra = {}) => client.chat.completions.create({ model, messages: msgs, max_tokens: 8, temperature: 0, ...extra });
+  const dropped = await ask(turn2({}), { cache_salt: salt });
+  const kept = await ask(turn2({ reasoning_content: reply.reasoning }), { cache_salt: salt });
+  assert.equal(dropped.usage.prompt_tokens, kept.usage.prompt_tokens, 'the dropped reasoning was given back');
+  assert.deepEqual(chatText(dropped.choices[0]), chatText(kept.choices[0]));
+  const cached = dropped.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached > promptTokens1, `resumed inside the reply: ${cached} cached, the first prompt had ${promptTokens1}`);
+  assert.ok(cached >= promptTokens1 + 200 - 1024, 'at most a chunk before the reply\'s end');
+  // A fresh run (another salt: no kept state, no remembered reasoning) of the same prompt gives the same reply.
+  const fresh = await ask(turn2({ reasoning: reply.reasoning }), { cache_salt: `${salt}-fresh` });
+  assert.equal(fresh.usage.prompt_tokens_details?.cached_tokens ?? 0, 0);
+  assert.equal(fresh.usage.prompt_tokens, kept.usage.prompt_tokens);
+  assert.deepEqual(chatText(fresh.choices[0]), chatText(dropped.choices[0]), 'bit for bit a fresh run');
+  // Under another salt nothing is remembered: the dropped reasoning stays dropped.
+  const elsewhere = await ask(turn2({}), { cache_salt: `${salt}-fresh` });
+  assert.ok(elsewhere.usage.prompt_tokens < kept.usage.prompt_tokens, `${elsewhere.usage.prompt_tokens} vs ${kept.usage.prompt_tokens}`);
+  // Nor for a conversation that differs before the reply.
+  const edited = [{ ...turn1[0], content: `${turn1[0].content}!` }, ...turn2({}).slice(1)];
+  const other = await ask(edited, { cache_salt: salt });
+  const otherKept = await ask([{ ...turn1[0], content: `${turn1[0].content}!` }, ...turn2({ reasoning_content: reply.reasoning }).slice(1)], { cache_salt: salt });
+  assert.ok(other.usage.prompt_tokens < otherKept.usage.prompt_tokens);
+  const h = await health(server);
+  assert.ok(h.chats_continued > before.chats_continued, JSON.stringify(h));
+  const m = await request(server, 'GET', '/metrics');
+  assert.match(m.text, /^tensorfold:reply_warmups_total [1-9]/m);
 });
 
 await run.check("prompt_logprobs (vLLM): each prompt token's logprob and rank, its top alternatives, beside echo's", async () => {
