@@ -335,6 +335,7 @@ struct ModelInfo {
   int64_t created = 0;       // unix seconds
   int64_t max_queued_choices = 0;  // choices that may wait at once (MAX_QUEUED); 0: no limit
   int parallel = 0;                // streams decoded together (PARALLEL)
+  int64_t reuse_grain = 0;         // prompt reuse keeps states at multiples of this many tokens (0: off)
   int64_t hidden_size = 0;         // the width of the model's hidden state (embeddings)
   bool vision = false;             // images and videos are taken (the vision tower is loaded)
   std::string chat_template;       // the template's Jinja source

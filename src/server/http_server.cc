@@ -98,7 +98,8 @@ struct HttpServer::Impl {
         model(e.model_info()),
         metrics(model.id),
         reasoning_memory(options.reasoning_memory_bytes),
-        followups(e, options.reasoning_memory_bytes > 0 ? &reasoning_memory : nullptr, options.reply_warmup) {
+        followups(e, options.reasoning_memory_bytes > 0 ? &reasoning_memory : nullptr,
+                  options.reply_warmup && model.reuse_grain > 0) {
     auto loaded = ApiKeys::load(options.api_key, options.api_key_file);
     if (loaded)
       keys = std::move(*loaded);
@@ -340,14 +341,20 @@ struct HttpServer::Impl {
 
   // Reply follow-ups (reply_followup.h): each finished reply appended to its request's body as
   // the client gets it, and parsed again by the endpoint's own parser on the follow-up thread.
+  // Only for a reply that is a new assistant turn (not one continuing the last message), and
+  // not for chats with pictures: their bodies (up to the body limit) would be copied for it,
+  // and the warm-up renders text only. `has_media` must be read before the prompt's media
+  // move into the request.
+  bool follows_up(const ChatPrompt& chat, bool has_media) const {
+    return followups.active() && chat.add_generation_prompt && !chat.continue_final_message && !has_media;
+  }
   // Several choices: each one's reasoning is remembered; which one continues is unknown, so
   // none is warmed up.
-  void follow_chat(const Json& body, const std::vector<ChoiceState>& choices, int64_t prompt_tokens,
-                   bool media) {
+  void follow_chat(const Json& body, const std::vector<ChoiceState>& choices, int64_t prompt_tokens) {
     const Json reply = chat_completion_json({"", 0, ""}, choices, {}, true, false)["choices"];
     for (const Json& choice : reply) {
       followups.post([this, body, message = choice["message"], prompt_tokens,
-                      warm = !media && choices.size() == 1]() -> std::optional<FinishedChat> {
+                      warm = choices.size() == 1]() -> std::optional<FinishedChat> {
         Json b = body;
         b["messages"].push_back(message);
         ChatRequest r = parse_chat_request(b, media_policy());
@@ -357,27 +364,27 @@ struct HttpServer::Impl {
     }
   }
   void follow_responses(const Json& body, const Json& input_items, const ChoiceState& c,
-                        int64_t prompt_tokens, bool media) {
-    followups.post([this, body, input_items, output = response_output_items(c, "followup"), prompt_tokens,
-                    media]() -> std::optional<FinishedChat> {
+                        int64_t prompt_tokens) {
+    followups.post([this, body, input_items, output = response_output_items(c, "followup"),
+                    prompt_tokens]() -> std::optional<FinishedChat> {
       Json b = body;
       b.erase("previous_response_id");
       b["input"] = input_items;
       for (const Json& item : output) b["input"].push_back(item);
       ResponsesRequest r = parse_responses_request(b, media_policy(), nullptr);
       apply_defaults(r.chat);
-      return FinishedChat{std::move(r.chat.chat), r.chat.cache_salt, prompt_tokens, !media};
+      return FinishedChat{std::move(r.chat.chat), r.chat.cache_salt, prompt_tokens};
     });
   }
   void follow_messages(const Json& body, const ResponseMeta& meta, const ChoiceState& c,
-                       int64_t prompt_tokens, bool media) {
+                       int64_t prompt_tokens) {
     const Json content = anthropic_message_json(meta, c, {}, AnthropicLimit::kMaxTokens)["content"];
-    followups.post([this, body, content, prompt_tokens, media]() -> std::optional<FinishedChat> {
+    followups.post([this, body, content, prompt_tokens]() -> std::optional<FinishedChat> {
       Json b = body;
       b["messages"].push_back({{"role", "assistant"}, {"content", content}});
       MessagesRequest r = parse_messages_request(b, false, media_policy());
       apply_defaults(r.chat);
-      return FinishedChat{std::move(r.chat.chat), r.chat.cache_salt, prompt_tokens, !media};
+      return FinishedChat{std::move(r.chat.chat), r.chat.cache_salt, prompt_tokens};
     });
   }
 
@@ -388,6 +395,7 @@ struct HttpServer::Impl {
     check_model(r.model);
     check_queued_choices(r.n, "n");
     auto prompt = render_prompt(r.chat, r.cache_salt);
+    const bool has_media = prompt.media != nullptr;
     if (truncate_prompt(prompt.tokens, r.truncate_prompt_tokens, prompt.media != nullptr))
       prompt.system_tokens = 0;
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
@@ -397,11 +405,10 @@ struct HttpServer::Impl {
     auto prompt_ids =
         r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompt.tokens) : nullptr;
     const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
-    const bool media = prompt.media != nullptr;
     auto session = start_session(std::move(g), prompt_tokens, t0);
-    if (followups.active() && r.chat.add_generation_prompt && !r.chat.continue_final_message)
-      session->set_on_finished([this, body, prompt_tokens, media](const std::vector<ChoiceState>& choices) {
-        follow_chat(body, choices, prompt_tokens, media);
+    if (follows_up(r.chat, has_media))
+      session->set_on_finished([this, body, prompt_tokens](const std::vector<ChoiceState>& choices) {
+        follow_chat(body, choices, prompt_tokens);
       });
     if (r.stream) {
       auto fmt = std::make_shared<ChatStreamFormatter>(
@@ -705,6 +712,7 @@ struct HttpServer::Impl {
     apply_defaults(r.chat);
     check_model(r.model);
     auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
+    const bool has_media = prompt.media != nullptr;
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
     GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) {
@@ -726,11 +734,11 @@ struct HttpServer::Impl {
       };
     const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
     auto session = start_session(std::move(g), prompt_tokens, t0);
-    if (followups.active())
-      session->set_on_finished([this, body, items = r.input_items, prompt_tokens,
-                                media = prompt.media != nullptr](const std::vector<ChoiceState>& choices) {
-        follow_responses(body, items, choices.at(0), prompt_tokens, media);
-      });
+    if (follows_up(r.chat.chat, has_media))
+      session->set_on_finished(
+          [this, body, items = r.input_items, prompt_tokens](const std::vector<ChoiceState>& choices) {
+            follow_responses(body, items, choices.at(0), prompt_tokens);
+          });
     if (r.stream) {
       stream(res, {session},
              {std::make_shared<ResponsesStreamFormatter>(meta, echo, std::move(keep), r.output_logprobs,
@@ -771,6 +779,7 @@ struct HttpServer::Impl {
     MessagesRequest r = parse_messages_request(body, false, media_policy());
     apply_defaults(r.chat);
     auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
+    const bool has_media = prompt.media != nullptr;
     const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
     // As Anthropic's API: max_tokens may reach past the window; the reply then stops at the
     // window with stop_reason model_context_window_exceeded (a prompt that fills it is a 400).
@@ -790,10 +799,9 @@ struct HttpServer::Impl {
     g.request_id = make_id("msg_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), prompt_tokens, t0);
-    if (followups.active())
-      session->set_on_finished([this, body, prompt_tokens, media = prompt.media != nullptr,
-                                meta](const std::vector<ChoiceState>& choices) {
-        follow_messages(body, meta, choices.at(0), prompt_tokens, media);
+    if (follows_up(r.chat.chat, has_media))
+      session->set_on_finished([this, body, prompt_tokens, meta](const std::vector<ChoiceState>& choices) {
+        follow_messages(body, meta, choices.at(0), prompt_tokens);
       });
     if (r.chat.stream) {
       stream(res, {session}, {std::make_shared<AnthropicStreamFormatter>(meta, prompt_tokens, limit)});

@@ -49,6 +49,8 @@ void ReplyFollowUps::run() {
       if (std::optional<FinishedChat> done = build()) follow_up(std::move(*done));
     } catch (const std::exception& e) {  // a reply the parser refuses: nothing to follow up
       TF_LOG_DEBUG("reply follow-up skipped: {}", e.what());
+    } catch (...) {
+      TF_LOG_DEBUG("reply follow-up skipped");
     }
     lock.lock();
     busy_ = false;

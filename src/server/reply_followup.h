@@ -34,7 +34,7 @@ struct FinishedChat {
   ChatPrompt chat;
   std::string cache_salt;
   int64_t prompt_tokens = 0;  // the reply's own prompt
-  bool warm = true;           // may be warmed up (not with pictures: the warm-up renders text only)
+  bool warm = true;           // may be warmed up (false: one of several choices)
 };
 
 class ReplyFollowUps {

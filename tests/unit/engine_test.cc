@@ -895,6 +895,67 @@ TEST_F(PromptReuseTest, NextTurnResumesFromThePreviousPrompt) {
   EXPECT_EQ(turn2.logprobs, fresh.logprobs);
 }
 
+// A reply's warm-up (GenerationRequest::warm_from): the chat with its reply runs as a prompt
+// from the state its own prompt kept, keeps the state after the reply, and the next turn
+// resumes there with a fresh run's reply. One without such a state, or that would keep
+// nothing new, ends at once.
+TEST_F(PromptReuseTest, AReplyWarmUpKeepsTheStateAfterTheReply) {
+  std::vector<int32_t> p = prompt(long_text("warming", 70));
+  const auto n = static_cast<int64_t>(p.size());
+  const Reply turn1 = run_on(*engine_, sampled("w1", p, 150));
+  std::vector<int32_t> chat = p;
+  const std::vector<int32_t> reply = prompt(turn1.text);
+  chat.insert(chat.end(), reply.begin(), reply.end());
+  ASSERT_GT(static_cast<int64_t>(chat.size()) / 64, (n - 1) / 64)
+      << "the reply passes a point states are kept at";
+  auto warm_up = [](std::string id, std::vector<int32_t> tokens, int64_t from) {
+    GenerationRequest g;
+    g.request_id = std::move(id);
+    g.prompt_tokens = std::move(tokens);
+    g.sampling.max_tokens = 0;
+    g.warm_from = from;
+    g.priority = 1000;
+    Collector c;
+    EXPECT_TRUE(engine_->submit(std::move(g), c.sink()).is_ok());
+    EXPECT_TRUE(c.wait());
+    EXPECT_FALSE(c.error) << c.status.to_string();
+    EXPECT_EQ(c.finish[0].completion_tokens, 0);
+    EXPECT_TRUE(c.text[0].empty());
+  };
+  const EngineHealth before = engine_->health();
+  warm_up("warm1", chat, n);
+  wait_idle();
+  const EngineHealth after = engine_->health();
+  EXPECT_EQ(after.reply_warmups_total, before.reply_warmups_total + 1);
+  EXPECT_EQ(after.reply_warmup_tokens_total - before.reply_warmup_tokens_total,
+            static_cast<int64_t>(chat.size()) - (n - 1) / 64 * 64)
+      << "it ran from its prompt's kept state";
+  EXPECT_EQ(after.requests_total, before.requests_total) << "not a client's request";
+  EXPECT_EQ(after.prompts_resumed_total, before.prompts_resumed_total);
+  // The same warm-up again would keep nothing new; a chat never seen has no state to start from.
+  warm_up("warm2", chat, n);
+  warm_up("warm3", prompt(long_text("unseen", 90)), 10);
+  EXPECT_EQ(engine_->health().reply_warmups_total, after.reply_warmups_total);
+  // The next turn resumes after the reply, with the reply of a fresh run.
+  std::vector<int32_t> turn2_prompt = chat;
+  const std::vector<int32_t> more = prompt(long_text(" and next", 20));
+  turn2_prompt.insert(turn2_prompt.end(), more.begin(), more.end());
+  const Reply turn2 = run_on(*engine_, sampled("w4", turn2_prompt, 12));
+  EXPECT_EQ(turn2.cached, (static_cast<int64_t>(chat.size()) - 1) / 64 * 64);
+  EXPECT_GT(turn2.cached, n);
+  const Reply fresh = run_on(fresh_engine(), sampled("w5", turn2_prompt, 12));
+  EXPECT_EQ(turn2.text, fresh.text);
+  EXPECT_EQ(turn2.logprobs, fresh.logprobs);
+  // Refused: a warm-up generates nothing and has one choice.
+  GenerationRequest bad;
+  bad.request_id = "warm-bad";
+  bad.prompt_tokens = p;
+  bad.sampling.max_tokens = 4;
+  bad.warm_from = 1;
+  Collector c;
+  EXPECT_EQ(engine_->submit(std::move(bad), c.sink()).code(), StatusCode::kInvalidArgument);
+}
+
 // Prompts that share a long beginning (a system prompt) and then part: the second keeps its
 // state where it parts from the first, and the third resumes from there.
 TEST_F(PromptReuseTest, SharedBeginningIsKeptWhereTwoPromptsPart) {
