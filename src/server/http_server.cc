@@ -99,7 +99,7 @@ struct HttpServer::Impl {
         metrics(model.id),
         reasoning_memory(options.reasoning_memory_bytes),
         followups(e, options.reasoning_memory_bytes > 0 ? &reasoning_memory : nullptr,
-                  options.reply_warmup && model.reuse_grain > 0) {
+                  options.reply_warmup ? model.reuse_grain : 0) {
     auto loaded = ApiKeys::load(options.api_key, options.api_key_file);
     if (loaded)
       keys = std::move(*loaded);
@@ -250,6 +250,7 @@ struct HttpServer::Impl {
   std::shared_ptr<GenerationSession> start_session(GenerationRequest g, int64_t prompt_tokens, Clock::time_point t0) {
     const bool tool_grammar = g.forces_tool_call();
     const std::string structured_param = g.structured.param;
+    followups.make_way(g.prompt_tokens);
     auto session = std::make_shared<GenerationSession>(engine, metrics, std::move(g), prompt_tokens, t0);
     Status s = session->submit();
     if (s.is_ok()) return session;

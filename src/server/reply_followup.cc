@@ -1,14 +1,15 @@
 // ReplyFollowUps (see reply_followup.h).
 #include "server/reply_followup.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/logging.h"
 
 namespace tf::server {
 
-ReplyFollowUps::ReplyFollowUps(EngineApi& engine, ReasoningMemory* memory, bool warmup)
-    : engine_(engine), memory_(memory), warmup_(warmup) {
+ReplyFollowUps::ReplyFollowUps(EngineApi& engine, ReasoningMemory* memory, int64_t reuse_grain)
+    : engine_(engine), memory_(memory), grain_(reuse_grain) {
   if (active()) thread_ = std::thread([this] { run(); });
 }
 
@@ -58,35 +59,83 @@ void ReplyFollowUps::run() {
   }
 }
 
+std::shared_ptr<ReplyFollowUps::Warmup> ReplyFollowUps::in_flight() {
+  std::shared_ptr<Warmup> w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    w = warming_;
+  }
+  if (!w) return nullptr;
+  std::lock_guard<std::mutex> lock(w->mu);
+  return w->done ? nullptr : w;
+}
+
+void ReplyFollowUps::make_way(const std::vector<int32_t>& prompt) {
+  std::shared_ptr<Warmup> w = in_flight();
+  if (!w) return;
+  const bool continues =
+      prompt.size() > w->keeps.size() && std::equal(w->keeps.begin(), w->keeps.end(), prompt.begin());
+  if (!continues) {
+    // Its chunks would slow this request (a cancelled request may get no further event).
+    engine_.cancel(w->id);
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->done = true;
+    }
+    w->cv.notify_all();
+    return;
+  }
+  std::unique_lock<std::mutex> lock(w->mu);
+  w->cv.wait_for(lock, kMaxWait, [&w] { return w->done; });
+}
+
 void ReplyFollowUps::follow_up(FinishedChat done) {
   Json& messages = done.chat.messages;
   if (memory_) {
     memory_->restore(messages, done.cache_salt);  // earlier turns, as the request had them
     memory_->remember(messages, done.cache_salt);
   }
-  if (!warmup_ || !done.warm || warming_->load()) return;
-  if (engine_.health().requests_waiting > 0) return;  // requests first; the next turn runs it anyway
+  if (grain_ <= 0 || !done.warm || in_flight()) return;
+  // Only on an idle engine: requests first (the next turn would run the reply anyway).
+  const EngineHealth h = engine_.health();
+  if (h.requests_waiting > 0 || h.streams_decoding > 0 || h.streams_prefilling > 0) return;
   done.chat.add_generation_prompt = false;
   done.chat.continue_final_message = false;
   done.chat.find_system_block = false;
   Expected<std::vector<int32_t>> tokens = engine_.render_chat(done.chat);
-  if (!tokens || static_cast<int64_t>(tokens->size()) <= done.prompt_tokens) return;
+  if (!tokens) return;
+  const auto n = static_cast<int64_t>(tokens->size());
+  // It keeps a state at the last multiple of the grain before its end: worth it only past the
+  // one the reply's prompt kept.
+  const int64_t keeps = (n - 1) / grain_ * grain_;
+  if (keeps <= (done.prompt_tokens - 1) / grain_ * grain_) return;
+  auto w = std::make_shared<Warmup>();
+  w->id = "warmup-" + std::to_string(++next_id_);
+  w->keeps.assign(tokens->begin(), tokens->begin() + keeps);
   GenerationRequest g;
-  g.request_id = "warmup-" + std::to_string(++next_id_);
+  g.request_id = w->id;
   g.prompt_tokens = std::move(*tokens);
   g.sampling.max_tokens = 0;
   g.warm_from = done.prompt_tokens;
   g.priority = std::numeric_limits<int32_t>::max();
   g.cache_salt = done.cache_salt;
   g.drafts = false;
-  warming_->store(true);
-  std::shared_ptr<std::atomic<bool>> warming = warming_;
-  Status s = engine_.submit(std::move(g), [warming](GenerationEvent ev) {
-    if (ev.kind == GenerationEvent::Kind::kFinish || ev.kind == GenerationEvent::Kind::kError)
-      warming->store(false);
+  auto finished = [w] {
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->done = true;
+    }
+    w->cv.notify_all();
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    warming_ = w;
+  }
+  Status s = engine_.submit(std::move(g), [finished](GenerationEvent ev) {
+    if (ev.kind == GenerationEvent::Kind::kFinish || ev.kind == GenerationEvent::Kind::kError) finished();
   });
   if (!s.is_ok()) {
-    warming_->store(false);
+    finished();
     TF_LOG_DEBUG("reply warm-up not submitted: {}", s.to_string());
   }
 }
