@@ -27,7 +27,7 @@ void ReplyFollowUps::post(std::function<std::optional<FinishedChat>()> build) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || queue_.size() >= kMaxQueued) return;
-    queue_.push_back(std::move(build));
+    queue_.push_back({epoch_, std::move(build)});
   }
   cv_.notify_all();
 }
@@ -42,12 +42,12 @@ void ReplyFollowUps::run() {
   for (;;) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
-    auto build = std::move(queue_.front());
+    Posted posted = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
     try {
-      if (std::optional<FinishedChat> done = build()) follow_up(std::move(*done));
+      if (std::optional<FinishedChat> done = posted.build()) follow_up(std::move(*done), posted.epoch);
     } catch (const std::exception& e) {  // a reply the parser refuses: nothing to follow up
       TF_LOG_DEBUG("reply follow-up skipped: {}", e.what());
     } catch (...) {
@@ -60,18 +60,24 @@ void ReplyFollowUps::run() {
 }
 
 std::shared_ptr<ReplyFollowUps::Warmup> ReplyFollowUps::in_flight() {
-  std::shared_ptr<Warmup> w;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    w = warming_;
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_locked();
+}
+
+std::shared_ptr<ReplyFollowUps::Warmup> ReplyFollowUps::in_flight_locked() {
+  std::shared_ptr<Warmup> w = warming_;
   if (!w) return nullptr;
   std::lock_guard<std::mutex> lock(w->mu);
   return w->done ? nullptr : w;
 }
 
 void ReplyFollowUps::make_way(const std::vector<int32_t>& prompt) {
-  std::shared_ptr<Warmup> w = in_flight();
+  std::shared_ptr<Warmup> w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++epoch_;  // a warm-up of a reply that finished before this request is not submitted any more
+    w = in_flight_locked();
+  }
   if (!w) return;
   const bool continues =
       prompt.size() > w->keeps.size() && std::equal(w->keeps.begin(), w->keeps.end(), prompt.begin());
@@ -89,7 +95,7 @@ void ReplyFollowUps::make_way(const std::vector<int32_t>& prompt) {
   w->cv.wait_for(lock, kMaxWait, [&w] { return w->done; });
 }
 
-void ReplyFollowUps::follow_up(FinishedChat done) {
+void ReplyFollowUps::follow_up(FinishedChat done, int64_t epoch) {
   Json& messages = done.chat.messages;
   if (memory_) {
     memory_->restore(messages, done.cache_salt);  // earlier turns, as the request had them
@@ -127,10 +133,13 @@ void ReplyFollowUps::follow_up(FinishedChat done) {
     }
     w->cv.notify_all();
   };
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    warming_ = w;
-  }
+  // Checked and submitted under the lock make_way takes: a client's request either came
+  // first (and the warm-up is dropped) or finds the warm-up in flight.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch_ != epoch || in_flight_locked()) return;
+  const EngineHealth now = engine_.health();
+  if (now.requests_waiting > 0 || now.streams_decoding > 0 || now.streams_prefilling > 0) return;
+  warming_ = w;
   Status s = engine_.submit(std::move(g), [finished](GenerationEvent ev) {
     if (ev.kind == GenerationEvent::Kind::kFinish || ev.kind == GenerationEvent::Kind::kError) finished();
   });

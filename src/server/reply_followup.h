@@ -9,9 +9,10 @@
 //     reply is generated token by token, so its own steps leave no state a prompt may
 //     resume from bit for bit; the warm-up runs it in prefill chunks, as a fresh prompt
 //     would). One warm-up at a time, at the lowest priority.
-// A warm-up never competes with a client's request (make_way): a request that continues
-// the warmed-up chat waits for the warm-up, which is running the very tokens it would run
-// (and then resumes after them); any other request cancels it.
+// A warm-up never competes with a client's request (make_way): one is not started once a
+// client's request came after the reply finished; a request that continues the warmed-up
+// chat waits for the warm-up, which is running the very tokens it would run (and then
+// resumes after them); any other request cancels it.
 #pragma once
 
 #include <condition_variable>
@@ -70,16 +71,22 @@ class ReplyFollowUps {
     std::condition_variable cv;
     bool done = false;
   };
+  struct Posted {
+    int64_t epoch;  // make_way calls before the reply finished
+    std::function<std::optional<FinishedChat>()> build;
+  };
   void run();
-  void follow_up(FinishedChat done);
+  void follow_up(FinishedChat done, int64_t epoch);
   std::shared_ptr<Warmup> in_flight();
+  std::shared_ptr<Warmup> in_flight_locked();
 
   EngineApi& engine_;
   ReasoningMemory* memory_;
   const int64_t grain_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<std::optional<FinishedChat>()>> queue_;
+  std::deque<Posted> queue_;
+  int64_t epoch_ = 0;  // make_way calls so far: a client request since a reply finished skips its warm-up
   bool busy_ = false;
   bool stopping_ = false;
   std::shared_ptr<Warmup> warming_;  // the latest warm-up submitted (guarded by mu_)

@@ -115,6 +115,19 @@ TEST(ReplyFollowUps, NothingIsWarmedUpThatWouldKeepNothingOrCompete) {
   f.post([]() -> std::optional<FinishedChat> { throw std::runtime_error("a reply the parser refuses"); });
   f.drain();
   EXPECT_TRUE(engine.submitted.empty());
+  // A client's request that starts after the reply finished, before its follow-up ran: the
+  // engine is about to be busy, so no warm-up (it would run beside the request).
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  f.post([released] {
+    released.wait();
+    return finished(3);
+  });
+  f.make_way(std::vector<int32_t>(500, 7));
+  release.set_value();
+  f.drain();
+  EXPECT_TRUE(engine.submitted.empty());
+  EXPECT_TRUE(engine.cancelled.empty());
   ReplyFollowUps off(engine, nullptr, 0);  // REPLY_WARMUP=0, no memory
   EXPECT_FALSE(off.active());
 }
