@@ -353,7 +353,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
          "--reply-warmup", o->http.reply_warmup,
-         "1: a finished chat reply is prefilled while no request waits, so that the chat's next turn "
+         "1: a finished chat reply is prefilled while the engine is idle, so that the chat's next turn "
          "resumes after the reply instead of running it again (needs prompt reuse); 0: off")
       ->envname("REPLY_WARMUP")
       ->capture_default_str();

@@ -71,6 +71,12 @@ args = r.stdout.split("\n")
 check("STREAM_SMOOTH_MS becomes --stream-smooth-ms", r.returncode == 0 and
       args[args.index("--stream-smooth-ms") + 1] == "250", r.stdout + r.stderr)
 
+r = settings({"REPLY_WARMUP": "0", "REASONING_MEMORY_MIB": "128"})
+args = r.stdout.split("\n")
+check("REPLY_WARMUP and REASONING_MEMORY_MIB become serve flags", r.returncode == 0 and
+      args[args.index("--reply-warmup") + 1] == "0" and args[args.index("--reasoning-memory-mib") + 1] == "128",
+      r.stdout + r.stderr)
+
 r = settings({"BATCH_INVARIANT": "0", "EXACT_ROWS": "16"})
 args = r.stdout.split("\n")
 check("BATCH_INVARIANT and EXACT_ROWS become serve flags", r.returncode == 0 and
@@ -82,14 +88,15 @@ check("a BATCH_INVARIANT other than 0 or 1 is refused, naming it", r.returncode 
 
 r = settings({})
 check("unset knobs leave serve's defaults", r.returncode == 0 and "--drafter" not in r.stdout.split("\n") and
-      "--stream-smooth-ms" not in r.stdout.split("\n") and
+      "--stream-smooth-ms" not in r.stdout.split("\n") and "--reply-warmup" not in r.stdout.split("\n") and
       "--mtp-max" not in r.stdout.split("\n"), r.stdout + r.stderr)
 
 for key, value in (("DRAFTER", "eagle"), ("DRAFTER", "mtp;rm"), ("MTP_MAX", "0"), ("MTP_MAX", "64"),
                    ("MTP_MAX", "three"), ("COPY_MAX", "99"), ("COPY", "yes"), ("LOG_KEEP", "0"),
                    ("LOG_KEEP", "ten"), ("MEMORY_GUARD_MIB", "-1"), ("MEMORY_GUARD_MIB", "1g"),
                    ("WATCHDOG_S", "5m"), ("REASONING_EFFORT", "medium"), ("THINKING_BUDGET", "lots"),
-                   ("STREAM_SMOOTH", "yes"), ("STREAM_SMOOTH_MS", "9000"), ("STREAM_SMOOTH_MS", "-5")):
+                   ("STREAM_SMOOTH", "yes"), ("STREAM_SMOOTH_MS", "9000"), ("STREAM_SMOOTH_MS", "-5"),
+                   ("REPLY_WARMUP", "yes"), ("REASONING_MEMORY_MIB", "64m"), ("REASONING_MEMORY_MIB", "-1")):
     r = settings({key: value})
     check("%s=%s is refused, naming it" % (key, value), r.returncode != 0 and key in r.stderr and
           "--" not in r.stdout, "rc %d, stdout %r, stderr %r" % (r.returncode, r.stdout, r.stderr))
