@@ -43,6 +43,9 @@ Status normalise_message(ordered_json& m, size_t index) {
   if (m.contains("role") && m["role"] == "developer") m["role"] = "system";
   if (m.contains("reasoning") && !m.contains("reasoning_content") && m["reasoning"].is_string())
     m["reasoning_content"] = m["reasoning"];
+  // No content (null, as OpenAI's clients send a turn of tool calls, or none) is empty text, as
+  // vLLM's message parsing makes it: Jinja would print a null as "None" into the prompt.
+  if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
   if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
     for (auto& tc : m["tool_calls"]) {
       ordered_json* fn =

@@ -9,6 +9,7 @@
 //    since templates iterate them (`tc.arguments.items()`); a string that is not a JSON object stays;
 //    a call without arguments (none, null or blank text) gets an empty object;
 //  - an assistant `reasoning` field is copied to `reasoning_content` when that is absent;
+//  - a null or missing `content` (a turn of tool calls) is "" (Jinja would print "None");
 //  - the `developer` role becomes `system` (api.md: "treat as system").
 //
 // Thinking switch (GLM-5.3-Flash, docs/decisions.md): the official template always opens `<think>`

@@ -87,12 +87,14 @@ def special_tokens(template_path):
 def normalise_messages(messages):
     """What vLLM does before rendering (and src/text/chat_template.cc too): JSON-string tool-call
     arguments become objects (none, null or blank: an empty object), `reasoning` is copied to
-    `reasoning_content`, and the `developer` role
+    `reasoning_content`, a null or missing `content` is "", and the `developer` role
     is treated as `system`."""
     out = json.loads(json.dumps(messages))
     for m in out:
         if m.get("role") == "developer":
             m["role"] = "system"
+        if m.get("content") is None:
+            m["content"] = ""
         if isinstance(m.get("reasoning"), str) and "reasoning_content" not in m:
             m["reasoning_content"] = m["reasoning"]
         for tc in m.get("tool_calls") or []:

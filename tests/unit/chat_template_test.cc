@@ -176,6 +176,30 @@ TEST(ChatTemplateGlm53, StringArgumentsAreParsedForTheTemplate) {
       << p->text;
 }
 
+// A turn of tool calls sent back as OpenAI's clients send it (content null) or without content
+// renders as one with empty content, as vLLM parses it; rendered as is, Jinja prints "None".
+TEST(ChatTemplateGlm53, NullContentIsEmptyText) {
+  tf::ChatTemplate glm = load_glm();
+  auto render = [&](ordered_json assistant) {
+    tf::ChatTemplateRequest r;
+    assistant["role"] = "assistant";
+    assistant["tool_calls"] = ordered_json::parse(
+        R"([{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}])");
+    r.messages = ordered_json::array({{{"role", "user"}, {"content", "Weather?"}},
+                                      assistant,
+                                      {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}});
+    auto p = glm.render(r);
+    EXPECT_TRUE(p.has_value()) << p.status().to_string();
+    return p.has_value() ? p->text : std::string();
+  };
+  const std::string empty = render({{"content", ""}});
+  EXPECT_EQ(render({{"content", nullptr}}), empty);
+  EXPECT_EQ(render(ordered_json::object()), empty);
+  EXPECT_EQ(empty.find("None"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("<|assistant|><think></think><tool_call>get_weather</tool_call>"), std::string::npos)
+      << empty;
+}
+
 TEST(ChatTemplate, ErrorsNameTheProblem) {
   auto bad =
       tf::ChatTemplate::create("{% if x %}\n{{ 1 + }}{% endif %}", nlohmann::json::object(), "bad.jinja");
