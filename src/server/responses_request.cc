@@ -143,9 +143,10 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
   if (auto instructions = json_string(body, "instructions"))
     messages.insert(messages.begin(), Json{{"role", "system"}, {"content", *instructions}});
   chat["messages"] = messages;
-  for (const char* f : {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stream",
-                        "parallel_tool_calls", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                        "stop", "chat_template_kwargs", "cache_salt", "priority", "draft"})
+  for (const char* f :
+       {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stream", "parallel_tool_calls",
+        "presence_penalty", "frequency_penalty", "repetition_penalty", "stop", "chat_template_kwargs",
+        "cache_salt", "priority", "draft", "thinking_budget", "thinking_token_budget"})
     if (body.contains(f)) chat[f] = body[f];
   if (auto mot = json_int(body, "max_output_tokens", 1, int64_t{1} << 40)) chat["max_completion_tokens"] = *mot;
   if (const Json* tools = json_field(body, "tools")) {

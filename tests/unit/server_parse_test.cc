@@ -224,6 +224,15 @@ TEST(ServerParse, ResponsesMapOntoChat) {
   EXPECT_THROW(parse_responses_request(b), ApiError);
   b.erase("text");
   EXPECT_EQ(parse_responses_request(b).chat.tool_choice, "f");
+  // The chat extensions a Responses body may carry too: the thinking budget under either name.
+  EXPECT_FALSE(parse_responses_request(b).chat.reasoning_budget);
+  b["thinking_budget"] = 300;
+  EXPECT_EQ(parse_responses_request(b).chat.reasoning_budget, 300);
+  b.erase("thinking_budget");
+  b["thinking_token_budget"] = 40;
+  EXPECT_EQ(parse_responses_request(b).chat.reasoning_budget, 40);
+  b["thinking_token_budget"] = -3;
+  EXPECT_THROW(parse_responses_request(b), ApiError);
 }
 
 // Reasoning items sent back go to the assistant turn after them (its message, or the function
