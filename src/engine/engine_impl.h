@@ -295,9 +295,9 @@ struct Engine::Impl {
   void admit_read_ahead();
   bool cancel_pending_store(const std::string& request_id);
   int64_t resume_from_kept(RequestId id);
-  // Whether a reply's warm-up (GenerationRequest::warm_from) would keep a new state from one
-  // kept now (engine_prompt_reuse.cc); it runs only then.
-  bool warmup_pays(const LiveRequest& r);
+  // Whether a reply's warm-up (GenerationRequest::warm_from) would keep a new state from
+  // `hit`, the longest kept prefix of its prompt (engine_prompt_reuse.cc); it runs only then.
+  bool warmup_pays(const LiveRequest& r, const std::optional<PromptIndex::Hit>& hit) const;
   void keep_prompt_states(std::span<LiveChoice* const> prefilled);
   void evict_kept(uint64_t id);
   // Prompt tokens that a kept state may cover: all but the last (which must run for the

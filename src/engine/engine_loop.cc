@@ -151,8 +151,14 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
   // The kept prompt this request will resume from counts as used now, so that reservations
   // made before its admission evict others first.
   set_reuse_tokens(*r);
-  if (reuse_grain > 0 && g.prompt_logprobs < 0) (void)kept_index.longest_prefix(r->reuse_prompt(), reuse_limit(*r));
-  const bool runs_warmup = warmup && warmup_pays(*r);
+  std::optional<PromptIndex::Hit> kept_hit;
+  if (reuse_grain > 0 && g.prompt_logprobs < 0)
+    kept_hit = kept_index.longest_prefix(r->reuse_prompt(), reuse_limit(*r));
+  // Nothing to run: completions with echo and max_tokens 0, unless the prompt is scored (it then
+  // runs, and ends at its last row: scores_prompt_only); a reply's warm-up that keeps nothing new.
+  const bool nothing_to_run =
+      warmup ? !warmup_pays(*r, kept_hit)
+             : g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0 && g.label_tokens.empty() && !g.embed;
   for (int i = 0; i < g.n; ++i) {
     const RequestId id = next_id++;
     LiveChoice c;
@@ -192,12 +198,7 @@ void Engine::Impl::admit(const std::shared_ptr<LiveRequest>& r) {
     }
     choices.emplace(id, std::move(c));
     by_request_id.emplace(g.request_id, id);
-    // Completions with echo and max_tokens 0: nothing to run, unless the prompt is scored
-    // (it then runs, and ends at its last row: scores_prompt_only).
-    // A reply's warm-up that would keep nothing new ends here too.
-    if ((g.sampling.max_tokens <= 0 && g.prompt_logprobs < 0 && g.label_tokens.empty() && !g.embed &&
-         !warmup) ||
-        (warmup && !runs_warmup)) {
+    if (nothing_to_run) {
       finish_choice(id, FinishReason::kLength, false);
       continue;
     }

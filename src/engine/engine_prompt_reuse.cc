@@ -127,13 +127,12 @@ int64_t Engine::Impl::resume_from_kept(RequestId id) {
   return from;
 }
 
-bool Engine::Impl::warmup_pays(const LiveRequest& r) {
+bool Engine::Impl::warmup_pays(const LiveRequest& r, const std::optional<PromptIndex::Hit>& hit) const {
   // Without a state to resume from, the warm-up would run the whole chat again: a state that
   // gave way (or a chat never seen) is left to the next turn, which would run it anyway.
   if (reuse_grain == 0 || r.req.media) return false;
   const int64_t limit = reuse_limit(r);
   auto round_down = [this](int64_t n) { return n / reuse_grain * reuse_grain; };
-  const std::optional<PromptIndex::Hit> hit = kept_index.longest_prefix(r.reuse_prompt(), limit);
   // The reply's prompt kept its state at the last point before its end (as any prompt does).
   return hit && hit->tokens >= round_down(std::min(r.req.warm_from - 1, limit)) &&
          round_down(limit) > hit->tokens;

@@ -397,8 +397,7 @@ struct HttpServer::Impl {
     check_queued_choices(r.n, "n");
     auto prompt = render_prompt(r.chat, r.cache_salt);
     const bool has_media = prompt.media != nullptr;
-    if (truncate_prompt(prompt.tokens, r.truncate_prompt_tokens, prompt.media != nullptr))
-      prompt.system_tokens = 0;
+    if (truncate_prompt(prompt.tokens, r.truncate_prompt_tokens, has_media)) prompt.system_tokens = 0;
     int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
     GenerationRequest g = chat_generation(r, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);

@@ -95,16 +95,20 @@ void ReplyFollowUps::make_way(const std::vector<int32_t>& prompt) {
   w->cv.wait_for(lock, kMaxWait, [&w] { return w->done; });
 }
 
+bool ReplyFollowUps::engine_idle() const {
+  const EngineHealth h = engine_.health();
+  return h.requests_waiting == 0 && h.streams_decoding == 0 && h.streams_prefilling == 0;
+}
+
 void ReplyFollowUps::follow_up(FinishedChat done, int64_t epoch) {
   Json& messages = done.chat.messages;
   if (memory_) {
     memory_->restore(messages, done.cache_salt);  // earlier turns, as the request had them
     memory_->remember(messages, done.cache_salt);
   }
-  if (grain_ <= 0 || !done.warm || in_flight()) return;
-  // Only on an idle engine: requests first (the next turn would run the reply anyway).
-  const EngineHealth h = engine_.health();
-  if (h.requests_waiting > 0 || h.streams_decoding > 0 || h.streams_prefilling > 0) return;
+  // Only on an idle engine: requests first (the next turn would run the reply anyway). Checked
+  // here before the render, and again where it is submitted.
+  if (grain_ <= 0 || !done.warm || in_flight() || !engine_idle()) return;
   done.chat.add_generation_prompt = false;
   done.chat.continue_final_message = false;
   done.chat.find_system_block = false;
@@ -136,9 +140,7 @@ void ReplyFollowUps::follow_up(FinishedChat done, int64_t epoch) {
   // Checked and submitted under the lock make_way takes: a client's request either came
   // first (and the warm-up is dropped) or finds the warm-up in flight.
   std::lock_guard<std::mutex> lock(mu_);
-  if (epoch_ != epoch || in_flight_locked()) return;
-  const EngineHealth now = engine_.health();
-  if (now.requests_waiting > 0 || now.streams_decoding > 0 || now.streams_prefilling > 0) return;
+  if (epoch_ != epoch || in_flight_locked() || !engine_idle()) return;
   warming_ = w;
   Status s = engine_.submit(std::move(g), [finished](GenerationEvent ev) {
     if (ev.kind == GenerationEvent::Kind::kFinish || ev.kind == GenerationEvent::Kind::kError) finished();

@@ -79,6 +79,7 @@ class ReplyFollowUps {
   void follow_up(FinishedChat done, int64_t epoch);
   std::shared_ptr<Warmup> in_flight();
   std::shared_ptr<Warmup> in_flight_locked();
+  bool engine_idle() const;
 
   EngineApi& engine_;
   ReasoningMemory* memory_;
