@@ -106,7 +106,7 @@ fi
 
 # What else holds memory here: the server plans its memory from what is free when it starts.
 echo "memory: $(awk '/MemAvailable/ {printf "%.1f GiB available", $2 / 1048576}' /proc/meminfo)"
-if [[ "$DEVICE" == cuda ]] && command -v nvidia-smi >/dev/null; then
+if [[ "$DEVICE" != cpu ]] && command -v nvidia-smi >/dev/null; then
   gpu_users=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null || true)
   if [[ -n "$gpu_users" ]]; then
     echo "note: processes already on the GPU (their memory is not available to tensorfold; stop them if it does not fit):"

@@ -19,6 +19,7 @@
 #include "apps/serve_tp.h"
 #include "core/logging.h"
 #include "engine/demo_checkpoint.h"
+#include "engine/device_choice.h"
 #include "engine/engine.h"
 #include "engine/memory_guard.h"
 #include "engine/stall_watchdog.h"
@@ -81,6 +82,9 @@ int serve(ServeOptions& o) {
     o.tp = *world;
   }
   o.tp_process.world = o.tp;
+  // Before anything reads the device (the ranks rank 0 starts get the one chosen here).
+  const engine::DeviceChoice device = engine::choose_device(o.engine.device, o.engine.cuda_device);
+  o.engine.device = device.device;
   // A rank that rank 0 started (--rank r): it follows, it does not serve.
   if (o.tp > 1 && o.tp_process.rank > 0) {
     init_logging(o.tp_process.rank);
@@ -116,6 +120,7 @@ int serve(ServeOptions& o) {
     if (!leader) fail(leader.status().to_string());
     tp_leader = std::move(*leader);
   }
+  if (!device.reason.empty()) TF_LOG_INFO("DEVICE=auto: {} ({})", device.device, device.reason);
   TF_LOG_INFO("loading {}", o.engine.model_dir);
   auto eng = engine::Engine::create(o.engine);
   if (!eng) {
@@ -400,10 +405,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--rank", o->tp_process.rank)->group("");
   cmd->add_option("--rendezvous", o->tp_process.rendezvous)->group("");
   cmd->add_option("--gpu", o->tp_process.gpu)->group("");
-  cmd->add_option("--device", o->engine.device,
-                  "compute device: cpu, or cuda (GPU 0; GPUs 0..N-1 with --tp N; needs the CUDA build)")
+  o->engine.device = "auto";
+  cmd->add_option(
+         "--device", o->engine.device,
+         "compute device: cpu, cuda (GPU 0; GPUs 0..N-1 with --tp N; needs the CUDA build), or auto: "
+         "cuda when this build has it and the GPU can run its kernels, else cpu")
       ->envname("DEVICE")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--api-key", o->http.api_key,
                   "require one of these keys (comma-separated) as `Authorization: Bearer KEY` or `x-api-key` "

@@ -87,8 +87,9 @@ Status check_devices(const engine::EngineOptions& engine, int world) {
 
 // Options a follower must not get from rank 0's command line: rank 0's own
 // (a follower given them would start ranks itself) and those each rank gets anew.
-const std::vector<std::string> kRankZeroOptions = {"--worker", "--fabric-peer", "--worker-dir", "--worker-model",
-                                                   "--tp", "--rank", "--rendezvous", "--gpu"};
+const std::vector<std::string> kRankZeroOptions = {"--worker",       "--fabric-peer", "--worker-dir",
+                                                   "--worker-model", "--tp",          "--rank",
+                                                   "--rendezvous",   "--gpu",         "--device"};
 // ... and, on a worker, what names paths or ports of this machine.
 const std::vector<std::string> kThisMachineOptions = {"--model", "-m",        "--cache-dir",   "--host",
                                                       "--port",  "--api-key", "--api-key-file"};
@@ -212,9 +213,12 @@ Expected<std::unique_ptr<TpLeader>> TpLeader::start(engine::EngineOptions& engin
   // PR_SET_PDEATHSIG is tied to this thread, which lives as long as the process.
   co.on_listening = [&, raw](int port) {
     const std::string rendezvous = host_port(address, port);
-    auto rank_options = [&tp, rendezvous](int rank) {
-      return std::vector<std::string>{"--tp", std::to_string(tp.world), "--rank", std::to_string(rank),
-                                      "--rendezvous", rendezvous};
+    // The device rank 0 runs on (DEVICE=auto chosen here), so that no rank chooses another.
+    auto rank_options = [&tp, device = engine.device, rendezvous](int rank) {
+      return std::vector<std::string>{"--tp",         std::to_string(tp.world),
+                                      "--rank",       std::to_string(rank),
+                                      "--rendezvous", rendezvous,
+                                      "--device",     device};
     };
     engine::RankLaunchOptions lo;
     lo.argv = {args.front()};

@@ -68,7 +68,7 @@ done
 : "${VISION:=1}"
 : "${VISION_URLS:=0}"
 : "${TP:=1}"
-: "${DEVICE:=cpu}"
+: "${DEVICE:=auto}"
 : "${BUILD_DIR:=$TF_ROOT/build}"
 : "${LOG_DIR:=$TF_ROOT/logs}"
 : "${LOG_KEEP:=10}"
@@ -145,7 +145,7 @@ tf_validate_settings() {
   [[ -z "${PROMPT_STORE_BLOCK:-}" || "$PROMPT_STORE_BLOCK" =~ ^[0-9]+$ ]] ||
     tf_fail "PROMPT_STORE_BLOCK must be a whole number of tokens, got '$PROMPT_STORE_BLOCK'"
   [[ "$TP" =~ ^[0-9]+$ ]] && ((TP >= 1)) || tf_fail "TP must be >= 1, got '$TP'"
-  [[ "$DEVICE" =~ ^(cpu|cuda)$ ]] || tf_fail "DEVICE must be cpu or cuda, got '$DEVICE'"
+  [[ "$DEVICE" =~ ^(auto|cpu|cuda)$ ]] || tf_fail "DEVICE must be auto, cpu or cuda, got '$DEVICE'"
   [[ "$FOREGROUND" =~ ^[01]$ ]] || tf_fail "FOREGROUND must be 0 or 1, got '$FOREGROUND'"
   [[ "$PREPARE" =~ ^(auto|0|1)$ ]] || tf_fail "PREPARE must be auto, 0 or 1, got '$PREPARE'"
   [[ "$DRY_RUN" =~ ^[01]$ ]] || tf_fail "DRY_RUN must be 0 or 1, got '$DRY_RUN'"

@@ -23,7 +23,7 @@ if [[ -n "${FABRIC_PEER:-}" ]] && command -v ip >/dev/null; then
     echo "workers: to $peer: ${route%%$'\n'*}"
   done
 fi
-if [[ "$DEVICE" == cuda ]] && ! ls /sys/class/infiniband/* >/dev/null 2>&1; then
+if [[ "$DEVICE" != cpu ]] && command -v nvidia-smi >/dev/null && ! ls /sys/class/infiniband/* >/dev/null 2>&1; then
   echo "workers: warning: no RDMA (RoCE) device here (/sys/class/infiniband is empty): NCCL will use TCP sockets"
 fi
 

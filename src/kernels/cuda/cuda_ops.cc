@@ -584,6 +584,13 @@ bool cuda_shares_host_memory(int device) {
   return integrated != 0;
 }
 
+Status cuda_device_usable(int device) {
+  const int n = cuda::device_count();
+  if (device < 0 || device >= n)
+    return unavailable("no CUDA device " + std::to_string(device) + " (" + std::to_string(n) + " found)");
+  return cuda::check_kernel_image(device);
+}
+
 Expected<int64_t> cuda_free_bytes(int device) {
   if (device < 0 || device >= cuda::device_count())
     return unavailable("no CUDA device " + std::to_string(device));

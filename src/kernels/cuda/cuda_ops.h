@@ -17,6 +17,9 @@ namespace tf {
 // exact_rows (0..64): calls with at most this many rows keep results independent of
 // the other rows (f32 activations); larger ones use BF16 tensor cores (cuda_context.h).
 Expected<std::unique_ptr<Ops>> make_cuda_ops(int device = 0, int64_t exact_rows = 64);
+// Ok when GPU `device` exists and can run this build's kernels (compiled for its
+// architecture), else why not (DEVICE=auto falls back to the CPU on it).
+Status cuda_device_usable(int device = 0);
 // Free memory on GPU `device` (what the cache pool and the weights are planned from).
 Expected<int64_t> cuda_free_bytes(int device = 0);
 // Whether GPU `device` allocates from the host's RAM (an integrated GPU: a DGX Spark's GB10,
