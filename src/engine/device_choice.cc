@@ -13,7 +13,7 @@ DeviceChoice choose_device(const std::string& requested, int cuda_device) {
 #if TF_HAVE_CUDA
   const Status usable = cuda_device_usable(cuda_device);
   if (usable.is_ok()) return {"cuda", gpu + " runs this build's CUDA kernels"};
-  return {"cpu", gpu + " is not usable: " + usable.message()};
+  return {"cpu", gpu + " is not usable: " + usable.message(), true};
 #else
   return {"cpu", "this tensorfold was built without CUDA, so " + gpu + " is not used"};
 #endif

@@ -11,6 +11,7 @@ namespace tf::engine {
 struct DeviceChoice {
   std::string device;  // cpu | cuda
   std::string reason;  // why auto chose it; empty when the device was named
+  bool gpu_unusable = false;  // a CUDA build that found no GPU it can run on (worth a warning)
 };
 
 // `requested`: auto, cpu or cuda (cpu and cuda come back as they are); `cuda_device`: the

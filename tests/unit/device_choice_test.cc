@@ -20,6 +20,7 @@ TEST(DeviceChoice, AutoFallsBackToTheCpuWithoutThatGpu) {
   const DeviceChoice c = choose_device("auto", 4095);
   EXPECT_EQ(c.device, "cpu");
   EXPECT_NE(c.reason.find("GPU 4095"), std::string::npos) << c.reason;
+  EXPECT_EQ(c.gpu_unusable, TF_HAVE_CUDA != 0);
 }
 
 TEST(DeviceChoice, AutoChoosesCpuOrCudaAndSaysWhy) {
