@@ -41,11 +41,13 @@ std::string rstrip(const std::string& s) {
 Status normalise_message(ordered_json& m, size_t index) {
   if (!m.is_object()) return invalid_argument("messages[" + std::to_string(index) + "]: must be an object");
   if (m.contains("role") && m["role"] == "developer") m["role"] = "system";
-  if (m.contains("reasoning") && !m.contains("reasoning_content") && m["reasoning"].is_string())
-    m["reasoning_content"] = m["reasoning"];
   // No content (null, as OpenAI's clients send a turn of tool calls, or none) is empty text, as
   // vLLM's message parsing makes it: Jinja would print a null as "None" into the prompt.
+  // Set before reasoning_content is added: the key order of tests/tools/render_templates.py, which
+  // a template printing a whole message (tojson) shows.
   if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
+  if (m.contains("reasoning") && !m.contains("reasoning_content") && m["reasoning"].is_string())
+    m["reasoning_content"] = m["reasoning"];
   if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
     for (auto& tc : m["tool_calls"]) {
       ordered_json* fn =

@@ -258,6 +258,29 @@ Value truncate_non_string(const Value& v, const ArgBinder& b) {
   throw JinjaError(std::string("TypeError: can only truncate strings, not '") + v.type_name() + "'");
 }
 
+// jinja2's title filter: splits at runs of "-", "(", "{", "[", "<" and whitespace (re's \s: every
+// str.isspace character), and writes each other run as piece[0].upper() + piece[1:].lower(). It
+// works on code points: the bytes of a character such as "à" (C3 A0) are no separators.
+std::string title_case(std::string_view s) {
+  auto is_sep = [](char32_t c) {
+    return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_isspace(c);
+  };
+  std::u32string u = utf8_decode(s);
+  std::u32string_view text(u);
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const bool sep = is_sep(text[i]);
+    size_t j = i;
+    while (j < text.size() && is_sep(text[j]) == sep) ++j;
+    std::u32string_view piece = text.substr(i, j - i);
+    out += sep ? utf8_encode(piece)
+               : py_upper(utf8_encode(piece.substr(0, 1))) + py_lower(utf8_encode(piece.substr(1)));
+    i = j;
+  }
+  return out;
+}
+
 const std::unordered_map<std::string, Filter>& filters() {
   static const std::unordered_map<std::string, Filter> table = [] {
     std::unordered_map<std::string, Filter> f;
@@ -636,27 +659,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       return total;
     };
     f["title"] = [](const Value& v, CallArgs&) {
-      // jinja2 splits at runs of "-", whitespace and opening brackets, capitalising each piece.
-      std::string s = v.to_str(), out;
-      size_t i = 0;
-      auto is_sep = [](char c) {
-        return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' ||
-               py_isspace(static_cast<unsigned char>(c));
-      };
-      while (i < s.size()) {
-        size_t j = i;
-        bool sep = is_sep(s[i]);
-        while (j < s.size() && is_sep(s[j]) == sep) ++j;
-        std::string piece = s.substr(i, j - i);
-        if (!sep) {
-          std::u32string u = utf8_decode(piece);
-          piece = py_upper(utf8_encode(std::u32string_view(u).substr(0, 1))) +
-                  py_lower(utf8_encode(std::u32string_view(u).substr(1)));
-        }
-        out += piece;
-        i = j;
-      }
-      return as_markup_if(v.is_markup(), Value(out));
+      return as_markup_if(v.is_markup(), Value(title_case(v.to_str())));
     };
     f["tojson"] = [](const Value& v, CallArgs& a) {
       ArgBinder b("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"});

@@ -200,6 +200,21 @@ TEST(ChatTemplateGlm53, NullContentIsEmptyText) {
       << empty;
 }
 
+// Normalisation adds keys in the order render_templates.py's normalise_messages does (content,
+// then reasoning_content), which a template printing a whole message shows.
+TEST(ChatTemplate, NormalisedKeysKeepTheReferenceOrder) {
+  auto t = tf::ChatTemplate::create("{{ messages | tojson }}", nlohmann::json::object());
+  ASSERT_TRUE(t.has_value());
+  tf::ChatTemplateRequest r;
+  r.messages = ordered_json::parse(R"([{"role": "developer", "reasoning": "r", "content": null},
+                                       {"role": "assistant", "reasoning": "why"}])");
+  auto p = t->render(r);
+  ASSERT_TRUE(p.has_value()) << p.status().to_string();
+  EXPECT_EQ(p->text,
+            R"([{"role": "system", "reasoning": "r", "content": "", "reasoning_content": "r"}, )"
+            R"({"role": "assistant", "reasoning": "why", "content": "", "reasoning_content": "why"}])");
+}
+
 TEST(ChatTemplate, ErrorsNameTheProblem) {
   auto bad =
       tf::ChatTemplate::create("{% if x %}\n{{ 1 + }}{% endif %}", nlohmann::json::object(), "bad.jinja");
