@@ -430,8 +430,14 @@ bool value_less(const Value& a, const Value& b) {
                    "' and '" + b.type_name() + "'");
 }
 
+// Cycles (a namespace holding itself) are found by depth. Above the 256 levels a request's JSON
+// may nest, so a deep but finite tool schema dumps (at 100, one nested 240 deep was called circular).
+constexpr int kMaxDumpDepth = 512;
+
 static void dump_into(std::string& out, const Value& v, const JsonDumpOptions& o, int level) {
-  if (level > 100) throw JinjaError("ValueError: Circular reference detected");
+  if (level > kMaxDumpDepth)
+    throw JinjaError("ValueError: Circular reference detected (or a value nested deeper than " +
+                     std::to_string(kMaxDumpDepth) + " levels)");
   switch (v.kind()) {
     case Value::Kind::kNone:
       out += "null";

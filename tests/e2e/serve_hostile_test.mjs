@@ -34,6 +34,10 @@ const refChain = (n) => ({
   $defs: Object.fromEntries(Array.from({ length: n + 1 }, (_, i) => [`a${i}`, i < n ? { $ref: `#/$defs/a${i + 1}` } : { type: 'string' }])),
   $ref: '#/$defs/a0',
 });
+// {k0: schema, k1: schema, ...}: n keys.
+const keyed = (n, value) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, value]));
+const schemaFormat = (schema) => ({ type: 'json_schema', json_schema: { name: 'x', schema } });
+const alternatives = (n) => Array.from({ length: n }, (_, i) => `x${i}`);
 const toolCallTurn = (args) => [user[0], { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] },
   { role: 'tool', tool_call_id: 'c1', content: 'x' }];
 
@@ -176,6 +180,15 @@ const CASES = [
   ['json_schema dangling $ref', C, chat({ guided_json: { $ref: '#/$defs/nope' } }), 400],
   ['json_schema $ref cycle', C, chat({ guided_json: { $defs: { a: { $ref: '#/$defs/a' } }, $ref: '#/$defs/a' } }), 400],
   ['choice empty', C, chat({ guided_choice: [] }), 400, 'guided_choice'],
+  // -- structured outputs at the compiler's and the matcher's limits
+  ['json_schema of 100,000 optional properties (a recursion per property crashed the server)', C,
+    chat({ response_format: schemaFormat({ type: 'object', properties: keyed(100000, { type: 'integer' }) }) }), 400, 'response_format'],
+  ['json_schema enum of 5,000 strings (more than 4096 parses open at its start)', C, chat({ guided_json: { enum: alternatives(5000) } }), 400, 'guided_json'],
+  ['regex of 5,000 alternatives', C, chat({ guided_regex: alternatives(5000).join('|') }), 400, 'guided_regex'],
+  ['grammar of 5,000 alternatives', C, chat({ guided_grammar: `root ::= ${alternatives(5000).map((a) => `"${a}"`).join(' | ')}` }), 400, 'guided_grammar'],
+  ['grammar ("a"?){10000} "b": 10,001 parses open at its start', C, chat({ guided_grammar: 'root ::= ("a"?){10000} "b"' }), 400, 'guided_grammar'],
+  ['chat_template_kwargs of 257 keys (the template searches its globals linearly)', C, chat({ chat_template_kwargs: keyed(257, 'v') }), 400, 'chat_template_kwargs'],
+  ['chat_template_kwargs of 100,000 keys (40 s of CPU before)', C, chat({ chat_template_kwargs: keyed(100000, 'v') }), 400, 'chat_template_kwargs'],
   ['reasoning_effort extreme', C, chat({ reasoning_effort: 'extreme' }), 400, 'reasoning_effort'],
   ['functions (deprecated)', C, chat({ functions: [{ name: 'f' }] }), 400, 'functions'],
   ['audio output', C, chat({ audio: { voice: 'x' } }), 400, 'audio'],
@@ -331,6 +344,45 @@ await run.check('an object of 500,000 members is parsed in linear time (400 with
   assert.equal(r.status, 400, r.text.slice(0, 200));
   assert.equal(r.json.error.param, 'messages');
   assert.ok(ms < 10000, `took ${ms} ms`);
+});
+
+// Past the matcher's limits a parse state counted as dead: a grammar with 5,000 alternatives
+// open at once masked every token ("every token is excluded", blaming the sampling fields).
+// At the grammar's start it is refused when compiled; later, when the mask is computed.
+await run.check('structured outputs past the matcher limits: 400s that name the limit, not the sampler', async () => {
+  const start = await postJson(server, C, chat({ guided_json: { enum: alternatives(5000) } }));
+  assert.equal(start.status, 400, start.text.slice(0, 300));
+  assert.match(start.json.error.message, /more than 4096 parses open at once/);
+  const later = await postJson(server, C, chat({
+    max_tokens: 8, reasoning_effort: 'none', response_format: schemaFormat({ type: 'object', properties: keyed(5000, { type: 'integer' }) }),
+  }));
+  assert.equal(later.status, 400, later.text.slice(0, 300));
+  assert.match(later.json.error.message, /too ambiguous.*4096/);
+  assert.doesNotMatch(later.json.error.message, /every token is excluded/);
+  // 4,096 enum strings fit, and so do 256 template kwargs.
+  const fits = await postJson(server, C, chat({ max_tokens: 8, reasoning_effort: 'none', guided_json: { enum: alternatives(4096) } }));
+  assert.equal(fits.status, 200, fits.text.slice(0, 300));
+  assert.equal((await postJson(server, C, chat({ chat_template_kwargs: keyed(256, 'v') }))).status, 200);
+});
+
+// The template's tojson called values nested more than 100 levels circular: a tool schema
+// nested 240 deep (the body allows 256) failed with "Circular reference detected".
+await run.check('a tool schema nested 240 levels deep renders (/tokenize renders the chat template)', async () => {
+  const body = `{"model":"${model}","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function",`
+    + `"function":{"name":"f","parameters":${'{"type":"array","items":'.repeat(240)}{}${'}'.repeat(240)}}}]}`;
+  const r = await request(server, 'POST', '/tokenize', { body, timeoutMs: 60000 });
+  assert.equal(r.status, 200, r.text.slice(0, 300));
+  assert.ok(r.json.count > 240);
+});
+
+await run.check('a normal request completes while a 100,000-property schema is converted', async () => {
+  const heavy = postJson(server, C, chat({ response_format: schemaFormat({ type: 'object', properties: keyed(100000, { type: 'integer' }) }) }));
+  const t0 = Date.now();
+  const normal = await post200(server, C, chat({}));
+  const ms = Date.now() - t0;
+  assert.equal(normal.object, 'chat.completion');
+  assert.equal((await heavy).status, 400);
+  console.log(`     the normal request took ${ms} ms`);
 });
 
 await run.check('context_length_exceeded message names the window', async () => {

@@ -145,16 +145,22 @@ TEST(GrammarTokenMask, DeepAmbiguousStatesAreDead) {
 }
 
 // A chain of rules that each start with the next: expanding it copies the growing stack at
-// every link (3,000 links: 4.5M elements for one step, 10,000: 50M). Such a step is dead.
+// every link (3,000 links: 4.5M elements for one step, 10,000: 50M). Such a step is dead;
+// at the start the grammar is refused when compiled (it could never match).
 TEST(GrammarTokenMask, LongLeftmostRuleChainsAreDead) {
-  const auto chain = [](int links) {
+  const auto chain_text = [](int links) {
     std::string text = "root ::= r0\n";
     for (int i = 0; i < links; ++i)
       text += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
-    return compile(text + "r" + std::to_string(links) + " ::= \"y\"\n");
+    return text + "r" + std::to_string(links) + " ::= \"y\"\n";
   };
-  GrammarMatcher long_chain(chain(3000));
-  EXPECT_FALSE(long_chain.accept("y"));
+  const auto chain = [&](int links) { return compile(chain_text(links)); };
+  auto long_chain = compile_gbnf(chain_text(3000));
+  ASSERT_FALSE(long_chain.has_value());
+  EXPECT_NE(long_chain.status().message().find("parses open at once"), std::string::npos);
+  auto later = compile("root ::= \"z\" r0\n" + chain_text(3000).substr(std::string("root ::= r0\n").size()));
+  GrammarMatcher long_later(later);
+  EXPECT_FALSE(long_later.accept("zy"));
   GrammarMatcher short_chain(chain(300));
   EXPECT_TRUE(short_chain.accept("y" + std::string(300, 'x')));
   EXPECT_TRUE(short_chain.is_complete());
@@ -182,6 +188,39 @@ TEST(GrammarTokenMask, MaskWalkKeepsBoundedMemory) {
   ASSERT_TRUE(shallow.accept("[["));
   EXPECT_TRUE(fill_token_mask(shallow, vocab, allowed));
   EXPECT_EQ(allowed[1], 1);
+}
+
+// Past the matcher's limits a state counted as dead, so a grammar with 5,000 alternatives
+// open at once (an enum of 5,000 strings, a regex a0|a1|...) masked every token and failed
+// with "every token is excluded". At the start it is refused when compiled; later, the mask
+// is refused (the constraint's "too ambiguous" error) rather than leave tokens out.
+TEST(GrammarTokenMask, StatesPastTheLimitsAreRefusedNotDead) {
+  std::string alternatives;
+  for (int i = 0; i < 5000; ++i)
+    alternatives += std::string(i ? " | " : "") + "\"x" + std::to_string(i) + "\"";
+  auto at_start = compile_gbnf("root ::= " + alternatives);
+  ASSERT_FALSE(at_start.has_value());
+  EXPECT_NE(at_start.status().message().find("more than 4096 parses open at once"), std::string::npos)
+      << at_start.status().message();
+  auto nullable = compile_gbnf(R"(root ::= ("a"?){10000} "b")");
+  EXPECT_FALSE(nullable.has_value());
+
+  auto later = compile("root ::= \"{\" (" + alternatives + ")");
+  GrammarMatcher m(later);
+  TokenVocabulary vocab({"{", "}", "x", "{x"});
+  std::vector<uint8_t> allowed;
+  EXPECT_FALSE(fill_token_mask(m, vocab, allowed));
+  StructuredConstraint c(
+      later, std::make_shared<TokenVocabulary>(std::vector<std::string>{"{", "}", "x", "{x"}), {});
+  std::vector<float> logits(4, 0.0f);
+  const Status st = c.mask(logits);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("4096"), std::string::npos) << st.message();
+  // At the limit, all is well: 4,096 alternatives.
+  std::string at_limit;
+  for (int i = 0; i < 4096; ++i) at_limit += std::string(i ? " | " : "") + "\"x" + std::to_string(i) + "\"";
+  auto fits = compile("root ::= " + at_limit);
+  EXPECT_TRUE(grammar_matches(*fits, "x4095"));
 }
 
 }  // namespace

@@ -7,8 +7,6 @@ namespace tf::grammar {
 
 namespace {
 
-constexpr int kMaxExpansionDepth = 10000;
-
 // Expected length of a UTF-8 sequence from its lead byte; 0 for a byte that cannot lead.
 int utf8_length(uint8_t lead) {
   if (lead < 0x80) return 1;
@@ -38,6 +36,9 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar
   for (uint32_t a : g.rule_alts[g.root])
     expand(g.elements[a].kind == Element::Kind::kEnd ? std::vector<uint32_t>{} : std::vector<uint32_t>{a},
            state_.stacks, 0, elements);
+  // A truncated start would silently drop sentences: dead, and said so (start_over_limit()).
+  start_over_limit_ = over_limits(state_.stacks, elements);
+  if (start_over_limit_) state_.stacks.clear();
   normalize(state_.stacks);
 }
 
@@ -45,7 +46,9 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar
 void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth,
                             size_t& elements) const {
   const Grammar& g = *grammar_;
-  if (depth > kMaxExpansionDepth || out.size() > kMaxStacks || elements > kMaxStateElements) return;
+  // Past the depth the step fails like one past the other limits, rather than drop this path.
+  if (depth > kMaxExpansionDepth) elements = kMaxStateElements + 1;
+  if (over_limits(out, elements)) return;
   elements += stack.size();  // this call's copy
   if (stack.empty() || g.elements[stack.back()].kind == Element::Kind::kChar) {
     elements += stack.size();
@@ -64,8 +67,8 @@ void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector
   }
 }
 
-bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to,
-                                     size_t* work) const {
+bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchState& to, size_t* work,
+                                     bool* over_limit) const {
   const Grammar& g = *grammar_;
   to.stacks.clear();
   to.pending.clear();
@@ -77,9 +80,10 @@ bool GrammarMatcher::step_code_point(const MatchState& from, uint32_t cp, MatchS
     std::vector<uint32_t> next(s.begin(), s.end() - 1);
     if (g.elements[top + 1].kind != Element::Kind::kEnd) next.push_back(top + 1);
     expand(std::move(next), to.stacks, 0, elements);
-    if (to.stacks.size() > kMaxStacks || elements > kMaxStateElements) {
+    if (over_limits(to.stacks, elements)) {
       to.stacks.clear();
       if (work) *work += elements;
+      if (over_limit) *over_limit = true;
       return false;
     }
   }
@@ -114,11 +118,12 @@ bool GrammarMatcher::pending_feasible(const MatchState& s) const {
   return false;
 }
 
-bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState& to, size_t* work) const {
+bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState& to, size_t* work,
+                               bool* over_limit) const {
   if (from.pending.empty()) {
     const int len = utf8_length(byte);
     if (len == 0) return false;
-    if (len == 1) return step_code_point(from, byte, to, work);
+    if (len == 1) return step_code_point(from, byte, to, work, over_limit);
     to.stacks = from.stacks;
     if (work)
       for (const auto& s : from.stacks) *work += s.size();
@@ -139,7 +144,7 @@ bool GrammarMatcher::step_byte(const MatchState& from, uint8_t byte, MatchState&
   // Overlong forms and surrogates are not text.
   if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
     return false;
-  return step_code_point(from, cp, to, work);
+  return step_code_point(from, cp, to, work, over_limit);
 }
 
 bool GrammarMatcher::accept(std::string_view bytes) {

@@ -29,6 +29,9 @@ constexpr size_t kMaxStacks = 4096;
 // chain of rules that each start with the next copies the growing stack at every link
 // (10,000 links: 200 MB). A step in JSON nested 256 deep takes a few thousand.
 constexpr size_t kMaxStateElements = size_t{1} << 20;
+// Rules a character may sit under, each starting with the next (a deeper chain counts as past
+// the limits above).
+constexpr int kMaxExpansionDepth = 10000;
 
 struct MatchState {
   std::vector<std::vector<uint32_t>> stacks;  // sorted, unique; element indices
@@ -51,8 +54,12 @@ class GrammarMatcher {
   const Grammar& grammar() const { return *grammar_; }
 
   // The state after one more byte; false when the byte is not allowed. Adds to `*work` (when
-  // given) the stack elements the step copied (at most about kMaxStateElements).
-  bool step_byte(const MatchState& from, uint8_t byte, MatchState& to, size_t* work = nullptr) const;
+  // given) the stack elements the step copied (at most about kMaxStateElements). Sets
+  // `*over_limit` (when given) when the step failed on the limits above, not on the grammar.
+  bool step_byte(const MatchState& from, uint8_t byte, MatchState& to, size_t* work = nullptr,
+                 bool* over_limit = nullptr) const;
+  // The start state was over those limits (it is then dead): compile_gbnf refuses such grammars.
+  bool start_over_limit() const { return start_over_limit_; }
   static bool complete(const MatchState& s);
   bool alive_with_chars(const MatchState& s) const;
   // A compact key of a state (equal keys = equal states), for mask caches.
@@ -60,14 +67,19 @@ class GrammarMatcher {
 
  private:
   // `elements` counts what `out` holds and what was copied; expansion stops past kMaxStacks or
-  // kMaxStateElements.
+  // kMaxStateElements (a chain of rules deeper than kMaxExpansionDepth counts as past them).
   void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out, int depth,
               size_t& elements) const;
-  bool step_code_point(const MatchState& from, uint32_t cp, MatchState& to, size_t* work) const;
+  static bool over_limits(const std::vector<std::vector<uint32_t>>& stacks, size_t elements) {
+    return stacks.size() > kMaxStacks || elements > kMaxStateElements;
+  }
+  bool step_code_point(const MatchState& from, uint32_t cp, MatchState& to, size_t* work,
+                       bool* over_limit) const;
   bool pending_feasible(const MatchState& s) const;
 
   std::shared_ptr<const Grammar> grammar_;
   MatchState state_;
+  bool start_over_limit_ = false;
 };
 
 }  // namespace tf::grammar

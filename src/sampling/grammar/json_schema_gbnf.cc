@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_set>
 #include <vector>
 
 #include "sampling/grammar/gbnf_writer.h"
@@ -545,9 +546,13 @@ class Converter {
     if (properties != nullptr && !properties->is_object())
       return schema_error(path, "'properties' must be an object");
     TF_ASSIGN_OR_RETURN(std::vector<std::string> required, required_names(node, path));
-    auto is_required = [&](const std::string& key) {
-      return std::find(required.begin(), required.end(), key) != required.end();
-    };
+    // Sets, not searches of the lists: an ordered_json object's lookup is linear too, and
+    // 100,000 properties, all required, took minutes.
+    const std::unordered_set<std::string> required_set(required.begin(), required.end());
+    auto is_required = [&](const std::string& key) { return required_set.count(key) > 0; };
+    std::unordered_set<std::string> declared;
+    if (properties != nullptr)
+      for (const auto& item : properties->items()) declared.insert(item.key());
 
     std::vector<Member> members;
     if (properties != nullptr) {
@@ -577,7 +582,7 @@ class Converter {
 
     // Required names that `properties` does not declare take the extra-member schema.
     for (const std::string& key : required) {
-      if (properties != nullptr && properties->contains(key)) continue;
+      if (declared.count(key)) continue;
       if (extra_forbidden) {
         return schema_error(
             path, "required property '" + key + "' is not in 'properties' and additionalProperties is false");
@@ -603,11 +608,10 @@ class Converter {
     const Json* required = member_of(node, "required");
     if (required == nullptr) return names;
     if (!required->is_array()) return schema_error(path, "'required' must be an array of strings");
+    std::unordered_set<std::string> seen;  // a linear search per name was quadratic in 100,000 names
     for (const Json& key : *required) {
       if (!key.is_string()) return schema_error(path, "'required' must be an array of strings");
-      if (std::find(names.begin(), names.end(), key.get<std::string>()) == names.end()) {
-        names.push_back(key.get<std::string>());
-      }
+      if (seen.insert(key.get<std::string>()).second) names.push_back(key.get<std::string>());
     }
     return names;
   }
@@ -659,19 +663,34 @@ class Converter {
   }
 
   // Members k.. each preceded by a comma; a rule when k is also a start's tail (k <= last_start + 1).
+  // Built from the last member back and joined once: a recursion as deep as the members are
+  // many overflowed the stack (100,000 optional properties), and prepending to the text
+  // built so far was quadratic (100,000 required ones).
   std::string tail(const std::vector<Member>& members, size_t k, size_t last_start, const std::string& name,
                    std::map<size_t, std::string>& rules) {
-    if (k >= members.size()) return "";
-    if (auto it = rules.find(k); it != rules.end()) return it->second;
-    std::string item = std::string(kComma) + " " + members[k].expr;
-    if (!members[k].required) item = "( " + item + " )?";
-    bool as_rule = last_start > 0 && k >= 2 && k <= last_start + 1;
-    std::string rule_name = as_rule ? reserve(name + "-tail-" + std::to_string(k)) : "";
-    std::string sequence = concat(item, tail(members, k + 1, last_start, name, rules));
-    if (!as_rule) return sequence;
-    set_body(rule_name, sequence);
-    rules[k] = rule_name;
-    return rule_name;
+    size_t end = k;  // the first member whose tail is known (a rule already, or past the end)
+    while (end < members.size() && !rules.count(end)) ++end;
+    // Names are reserved first to last, as the rules are listed.
+    std::vector<std::string> names(end - k);
+    for (size_t j = k; j < end; ++j)
+      if (last_start > 0 && j >= 2 && j <= last_start + 1)
+        names[j - k] = reserve(name + "-tail-" + std::to_string(j));
+    std::vector<std::string> pieces;  // the sequence after member j, last piece first
+    if (end < members.size()) pieces.push_back(rules[end]);
+    for (size_t j = end; j-- > k;) {
+      std::string item = std::string(kComma) + " " + members[j].expr;
+      pieces.push_back(members[j].required ? std::move(item) : "( " + item + " )?");
+      if (names[j - k].empty()) continue;
+      set_body(names[j - k], joined_backwards(pieces));
+      rules[j] = names[j - k];
+      pieces.assign(1, names[j - k]);
+    }
+    return joined_backwards(pieces);
+  }
+
+  static std::string joined_backwards(std::vector<std::string> pieces) {
+    std::reverse(pieces.begin(), pieces.end());
+    return join(pieces, " ");
   }
 
   // --- Arrays ---

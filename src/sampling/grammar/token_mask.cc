@@ -30,9 +30,12 @@ class StateGraph {
       MatchState to;
       int32_t result = kDead;
       size_t copied = 0;
-      const bool alive = m_.step_byte(states_[static_cast<size_t>(id)], byte, to, &copied);
+      bool over_limit = false;
+      const bool alive = m_.step_byte(states_[static_cast<size_t>(id)], byte, to, &copied, &over_limit);
       copied_ += copied;
-      if (copied_ > kMaxMaskCopied) return false;
+      // A state past the matcher's limits is not known dead: refuse the mask rather than
+      // leave out tokens the grammar allows (or every token, with a misleading error).
+      if (copied_ > kMaxMaskCopied || over_limit) return false;
       // `t` may dangle once intern() grows next_: store through the index.
       if (alive) {
         size_t elements = 0;

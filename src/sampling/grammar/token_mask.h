@@ -46,8 +46,9 @@ constexpr uint64_t kMaxMaskCopied = 400'000'000;
 constexpr uint64_t kMaxMaskStateBytes = uint64_t{64} << 20;
 
 // allowed[id] = 1 when the matcher accepts token id's bytes next, else 0 (size = vocabulary).
-// False when the mask would cost more than max_work or keep more than kMaxMaskStateBytes
-// (allowed is then incomplete).
+// False when the mask would cost more than max_work or keep more than kMaxMaskStateBytes, or
+// a token's bytes reach a state past the matcher's limits (grammar_matcher.h): allowed is then
+// incomplete.
 [[nodiscard]] bool fill_token_mask(const GrammarMatcher& matcher, const TokenVocabulary& vocab,
                                    std::vector<uint8_t>& allowed, uint64_t max_work = kMaxMaskWork);
 
