@@ -165,6 +165,8 @@ echo "✔ $model is now LIVE! on port $PORT"
 echo "  API:     http://$(hostname -I 2>/dev/null | awk '{print $1}' || echo 127.0.0.1):$PORT/v1  (model \"$model\")"
 tf_workers
 ((${#TF_WORKERS[@]})) && echo "  ranks:   rank 0 here, then ${TF_WORKERS[*]} (WORKER_DIR $WORKER_DIR)"
+device=$(tf_curl -sf "$url/health" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("device", "?"))' 2>/dev/null) || device="?"
+echo "  device:  $device (DEVICE=$DEVICE)"
 echo "  log:     $log"
 echo "  restart: ./start.sh restart    stop: ./stop.sh$([[ -n "${API_KEY_FILE:-}" ]] && echo "    keys: edit $API_KEY_FILE, ./start.sh reload")"
 if [[ "$FOREGROUND" == 1 ]]; then

@@ -352,6 +352,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   m.info.max_queued_choices = options.max_waiting;
   m.info.parallel = options.parallel;
   m.info.reuse_grain = m.reuse_grain;
+  m.info.device = options.device;
   m.info.hidden_size = m.config.text.hidden_size;
   m.info.vision = m.vision != nullptr;
   m.info.chat_template = m.tokenizer->config().chat_template.value_or("");

@@ -340,6 +340,7 @@ struct ModelInfo {
   bool vision = false;             // images and videos are taken (the vision tower is loaded)
   std::string chat_template;       // the template's Jinja source
   std::string bos_token, eos_token;  // tokenizer_config.json's ("" when it names none)
+  std::string device;                // cpu | cuda: where the model runs (DEVICE, auto resolved)
 };
 
 class EngineApi {

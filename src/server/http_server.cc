@@ -859,6 +859,7 @@ struct HttpServer::Impl {
         {"status", h.loading ? "loading" : (h.ok ? "ok" : "error")},
         {"backend", "tensorfold"},
         {"model", model.id},
+        {"device", model.device},
         {"busy", h.busy},
         {"requests_running", h.requests_running},
         {"requests_waiting", h.requests_waiting},

@@ -1163,6 +1163,8 @@ await run.check('/health reports an idle engine after the suite', async () => {
   assert.equal(h.ok, true);
   assert.ok(h.pool_free_tokens > 0 && h.pool_free_tokens <= h.pool_tokens);
   assert.ok(h.requests_total >= 20);
+  // DEVICE=auto (the default): the CPU here unless this build has CUDA and a GPU it can run on.
+  assert.ok(['cpu', 'cuda'].includes(h.device), `device ${h.device}`);
 });
 
 await run.finish(server);

@@ -69,6 +69,7 @@ class FakeEngine : public EngineApi {
     ModelInfo m{"fake-model", "/models/fake", context_length, 256, 1735000000};
     m.parallel = 4;
     m.hidden_size = 8;
+    m.device = "cpu";
     m.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
     m.eos_token = "<|endoftext|>";
     return m;

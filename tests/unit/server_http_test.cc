@@ -437,6 +437,7 @@ TEST(ServerHttp, HealthFields) {
   EXPECT_EQ(h["pool_tokens"], 10000);
   EXPECT_EQ(h["pool_free_tokens"], 10000);
   EXPECT_EQ(h["context_length"], 4096);
+  EXPECT_EQ(h["device"], "cpu");
   EXPECT_EQ(h["kept_prompts"], 2);
   EXPECT_EQ(h["kept_prompt_tokens"], 512);
   EXPECT_EQ(h["kept_mix"],
