@@ -61,6 +61,7 @@ CompletionRequest parse_completion_request(const Json& body) {
   if (req.prompts.size() * static_cast<size_t>(req.n) > 1024)
     throw bad_request("'prompt' count times 'n' must not exceed 1024", "n");
   req.max_tokens = parse_max_tokens(body, "max_tokens", nullptr, 0).value_or(16);
+  check_min_tokens(req.sampling.min_tokens, req.max_tokens);
   req.echo = json_bool(body, "echo").value_or(false);
   if (auto lp = json_int(body, "logprobs", 0, 20)) {
     req.logprobs = static_cast<int>(*lp);

@@ -109,6 +109,8 @@ struct DetokenizeRequest {
 void parse_common(const Json& body, CommonRequest& out, bool chat_logprobs);
 // max_completion_tokens (primary) wins over max_tokens (secondary, may be null); >= lo.
 std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, const char* secondary, int64_t lo);
+// vLLM refuses min_tokens above the max_tokens a request gives (a 400 naming min_tokens).
+void check_min_tokens(int min_tokens, std::optional<int64_t> max_tokens);
 // Validates OpenAI messages (roles, content parts) for a text-only model.
 Json validate_messages(const Json& messages, const std::string& param, MediaUrlPolicy policy = {});
 

@@ -236,6 +236,13 @@ std::optional<int64_t> parse_max_tokens(const Json& body, const char* primary, c
   return a ? a : b;
 }
 
+void check_min_tokens(int min_tokens, std::optional<int64_t> max_tokens) {
+  if (max_tokens && min_tokens > *max_tokens)
+    throw bad_request("'min_tokens' (" + std::to_string(min_tokens) + ") must not exceed 'max_tokens' (" +
+                          std::to_string(*max_tokens) + ")",
+                      "min_tokens");
+}
+
 void check_call_arguments(const std::string& args, const std::string& param) {
   if (args.find_first_not_of(" \t\r\n") == std::string::npos) return;
   Expected<nlohmann::ordered_json> parsed = text::parse_json(args);

@@ -2,6 +2,8 @@
 // Responses → chat mapping (api.md §1.1-§1.3, §3).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/openai_requests.h"
@@ -93,6 +95,28 @@ TEST(ServerParse, RepetitionPenaltyRangeIsTheSamplers) {
     }
   }
   EXPECT_EQ(kMaxRepetitionPenalty, 2.0);
+}
+
+// vLLM refuses min_tokens above the request's max_tokens (completions: its default of 16).
+TEST(ServerParse, MinTokensAboveMaxTokensIsRefused) {
+  Json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"min_tokens", 10}};
+  EXPECT_EQ(parse_chat_request(chat).sampling.min_tokens, 10);  // no max_tokens: the room decides
+  chat["max_tokens"] = 10;
+  EXPECT_EQ(parse_chat_request(chat).sampling.min_tokens, 10);
+  Json completion = {{"prompt", "hi"}, {"min_tokens", 16}};
+  EXPECT_EQ(parse_completion_request(completion).sampling.min_tokens, 16);
+  chat["max_completion_tokens"] = 9;
+  completion["min_tokens"] = 17;
+  for (const auto& parse : {std::function<void()>([&] { parse_chat_request(chat); }),
+                            std::function<void()>([&] { parse_completion_request(completion); })}) {
+    try {
+      parse();
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), "min_tokens");
+      EXPECT_NE(std::string(e.what()).find("must not exceed 'max_tokens'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // vLLM's repetition_detection, on chat and completions; what cannot be checked is a 400 naming it.
