@@ -77,6 +77,16 @@ check("REPLY_WARMUP and REASONING_MEMORY_MIB become serve flags", r.returncode =
       args[args.index("--reply-warmup") + 1] == "0" and args[args.index("--reasoning-memory-mib") + 1] == "128",
       r.stdout + r.stderr)
 
+r = settings({})
+args = r.stdout.split("\n")
+check("DEVICE defaults to auto (the GPU when the build and the GPU allow)", r.returncode == 0 and
+      args[args.index("--device") + 1] == "auto", r.stdout + r.stderr)
+for device in ("cpu", "cuda"):
+    r = settings({"DEVICE": device})
+    args = r.stdout.split("\n")
+    check("DEVICE=%s becomes --device %s" % (device, device), r.returncode == 0 and
+          args[args.index("--device") + 1] == device, r.stdout + r.stderr)
+
 r = settings({"BATCH_INVARIANT": "0", "EXACT_ROWS": "16"})
 args = r.stdout.split("\n")
 check("BATCH_INVARIANT and EXACT_ROWS become serve flags", r.returncode == 0 and
@@ -96,7 +106,8 @@ for key, value in (("DRAFTER", "eagle"), ("DRAFTER", "mtp;rm"), ("MTP_MAX", "0")
                    ("LOG_KEEP", "ten"), ("MEMORY_GUARD_MIB", "-1"), ("MEMORY_GUARD_MIB", "1g"),
                    ("WATCHDOG_S", "5m"), ("REASONING_EFFORT", "medium"), ("THINKING_BUDGET", "lots"),
                    ("STREAM_SMOOTH", "yes"), ("STREAM_SMOOTH_MS", "9000"), ("STREAM_SMOOTH_MS", "-5"),
-                   ("REPLY_WARMUP", "yes"), ("REASONING_MEMORY_MIB", "64m"), ("REASONING_MEMORY_MIB", "-1")):
+                   ("REPLY_WARMUP", "yes"), ("REASONING_MEMORY_MIB", "64m"), ("REASONING_MEMORY_MIB", "-1"),
+                   ("DEVICE", "gpu")):
     r = settings({key: value})
     check("%s=%s is refused, naming it" % (key, value), r.returncode != 0 and key in r.stderr and
           "--" not in r.stdout, "rc %d, stdout %r, stderr %r" % (r.returncode, r.stdout, r.stderr))
