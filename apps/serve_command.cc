@@ -120,10 +120,9 @@ int serve(ServeOptions& o) {
     if (!leader) fail(leader.status().to_string());
     tp_leader = std::move(*leader);
   }
-  if (device.gpu_unusable)
-    TF_LOG_WARN("DEVICE=auto: {} ({})", device.device, device.reason);
-  else if (!device.reason.empty())
-    TF_LOG_INFO("DEVICE=auto: {} ({})", device.device, device.reason);
+  if (!device.reason.empty())
+    spdlog::log(device.gpu_unusable ? spdlog::level::warn : spdlog::level::info, "DEVICE=auto: {} ({})",
+                device.device, device.reason);
   TF_LOG_INFO("loading {}", o.engine.model_dir);
   auto eng = engine::Engine::create(o.engine);
   if (!eng) {

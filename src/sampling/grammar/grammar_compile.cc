@@ -558,10 +558,8 @@ Status check_left_recursion(const Grammar& g) {
 // could never match a character, and decoding used to fail with "every token is excluded".
 Status check_start(const std::shared_ptr<Grammar>& g) {
   if (!GrammarMatcher(g).start_over_limit()) return Status::ok();
-  return invalid_argument(
-      "grammar: its start has more than " + std::to_string(kMaxStacks) +
-      " parses open at once, or rules nested more than " + std::to_string(kMaxExpansionDepth) +
-      " deep before a character (alternatives that begin alike, repeated optional items)");
+  return invalid_argument("grammar: its start has " + matcher_limits_text() +
+                          " before a character (alternatives that begin alike, repeated optional items)");
 }
 
 }  // namespace

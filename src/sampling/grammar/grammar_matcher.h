@@ -32,6 +32,11 @@ constexpr size_t kMaxStateElements = size_t{1} << 20;
 // Rules a character may sit under, each starting with the next (a deeper chain counts as past
 // the limits above).
 constexpr int kMaxExpansionDepth = 10000;
+// Those limits as an error message says them.
+inline std::string matcher_limits_text() {
+  return "more than " + std::to_string(kMaxStacks) + " parses open at once, or rules nested more than " +
+         std::to_string(kMaxExpansionDepth) + " deep";
+}
 
 struct MatchState {
   std::vector<std::vector<uint32_t>> stacks;  // sorted, unique; element indices

@@ -39,10 +39,8 @@ Status StructuredConstraint::mask(std::span<float> logits) {
   if (found == nullptr)
     // The client's grammar, not the server's load: a 400, never a retryable 429.
     return invalid_argument(
-        "structured output: the grammar is too ambiguous here to compute the next token's mask "
-        "(more than " +
-        std::to_string(kMaxStacks) + " parses open at once, rules nested more than " +
-        std::to_string(kMaxExpansionDepth) + " deep, or too much work for one mask)");
+        "structured output: the grammar is too ambiguous here to compute the next token's mask (" +
+        matcher_limits_text() + ", or too much work for one mask)");
   const std::vector<uint8_t>& allowed = *found;
   const float ninf = -std::numeric_limits<float>::infinity();
   const size_t n = std::min(logits.size(), allowed.size());
