@@ -3,6 +3,8 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -20,10 +22,12 @@
 #include "server/chat_page.h"
 #include "server/dashboard_page.h"
 #include "server/decision_request.h"
+#include "server/elastic_thread_pool.h"
 #include "server/embedding_request.h"
 #include "server/generation_session.h"
 #include "server/media_parts.h"
 #include "server/metrics.h"
+#include "server/open_files.h"
 #include "server/openai_requests.h"
 #include "server/peer_socket.h"
 #include "server/reasoning_memory.h"
@@ -41,6 +45,8 @@ namespace {
 constexpr int64_t kSpareThreads = 64;
 // Pending connections the kernel queues before the accept loop takes them (SOMAXCONN caps it).
 constexpr int kListenBacklog = 1024;
+// The most HTTP workers (connections being served at once) however high the open-file limit.
+constexpr size_t kMaxThreads = 4096;
 
 // Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep.
 Json parse_body(const httplib::Request& req) {
@@ -1011,9 +1017,12 @@ HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
   // Every running or queued request holds a worker while it waits: with fewer workers than
   // the engine admits (PARALLEL + MAX_QUEUED), a busy server stopped answering /health and
   // never reached its 429, the rest of the connections waiting unseen in httplib's queue.
+  // More start on demand (elastic_thread_pool.h): idle keep-alive sockets and slow clients
+  // hold workers too, one connection each, up to about half the open-file limit.
   const size_t threads = static_cast<size_t>(kSpareThreads + impl_->model.max_queued_choices +
                                              std::max<int64_t>(engine.health().streams_max, 0));
-  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const size_t max_threads = std::clamp(raise_open_file_limit() / 2, threads, kMaxThreads);
+  impl_->http.new_task_queue = [threads, max_threads] { return new ElasticThreadPool(threads, max_threads); };
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_read_timeout(impl_->options.read_timeout_s, 0);
   impl_->http.set_write_timeout(30, 0);
@@ -1021,6 +1030,10 @@ HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
   impl_->http.set_tcp_nodelay(true);
   impl_->http.set_socket_options([impl = impl_.get()](int sock) {
     httplib::default_socket_options(sock);
+    // A connection reaches accept() (and a worker) only once its first bytes arrive: sockets
+    // opened and left silent cost no worker (after this long the kernel hands them over anyway).
+    const int defer_s = 5;
+    ::setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof defer_s);
     impl->listen_socket = sock;
   });
   impl_->register_routes();

@@ -500,6 +500,26 @@ await run.check('PARALLEL=1, MAX_QUEUED=80: more than 64 requests are held at on
   }
 });
 
+// Idle keep-alive sockets and slow clients hold a worker each; with a fixed pool of ~70,
+// 300 silent sockets delayed /health 9.5 s and half-sent requests held workers 30 s.
+await run.check('600 connections open at once (300 silent, 300 with half a request line): /health and a chat still answer', async () => {
+  const socks = [];
+  try {
+    for (let i = 0; i < 600; ++i) {
+      const sock = net.connect(server.port, server.host, () => { if (i % 2) sock.write('GET /health HTTP/1.1\r\nHost: x\r\n'); });
+      sock.on('error', () => {});
+      socks.push(sock);
+    }
+    await sleep(1000);
+    const t0 = Date.now();
+    assert.equal((await health(server)).ok, true);
+    assert.equal((await post200(server, C, chat({}))).object, 'chat.completion');
+    assert.ok(Date.now() - t0 < 5000, `/health and a chat took ${Date.now() - t0} ms behind 600 open connections`);
+  } finally {
+    for (const s of socks) s.destroy();
+  }
+});
+
 await run.check('API key configured (API_KEY): missing or wrong key -> 401 invalid_api_key; right key -> 200', async () => {
   const locked = await startServer(cmd, { env: { API_KEY: 'e2e-secret' }, apiKey: 'e2e-secret' });
   try {
