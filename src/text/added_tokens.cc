@@ -56,12 +56,48 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens, bool
   }
 }
 
-std::vector<TextSegment> AddedTokenMatcher::split(std::string_view text) const {
+void AddedTokenMatcher::for_each_segment(std::string_view text, SegmentSink sink) const {
   struct Match {
     size_t b, e;
     const AddedToken* t;
   };
-  std::vector<Match> matches;
+  size_t prev_end = 0;  // end of the previous kept match, its rstrip included
+  size_t pos = 0;       // end of the text handed to the sink so far
+  bool any = false;
+  // Filters and whitespace extensions, applied left to right, then the segments up to the match.
+  const auto keep = [&](Match m) {
+    if (m.t->single_word) {
+      const bool word_before = m.b > 0 && is_word_char(last_cp(text.substr(0, m.b)));
+      const bool word_after = m.e < text.size() && is_word_char(first_cp(text.substr(m.e)));
+      if (word_before || word_after) return;
+    }
+    if (m.t->lstrip) {
+      while (m.b > prev_end) {
+        const std::string_view before = text.substr(prev_end, m.b - prev_end);
+        const char32_t cp = last_cp(before);
+        if (!is_unicode_whitespace(cp)) break;
+        std::string enc;
+        append_utf8(enc, cp);
+        m.b -= enc.size();
+      }
+    }
+    if (m.t->rstrip) {
+      while (m.e < text.size()) {
+        const char32_t cp = first_cp(text.substr(m.e));
+        if (!is_unicode_whitespace(cp)) break;
+        std::string enc;
+        append_utf8(enc, cp);
+        m.e += enc.size();
+      }
+    }
+    prev_end = m.e;
+    // An rstrip that ran into the next match's lstrip region is clipped by m.b >= pos.
+    const size_t b = std::max(m.b, pos);
+    if (b > pos) sink(TextSegment{text.substr(pos, b - pos), nullptr});
+    sink(TextSegment{text.substr(b, std::max(m.e, b) - b), m.t});
+    pos = std::max(m.e, b);
+    any = true;
+  };
   if (!empty()) {
     size_t i = 0;
     while (i < text.size()) {
@@ -83,55 +119,14 @@ std::vector<TextSegment> AddedTokenMatcher::split(std::string_view text) const {
         }
       }
       if (best != nullptr) {
-        matches.push_back({i, best_end, best});
+        keep({i, best_end, best});
         i = best_end;
       } else {
         ++i;
       }
     }
   }
-  // Filters and whitespace extensions, applied left to right.
-  std::vector<Match> kept;
-  size_t prev_end = 0;
-  for (Match m : matches) {
-    if (m.t->single_word) {
-      const bool word_before = m.b > 0 && is_word_char(last_cp(text.substr(0, m.b)));
-      const bool word_after = m.e < text.size() && is_word_char(first_cp(text.substr(m.e)));
-      if (word_before || word_after) continue;
-    }
-    if (m.t->lstrip) {
-      while (m.b > prev_end) {
-        const std::string_view before = text.substr(prev_end, m.b - prev_end);
-        const char32_t cp = last_cp(before);
-        if (!is_unicode_whitespace(cp)) break;
-        std::string enc;
-        append_utf8(enc, cp);
-        m.b -= enc.size();
-      }
-    }
-    if (m.t->rstrip) {
-      while (m.e < text.size()) {
-        const char32_t cp = first_cp(text.substr(m.e));
-        if (!is_unicode_whitespace(cp)) break;
-        std::string enc;
-        append_utf8(enc, cp);
-        m.e += enc.size();
-      }
-    }
-    kept.push_back(m);
-    prev_end = m.e;
-  }
-  std::vector<TextSegment> out;
-  size_t pos = 0;
-  for (const Match& m : kept) {
-    // An rstrip that ran into the next match's lstrip region is clipped by m.b >= pos.
-    const size_t b = std::max(m.b, pos);
-    if (b > pos) out.push_back({text.substr(pos, b - pos), nullptr});
-    out.push_back({text.substr(b, std::max(m.e, b) - b), m.t});
-    pos = std::max(m.e, b);
-  }
-  if (pos < text.size() || out.empty()) out.push_back({text.substr(pos), nullptr});
-  return out;
+  if (pos < text.size() || !any) sink(TextSegment{text.substr(pos), nullptr});
 }
 
 }  // namespace tf::text

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "text/bpe.h"
+#include "text/function_ref.h"
 
 namespace tf::text {
 
@@ -31,16 +32,20 @@ struct TextSegment {
   const AddedToken* token = nullptr;  // null for plain text
 };
 
+// Receives the segments of a text one at a time, in order; the segment is valid only during the call.
+using SegmentSink = FunctionRef<void(const TextSegment&)>;
+
 // Finds added tokens in text: leftmost-longest matches over a byte trie, then the single_word
-// filter and the lstrip/rstrip extensions.
+// filter and the lstrip/rstrip extensions, all in one left-to-right pass.
 class AddedTokenMatcher {
  public:
   AddedTokenMatcher() = default;
   // `tokens` must outlive the matcher; only those with normalized == `normalized` are matched.
   AddedTokenMatcher(const std::vector<AddedToken>& tokens, bool normalized);
 
-  // Cuts `text` into segments (plain text segments may be empty only when `text` is).
-  std::vector<TextSegment> split(std::string_view text) const;
+  // Cuts `text` into segments and hands them to `sink` as they are found (plain text segments
+  // may be empty only when `text` is).
+  void for_each_segment(std::string_view text, SegmentSink sink) const;
   bool empty() const { return nodes_.size() <= 1; }
 
  private:

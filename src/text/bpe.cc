@@ -14,6 +14,23 @@ namespace tf::text {
 
 using json = nlohmann::json;
 
+namespace {
+
+// The first / last code point of a non-empty string; a byte that starts no valid sequence counts
+// as U+FFFD (such a string matches no text character either).
+char32_t first_code_point(std::string_view s) {
+  const size_t n = utf8_sequence_length(s, 0);
+  return n == 0 ? kReplacementChar : decode_utf8_at(s, 0, n);
+}
+char32_t last_code_point(std::string_view s) {
+  size_t i = s.size() - 1;
+  while (i > 0 && s.size() - i < 4 && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80) --i;
+  const size_t n = utf8_sequence_length(s, i);
+  return n == 0 || i + n != s.size() ? kReplacementChar : decode_utf8_at(s, i, n);
+}
+
+}  // namespace
+
 BpeModel::BpeModel(BpeModel&& o) noexcept
     : vocab_(std::move(o.vocab_)),
       id_to_token_(std::move(o.id_to_token_)),
@@ -24,7 +41,9 @@ BpeModel::BpeModel(BpeModel&& o) noexcept
       end_of_word_suffix_(std::move(o.end_of_word_suffix_)),
       byte_fallback_(o.byte_fallback_),
       ignore_merges_(o.ignore_merges_),
-      fuse_unk_(o.fuse_unk_) {
+      fuse_unk_(o.fuse_unk_),
+      merge_junctions_(std::move(o.merge_junctions_)),
+      chunked_merges_(o.chunked_merges_) {
   std::copy(std::begin(o.byte_tokens_), std::end(o.byte_tokens_), std::begin(byte_tokens_));
 }
 
@@ -99,8 +118,12 @@ Expected<BpeModel> BpeModel::from_json(const json& m) {
                                 "\" uses or makes a token missing from the vocabulary");
       }
       bpe.merges_.emplace(pair_key(ia->second, ib->second), Merge{rank, im->second});
+      if (!a.empty() && !b.empty())
+        bpe.merge_junctions_.insert(code_point_pair(last_code_point(a), first_code_point(b)));
       ++rank;
     }
+    bpe.chunked_merges_ = bpe.continuing_subword_prefix_.empty() && bpe.end_of_word_suffix_.empty();
+    if (!bpe.chunked_merges_) bpe.merge_junctions_.clear();
     return bpe;
   } catch (const json::exception& e) {
     return invalid_argument(std::string("tokenizer model: ") + e.what());
@@ -127,7 +150,15 @@ void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) con
       return;
     }
   }
-  if (word.size() <= kMaxCachedWordBytes) {
+  if (word.size() > kMaxCachedWordBytes) {
+    for (size_t begin = 0; begin < word.size();) {
+      const size_t end = chunk_end(word, begin);
+      merge_word(word.substr(begin, end - begin), out);
+      begin = end;
+    }
+    return;
+  }
+  {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(std::string(word));
     if (it != cache_.end()) {
@@ -138,11 +169,40 @@ void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) con
   std::vector<TokenId> ids;
   merge_word(word, ids);
   out.insert(out.end(), ids.begin(), ids.end());
-  if (word.size() <= kMaxCachedWordBytes) {
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    if (cache_.size() >= kCacheCapacity) cache_.clear();
-    cache_.emplace(std::string(word), std::move(ids));
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (cache_.size() >= kCacheCapacity) cache_.clear();
+  cache_.emplace(std::string(word), std::move(ids));
+}
+
+size_t BpeModel::chunk_end(std::string_view word, size_t begin) const {
+  if (!chunked_merges_ || word.size() - begin <= 2 * kChunkBytes) return word.size();
+  // The character boundary at or before begin + kChunkBytes (text is valid UTF-8 here).
+  size_t i = begin + kChunkBytes;
+  while (i > begin && (static_cast<uint8_t>(word[i]) & 0xC0) == 0x80) --i;
+  // A boundary is safe when both neighbours are valid characters that are tokens themselves (so
+  // their symbols are those characters) and no merge joins them.
+  std::string left, right;
+  const auto is_token = [&](const std::string& ch) { return vocab_.find(ch) != vocab_.end(); };
+  size_t left_begin = i;
+  do {
+    --left_begin;
+  } while (left_begin > begin && (static_cast<uint8_t>(word[left_begin]) & 0xC0) == 0x80);
+  while (i < word.size()) {
+    const size_t left_len = utf8_sequence_length(word, left_begin);
+    const size_t right_len = utf8_sequence_length(word, i);
+    if (left_len == i - left_begin && right_len != 0) {
+      const char32_t a = decode_utf8_at(word, left_begin, left_len);
+      const char32_t b = decode_utf8_at(word, i, right_len);
+      if (!merge_junctions_.contains(code_point_pair(a, b))) {
+        left.assign(word.substr(left_begin, left_len));
+        right.assign(word.substr(i, right_len));
+        if (is_token(left) && is_token(right)) return i;
+      }
+    }
+    left_begin = i;
+    i += right_len == 0 ? 1 : right_len;
   }
+  return word.size();
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<TokenId>& out) const {
@@ -153,19 +213,16 @@ void BpeModel::merge_word(std::string_view word, std::vector<TokenId>& out) cons
   };
   std::vector<Symbol> syms;
   syms.reserve(word.size());
-  // Characters of the word (each a valid UTF-8 sequence, or one byte when invalid).
-  std::vector<std::pair<size_t, size_t>> chars;
-  for (size_t i = 0; i < word.size();) {
-    size_t n = utf8_sequence_length(word, i);
-    if (n == 0) n = 1;
-    chars.emplace_back(i, n);
-    i += n;
-  }
+  // One symbol per character (a valid UTF-8 sequence, or one byte when invalid).
   bool last_unk = false;
-  for (size_t ci = 0; ci < chars.size(); ++ci) {
-    std::string piece(word.substr(chars[ci].first, chars[ci].second));
-    if (ci > 0 && !continuing_subword_prefix_.empty()) piece = continuing_subword_prefix_ + piece;
-    if (ci + 1 == chars.size() && !end_of_word_suffix_.empty()) piece += end_of_word_suffix_;
+  std::string piece;
+  for (size_t begin = 0, len; begin < word.size(); begin += len) {
+    len = utf8_sequence_length(word, begin);
+    if (len == 0) len = 1;
+    piece.clear();
+    if (begin > 0) piece += continuing_subword_prefix_;
+    piece.append(word.substr(begin, len));
+    if (begin + len == word.size()) piece += end_of_word_suffix_;
     auto it = vocab_.find(piece);
     if (it != vocab_.end()) {
       syms.push_back({it->second, static_cast<int>(syms.size()) - 1, -1, true});
@@ -174,14 +231,12 @@ void BpeModel::merge_word(std::string_view word, std::vector<TokenId>& out) cons
     }
     // Byte fallback only when every byte of the character has its token, else unk (as both the Rust
     // tokenizers and transformers.js do).
-    const auto has_byte_token = [&](size_t k) {
-      return byte_tokens_[static_cast<uint8_t>(word[chars[ci].first + k])] != kNoByteToken;
-    };
     bool bytes_ok = byte_fallback_;
-    for (size_t k = 0; bytes_ok && k < chars[ci].second; ++k) bytes_ok = has_byte_token(k);
+    for (size_t k = 0; bytes_ok && k < len; ++k)
+      bytes_ok = byte_tokens_[static_cast<uint8_t>(word[begin + k])] != kNoByteToken;
     if (bytes_ok) {
-      for (size_t k = 0; k < chars[ci].second; ++k) {
-        syms.push_back({byte_tokens_[static_cast<uint8_t>(word[chars[ci].first + k])],
+      for (size_t k = 0; k < len; ++k) {
+        syms.push_back({byte_tokens_[static_cast<uint8_t>(word[begin + k])],
                         static_cast<int>(syms.size()) - 1, -1, true});
       }
       last_unk = false;

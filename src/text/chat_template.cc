@@ -27,11 +27,9 @@ std::optional<std::string> token_string(const nlohmann::json& config, const char
   return std::nullopt;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+bool ends_with(std::string_view s, std::string_view suffix) { return s.ends_with(suffix); }
 
-std::string rstrip(const std::string& s) {
+std::string_view rstrip(std::string_view s) {
   size_t e = s.size();
   while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\n' || s[e - 1] == '\t' || s[e - 1] == '\r')) --e;
   return s.substr(0, e);
@@ -104,17 +102,19 @@ Expected<ChatTemplate> ChatTemplate::load(const std::string& template_path,
   return create(source, config, template_path);
 }
 
-Expected<ordered_json> ChatTemplate::make_context(const ChatTemplateRequest& request) const {
+Expected<ordered_json> ChatTemplate::make_context(ChatTemplateRequest request) const {
   if (!request.messages.is_array()) return invalid_argument("messages: must be an array");
   if (!request.tools.is_null() && !request.tools.is_array())
     return invalid_argument("tools: must be an array or null");
   if (!request.kwargs.is_object()) return invalid_argument("chat template kwargs: must be an object");
-  ordered_json messages = request.messages;
+  ordered_json& messages = request.messages;
   for (size_t i = 0; i < messages.size(); ++i) TF_RETURN_IF_ERROR(normalise_message(messages[i], i));
-  // Same variables, in the same order, as transformers' render call.
+  // Same variables, in the same order, as transformers' render call. Room for all of them first:
+  // a growing ordered_json copies its members (const keys), the messages with them.
   ordered_json context = ordered_json::object();
+  context.get_ref<ordered_json::object_t&>().reserve(6 + request.kwargs.size());
   context["messages"] = std::move(messages);
-  context["tools"] = request.tools;
+  context["tools"] = std::move(request.tools);
   context["documents"] = nullptr;
   context["add_generation_prompt"] = request.add_generation_prompt;
   if (bos_token_) context["bos_token"] = *bos_token_;
@@ -123,14 +123,15 @@ Expected<ordered_json> ChatTemplate::make_context(const ChatTemplateRequest& req
   return context;
 }
 
-Expected<ChatPrompt> ChatTemplate::render(const ChatTemplateRequest& request,
+Expected<ChatPrompt> ChatTemplate::render(ChatTemplateRequest request,
                                           const jinja::RenderOptions& options) const {
-  TF_ASSIGN_OR_RETURN(ordered_json context, make_context(request));
-  TF_ASSIGN_OR_RETURN(std::string text, template_.render(context, options));
+  const bool add_generation_prompt = request.add_generation_prompt;
+  const bool no_thinking = thinking_disabled(request.kwargs);
+  TF_ASSIGN_OR_RETURN(ordered_json context, make_context(std::move(request)));
+  TF_ASSIGN_OR_RETURN(std::string text, template_.render(std::move(context), options));
   ChatPrompt prompt;
   prompt.text = std::move(text);
-  if (request.add_generation_prompt && ends_with(rstrip(prompt.text), kThinkStart) &&
-      thinking_disabled(request.kwargs)) {
+  if (add_generation_prompt && ends_with(rstrip(prompt.text), kThinkStart) && no_thinking) {
     prompt.text += kThinkEnd;
     prompt.thinking_disabled = true;
   }

@@ -55,11 +55,12 @@ class ChatTemplate {
   static Expected<ChatTemplate> load(const std::string& template_path,
                                      const std::string& tokenizer_config_path);
 
-  Expected<ChatPrompt> render(const ChatTemplateRequest& request,
-                              const jinja::RenderOptions& options = {}) const;
+  // Taken by value: a caller that moves its request in (Engine::render_chat) lends its messages'
+  // text to the template without another copy of them.
+  Expected<ChatPrompt> render(ChatTemplateRequest request, const jinja::RenderOptions& options = {}) const;
 
   // The context render() passes to the template (exposed for tests and debugging).
-  Expected<nlohmann::ordered_json> make_context(const ChatTemplateRequest& request) const;
+  Expected<nlohmann::ordered_json> make_context(ChatTemplateRequest request) const;
 
   const std::optional<std::string>& bos_token() const { return bos_token_; }
   const std::optional<std::string>& eos_token() const { return eos_token_; }

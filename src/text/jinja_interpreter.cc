@@ -1,6 +1,7 @@
 // Tree-walking renderer (see jinja_interpreter.h).
 #include "text/jinja_interpreter.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -57,8 +58,9 @@ void Interpreter::check_output(const std::string& out) const {
                      " bytes");
 }
 
-std::string Interpreter::render(const Body& body) {
+std::string Interpreter::render(const Body& body, size_t reserve) {
   std::string out;
+  out.reserve(std::min(reserve, max_output_bytes_));
   exec_body(body, out);
   return out;
 }
@@ -134,7 +136,7 @@ void Interpreter::exec(const Stmt& s, std::string& out) {
         check_output(out);
         return;
       case StmtKind::kOutput:
-        out += eval(*s.expr).to_str();
+        output(*s.expr, out);
         check_output(out);
         return;
       case StmtKind::kIf:
@@ -163,7 +165,7 @@ void Interpreter::exec(const Stmt& s, std::string& out) {
         std::string inner;
         exec_body(s.body, inner);
         Value in(std::move(inner));
-        out += eval_filter(*s.expr, &in).to_str();
+        eval_filter(*s.expr, &in).append_to(out);
         return;
       }
       case StmtKind::kWith: {
@@ -293,7 +295,7 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, con
   // cycle that outlives the render. The interpreter keeps the scope alive instead.
   closures_.push_back(closure);
   std::weak_ptr<Scope> weak = closure;
-  return Value::function(name, [self, stmt, weak, name](CallArgs& args) -> Value {
+  return Value::writer(name, [self, stmt, weak, name](CallArgs& args, std::string& out) {
     if (self->depth_ >= kMaxDepth) throw JinjaError("RecursionError: macro '" + name + "' nests too deeply");
     self->count_step(kLoopIterationSteps);  // a scope and its arguments, as a loop iteration
     std::shared_ptr<Scope> closure = weak.lock();
@@ -349,7 +351,6 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, con
     Control saved = self->control_;
     self->control_ = Control::kNone;
     ++self->depth_;
-    std::string out;
     try {
       self->exec_body(stmt->body, out);
     } catch (...) {
@@ -358,7 +359,6 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, con
     }
     --self->depth_;
     self->control_ = saved;
-    return Value(std::move(out));
   });
 }
 
@@ -369,7 +369,32 @@ void Interpreter::exec_call_block(const Stmt& s, std::string& out) {
   CallArgs args;
   eval_call_args(call, args);
   args.keyword.emplace_back("caller", caller);
-  out += call_value(callee, args).to_str();
+  if (callee.is_callable() && callee.callable().write)
+    callee.callable().write(args, out);
+  else
+    call_value(callee, args).append_to(out);
+}
+
+// `{{ expr }}`. A macro call writes into the output directly (what eval would return, appended),
+// with eval's step and error position.
+void Interpreter::output(const Expr& e, std::string& out) {
+  if (e.kind != ExprKind::kCall) return eval(e).append_to(out);
+  try {
+    count_step();
+    Value callee = eval(*e.a);
+    CallArgs args;
+    eval_call_args(e, args);
+    if (callee.is_callable() && callee.callable().write)
+      callee.callable().write(args, out);
+    else
+      call_value(callee, args).append_to(out);
+  } catch (JinjaError& err) {
+    if (err.line < 0) {
+      err.line = e.line;
+      err.column = e.column;
+    }
+    throw;
+  }
 }
 
 void Interpreter::eval_call_args(const Expr& e, CallArgs& args) {

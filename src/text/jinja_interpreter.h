@@ -26,8 +26,9 @@ class Interpreter {
   // `max_steps`: statements run plus expressions evaluated before the render fails;
   // `max_output_bytes`: how long a rendered string may grow (jinja_template.h).
   Interpreter(Value globals, uint64_t max_steps, size_t max_output_bytes);
-  // Throws JinjaError with the line and column of the failing node.
-  std::string render(const Body& body);
+  // Throws JinjaError with the line and column of the failing node. `reserve`: the output's
+  // expected size (its growth by doubling would hold the text twice while it copies).
+  std::string render(const Body& body, size_t reserve = 0);
 
  private:
   enum class Control { kNone, kBreak, kContinue };
@@ -42,6 +43,7 @@ class Interpreter {
   Value eval(const Expr& e);
   Value eval_inner(const Expr& e);
   Value eval_filter(const Expr& e, const Value* input_override);
+  void output(const Expr& e, std::string& out);
   void eval_call_args(const Expr& e, CallArgs& args);
   Value lookup(const std::string& name) const;
   void assign(const std::string& name, Value v);

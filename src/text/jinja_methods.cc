@@ -320,12 +320,14 @@ std::string format_string(const std::string& fmt, CallArgs& args) {
   return out;
 }
 
+// Each method's closure holds `self` (sharing its bytes) rather than a copy of the string: every
+// attribute read on a string looks its name up here first.
 Value string_method(const Value& self, const std::string& name) {
-  const std::string s = self.str();
   auto fn = [&](auto body) { return Value::function("str." + name, body); };
   if (name == "startswith" || name == "endswith") {
     bool prefix = name == "startswith";
-    return fn([s, prefix](CallArgs& a) {
+    return fn([self, prefix](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b(prefix ? "startswith" : "endswith", a, {"prefix", "start", "end"});
       affix_match("", b.required(0), prefix);  // checks the type of the affix before the bounds
       if (b.has(1) || b.has(2)) {
@@ -338,7 +340,8 @@ Value string_method(const Value& self, const std::string& name) {
   }
   if (name == "split" || name == "rsplit") {
     bool right = name == "rsplit";
-    return fn([s, right](CallArgs& a) {
+    return fn([self, right](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("split", a, {"sep", "maxsplit"});
       auto sep = opt_string(b.get(0), "split");
       int64_t maxsplit = require_int(b.get(1, Value(int64_t{-1})));
@@ -347,13 +350,15 @@ Value string_method(const Value& self, const std::string& name) {
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     bool left = name != "rstrip", right = name != "lstrip";
-    return fn([s, left, right](CallArgs& a) {
+    return fn([self, left, right](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("strip", a, {"chars"});
       return Value(py_strip(s, opt_string(b.get(0), "strip"), left, right));
     });
   }
   if (name == "replace") {
-    return fn([s](CallArgs& a) {
+    return fn([self](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("replace", a, {"old", "new", "count"});
       const Value& o = b.required(0);
       const Value& n = b.required(1);
@@ -361,14 +366,15 @@ Value string_method(const Value& self, const std::string& name) {
       return Value(py_replace(s, o.str(), n.str(), opt_int(b.get(2), -1)));
     });
   }
-  if (name == "upper") return fn([s](CallArgs&) { return Value(py_upper(s)); });
-  if (name == "lower") return fn([s](CallArgs&) { return Value(py_lower(s)); });
-  if (name == "title") return fn([s](CallArgs&) { return Value(py_str_title(s)); });
-  if (name == "capitalize") return fn([s](CallArgs&) { return Value(py_capitalize(s)); });
+  if (name == "upper") return fn([self](CallArgs&) { return Value(py_upper(self.str())); });
+  if (name == "lower") return fn([self](CallArgs&) { return Value(py_lower(self.str())); });
+  if (name == "title") return fn([self](CallArgs&) { return Value(py_str_title(self.str())); });
+  if (name == "capitalize") return fn([self](CallArgs&) { return Value(py_capitalize(self.str())); });
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
     bool reverse = name[0] == 'r';
     bool raise = name.find("index") != std::string::npos;
-    return fn([s, reverse, raise](CallArgs& a) {
+    return fn([self, reverse, raise](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("find", a, {"sub", "start", "end"});
       const Value& sub = b.required(0);
       if (!sub.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sub.type_name()));
@@ -380,7 +386,8 @@ Value string_method(const Value& self, const std::string& name) {
     });
   }
   if (name == "count") {
-    return fn([s](CallArgs& a) {
+    return fn([self](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("count", a, {"sub", "start", "end"});
       const Value& sub = b.required(0);
       if (!sub.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sub.type_name()));
@@ -390,7 +397,8 @@ Value string_method(const Value& self, const std::string& name) {
   }
   if (name == "partition" || name == "rpartition") {
     bool right = name == "rpartition";
-    return fn([s, right](CallArgs& a) {
+    return fn([self, right](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("partition", a, {"sep"});
       const Value& sep = b.required(0);
       if (!sep.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(sep.type_name()));
@@ -403,7 +411,8 @@ Value string_method(const Value& self, const std::string& name) {
   }
   if (name == "removeprefix" || name == "removesuffix") {
     bool prefix = name == "removeprefix";
-    return fn([s, prefix](CallArgs& a) {
+    return fn([self, prefix](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b(prefix ? "removeprefix" : "removesuffix", a, {"affix"});
       const Value& x = b.required(0);
       if (!x.is_string()) throw JinjaError("TypeError: must be str, not " + std::string(x.type_name()));
@@ -415,7 +424,8 @@ Value string_method(const Value& self, const std::string& name) {
     });
   }
   if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
-    return fn([s, name](CallArgs& a) {
+    return fn([self, name](CallArgs& a) {
+      const std::string& s = self.str();
       bool zfill = name == "zfill";
       ArgBinder b(name.c_str(), a,
                   zfill ? std::vector<const char*>{"width"} : std::vector<const char*>{"width", "fillchar"});
@@ -448,10 +458,11 @@ Value string_method(const Value& self, const std::string& name) {
       return Value(rep(left) + s + rep(pad - left));
     });
   }
-  if (name == "swapcase") return fn([s](CallArgs&) { return Value(py_swapcase(s)); });
-  if (name == "casefold") return fn([s](CallArgs&) { return Value(py_casefold(s)); });
+  if (name == "swapcase") return fn([self](CallArgs&) { return Value(py_swapcase(self.str())); });
+  if (name == "casefold") return fn([self](CallArgs&) { return Value(py_casefold(self.str())); });
   if (name == "expandtabs") {
-    return fn([s](CallArgs& a) {
+    return fn([self](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("expandtabs", a, {"tabsize"});
       int64_t tab = require_int(b.get(0, Value(int64_t{8})));
       check_built_size(tab, "expanded tab");
@@ -473,7 +484,8 @@ Value string_method(const Value& self, const std::string& name) {
     });
   }
   if (name == "join") {
-    return fn([s](CallArgs& a) {
+    return fn([self](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("join", a, {"iterable"});
       std::string out;
       bool first = true;
@@ -488,9 +500,10 @@ Value string_method(const Value& self, const std::string& name) {
       return Value(std::move(out));
     });
   }
-  if (name == "format") return fn([s](CallArgs& a) { return Value(format_string(s, a)); });
+  if (name == "format") return fn([self](CallArgs& a) { return Value(format_string(self.str(), a)); });
   if (name == "splitlines") {
-    return fn([s](CallArgs& a) {
+    return fn([self](CallArgs& a) {
+      const std::string& s = self.str();
       ArgBinder b("splitlines", a, {"keepends"});
       bool keep = require_int(b.get(0, Value(false))) != 0;
       std::vector<std::string> lines;
@@ -511,7 +524,8 @@ Value string_method(const Value& self, const std::string& name) {
     });
   }
   auto predicate = [&](auto pred) {
-    return fn([s, pred](CallArgs&) {
+    return fn([self, pred](CallArgs&) {
+      const std::string& s = self.str();
       std::u32string u = utf8_decode(s);
       if (u.empty()) return Value(false);
       return Value(std::all_of(u.begin(), u.end(), pred));
@@ -522,16 +536,16 @@ Value string_method(const Value& self, const std::string& name) {
   if (name == "isalpha") return predicate([](char32_t c) { return py_isalpha(c); });
   if (name == "isalnum") return predicate([](char32_t c) { return py_isalpha(c) || py_isnumeric(c); });
   if (name == "isspace") return predicate([](char32_t c) { return py_isspace(c); });
-  if (name == "isascii")
-    return fn([s](CallArgs&) { return Value(is_ascii(s)); });
+  if (name == "isascii") return fn([self](CallArgs&) { return Value(is_ascii(self.str())); });
   if (name == "isprintable")
-    return fn([s](CallArgs&) {
+    return fn([self](CallArgs&) {
+      const std::string& s = self.str();
       std::u32string u = utf8_decode(s);
       return Value(std::all_of(u.begin(), u.end(), [](char32_t c) { return py_isprintable(c); }));
     });
-  if (name == "istitle") return fn([s](CallArgs&) { return Value(py_istitle(s)); });
-  if (name == "islower") return fn([s](CallArgs&) { return Value(py_islower(s)); });
-  if (name == "isupper") return fn([s](CallArgs&) { return Value(py_isupper(s)); });
+  if (name == "istitle") return fn([self](CallArgs&) { return Value(py_istitle(self.str())); });
+  if (name == "islower") return fn([self](CallArgs&) { return Value(py_islower(self.str())); });
+  if (name == "isupper") return fn([self](CallArgs&) { return Value(py_isupper(self.str())); });
   return Value();
 }
 

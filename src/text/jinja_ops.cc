@@ -23,10 +23,10 @@ Value markup_escape(const Value& v) {
 
 Value as_markup_if(bool markup, Value v) {
   if (!markup) return v;
-  if (v.is_string()) return Value::markup(v.str());
+  if (v.is_string()) return v.as_markup();
   if (v.is_list() && !v.is_iterator()) {
     std::vector<Value> items;
-    for (const auto& x : v.items()) items.push_back(x.is_string() ? Value::markup(x.str()) : x);
+    for (const auto& x : v.items()) items.push_back(x.is_string() ? x.as_markup() : x);
     return v.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
   }
   return v;
@@ -151,7 +151,12 @@ static Value percent_operator(const Value& fmt, const Value& operand) {
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value(a.to_str() + b.to_str());
+  if (op == "~") {
+    std::string out;
+    a.append_to(out);
+    b.append_to(out);
+    return Value(std::move(out));
+  }
   if (a.is_undefined()) fail_undefined(a);
   // str % x formats x (an Undefined too: "%s" prints it as "", "%r" as Undefined) before Undefined's %.
   if (op == "%" && a.is_string() && b.is_undefined()) return percent_operator(a, b);

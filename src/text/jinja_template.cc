@@ -3,6 +3,7 @@
 
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 
 #include "text/jinja_check.h"
 #include "text/jinja_interpreter.h"
@@ -48,6 +49,18 @@ Value make_range() {
     }
     return Value::list(std::move(out));
   });
+}
+
+// The bytes of the strings in a context: about what a chat template prints of it.
+template <typename Json>
+size_t text_bytes(const Json& j) {
+  if (j.is_string()) return j.template get_ref<const std::string&>().size();
+  size_t n = 0;
+  if (j.is_object())
+    for (auto it = j.begin(); it != j.end(); ++it) n += it.key().size() + text_bytes(it.value());
+  else if (j.is_array())
+    for (const auto& e : j) n += text_bytes(e);
+  return n;
 }
 
 // Namespaces are the only mutable values a template can make, hence the only way to build a
@@ -159,6 +172,15 @@ Expected<Template> Template::parse(std::string_view source, const TemplateOption
 
 Expected<std::string> Template::render(const nlohmann::ordered_json& context,
                                        const RenderOptions& options) const {
+  return render_context(context, options);
+}
+
+Expected<std::string> Template::render(nlohmann::ordered_json&& context, const RenderOptions& options) const {
+  return render_context(std::move(context), options);
+}
+
+template <typename Context>
+Expected<std::string> Template::render_context(Context&& context, const RenderOptions& options) const {
   if (!context.is_object()) return invalid_argument(options_.name + ": render context must be a JSON object");
   auto registry = std::make_shared<std::vector<Value>>();
   struct BreakCycles {
@@ -167,6 +189,9 @@ Expected<std::string> Template::render(const nlohmann::ordered_json& context,
       for (auto& ns : *registry) ns.dict_data().entries.clear();
     }
   } break_cycles{registry};
+  // The output is made room for up front: the context's text (which a chat template prints
+  // about once) and a little for the template's own.
+  const size_t reserve = text_bytes(context) + 4096;
   try {
     Value globals = Value::dict();
     auto& g = globals.dict_data();
@@ -180,10 +205,14 @@ Expected<std::string> Template::render(const nlohmann::ordered_json& context,
             throw JinjaError("raise_exception: " + b.required(0).to_str());
           }));
     g.set(Value("strftime_now"), make_strftime_now(options.now));
-    for (auto it = context.begin(); it != context.end(); ++it)
-      g.set(Value(it.key()), Value::from_json(it.value()));
+    for (auto it = context.begin(); it != context.end(); ++it) {
+      if constexpr (std::is_const_v<std::remove_reference_t<Context>>)
+        g.set(Value(it.key()), Value::from_json(it.value()));
+      else
+        g.set(Value(it.key()), Value::from_json(std::move(it.value())));
+    }
     Interpreter interpreter(std::move(globals), options.max_steps, options.max_output_bytes);
-    return interpreter.render(*body_);
+    return interpreter.render(*body_, reserve);
   } catch (const JinjaError& e) {
     return to_status(options_, e);
   } catch (const std::bad_alloc&) {  // a value too large for memory fails this render, not the process

@@ -53,9 +53,13 @@ class Template {
   // `context` must be a JSON object; its keys become template variables (dict order is kept).
   Expected<std::string> render(const nlohmann::ordered_json& context,
                                const RenderOptions& options = {}) const;
+  // The same, moving the context's strings into the template's values instead of copying them.
+  Expected<std::string> render(nlohmann::ordered_json&& context, const RenderOptions& options = {}) const;
   const TemplateOptions& options() const { return options_; }
 
  private:
+  template <typename Context>
+  Expected<std::string> render_context(Context&& context, const RenderOptions& options) const;
   Template(std::shared_ptr<const Body> body, TemplateOptions options)
       : body_(std::move(body)), options_(std::move(options)) {}
   std::shared_ptr<const Body> body_;

@@ -10,9 +10,23 @@
 
 namespace tf::jinja {
 
+namespace {
+
+std::shared_ptr<const std::string> shared_string(std::string s) {
+  if (s.empty()) return nullptr;
+  return std::make_shared<const std::string>(std::move(s));
+}
+
+}  // namespace
+
+const std::string& Value::empty_string() {
+  static const std::string kEmpty;
+  return kEmpty;
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  v.s_ = shared_string(std::move(hint));
   return v;
 }
 
@@ -25,11 +39,17 @@ Value Value::none() {
 Value::Value(bool b) : kind_(Kind::kBool), b_(b), i_(b ? 1 : 0) {}
 Value::Value(int64_t v) : kind_(Kind::kInt), i_(v) {}
 Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
-Value::Value(std::string s) : kind_(Kind::kString), s_(std::move(s)) {}
+Value::Value(std::string s) : kind_(Kind::kString), s_(shared_string(std::move(s))) {}
 
 Value Value::markup(std::string s) {
   Value v(std::move(s));
   v.b_ = true;
+  return v;
+}
+
+Value Value::as_markup() const {
+  Value v = *this;
+  if (v.kind_ == Kind::kString) v.b_ = true;
   return v;
 }
 
@@ -75,7 +95,19 @@ Value Value::new_namespace() {
 Value Value::function(std::string name, NativeFunction fn) {
   Value v;
   v.kind_ = Kind::kCallable;
-  v.fn_ = std::make_shared<CallableData>(CallableData{std::move(name), std::move(fn)});
+  v.fn_ = std::make_shared<CallableData>(CallableData{std::move(name), std::move(fn), nullptr});
+  return v;
+}
+
+Value Value::writer(std::string name, WriteFunction write) {
+  NativeFunction fn = [write](CallArgs& args) {
+    std::string out;
+    write(args, out);
+    return Value(std::move(out));
+  };
+  Value v;
+  v.kind_ = Kind::kCallable;
+  v.fn_ = std::make_shared<CallableData>(CallableData{std::move(name), std::move(fn), std::move(write)});
   return v;
 }
 
@@ -117,6 +149,27 @@ static Value value_from_json(const Json& j) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
 Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
+
+Value Value::from_json(nlohmann::ordered_json&& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::string:
+      return Value(std::move(j.get_ref<std::string&>()));
+    case nlohmann::json::value_t::array: {
+      std::vector<Value> items;
+      items.reserve(j.size());
+      for (auto& e : j) items.push_back(from_json(std::move(e)));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      Value d = Value::dict();
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.dict_data().entries.emplace_back(Value(it.key()), from_json(std::move(it.value())));
+      return d;
+    }
+    default:
+      return value_from_json(j);
+  }
+}
 
 const std::vector<std::string>& Value::fields() const {
   static const std::vector<std::string> kNone;
@@ -175,7 +228,7 @@ bool Value::truthy() const {
     case Kind::kFloat:
       return f_ != 0.0;
     case Kind::kString:
-      return !s_.empty();
+      return s_ && !s_->empty();
     case Kind::kList:
       return list_->is_iterator || !list_->items.empty();
     case Kind::kDict:
@@ -250,16 +303,20 @@ std::string format_python_float(double v) {
 static void repr_into(std::string& out, const Value& v, int depth);
 
 std::string Value::to_str() const {
+  std::string out;
+  append_to(out);
+  return out;
+}
+
+void Value::append_to(std::string& out) const {
   switch (kind_) {
     case Kind::kUndefined:
-      return "";
+      return;
     case Kind::kString:
-      return s_;
-    default: {
-      std::string out;
+      out += str();
+      return;
+    default:
       repr_into(out, *this, 0);
-      return out;
-    }
   }
 }
 

@@ -7,6 +7,10 @@
 //
 // Printing follows Python's str()/repr() (e.g. `None`, `True`, `1.0`, `1e-05`, `['a', 1]`) because
 // templates do print such values and the output must match jinja2 byte for byte.
+//
+// A string's bytes are immutable and shared between copies of the Value, as Python shares a str:
+// a chat message's content (up to a whole request body) is looked up, passed to macros and tested
+// many times per render, and each of those used to copy it.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +40,9 @@ struct CallArgs {
   std::vector<std::pair<std::string, Value>> keyword;
 };
 using NativeFunction = std::function<Value(CallArgs& args)>;
+// A macro's body written into the caller's text: `{{ macro(...) }}` prints exactly what the call
+// returns, so the macro's text (a message's content, in a chat template) needs no buffer of its own.
+using WriteFunction = std::function<void(CallArgs& args, std::string& out)>;
 
 struct ListData;
 struct DictData;
@@ -65,8 +72,12 @@ class Value {
   static Value dict();
   static Value new_namespace();
   static Value function(std::string name, NativeFunction fn);
+  // A callable whose result is the text `write` appends (a macro): callable().write is set.
+  static Value writer(std::string name, WriteFunction write);
   static Value from_json(const nlohmann::ordered_json& j);
   static Value from_json(const nlohmann::json& j);
+  // Moves the strings out of `j` instead of copying them (j is left with empty strings).
+  static Value from_json(nlohmann::ordered_json&& j);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -87,7 +98,9 @@ class Value {
   bool as_bool() const { return b_; }
   int64_t as_int() const;                        // bool/int/float -> int64 (float truncates)
   double as_double() const;                      // bool/int/float -> double
-  const std::string& str() const { return s_; }  // string value, or the Undefined hint
+  const std::string& str() const { return s_ ? *s_ : empty_string(); }  // string value, or the Undefined hint
+  // The same string marked as markup (shares the bytes); other kinds are returned as they are.
+  Value as_markup() const;
   std::vector<Value>& items() const;             // list/tuple/iterator elements
   DictData& dict_data() const;                   // dict or namespace
   const CallableData& callable() const;
@@ -97,6 +110,8 @@ class Value {
   bool truthy() const;
   // Python str(): what `{{ value }}` prints. Undefined prints as "".
   std::string to_str() const;
+  // Appends to_str() to `out` without building it apart first.
+  void append_to(std::string& out) const;
   std::string repr() const;
   const char* type_name() const;  // Python type name, used in error messages ("dict object")
 
@@ -105,7 +120,8 @@ class Value {
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  static const std::string& empty_string();
+  std::shared_ptr<const std::string> s_;  // null: the empty string
   std::shared_ptr<ListData> list_;
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<CallableData> fn_;
@@ -132,6 +148,7 @@ struct DictData {
 struct CallableData {
   std::string name;
   NativeFunction fn;
+  WriteFunction write;  // set for macros: fn(args) is the string write(args, out) appends
 };
 
 // Python `==` and `<` (the latter throws JinjaError for unorderable types, as Python's TypeError).

@@ -1,7 +1,11 @@
 // See json_parse.h. A SAX handler builds the value the way nlohmann's DOM parser does,
-// but finds repeated keys through a hash map per open object instead of a linear scan.
+// but finds repeated keys through a hash map per open object instead of a linear scan, and
+// gathers an object's members apart until it closes: ordered_json's members are pairs with a
+// const key, which a growing vector copies instead of moving, so every member added after a
+// large one (a request's messages, a message's content) copied it again.
 #include "text/json_parse.h"
 
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -31,11 +35,9 @@ class OrderedBuilder {
 
   bool key(std::string& k) {
     Frame& f = stack_.back();
-    // ordered_map is a vector of members: append directly, the map has checked for a repeat.
-    auto& members = static_cast<Json::object_t::Container&>(f.value->get_ref<Json::object_t&>());
-    auto [it, fresh] = f.keys.try_emplace(k, members.size());
-    if (fresh) members.emplace_back(std::move(k), nullptr);
-    f.slot = &members[it->second].second;
+    auto [it, fresh] = f.keys.try_emplace(k, f.members.size());
+    if (fresh) f.members.emplace_back(std::move(k), nullptr);
+    f.slot = &f.members[it->second].second;
     return true;
   }
 
@@ -50,8 +52,9 @@ class OrderedBuilder {
  private:
   struct Frame {
     Json* value;
-    std::unordered_map<std::string, size_t> keys;  // objects only: member name -> index
-    Json* slot = nullptr;                          // objects only: the value the last key names
+    std::unordered_map<std::string, size_t> keys;       // objects only: member name -> index
+    std::vector<std::pair<std::string, Json>> members;  // objects only: moved into *value on close
+    Json* slot = nullptr;                               // objects only: the value the last key names
   };
 
   // Where the next value goes: the root, the end of the open array, or the last key's slot.
@@ -79,18 +82,25 @@ class OrderedBuilder {
     }
     Json* p = place();
     *p = std::move(empty);
-    stack_.push_back({p, {}, nullptr});
+    stack_.push_back({p, {}, {}, nullptr});
     return true;
   }
 
   bool close() {
+    Frame& f = stack_.back();
+    if (f.value->is_object()) {
+      // ordered_map is a vector of members: filled in place, the map has checked for repeats.
+      auto& members = static_cast<Json::object_t::Container&>(f.value->get_ref<Json::object_t&>());
+      members.reserve(f.members.size());
+      for (auto& [k, v] : f.members) members.emplace_back(std::move(k), std::move(v));
+    }
     stack_.pop_back();
     return true;
   }
 
   int max_depth_;
   Json root_;
-  std::vector<Frame> stack_;
+  std::deque<Frame> stack_;  // frames stay in place: a vector's growth would copy their members
   std::string error_;
 };
 

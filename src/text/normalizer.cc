@@ -60,12 +60,15 @@ class BertNormalizer final : public Normalizer {
   BertNormalizer(bool clean_text, bool chinese, bool lowercase, bool strip_accents)
       : clean_text_(clean_text), chinese_(chinese), lowercase_(lowercase), strip_accents_(strip_accents) {}
   std::string normalize(std::string_view t) const override {
-    std::string s(t);
+    std::string s = clean_text_
+                        ? static_regex(R"((?![\t\n\r])[\x{0}\x{FFFD}\p{Cc}\p{Cf}\p{Co}])").replace_all(t, "")
+                        : std::string(t);
+    char32_t cp;
     if (clean_text_) {
-      s = static_regex(R"((?![\t\n\r])[\x{0}\x{FFFD}\p{Cc}\p{Cf}\p{Co}])").replace_all(s, "");
       std::string out;
       out.reserve(s.size());
-      for (char32_t cp : to_code_points(s)) {
+      for (size_t i = 0; i < s.size();) {
+        i = next_code_point(s, i, cp);
         if (is_js_whitespace(cp)) {
           out.push_back(' ');
         } else {
@@ -77,7 +80,8 @@ class BertNormalizer final : public Normalizer {
     if (chinese_) {
       std::string out;
       out.reserve(s.size());
-      for (char32_t cp : to_code_points(s)) {
+      for (size_t i = 0; i < s.size();) {
+        i = next_code_point(s, i, cp);
         if (is_bert_chinese_char(cp)) {
           out.push_back(' ');
           append_utf8(out, cp);
@@ -110,6 +114,7 @@ class PrecompiledNormalizer final : public Normalizer {
             .replace_all(s, " ");
     static constexpr std::string_view kTilde = "\uFF5E";
     std::string out;
+    out.reserve(s.size());
     size_t pos = 0;
     while (true) {
       const size_t f = s.find(kTilde, pos);
@@ -136,20 +141,30 @@ class PrependNormalizer final : public Normalizer {
 
 class ReplaceNormalizer final : public Normalizer {
  public:
-  ReplaceNormalizer(Regex re, std::string content) : re_(std::move(re)), content_(std::move(content)) {}
+  ReplaceNormalizer(std::string literal, Regex re, std::string content)
+      : literal_(std::move(literal)), re_(std::move(re)), content_(std::move(content)) {}
   std::string normalize(std::string_view t) const override {
+    if (literal_.empty()) return re_.replace_all(t, content_);
+    // A String pattern (the usual " " -> "▁"): plain search, and the result sized once, since
+    // the text may be a whole long section. Valid UTF-8 text only holds the pattern at character
+    // boundaries, so this finds the matches the regex would.
+    size_t count = 0;
+    for (size_t f = t.find(literal_); f != std::string_view::npos; f = t.find(literal_, f + literal_.size()))
+      ++count;
     std::string out;
+    out.reserve(t.size() - count * literal_.size() + count * content_.size());
     size_t prev = 0;
-    for (auto [b, e] : re_.find_all(t)) {
-      out.append(t.substr(prev, b - prev));
+    for (size_t f = t.find(literal_); f != std::string_view::npos; f = t.find(literal_, prev)) {
+      out.append(t.substr(prev, f - prev));
       out.append(content_);
-      prev = e;
+      prev = f + literal_.size();
     }
     out.append(t.substr(prev));
     return out;
   }
 
  private:
+  std::string literal_;  // the String pattern; empty for a Regex one (an empty String matches nothing)
   Regex re_;
   std::string content_;
 };
@@ -168,8 +183,9 @@ class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
   std::string normalize(std::string_view t) const override {
-    std::string s(t);
-    for (const auto& p : parts_) s = p->normalize(s);
+    if (parts_.empty()) return std::string(t);
+    std::string s = parts_[0]->normalize(t);
+    for (size_t i = 1; i < parts_.size(); ++i) s = parts_[i]->normalize(s);
     return s;
   }
 
@@ -220,7 +236,9 @@ Expected<std::unique_ptr<Normalizer>> build(const json& c) {
     Expected<Regex> re = pat.contains("Regex") ? Regex::compile(pat.at("Regex").get<std::string>())
                                                : Regex::literal(pat.at("String").get<std::string>());
     if (!re) return re.status().with_context("normalizer Replace");
-    return std::unique_ptr<Normalizer>(new ReplaceNormalizer(std::move(*re), c.at("content").get<std::string>()));
+    std::string literal = pat.contains("Regex") ? std::string() : pat.at("String").get<std::string>();
+    return std::unique_ptr<Normalizer>(
+        new ReplaceNormalizer(std::move(literal), std::move(*re), c.at("content").get<std::string>()));
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> parts;

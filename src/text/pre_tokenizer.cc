@@ -1,9 +1,6 @@
-// split_one() implements the Hugging Face tokenizers semantics (SplitDelimiterBehavior): the text
-// is cut into alternating match / non-match segments covering it entirely, `invert` swaps the two
-// roles, and the behaviour decides what happens to the delimiters (matches): Removed drops them,
-// Isolated keeps them alone, MergedWithPrevious / MergedWithNext glue each to its neighbour,
-// Contiguous glues runs of adjacent delimiters together. The Split pre-tokenizer itself follows
-// transformers.js (the reference), which only knows Removed and Isolated (see its builder).
+// Each pre-tokenizer hands its words to the sink as it cuts them (see pre_tokenizer.h); a Sequence
+// nests the stages depth-first. A word that a stage rewrites (ByteLevel, Metaspace, Replace) lives
+// in a buffer of that stage's call, only until the sink returns.
 #include "text/pre_tokenizer.h"
 
 #include <algorithm>
@@ -12,6 +9,7 @@
 #include <utility>
 
 #include "text/regex.h"
+#include "text/split_behavior.h"
 #include "text/utf8.h"
 
 namespace tf::text {
@@ -41,96 +39,18 @@ const ByteLevelTables& tables() {
   return t;
 }
 
-enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
-
-Expected<SplitBehavior> parse_behavior(const std::string& s) {
-  if (s == "Removed" || s == "removed") return SplitBehavior::kRemoved;
-  if (s == "Isolated" || s == "isolated") return SplitBehavior::kIsolated;
-  if (s == "MergedWithPrevious" || s == "mergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
-  if (s == "MergedWithNext" || s == "mergedWithNext") return SplitBehavior::kMergedWithNext;
-  if (s == "Contiguous" || s == "contiguous") return SplitBehavior::kContiguous;
-  return invalid_argument("pre_tokenizer Split: unknown behavior \"" + s + "\"");
-}
-
-// Splits one string by `re` with the given behaviour.
-void split_one(const Regex& re, SplitBehavior behavior, bool invert, std::string_view text,
-               std::vector<std::string>& out) {
-  struct Seg {
-    size_t b, e;
-    bool is_match;
-  };
-  std::vector<Seg> segs;
-  size_t prev = 0;
-  for (auto [b, e] : re.find_all(text)) {
-    if (b > prev) segs.push_back({prev, b, false});
-    segs.push_back({b, e, true});
-    prev = e;
-  }
-  if (prev < text.size()) segs.push_back({prev, text.size(), false});
-  if (invert) {
-    for (Seg& s : segs) s.is_match = !s.is_match;
-  }
-  std::vector<std::pair<size_t, size_t>> parts;
-  switch (behavior) {
-    case SplitBehavior::kRemoved:
-      for (const Seg& s : segs) {
-        if (!s.is_match) parts.emplace_back(s.b, s.e);
-      }
-      break;
-    case SplitBehavior::kIsolated:
-      for (const Seg& s : segs) parts.emplace_back(s.b, s.e);
-      break;
-    case SplitBehavior::kMergedWithPrevious: {
-      bool prev_match = false;
-      for (const Seg& s : segs) {
-        if (s.is_match && !prev_match && !parts.empty()) {
-          parts.back().second = s.e;
-        } else {
-          parts.emplace_back(s.b, s.e);
-        }
-        prev_match = s.is_match;
-      }
-      break;
-    }
-    case SplitBehavior::kMergedWithNext: {
-      bool prev_match = false;
-      for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
-        if (it->is_match && !prev_match && !parts.empty()) {
-          parts.back().first = it->b;
-        } else {
-          parts.emplace_back(it->b, it->e);
-        }
-        prev_match = it->is_match;
-      }
-      std::reverse(parts.begin(), parts.end());
-      break;
-    }
-    case SplitBehavior::kContiguous: {
-      bool prev_match = false;
-      for (const Seg& s : segs) {
-        if (s.is_match == prev_match && !parts.empty()) {
-          parts.back().second = s.e;
-        } else {
-          parts.emplace_back(s.b, s.e);
-        }
-        prev_match = s.is_match;
-      }
-      break;
-    }
-  }
-  for (auto [b, e] : parts) {
-    if (e > b) out.emplace_back(text.substr(b, e - b));
-  }
+// Appends the ByteLevel characters of `bytes` to `out`.
+void append_byte_level(std::string& out, std::string_view bytes) {
+  const ByteLevelTables& t = tables();
+  for (char c : bytes) out += t.byte_to_utf8[static_cast<uint8_t>(c)];
 }
 
 class SplitPreTokenizer final : public PreTokenizer {
  public:
   SplitPreTokenizer(Regex re, SplitBehavior behavior, bool invert)
       : re_(std::move(re)), behavior_(behavior), invert_(invert) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    for (const std::string& p : pieces) split_one(re_, behavior_, invert_, p, out);
-    pieces = std::move(out);
+  void pre_tokenize(std::string_view piece, bool, PieceSink sink) const override {
+    split_by_matches(re_, behavior_, invert_, piece, sink);
   }
 
  private:
@@ -143,19 +63,26 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, std::unique_ptr<Regex> re)
       : add_prefix_space_(add_prefix_space), re_(std::move(re)) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    for (const std::string& p : pieces) {
-      std::string s = (add_prefix_space_ && (p.empty() || p[0] != ' ')) ? " " + p : p;
-      if (re_) {
-        std::vector<std::string> words;
-        split_one(*re_, SplitBehavior::kIsolated, false, s, words);
-        for (const std::string& w : words) out.push_back(byte_level_encode(w));
-      } else if (!s.empty()) {
-        out.push_back(byte_level_encode(s));
-      }
+  void pre_tokenize(std::string_view piece, bool, PieceSink sink) const override {
+    std::string prefixed;
+    std::string_view s = piece;
+    if (add_prefix_space_ && (piece.empty() || piece[0] != ' ')) {
+      prefixed.reserve(piece.size() + 1);
+      prefixed.push_back(' ');
+      prefixed.append(piece);
+      s = prefixed;
     }
-    pieces = std::move(out);
+    std::string encoded;
+    const auto encode = [&](std::string_view word) {
+      encoded.clear();
+      append_byte_level(encoded, word);
+      sink(encoded);
+    };
+    if (re_) {
+      split_by_matches(*re_, SplitBehavior::kIsolated, false, s, encode);
+    } else if (!s.empty()) {
+      encode(s);
+    }
   }
 
  private:
@@ -173,21 +100,22 @@ class MetaspacePreTokenizer final : public PreTokenizer {
   MetaspacePreTokenizer(std::string replacement, std::string str_rep, bool add_prefix_space, Prepend prepend)
       : replacement_(std::move(replacement)), str_rep_(std::move(str_rep)), add_prefix_space_(add_prefix_space),
         prepend_(prepend) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool first_section) const override {
-    for (std::string& piece : pieces) {
-      std::string s;
-      s.reserve(piece.size() + 8);
-      for (char c : piece) {
-        if (c == ' ') {
-          s += str_rep_;
-        } else {
-          s.push_back(c);
-        }
+  void pre_tokenize(std::string_view piece, bool first_section, PieceSink sink) const override {
+    // Sized once, the prefix included: the piece may be a whole long section.
+    const size_t spaces = static_cast<size_t>(std::count(piece.begin(), piece.end(), ' '));
+    std::string s;
+    s.reserve(piece.size() + spaces * str_rep_.size() + str_rep_.size());
+    for (char c : piece) {
+      if (c == ' ') {
+        s += str_rep_;
+      } else {
+        s.push_back(c);
       }
-      const bool want = add_prefix_space_ && (prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && first_section));
-      if (want && s.rfind(replacement_, 0) != 0) s = str_rep_ + s;
-      piece = std::move(s);
     }
+    const bool want =
+        add_prefix_space_ && (prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && first_section));
+    if (want && s.rfind(replacement_, 0) != 0) s.insert(0, str_rep_);
+    sink(s);
   }
 
  private:
@@ -201,8 +129,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
 class ReplacePreTokenizer final : public PreTokenizer {
  public:
   ReplacePreTokenizer(Regex re, std::string content) : re_(std::move(re)), content_(std::move(content)) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
-    for (std::string& p : pieces) p = re_.replace_all(p, content_);
+  void pre_tokenize(std::string_view piece, bool, PieceSink sink) const override {
+    sink(re_.replace_all(piece, content_));
   }
 
  private:
@@ -214,14 +142,9 @@ class ReplacePreTokenizer final : public PreTokenizer {
 class MatchPreTokenizer final : public PreTokenizer {
  public:
   explicit MatchPreTokenizer(Regex re) : re_(std::move(re)) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    for (const std::string& p : pieces) {
-      for (auto [b, e] : re_.find_all(p)) {
-        if (e > b) out.emplace_back(p, b, e - b);
-      }
-    }
-    pieces = std::move(out);
+  void pre_tokenize(std::string_view piece, bool, PieceSink sink) const override {
+    RegexMatches matches(re_, piece);
+    for (size_t b, e; matches.next(b, e);) sink(piece.substr(b, e - b));
   }
 
  private:
@@ -241,11 +164,22 @@ Expected<std::unique_ptr<PreTokenizer>> match_pre_tokenizer(const std::string& p
 class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
-  void pre_tokenize(std::vector<std::string>& pieces, bool first_section) const override {
-    for (const auto& p : parts_) p->pre_tokenize(pieces, first_section);
+  void pre_tokenize(std::string_view piece, bool first_section, PieceSink sink) const override {
+    run_from(0, piece, first_section, sink);
   }
 
  private:
+  // Runs stages `stage`..n on `piece`, depth-first: each word of a stage goes through the later
+  // stages before that stage cuts the next one.
+  void run_from(size_t stage, std::string_view piece, bool first_section, PieceSink sink) const {
+    if (stage == parts_.size()) {
+      sink(piece);
+      return;
+    }
+    parts_[stage]->pre_tokenize(
+        piece, first_section, [&](std::string_view word) { run_from(stage + 1, word, first_section, sink); });
+  }
+
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 
@@ -266,7 +200,7 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
     Expected<Regex> re = pat.contains("Regex") ? Regex::compile(pat.at("Regex").get<std::string>())
                                                : Regex::literal(pat.at("String").get<std::string>());
     if (!re) return re.status().with_context("pre_tokenizer Split");
-    TF_ASSIGN_OR_RETURN(SplitBehavior b, parse_behavior(c.value("behavior", std::string("Isolated"))));
+    TF_ASSIGN_OR_RETURN(SplitBehavior b, parse_split_behavior(c.value("behavior", std::string("Isolated"))));
     // transformers.js: with invert only the matches are kept; "Removed" drops the delimiters,
     // except for a String pattern (which it wraps in a capturing group, so split() keeps them);
     // every other behaviour isolates them.
@@ -331,6 +265,14 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
 
 }  // namespace
 
+void PreTokenizer::pre_tokenize(std::vector<std::string>& pieces, bool first_section) const {
+  std::vector<std::string> words;
+  for (const std::string& p : pieces) {
+    pre_tokenize(p, first_section, [&](std::string_view word) { words.emplace_back(word); });
+  }
+  pieces = std::move(words);
+}
+
 Expected<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const json& config) {
   try {
     return build(config);
@@ -340,10 +282,9 @@ Expected<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const json& config) {
 }
 
 std::string byte_level_encode(std::string_view bytes) {
-  const ByteLevelTables& t = tables();
   std::string out;
   out.reserve(bytes.size() * 2);
-  for (char c : bytes) out += t.byte_to_utf8[static_cast<uint8_t>(c)];
+  append_byte_level(out, bytes);
   return out;
 }
 

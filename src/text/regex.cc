@@ -60,47 +60,71 @@ Expected<Regex> Regex::literal(std::string_view literal) {
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> out;
-  if (!impl_) return out;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t start = 0;
-  while (start <= text.size()) {
-    // Text is valid UTF-8 by construction (sanitized on entry), so the check is skipped.
-    int rc = impl_->jit ? pcre2_jit_match(impl_->code, subject, text.size(), start, 0, md, nullptr)
-                        : PCRE2_ERROR_JIT_STACKLIMIT;
-    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-      // The JIT's small machine stack can run out on long runs (e.g. 100k spaces against
-      // \s+(?!\S)); the interpreter keeps its backtracking state on the heap.
-      rc = pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
-    }
-    if (rc < 0) break;  // no match (or a resource limit of the interpreter: the rest stays one piece)
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    size_t b = ov[0], e = ov[1];
-    if (e < b) break;  // \K tricks can report end < begin; our patterns never do
-    if (e > b) out.emplace_back(b, e);
-    if (e == b) {
-      // Empty match: step over one whole character.
-      if (e >= text.size()) break;
-      const size_t n = utf8_sequence_length(text, e);
-      start = e + (n == 0 ? 1 : n);
-    } else {
-      start = e;
-    }
-  }
-  pcre2_match_data_free(md);
+  RegexMatches matches(*this, text);
+  for (size_t b, e; matches.next(b, e);) out.emplace_back(b, e);
   return out;
 }
 
 std::string Regex::replace_all(std::string_view text, std::string_view content) const {
   std::string out;
+  out.reserve(text.size());  // enough when matches are replaced by something no longer
   size_t prev = 0;
-  for (auto [b, e] : find_all(text)) {
+  RegexMatches matches(*this, text);
+  for (size_t b, e; matches.next(b, e);) {
     out.append(text.substr(prev, b - prev));
     out.append(content);
     prev = e;
   }
   out.append(text.substr(prev));
   return out;
+}
+
+bool Regex::contains_match(std::string_view text) const {
+  RegexMatches matches(*this, text);
+  size_t b, e;
+  return matches.next(b, e);
+}
+
+RegexMatches::RegexMatches(const Regex& re, std::string_view text)
+    : re_(re.impl_.get()), text_(text), done_(re_ == nullptr) {}
+
+RegexMatches::~RegexMatches() {
+  if (match_data_ != nullptr) pcre2_match_data_free(static_cast<pcre2_match_data*>(match_data_));
+}
+
+bool RegexMatches::next(size_t& begin, size_t& end) {
+  if (match_data_ == nullptr && !done_)
+    match_data_ = pcre2_match_data_create_from_pattern(re_->code, nullptr);
+  auto* md = static_cast<pcre2_match_data*>(match_data_);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text_.data());
+  while (!done_ && start_ <= text_.size()) {
+    // Text is valid UTF-8 by construction (sanitized on entry), so the check is skipped.
+    int rc = re_->jit ? pcre2_jit_match(re_->code, subject, text_.size(), start_, 0, md, nullptr)
+                      : PCRE2_ERROR_JIT_STACKLIMIT;
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      // The JIT's small machine stack can run out on long runs (e.g. 100k spaces against
+      // \s+(?!\S)); the interpreter keeps its backtracking state on the heap.
+      rc = pcre2_match(re_->code, subject, text_.size(), start_, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                       nullptr);
+    }
+    if (rc < 0) break;  // no match (or a resource limit of the interpreter: the rest stays one piece)
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const size_t b = ov[0], e = ov[1];
+    if (e < b) break;  // \K tricks can report end < begin; our patterns never do
+    if (e == b) {
+      // Empty match: step over one whole character.
+      if (e >= text_.size()) break;
+      const size_t n = utf8_sequence_length(text_, e);
+      start_ = e + (n == 0 ? 1 : n);
+      continue;
+    }
+    start_ = e;
+    begin = b;
+    end = e;
+    return true;
+  }
+  done_ = true;
+  return false;
 }
 
 }  // namespace tf::text

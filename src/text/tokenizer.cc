@@ -103,10 +103,14 @@ Status Tokenizer::init(const json& j) {
 }
 
 void Tokenizer::encode_segment(std::string_view text, bool first_section, std::vector<TokenId>& out) const {
-  std::vector<std::string> words{std::string(text)};
-  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(words, first_section);
   const size_t first = out.size();
-  for (const std::string& w : words) model_->encode_word(w, out);
+  // Each word goes to the model as soon as the pre-tokenizer cuts it (see pre_tokenizer.h).
+  const auto encode_word = [&](std::string_view word) { model_->encode_word(word, out); };
+  if (pre_tokenizer_) {
+    pre_tokenizer_->pre_tokenize(text, first_section, encode_word);
+  } else {
+    encode_word(text);
+  }
   // transformers.js fuses unknown tokens over the whole section, across its words.
   const std::optional<TokenId> unk = model_->unk_id();
   if (unk && model_->fuse_unk()) {
@@ -125,24 +129,32 @@ std::vector<TokenId> Tokenizer::encode(std::string_view input, bool add_special_
     sanitized = sanitize_utf8(input);
     input = sanitized;
   }
+  // Everything streams from here on: the matchers hand out one segment at a time and each
+  // segment is encoded before the next is cut, so beside the input only one normalized segment
+  // and the ids are held.
   std::vector<TokenId> ids;
-  for (const TextSegment& seg : raw_matcher_.split(input)) {
+  raw_matcher_.for_each_segment(input, [&](const TextSegment& seg) {
     if (seg.token != nullptr) {
       ids.push_back(seg.token->id);
-      continue;
+      return;
     }
-    if (seg.text.empty()) continue;
+    if (seg.text.empty()) return;
     const bool first = seg.text.data() == input.data();
-    const std::string normalized = normalizer_ ? normalizer_->normalize(seg.text) : std::string(seg.text);
-    if (normalized.empty()) continue;
-    for (const TextSegment& sub : normalized_matcher_.split(normalized)) {
+    std::string normalized_copy;
+    std::string_view normalized = seg.text;
+    if (normalizer_) {
+      normalized_copy = normalizer_->normalize(seg.text);
+      normalized = normalized_copy;
+    }
+    if (normalized.empty()) return;
+    normalized_matcher_.for_each_segment(normalized, [&](const TextSegment& sub) {
       if (sub.token != nullptr) {
         ids.push_back(sub.token->id);
       } else if (!sub.text.empty()) {
         encode_segment(sub.text, first && sub.text.data() == normalized.data(), ids);
       }
-    }
-  }
+    });
+  });
   if (post_processor_) post_processor_->process(ids, add_special_tokens);
   return ids;
 }

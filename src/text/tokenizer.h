@@ -1,9 +1,12 @@
-// Tokenizer: a Hugging Face tokenizer.json (BPE, WordPiece, Unigram or WordLevel model, normalizer, pre-tokenizer, added tokens,
-// post-processor, decoder) plus tokenizer_config.json / generation_config.json when present.
+// Tokenizer: a Hugging Face tokenizer.json (BPE, WordPiece, Unigram or WordLevel model, normalizer,
+// pre-tokenizer, added tokens, post-processor, decoder) plus tokenizer_config.json / generation_config.json
+// when present.
 //
 // Encoding: added tokens are cut out of the raw text first (leftmost-longest); each remaining
 // segment is normalized, cut again on "normalized" added tokens, pre-tokenized into words, and
-// each word is BPE-encoded; the post-processor then adds BOS/EOS when asked to.
+// each word is encoded by the model; the post-processor then adds BOS/EOS when asked to. These
+// steps stream: each word reaches the model as soon as it is cut and is dropped after, so encode
+// holds the input, one normalized segment, the word in hand and the ids, however long the text.
 // Decoding: ids -> token strings (added tokens override the model vocabulary) -> decoder chain ->
 // optional clean-up of tokenization spaces. Invalid UTF-8 input is replaced (U+FFFD per maximal
 // subpart) before anything else, so encode never fails on user text.

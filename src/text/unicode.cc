@@ -98,7 +98,11 @@ char32_t compose_pair(char32_t a, char32_t b) {
 std::vector<char32_t> decomposition(std::string_view s, bool compat) {
   std::vector<char32_t> out;
   out.reserve(s.size());
-  for (char32_t cp : to_code_points(s)) decompose(cp, out, compat);
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    i = next_code_point(s, i, cp);
+    decompose(cp, out, compat);
+  }
   // Canonical ordering: stable sort of each run of non-starters by combining class.
   size_t i = 0;
   while (i < out.size()) {
@@ -163,32 +167,70 @@ std::string compose(const std::vector<char32_t>& d) {
   return from_code_points(out);
 }
 
+// True when a normal form of text that continues with `cp` is the normal form of what comes
+// before plus that of the rest: the (full) decomposition of `cp` starts with a starter that never
+// composes with a character before it. Canonical reordering never moves anything across a starter,
+// and composition only joins a character to the last starter before it, so nothing crosses.
+bool starts_independent_run(char32_t cp, bool compat) {
+  if (cp < 0x80) return true;  // ASCII: its own decomposition, a starter, never a second of a pair
+  static const std::vector<char32_t> seconds = [] {
+    std::vector<char32_t> v;
+    for (const Composition& c : kCompositions) v.push_back(c.second);
+    std::sort(v.begin(), v.end());
+    return v;
+  }();
+  std::vector<char32_t> d;
+  decompose(cp, d, compat);
+  const char32_t first = d.empty() ? cp : d[0];
+  const bool hangul_second =
+      (first >= kVBase && first < kVBase + kVCount) || (first > kTBase && first < kTBase + kTCount);
+  return combining_class(first) == 0 && !hangul_second &&
+         !std::binary_search(seconds.begin(), seconds.end(), first);
+}
+
+// Applies a normal form a chunk of about kFormChunkBytes at a time, each cut before a character
+// that starts an independent run: the same result as on the whole text, without code point
+// buffers of the whole text (a few times its size).
+constexpr size_t kFormChunkBytes = 1 << 16;
+
+std::string normal_form(std::string_view s, bool compat, bool composed) {
+  if (is_ascii(s)) return std::string(s);
+  std::string out;
+  out.reserve(s.size());
+  size_t begin = 0;
+  while (begin < s.size()) {
+    size_t end = s.size();
+    if (s.size() - begin > 2 * kFormChunkBytes) {
+      size_t i = begin + kFormChunkBytes;
+      while (i > begin && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80) --i;
+      while (i < s.size()) {
+        char32_t cp;
+        const size_t next = next_code_point(s, i, cp);
+        if (starts_independent_run(cp, compat)) break;
+        i = next;
+      }
+      end = i;
+    }
+    const std::vector<char32_t> d = decomposition(s.substr(begin, end - begin), compat);
+    out += composed ? compose(d) : from_code_points(d);
+    begin = end;
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string nfd(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
-  return from_code_points(decomposition(s, false));
-}
-
-std::string nfkd(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
-  return from_code_points(decomposition(s, true));
-}
-
-std::string nfc(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
-  return compose(decomposition(s, false));
-}
-
-std::string nfkc(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
-  return compose(decomposition(s, true));
-}
+std::string nfd(std::string_view s) { return normal_form(s, /*compat=*/false, /*composed=*/false); }
+std::string nfkd(std::string_view s) { return normal_form(s, /*compat=*/true, /*composed=*/false); }
+std::string nfc(std::string_view s) { return normal_form(s, /*compat=*/false, /*composed=*/true); }
+std::string nfkc(std::string_view s) { return normal_form(s, /*compat=*/true, /*composed=*/true); }
 
 std::string to_lower(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t cp : to_code_points(s)) {
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    i = next_code_point(s, i, cp);
     if (cp < 0x80) {
       out.push_back(static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp));
       continue;

@@ -1,13 +1,16 @@
-// Viterbi over a lattice of code-point positions. Candidates are the pieces that start at each
-// position (found by hash lookups of every length up to the longest piece), inserted in the order
-// transformers.js's trie yields them (shorter first), then the unk node; a node's best predecessor
-// is the first, in insertion order, of the highest-scoring nodes ending where it starts. The sums
-// are done in the same order as transformers.js, in doubles, so ties resolve identically.
+// Viterbi over a lattice of code-point positions (unigram_viterbi.h). Candidates are the pieces
+// that start at each position (found by hash lookups of every length up to the longest piece),
+// inserted in the order transformers.js's trie yields them (shorter first), then the unk node; a
+// node's best predecessor is the first, in insertion order, of the highest-scoring nodes ending
+// where it starts. The sums are done in the same order as transformers.js, in doubles, so ties
+// resolve identically.
 #include "text/unigram.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "text/unigram_viterbi.h"
 #include "text/utf8.h"
 
 namespace tf::text {
@@ -74,88 +77,31 @@ const std::string* UnigramModel::id_to_token(TokenId id) const {
 
 void UnigramModel::encode_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
-  std::vector<size_t> bounds;
-  for (size_t i = 0; i < word.size();) {
-    bounds.push_back(i);
+  const auto char_end = [&](size_t i) {
     const size_t n = utf8_sequence_length(word, i);
-    i += n == 0 ? 1 : n;
-  }
-  const size_t n = bounds.size();
-  bounds.push_back(word.size());
-
-  struct Node {
-    TokenId id;  // -1: an unknown character without an unk id
-    size_t pos, len;
-    double score;
-    double best = 0;  // backtrace score
-    int prev = -1;    // best predecessor (node index), -1 for the start
+    return i + (n == 0 ? 1 : n);
   };
-  std::vector<Node> nodes;
-  // ends[p]: the nodes ending at p, in insertion order; ends[0] holds only the start (-1).
-  std::vector<std::vector<int>> ends(n + 1);
-  std::vector<std::vector<int>> begins(n + 1);
+  size_t num_chars = 0;
+  for (size_t i = 0; i < word.size(); i = char_end(i)) ++num_chars;
+  StreamingViterbi viterbi(num_chars, std::min(max_piece_chars_, num_chars), out);
   std::string key;
-  for (size_t pos = 0; pos < n; ++pos) {
+  size_t begin = 0;  // byte offset of the character at `pos`
+  for (size_t pos = 0; pos < num_chars; ++pos) {
     bool single = false;
-    const size_t max_len = std::min(max_piece_chars_, n - pos);
-    for (size_t len = 1; len <= max_len; ++len) {
-      key.assign(word.substr(bounds[pos], bounds[pos + len] - bounds[pos]));
+    size_t end = begin;
+    for (size_t len = 1; len <= max_piece_chars_ && end < word.size(); ++len) {
+      end = char_end(end);
+      key.assign(word.substr(begin, end - begin));
       auto it = vocab_.find(key);
       if (it == vocab_.end()) continue;
-      const int idx = static_cast<int>(nodes.size());
-      nodes.push_back({it->second, pos, len, scores_[static_cast<size_t>(it->second)]});
-      begins[pos].push_back(idx);
-      ends[pos + len].push_back(idx);
+      viterbi.add_node(pos, len, it->second, scores_[static_cast<size_t>(it->second)]);
       if (len == 1) single = true;
     }
-    if (!single) {
-      const int idx = static_cast<int>(nodes.size());
-      nodes.push_back({unk_ ? *unk_ : -1, pos, 1, unk_score_});
-      begins[pos].push_back(idx);
-      ends[pos + 1].push_back(idx);
-    }
+    if (!single) viterbi.add_node(pos, 1, unk_ ? *unk_ : -1, unk_score_);
+    viterbi.end_position(pos);
+    begin = char_end(begin);
   }
-  // Forward pass: every node starting at pos picks its predecessor among the nodes ending at pos.
-  for (size_t pos = 0; pos < n; ++pos) {
-    for (int r : begins[pos]) {
-      Node& rn = nodes[static_cast<size_t>(r)];
-      if (pos == 0) {
-        rn.best = 0.0 + rn.score;
-        rn.prev = -1;
-        continue;
-      }
-      bool have = false;
-      double best = 0;
-      int best_node = -1;
-      for (int l : ends[pos]) {
-        const double s = nodes[static_cast<size_t>(l)].best + rn.score;
-        if (!have || s > best) {
-          have = true;
-          best = s;
-          best_node = l;
-        }
-      }
-      rn.best = best;
-      rn.prev = best_node;
-    }
-  }
-  // The end node's predecessor: the first best-scoring node ending at n.
-  int last = -1;
-  double best = 0;
-  for (int l : ends[n]) {
-    if (last < 0 || nodes[static_cast<size_t>(l)].best > best) {
-      best = nodes[static_cast<size_t>(l)].best;
-      last = l;
-    }
-  }
-  std::vector<TokenId> ids;
-  for (int i = last; i >= 0; i = nodes[static_cast<size_t>(i)].prev) {
-    const Node& nd = nodes[static_cast<size_t>(i)];
-    // transformers.js maps the piece's text back to an id; an unknown character is not in the
-    // vocabulary, so it becomes unk.
-    if (nd.id >= 0) ids.push_back(nd.id);
-  }
-  out.insert(out.end(), ids.rbegin(), ids.rend());
+  viterbi.finish();
 }
 
 }  // namespace tf::text

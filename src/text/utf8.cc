@@ -87,15 +87,20 @@ char32_t decode_utf8_at(std::string_view s, size_t i, size_t len) {
   }
 }
 
+size_t next_code_point(std::string_view s, size_t i, char32_t& cp) {
+  bool complete = false;
+  const size_t n = valid_prefix(s, i, complete);
+  cp = complete ? decode_utf8_at(s, i, n) : kReplacementChar;
+  return i + n;
+}
+
 std::vector<char32_t> to_code_points(std::string_view s) {
   std::vector<char32_t> out;
   out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    bool complete = false;
-    const size_t n = valid_prefix(s, i, complete);
-    out.push_back(complete ? decode_utf8_at(s, i, n) : kReplacementChar);
-    i += n;
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    i = next_code_point(s, i, cp);
+    out.push_back(cp);
   }
   return out;
 }

@@ -24,6 +24,10 @@ size_t utf8_sequence_length(std::string_view s, size_t i);
 // Decodes the valid sequence of `len` bytes at s[i] (as reported by utf8_sequence_length).
 char32_t decode_utf8_at(std::string_view s, size_t i, size_t len);
 
+// Decodes the code point at s[i] into `cp` and returns the index just after it: a maximal invalid
+// subpart decodes as one U+FFFD. Walking a string with it visits what to_code_points lists.
+size_t next_code_point(std::string_view s, size_t i, char32_t& cp);
+
 // Code points of a valid UTF-8 string (invalid bytes decode as U+FFFD).
 std::vector<char32_t> to_code_points(std::string_view s);
 std::string from_code_points(const std::vector<char32_t>& cps);

@@ -82,19 +82,22 @@ const std::string* WordPieceModel::id_to_token(TokenId id) const {
 
 void WordPieceModel::encode_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
-  // Byte offsets of the code point boundaries (invalid bytes count as one character each).
-  std::vector<size_t> bounds;
-  for (size_t i = 0; i < word.size();) {
-    bounds.push_back(i);
+  // Byte offsets of the code point boundaries (invalid bytes count as one character each); a word
+  // past the limit is unk before any of it is listed.
+  const auto char_end = [&](size_t i) {
     const size_t n = utf8_sequence_length(word, i);
-    i += n == 0 ? 1 : n;
-  }
-  const size_t nchars = bounds.size();
-  bounds.push_back(word.size());
+    return i + (n == 0 ? 1 : n);
+  };
+  size_t nchars = 0;
+  for (size_t i = 0; i < word.size() && nchars <= max_chars_; i = char_end(i)) ++nchars;
   if (nchars > max_chars_) {
     out.push_back(unk_);
     return;
   }
+  std::vector<size_t> bounds;
+  bounds.reserve(nchars + 1);
+  for (size_t i = 0; i < word.size(); i = char_end(i)) bounds.push_back(i);
+  bounds.push_back(word.size());
   const size_t first = out.size();
   std::string key;
   size_t start = 0;
