@@ -58,6 +58,7 @@ namespace {
 
 using json = nlohmann::json;
 using testing::build;
+using testing::tokenizer_with;
 
 struct EncodeMemory {
   size_t transient;  // peak live bytes during encode, above what is live once it returns
@@ -110,14 +111,9 @@ TEST(TokenizerMemory, UnigramOnOneLongWordKeepsAWindow) {
                         "i",      "c",         "k",   "1",  "2",   "3",           "4", "5", "\u2581fox"}) {
     vocab.push_back(json::array({p, -2.0 - static_cast<double>(std::string(p).size()) * 0.25}));
   }
-  json j;
-  j["model"] = {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}};
-  j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}};
-  j["post_processor"] = nullptr;
-  j["decoder"] = nullptr;
-  j["added_tokens"] = json::array();
-  auto t = build(j);
+  auto t =
+      build(tokenizer_with({{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}},
+                           {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}));
   const std::string text = mixed_text(4 << 20);
   const EncodeMemory m = measure_encode(*t, text);
   ASSERT_GT(m.num_ids, text.size() / 16);
@@ -146,14 +142,9 @@ TEST(TokenizerMemory, BpeWithoutPreTokenizerMergesLongWordsInChunks) {
     if (!vocab.contains(a + b)) vocab[a + b] = next++;
     merges.push_back(a + " " + b);
   }
-  json j;
-  j["model"] = {
-      {"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"unk_token", "<unk>"}, {"fuse_unk", true}};
+  json j = tokenizer_with(
+      {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"unk_token", "<unk>"}, {"fuse_unk", true}});
   j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
-  j["pre_tokenizer"] = nullptr;
-  j["post_processor"] = nullptr;
-  j["decoder"] = nullptr;
-  j["added_tokens"] = json::array();
   auto t = build(j);
   const std::string text = mixed_text(4 << 20);
   const EncodeMemory m = measure_encode(*t, text);

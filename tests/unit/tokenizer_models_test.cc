@@ -15,17 +15,7 @@ namespace {
 using json = nlohmann::json;
 using Ids = std::vector<TokenId>;
 using testing::build;
-
-json tokenizer_with(json model, json pre_tokenizer = nullptr) {
-  json j;
-  j["model"] = std::move(model);
-  j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = std::move(pre_tokenizer);
-  j["post_processor"] = nullptr;
-  j["decoder"] = nullptr;
-  j["added_tokens"] = json::array();
-  return j;
-}
+using testing::tokenizer_with;
 
 json wordpiece_model() {
   return {{"type", "WordPiece"},

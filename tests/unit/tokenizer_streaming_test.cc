@@ -29,17 +29,7 @@ namespace {
 using json = nlohmann::json;
 using Ids = std::vector<TokenId>;
 using testing::build;
-
-json plain_tokenizer(json model, json pre_tokenizer = nullptr) {
-  json j;
-  j["model"] = std::move(model);
-  j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = std::move(pre_tokenizer);
-  j["post_processor"] = nullptr;
-  j["decoder"] = nullptr;
-  j["added_tokens"] = json::array();
-  return j;
-}
+using testing::tokenizer_with;
 
 std::string random_text(std::mt19937& rng, const std::vector<std::string>& alphabet, size_t chars) {
   std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1);
@@ -311,7 +301,7 @@ TEST(TokenizerStreaming, UnigramLongWordsMatchTheWholeLatticeViterbi) {
   for (bool with_unk : {true, false}) {
     for (int trial = 0; trial < 12; ++trial) {
       const UnigramVocab v = tie_heavy_vocab(rng, with_unk);
-      auto t = build(plain_tokenizer(unigram_json(v)));
+      auto t = build(tokenizer_with(unigram_json(v)));
       // Mixed text (paths agree often, so prefixes are flushed), long runs of one letter (where
       // the best segmentations of successive prefixes keep disagreeing), and unknown characters.
       const std::string mixed = random_text(rng, {"a", "b", "\u2581", "ab", "x", "\u00e9"}, 3000);
@@ -409,7 +399,7 @@ TEST(TokenizerStreaming, LongBpeWordsMergeInChunksLikeOneWord) {
       {"a", "b"}, {{"a", "b"}, {"b", "a"}, {"a", "a"}, {"b", "b"}, {"ab", "ab"}, {"ba", "ab"}});
   std::mt19937 rng(5);
   for (const BpeVocab* v : {&sparse, &dense}) {
-    auto t = build(plain_tokenizer(bpe_json(*v)));
+    auto t = build(tokenizer_with(bpe_json(*v)));
     const std::vector<std::string> letters = v == &sparse ? alphabet : std::vector<std::string>{"a", "b"};
     for (int trial = 0; trial < 3; ++trial) {
       // Above twice the chunk size (4 KiB), so that the word is cut at least once, plus a long run

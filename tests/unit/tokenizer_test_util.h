@@ -16,8 +16,9 @@ inline const char* kGlmPattern =
 
 // A byte-level BPE whose vocabulary is the 256 byte characters (ids 0..255, in byte order) plus
 // the merged tokens of `merges` (given as pairs of byte strings), numbered from 256.
-inline nlohmann::json byte_level_tokenizer(const std::vector<std::pair<std::string, std::string>>& merges = {},
-                                           const std::string& pattern = kGlmPattern) {
+inline nlohmann::json byte_level_tokenizer(
+    const std::vector<std::pair<std::string, std::string>>& merges = {},
+    const std::string& pattern = kGlmPattern) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_level_encode(std::string(1, static_cast<char>(b)))] = b;
   nlohmann::json m = nlohmann::json::array();
@@ -43,7 +44,7 @@ inline nlohmann::json byte_level_tokenizer(const std::vector<std::pair<std::stri
 
 inline nlohmann::json added_token(int id, const std::string& content, bool special, bool lstrip = false,
                                   bool rstrip = false, bool normalized = false, bool single_word = false) {
-  return {{"id", id},         {"content", content},       {"special", special},          {"lstrip", lstrip},
+  return {{"id", id},         {"content", content},       {"special", special},        {"lstrip", lstrip},
           {"rstrip", rstrip}, {"normalized", normalized}, {"single_word", single_word}};
 }
 
@@ -51,6 +52,19 @@ inline std::unique_ptr<Tokenizer> build(const nlohmann::json& j, TokenizerConfig
   Expected<std::unique_ptr<Tokenizer>> t = Tokenizer::from_json(j, std::move(config));
   if (!t) throw std::runtime_error(t.status().to_string());
   return std::move(t).value();
+}
+
+// A tokenizer.json of `model` (and `pre_tokenizer`) alone: no normalizer, post-processor, decoder or added
+// tokens.
+inline nlohmann::json tokenizer_with(nlohmann::json model, nlohmann::json pre_tokenizer = nullptr) {
+  nlohmann::json j;
+  j["model"] = std::move(model);
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = std::move(pre_tokenizer);
+  j["post_processor"] = nullptr;
+  j["decoder"] = nullptr;
+  j["added_tokens"] = nlohmann::json::array();
+  return j;
 }
 
 }  // namespace tf::text::testing
