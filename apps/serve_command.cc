@@ -37,6 +37,7 @@ struct ServeOptions {
   int64_t memory_guard_mib = 1024;  // MEMORY_GUARD_MIB (engine/memory_guard.h); 0: off
   double watchdog_s = -1;  // WATCHDOG_S (engine/stall_watchdog.h); 0: off, -1: 300 on a GPU, off on the CPU
   int64_t reasoning_memory_mib = 64;  // REASONING_MEMORY_MIB (server/reasoning_memory.h); 0: off
+  int64_t prompt_budget_mib = 128;    // PROMPT_BUDGET_MIB (server/byte_budget.h); 0: no budget
 };
 
 // The exit code of a server whose model step stalled past WATCHDOG_S.
@@ -110,6 +111,7 @@ int serve(ServeOptions& o) {
 
   o.http.https_media = o.engine.vision_urls != "0";  // the engine fetches them (VISION_URLS)
   o.http.reasoning_memory_bytes = o.reasoning_memory_mib << 20;
+  o.http.prompt_budget_bytes = o.prompt_budget_mib << 20;
   o.http.reply_warmup = o.http.reply_warmup && o.engine.kept_prompts > 0;  // it keeps a state, or nothing
   // The workers' copy of the checkpoint: where scripts/prepare.sh put it, else the same path.
   if (o.tp_process.worker_model.empty()) o.tp_process.worker_model = o.engine.model_dir;
@@ -356,6 +358,14 @@ void add_serve_command(CLI::App& app) {
                   "the reasoning of recent replies, given back to an assistant message that a client sends "
                   "back without it (matched by the whole conversation before it; 0: off)")
       ->envname("REASONING_MEMORY_MIB")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option(
+         "--prompt-budget-mib", o->prompt_budget_mib,
+         "request bodies being read, parsed and tokenized at once, in MiB (each costs a few times its "
+         "size meanwhile): a body waits for room, one larger is refused with 413; bodies of unknown size "
+         "(chunked, compressed) count as the 96 MiB body limit (0: no budget)")
+      ->envname("PROMPT_BUDGET_MIB")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
   cmd->add_option(

@@ -9,7 +9,7 @@ TF_SETTINGS=(MODEL_DIR SERVED_NAME DEVICE HOST PORT PARALLEL CONTEXT KV DENSE LM
   SHARED_PREFIX KEPT_PROMPTS PROMPT_STORE PROMPT_STORE_GIB PROMPT_STORE_BLOCK VISION VISION_URLS VISION_URLS_CA
   MAX_QUEUED TP API_KEY API_KEY_FILE TF_CACHE_DIR BUILD_DIR LOG_DIR STATE_DIR WAIT_TIMEOUT STOP_TIMEOUT FOREGROUND
   PREPARE DRY_RUN LOG_KEEP MEMORY_GUARD_MIB WATCHDOG_S REASONING_EFFORT THINKING_BUDGET STREAM_SMOOTH STREAM_SMOOTH_MS
-  REASONING_MEMORY_MIB REPLY_WARMUP
+  REASONING_MEMORY_MIB REPLY_WARMUP PROMPT_BUDGET_MIB
   WORKER FABRIC_PEER WORKER_DIR WORKER_MODEL_DIR TF_SSH TF_CUDA)
 
 # The environment as the user gave it (these win over everything).
@@ -163,6 +163,8 @@ tf_validate_settings() {
   [[ -z "${REASONING_MEMORY_MIB:-}" || ("$REASONING_MEMORY_MIB" =~ ^[0-9]+$ && ${#REASONING_MEMORY_MIB} -le 7 && REASONING_MEMORY_MIB -le 1048576) ]] ||
     tf_fail "REASONING_MEMORY_MIB must be 0..1048576 MiB (0: off), got '$REASONING_MEMORY_MIB'"
   [[ -z "${REPLY_WARMUP:-}" || "$REPLY_WARMUP" =~ ^[01]$ ]] || tf_fail "REPLY_WARMUP must be 0 or 1, got '$REPLY_WARMUP'"
+  [[ -z "${PROMPT_BUDGET_MIB:-}" || ("$PROMPT_BUDGET_MIB" =~ ^[0-9]+$ && ${#PROMPT_BUDGET_MIB} -le 7 && PROMPT_BUDGET_MIB -le 1048576) ]] ||
+    tf_fail "PROMPT_BUDGET_MIB must be 0..1048576 MiB (0: no budget), got '$PROMPT_BUDGET_MIB'"
   [[ "$LOG_KEEP" =~ ^[0-9]+$ ]] && ((${#LOG_KEEP} <= 5 && LOG_KEEP >= 1)) ||
     tf_fail "LOG_KEEP must be a number of logs, at least 1, got '$LOG_KEEP'"
   if [[ -n "${API_KEY_FILE:-}" ]]; then
@@ -219,6 +221,7 @@ tf_serve_args() {
   fi
   [[ -n "${REASONING_MEMORY_MIB:-}" ]] && TF_SERVE_ARGS+=(--reasoning-memory-mib "$REASONING_MEMORY_MIB")
   [[ -n "${REPLY_WARMUP:-}" ]] && TF_SERVE_ARGS+=(--reply-warmup "$REPLY_WARMUP")
+  [[ -n "${PROMPT_BUDGET_MIB:-}" ]] && TF_SERVE_ARGS+=(--prompt-budget-mib "$PROMPT_BUDGET_MIB")
   # GRAPHS reaches the model as the environment variable TF_GRAPHS (src/model/glm5/step_graphs.h).
   [[ -n "${GRAPHS:-}" ]] && export TF_GRAPHS="$GRAPHS"
   [[ -n "${TF_CACHE_DIR:-}" ]] && TF_SERVE_ARGS+=(--cache-dir "$TF_CACHE_DIR")

@@ -415,7 +415,7 @@ Expected<std::vector<int32_t>> Engine::render_chat(const ChatPrompt& chat) const
   tr.add_generation_prompt = chat.add_generation_prompt && !chat.continue_final_message;
   tr.kwargs = chat.chat_template_kwargs;
   if (!chat.reasoning_effort.empty()) tr.kwargs["reasoning_effort"] = chat.reasoning_effort;
-  auto prompt = impl_->chat_template->render(tr);
+  auto prompt = impl_->chat_template->render(std::move(tr));  // its copy of the messages goes to the template
   if (!prompt) return invalid_argument("chat template: " + prompt.status().message());
   return impl_->tokenizer->encode(prompt->text, /*add_special_tokens=*/false);
 }

@@ -195,7 +195,7 @@ MessagesRequest parse_messages_request(const Json& body, bool count_tokens, Medi
     else if (role == "system") chat_messages.push_back({{"role", "system"}, {"content", text_of(*content, pp + ".content")}});
     else throw bad_request("'" + pp + ".role' must be user or assistant", pp + ".role");
   }
-  Json chat = {{"messages", chat_messages}};
+  Json chat = Json::object();  // the messages go in last (below)
   // A last assistant message is a prefill: the reply continues it.
   if ((*messages).back().value("role", "") == "assistant") {
     chat["add_generation_prompt"] = false;
@@ -219,6 +219,9 @@ MessagesRequest parse_messages_request(const Json& body, bool count_tokens, Medi
     chat.erase("tool_choice");
   if (const Json* thinking = json_field(body, "thinking")) thinking_to_chat(*thinking, chat);
   if (const Json* oc = json_field(body, "output_config")) output_config_to_chat(*oc, chat);
+  // Moved in last: a growing ordered_json copies its members (their keys are const), and the
+  // messages hold the prompt.
+  chat["messages"] = std::move(chat_messages);
   MessagesRequest req;
   req.chat = parse_chat_request(chat, policy);
   return req;

@@ -106,19 +106,26 @@ Json validate_messages(const Json& messages, const std::string& param, MediaUrlP
     auto role = message_string(m, "role", pp);
     if (!role) throw bad_request("'" + pp + ".role' is required", pp + ".role");
     if (!kRoles.count(*role)) throw bad_request("unknown role '" + *role + "'", pp + ".role");
-    Json msg = m;
-    if (*role == "developer") msg["role"] = "system";
     const Json* tc = json_field(m, "tool_calls");
     if (tc) {
       if (*role != "assistant") throw bad_request("'tool_calls' is only allowed on assistant messages", pp + ".tool_calls");
       validate_tool_calls(*tc, pp + ".tool_calls");
     }
     bool allow_null = *role == "assistant";
-    if (!m.contains("content")) {
-      if (!allow_null) throw bad_request("'" + pp + ".content' is required", pp + ".content");
-    } else {
-      msg["content"] = validated_content(m["content"], pp + ".content", allow_null, policy);
+    if (!m.contains("content") && !allow_null)
+      throw bad_request("'" + pp + ".content' is required", pp + ".content");
+    // The message's members in its order, the content checked on the way: copying the message
+    // whole and then its content again held the content (up to the whole body) twice more.
+    Json msg = Json::object();
+    auto& members = static_cast<Json::object_t::Container&>(msg.get_ref<Json::object_t&>());
+    members.reserve(m.size());  // no growth: it would copy the members so far (their keys are const)
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it.key() == "content")
+        members.emplace_back(it.key(), validated_content(it.value(), pp + ".content", allow_null, policy));
+      else
+        members.emplace_back(it.key(), it.value());
     }
+    if (*role == "developer") msg["role"] = "system";
     message_string(m, "name", pp);
     // Both spellings of the reasoning field reach the template (api.md §1.1).
     auto rc = message_string(m, "reasoning_content", pp);

@@ -25,7 +25,7 @@ std::vector<PromptInput> parse_prompt_inputs(const Json& v, const std::string& p
   const std::string q = "'" + param + "'";
   std::vector<PromptInput> out;
   if (v.is_string()) {
-    if (v.get<std::string>().empty()) throw bad_request(q + " must not be empty", param);
+    if (v.get_ref<const std::string&>().empty()) throw bad_request(q + " must not be empty", param);
     out.emplace_back(v.get<std::string>());
   } else if (v.is_array()) {
     if (v.empty()) throw bad_request(q + " must not be empty", param);
@@ -34,7 +34,8 @@ std::vector<PromptInput> parse_prompt_inputs(const Json& v, const std::string& p
     } else {
       for (const Json& p : v) {
         if (p.is_string()) {
-          if (p.get<std::string>().empty()) throw bad_request(q + " must not contain empty strings", param);
+          if (p.get_ref<const std::string&>().empty())
+            throw bad_request(q + " must not contain empty strings", param);
           out.emplace_back(p.get<std::string>());
         } else if (p.is_array()) {
           out.emplace_back(token_list(p, param));
@@ -91,7 +92,7 @@ TokenizeRequest parse_tokenize_request(const Json& body, MediaUrlPolicy policy) 
   } else {
     auto prompt = json_string(body, "prompt");
     if (!prompt) throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");
-    req.prompt = *prompt;
+    req.prompt = std::move(*prompt);
     req.add_special_tokens = json_bool(body, "add_special_tokens").value_or(true);
   }
   return req;

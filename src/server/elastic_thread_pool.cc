@@ -25,6 +25,7 @@ bool ElasticThreadPool::start_worker_locked() {
   } catch (const std::system_error&) {
     return false;  // the system's thread limit: the queued jobs wait for a worker instead
   }
+  ++idle_;  // idle from its start, so the jobs queued before it first waits do not start more
   peak_ = std::max(peak_, workers_.size());
   return true;
 }
@@ -52,14 +53,16 @@ void ElasticThreadPool::enqueue(std::function<void()> fn) {
 void ElasticThreadPool::work(size_t serial) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    ++idle_;
     const bool surplus = workers_.size() > base_;
     const bool woke = surplus
                           ? wake_.wait_for(lock, idle_retire_, [&] { return !jobs_.empty() || shutdown_; })
                           : (wake_.wait(lock, [&] { return !jobs_.empty() || shutdown_; }), true);
     --idle_;
     if (!woke) {
-      if (workers_.size() <= base_) continue;  // another surplus worker retired first
+      if (workers_.size() <= base_) {  // another surplus worker retired first: stay
+        ++idle_;
+        continue;
+      }
       auto it = workers_.find(serial);
       retired_.push_back(std::move(it->second));
       workers_.erase(it);
@@ -71,6 +74,7 @@ void ElasticThreadPool::work(size_t serial) {
     lock.unlock();
     fn();
     lock.lock();
+    ++idle_;
   }
 }
 

@@ -19,6 +19,7 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/api_keys.h"
+#include "server/byte_budget.h"
 #include "server/chat_page.h"
 #include "server/dashboard_page.h"
 #include "server/decision_request.h"
@@ -32,6 +33,7 @@
 #include "server/peer_socket.h"
 #include "server/reasoning_memory.h"
 #include "server/reply_followup.h"
+#include "server/request_body.h"
 #include "server/response_store.h"
 #include "server/stream_formatters.h"
 #include "text/json_parse.h"
@@ -47,18 +49,37 @@ constexpr int64_t kSpareThreads = 64;
 constexpr int kListenBacklog = 1024;
 // The most HTTP workers (connections being served at once) however high the open-file limit.
 constexpr size_t kMaxThreads = 4096;
+// How long a body waits for room in the prompt budget before the request is refused (503).
+constexpr auto kPromptBudgetPatience = std::chrono::seconds(60);
 
-// Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep.
-Json parse_body(const httplib::Request& req) {
-  if (req.body.empty()) throw bad_request("request body is empty; expected a JSON object", "body");
-  Expected<Json> body = text::parse_json(req.body);
+// What a POST route's handler gets besides the request: the body (read by the route wrapper,
+// request_body.h) and its hold on the prompt budget (PROMPT_BUDGET_MIB, byte_budget.h), which
+// the handler gives back once the prompt's tokens are in the engine's hands (or on return).
+struct PostBody {
+  std::string text;
+  ByteBudget::Lease lease;
+};
+
+// Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep. The body's
+// text is let go once parsed: it would be one more copy of the prompt held to the end.
+Json parse_body(PostBody& in) {
+  if (in.text.empty()) throw bad_request("request body is empty; expected a JSON object", "body");
+  Expected<Json> body = text::parse_json(in.text);
+  std::string().swap(in.text);
   if (!body) throw bad_request("invalid JSON body: " + body.status().message(), "body");
   return std::move(*body);
 }
 
-void write_json(httplib::Response& res, int status, const Json& body) {
+// httplib's set_content copies its string: an answer (up to a prompt's ids, or its echo) is
+// moved in instead.
+void set_json_text(httplib::Response& res, int status, std::string text) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+  res.body = std::move(text);
+  res.set_header("Content-Type", "application/json");
+}
+
+void write_json(httplib::Response& res, int status, const Json& body) {
+  set_json_text(res, status, body.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 // OpenAI's error object, or Anthropic's on the Messages API's routes.
@@ -89,6 +110,7 @@ struct HttpServer::Impl {
   ModelInfo model;
   ServerMetrics metrics;
   ResponseStore response_store;
+  ByteBudget prompt_budget;  // PROMPT_BUDGET_MIB: request bodies being turned into prompts
   httplib::Server http;
   std::thread thread;
   int bound_port = -1;
@@ -103,6 +125,7 @@ struct HttpServer::Impl {
         options(std::move(o)),
         model(e.model_info()),
         metrics(model.id),
+        prompt_budget(options.prompt_budget_bytes),
         reasoning_memory(options.reasoning_memory_bytes),
         followups(e, options.reasoning_memory_bytes > 0 ? &reasoning_memory : nullptr,
                   options.reply_warmup ? model.reuse_grain : 0) {
@@ -114,6 +137,38 @@ struct HttpServer::Impl {
   }
 
   using Handler = std::function<void(const httplib::Request&, httplib::Response&, Clock::time_point)>;
+  using PostHandler = void (Impl::*)(const httplib::Request&, PostBody&, httplib::Response&,
+                                     Clock::time_point);
+
+  // The one error mapping: runs `f`, turning what it throws into an error object.
+  template <typename F>
+  static void guarded(httplib::Response& res, bool anthropic, F&& f) {
+    try {
+      f();
+    } catch (const ApiError& e) {
+      write_error(res, e, anthropic);
+    } catch (const StatusError& e) {
+      write_error(res, api_error_from_status(e.status()), anthropic);
+    } catch (const Json::exception& e) {
+      // A JSON type error that validation missed is still the client's input.
+      write_error(res, bad_request(std::string("invalid request: ") + e.what()), anthropic);
+    } catch (const std::exception& e) {
+      write_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"), anthropic);
+    } catch (...) {
+      write_error(res, ApiError(500, "internal error", "server_error"), anthropic);
+    }
+  }
+
+  static void set_request_id(const httplib::Request& req, httplib::Response& res) {
+    std::string rid = req.get_header_value("x-request-id");
+    res.set_header("x-request-id", rid.empty() ? make_id("req-") : rid);
+  }
+
+  void record(const std::string& endpoint, const httplib::Response& res, Clock::time_point t0) {
+    // A handler that sets no status (streams, /metrics) answers 200: httplib fills it in after us.
+    metrics.record_request(endpoint, res.status == -1 ? 200 : res.status,
+                           std::chrono::duration<double>(Clock::now() - t0).count());
+  }
 
   // The one wrapper: auth (unless `needs_key` is false), request id, error mapping, metrics.
   httplib::Server::Handler handle(std::string endpoint, Handler h, bool needs_key = true) {
@@ -121,27 +176,70 @@ struct HttpServer::Impl {
     return [this, anthropic, needs_key, endpoint = std::move(endpoint), h = std::move(h)](
                const httplib::Request& req, httplib::Response& res) {
       Clock::time_point t0 = Clock::now();
-      std::string rid = req.get_header_value("x-request-id");
-      res.set_header("x-request-id", rid.empty() ? make_id("req-") : rid);
-      try {
+      set_request_id(req, res);
+      guarded(res, anthropic, [&] {
         if (needs_key) check_auth(req);
         h(req, res, t0);
-      } catch (const ApiError& e) {
-        write_error(res, e, anthropic);
-      } catch (const StatusError& e) {
-        write_error(res, api_error_from_status(e.status()), anthropic);
-      } catch (const Json::exception& e) {
-        // A JSON type error that validation missed is still the client's input.
-        write_error(res, bad_request(std::string("invalid request: ") + e.what()), anthropic);
-      } catch (const std::exception& e) {
-        write_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"), anthropic);
-      } catch (...) {
-        write_error(res, ApiError(500, "internal error", "server_error"), anthropic);
-      }
-      // A handler that sets no status (streams, /metrics) answers 200: httplib fills it in after us.
-      metrics.record_request(endpoint, res.status == -1 ? 200 : res.status,
-                             std::chrono::duration<double>(Clock::now() - t0).count());
+      });
+      record(endpoint, res, t0);
     };
+  }
+
+  // The wrapper of routes that take a body (request_body.h): auth before a byte of it is read,
+  // then its charge to the prompt budget (waiting for room), then the body within the limit.
+  httplib::Server::HandlerWithContentReader handle_post(std::string endpoint, PostHandler fn) {
+    const bool anthropic = is_anthropic_path(endpoint);
+    return [this, anthropic, fn, endpoint = std::move(endpoint)](
+               const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      Clock::time_point t0 = Clock::now();
+      set_request_id(req, res);
+      RequestBody body(req, reader, options.max_body_bytes);
+      guarded(res, anthropic, [&] {
+        check_auth(req);
+        body.check_length();
+        PostBody in;
+        in.lease = take_prompt_budget(body);
+        in.text = body.read();
+        (this->*fn)(req, in, res, t0);
+      });
+      body.discard_rest();
+      record(endpoint, res, t0);
+    };
+  }
+
+  // Routes that take no body (DELETE, and the 404 of every other path): a body sent anyway is
+  // read through and dropped within the limit, not read whole by httplib (request_body.h).
+  static httplib::Server::HandlerWithContentReader dropping_body(httplib::Server::Handler h,
+                                                                 size_t max_bytes) {
+    return [h = std::move(h), max_bytes](const httplib::Request& req, httplib::Response& res,
+                                         const httplib::ContentReader& reader) {
+      RequestBody(req, reader, max_bytes).discard_rest();
+      h(req, res);
+    };
+  }
+
+  ByteBudget::Lease take_prompt_budget(const RequestBody& body) {
+    const int64_t bytes = body.charge();
+    ByteBudget::Take t = prompt_budget.take(bytes, kPromptBudgetPatience);
+    switch (t.outcome) {
+      case ByteBudget::Outcome::kTaken:
+        break;
+      case ByteBudget::Outcome::kLargerThanBudget:
+        throw ApiError(
+            413,
+            (body.length_known() ? "the request body (" + byte_size_text(bytes) + ")"
+                                 : "a chunked or compressed request body (counted as the body limit, " +
+                                       byte_size_text(bytes) + ")") +
+                " is larger than the server's prompt budget of " + byte_size_text(prompt_budget.capacity()) +
+                " (PROMPT_BUDGET_MIB: the request bodies it reads and tokenizes at once)",
+            "invalid_request_error", "body", "request_too_large");
+      case ByteBudget::Outcome::kTimedOut:
+        throw ApiError(503,
+                       "the server is busy reading and tokenizing other large requests (PROMPT_BUDGET_MIB " +
+                           byte_size_text(prompt_budget.capacity()) + "); retry later",
+                       "server_error", std::nullopt, "service_unavailable");
+    }
+    return std::move(t.lease);
   }
 
   void check_auth(const httplib::Request& req) const {
@@ -307,12 +405,12 @@ struct HttpServer::Impl {
     if (default_effort(r.chat)) r.thinking_enabled = options.default_reasoning_effort != "none";
   }
 
-  // Takes the prompt's media: the engine frees their pixels once encoded, which a copy held
-  // here for the request's lifetime would keep.
+  // Takes the prompt's tokens and media: the engine frees the media's pixels once encoded,
+  // which a copy held here for the request's lifetime would keep (read the prompt's size first).
   GenerationRequest chat_generation(const ChatRequest& r, RenderedPrompt& prompt, int64_t max_tokens) {
     GenerationRequest g;
     g.request_id = make_id("chatcmpl-");
-    g.prompt_tokens = prompt.tokens;
+    g.prompt_tokens = std::move(prompt.tokens);
     g.media = std::move(prompt.media);
     g.shared_prefix_tokens = prompt.system_tokens;
     g.sampling = r.sampling;
@@ -355,14 +453,16 @@ struct HttpServer::Impl {
   bool follows_up(const ChatPrompt& chat, bool has_media) const {
     return followups.active() && chat.add_generation_prompt && !chat.continue_final_message && !has_media;
   }
+  // The request's body is shared with the follow-up, not copied for it: it is the whole prompt.
+  using SharedJson = std::shared_ptr<const Json>;
   // Several choices: each one's reasoning is remembered; which one continues is unknown, so
   // none is warmed up.
-  void follow_chat(const Json& body, const std::vector<ChoiceState>& choices, int64_t prompt_tokens) {
+  void follow_chat(const SharedJson& body, const std::vector<ChoiceState>& choices, int64_t prompt_tokens) {
     const Json reply = chat_completion_json({"", 0, ""}, choices, {}, true, false)["choices"];
     for (const Json& choice : reply) {
       followups.post([this, body, message = choice["message"], prompt_tokens,
                       warm = choices.size() == 1]() -> std::optional<FinishedChat> {
-        Json b = body;
+        Json b = *body;
         b["messages"].push_back(message);
         ChatRequest r = parse_chat_request(b, media_policy());
         apply_defaults(r);
@@ -370,24 +470,24 @@ struct HttpServer::Impl {
       });
     }
   }
-  void follow_responses(const Json& body, const Json& input_items, const ChoiceState& c,
+  void follow_responses(const SharedJson& body, const SharedJson& input_items, const ChoiceState& c,
                         int64_t prompt_tokens) {
     followups.post([this, body, input_items, output = response_output_items(c, "followup"),
                     prompt_tokens]() -> std::optional<FinishedChat> {
-      Json b = body;
+      Json b = *body;
       b.erase("previous_response_id");
-      b["input"] = input_items;
+      b["input"] = *input_items;
       for (const Json& item : output) b["input"].push_back(item);
       ResponsesRequest r = parse_responses_request(b, media_policy(), nullptr);
       apply_defaults(r.chat);
       return FinishedChat{std::move(r.chat.chat), r.chat.cache_salt, prompt_tokens};
     });
   }
-  void follow_messages(const Json& body, const ResponseMeta& meta, const ChoiceState& c,
+  void follow_messages(const SharedJson& body, const ResponseMeta& meta, const ChoiceState& c,
                        int64_t prompt_tokens) {
     const Json content = anthropic_message_json(meta, c, {}, AnthropicLimit::kMaxTokens)["content"];
     followups.post([this, body, content, prompt_tokens]() -> std::optional<FinishedChat> {
-      Json b = body;
+      Json b = *body;
       b["messages"].push_back({{"role", "assistant"}, {"content", content}});
       MessagesRequest r = parse_messages_request(b, false, media_policy());
       apply_defaults(r.chat);
@@ -395,23 +495,26 @@ struct HttpServer::Impl {
     });
   }
 
-  void chat_completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    const Json body = parse_body(req);
-    ChatRequest r = parse_chat_request(body, media_policy());
+  void chat_completions(const httplib::Request& req, PostBody& in, httplib::Response& res,
+                        Clock::time_point t0) {
+    const auto body = std::make_shared<const Json>(parse_body(in));
+    ChatRequest r = parse_chat_request(*body, media_policy());
     apply_defaults(r);
     check_model(r.model);
     check_queued_choices(r.n, "n");
     auto prompt = render_prompt(r.chat, r.cache_salt);
     const bool has_media = prompt.media != nullptr;
     if (truncate_prompt(prompt.tokens, r.truncate_prompt_tokens, has_media)) prompt.system_tokens = 0;
-    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
-    GenerationRequest g = chat_generation(r, prompt, max_tokens);
-    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) g.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
-    ResponseMeta meta{g.request_id, unix_now(), model.id};
+    const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, prompt_tokens, true);
     auto prompt_ids =
         r.return_token_ids ? std::make_shared<const std::vector<int32_t>>(prompt.tokens) : nullptr;
-    const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+    GenerationRequest g = chat_generation(r, prompt, max_tokens);
+    if (g.structured.kind == StructuredOutput::Kind::kJsonSchema)
+      g.structured.schema_text = ordered_schema_text(*body, SchemaSource::kChat);
+    ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), prompt_tokens, t0);
+    in.lease.release();
     if (follows_up(r.chat, has_media))
       session->set_on_finished([this, body, prompt_tokens](const std::vector<ChoiceState>& choices) {
         follow_chat(body, choices, prompt_tokens);
@@ -506,8 +609,8 @@ struct HttpServer::Impl {
     return d;
   }
 
-  void decisions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    const DecisionRequest r = parse_decision_request(parse_body(req));
+  void decisions(const httplib::Request& req, PostBody& in, httplib::Response& res, Clock::time_point t0) {
+    const DecisionRequest r = parse_decision_request(parse_body(in));
     check_model(r.model);
     check_queued_choices(static_cast<int64_t>(r.questions.size()), "questions");
     std::vector<DecisionPrompt> prompts;
@@ -523,6 +626,7 @@ struct HttpServer::Impl {
       g.label_tokens = p.labels;
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(p.tokens.size()), t0));
     }
+    in.lease.release();
     Json answers = Json::object();
     int64_t prompt_tokens = 0, cached_tokens = 0;
     for (size_t i = 0; i < sessions.size(); ++i) {
@@ -569,8 +673,8 @@ struct HttpServer::Impl {
     return ids;
   }
 
-  void embeddings(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    const EmbeddingRequest r = parse_embedding_request(parse_body(req));
+  void embeddings(const httplib::Request& req, PostBody& in, httplib::Response& res, Clock::time_point t0) {
+    const EmbeddingRequest r = parse_embedding_request(parse_body(in));
     check_model(r.model);
     if (r.dimensions && *r.dimensions != model.hidden_size)
       throw bad_request("'dimensions' must be " + std::to_string(model.hidden_size) +
@@ -585,6 +689,7 @@ struct HttpServer::Impl {
         throw context_length_exceeded(model.context_length, n, 0);
       prompts.push_back(std::move(ids));
     }
+    in.lease.release();
     // In waves of a few per stream, so that a batch of thousands neither overflows the queue
     // (MAX_QUEUED) nor keeps other clients' requests waiting behind all of it.
     int64_t wave = std::max<int64_t>(1, 2 * std::max(1, model.parallel));
@@ -621,20 +726,27 @@ struct HttpServer::Impl {
                     {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}});
   }
 
-  void completions(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    const Json body = parse_body(req);
-    CompletionRequest r = parse_completion_request(body);
-    if (r.structured.kind == StructuredOutput::Kind::kJsonSchema) r.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
+  void completions(const httplib::Request& req, PostBody& in, httplib::Response& res, Clock::time_point t0) {
+    CompletionRequest r = [&] {  // the body is let go once read: the prompts hold their text
+      const Json body = parse_body(in);
+      CompletionRequest parsed = parse_completion_request(body);
+      if (parsed.structured.kind == StructuredOutput::Kind::kJsonSchema)
+        parsed.structured.schema_text = ordered_schema_text(body, SchemaSource::kChat);
+      return parsed;
+    }();
     check_model(r.model);
     check_queued_choices(static_cast<int64_t>(r.prompts.size()) * r.n, r.prompts.size() > 1 ? "prompt" : "n");
     ResponseMeta meta = meta_for("cmpl-", model.id);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;
-    for (const PromptInput& p : r.prompts) {
+    for (PromptInput& p : r.prompts) {
       std::vector<int32_t> ids = prompt_ids(p, "prompt");
       std::string text;
-      if (const auto* s = std::get_if<std::string>(&p)) {
-        text = *s;
+      if (auto* s = std::get_if<std::string>(&p)) {
+        if (r.echo)
+          text = std::move(*s);
+        else
+          std::string().swap(*s);  // tokenized: the text is not needed any more
       } else if (r.echo) {
         auto d = engine.detokenize(ids);
         if (!d) throw api_error_from_status(d.status());
@@ -647,7 +759,7 @@ struct HttpServer::Impl {
       }
       resolve_max_tokens(r.max_tokens, static_cast<int64_t>(ids.size()), false);
       prompts.push_back(std::move(ids));
-      echo.push_back(r.echo ? text : std::string());
+      echo.push_back(std::move(text));  // empty without echo
     }
     std::vector<std::shared_ptr<GenerationSession>> sessions;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -666,6 +778,7 @@ struct HttpServer::Impl {
       if (r.prompt_logprobs) g.prompt_logprobs = std::max(g.prompt_logprobs, *r.prompt_logprobs);
       sessions.push_back(start_session(std::move(g), static_cast<int64_t>(prompts[i].size()), t0));
     }
+    in.lease.release();
     if (r.stream) {
       auto total = std::make_shared<UsageTotals>();
       std::vector<std::shared_ptr<StreamFormatter>> fmts;
@@ -704,8 +817,9 @@ struct HttpServer::Impl {
     write_json(res, 200, out);
   }
 
-  void responses(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    const Json body = parse_body(req);
+  void responses(const httplib::Request& req, PostBody& in, httplib::Response& res, Clock::time_point t0) {
+    const auto shared_body = std::make_shared<const Json>(parse_body(in));
+    const Json& body = *shared_body;
     std::optional<StoredResponse> previous;
     if (const Json* prev = json_field(body, "previous_response_id")) {
       if (!prev->is_string()) throw bad_request("'previous_response_id' must be a string", "previous_response_id");
@@ -719,7 +833,8 @@ struct HttpServer::Impl {
     check_model(r.model);
     auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
     const bool has_media = prompt.media != nullptr;
-    int64_t max_tokens = resolve_max_tokens(r.max_tokens, static_cast<int64_t>(prompt.tokens.size()), true);
+    const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+    int64_t max_tokens = resolve_max_tokens(r.max_tokens, prompt_tokens, true);
     GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) {
       g.structured.schema_text = ordered_schema_text(body, SchemaSource::kResponses);
@@ -731,19 +846,22 @@ struct HttpServer::Impl {
     Json echo = r.echo;
     echo["max_output_tokens"] = r.max_tokens ? Json(*r.max_tokens) : Json();
     // store (OpenAI's default: true): the response and its conversation are kept for
-    // previous_response_id and GET /v1/responses/{id}.
+    // previous_response_id and GET /v1/responses/{id}. The conversation is shared with the
+    // follow-up until then, not copied for each.
+    const auto items = std::make_shared<const Json>(std::move(r.input_items));
     std::function<void(const Json&)> keep;
     if (!(echo["store"].is_boolean() && !echo["store"].get<bool>()))
-      keep = [this, id = meta.id, items = r.input_items](const Json& response) mutable {
-        for (const Json& item : response.value("output", Json::array())) items.push_back(item);
-        response_store.put(id, StoredResponse{response, std::move(items)});
+      keep = [this, id = meta.id, items](const Json& response) {
+        Json all = *items;
+        for (const Json& item : response.value("output", Json::array())) all.push_back(item);
+        response_store.put(id, StoredResponse{response, std::move(all)});
       };
-    const auto prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
     auto session = start_session(std::move(g), prompt_tokens, t0);
+    in.lease.release();
     if (follows_up(r.chat.chat, has_media))
       session->set_on_finished(
-          [this, body, items = r.input_items, prompt_tokens](const std::vector<ChoiceState>& choices) {
-            follow_responses(body, items, choices.at(0), prompt_tokens);
+          [this, shared_body, items, prompt_tokens](const std::vector<ChoiceState>& choices) {
+            follow_responses(shared_body, items, choices.at(0), prompt_tokens);
           });
     if (r.stream) {
       stream(res, {session},
@@ -780,9 +898,9 @@ struct HttpServer::Impl {
   }
 
   // POST /v1/messages (Anthropic): any model name is accepted (see anthropic_messages.h).
-  void messages(const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-    const Json body = parse_body(req);
-    MessagesRequest r = parse_messages_request(body, false, media_policy());
+  void messages(const httplib::Request& req, PostBody& in, httplib::Response& res, Clock::time_point t0) {
+    const auto body = std::make_shared<const Json>(parse_body(in));
+    MessagesRequest r = parse_messages_request(*body, false, media_policy());
     apply_defaults(r.chat);
     auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
     const bool has_media = prompt.media != nullptr;
@@ -798,13 +916,14 @@ struct HttpServer::Impl {
     int64_t max_tokens = resolve_max_tokens(r.chat.max_tokens, prompt_tokens, true);
     GenerationRequest g = chat_generation(r.chat, prompt, max_tokens);
     if (g.structured.kind == StructuredOutput::Kind::kJsonSchema) {
-      g.structured.schema_text = ordered_schema_text(body, SchemaSource::kMessages);
+      g.structured.schema_text = ordered_schema_text(*body, SchemaSource::kMessages);
       g.structured.param = "output_config.format";
     }
     g.n = 1;
     g.request_id = make_id("msg_");
     ResponseMeta meta{g.request_id, unix_now(), model.id};
     auto session = start_session(std::move(g), prompt_tokens, t0);
+    in.lease.release();
     if (follows_up(r.chat.chat, has_media))
       session->set_on_finished([this, body, prompt_tokens, meta](const std::vector<ChoiceState>& choices) {
         follow_messages(body, meta, choices.at(0), prompt_tokens);
@@ -817,15 +936,15 @@ struct HttpServer::Impl {
     write_json(res, 200, anthropic_message_json(meta, session->choices()[0], session->usage(), limit));
   }
 
-  void count_tokens(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
-    MessagesRequest r = parse_messages_request(parse_body(req), /*count_tokens=*/true, media_policy());
+  void count_tokens(const httplib::Request&, PostBody& in, httplib::Response& res, Clock::time_point) {
+    MessagesRequest r = parse_messages_request(parse_body(in), /*count_tokens=*/true, media_policy());
     apply_defaults(r.chat);
     auto prompt = render_prompt(r.chat.chat, r.chat.cache_salt);
     write_json(res, 200, {{"input_tokens", prompt.tokens.size()}});
   }
 
-  void tokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
-    TokenizeRequest r = parse_tokenize_request(parse_body(req), media_policy());
+  void tokenize(const httplib::Request&, PostBody& in, httplib::Response& res, Clock::time_point) {
+    TokenizeRequest r = parse_tokenize_request(parse_body(in), media_policy());
     check_model(r.model);
     Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
     if (r.is_chat) {
@@ -835,18 +954,42 @@ struct HttpServer::Impl {
     } else {
       ids = engine.tokenize(r.prompt, r.add_special_tokens);
     }
+    const bool token_strs = r.return_token_strs;
+    r = TokenizeRequest();  // the text is not needed any more
     if (!ids) throw api_error_from_status(ids.status());
-    Json out = {{"count", ids->size()}, {"max_model_len", model.context_length}, {"tokens", *ids}, {"token_strs", nullptr}};
-    if (r.return_token_strs) {
-      auto strs = engine.token_strings(*ids);
-      if (!strs) throw api_error_from_status(strs.status());
-      out["token_strs"] = *strs;
+    // Written straight into the answer's text (same bytes as the Json value's dump): as a Json
+    // array, each of a long prompt's millions of ids took 16 bytes more, and its text again.
+    std::string out = "{\"count\":" + std::to_string(ids->size()) +
+                      ",\"max_model_len\":" + std::to_string(model.context_length) + ",\"tokens\":[";
+    out.reserve(out.size() + ids->size() * 8 + 32);
+    for (size_t i = 0; i < ids->size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string((*ids)[i]);
     }
-    write_json(res, 200, out);
+    out += "],\"token_strs\":";
+    if (!token_strs) {
+      out += "null}";
+    } else {
+      constexpr size_t kSlice = 4096;  // token strings are made a slice at a time
+      out += '[';
+      for (size_t first = 0; first < ids->size(); first += kSlice) {
+        const size_t last = std::min(ids->size(), first + kSlice);
+        auto strs =
+            engine.token_strings(std::vector<int32_t>(ids->begin() + static_cast<std::ptrdiff_t>(first),
+                                                      ids->begin() + static_cast<std::ptrdiff_t>(last)));
+        if (!strs) throw api_error_from_status(strs.status());
+        for (size_t i = 0; i < strs->size(); ++i) {
+          if (first + i) out += ',';
+          out += Json((*strs)[i]).dump(-1, ' ', false, Json::error_handler_t::replace);
+        }
+      }
+      out += "]}";
+    }
+    set_json_text(res, 200, std::move(out));
   }
 
-  void detokenize(const httplib::Request& req, httplib::Response& res, Clock::time_point) {
-    DetokenizeRequest r = parse_detokenize_request(parse_body(req));
+  void detokenize(const httplib::Request&, PostBody& in, httplib::Response& res, Clock::time_point) {
+    DetokenizeRequest r = parse_detokenize_request(parse_body(in));
     check_model(r.model);
     for (int32_t id : r.tokens)
       if (model.vocab_size > 0 && id >= model.vocab_size)
@@ -903,6 +1046,10 @@ struct HttpServer::Impl {
                                         : Json(nullptr)},
         {"vision_patches_total", h.vision_patches_total},
         {"vision_patches_skipped_total", h.vision_patches_skipped_total},
+        {"prompt_budget",
+         {{"bytes", prompt_budget.capacity()},
+          {"held_bytes", prompt_budget.held()},
+          {"waiting", prompt_budget.waiting()}}},
         {"device_memory",
          {{"in_use_bytes", h.device_memory_in_use_bytes},
           {"held_bytes", h.device_memory_held_bytes},
@@ -948,9 +1095,8 @@ struct HttpServer::Impl {
       if (id != model.id) throw model_not_found(id);
       write_json(res, 200, model_json());
     }));
-    auto bind_post = [this](const std::string& path, void (Impl::*fn)(const httplib::Request&, httplib::Response&,
-                                                                        Clock::time_point)) {
-      http.Post(path, handle(path, [this, fn](const auto& req, auto& res, auto t0) { (this->*fn)(req, res, t0); }));
+    auto bind_post = [this](const std::string& path, PostHandler fn) {
+      http.Post(path, handle_post(path, fn));
     };
     bind_post("/v1/chat/completions", &Impl::chat_completions);
     bind_post("/v1/completions", &Impl::completions);
@@ -961,7 +1107,8 @@ struct HttpServer::Impl {
       auto fn = handle("/v1/responses/{id}", [this, erase](const auto& req, auto& res, auto) {
         stored_response(req, res, erase);
       });
-      if (erase) http.Delete(R"(/v1/responses/([^/]+))", fn);
+      if (erase)
+        http.Delete(R"(/v1/responses/([^/]+))", dropping_body(fn, options.max_body_bytes));
       else http.Get(R"(/v1/responses/([^/]+))", fn);
     }
     bind_post("/v1/messages", &Impl::messages);
@@ -990,6 +1137,14 @@ struct HttpServer::Impl {
       http.Get(path, handle(path, [this](const auto&, auto& res, auto) {
         res.set_content(metrics.render(engine.health()), "text/plain; version=0.0.4; charset=utf-8");
       }));
+    // Any other path of a method with a body: 404 (the error handler's), the body dropped
+    // within the limit rather than read whole by httplib (request_body.h).
+    auto no_route = dropping_body([](const httplib::Request&, httplib::Response& res) { res.status = 404; },
+                                  options.max_body_bytes);
+    http.Post(".*", no_route);
+    http.Put(".*", no_route);
+    http.Patch(".*", no_route);
+    http.Delete(".*", no_route);
     // Errors produced by httplib itself (404 route, 413 body, 400 framing) get an
     // OpenAI error body too; our own error responses already have one.
     // httplib also parses application/x-www-form-urlencoded bodies (curl -d's default type)

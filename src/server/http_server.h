@@ -2,7 +2,8 @@
 //
 // One route table (http_server.cc) and one wrapper that turns ApiError, Status and
 // any exception into an OpenAI error object with the right HTTP status, so a hostile
-// request never takes the server down. Body limit 96 MiB (413).
+// request never takes the server down. Body limit 96 MiB (413), decoded bodies included;
+// bodies being turned into prompts are bounded together by the prompt budget.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,12 @@ struct ServerOptions {
   // THINKING_BUDGET: the reasoning tokens of a request that sets no thinking budget (-1: no limit).
   int64_t default_thinking_budget = -1;
   size_t max_body_bytes = size_t{96} << 20;
+  // PROMPT_BUDGET_MIB: the request bodies read, parsed, rendered and tokenized at once, in
+  // bytes (byte_budget.h). Each costs a few times its size in that phase, the tokenizer's
+  // share included, so this bounds the phase's memory whatever clients send. A body waits for
+  // room (then 503); one larger than the budget is refused (413). A body whose size is not
+  // announced (chunked or compressed) counts as max_body_bytes. 0: no budget.
+  int64_t prompt_budget_bytes = int64_t{128} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
   bool https_media = false;        // VISION_URLS: https:// media URLs go on to the engine (it fetches them)
   // STREAM_SMOOTH: streamed tokens are paced to even out speculative bursts, each held at

@@ -139,10 +139,9 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
     Json earlier = input_to_messages(*previous_items, policy);
     messages.insert(messages.begin(), earlier.begin(), earlier.end());
   }
-  for (const Json& item : input_items(*input)) req.input_items.push_back(item);
+  for (Json& item : input_items(*input)) req.input_items.push_back(std::move(item));
   if (auto instructions = json_string(body, "instructions"))
     messages.insert(messages.begin(), Json{{"role", "system"}, {"content", *instructions}});
-  chat["messages"] = messages;
   for (const char* f :
        {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stream", "parallel_tool_calls",
         "presence_penalty", "frequency_penalty", "repetition_penalty", "stop", "chat_template_kwargs",
@@ -207,6 +206,9 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
     require_object(*reasoning, "reasoning");
     if (auto effort = json_string(*reasoning, "effort")) chat["reasoning_effort"] = *effort;
   }
+  // Moved in last: a growing ordered_json copies its members (their keys are const), and the
+  // messages hold the prompt.
+  chat["messages"] = std::move(messages);
   req.chat = parse_chat_request(chat, policy);
   req.output_logprobs = logprobs;
   req.sealed_reasoning = sealed_reasoning;

@@ -10,6 +10,7 @@
 // Usage: node serve_hostile_test.mjs BINARY [ARGS...]   (see lib/server.mjs)
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import zlib from 'node:zlib';
 import {
   serverCommand, startServer, makeRunner, request, postJson, rawExchange, assertErrorObject, health, sleep, post200, waitHealth,
 } from './lib/server.mjs';
@@ -401,6 +402,50 @@ await run.check('body over 96 MiB -> 413 with an error object', async () => {
 
 // curl -d sends application/x-www-form-urlencoded; httplib refuses such bodies over 8 KiB
 // with 413, which used to blame the 96 MiB limit.
+// The way from the body to the prompt's tokens holds a few copies of the text (and the
+// tokenizer's working memory); a huge prompt is refused by the window, and the server answers
+// others meanwhile.
+await run.check('a 16 MB chat message -> 400 context_length_exceeded while a normal chat beside it answers', async () => {
+  const huge = Buffer.from(JSON.stringify({ model, messages: [{ role: 'user', content: 'word '.repeat(3 << 20) }], max_tokens: 4 }));
+  const big = request(server, 'POST', C, { body: huge, timeoutMs: 240000 });
+  await sleep(200);
+  const normal = await post200(server, C, chat({}));
+  assert.equal(normal.object, 'chat.completion');
+  const r = await big;
+  assert.equal(r.status, 400, r.text.slice(0, 300));
+  assertErrorObject(assert, r, 'huge prompt');
+  assert.equal(r.json.error.code, 'context_length_exceeded');
+});
+
+// httplib checks the body limit against Content-Length only; the server holds the decoded body to it.
+await run.check('a gzip body that decodes past 96 MiB -> 413 naming the limit, not read whole', async () => {
+  const raw = Buffer.alloc(100 * 1024 * 1024, 0x61);
+  Buffer.from('{"messages":[{"role":"user","content":"').copy(raw);
+  const r = await request(server, 'POST', C, { body: zlib.gzipSync(raw, { level: 1 }), headers: { 'content-encoding': 'gzip' }, timeoutMs: 60000 });
+  assert.equal(r.status, 413, r.text.slice(0, 200));
+  assertErrorObject(assert, r, 'gzip 413');
+  assert.match(r.json.error.message, /96 MiB/);
+  const small = await request(server, 'POST', C, { body: zlib.gzipSync(Buffer.from(JSON.stringify(chat({})))), headers: { 'content-encoding': 'gzip' } });
+  assert.equal(small.status, 200, small.text.slice(0, 200));
+});
+
+await run.check('PROMPT_BUDGET_MIB=1: a body larger than the budget -> 413 naming it; others are served', async () => {
+  const tight = await startServer(cmd, { env: { PROMPT_BUDGET_MIB: '1' } });
+  try {
+    const h = await health(tight);
+    assert.equal(h.prompt_budget.bytes, 1 << 20);
+    const r = await postJson(tight, C, { model: tight.model, messages: [{ role: 'user', content: 'x'.repeat(2 << 20) }], max_tokens: 2 });
+    assert.equal(r.status, 413, r.text.slice(0, 200));
+    assertErrorObject(assert, r, 'budget 413');
+    assert.equal(r.json.error.code, 'request_too_large');
+    assert.match(r.json.error.message, /PROMPT_BUDGET_MIB/);
+    assert.equal((await post200(tight, C, { model: tight.model, messages: user, max_tokens: 2 })).object, 'chat.completion');
+    assert.equal((await health(tight)).prompt_budget.held_bytes, 0);
+  } finally {
+    await tight.stop();
+  }
+});
+
 await run.check('JSON over 8 KiB sent as application/x-www-form-urlencoded -> 413 naming that limit', async () => {
   const body = chat({ messages: [{ role: 'user', content: 'x'.repeat(9000) }] });
   const r = await request(server, 'POST', C, { body, headers: { 'content-type': 'application/x-www-form-urlencoded' } });

@@ -104,7 +104,32 @@ class FakeEngine : public EngineApi {
   }
 
   Expected<std::vector<int32_t>> tokenize(const std::string& text, bool) const override {
+    {
+      std::unique_lock<std::mutex> lock(gate_mu_);
+      ++at_gate_;
+      gate_cv_.notify_all();
+      gate_cv_.wait(lock, [&] { return gate_open_; });
+      --at_gate_;
+    }
     return std::vector<int32_t>(text.begin(), text.end());
+  }
+  // A gate tokenize() waits at while it is closed: holds requests in their prompt phase (the
+  // prompt budget's tests). Open it before the server stops.
+  void close_tokenize_gate() {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    gate_open_ = false;
+  }
+  void open_tokenize_gate() {
+    {
+      std::lock_guard<std::mutex> lock(gate_mu_);
+      gate_open_ = true;
+    }
+    gate_cv_.notify_all();
+  }
+  // Waits until `n` calls of tokenize() are at the gate.
+  bool wait_at_gate(int n, std::chrono::milliseconds timeout) const {
+    std::unique_lock<std::mutex> lock(gate_mu_);
+    return gate_cv_.wait_for(lock, timeout, [&] { return at_gate_ >= n; });
   }
   Expected<std::vector<int32_t>> render_chat(const ChatPrompt& chat) const override {
     std::string s;
@@ -228,6 +253,10 @@ class FakeEngine : public EngineApi {
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  mutable std::mutex gate_mu_;
+  mutable std::condition_variable gate_cv_;
+  bool gate_open_ = true;
+  mutable int at_gate_ = 0;
   std::vector<std::thread> threads_;
   std::map<std::string, std::shared_ptr<std::atomic<bool>>> cancelled_flags_;
   int64_t active_ = 0;

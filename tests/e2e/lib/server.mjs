@@ -30,7 +30,7 @@ export function isFake(bin) {
 // `tensorfold serve` reads these from the environment; the suites start from none of
 // them (hermetic under any CI environment) and pass what they mean explicitly.
 const SERVE_ENV = ['MODEL_DIR', 'SERVED_NAME', 'HOST', 'PORT', 'PARALLEL', 'CONTEXT', 'KV', 'MEMORY_RESERVE_GIB',
-  'KV_POOL_GIB', 'MAX_TOKENS', 'MAX_QUEUED', 'TP', 'API_KEY', 'TF_CACHE_DIR'];
+  'KV_POOL_GIB', 'MAX_TOKENS', 'MAX_QUEUED', 'TP', 'API_KEY', 'TF_CACHE_DIR', 'PROMPT_BUDGET_MIB'];
 
 // Starts the server and resolves once it printed its port. `startTimeoutMs` covers
 // generating the demo checkpoint on first use.

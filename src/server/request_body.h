@@ -1,0 +1,60 @@
+// Request bodies read by the route's handler through httplib's content reader, instead of by
+// httplib before the handler runs:
+//  - nothing is read before the request is authenticated and its body charged to the prompt
+//    budget (byte_budget.h), so clients sending at once cannot hold more bodies than it;
+//  - the body lands in one buffer of its announced size (no growth by doubling);
+//  - a decoded body (Content-Encoding gzip, deflate or br) and a chunked or unannounced one are
+//    held to the body limit as they arrive: httplib 0.11 checks only Content-Length, so a
+//    300 KB gzip body decoded into a 300 MB one, and a chunked body grew without end.
+// A body that is refused or left unread is read through and dropped (up to the body limit
+// again), so that the connection's next request starts where it should and the client, still
+// sending, gets the answer rather than a reset.
+#pragma once
+
+#include <httplib.h>
+
+#include <cstdint>
+#include <string>
+
+namespace tf::server {
+
+// "96 MiB", or a byte count that is not a whole number of MiB.
+std::string byte_size_text(int64_t bytes);
+
+class RequestBody {
+ public:
+  // `max_bytes`: the body limit, for the decoded body.
+  RequestBody(const httplib::Request& req, const httplib::ContentReader& reader, size_t max_bytes);
+
+  // Bytes to charge before reading: the Content-Length when the body arrives as announced,
+  // else the most it may be, the body limit (chunked, compressed or unannounced bodies).
+  int64_t charge() const;
+  // Whether charge() is the body's own length.
+  bool length_known() const { return length_known_; }
+  // Throws ApiError 413 when the announced length is past the body limit (checked before the
+  // body is charged or read).
+  void check_length() const;
+
+  // Reads the whole body, decoded (call once). Throws ApiError: 413 past the body limit, or
+  // an application/x-www-form-urlencoded body past 8 KiB (httplib's limit for those); 400 for
+  // a multipart body or one that stopped short.
+  std::string read();
+
+  // Reads through and drops what is left unread; a no-op after read().
+  void discard_rest();
+
+ private:
+  // Reads the body through `keep` (false: stop keeping, drop the rest); true when it was
+  // read to its end.
+  template <typename Keep>
+  bool read_through(Keep&& keep);
+
+  const httplib::Request& req_;
+  const httplib::ContentReader& reader_;
+  const size_t max_bytes_;
+  bool length_known_ = false;
+  uint64_t length_ = 0;
+  bool consumed_ = false;
+};
+
+}  // namespace tf::server
