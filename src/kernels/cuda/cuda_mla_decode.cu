@@ -20,8 +20,11 @@
 //     kInlineMaxIndices the split blocks make the token list themselves, no prep launch
 //     (slower on the H200: off). TF_MLA_DECODE_SPLIT=v1 runs the first kernel (a
 //     synchronous gather per tile, at most 16 chunks), kept for A/B runs.
-//  3. combine (a block per (head, row)): the chunks' partial results, rescaled to the
-//     common max, summed in chunk order and divided by the total sum.
+//  3. combine (a block per (head, row), 256 threads): the chunks' partial results,
+//     rescaled to the common max (a weight per chunk, computed once), summed in chunk
+//     order with several loads in flight and divided by the total sum. Session 48's
+//     combine (TF_MLA_DECODE_COMBINE=v1, A/B) gives the same bits: decode-1@4k 117.6 ->
+//     121.2 tok/s on the H100 (run29s49).
 //
 // Determinism: a row's chunking depends only on its n: the grid has min(ceil(W / 32),
 // limit) chunks and a row of `tiles` tiles puts ceil(tiles / chunks) in each, which is
@@ -868,8 +871,14 @@ struct CombineArgs {
   int heads, r, chunks;
 };
 
-__global__ void combine_kernel(CombineArgs a) {
-  pdl_wait();  // the split's partials (a no-op without programmatic dependent launch)
+constexpr int kCombineThreads = 256;
+constexpr int kCombineMaxChunks = 256;  // pipe_max_chunks()'s limit
+constexpr int kCombineUnroll = 8;       // partial loads in flight per thread
+
+// Session 48's combine (TF_MLA_DECODE_COMBINE=v1, for A/B runs): 128 threads, each
+// chunk's weight recomputed per channel. The same bits as combine_kernel.
+__global__ void combine_v1_kernel(CombineArgs a) {
+  pdl_wait();
   float* __restrict__ out = a.out;
   const Workspace& ws = a.ws;
   const int heads = a.heads, r = a.r, chunks = a.chunks;
@@ -882,15 +891,75 @@ __global__ void combine_kernel(CombineArgs a) {
     return;
   }
   const int tiles = (n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks, used = (tiles + per - 1) / per;
-  const float* ml = ws.part_ml + (b * chunks * heads + h) * 2;  // chunk k at ml[k * heads * 2]
+  const float* ml = ws.part_ml + (b * chunks * heads + h) * 2;
   float mx = -INFINITY;
   for (int k = 0; k < used; ++k) mx = fmaxf(mx, ml[k * heads * 2]);
   float total = 0.0f;
   for (int k = 0; k < used; ++k) total += ml[k * heads * 2 + 1] * expf(ml[k * heads * 2] - mx);
-  const float* po = ws.part_o + (b * chunks * heads + h) * int64_t(r);  // chunk k at po[k * heads * r]
+  const float* po = ws.part_o + (b * chunks * heads + h) * int64_t(r);
   for (int x = threadIdx.x; x < r; x += blockDim.x) {
     float acc = 0.0f;
     for (int k = 0; k < used; ++k) acc += po[int64_t(k) * heads * r + x] * expf(ml[k * heads * 2] - mx);
+    o[x] = acc / total;
+  }
+}
+bool use_combine_v1() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_MLA_DECODE_COMBINE");
+    return e != nullptr && std::string(e) == "v1";
+  }();
+  return on;
+}
+
+// A block per (head, row). Each chunk's weight exp(m_k - max) is computed once (was once
+// per channel), then every thread sums its channels over the chunks with kCombineUnroll
+// loads in flight: the same terms added in the same order as before, so the same bits.
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(CombineArgs a) {
+  __shared__ float weight[kCombineMaxChunks];
+  __shared__ float total_sum;
+  pdl_wait();  // the split's partials (a no-op without programmatic dependent launch)
+  float* __restrict__ out = a.out;
+  const Workspace& ws = a.ws;
+  const int heads = a.heads, r = a.r, chunks = a.chunks;
+  const int h = blockIdx.x;
+  const int64_t b = blockIdx.y;
+  float* o = out + (b * heads + h) * int64_t(r);
+  const int n = ws.count[b];
+  if (n == 0) {
+    for (int x = threadIdx.x; x < r; x += blockDim.x) o[x] = 0.0f;
+    return;
+  }
+  const int tiles = (n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks,
+            used = (tiles + per - 1) / per;
+  const float* ml = ws.part_ml + (b * chunks * heads + h) * 2;  // chunk k at ml[k * heads * 2]
+  if (threadIdx.x < 32) {
+    float mx = -INFINITY;
+    for (int k = threadIdx.x; k < used; k += 32) mx = fmaxf(mx, ml[k * heads * 2]);
+    mx = warp_reduce(mx, MaxOp{});
+    for (int k = threadIdx.x; k < used; k += 32) weight[k] = expf(ml[k * heads * 2] - mx);
+    __syncwarp();
+    if (threadIdx.x == 0) {
+      float total = 0.0f;  // in chunk order
+      for (int k = 0; k < used; ++k) total += ml[k * heads * 2 + 1] * weight[k];
+      total_sum = total;
+    }
+  }
+  __syncthreads();
+  const float total = total_sum;
+  const float* __restrict__ po =
+      ws.part_o + (b * chunks * heads + h) * int64_t(r);  // chunk k at po[k * heads * r]
+  const int64_t stride = int64_t(heads) * r;
+  for (int x = threadIdx.x; x < r; x += blockDim.x) {
+    float acc = 0.0f;
+    int k = 0;
+    for (; k + kCombineUnroll <= used; k += kCombineUnroll) {
+      float v[kCombineUnroll];
+#pragma unroll
+      for (int u = 0; u < kCombineUnroll; ++u) v[u] = po[(k + u) * stride + x];
+#pragma unroll
+      for (int u = 0; u < kCombineUnroll; ++u) acc += v[u] * weight[k + u];
+    }
+    for (; k < used; ++k) acc += po[k * stride + x] * weight[k];
     o[x] = acc / total;
   }
 }
@@ -999,8 +1068,10 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
       split_v1<<<grid, kThreads, split_smem_bytes, ctx.stream>>>(ws, pages.pages, q + r0 * h * r, w, h, r, scale);
     }
     const CombineArgs ca{out + r0 * h * r, ws, h, r, chunks};
-    raise_if(cuda_status(launch_kernel_ex(combine_kernel, dim3(static_cast<unsigned>(h), static_cast<unsigned>(nb)),
-                                          dim3(128), 0, ctx.stream, nullptr, pdl, ca),
+    const bool v1 = use_combine_v1();
+    raise_if(cuda_status(launch_kernel_ex(v1 ? combine_v1_kernel : combine_kernel,
+                                          dim3(static_cast<unsigned>(h), static_cast<unsigned>(nb)),
+                                          dim3(v1 ? 128 : kCombineThreads), 0, ctx.stream, nullptr, pdl, ca),
                          op));
   }
   check_launch(op);
