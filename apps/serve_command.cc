@@ -364,7 +364,7 @@ void add_serve_command(CLI::App& app) {
          "--prompt-budget-mib", o->prompt_budget_mib,
          "request bodies being read, parsed and tokenized at once, in MiB (each costs a few times its "
          "size meanwhile): a body waits for room, one larger is refused with 413; bodies of unknown size "
-         "(chunked, compressed) count as the 96 MiB body limit (0: no budget)")
+         "(chunked, compressed) are charged in 1 MiB steps as they arrive (0: no budget)")
       ->envname("PROMPT_BUDGET_MIB")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();

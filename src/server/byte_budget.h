@@ -11,6 +11,14 @@
 // never waits behind a large one that waits for room; work that does not fit waits (woken on
 // every release) until it fits or its patience runs out. Work larger than the whole budget
 // would never fit and is refused at once.
+//
+// Work whose size shows only as it goes (a chunked or compressed body) holds what it has and
+// grows its lease in steps (grow()), waiting for room like a take. Two such holders waiting to
+// grow could each wait for the other's bytes until their patience ran out, and everyone else
+// with them; so a grower that would wait while every byte held belongs to waiters (nobody
+// runs who could give any back) is refused at once (kWouldDeadlock), and gives back what it
+// holds, which lets the others go on. A holder that is not waiting (a body still arriving or
+// being tokenized) gives its bytes back in time, so waiting for it is safe.
 #pragma once
 
 #include <chrono>
@@ -47,7 +55,7 @@ class ByteBudget {
     int64_t bytes_ = 0;
   };
 
-  enum class Outcome { kTaken, kLargerThanBudget, kTimedOut };
+  enum class Outcome { kTaken, kLargerThanBudget, kTimedOut, kWouldDeadlock };
   struct Take {
     Outcome outcome;
     Lease lease;  // holds the bytes when kTaken
@@ -55,6 +63,11 @@ class ByteBudget {
   // Takes `bytes` (negative counts as 0), waiting at most `patience` for them to fit beside
   // the bytes held.
   [[nodiscard]] Take take(int64_t bytes, std::chrono::milliseconds patience);
+  // Adds `bytes` to `lease` (one of this budget's, or an empty one), waiting at most
+  // `patience` for them to fit beside the bytes held. kLargerThanBudget when the lease would
+  // hold more than the whole budget; kWouldDeadlock when it would wait while every byte held
+  // is held by waiters. The lease keeps what it held on any outcome but kTaken.
+  [[nodiscard]] Outcome grow(Lease& lease, int64_t bytes, std::chrono::milliseconds patience);
 
   int64_t capacity() const { return capacity_; }
   int64_t held() const;
@@ -68,6 +81,7 @@ class ByteBudget {
   std::condition_variable room_;
   int64_t held_ = 0;
   int64_t waiting_ = 0;
+  int64_t held_by_waiting_ = 0;  // the bytes that waiting growers hold already
 };
 
 }  // namespace tf::server

@@ -19,6 +19,8 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/api_keys.h"
+#include "server/body_intake.h"
+#include "server/bounded_http_server.h"
 #include "server/byte_budget.h"
 #include "server/chat_page.h"
 #include "server/dashboard_page.h"
@@ -26,6 +28,7 @@
 #include "server/elastic_thread_pool.h"
 #include "server/embedding_request.h"
 #include "server/generation_session.h"
+#include "server/http_answers.h"
 #include "server/media_parts.h"
 #include "server/metrics.h"
 #include "server/open_files.h"
@@ -49,16 +52,6 @@ constexpr int64_t kSpareThreads = 64;
 constexpr int kListenBacklog = 1024;
 // The most HTTP workers (connections being served at once) however high the open-file limit.
 constexpr size_t kMaxThreads = 4096;
-// How long a body waits for room in the prompt budget before the request is refused (503).
-constexpr auto kPromptBudgetPatience = std::chrono::seconds(60);
-
-// What a POST route's handler gets besides the request: the body (read by the route wrapper,
-// request_body.h) and its hold on the prompt budget (PROMPT_BUDGET_MIB, byte_budget.h), which
-// the handler gives back once the prompt's tokens are in the engine's hands (or on return).
-struct PostBody {
-  std::string text;
-  ByteBudget::Lease lease;
-};
 
 // Bounded parse (text/json_parse.h): linear time, nesting at most 256 levels deep. The body's
 // text is let go once parsed: it would be one more copy of the prompt held to the end.
@@ -69,28 +62,6 @@ Json parse_body(PostBody& in) {
   if (!body) throw bad_request("invalid JSON body: " + body.status().message(), "body");
   return std::move(*body);
 }
-
-// httplib's set_content copies its string: an answer (up to a prompt's ids, or its echo) is
-// moved in instead.
-void set_json_text(httplib::Response& res, int status, std::string text) {
-  res.status = status;
-  res.body = std::move(text);
-  res.set_header("Content-Type", "application/json");
-}
-
-void write_json(httplib::Response& res, int status, const Json& body) {
-  set_json_text(res, status, body.dump(-1, ' ', false, Json::error_handler_t::replace));
-}
-
-// OpenAI's error object, or Anthropic's on the Messages API's routes.
-void write_error(httplib::Response& res, const ApiError& e, bool anthropic = false) {
-  res.status = anthropic ? anthropic_http_status(e) : e.http_status();
-  if (e.http_status() == 429 || e.http_status() == 503) res.set_header("Retry-After", "1");
-  const Json body = anthropic ? anthropic_error_json(e) : e.to_json();
-  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
-}
-
-bool is_anthropic_path(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
 
 // RFC 3339 UTC time of a unix timestamp (Anthropic's created_at).
 std::string rfc3339(int64_t unix_seconds) {
@@ -111,7 +82,7 @@ struct HttpServer::Impl {
   ServerMetrics metrics;
   ResponseStore response_store;
   ByteBudget prompt_budget;  // PROMPT_BUDGET_MIB: request bodies being turned into prompts
-  httplib::Server http;
+  BoundedHttpServer http;    // httplib's server, its request heads bounded
   std::thread thread;
   int bound_port = -1;
   int listen_socket = -1;  // recorded by the socket options callback (bind())
@@ -126,6 +97,7 @@ struct HttpServer::Impl {
         model(e.model_info()),
         metrics(model.id),
         prompt_budget(options.prompt_budget_bytes),
+        http(HeadLimits{.deadline = std::chrono::seconds(std::max(options.head_timeout_s, 1))}),
         reasoning_memory(options.reasoning_memory_bytes),
         followups(e, options.reasoning_memory_bytes > 0 ? &reasoning_memory : nullptr,
                   options.reply_warmup ? model.reuse_grain : 0) {
@@ -139,25 +111,6 @@ struct HttpServer::Impl {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&, Clock::time_point)>;
   using PostHandler = void (Impl::*)(const httplib::Request&, PostBody&, httplib::Response&,
                                      Clock::time_point);
-
-  // The one error mapping: runs `f`, turning what it throws into an error object.
-  template <typename F>
-  static void guarded(httplib::Response& res, bool anthropic, F&& f) {
-    try {
-      f();
-    } catch (const ApiError& e) {
-      write_error(res, e, anthropic);
-    } catch (const StatusError& e) {
-      write_error(res, api_error_from_status(e.status()), anthropic);
-    } catch (const Json::exception& e) {
-      // A JSON type error that validation missed is still the client's input.
-      write_error(res, bad_request(std::string("invalid request: ") + e.what()), anthropic);
-    } catch (const std::exception& e) {
-      write_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"), anthropic);
-    } catch (...) {
-      write_error(res, ApiError(500, "internal error", "server_error"), anthropic);
-    }
-  }
 
   static void set_request_id(const httplib::Request& req, httplib::Response& res) {
     std::string rid = req.get_header_value("x-request-id");
@@ -186,7 +139,7 @@ struct HttpServer::Impl {
   }
 
   // The wrapper of routes that take a body (request_body.h): auth before a byte of it is read,
-  // then its charge to the prompt budget (waiting for room), then the body within the limit.
+  // then the body within the limit, charged to the prompt budget (body_intake.h).
   httplib::Server::HandlerWithContentReader handle_post(std::string endpoint, PostHandler fn) {
     const bool anthropic = is_anthropic_path(endpoint);
     return [this, anthropic, fn, endpoint = std::move(endpoint)](
@@ -196,10 +149,7 @@ struct HttpServer::Impl {
       RequestBody body(req, reader, options.max_body_bytes);
       guarded(res, anthropic, [&] {
         check_auth(req);
-        body.check_length();
-        PostBody in;
-        in.lease = take_prompt_budget(body);
-        in.text = body.read();
+        PostBody in = take_in_body(body, prompt_budget);
         (this->*fn)(req, in, res, t0);
       });
       body.discard_rest();
@@ -216,30 +166,6 @@ struct HttpServer::Impl {
       RequestBody(req, reader, max_bytes).discard_rest();
       h(req, res);
     };
-  }
-
-  ByteBudget::Lease take_prompt_budget(const RequestBody& body) {
-    const int64_t bytes = body.charge();
-    ByteBudget::Take t = prompt_budget.take(bytes, kPromptBudgetPatience);
-    switch (t.outcome) {
-      case ByteBudget::Outcome::kTaken:
-        break;
-      case ByteBudget::Outcome::kLargerThanBudget:
-        throw ApiError(
-            413,
-            (body.length_known() ? "the request body (" + byte_size_text(bytes) + ")"
-                                 : "a chunked or compressed request body (counted as the body limit, " +
-                                       byte_size_text(bytes) + ")") +
-                " is larger than the server's prompt budget of " + byte_size_text(prompt_budget.capacity()) +
-                " (PROMPT_BUDGET_MIB: the request bodies it reads and tokenizes at once)",
-            "invalid_request_error", "body", "request_too_large");
-      case ByteBudget::Outcome::kTimedOut:
-        throw ApiError(503,
-                       "the server is busy reading and tokenizing other large requests (PROMPT_BUDGET_MIB " +
-                           byte_size_text(prompt_budget.capacity()) + "); retry later",
-                       "server_error", std::nullopt, "service_unavailable");
-    }
-    return std::move(t.lease);
   }
 
   void check_auth(const httplib::Request& req) const {
@@ -1145,22 +1071,11 @@ struct HttpServer::Impl {
     http.Put(".*", no_route);
     http.Patch(".*", no_route);
     http.Delete(".*", no_route);
-    // Errors produced by httplib itself (404 route, 413 body, 400 framing) get an
-    // OpenAI error body too; our own error responses already have one.
-    // httplib also parses application/x-www-form-urlencoded bodies (curl -d's default type)
-    // and refuses those over 8 KiB with 413: name that limit, not the 96 MiB one.
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
-      std::string msg = res.status == 404           ? "no route for " + req.method + " " + req.path
-                        : res.status == 413 && form ? std::string("a Content-Type: application/x-www-form-urlencoded "
-                                                                  "body is limited to 8 KiB; send "
-                                                                  "Content-Type: application/json")
-                        : res.status == 413         ? std::string("request body exceeds 96 MiB")
-                                                    : "HTTP error " + std::to_string(res.status);
-      write_error(res, ApiError(res.status, msg, res.status >= 500 ? "server_error" : "invalid_request_error"),
-                  is_anthropic_path(req.path));
-    });
+    // Errors that httplib answers itself get an error object too (http_answers.h).
+    http.set_error_handler(
+        [timeout_s = options.head_timeout_s](const httplib::Request& req, httplib::Response& res) {
+          answer_httplib_error(req, res, timeout_s);
+        });
     http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
       write_error(res, ApiError(500, "internal error", "server_error"), is_anthropic_path(req.path));
     });

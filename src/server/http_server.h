@@ -31,9 +31,13 @@ struct ServerOptions {
   // bytes (byte_budget.h). Each costs a few times its size in that phase, the tokenizer's
   // share included, so this bounds the phase's memory whatever clients send. A body waits for
   // room (then 503); one larger than the budget is refused (413). A body whose size is not
-  // announced (chunked or compressed) counts as max_body_bytes. 0: no budget.
+  // announced (chunked or compressed) is charged as its decoded bytes arrive, in 1 MiB steps
+  // (body_intake.h). 0: no budget.
   int64_t prompt_budget_bytes = int64_t{128} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
+  // A request's line and headers must arrive within this from their first byte (408 after it),
+  // and are held to 64 KiB and 256 header fields (431): bounded_http_server.h.
+  int head_timeout_s = 30;
   bool https_media = false;        // VISION_URLS: https:// media URLs go on to the engine (it fetches them)
   // STREAM_SMOOTH: streamed tokens are paced to even out speculative bursts, each held at
   // most this long (StreamPacer; 0: sent as they come).

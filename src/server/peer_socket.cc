@@ -65,6 +65,14 @@ bool peer_connected(int fd) {
   return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 }
 
+bool socket_address(int fd, bool peer, std::string& host, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  const int got = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                       : getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return got == 0 && numeric_address(addr, len, host, port);
+}
+
 std::function<bool()> connection_alive_check(const std::string& remote_addr, int remote_port, int local_port) {
   int fd = find_connection_socket(remote_addr, remote_port, local_port);
   if (fd < 0) return {};

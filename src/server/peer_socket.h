@@ -24,4 +24,8 @@ bool peer_connected(int fd);
 // A liveness check for the connection, or an empty function when its socket is not found.
 std::function<bool()> connection_alive_check(const std::string& remote_addr, int remote_port, int local_port);
 
+// The numeric host and port of a socket's peer (`peer`) or its own address, as httplib
+// formats remote_addr and local_addr; false when the socket has none.
+bool socket_address(int fd, bool peer, std::string& host, int& port);
+
 }  // namespace tf::server

@@ -3,7 +3,9 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <exception>
 
 #include "server/api_error.h"
 
@@ -37,7 +39,8 @@ RequestBody::RequestBody(const httplib::Request& req, const httplib::ContentRead
 
 int64_t RequestBody::charge() const {
   const uint64_t most = max_bytes_;
-  return static_cast<int64_t>(length_known_ && length_ < most ? length_ : most);
+  if (!length_known_) return std::min(kBodyChargeStep, static_cast<int64_t>(most));
+  return static_cast<int64_t>(length_ < most ? length_ : most);
 }
 
 void RequestBody::check_length() const {
@@ -63,7 +66,7 @@ bool RequestBody::read_through(Keep&& keep) {
   return reader_([&](const char* data, size_t n) { return receive(data, n); });
 }
 
-std::string RequestBody::read() {
+std::string RequestBody::read(const Reserve& reserve) {
   check_length();
   if (req_.is_multipart_form_data())
     throw bad_request(
@@ -72,9 +75,21 @@ std::string RequestBody::read() {
         "body");
   std::string body;
   if (length_known_) body.reserve(length_);
+  int64_t charged = 0;         // what `reserve` last said is charged
+  std::exception_ptr refused;  // what `reserve` threw
   bool over = false;
   const bool whole = read_through([&](const char* data, size_t n) {
     if (body.size() + n <= max_bytes_) {
+      const auto size = static_cast<int64_t>(body.size() + n);
+      if (size > charged && reserve && !length_known_) {
+        try {
+          charged = reserve(size);
+        } catch (...) {
+          refused = std::current_exception();
+          std::string().swap(body);  // the rest is read through and dropped
+          return false;
+        }
+      }
       body.append(data, n);
       return true;
     }
@@ -82,6 +97,7 @@ std::string RequestBody::read() {
     std::string().swap(body);  // the rest is read through and dropped
     return false;
   });
+  if (refused) std::rethrow_exception(refused);
   if (over)
     throw ApiError(413,
                    "request body exceeds " + byte_size_text(static_cast<int64_t>(max_bytes_)) +

@@ -14,6 +14,7 @@
 #include <httplib.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace tf::server {
@@ -21,24 +22,37 @@ namespace tf::server {
 // "96 MiB", or a byte count that is not a whole number of MiB.
 std::string byte_size_text(int64_t bytes);
 
+// A body whose size is not announced is charged to the prompt budget in steps of this as its
+// (decoded) bytes arrive, not as the whole body limit up front.
+constexpr int64_t kBodyChargeStep = int64_t{1} << 20;
+
 class RequestBody {
  public:
   // `max_bytes`: the body limit, for the decoded body.
   RequestBody(const httplib::Request& req, const httplib::ContentReader& reader, size_t max_bytes);
 
   // Bytes to charge before reading: the Content-Length when the body arrives as announced,
-  // else the most it may be, the body limit (chunked, compressed or unannounced bodies).
+  // else a first step of kBodyChargeStep (within the body limit) for a chunked, compressed or
+  // unannounced body, which read() charges further as it arrives.
   int64_t charge() const;
   // Whether charge() is the body's own length.
   bool length_known() const { return length_known_; }
+  // The body limit, for the decoded body.
+  int64_t max_bytes() const { return static_cast<int64_t>(max_bytes_); }
   // Throws ApiError 413 when the announced length is past the body limit (checked before the
   // body is charged or read).
   void check_length() const;
 
+  // Before the kept body of unknown size grows past the bytes `reserve` last said are charged
+  // (nothing, at first), `reserve` is called with the size it is about to reach and returns the
+  // bytes charged now (at least that). It may throw instead (ApiError: no room in the budget):
+  // the rest of the body is then read through and dropped, and read() throws that error.
+  using Reserve = std::function<int64_t(int64_t size)>;
+
   // Reads the whole body, decoded (call once). Throws ApiError: 413 past the body limit, or
   // an application/x-www-form-urlencoded body past 8 KiB (httplib's limit for those); 400 for
-  // a multipart body or one that stopped short.
-  std::string read();
+  // a multipart body or one that stopped short; what `reserve` threw.
+  std::string read(const Reserve& reserve = {});
 
   // Reads through and drops what is left unread; a no-op after read().
   void discard_rest();

@@ -2,11 +2,17 @@
 // limit holds for decoded (gzip) and chunked bodies too, a body larger than the budget is a 413
 // naming it, bodies that do not fit wait for room while smaller ones go, and the server keeps
 // serving throughout.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
+#include "server/request_body.h"
 #include "server_test_util.h"
 
 namespace tf::server::testing {
@@ -74,10 +80,137 @@ TEST(ServerBody, BodyLargerThanThePromptBudgetIs413NamingIt) {
   expect_error(res, 413, "PROMPT_BUDGET_MIB");
   EXPECT_EQ(Json::parse(res->body)["error"]["code"], "request_too_large");
   EXPECT_EQ(c.Post(kChat, chat_with("hi"), "application/json")->status, 200);
-  // A body of unknown size counts as the body limit (96 MiB), more than this budget.
+  // A body of unknown size is charged as it arrives: a small one fits, one that outgrows the
+  // budget is refused when it does.
   auto chunked = ts.client();
-  expect_error(post_chunked(chunked, kChat, chat_with("hi")), 413, "PROMPT_BUDGET_MIB");
+  auto small = post_chunked(chunked, kChat, chat_with("hi"));
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 200) << small->body;
+  auto grown = post_chunked(chunked, kChat, chat_with(std::string(100 << 10, 'a')));
+  expect_error(grown, 413, "PROMPT_BUDGET_MIB");
+  EXPECT_NE(grown->body.find("chunked or compressed"), std::string::npos) << grown->body;
   EXPECT_EQ(ts.client().Get("/health")->status, 200);
+  EXPECT_EQ(Json::parse(ts.client().Get("/health")->body)["prompt_budget"]["held_bytes"], 0);
+}
+
+// ---------------------------------------------------------------- bodies of unknown size
+
+int connect_raw(const TestServer& ts) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(ts.server->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{20, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+void send_all(int fd, const std::string& s) {
+  size_t sent = 0;
+  while (sent < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    sent += static_cast<size_t>(n);
+  }
+}
+
+std::string chunk(const std::string& data) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+constexpr const char* kChunkedTokenize =
+    "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+    "Connection: close\r\n\r\n";
+
+// The status of the answer the server sends on `fd` (0: none).
+int answer_status(int fd) {
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; got.find("\r\n") == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+    got.append(buf, static_cast<size_t>(n));
+  return got.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(got.c_str() + 9) : 0;
+}
+
+Json budget_of(const TestServer& ts) {
+  return Json::parse(ts.client().Get("/health")->body)["prompt_budget"];
+}
+
+// A chunked body used to be charged the whole body limit (96 MiB) up front: under the default
+// budget (128 MiB) one slowly trickled body made every other chunked or compressed one wait
+// 60 s for a 503. It holds one step (1 MiB) now, and others go beside it.
+TEST(ServerBody, ATrickledChunkedBodyHoldsOnlyWhatArrived) {
+  TestServer ts;
+  int slow = connect_raw(ts);
+  send_all(slow, std::string(kChunkedTokenize) + chunk(R"({"prompt":")"));
+  bool held = false;
+  for (int i = 0; i < 500 && !(held = budget_of(ts)["held_bytes"] == kBodyChargeStep); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(held) << budget_of(ts).dump();
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = ts.client();
+    auto res = post_chunked(c, kChat, chat_with("hi"));
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << res->body;
+    auto gz = ts.client();
+    gz.set_compress(true);
+    EXPECT_EQ(gz.Post(kChat, chat_with("hi"), "application/json")->status, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+  send_all(slow, chunk("hi\"}") + "0\r\n\r\n");
+  EXPECT_EQ(answer_status(slow), 200);
+  ::close(slow);
+  EXPECT_EQ(budget_of(ts)["held_bytes"], 0);
+}
+
+TEST(ServerBody, AGzipBodyIsChargedAsItDecodes) {
+  ServerOptions o;
+  o.prompt_budget_bytes = 2 << 20;
+  TestServer ts(o);
+  auto c = ts.client();
+  c.set_compress(true);
+  auto fits = c.Post("/tokenize", tokenize_with(std::string(1500 << 10, 'a')), "application/json");
+  ASSERT_TRUE(fits);
+  EXPECT_EQ(fits->status, 200);
+  expect_error(c.Post("/tokenize", tokenize_with(std::string(3 << 20, 'a')), "application/json"), 413,
+               "PROMPT_BUDGET_MIB");
+  EXPECT_EQ(budget_of(ts)["held_bytes"], 0);
+}
+
+// Two chunked bodies that each hold half the budget and need more: the first waits for room
+// (the second still runs and could give some back); when the second asks too, nobody who could
+// give bytes back runs, so the second is refused at once (503) rather than both waiting 60 s,
+// and the first goes on with the room it gave back.
+TEST(ServerBody, GrowingBodiesWaitingForEachOtherDoNotDeadlock) {
+  ServerOptions o;
+  o.prompt_budget_bytes = 2 << 20;
+  TestServer ts(o);
+  const std::string part(900 << 10, 'a');
+  int a = connect_raw(ts), b = connect_raw(ts);
+  send_all(a, std::string(kChunkedTokenize) + chunk(R"({"prompt":")" + part));
+  send_all(b, std::string(kChunkedTokenize) + chunk(R"({"prompt":")" + part));
+  bool full = false;
+  for (int i = 0; i < 500 && !(full = budget_of(ts)["held_bytes"] == 2 << 20); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(full) << budget_of(ts).dump();
+  send_all(a, chunk(part));  // a needs a second step: it waits
+  bool waiting = false;
+  for (int i = 0; i < 500 && !(waiting = budget_of(ts)["waiting"] == 1); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(waiting) << budget_of(ts).dump();
+  const auto t0 = std::chrono::steady_clock::now();
+  send_all(b, chunk(part) + chunk("\"}") + "0\r\n\r\n");
+  EXPECT_EQ(answer_status(b), 503);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  send_all(a, chunk("\"}") + "0\r\n\r\n");
+  EXPECT_EQ(answer_status(a), 200);
+  ::close(a);
+  ::close(b);
+  EXPECT_EQ(budget_of(ts)["held_bytes"], 0);
 }
 
 // Two bodies of 600 KB do not fit a budget of 1 MiB together: the second waits until the

@@ -96,6 +96,96 @@ TEST(ByteBudget, NoCapacityMeansNoLimit) {
   ByteBudget::Take t = budget.take(int64_t{1} << 40, milliseconds(0));
   EXPECT_EQ(t.outcome, Outcome::kTaken);
   EXPECT_EQ(budget.held(), 0);  // nothing is counted
+  EXPECT_EQ(budget.grow(t.lease, int64_t{1} << 40, milliseconds(0)), Outcome::kTaken);
+  EXPECT_EQ(budget.held(), 0);
+}
+
+// A lease grows in steps (a body of unknown size as it arrives) and gives back all it holds.
+TEST(ByteBudget, ALeaseGrowsAndGivesBackEverything) {
+  ByteBudget budget(100);
+  ByteBudget::Lease lease;
+  EXPECT_EQ(budget.grow(lease, 30, milliseconds(0)), Outcome::kTaken);  // an empty lease starts
+  EXPECT_EQ(budget.grow(lease, 30, milliseconds(0)), Outcome::kTaken);
+  EXPECT_EQ(lease.bytes(), 60);
+  EXPECT_EQ(budget.held(), 60);
+  // Past the whole budget: refused at once, the lease keeps what it held.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(budget.grow(lease, 41, milliseconds(5000)), Outcome::kLargerThanBudget);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
+  EXPECT_EQ(lease.bytes(), 60);
+  EXPECT_EQ(budget.grow(lease, 40, milliseconds(0)), Outcome::kTaken);  // up to the whole budget
+  lease.release();
+  EXPECT_EQ(budget.held(), 0);
+}
+
+TEST(ByteBudget, AGrowthWaitsForRoomThenTimesOut) {
+  ByteBudget budget(100);
+  ByteBudget::Take other = budget.take(70, milliseconds(0));  // not waiting: it may give back
+  ByteBudget::Take grower = budget.take(20, milliseconds(0));
+  EXPECT_EQ(budget.grow(grower.lease, 20, milliseconds(50)), Outcome::kTimedOut);
+  EXPECT_EQ(grower.lease.bytes(), 20);
+  std::atomic<bool> grown{false};
+  std::thread t([&] { grown = budget.grow(grower.lease, 20, milliseconds(10000)) == Outcome::kTaken; });
+  ASSERT_TRUE(eventually([&] { return budget.waiting() == 1; }));
+  other.lease.release();
+  t.join();
+  EXPECT_TRUE(grown);
+  EXPECT_EQ(budget.held(), 40);
+}
+
+// Two growers that each hold part of the budget and wait for the other's bytes would wait out
+// their patience (60 s in the server), and every other body with them: the one that would
+// complete the cycle is refused at once, and once it gives its bytes back the other goes.
+TEST(ByteBudget, GrowersWaitingForEachOtherDoNotDeadlock) {
+  ByteBudget budget(100);
+  ByteBudget::Take a = budget.take(50, milliseconds(0));
+  ByteBudget::Take b = budget.take(50, milliseconds(0));
+  std::atomic<int> a_outcome{-1};
+  std::thread ta([&] { a_outcome = static_cast<int>(budget.grow(a.lease, 10, milliseconds(10000))); });
+  ASSERT_TRUE(eventually([&] { return budget.waiting() == 1; }));  // b still runs: a waits
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(budget.grow(b.lease, 10, milliseconds(10000)), Outcome::kWouldDeadlock);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
+  EXPECT_EQ(budget.waiting(), 1);
+  EXPECT_EQ(a_outcome, -1);  // a still waits: b is not a waiter any more
+  b.lease.release();         // what the server does with a refused body
+  ta.join();
+  EXPECT_EQ(a_outcome, static_cast<int>(Outcome::kTaken));
+  EXPECT_EQ(a.lease.bytes(), 60);
+}
+
+// The cycle also closes when the last holder that was not waiting gives its bytes back: one
+// waiter is refused, not both.
+TEST(ByteBudget, OnlyOneWaiterIsRefusedWhenTheLastRunningHolderLeaves) {
+  ByteBudget budget(100);
+  ByteBudget::Take a = budget.take(40, milliseconds(0));
+  ByteBudget::Take b = budget.take(40, milliseconds(0));
+  ByteBudget::Take other = budget.take(20, milliseconds(0));
+  std::atomic<int> outcomes[2] = {-1, -1};
+  std::thread ta([&] {
+    outcomes[0] = static_cast<int>(budget.grow(a.lease, 30, milliseconds(10000)));
+    if (outcomes[0] != static_cast<int>(Outcome::kTaken)) a.lease.release();
+  });
+  std::thread tb([&] {
+    outcomes[1] = static_cast<int>(budget.grow(b.lease, 30, milliseconds(10000)));
+    if (outcomes[1] != static_cast<int>(Outcome::kTaken)) b.lease.release();
+  });
+  ASSERT_TRUE(eventually([&] { return budget.waiting() == 2; }));
+  other.lease.release();  // 80 held, all by the two waiters, and neither fits
+  ta.join();
+  tb.join();
+  const int taken = static_cast<int>(Outcome::kTaken), refused = static_cast<int>(Outcome::kWouldDeadlock);
+  EXPECT_TRUE((outcomes[0] == taken && outcomes[1] == refused) ||
+              (outcomes[0] == refused && outcomes[1] == taken))
+      << outcomes[0] << " " << outcomes[1];
+  EXPECT_EQ(budget.held(), 70);
+}
+
+// A take that holds nothing yet is no part of a cycle: it waits its patience as before.
+TEST(ByteBudget, AWaiterHoldingNothingIsNotRefusedAsADeadlock) {
+  ByteBudget budget(100);
+  ByteBudget::Take a = budget.take(100, milliseconds(0));
+  EXPECT_EQ(budget.take(10, milliseconds(100)).outcome, Outcome::kTimedOut);
 }
 
 }  // namespace
