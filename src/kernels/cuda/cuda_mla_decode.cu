@@ -96,6 +96,18 @@ int pipe_max_chunks() {
   }();
   return n;
 }
+// The model's latent width: the tensor-core split kernel has a compiled-in form for it (bf16
+// and fp8 pages): 34.7 -> 28.1 us at 1 row and 141.8 -> 109.7 at 8 rows, W = 2051, on the H100
+// (run31s49). TF_MLA_DECODE_FIXED_R=0 takes the runtime-width kernel (A/B; the same bits).
+// Read once per process.
+constexpr int kModelWidth = 512;
+bool use_fixed_width() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_MLA_DECODE_FIXED_R");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
 // TF_MLA_DECODE_INLINE=1: up to W = kInlineMaxIndices the split blocks make the row's
 // token list themselves instead of a prep launch. Off by default: on the H200 (run5s9)
 // it measured 14.8 vs 13.9 us at W = 67 (tensor-core kernel), and slower at W = 2051.
@@ -563,11 +575,13 @@ __host__ __device__ inline int mma_smem_bytes(int r, int es, int chunk_tokens) {
   return (mma_smem(r).total * 4 + 15) / 16 * 16 + mma_raw_bytes(r, es) + chunk_tokens * 12;
 }
 
-template <typename T, bool kInline>
+// kR > 0: R known at compile time (the model's 512), so the tile loops' divisions and
+// bounds fold (fewer integer instructions on a latency-bound kernel); the same arithmetic.
+template <typename T, bool kInline, int kR = 0>
 __global__ void __launch_bounds__(kThreads, 2) split_mma_kernel(SplitArgs args) {
   constexpr bool kSplitLat = std::is_same_v<T, float>;
   extern __shared__ __align__(16) float sm[];
-  const int r = args.r, heads = args.heads, w = args.w;
+  const int r = kR > 0 ? kR : args.r, heads = args.heads, w = args.w;
   const float scale = args.scale;
   const MmaSmem L = mma_smem(r);
   float* qf = sm + L.qf;
@@ -1042,9 +1056,12 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
   const int scratch_bytes = mma ? kTile * (r + 4) * 4 : pipe_smem(r, es, 0).offs - pipe_smem(r, es, 0).tiles;
   const bool inline_prep_ok =
       pdl && use_inline() && w <= kInlineMaxIndices && padded_indices(w) * 4 <= scratch_bytes;
-  const Kernel split_pdl = (pages.dtype == DType::kF32    ? f32k
-                            : pages.dtype == DType::kBF16 ? bf16k
-                                                          : fp8k)[mma ? 1 : 0][inline_prep_ok ? 1 : 0];
+  Kernel split_pdl = (pages.dtype == DType::kF32    ? f32k
+                      : pages.dtype == DType::kBF16 ? bf16k
+                                                    : fp8k)[mma ? 1 : 0][inline_prep_ok ? 1 : 0];
+  if (mma && !inline_prep_ok && r == kModelWidth && use_fixed_width() && pages.dtype != DType::kF32)
+    split_pdl = pages.dtype == DType::kBF16 ? split_mma_kernel<__nv_bfloat16, false, kModelWidth>
+                                            : split_mma_kernel<__nv_fp8_e4m3, false, kModelWidth>;
   ensure_smem(reinterpret_cast<const void*>(prep), prep_smem, op);
   ensure_smem(pdl ? reinterpret_cast<const void*>(split_pdl) : reinterpret_cast<const void*>(split_v1),
               split_smem_bytes, op);
