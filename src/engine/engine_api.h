@@ -76,12 +76,12 @@ struct StructuredOutput {
   std::string param;
 };
 
-// A chat conversation, rendered into prompt tokens by the engine's chat template.
-struct ChatPrompt {
+// Everything of a chat prompt but its messages: a render of some of the messages (the system
+// block alone, for prompt reuse) copies these whole, so a new option cannot be left behind.
+struct ChatOptions {
   // Insertion-ordered: the template renders dicts (tool schemas, arguments) in the client's
   // key order, as transformers does.
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // OpenAI messages, validated
-  nlohmann::ordered_json tools;                                       // null or the OpenAI tools array
+  nlohmann::ordered_json tools;  // null or the OpenAI tools array
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   std::string reasoning_effort;                       // "", none, low, high, max, ...
   bool add_generation_prompt = true;
@@ -89,6 +89,11 @@ struct ChatPrompt {
   // render_chat_media also renders the system block alone (RenderedPrompt::system_tokens,
   // for prompt reuse); /tokenize, which only counts, turns that extra render off.
   bool find_system_block = true;
+};
+
+// A chat conversation, rendered into prompt tokens by the engine's chat template.
+struct ChatPrompt : ChatOptions {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // OpenAI messages, validated
 };
 
 // The images and videos of a rendered chat prompt: decoded and preprocessed by

@@ -177,11 +177,8 @@ int64_t Engine::system_block_tokens(const ChatPrompt& chat, std::span<const int3
   }
   if (k == 0 || k == chat.messages.size()) return 0;
   ChatPrompt block;  // the leading system messages only (the others may hold a whole request body)
+  static_cast<ChatOptions&>(block) = chat;
   for (size_t i = 0; i < k; ++i) block.messages.push_back(chat.messages[i]);
-  block.tools = chat.tools;
-  block.chat_template_kwargs = chat.chat_template_kwargs;
-  block.reasoning_effort = chat.reasoning_effort;
-  block.find_system_block = chat.find_system_block;
   block.add_generation_prompt = false;
   block.continue_final_message = false;
   auto tokens = render_chat(block);  // a template that wants more than a system message: no hint
