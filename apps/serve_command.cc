@@ -434,13 +434,25 @@ void add_serve_command(CLI::App& app) {
          "require one of the keys in this file (one per line, '#' comments; with --api-key: either's); "
          "read again on SIGHUP (./start.sh reload)")
       ->envname("API_KEY_FILE");
+  CLI::Option* cors_origins =
+      cmd->add_option(
+             "--cors-origins", o->http.cors_origins,
+             "the web origins whose pages may call the server from a browser (CORS), comma-separated "
+             "scheme://host[:port]; * any; an empty value: none (no CORS headers)")
+          ->envname("CORS_ORIGINS")
+          ->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir, "where the demo checkpoint is written")
       ->envname("TF_CACHE_DIR")
       ->capture_default_str();
   for (const CLI::Option* opt : cmd->get_options()) {
     if (!opt->get_envname().empty()) o->tp_process.option_env_names.push_back(opt->get_envname());
   }
-  cmd->callback([o] { std::exit(serve(*o)); });
+  cmd->callback([o, cors_origins] {
+    // CLI11 takes no empty environment value, and CORS_ORIGINS= means "none".
+    const char* env = std::getenv("CORS_ORIGINS");
+    if (cors_origins->count() == 0 && env != nullptr && *env == '\0') o->http.cors_origins.clear();
+    std::exit(serve(*o));
+  });
 }
 
 }  // namespace tf::apps

@@ -23,6 +23,7 @@
 #include "server/bounded_http_server.h"
 #include "server/byte_budget.h"
 #include "server/chat_page.h"
+#include "server/cors.h"
 #include "server/dashboard_page.h"
 #include "server/decision_request.h"
 #include "server/elastic_thread_pool.h"
@@ -88,6 +89,8 @@ struct HttpServer::Impl {
   int listen_socket = -1;  // recorded by the socket options callback (bind())
   std::unique_ptr<ApiKeys> keys;  // null when they could not be read: bind() says why
   Status keys_status;
+  CorsPolicy cors;  // CORS_ORIGINS; off when it could not be read: bind() says why
+  Status cors_status;
   ReasoningMemory reasoning_memory;
   ReplyFollowUps followups;  // after reasoning_memory: its thread uses it
 
@@ -106,6 +109,11 @@ struct HttpServer::Impl {
       keys = std::move(*loaded);
     else
       keys_status = loaded.status();
+    auto cors_policy = CorsPolicy::parse(options.cors_origins);
+    if (cors_policy)
+      cors = std::move(*cors_policy);
+    else
+      cors_status = cors_policy.status();
   }
 
   using Handler = std::function<void(const httplib::Request&, httplib::Response&, Clock::time_point)>;
@@ -1071,6 +1079,19 @@ struct HttpServer::Impl {
     http.Put(".*", no_route);
     http.Patch(".*", no_route);
     http.Delete(".*", no_route);
+    // A browser's CORS preflight, on any path and without a key (it never sends one); any other
+    // OPTIONS is a 404 as before. Every answer gets its CORS headers just before it is written,
+    // httplib's errors and streams included (cors.h).
+    if (cors.enabled()) {
+      http.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
+        if (is_cors_preflight(req))
+          answer_cors_preflight(cors, req, res);
+        else
+          res.status = 404;
+      });
+      http.set_post_routing_handler(
+          [this](const httplib::Request& req, httplib::Response& res) { add_cors_headers(cors, req, res); });
+    }
     // Errors that httplib answers itself get an error object too (http_answers.h).
     http.set_error_handler(
         [timeout_s = options.head_timeout_s](const httplib::Request& req, httplib::Response& res) {
@@ -1096,6 +1117,8 @@ HttpServer::HttpServer(EngineApi& engine, ServerOptions options)
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_read_timeout(impl_->options.read_timeout_s, 0);
   impl_->http.set_write_timeout(30, 0);
+  // httplib closes a kept-alive connection after 5 requests; clients then reconnect every 5.
+  impl_->http.set_keep_alive_max_count(1000);
   // Streamed chunks go out at once (Nagle would hold a small chunk back ~40 ms).
   impl_->http.set_tcp_nodelay(true);
   impl_->http.set_socket_options([impl = impl_.get()](int sock) {
@@ -1113,6 +1136,7 @@ HttpServer::~HttpServer() { stop(); }
 
 Status HttpServer::bind() {
   if (!impl_->keys) return impl_->keys_status;
+  if (!impl_->cors_status.is_ok()) return impl_->cors_status;
   if (impl_->options.port == 0) {
     impl_->bound_port = impl_->http.bind_to_any_port(impl_->options.host);
   } else {

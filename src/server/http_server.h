@@ -48,6 +48,9 @@ struct ServerOptions {
   // REPLY_WARMUP: a finished reply is prefilled while no request waits, so that the chat's
   // next turn resumes after it (reply_followup.h).
   bool reply_warmup = true;
+  // CORS_ORIGINS: the web origins whose pages may call the server from a browser, separated by
+  // commas; "*": any (the default); "": none, no CORS header (cors.h).
+  std::string cors_origins = "*";
 };
 
 class HttpServer {

@@ -601,6 +601,30 @@ await run.check('unknown body fields are ignored; x-request-id is echoed; JSON c
   assert.ok(g.headers['x-request-id'], 'a request id is generated when none is sent');
 });
 
+await run.check('CORS (CORS_ORIGINS=* by default): a browser\'s preflight is 204 without a key; answers carry the origin', async () => {
+  const origin = 'http://localhost:5173';
+  const pre = await request(server, 'OPTIONS', '/v1/chat/completions', {
+    headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type,x-stainless-os' },
+  });
+  assert.equal(pre.status, 204, pre.text);
+  assert.equal(pre.headers['access-control-allow-origin'], '*');
+  assert.match(String(pre.headers['access-control-allow-methods']), /\bPOST\b/);
+  assert.equal(pre.headers['access-control-allow-headers'], 'authorization,content-type,x-stainless-os');
+  assert.equal(pre.headers['access-control-max-age'], '86400');
+  const r = await postJson(server, '/v1/chat/completions', chatBody({ temperature: 0 }), { headers: { origin } });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers['access-control-allow-origin'], '*');
+  assert.match(String(r.headers['access-control-expose-headers']), /x-request-id/);
+  const s = await postSse(server, '/v1/chat/completions', chatBody({ temperature: 0, stream: true }), { headers: { origin } });
+  assert.equal(s.status, 200, s.text.slice(0, 300));
+  assert.equal(s.headers['access-control-allow-origin'], '*');
+  const none = await request(server, 'GET', '/no/such/route', { headers: { origin } });
+  assert.equal(none.status, 404);
+  assert.equal(none.headers['access-control-allow-origin'], '*');
+  const plain = await getJson(server, '/v1/models');
+  assert.equal(plain.headers['access-control-allow-origin'], undefined, 'no Origin, no CORS header');
+});
+
 let compText;
 await run.check('completions: string prompt, default max_tokens 16, token-id prompt gives the same text', async () => {
   const r = await client.completions.create({ model, prompt: 'Once upon a time', temperature: 0, ignore_eos: true });

@@ -77,6 +77,15 @@ check("REPLY_WARMUP and REASONING_MEMORY_MIB become serve flags", r.returncode =
       args[args.index("--reply-warmup") + 1] == "0" and args[args.index("--reasoning-memory-mib") + 1] == "128",
       r.stdout + r.stderr)
 
+for value in ("http://localhost:3000,https://app.example", ""):
+    r = settings({"CORS_ORIGINS": value})
+    args = r.stdout.split("\n")
+    check("CORS_ORIGINS=%r becomes --cors-origins (empty: CORS off)" % value, r.returncode == 0 and
+          "--cors-origins" in args and args[args.index("--cors-origins") + 1] == value, r.stdout + r.stderr)
+r = settings({})
+check("CORS_ORIGINS unset leaves serve's default (*)", r.returncode == 0 and "--cors-origins" not in r.stdout.split("\n"),
+      r.stdout + r.stderr)
+
 r = settings({})
 args = r.stdout.split("\n")
 check("DEVICE defaults to auto (the GPU when the build and the GPU allow)", r.returncode == 0 and

@@ -96,14 +96,8 @@ TEST(ServerBody, BodyLargerThanThePromptBudgetIs413NamingIt) {
 // ---------------------------------------------------------------- bodies of unknown size
 
 int connect_raw(const TestServer& ts) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(ts.server->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  timeval tv{20, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const int fd = testing::connect_loopback(ts.server->port(), 20);
+  EXPECT_GE(fd, 0);
   return fd;
 }
 

@@ -200,14 +200,8 @@ TEST(HeadBoundedStream, IsWritableUntilThePeerCloses) {
 // ---------------------------------------------------------------- the server, raw sockets
 
 int connect_to(const TestServer& ts) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(ts.server->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const int fd = testing::connect_loopback(ts.server->port(), 10);
+  EXPECT_GE(fd, 0);
   return fd;
 }
 

@@ -2,15 +2,19 @@
 // SSE parsing and a checker of the Prometheus text exposition format.
 #pragma once
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/http_server.h"
 #include "server_fake_engine.h"
@@ -146,6 +150,23 @@ inline std::string check_exposition(const std::string& text) {
     if (h.count_v != h.inf_count) return key + ": _count differs from the +Inf bucket";
   }
   return "";
+}
+
+// A raw TCP connection to a test server on loopback (for what httplib's client cannot send),
+// its reads timing out after `timeout_s`; -1 when it could not connect.
+inline int connect_loopback(int port, int timeout_s) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  timeval tv{timeout_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
 }
 
 }  // namespace tf::server::testing
