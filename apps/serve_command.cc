@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/memory_guard.h"
 #include "engine/stall_watchdog.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 
 namespace tf::apps {
@@ -440,6 +441,13 @@ void add_serve_command(CLI::App& app) {
              "the web origins whose pages may call the server from a browser (CORS), comma-separated "
              "scheme://host[:port]; * any; an empty value: none (no CORS headers)")
           ->envname("CORS_ORIGINS")
+          // Checked here, so that a typo fails before the model loads (bind() checks it again).
+          ->check(
+              [](const std::string& v) {
+                auto policy = server::CorsPolicy::parse(v);
+                return policy ? std::string() : std::string(policy.status().message());
+              },
+              "ORIGINS")
           ->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir, "where the demo checkpoint is written")
       ->envname("TF_CACHE_DIR")

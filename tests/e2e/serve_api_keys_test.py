@@ -91,6 +91,13 @@ check(not os.path.exists(os.path.join(work, "no-build")) and not os.path.exists(
 write_keys("# no keys yet\n")
 r = run_script([], script_env(DRY_RUN="1", PORT=str(port), API_KEY_FILE=key_file))
 check(r.returncode != 0 and "lists no key" in r.stderr, "an API_KEY_FILE without keys stops start.sh: %r" % r.stderr)
+# A CORS_ORIGINS entry that is no origin stops serve before the model loads, naming the entry.
+for value, why in (("http://localhost:3000/", "no trailing slash"), ("https://*.example.com", "wildcards")):
+    t0 = time.time()
+    r = subprocess.run([binary, "serve", "--port", "0"], env=dict(os.environ, CORS_ORIGINS=value), capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode != 0 and value in r.stderr + r.stdout and why in r.stderr + r.stdout and time.time() - t0 < 10,
+          "CORS_ORIGINS=%r is refused at once, naming it: %r" % (value, r.stderr + r.stdout))
 r = run_script(["reload"], script_env(PORT=str(port)))
 check(r.returncode != 0 and "not running" in r.stderr, "reload with no server says so: %r" % r.stderr)
 r = run_script(["check"], script_env(PORT=str(port)))
