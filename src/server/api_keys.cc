@@ -5,19 +5,13 @@
 #include <sstream>
 
 #include "core/logging.h"
+#include "core/trim.h"
 
 namespace tf::server {
 namespace {
 
 constexpr size_t kMaxKeyBytes = 4096;         // an HTTP header line's worth
 constexpr size_t kMaxKeyFileBytes = 1 << 20;  // ~10,000 keys of 64 characters
-
-std::string_view trim(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 // Printable ASCII without spaces: what an Authorization header carries after "Bearer ".
 bool valid_key(std::string_view key) {
@@ -36,7 +30,7 @@ Expected<ApiKeySet> ApiKeySet::parse(std::string_view inline_keys, std::string_v
   for (size_t start = 0; start <= inline_keys.size(); ++piece) {
     size_t comma = inline_keys.find(',', start);
     if (comma == std::string_view::npos) comma = inline_keys.size();
-    const std::string_view key = trim(inline_keys.substr(start, comma - start));
+    const std::string_view key = trim_ascii_whitespace(inline_keys.substr(start, comma - start));
     start = comma + 1;
     if (key.empty()) continue;
     if (!valid_key(key))
@@ -48,7 +42,7 @@ Expected<ApiKeySet> ApiKeySet::parse(std::string_view inline_keys, std::string_v
   for (size_t start = 0; start < file_text.size();) {
     size_t end = file_text.find('\n', start);
     if (end == std::string_view::npos) end = file_text.size();
-    const std::string_view line = trim(file_text.substr(start, end - start));
+    const std::string_view line = trim_ascii_whitespace(file_text.substr(start, end - start));
     start = end + 1;
     ++line_no;
     if (line.empty() || line.front() == '#') continue;
@@ -133,15 +127,15 @@ Expected<size_t> ApiKeys::reload() {
 }
 
 std::string_view presented_key(std::string_view authorization, std::string_view x_api_key) {
-  authorization = trim(authorization);
+  authorization = trim_ascii_whitespace(authorization);
   constexpr std::string_view kBearer = "bearer ";
   if (authorization.size() > kBearer.size()) {
     bool bearer = true;
     for (size_t i = 0; i < kBearer.size(); ++i)
       bearer &= (authorization[i] | 0x20) == kBearer[i];  // ASCII case-insensitive; ' ' | 0x20 == ' '
-    if (bearer) return trim(authorization.substr(kBearer.size()));
+    if (bearer) return trim_ascii_whitespace(authorization.substr(kBearer.size()));
   }
-  return trim(x_api_key);
+  return trim_ascii_whitespace(x_api_key);
 }
 
 }  // namespace tf::server

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/trim.h"
 #include "server/api_error.h"
 #include "server/http_answers.h"
 
@@ -29,12 +30,6 @@ std::string lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
   return out;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 // RFC 9110's tchar: the characters of a header name.
@@ -72,7 +67,7 @@ Expected<CorsPolicy> CorsPolicy::parse(std::string_view list) {
   CorsPolicy policy;
   while (!list.empty()) {
     const size_t comma = list.find(',');
-    const std::string_view entry = trim(list.substr(0, comma));
+    const std::string_view entry = trim_ascii_whitespace(list.substr(0, comma));
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     if (entry.empty()) continue;
     if (entry == "*") {
@@ -96,16 +91,16 @@ std::optional<std::string> CorsPolicy::allow_origin(std::string_view origin) con
 }
 
 std::string cors_allow_headers(std::string_view requested) {
-  requested = trim(requested);
+  requested = trim_ascii_whitespace(requested);
   if (requested.empty() || requested.size() > kMaxRequestedHeaders) return kDefaultAllowHeaders;
   for (std::string_view rest = requested; !rest.empty();) {
     const size_t comma = rest.find(',');
-    const std::string_view name = trim(rest.substr(0, comma));
+    const std::string_view name = trim_ascii_whitespace(rest.substr(0, comma));
     if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return is_token_char(c); }))
       return kDefaultAllowHeaders;
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
-    if (trim(rest).empty()) return kDefaultAllowHeaders;  // a trailing comma
+    if (trim_ascii_whitespace(rest).empty()) return kDefaultAllowHeaders;  // a trailing comma
   }
   return std::string(requested);
 }
