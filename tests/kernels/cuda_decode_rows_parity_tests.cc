@@ -20,10 +20,11 @@
 #include <vector>
 
 #include "core/status.h"
+#include "cpu_cuda_test.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
-#include "cpu_cuda_test.h"
+#include "mla_decode_precision.h"
 #include "test_tensors.h"
 
 namespace tf {
@@ -310,25 +311,31 @@ TEST_F(CudaDecodeRows, LatentStoreAndAttentionRows) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(r));
       Tensor ref = Tensor::empty({b, heads, r}, DType::kF32);
       cpu_->mla_sparse_attention_rows(ref, q, hv, hidx, scale);
-      Tensor out = gpu_->empty({b, heads, r});
       const Tensor didx = up(hidx), dq = up(q);
-      gpu_->mla_sparse_attention_rows(out, dq, dv, didx, scale);
-      const Tensor got = down(out);
-      report("mla_sparse_attention_rows" + tag + " B=" + std::to_string(b), max_rel(ref, got), 1e-5);
-      // Row alone through the one-sequence ops: the CPU's exactly, the GPU's bit for bit.
-      for (int64_t i = 0; i < b; ++i) {
-        LatentPagesView one_h{hpages.raw(), hscales.data<float>(), dt, page_size, r, page_size * r,
-                              hs.tables[i].data<int32_t>(), kPositions[i] + 1};
-        LatentPagesView one_d{dpages.raw(), dscales.data<float>(), dt, page_size, r, page_size * r,
-                              ds.tables[i].data<int32_t>(), kPositions[i] + 1};
-        Tensor ho = Tensor::empty({1, heads, r}, DType::kF32);
-        cpu_->mla_sparse_attention(ho, q.slice(0, i, i + 1).contiguous(), one_h, hidx.slice(0, i, i + 1).contiguous(),
-                                   scale);
-        EXPECT_TRUE(same_bits(ho, ref.slice(0, i, i + 1).contiguous())) << "cpu row " << i << tag;
-        Tensor dout = gpu_->empty({1, heads, r});
-        gpu_->mla_sparse_attention(dout, dq.slice(0, i, i + 1), one_d, didx.slice(0, i, i + 1), scale);
-        EXPECT_TRUE(same_bits(down(dout), got.slice(0, i, i + 1).contiguous())) << "gpu row " << i << tag;
-      }
+      each_mla_decode_precision(dt, r, [&](const char* how, double tol) {
+        Tensor out = gpu_->empty({b, heads, r});
+        gpu_->mla_sparse_attention_rows(out, dq, dv, didx, scale);
+        const Tensor got = down(out);
+        report("mla_sparse_attention_rows" + tag + how + " B=" + std::to_string(b), max_rel(ref, got), tol);
+        // Row alone through the one-sequence ops: the CPU's exactly, the GPU's bit for bit.
+        for (int64_t i = 0; i < b; ++i) {
+          auto one_row = [&](Tensor& pages, Tensor& scales, const Tensor& table) {
+            return LatentPagesView{
+                pages.raw(),           scales.data<float>(), dt, page_size, r, page_size * r,
+                table.data<int32_t>(), kPositions[i] + 1};
+          };
+          const LatentPagesView one_h = one_row(hpages, hscales, hs.tables[i]);
+          const LatentPagesView one_d = one_row(dpages, dscales, ds.tables[i]);
+          Tensor ho = Tensor::empty({1, heads, r}, DType::kF32);
+          cpu_->mla_sparse_attention(ho, q.slice(0, i, i + 1).contiguous(), one_h,
+                                     hidx.slice(0, i, i + 1).contiguous(), scale);
+          EXPECT_TRUE(same_bits(ho, ref.slice(0, i, i + 1).contiguous())) << "cpu row " << i << tag;
+          Tensor dout = gpu_->empty({1, heads, r});
+          gpu_->mla_sparse_attention(dout, dq.slice(0, i, i + 1), one_d, didx.slice(0, i, i + 1), scale);
+          EXPECT_TRUE(same_bits(down(dout), got.slice(0, i, i + 1).contiguous()))
+              << "gpu row " << i << tag << how;
+        }
+      });
     }
   }
 }
@@ -391,19 +398,23 @@ TEST_F(CudaDecodeRows, SplitAttentionShapes) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.r));
     Tensor ref = Tensor::empty({c.t, c.heads, c.r}, DType::kF32);
     cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
-    Tensor out = gpu_->empty({c.t, c.heads, c.r});
-    gpu_->mla_sparse_attention(out, dq, dv, didx, scale);
-    const Tensor got = down(out);
-    report("mla_sparse_attention" + tag, max_rel(ref, got), 1e-5);
-    if (c.kind == 2) {
-      const std::vector<float> v = got.to_vector();
-      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; })) << "no index: zeros" << tag;
-    }
-    for (int64_t i = 0; i < c.t; ++i) {
-      Tensor one = gpu_->empty({1, c.heads, c.r});
-      gpu_->mla_sparse_attention(one, dq.slice(0, i, i + 1), dv, didx.slice(0, i, i + 1), scale);
-      EXPECT_TRUE(same_bits(down(one), got.slice(0, i, i + 1).contiguous())) << "gpu row " << i << tag;
-    }
+    each_mla_decode_precision(c.dt, c.r, [&](const char* how, double tol) {
+      Tensor out = gpu_->empty({c.t, c.heads, c.r});
+      gpu_->mla_sparse_attention(out, dq, dv, didx, scale);
+      const Tensor got = down(out);
+      report("mla_sparse_attention" + tag + how, max_rel(ref, got), tol);
+      if (c.kind == 2) {
+        const std::vector<float> v = got.to_vector();
+        EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }))
+            << "no index: zeros" << tag;
+      }
+      for (int64_t i = 0; i < c.t; ++i) {
+        Tensor one = gpu_->empty({1, c.heads, c.r});
+        gpu_->mla_sparse_attention(one, dq.slice(0, i, i + 1), dv, didx.slice(0, i, i + 1), scale);
+        EXPECT_TRUE(same_bits(down(one), got.slice(0, i, i + 1).contiguous()))
+            << "gpu row " << i << tag << how;
+      }
+    });
   }
 }
 
@@ -457,14 +468,17 @@ TEST_F(CudaDecodeRows, SplitAttentionBitsIgnoreTheWidth) {
       const Tensor hown = i32(own).reshape({1, n});
       Tensor ref = Tensor::empty({1, heads, r}, DType::kF32);
       cpu_->mla_sparse_attention(ref, q, hv, hown, scale);
-      Tensor a = gpu_->empty({1, heads, r}), b = gpu_->empty({1, heads, r}), c = gpu_->empty({3, heads, r});
-      gpu_->mla_sparse_attention(a, up(q), dv, up(hown), scale);
-      gpu_->mla_sparse_attention(b, up(q), dv, up(i32(mixed).reshape({1, wide})), scale);
-      gpu_->mla_sparse_attention(c, up(q3m), dv, up(i32(three).reshape({3, wide})), scale);
-      const Tensor ha = down(a), hb = down(b), hc = down(c);
-      report("mla split width" + tag, max_rel(ref, ha), 1e-5);
-      EXPECT_TRUE(same_bits(ha, hb)) << "own width vs wide shuffled row" << tag;
-      EXPECT_TRUE(same_bits(ha, hc.slice(0, 1, 2).contiguous())) << "own width vs middle of three rows" << tag;
+      each_mla_decode_precision(dt, r, [&](const char* how, double tol) {
+        Tensor a = gpu_->empty({1, heads, r}), b = gpu_->empty({1, heads, r}), c = gpu_->empty({3, heads, r});
+        gpu_->mla_sparse_attention(a, up(q), dv, up(hown), scale);
+        gpu_->mla_sparse_attention(b, up(q), dv, up(i32(mixed).reshape({1, wide})), scale);
+        gpu_->mla_sparse_attention(c, up(q3m), dv, up(i32(three).reshape({3, wide})), scale);
+        const Tensor ha = down(a), hb = down(b), hc = down(c);
+        report("mla split width" + tag + how, max_rel(ref, ha), tol);
+        EXPECT_TRUE(same_bits(ha, hb)) << "own width vs wide shuffled row" << tag << how;
+        EXPECT_TRUE(same_bits(ha, hc.slice(0, 1, 2).contiguous()))
+            << "own width vs middle of three rows" << tag << how;
+      });
     }
   }
 }

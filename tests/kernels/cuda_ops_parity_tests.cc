@@ -25,11 +25,12 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "cpu_cuda_test.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/device_memory.h"
-#include "cpu_cuda_test.h"
+#include "mla_decode_precision.h"
 #include "test_tensors.h"
 
 namespace tf {
@@ -436,10 +437,13 @@ TEST_F(CudaParity, LatentStoreAndSparseAttention) {
           const float scale = 1.0f / std::sqrt(static_cast<float>(r));
           Tensor ref = Tensor::empty({t, heads, r}, DType::kF32);
           cpu_->mla_sparse_attention(ref, q, hv, hidx, scale);
-          Tensor out = gpu_->empty({t, heads, r});
-          gpu_->mla_sparse_attention(out, up(q), dv, up(hidx), scale);
-          expect_close("mla_sparse_attention" + tag + " T=" + std::to_string(t) + " W=" + std::to_string(w), ref, out,
-                       1e-5);
+          each_mla_decode_precision(dt, r, [&](const char* how, double tol) {
+            Tensor out = gpu_->empty({t, heads, r});
+            gpu_->mla_sparse_attention(out, up(q), dv, up(hidx), scale);
+            expect_close(
+                "mla_sparse_attention" + tag + how + " T=" + std::to_string(t) + " W=" + std::to_string(w),
+                ref, out, tol);
+          });
         }
       }
     }

@@ -15,8 +15,11 @@
 //     chunk's max, sum and unnormalised output. The default kernel (split_pipe_kernel)
 //     loads q before waiting on prep (programmatic dependent launch), reads the chunk's
 //     offsets once and copies tile k + 1 (cp.async, raw) while computing tile k; for
-//     R % 128 == 0 (the model) its tensor-core form (split_mma_kernel: TF32 hi/lo
-//     products) unless TF_MLA_DECODE_MMA=0. TF_MLA_DECODE_INLINE=1: up to W =
+//     R % 128 == 0 (the model) its tensor-core forms: for bf16 and fp8 pages one BF16
+//     product per term with q and the probabilities rounded to bf16 once (split_bf16_kernel,
+//     as the reference's bf16 attention and the prefill kernel round them), else or with
+//     TF_MLA_DECODE_MMA=tf32 TF32 hi/lo products (split_mma_kernel, about f32 accuracy);
+//     TF_MLA_DECODE_MMA=0 the scalar kernel. TF_MLA_DECODE_INLINE=1: up to W =
 //     kInlineMaxIndices the split blocks make the token list themselves, no prep launch
 //     (slower on the H200: off). TF_MLA_DECODE_SPLIT=v1 runs the first kernel (a
 //     synchronous gather per tile, at most 16 chunks), kept for A/B runs.
@@ -55,6 +58,7 @@
 #include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/latent_index_sort.cuh"
 #include "kernels/cuda/launch_kernel_ex.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -76,6 +80,12 @@ bool use_mma() {
     return e == nullptr || std::string(e) != "0";
   }();
   return on;
+}
+// The BF16 form of it (split_bf16_kernel) for bf16 and fp8 pages, unless TF_MLA_DECODE_MMA=tf32
+// (mla_decode_bf16() below).
+bool bf16_default() {
+  const char* e = std::getenv("TF_MLA_DECODE_MMA");
+  return e == nullptr || std::string(e) != "tf32";
 }
 // The pipelined split kernels are the default; TF_MLA_DECODE_SPLIT=v1
 // selects the first split kernel (A/B). TF_MLA_DECODE_CHUNKS=N (1..256) sets the pipelined
@@ -492,6 +502,57 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
 
 constexpr int kMaxMmaTiles = kMaxWidth / 128;  // accumulator tiles per warp
 
+// Steps the tensor-core kernels (TF32 and BF16: the same fragment layouts) share.
+// A warp's score partials c[mt] (tokens mt*16 + g (+8), heads 2tq, 2tq + 1) into
+// sp [kWarps][kGroup][kTile].
+__device__ __forceinline__ void store_score_partials(float* sp, int warp, int g, int tq, const float (&c)[2][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    float* s0 = sp + (warp * kGroup + 2 * tq) * kTile + mt * 16 + g;
+    s0[0] = c[mt][0];
+    s0[kTile] = c[mt][1];
+    s0[8] = c[mt][2];
+    s0[kTile + 8] = c[mt][3];
+  }
+}
+
+// The accumulators (columns = heads 2tq, 2tq + 1) rescaled to the heads' new running max.
+__device__ __forceinline__ void rescale_accumulators(float (&acc)[kMaxMmaTiles][4], const float* alpha, int tq) {
+  const float a0 = alpha[2 * tq], a1 = alpha[2 * tq + 1];
+#pragma unroll
+  for (int i = 0; i < kMaxMmaTiles; ++i) {
+    acc[i][0] *= a0;
+    acc[i][1] *= a1;
+    acc[i][2] *= a0;
+    acc[i][3] *= a1;
+  }
+}
+
+// The chunk's unnormalised output (the warp's mtiles 16-channel tiles from mbase, heads of
+// the group below nh) at part_o[part + head], and each head's running max and sum.
+__device__ __forceinline__ void store_chunk_partials(const Workspace& ws, int64_t part, int r, int mbase, int mtiles,
+                                                     int nh, const float (&acc)[kMaxMmaTiles][4], float m_run,
+                                                     float l_run) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int i = 0; i < kMaxMmaTiles; ++i) {
+    if (i >= mtiles) break;
+    const int ch = mbase + i * 16 + g;
+    if (2 * tq < nh) {
+      ws.part_o[(part + 2 * tq) * r + ch] = acc[i][0];
+      ws.part_o[(part + 2 * tq) * r + ch + 8] = acc[i][2];
+    }
+    if (2 * tq + 1 < nh) {
+      ws.part_o[(part + 2 * tq + 1) * r + ch] = acc[i][1];
+      ws.part_o[(part + 2 * tq + 1) * r + ch + 8] = acc[i][3];
+    }
+  }
+  if (lane == 0 && warp < nh) {
+    ws.part_ml[(part + warp) * 2] = m_run;
+    ws.part_ml[(part + warp) * 2 + 1] = l_run;
+  }
+}
+
 struct MmaSmem {
   int qf, lat, sp, pr, alpha, total;  // offsets in floats; rows of R + 4
 };
@@ -672,28 +733,13 @@ __global__ void __launch_bounds__(kThreads, 2) split_mma_kernel(SplitArgs args) 
           }
         }
       }
-      // c[mt]: tokens mt*16 + g (+8), heads 2tq, 2tq + 1.
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        float* s0 = sp + (warp * kGroup + 2 * tq) * kTile + mt * 16 + g;
-        s0[0] = c[mt][0];
-        s0[kTile] = c[mt][1];
-        s0[8] = c[mt][2];
-        s0[kTile + 8] = c[mt][3];
-      }
+      store_score_partials(sp, warp, g, tq, c);
     }
     __syncthreads();
     online_softmax_tile(sp, pr, alpha, tsc + k * kTile, base, n, scale, m_run, l_run);
     __syncthreads();
     {  // O^T [channels x heads] += L^T [channels x 32 tokens] P^T [32 x 8].
-      const float a0 = alpha[2 * tq], a1 = alpha[2 * tq + 1];
-#pragma unroll
-      for (int i = 0; i < kMaxMmaTiles; ++i) {
-        acc[i][0] *= a0;
-        acc[i][1] *= a1;
-        acc[i][2] *= a0;
-        acc[i][3] *= a1;
-      }
+      rescale_accumulators(acc, alpha, tq);
 #pragma unroll
       for (int k0 = 0; k0 < kTile; k0 += 8) {
         const float p0 = pr[(k0 + tq) * kGroup + g], p1 = pr[(k0 + tq + 4) * kGroup + g];
@@ -719,24 +765,214 @@ __global__ void __launch_bounds__(kThreads, 2) split_mma_kernel(SplitArgs args) 
     }
     __syncthreads();
   }
-  const int64_t part = (b * chunks + chunk) * heads + h0;
+  store_chunk_partials(ws, (b * chunks + chunk) * heads + h0, r, mbase, mtiles, nh, acc, m_run, l_run);
+}
+
+// ---- 2c. BF16 tensor-core split (the default for bf16 and fp8 pages) -------------
+// split_mma_kernel's layout (S^T = L Q^T over each warp's R/8 channels, partials added in
+// warp order; O^T += L^T P^T, a warp owning R/128 16-channel accumulator tiles) with one
+// mma.m16n8k16 BF16 per product instead of TF32 hi/lo pairs: q and the probabilities
+// (x token scale) are rounded to bf16 once each, as the reference's bf16 attention rounds
+// them and as the prefill kernel does by default (cuda_mla_prefill_mma.cu); the latents are
+// exact in bf16 (fp8 is widened once per tile). q's B fragments live in registers for the
+// whole chunk, the latents' A fragments come by ldmatrix (transposed for L^T) straight from
+// the tile: bf16 pages are used as copied (two tiles in flight, no conversion pass), fp8
+// tiles are widened into a bf16 tile. ncu had the TF32 kernel at ~2,000 instructions per
+// warp and tile (conversion to f32, hi/lo splits, scalar fragment loads; run29s49).
+// mla_decode_bf16() = false (TF_MLA_DECODE_MMA=tf32) keeps the TF32 kernel.
+constexpr int kBf16Pad = 8;  // bf16 tile rows of R + 8 elements: 16-byte rows, ldmatrix without conflicts
+
+template <typename T>
+__host__ __device__ constexpr int bf16_raw_stride(int r) {  // a raw tile row in elements of T
+  return std::is_same_v<T, __nv_bfloat16> ? r + kBf16Pad : r + 16;
+}
+
+struct Bf16Smem {
+  int tile0, tile1, sp, pr, alpha, offs, total;  // byte offsets
+};
+
+// bf16 pages: two raw tiles (the one in use and the next); fp8: the raw tile and its bf16
+// widening. Then the partial scores, probabilities, rescales, and the chunk's offsets and
+// scales (chunk_tokens of them).
+template <typename T>
+__host__ __device__ inline Bf16Smem bf16_smem(int r, int chunk_tokens) {
+  Bf16Smem s{};
+  const int bf16_tile = kTile * (r + kBf16Pad) * 2;
+  const int raw_tile = (kTile * bf16_raw_stride<T>(r) * static_cast<int>(sizeof(T)) + 15) / 16 * 16;
+  s.tile0 = 0;                                // raw tile (fp8) or tile A (bf16)
+  s.tile1 = s.tile0 + raw_tile;               // bf16 widening (fp8) or tile B (bf16)
+  s.sp = s.tile1 + bf16_tile;                 // [kWarps][kGroup][kTile] f32
+  s.pr = s.sp + kWarps * kGroup * kTile * 4;  // [kTile][kGroup] f32
+  s.alpha = s.pr + kTile * kGroup * 4;        // [kGroup] f32
+  s.offs = s.alpha + 16 * ((kGroup * 4 + 15) / 16);
+  s.total = s.offs + chunk_tokens * 12;  // int64 offsets, then f32 scales
+  return s;
+}
+
+// Copies of one tile's `valid` tokens into dst [kTile][stride] (16 bytes a copy); rows past
+// `valid` are zeroed (they meet a zero probability, and must not be NaN).
+template <typename T>
+__device__ __forceinline__ void issue_tile16(T* dst, const void* __restrict__ pages, const int64_t* offs,
+                                             int valid, int r, int stride) {
+  constexpr int kPer = 16 / sizeof(T);  // elements a copy
+  const int per_row = r / kPer;
+  for (int e = threadIdx.x; e < kTile * per_row; e += kThreads) {
+    const int t = e / per_row, x = (e - t * per_row) * kPer;
+    T* d = dst + t * stride + x;
+    if (t < valid)
+      cp_async_ca<16>(d, static_cast<const T*>(pages) + offs[t] + x);
+    else
+      *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// fp8 e4m3 pairs to bf16 pairs, exactly (e4m3 -> f16 -> f32 -> bf16: every step exact).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// The raw fp8 tile [kTile][r + 16] widened into bf16 [kTile][r + kBf16Pad], 16 values a step.
+__device__ __forceinline__ void widen_tile(__nv_bfloat16* dst, const __nv_fp8_e4m3* src, int r) {
+  const int per_row = r / 16;
+  for (int e = threadIdx.x; e < kTile * per_row; e += kThreads) {
+    const int t = e / per_row, x = (e - t * per_row) * 16;
+    const uint4 v = *reinterpret_cast<const uint4*>(src + t * (r + 16) + x);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[8];
 #pragma unroll
-  for (int i = 0; i < kMaxMmaTiles; ++i) {
-    if (i >= mtiles) break;
-    const int ch = mbase + i * 16 + g;
-    if (2 * tq < nh) {
-      ws.part_o[(part + 2 * tq) * r + ch] = acc[i][0];
-      ws.part_o[(part + 2 * tq) * r + ch + 8] = acc[i][2];
+    for (int i = 0; i < 4; ++i) {
+      o[2 * i] = e4m3x2_to_bf16x2(static_cast<uint16_t>(w[i] & 0xffffu));
+      o[2 * i + 1] = e4m3x2_to_bf16x2(static_cast<uint16_t>(w[i] >> 16));
     }
-    if (2 * tq + 1 < nh) {
-      ws.part_o[(part + 2 * tq + 1) * r + ch] = acc[i][1];
-      ws.part_o[(part + 2 * tq + 1) * r + ch + 8] = acc[i][3];
+    uint4* d = reinterpret_cast<uint4*>(dst + t * (r + kBf16Pad) + x);
+    d[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    d[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// kR > 0: R known at compile time (the model's 512); else R % 128 == 0, R <= kMaxWidth.
+template <typename T, int kR = 0>
+__global__ void __launch_bounds__(kThreads, 2) split_bf16_kernel(SplitArgs args) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __nv_fp8_e4m3>, "bf16 or fp8 pages");
+  constexpr bool kWiden = std::is_same_v<T, __nv_fp8_e4m3>;
+  constexpr int kMaxSteps = kMaxWidth / 128;  // 16-channel k-steps of a warp's score slice
+  extern __shared__ __align__(16) unsigned char smb[];
+  const int r = kR > 0 ? kR : args.r, heads = args.heads, w = args.w;
+  const int ld = r + kBf16Pad, raw_ld = bf16_raw_stride<T>(r);
+  const int chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t b = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+  const int h0 = int(blockIdx.x) * kGroup, nh = min(kGroup, heads - h0);
+  const int steps = r / 128, kbase = warp * (r / kWarps);  // score k-steps and channels of this warp
+  const int mtiles = r / 128, mbase = warp * mtiles * 16;  // output channel tiles of this warp
+  // q's B fragments (head g, this warp's channels), rounded to bf16 once: q does not depend
+  // on prep, so they load while prep finishes.
+  uint32_t qb[kMaxSteps][2];
+#pragma unroll
+  for (int s = 0; s < kMaxSteps; ++s) {
+    qb[s][0] = qb[s][1] = 0u;
+    if (s < steps && g < nh) {
+      const float* qr = args.q + (b * heads + h0 + g) * int64_t(r) + kbase + 16 * s + 2 * tq;
+      qb[s][0] = bf16x2_bits(qr[0], qr[1]);
+      qb[s][1] = bf16x2_bits(qr[8], qr[9]);
     }
   }
-  if (lane == 0 && warp < nh) {
-    ws.part_ml[(part + warp) * 2] = m_run;
-    ws.part_ml[(part + warp) * 2 + 1] = l_run;
+  pdl_launch_dependents();
+  pdl_wait();
+  const Workspace& ws = args.ws;
+  const SplitBlock blk = split_block(ws, heads);
+  if (blk.t0 >= blk.t1) return;  // an empty chunk (the combine skips it)
+  const int n = blk.n, t0 = blk.t0, t1 = blk.t1;
+  const Bf16Smem L = bf16_smem<T>(r, 0);
+  float* sp = reinterpret_cast<float*>(smb + L.sp);
+  float* pr = reinterpret_cast<float*>(smb + L.pr);
+  float* alpha = reinterpret_cast<float*>(smb + L.alpha);
+  int64_t* offs = reinterpret_cast<int64_t*>(smb + L.offs);
+  const int tok0 = t0 * kTile, ntok = (t1 - t0) * kTile, nvalid = min(n, t1 * kTile) - tok0;
+  float* tsc = reinterpret_cast<float*>(smb + L.offs + ntok * 8);
+  for (int i = threadIdx.x; i < ntok; i += kThreads) {
+    offs[i] = i < nvalid ? ws.offset[b * w + tok0 + i] : 0;
+    tsc[i] = i < nvalid ? ws.tscale[b * w + tok0 + i] : 0.0f;
   }
+  __syncthreads();
+  T* const raw0 = reinterpret_cast<T*>(smb + L.tile0);
+  T* const raw1 = reinterpret_cast<T*>(smb + L.tile1);
+  issue_tile16<T>(raw0, args.pages, offs, nvalid, r, raw_ld);
+  cp_async_commit();
+  float acc[kMaxMmaTiles][4];
+#pragma unroll
+  for (int i = 0; i < kMaxMmaTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  float m_run = -INFINITY, l_run = 0.0f;
+  for (int tile = t0; tile < t1; ++tile) {
+    const int k = tile - t0, base = tile * kTile;
+    cp_async_wait<0>();
+    __syncthreads();  // tile k has arrived; every warp is done with tile k - 1
+    const __nv_bfloat16* lt;
+    if constexpr (kWiden) {
+      __nv_bfloat16* wide = reinterpret_cast<__nv_bfloat16*>(smb + L.tile1);
+      widen_tile(wide, reinterpret_cast<const __nv_fp8_e4m3*>(raw0), r);
+      __syncthreads();  // the raw tile is free again
+      if (tile + 1 < t1) {
+        issue_tile16<T>(raw0, args.pages, offs + (k + 1) * kTile, nvalid - (k + 1) * kTile, r, raw_ld);
+        cp_async_commit();
+      }
+      lt = wide;
+    } else {
+      if (tile + 1 < t1) {  // into the other buffer (tile k - 1's, free since the barrier)
+        issue_tile16<T>((k & 1) ? raw0 : raw1, args.pages, offs + (k + 1) * kTile, nvalid - (k + 1) * kTile,
+                        r, raw_ld);
+        cp_async_commit();
+      }
+      lt = reinterpret_cast<const __nv_bfloat16*>((k & 1) ? raw1 : raw0);
+    }
+    {  // Scores: two 16-token tiles x 8 heads over this warp's channels.
+      float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int s = 0; s < kMaxSteps; ++s) {
+        if (s >= steps) break;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          uint32_t a[4];
+          load_a_frag(a, lt + (mt * 16) * ld + kbase + 16 * s, ld, lane);
+          mma_bf16_16816(c[mt], a, qb[s][0], qb[s][1]);
+        }
+      }
+      store_score_partials(sp, warp, g, tq, c);
+    }
+    __syncthreads();
+    online_softmax_tile(sp, pr, alpha, tsc + k * kTile, base, n, args.scale, m_run, l_run);
+    __syncthreads();
+    {  // O^T [channels x heads] += L^T [channels x 32 tokens] P^T [32 x 8].
+      rescale_accumulators(acc, alpha, tq);
+#pragma unroll
+      for (int k0 = 0; k0 < kTile; k0 += 16) {
+        // P^T's B fragment: tokens k0 + 2tq (+1), + 8 (+9); head g.
+        const uint32_t p0 = bf16x2_bits(pr[(k0 + 2 * tq) * kGroup + g], pr[(k0 + 2 * tq + 1) * kGroup + g]);
+        const uint32_t p1 =
+            bf16x2_bits(pr[(k0 + 2 * tq + 8) * kGroup + g], pr[(k0 + 2 * tq + 9) * kGroup + g]);
+#pragma unroll
+        for (int i = 0; i < kMaxMmaTiles; ++i) {
+          if (i < mtiles) {
+            // L^T's A fragment (channels mbase + 16i.., tokens k0..): the [token][channel]
+            // tile read transposed.
+            uint32_t a[4];
+            ldmatrix_x4_trans(
+                a, lt + (k0 + (lane & 7) + ((lane >> 4) << 3)) * ld + mbase + i * 16 + ((lane >> 3) & 1) * 8);
+            mma_bf16_16816(acc[i], a, p0, p1);
+          }
+        }
+      }
+    }
+  }
+  store_chunk_partials(ws, (b * chunks + chunk) * heads + h0, r, mbase, mtiles, nh, acc, m_run, l_run);
 }
 
 template <typename T, bool kInline>
@@ -1001,6 +1237,11 @@ bool mla_split_supported(int64_t heads, const MlaSplitPages& p, int64_t indices_
   return p.dtype == DType::kF32 || p.dtype == DType::kBF16 || p.dtype == DType::kF8E4M3;
 }
 
+std::atomic<bool>& mla_decode_bf16() {
+  static std::atomic<bool> on{bf16_default()};
+  return on;
+}
+
 void mla_split_attention(CudaContext& ctx, float* out, const float* q, const MlaSplitPages& pages,
                          const int32_t* indices, int64_t rows, int64_t indices_per_row, int64_t heads, float scale) {
   const char* op = "mla_sparse_attention (split)";
@@ -1035,9 +1276,6 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
                reinterpret_cast<float*>(base + b_count + b_off), reinterpret_cast<float*>(base + b_count + b_off + b_sc),
                reinterpret_cast<float*>(base + b_count + b_off + b_sc + b_o)};
   const size_t prep_smem = static_cast<size_t>(padded_indices(w)) * 4;
-  const size_t split_smem_bytes = static_cast<size_t>(mma    ? mma_smem_bytes(r, es, chunk_tokens)
-                                                      : pipe ? pipe_smem(r, es, chunk_tokens).total
-                                                             : split_smem(r).total * 4);
   auto prep = pages.dtype == DType::kF8E4M3 ? prep_kernel<true> : prep_kernel<false>;
   auto split_v1 = pages.dtype == DType::kF32    ? split_kernel<float>
                   : pages.dtype == DType::kBF16 ? split_kernel<__nv_bfloat16>
@@ -1062,9 +1300,27 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
   if (mma && !inline_prep_ok && r == kModelWidth && use_fixed_width() && pages.dtype != DType::kF32)
     split_pdl = pages.dtype == DType::kBF16 ? split_mma_kernel<__nv_bfloat16, false, kModelWidth>
                                             : split_mma_kernel<__nv_fp8_e4m3, false, kModelWidth>;
+  // The BF16 kernel: 16-byte copies of each token's row (its element offsets times the
+  // element size are multiples of 16) and its shared memory within the limit.
+  size_t split_bytes = static_cast<size_t>(mma    ? mma_smem_bytes(r, es, chunk_tokens)
+                                           : pipe ? pipe_smem(r, es, chunk_tokens).total
+                                                  : split_smem(r).total * 4);
+  const bool fp8 = pages.dtype == DType::kF8E4M3;
+  const int worst_bf16 =
+      fp8 ? bf16_smem<__nv_fp8_e4m3>(r, worst_tokens).total : bf16_smem<__nv_bfloat16>(r, worst_tokens).total;
+  if (mma && !inline_prep_ok && pages.dtype != DType::kF32 && mla_decode_bf16().load() &&
+      (r * es) % 16 == 0 && (pages.page_stride * es) % 16 == 0 &&
+      static_cast<size_t>(worst_bf16) <= max_pipe_smem()) {
+    const bool fixed = r == kModelWidth && use_fixed_width();
+    split_pdl =
+        fp8 ? (fixed ? split_bf16_kernel<__nv_fp8_e4m3, kModelWidth> : split_bf16_kernel<__nv_fp8_e4m3>)
+            : (fixed ? split_bf16_kernel<__nv_bfloat16, kModelWidth> : split_bf16_kernel<__nv_bfloat16>);
+    split_bytes = static_cast<size_t>(fp8 ? bf16_smem<__nv_fp8_e4m3>(r, chunk_tokens).total
+                                          : bf16_smem<__nv_bfloat16>(r, chunk_tokens).total);
+  }
   ensure_smem(reinterpret_cast<const void*>(prep), prep_smem, op);
   ensure_smem(pdl ? reinterpret_cast<const void*>(split_pdl) : reinterpret_cast<const void*>(split_v1),
-              split_smem_bytes, op);
+              split_bytes, op);
   for (int64_t r0 = 0; r0 < rows; r0 += batch) {
     const int64_t nb = std::min(batch, rows - r0);
     MlaSplitPages p = pages;
@@ -1078,11 +1334,11 @@ void mla_split_attention(CudaContext& ctx, float* out, const float* q, const Mla
                     static_cast<unsigned>(nb));
     if (pdl) {
       const SplitArgs sa{ws, pages.pages, q + r0 * h * r, w, h, r, scale, p, indices + r0 * w};
-      raise_if(cuda_status(launch_kernel_ex(split_pdl, grid, dim3(kThreads), split_smem_bytes, ctx.stream, nullptr,
+      raise_if(cuda_status(launch_kernel_ex(split_pdl, grid, dim3(kThreads), split_bytes, ctx.stream, nullptr,
                                             !inline_prep_ok, sa),
                            op));
     } else {
-      split_v1<<<grid, kThreads, split_smem_bytes, ctx.stream>>>(ws, pages.pages, q + r0 * h * r, w, h, r, scale);
+      split_v1<<<grid, kThreads, split_bytes, ctx.stream>>>(ws, pages.pages, q + r0 * h * r, w, h, r, scale);
     }
     const CombineArgs ca{out + r0 * h * r, ws, h, r, chunks};
     const bool v1 = use_combine_v1();

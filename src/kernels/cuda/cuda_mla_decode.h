@@ -4,6 +4,7 @@
 // the same bits through either op.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -27,6 +28,13 @@ struct MlaSplitPages {
 // Whether the split kernels take this shape: width a multiple of 4 up to 1024, at most
 // 16384 indices per row, 16-byte aligned pages with a page stride a multiple of 4.
 bool mla_split_supported(int64_t heads, const MlaSplitPages& pages, int64_t indices_per_row);
+
+// Whether the tensor-core split kernel multiplies bf16 and fp8 pages on BF16 tensor cores,
+// q and the probabilities rounded to bf16 once each as the reference's bf16 attention (and
+// the prefill kernel) rounds them (the default), instead of TF32 hi/lo pairs that keep about
+// f32 accuracy (TF_MLA_DECODE_MMA=tf32, ~3x the instructions). Read at each call; benchmarks
+// and tests flip it (a process that never does keeps one kernel for every row).
+std::atomic<bool>& mla_decode_bf16();
 
 // out [T, H, R] = softmax_j(scale * q·c_j) c_j over each row's distinct in-range listed
 // tokens j (zeros for a row without any): q [T, H, R] f32, indices int32 [T, W]; all
