@@ -29,11 +29,14 @@ namespace {
 PostBody take_in_body(RequestBody& body, ByteBudget& budget, std::chrono::milliseconds patience) {
   body.check_length();
   const int64_t capacity = budget.capacity();
-  const int64_t limit = body.charge();  // announced: the body's size; else the first step
+  // An announced body that could never fit is refused before a byte of it is read.
+  if (body.length_known() && capacity > 0 && body.announced_length() > static_cast<uint64_t>(capacity))
+    throw_larger_than_budget(
+        "the request body (" + byte_size_text(static_cast<int64_t>(body.announced_length())) + ")", budget);
   PostBody in;
-  // The first step of an unannounced body fits a budget smaller than a step (a small body
-  // goes; a larger one is refused when it outgrows the budget).
-  const int64_t first = body.length_known() || capacity == 0 ? limit : std::min(limit, capacity);
+  // The first step fits a budget smaller than a step (a small body goes; a larger one of
+  // unknown size is refused when it outgrows the budget).
+  const int64_t first = capacity == 0 ? body.charge() : std::min(body.charge(), capacity);
   ByteBudget::Take t = budget.take(first, patience);
   switch (t.outcome) {
     case ByteBudget::Outcome::kTaken:
@@ -51,6 +54,7 @@ PostBody take_in_body(RequestBody& body, ByteBudget& budget, std::chrono::millis
   auto reserve = [&](int64_t size) {
     if (size <= charged) return charged;
     int64_t target = (size + kBodyChargeStep - 1) / kBodyChargeStep * kBodyChargeStep;
+    if (body.length_known()) target = std::min(target, static_cast<int64_t>(body.announced_length()));
     target = std::max(size, std::min({target, body.max_bytes(), capacity > 0 ? capacity : target}));
     switch (budget.grow(in.lease, target - charged, patience)) {
       case ByteBudget::Outcome::kTaken:

@@ -1,13 +1,14 @@
 // A POST body taken in under the prompt budget (PROMPT_BUDGET_MIB, byte_budget.h): charged
 // before its first byte is read, then read (request_body.h) with its charge kept.
 //
-// A body of announced size is charged that size up front. One whose size is not announced
-// (chunked, or compressed: the decoded bytes count) is charged kBodyChargeStep up front and
-// then step by step as its bytes arrive, waiting for room as a take does: charging it the
-// whole 96 MiB limit up front let such bodies in one at a time under the default 128 MiB
-// budget, and one trickled slowly made every other wait 60 s for a 503. A step refused (no
-// room within the patience, or every holder waiting to grow: byte_budget.h) gives back what
-// the body held, and the rest of it is read through and dropped.
+// Every body is charged kBodyChargeStep up front and then step by step as its bytes arrive
+// (decoded bytes for a compressed one), waiting for room as a take does. Charging a body its
+// announced size (or, of unknown size, the whole 96 MiB limit) up front let two clients that
+// announce large bodies and send them slowly hold the default 128 MiB budget for as long as
+// they kept the connections alive, and every other request waited 60 s for a 503. An
+// announced body larger than the budget is refused (413) before it is read. A step refused
+// (no room within the patience, or every holder waiting to grow: byte_budget.h) gives back
+// what the body held, and the rest of it is read through and dropped.
 #pragma once
 
 #include <chrono>

@@ -38,9 +38,9 @@ RequestBody::RequestBody(const httplib::Request& req, const httplib::ContentRead
 }
 
 int64_t RequestBody::charge() const {
-  const uint64_t most = max_bytes_;
-  if (!length_known_) return std::min(kBodyChargeStep, static_cast<int64_t>(most));
-  return static_cast<int64_t>(length_ < most ? length_ : most);
+  uint64_t most = std::min<uint64_t>(max_bytes_, static_cast<uint64_t>(kBodyChargeStep));
+  if (length_known_) most = std::min(most, length_);
+  return static_cast<int64_t>(most);
 }
 
 void RequestBody::check_length() const {
@@ -81,7 +81,7 @@ std::string RequestBody::read(const Reserve& reserve) {
   const bool whole = read_through([&](const char* data, size_t n) {
     if (body.size() + n <= max_bytes_) {
       const auto size = static_cast<int64_t>(body.size() + n);
-      if (size > charged && reserve && !length_known_) {
+      if (size > charged && reserve) {
         try {
           charged = reserve(size);
         } catch (...) {

@@ -22,8 +22,9 @@ namespace tf::server {
 // "96 MiB", or a byte count that is not a whole number of MiB.
 std::string byte_size_text(int64_t bytes);
 
-// A body whose size is not announced is charged to the prompt budget in steps of this as its
-// (decoded) bytes arrive, not as the whole body limit up front.
+// A body is charged to the prompt budget in steps of this as its (decoded) bytes arrive, not
+// as its announced size or the whole body limit up front (a client that announces a large
+// body and sends it slowly holds only what it sent).
 constexpr int64_t kBodyChargeStep = int64_t{1} << 20;
 
 class RequestBody {
@@ -31,19 +32,20 @@ class RequestBody {
   // `max_bytes`: the body limit, for the decoded body.
   RequestBody(const httplib::Request& req, const httplib::ContentReader& reader, size_t max_bytes);
 
-  // Bytes to charge before reading: the Content-Length when the body arrives as announced,
-  // else a first step of kBodyChargeStep (within the body limit) for a chunked, compressed or
-  // unannounced body, which read() charges further as it arrives.
+  // Bytes to charge before reading: a first step of kBodyChargeStep, within the announced
+  // length and the body limit; read() charges further as the body arrives.
   int64_t charge() const;
-  // Whether charge() is the body's own length.
+  // Whether the body arrives as announced (Content-Length, no chunked framing or encoding),
+  // and that length.
   bool length_known() const { return length_known_; }
+  uint64_t announced_length() const { return length_; }
   // The body limit, for the decoded body.
   int64_t max_bytes() const { return static_cast<int64_t>(max_bytes_); }
   // Throws ApiError 413 when the announced length is past the body limit (checked before the
   // body is charged or read).
   void check_length() const;
 
-  // Before the kept body of unknown size grows past the bytes `reserve` last said are charged
+  // Before the kept body grows past the bytes `reserve` last said are charged
   // (nothing, at first), `reserve` is called with the size it is about to reach and returns the
   // bytes charged now (at least that). It may throw instead (ApiError: no room in the budget):
   // the rest of the body is then read through and dropped, and read() throws that error.

@@ -161,6 +161,42 @@ TEST(ServerBody, ATrickledChunkedBodyHoldsOnlyWhatArrived) {
   EXPECT_EQ(budget_of(ts)["held_bytes"], 0);
 }
 
+// Announced bodies are charged as they arrive too: two clients that announced 95 and 33 MiB
+// (the whole default budget together) and send slowly used to make every other request wait
+// for room (60 s, then 503). They hold one step each now; an announced body larger than the
+// budget is still refused before it is read.
+TEST(ServerBody, TrickledAnnouncedBodiesHoldOnlyWhatArrived) {
+  TestServer ts;
+  auto announce = [&](int64_t length) {
+    const int fd = connect_raw(ts);
+    send_all(fd, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(length) + "\r\nConnection: close\r\n\r\n{\"prompt\":\"");
+    return fd;
+  };
+  const int a = announce(95 << 20), b = announce(33 << 20);
+  bool held = false;
+  for (int i = 0; i < 500 && !(held = budget_of(ts)["held_bytes"] == 2 * kBodyChargeStep); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(held) << budget_of(ts).dump();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ts.client().Post(kChat, chat_with("hi"), "application/json")->status, 200);
+  EXPECT_EQ(
+      ts.client().Post("/tokenize", tokenize_with(std::string(3 << 20, 'a')), "application/json")->status,
+      200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(budget_of(ts)["waiting"], 0);
+  // The short body goes on to its end and is charged its length by then.
+  const std::string rest = std::string((33 << 20) - 13, 'a') + "\"}";
+  send_all(b, rest);
+  EXPECT_EQ(answer_status(b), 200);
+  ::close(b);
+  ::close(a);
+  bool released = false;
+  for (int i = 0; i < 500 && !(released = budget_of(ts)["held_bytes"] == 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(released) << budget_of(ts).dump();
+}
+
 TEST(ServerBody, AGzipBodyIsChargedAsItDecodes) {
   ServerOptions o;
   o.prompt_budget_bytes = 2 << 20;
