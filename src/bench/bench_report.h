@@ -5,6 +5,11 @@
 //   decode tok/s    = (output tokens - 1) / (end - first token)   (needs >= 2 tokens)
 //   prefill tok/s   = prompt tokens / TTFT
 //   aggregate tok/s = all generated tokens of successful requests / wall time of the run
+//   decode tok/s, all streams at once = tokens the successful requests generated while every
+//                   one of them was decoding (from the last first token to the first end) / that
+//                   time: a batch's decode rate without the prefills around it (needs two or more
+//                   requests whose decodes overlap; each request's tokens in the window are its
+//                   token events there, scaled by its tokens per event)
 // Distributions give median, p90 (linear interpolation between ranks, as numpy's
 // default), mean, min and max. Failed requests are counted and their errors
 // grouped by message; they contribute no figures.
@@ -45,10 +50,15 @@ struct BenchSummary {
   Distribution latency_s;      // send .. end
   double aggregate_tok_s = 0.0;
   double requests_per_s = 0.0;
+  double together_s = 0.0;             // how long every successful request was decoding at once
+  double together_decode_tok_s = 0.0;  // what they generated in that time / its length (0: none)
   std::map<std::string, int> errors;  // message -> count
 };
 
 BenchSummary summarize(const BenchRun& run);
+
+// The report's note on a priming pass (BenchSpec::prime_prompts) that took `wall_s`.
+std::string prime_note(const std::vector<RequestRecord>& records, double wall_s);
 
 // Human-readable result: a header naming the run, one aligned row per metric,
 // the aggregate, grouped errors, and the roofline when given (an object or null):

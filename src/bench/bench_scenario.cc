@@ -57,6 +57,7 @@ Expected<BenchScenario> parse_one(const std::string& name, int64_t output_tokens
       const int64_t p = parse_count(name.substr(at + 1), true);
       if (p < 1 || p > (int64_t{1} << 24)) return bad("P must be 1..16M tokens");
       s.prompt_tokens = p;
+      s.prime_prompts = n > 1;
       // Past 32K tokens a prompt's prefill is the run's cost: one wave, no warmup.
       if (p > 32768) {
         s.requests = static_cast<int>(n);
@@ -124,6 +125,7 @@ BenchSpec scenario_spec(const BenchSpec& base, const BenchScenario& s) {
   spec.prompt_tokens = s.prompt_tokens;
   spec.output_tokens = s.output_tokens;
   spec.repeat_prompt = s.repeat_prompt;
+  spec.prime_prompts = s.prime_prompts;
   spec.ignore_eos = true;  // the roofline assumes exactly output_tokens per request
   return spec;
 }

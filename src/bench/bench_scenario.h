@@ -6,7 +6,9 @@
 //                 per-stream decode tok/s and aggregate tok/s at batch N.
 //   decode-N@P    the same at a context of P prompt tokens a stream (P may end in k):
 //                 decode where the DSA layers score every pool of a long context
-//                 (one wave and no warmup past 32K).
+//                 (one wave and no warmup past 32K). With N > 1 each prompt is run once
+//                 first (1 token), so the N streams resume and decode together instead of
+//                 decoding between each other's prefills.
 //   prefill-P     one prompt of P tokens (P may end in k = x1024), 1 output token:
 //                 TTFT -> prefill tok/s. 2 requests up to 32K, 1 beyond.
 //   reuse-P       prompt reuse: one prompt of P tokens sent 3 times, 1 output token: the
@@ -41,6 +43,7 @@ struct BenchScenario {
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   bool repeat_prompt = false;  // reuse-P
+  bool prime_prompts = false;  // decode-N@P, N > 1
 };
 
 inline constexpr int64_t kDecodeScenarioPrompt = 32;

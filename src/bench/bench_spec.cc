@@ -36,6 +36,7 @@ nlohmann::json to_json(const BenchSpec& spec) {
           {"streaming", spec.streaming},
           {"seed", spec.seed},
           {"repeat_prompt", spec.repeat_prompt},
+          {"prime_prompts", spec.prime_prompts},
           {"timeout_s", spec.timeout_s}};
 }
 

@@ -38,6 +38,10 @@ struct BenchSpec {
   // Every request sends the same prompt (else no two share a prefix): what prompt reuse
   // makes of a repeated prompt (the first request runs it, the others resume).
   bool repeat_prompt = false;
+  // Every measured prompt is run once first (1 output token, one at a time), so the measured
+  // requests resume from its kept state: the decode of N long-context streams at once, with
+  // the prefills that would otherwise interleave with it run before (TTFT is then a resume's).
+  bool prime_prompts = false;
   double timeout_s = 600.0;    // per request
 };
 

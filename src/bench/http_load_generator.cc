@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "bench/bench_report.h"
 #include "bench/completion_stream.h"
 #include "bench/http_errors.h"
 #include "bench/prompt_synthesis.h"
@@ -315,6 +316,17 @@ Expected<BenchRun> run_http_bench(const BenchSpec& spec) {
     auto warm = run_phase(target, spec, warm_bodies, warm_lens, warm_wall);
     int failed = static_cast<int>(std::count_if(warm.begin(), warm.end(), [](const RequestRecord& r) { return !r.ok; }));
     if (failed > 0) run.notes.push_back(std::to_string(failed) + " of " + std::to_string(warm.size()) + " warmup requests failed");
+  }
+  if (spec.prime_prompts) {
+    BenchSpec prime = spec;
+    prime.concurrency = 1;
+    prime.output_tokens = 1;
+    std::vector<std::string> prime_bodies;
+    for (int i = 0; i < spec.requests; ++i)
+      prime_bodies.push_back(request_body(prime, run.model, prompts, static_cast<size_t>(i)));
+    double prime_wall = 0.0;
+    auto records = run_phase(target, prime, prime_bodies, lens, prime_wall);
+    run.notes.push_back(prime_note(records, prime_wall));
   }
   run.records = run_phase(target, spec, bodies, lens, run.wall_s);
   if (!spec.streaming) run.notes.push_back("not streamed: TTFT is the whole latency and decode tok/s is not measured");

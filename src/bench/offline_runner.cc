@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 
+#include "bench/bench_report.h"
 #include "bench/prompt_synthesis.h"
 
 namespace tf::bench {
@@ -161,6 +162,14 @@ Expected<BenchRun> run_offline_bench(engine::EngineApi& engine, const BenchSpec&
     auto records = run_phase(engine, spec, warm, tag + "warmup-", warm_wall);
     int failed = static_cast<int>(std::count_if(records.begin(), records.end(), [](const RequestRecord& r) { return !r.ok; }));
     if (failed > 0) run.notes.push_back(std::to_string(failed) + " of " + std::to_string(records.size()) + " warmup requests failed");
+  }
+  if (spec.prime_prompts) {
+    BenchSpec prime = spec;
+    prime.concurrency = 1;
+    prime.output_tokens = 1;
+    double prime_wall = 0.0;
+    auto records = run_phase(engine, prime, prompts, tag + "prime-", prime_wall);
+    run.notes.push_back(prime_note(records, prime_wall));
   }
   run.records = run_phase(engine, spec, prompts, tag, run.wall_s);
   return run;

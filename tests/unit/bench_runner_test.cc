@@ -100,6 +100,28 @@ TEST(BenchOffline, RepeatPromptSendsOnePromptEveryTime) {
   }
 }
 
+// decode-N@P's priming: each measured prompt runs once first, alone and for one token, so the
+// measured requests (the same prompts, in order) resume from their kept states.
+TEST(BenchOffline, PrimedPromptsRunOnceFirstForOneToken) {
+  FakeEngine fake;
+  CountingEngine engine(fake);
+  BenchSpec spec = small_spec(3, 3);
+  spec.prime_prompts = true;
+  auto run = run_offline_bench(engine, spec);
+  ASSERT_TRUE(run) << run.status().to_string();
+  ASSERT_EQ(fake.requests.size(), 6u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(fake.requests[i].sampling.max_tokens, 1) << i;
+    EXPECT_EQ(fake.requests[3 + i].sampling.max_tokens, 16) << i;
+    EXPECT_EQ(fake.requests[i].prompt_tokens, fake.requests[3 + i].prompt_tokens) << i;
+  }
+  EXPECT_NE(fake.requests[0].prompt_tokens, fake.requests[1].prompt_tokens);
+  ASSERT_EQ(run->records.size(), 3u);
+  expect_all_ok(*run, kFakeDeltas, kFakeTokens);
+  ASSERT_EQ(run->notes.size(), 1u);
+  EXPECT_NE(run->notes[0].find("ran once before"), std::string::npos) << run->notes[0];
+}
+
 TEST(BenchOffline, ConcurrencyOneIsSerial) {
   FakeEngine fake;
   CountingEngine engine(fake);

@@ -111,6 +111,16 @@ TEST(BenchScenario, ReuseSendsOnePromptThreeTimes) {
   EXPECT_FALSE(parse_scenarios("reuse-", 8).has_value());
 }
 
+TEST(BenchScenario, SeveralLongContextStreamsArePrimed) {
+  auto s = parse_scenarios("decode-4@64k,decode-1@64k,decode-4", 8);
+  ASSERT_TRUE(s.has_value()) << s.status().to_string();
+  EXPECT_TRUE((*s)[0].prime_prompts);
+  EXPECT_TRUE(scenario_spec(BenchSpec{}, (*s)[0]).prime_prompts);
+  EXPECT_FALSE((*s)[1].prime_prompts);  // one stream: TTFT stays a whole prefill's
+  EXPECT_FALSE((*s)[2].prime_prompts);
+  EXPECT_FALSE(scenario_spec(BenchSpec{}, (*s)[2]).prime_prompts);
+}
+
 TEST(BenchScenario, RefusalsNameTheEntry) {
   for (const char* bad : {"decode-0", "decode-x", "decode-", "prefill-k", "prefill--1", "warmup", "decode-99999",
                           "prefill-99999999k"}) {

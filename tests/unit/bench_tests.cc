@@ -101,6 +101,35 @@ TEST(BenchReport, SummaryOfHandMadeRecords) {
   EXPECT_EQ(s.errors.at("HTTP 429: busy"), 2);
 }
 
+// Two streams decode together from 1.0 to 2.0 s (one started before, the other ends after):
+// what each generated in that second counts, a stream's events scaled by its tokens per event.
+TEST(BenchReport, DecodeWhileEveryStreamDecodes) {
+  BenchRun run;
+  run.mode = "offline";
+  run.wall_s = 3.0;
+  RequestRecord a = ok_record(0, 0.0, 0.25, 2.0, 100, 8);  // 8 events of one token
+  a.token_times_s = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0};
+  RequestRecord b = ok_record(1, 0.0, 1.0, 3.0, 100, 16);  // 8 events of two tokens
+  b.token_times_s = {1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 2.75, 3.0};
+  run.records = {a, b};
+  BenchSummary s = summarize(run);
+  EXPECT_DOUBLE_EQ(s.together_s, 1.0);
+  // (1.0, 2.0]: a's events at 1.25 .. 2.0 (4 tokens), b's at 1.25 .. 2.0 (4 events, 8 tokens).
+  EXPECT_DOUBLE_EQ(s.together_decode_tok_s, 12.0);
+  const std::string table = format_table(BenchSpec{}, run, s);
+  EXPECT_NE(table.find("decode tok/s, all 2 streams at once: 12.0 aggregate, 6.0 a stream (over 1.000 s)"),
+            std::string::npos)
+      << table;
+  EXPECT_DOUBLE_EQ(summary_json(s)["together_decode_tok_s"].get<double>(), 12.0);
+  // Streams that never decode at once (or a lone one) have no such figure.
+  run.records[1] = ok_record(1, 2.0, 2.5, 3.0, 100, 4);
+  s = summarize(run);
+  EXPECT_EQ(s.together_s, 0.0);
+  EXPECT_EQ(format_table(BenchSpec{}, run, s).find("streams at once"), std::string::npos);
+  run.records.resize(1);
+  EXPECT_EQ(summarize(run).together_s, 0.0);
+}
+
 TEST(BenchReport, NoSuccessfulRequestGivesEmptyFigures) {
   BenchRun run;
   run.mode = "offline";
