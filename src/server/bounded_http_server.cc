@@ -28,6 +28,7 @@ constexpr milliseconds kDrainTime{1000};
 constexpr size_t kDrainBytes = size_t{1} << 20;
 
 thread_local HeadRefusal t_head_refusal = HeadRefusal::kNone;
+thread_local bool t_close_after_answer = false;
 
 // poll() for `events` within `timeout` (rounded up to whole milliseconds); retried on EINTR.
 // > 0: ready (or the socket failed: the next call says how), 0: timed out, < 0: error.
@@ -63,6 +64,8 @@ void drain_before_close(int sock) {
 }  // namespace
 
 HeadRefusal head_refusal_on_this_thread() { return t_head_refusal; }
+
+void close_connection_after_answer() { t_close_after_answer = true; }
 
 HeadBoundedStream::HeadBoundedStream(int sock, Timeouts timeouts, HeadLimits limits)
     : sock_(sock), timeouts_(timeouts), limits_(limits), buffer_(kReadBufferBytes) {}
@@ -203,11 +206,12 @@ bool BoundedHttpServer::process_and_close_socket(int sock) {
   for (size_t left = keep_alive_max_count_;
        left > 0 && svr_sock_ != INVALID_SOCKET && wait_for_request(stream); --left) {
     bool connection_closed = false;
+    t_close_after_answer = false;
     stream.begin_head();
     // httplib calls setup_request right after it parsed the headers.
     ok = process_request(stream, /*close_connection=*/left == 1, connection_closed,
                          [&stream](httplib::Request&) { stream.end_head(); });
-    if (stream.refusal() != HeadRefusal::kNone || stream.body_line_refused()) {
+    if (stream.refusal() != HeadRefusal::kNone || stream.body_line_refused() || t_close_after_answer) {
       drain_before_close(sock);
       break;
     }

@@ -54,6 +54,11 @@ enum class HeadRefusal { kNone, kTooLarge, kTooManyLines, kTooSlow };
 // whole): for httplib's error handler, which gets only the request and the response.
 HeadRefusal head_refusal_on_this_thread();
 
+// Asks the connection this thread is serving to close once its current answer is written (a
+// route that left the rest of a request's body unread: request_body.h abandoned()), after the
+// same bounded drain as a refused head. The route should send `Connection: close` too.
+void close_connection_after_answer();
+
 // A connection's socket as httplib's Stream, for the whole connection (bytes read ahead of one
 // request stay for the next). Reads are buffered (httplib reads a head one byte at a time) and
 // wait for data at most the read timeout; writes wait for room at most the write timeout and

@@ -154,26 +154,36 @@ struct HttpServer::Impl {
                const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
       Clock::time_point t0 = Clock::now();
       set_request_id(req, res);
-      RequestBody body(req, reader, options.max_body_bytes);
+      RequestBody body(req, reader, options.max_body_bytes, options.body_pace);
       guarded(res, anthropic, [&] {
         check_auth(req);
         PostBody in = take_in_body(body, prompt_budget);
         (this->*fn)(req, in, res, t0);
       });
       body.discard_rest();
+      if (body.abandoned()) close_after_answer(res);
       record(endpoint, res, t0);
     };
   }
 
   // Routes that take no body (DELETE, and the 404 of every other path): a body sent anyway is
   // read through and dropped within the limit, not read whole by httplib (request_body.h).
-  static httplib::Server::HandlerWithContentReader dropping_body(httplib::Server::Handler h,
-                                                                 size_t max_bytes) {
-    return [h = std::move(h), max_bytes](const httplib::Request& req, httplib::Response& res,
-                                         const httplib::ContentReader& reader) {
-      RequestBody(req, reader, max_bytes).discard_rest();
+  static httplib::Server::HandlerWithContentReader dropping_body(httplib::Server::Handler h, size_t max_bytes,
+                                                                 BodyPace pace) {
+    return [h = std::move(h), max_bytes, pace](const httplib::Request& req, httplib::Response& res,
+                                               const httplib::ContentReader& reader) {
+      RequestBody body(req, reader, max_bytes, pace);
+      body.discard_rest();
       h(req, res);
+      if (body.abandoned()) close_after_answer(res);
     };
+  }
+
+  // The answer to a request whose body was left unread (it fell behind its pace): its
+  // connection closes after it (bounded_http_server.h).
+  static void close_after_answer(httplib::Response& res) {
+    res.set_header("Connection", "close");
+    close_connection_after_answer();
   }
 
   void check_auth(const httplib::Request& req) const {
@@ -1042,7 +1052,7 @@ struct HttpServer::Impl {
         stored_response(req, res, erase);
       });
       if (erase)
-        http.Delete(R"(/v1/responses/([^/]+))", dropping_body(fn, options.max_body_bytes));
+        http.Delete(R"(/v1/responses/([^/]+))", dropping_body(fn, options.max_body_bytes, options.body_pace));
       else http.Get(R"(/v1/responses/([^/]+))", fn);
     }
     bind_post("/v1/messages", &Impl::messages);
@@ -1074,7 +1084,7 @@ struct HttpServer::Impl {
     // Any other path of a method with a body: 404 (the error handler's), the body dropped
     // within the limit rather than read whole by httplib (request_body.h).
     auto no_route = dropping_body([](const httplib::Request&, httplib::Response& res) { res.status = 404; },
-                                  options.max_body_bytes);
+                                  options.max_body_bytes, options.body_pace);
     http.Post(".*", no_route);
     http.Put(".*", no_route);
     http.Patch(".*", no_route);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "server/body_pace.h"
 #include "server/engine_api.h"
 
 namespace tf::server {
@@ -35,6 +36,9 @@ struct ServerOptions {
   // (body_intake.h). 0: no budget.
   int64_t prompt_budget_bytes = int64_t{128} << 20;
   int read_timeout_s = 30;         // slow-loris bodies are dropped after this
+  // How fast a body must arrive (30 s, plus a second a KiB; request_body.h): one that falls
+  // behind is answered 408 and its connection closed.
+  BodyPace body_pace;
   // A request's line and headers must arrive within this from their first byte (408 after it),
   // and are held to 64 KiB and 256 header fields (431): bounded_http_server.h.
   int head_timeout_s = 30;

@@ -25,8 +25,9 @@ std::string byte_size_text(int64_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
-RequestBody::RequestBody(const httplib::Request& req, const httplib::ContentReader& reader, size_t max_bytes)
-    : req_(req), reader_(reader), max_bytes_(max_bytes) {
+RequestBody::RequestBody(const httplib::Request& req, const httplib::ContentReader& reader, size_t max_bytes,
+                         BodyPace pace)
+    : req_(req), reader_(reader), max_bytes_(max_bytes), pace_(pace) {
   // As httplib reads it: chunked framing wins over a Content-Length, and a decoded body's
   // size is known only once decoded.
   const std::string encoding = req.get_header_value("Content-Encoding");
@@ -52,9 +53,19 @@ void RequestBody::check_length() const {
 template <typename Keep>
 bool RequestBody::read_through(Keep&& keep) {
   consumed_ = true;
+  start_ = std::chrono::steady_clock::now();
   bool keeping = true;
   uint64_t dropped = 0;
   auto receive = [&](const char* data, size_t n) {
+    received_ += n;
+    if (pace_.min_rate > 0) {
+      const auto allowed =
+          pace_.grace + std::chrono::milliseconds(received_ * 1000 / static_cast<uint64_t>(pace_.min_rate));
+      if (std::chrono::steady_clock::now() - start_ - paused_ > allowed) {
+        late_ = true;
+        return false;  // not read through: the connection closes after the answer
+      }
+    }
     if (keeping && keep(data, n)) return true;
     keeping = false;
     dropped += n;
@@ -82,8 +93,10 @@ std::string RequestBody::read(const Reserve& reserve) {
     if (body.size() + n <= max_bytes_) {
       const auto size = static_cast<int64_t>(body.size() + n);
       if (size > charged && reserve) {
+        const auto asked = std::chrono::steady_clock::now();
         try {
           charged = reserve(size);
+          paused_ += std::chrono::steady_clock::now() - asked;
         } catch (...) {
           refused = std::current_exception();
           std::string().swap(body);  // the rest is read through and dropped
@@ -97,6 +110,17 @@ std::string RequestBody::read(const Reserve& reserve) {
     std::string().swap(body);  // the rest is read through and dropped
     return false;
   });
+  if (late_)
+    throw ApiError(
+        408,
+        "the request body arrived too slowly: " + byte_size_text(static_cast<int64_t>(received_)) + " in " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() -
+                                                                            start_ - paused_)
+                               .count()) +
+            " s (a body must arrive within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(pace_.grace).count()) +
+            " s, plus a second for every " + std::to_string(pace_.min_rate) + " bytes)",
+        "invalid_request_error", "body", "request_timeout");
   if (refused) std::rethrow_exception(refused);
   if (over)
     throw ApiError(413,
@@ -116,7 +140,7 @@ std::string RequestBody::read(const Reserve& reserve) {
 }
 
 void RequestBody::discard_rest() {
-  if (consumed_) return;
+  if (consumed_ || late_) return;
   (void)read_through([](const char*, size_t) { return false; });
 }
 

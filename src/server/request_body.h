@@ -13,9 +13,12 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
+
+#include "server/body_pace.h"
 
 namespace tf::server {
 
@@ -30,7 +33,8 @@ constexpr int64_t kBodyChargeStep = int64_t{1} << 20;
 class RequestBody {
  public:
   // `max_bytes`: the body limit, for the decoded body.
-  RequestBody(const httplib::Request& req, const httplib::ContentReader& reader, size_t max_bytes);
+  RequestBody(const httplib::Request& req, const httplib::ContentReader& reader, size_t max_bytes,
+              BodyPace pace = {});
 
   // Bytes to charge before reading: a first step of kBodyChargeStep, within the announced
   // length and the body limit; read() charges further as the body arrives.
@@ -52,12 +56,17 @@ class RequestBody {
   using Reserve = std::function<int64_t(int64_t size)>;
 
   // Reads the whole body, decoded (call once). Throws ApiError: 413 past the body limit, or
-  // an application/x-www-form-urlencoded body past 8 KiB (httplib's limit for those); 400 for
-  // a multipart body or one that stopped short; what `reserve` threw.
+  // an application/x-www-form-urlencoded body past 8 KiB (httplib's limit for those); 408 when
+  // it arrived slower than its pace (the rest is left unread: abandoned()); 400 for a multipart
+  // body or one that stopped short; what `reserve` threw.
   std::string read(const Reserve& reserve = {});
 
-  // Reads through and drops what is left unread; a no-op after read().
+  // Reads through and drops what is left unread; a no-op after read(), and once abandoned.
   void discard_rest();
+
+  // Whether the body fell behind its pace and its rest was left unread: the connection cannot
+  // serve another request and must close after the answer.
+  bool abandoned() const { return late_; }
 
  private:
   // Reads the body through `keep` (false: stop keeping, drop the rest); true when it was
@@ -68,6 +77,13 @@ class RequestBody {
   const httplib::Request& req_;
   const httplib::ContentReader& reader_;
   const size_t max_bytes_;
+  const BodyPace pace_;
+  // The pace's clock: from the first read, less the time spent waiting for the prompt budget
+  // (`reserve`), which is the server's doing, not the client's.
+  std::chrono::steady_clock::time_point start_{};
+  std::chrono::steady_clock::duration paused_{};
+  uint64_t received_ = 0;  // raw bytes through the reader
+  bool late_ = false;
   bool length_known_ = false;
   uint64_t length_ = 0;
   bool consumed_ = false;

@@ -197,6 +197,63 @@ TEST(ServerBody, TrickledAnnouncedBodiesHoldOnlyWhatArrived) {
   EXPECT_TRUE(released) << budget_of(ts).dump();
 }
 
+// A body must keep a pace (body_pace.h; here 1 s plus a second a KiB): one trickled a byte
+// every 200 ms is answered 408 once it falls behind, its connection closed (the rest of it is
+// not read), and its budget given back; a body at the pace, to a route or to no route, goes.
+TEST(ServerBody, ABodyBehindItsPaceIs408AndItsConnectionCloses) {
+  ServerOptions o;
+  o.body_pace.grace = std::chrono::seconds(1);
+  o.body_pace.min_rate = 1024;
+  TestServer ts(o);
+  for (const char* path : {"/tokenize", "/no/such/route"}) {
+    const int fd = connect_raw(ts);
+    send_all(fd,
+             std::string("POST ") + path +
+                 " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n");
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string got;
+    char buf[4096];
+    for (int i = 0; i < 40 && got.find("\r\n\r\n") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      (void)::send(fd, "a", 1, MSG_NOSIGNAL);
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0;)
+        got.append(buf, static_cast<size_t>(n));
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(got.rfind(path[1] == 't' ? "HTTP/1.1 408" : "HTTP/1.1 404", 0), 0u) << path << ": " << got;
+    EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+    if (path[1] == 't') {
+      EXPECT_NE(got.find("arrived too slowly"), std::string::npos) << got;
+    }
+    EXPECT_GT(waited, 0.9) << path;
+    EXPECT_LT(waited, 4.0) << path;
+    // The server closes its side: reads end (after the answer) within the drain.
+    bool closed = false;
+    for (int i = 0; i < 50 && !closed; ++i) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      closed = n == 0;
+      if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(closed) << path;
+    ::close(fd);
+  }
+  EXPECT_EQ(budget_of(ts)["held_bytes"], 0);
+  // Bodies at the pace: a large one in one go, and a small one sent in two halves 500 ms apart.
+  EXPECT_EQ(
+      ts.client().Post("/tokenize", tokenize_with(std::string(2 << 20, 'a')), "application/json")->status,
+      200);
+  const int fd = connect_raw(ts);
+  const std::string body = tokenize_with("hello");
+  send_all(fd,
+           "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+           "Content-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  send_all(fd, body.substr(5));
+  EXPECT_EQ(answer_status(fd), 200);
+  ::close(fd);
+}
+
 TEST(ServerBody, AGzipBodyIsChargedAsItDecodes) {
   ServerOptions o;
   o.prompt_budget_bytes = 2 << 20;
