@@ -343,7 +343,8 @@ TEST_F(CudaDecodeRows, LatentStoreAndAttentionRows) {
 // The one-sequence op over the shapes that pick the split-token kernels or the
 // per-head fallback: the model's 64 heads x 512 with a DSA expansion of 2048 pools
 // (W = 8195), one index, rows without any valid index (zeros), a width that is not a
-// multiple of 4 (fallback), more rows than one launch batch (16). CUDA vs CPU within the
+// multiple of 4 (fallback), more rows than one launch batch (16), widths of 128 and 256 (the
+// tensor-core kernels' runtime-width forms). CUDA vs CPU within the
 // tolerance, and every row bit for bit the op on that row alone.
 TEST_F(CudaDecodeRows, SplitAttentionShapes) {
   struct Case {
@@ -352,10 +353,16 @@ TEST_F(CudaDecodeRows, SplitAttentionShapes) {
     int kind;  // 0: random with repeats and -1s, 1: ascending pools of 4 + tail, 2: all -1
   };
   const std::vector<Case> cases = {
-      {64, 512, 8195, 2, 16500, DType::kF8E4M3, 1}, {64, 512, 2051, 3, 9000, DType::kBF16, 1},
-      {16, 128, 1, 4, 50, DType::kBF16, 0},         {8, 64, 300, 3, 700, DType::kF8E4M3, 2},
-      {3, 70, 100, 3, 300, DType::kF32, 0},         {8, 64, 300, 40, 700, DType::kBF16, 0},
+      {64, 512, 8195, 2, 16500, DType::kF8E4M3, 1},
+      {64, 512, 2051, 3, 9000, DType::kBF16, 1},
+      {16, 128, 1, 4, 50, DType::kBF16, 0},
+      {8, 64, 300, 3, 700, DType::kF8E4M3, 2},
+      {3, 70, 100, 3, 300, DType::kF32, 0},
+      {8, 64, 300, 40, 700, DType::kBF16, 0},
       {12, 96, 4099, 2, 5000, DType::kF32, 0},
+      // Widths other than the model's 512 take the tensor-core kernels' runtime-width forms.
+      {16, 256, 700, 3, 1500, DType::kF8E4M3, 0},
+      {16, 128, 700, 2, 1500, DType::kBF16, 1},
   };
   const int64_t page_size = 64;
   for (const Case& c : cases) {
