@@ -433,10 +433,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--timeout", opt->spec.timeout_s, "per-request timeout in seconds")->capture_default_str();
   cmd->add_option("--json", opt->json_path, "write the report (spec, per-request records, summary) to FILE");
   cmd->add_option("--roofline", opt->roofline_path, "JSON object with bounds (e.g. decode_tok_s) shown beside the figures");
-  cmd->add_option("--scenario", opt->scenarios,
-                  "comma-separated runs: decode-N (N streams; decode-N@P: at a P-token context each), "
-                  "prefill-P[k] (one P-token prompt), gpu (decode-1,4,16,64, "
-                  "prefill-8k,128k); they replace --concurrency/--requests/--prompt-tokens");
+  cmd->add_option(
+      "--scenario", opt->scenarios,
+      "comma-separated runs: decode-N (N streams; decode-N@P: at a P-token context each, N > 1: "
+      "each prompt run once first so the streams resume and decode together), "
+      "prefill-P[k] (one P-token prompt), reuse-P[k] (one prompt sent 3 times), gpu (decode-1,4,16,64, "
+      "prefill-8k,128k); they replace --concurrency/--requests/--prompt-tokens");
   cmd->add_flag("--offline", opt->offline, "benchmark the engine directly, without HTTP (--model-dir, or the demo checkpoint)");
   cmd->add_option("--model-dir", opt->model_dir, "checkpoint folder (--offline; in HTTP mode: its config.json for the roofline)");
   auto* engine_group = "Offline engine";
