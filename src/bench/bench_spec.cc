@@ -3,6 +3,13 @@
 
 namespace tf::bench {
 
+BenchSpec priming_spec(const BenchSpec& spec) {
+  BenchSpec prime = spec;
+  prime.concurrency = 1;
+  prime.output_tokens = 1;
+  return prime;
+}
+
 Status validate(const BenchSpec& spec) {
   auto bad = [](const std::string& field, const std::string& rule, const std::string& got) {
     return invalid_argument("bench: " + field + " must be " + rule + ", got " + got);

@@ -45,6 +45,9 @@ struct BenchSpec {
   double timeout_s = 600.0;    // per request
 };
 
+// The priming pass of `spec` (prime_prompts): its prompts one at a time, one token each.
+BenchSpec priming_spec(const BenchSpec& spec);
+
 // Names the first field out of range ("concurrency must be >= 1, got 0").
 Status validate(const BenchSpec& spec);
 

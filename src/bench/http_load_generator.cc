@@ -318,9 +318,7 @@ Expected<BenchRun> run_http_bench(const BenchSpec& spec) {
     if (failed > 0) run.notes.push_back(std::to_string(failed) + " of " + std::to_string(warm.size()) + " warmup requests failed");
   }
   if (spec.prime_prompts) {
-    BenchSpec prime = spec;
-    prime.concurrency = 1;
-    prime.output_tokens = 1;
+    const BenchSpec prime = priming_spec(spec);
     std::vector<std::string> prime_bodies;
     for (int i = 0; i < spec.requests; ++i)
       prime_bodies.push_back(request_body(prime, run.model, prompts, static_cast<size_t>(i)));

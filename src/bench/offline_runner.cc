@@ -164,11 +164,8 @@ Expected<BenchRun> run_offline_bench(engine::EngineApi& engine, const BenchSpec&
     if (failed > 0) run.notes.push_back(std::to_string(failed) + " of " + std::to_string(records.size()) + " warmup requests failed");
   }
   if (spec.prime_prompts) {
-    BenchSpec prime = spec;
-    prime.concurrency = 1;
-    prime.output_tokens = 1;
     double prime_wall = 0.0;
-    auto records = run_phase(engine, prime, prompts, tag + "prime-", prime_wall);
+    auto records = run_phase(engine, priming_spec(spec), prompts, tag + "prime-", prime_wall);
     run.notes.push_back(prime_note(records, prime_wall));
   }
   run.records = run_phase(engine, spec, prompts, tag, run.wall_s);

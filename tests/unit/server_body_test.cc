@@ -101,14 +101,7 @@ int connect_raw(const TestServer& ts) {
   return fd;
 }
 
-void send_all(int fd, const std::string& s) {
-  size_t sent = 0;
-  while (sent < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
-    ASSERT_GT(n, 0);
-    sent += static_cast<size_t>(n);
-  }
-}
+void send_all(int fd, const std::string& s) { ASSERT_EQ(testing::send_some(fd, s), s.size()); }
 
 std::string chunk(const std::string& data) {
   char size[32];
@@ -140,9 +133,7 @@ TEST(ServerBody, ATrickledChunkedBodyHoldsOnlyWhatArrived) {
   TestServer ts;
   int slow = connect_raw(ts);
   send_all(slow, std::string(kChunkedTokenize) + chunk(R"({"prompt":")"));
-  bool held = false;
-  for (int i = 0; i < 500 && !(held = budget_of(ts)["held_bytes"] == kBodyChargeStep); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool held = testing::eventually([&] { return budget_of(ts)["held_bytes"] == kBodyChargeStep; });
   EXPECT_TRUE(held) << budget_of(ts).dump();
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -174,9 +165,7 @@ TEST(ServerBody, TrickledAnnouncedBodiesHoldOnlyWhatArrived) {
     return fd;
   };
   const int a = announce(95 << 20), b = announce(33 << 20);
-  bool held = false;
-  for (int i = 0; i < 500 && !(held = budget_of(ts)["held_bytes"] == 2 * kBodyChargeStep); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool held = testing::eventually([&] { return budget_of(ts)["held_bytes"] == 2 * kBodyChargeStep; });
   EXPECT_TRUE(held) << budget_of(ts).dump();
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(ts.client().Post(kChat, chat_with("hi"), "application/json")->status, 200);
@@ -191,9 +180,7 @@ TEST(ServerBody, TrickledAnnouncedBodiesHoldOnlyWhatArrived) {
   EXPECT_EQ(answer_status(b), 200);
   ::close(b);
   ::close(a);
-  bool released = false;
-  for (int i = 0; i < 500 && !(released = budget_of(ts)["held_bytes"] == 0); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool released = testing::eventually([&] { return budget_of(ts)["held_bytes"] == 0; });
   EXPECT_TRUE(released) << budget_of(ts).dump();
 }
 
@@ -280,14 +267,10 @@ TEST(ServerBody, GrowingBodiesWaitingForEachOtherDoNotDeadlock) {
   int a = connect_raw(ts), b = connect_raw(ts);
   send_all(a, std::string(kChunkedTokenize) + chunk(R"({"prompt":")" + part));
   send_all(b, std::string(kChunkedTokenize) + chunk(R"({"prompt":")" + part));
-  bool full = false;
-  for (int i = 0; i < 500 && !(full = budget_of(ts)["held_bytes"] == 2 << 20); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool full = testing::eventually([&] { return budget_of(ts)["held_bytes"] == 2 << 20; });
   ASSERT_TRUE(full) << budget_of(ts).dump();
   send_all(a, chunk(part));  // a needs a second step: it waits
-  bool waiting = false;
-  for (int i = 0; i < 500 && !(waiting = budget_of(ts)["waiting"] == 1); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool waiting = testing::eventually([&] { return budget_of(ts)["waiting"] == 1; });
   ASSERT_TRUE(waiting) << budget_of(ts).dump();
   const auto t0 = std::chrono::steady_clock::now();
   send_all(b, chunk(part) + chunk("\"}") + "0\r\n\r\n");
@@ -328,9 +311,7 @@ TEST(ServerBody, ABodyWaitsForRoomWhileSmallerOnesGo) {
     auto h = ts.client().Get("/health");
     return h && Json::parse(h->body)["prompt_budget"]["waiting"] == 1;
   };
-  bool seen = false;
-  for (int i = 0; i < 500 && !(seen = waiting()); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool seen = testing::eventually([&] { return waiting(); });
   EXPECT_TRUE(seen);
   Json h = Json::parse(ts.client().Get("/health")->body)["prompt_budget"];
   EXPECT_EQ(h["bytes"], 1 << 20);

@@ -205,17 +205,6 @@ int connect_to(const TestServer& ts) {
   return fd;
 }
 
-// Sends `s` as far as the server takes it (it may stop reading and close).
-size_t send_some(int fd, const std::string& s) {
-  size_t sent = 0;
-  while (sent < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  return sent;
-}
-
 // Everything the server sends until it closes the connection (or 10 s pass).
 std::string read_until_closed(int fd) {
   std::string got;
@@ -254,7 +243,7 @@ TEST(ServerHead, AnEndlessHeaderLineIs431) {
   // 64 MiB of one header line (more than the sockets' buffers): the server reads 64 KiB of it,
   // answers, drops up to 1 MiB more and closes.
   const std::string head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 << 20, 'a');
-  EXPECT_LT(send_some(fd, head), head.size());
+  EXPECT_LT(testing::send_some(fd, head), head.size());
   const Answer a = parse_answer(read_until_closed(fd));
   ::close(fd);
   expect_error_answer(a, 431, "64 KiB");
@@ -269,7 +258,7 @@ TEST(ServerHead, AHeaderLineJustPastTheLimitIs431AndTheClientReadsIt) {
   const std::string head =
       "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100000, 'a') +
       "\r\nContent-Length: 2\r\n\r\n{}";
-  EXPECT_EQ(send_some(fd, head), head.size());
+  EXPECT_EQ(testing::send_some(fd, head), head.size());
   const Answer a = parse_answer(read_until_closed(fd));
   ::close(fd);
   expect_error_answer(a, 431, "request header fields too large");
@@ -281,7 +270,7 @@ TEST(ServerHead, TooManyHeaderFieldsAre431) {
   std::string head = "GET /health HTTP/1.1\r\nHost: x\r\n";
   for (int i = 0; i < 100000; ++i) head += "X-A: b\r\n";
   head += "\r\n";
-  send_some(fd, head);
+  testing::send_some(fd, head);
   const Answer a = parse_answer(read_until_closed(fd));
   ::close(fd);
   expect_error_answer(a, 431, "more than 256 header fields");
@@ -296,7 +285,7 @@ TEST(ServerHead, TooManyHeaderFieldsAre431) {
 TEST(ServerHead, ARequestLinePast8KiBIs414) {
   TestServer ts;
   int fd = connect_to(ts);
-  send_some(fd, "GET /health?" + std::string(10000, 'q') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  testing::send_some(fd, "GET /health?" + std::string(10000, 'q') + " HTTP/1.1\r\nHost: x\r\n\r\n");
   ::shutdown(fd, SHUT_WR);  // httplib keeps the connection after this 414 (it drops its headers)
   const Answer a = parse_answer(read_until_closed(fd));
   ::close(fd);
@@ -305,7 +294,7 @@ TEST(ServerHead, ARequestLinePast8KiBIs414) {
   EXPECT_NE(a.body["error"]["message"].get<std::string>().find("8 KiB"), std::string::npos);
   // Past the head limit too: still the request line's own answer.
   fd = connect_to(ts);
-  send_some(fd, "GET /health?" + std::string(100000, 'q') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  testing::send_some(fd, "GET /health?" + std::string(100000, 'q') + " HTTP/1.1\r\nHost: x\r\n\r\n");
   const Answer b = parse_answer(read_until_closed(fd));
   ::close(fd);
   expect_error_answer(b, 414, "64 KiB");
@@ -341,7 +330,7 @@ TEST(ServerHead, AnEndlessChunkSizeLineIs400AndCloses) {
   const std::string head =
       "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: "
       "chunked\r\n\r\n";
-  EXPECT_LT(send_some(fd, head + std::string(64 << 20, 'f')), head.size() + (64 << 20));
+  EXPECT_LT(testing::send_some(fd, head + std::string(64 << 20, 'f')), head.size() + (64 << 20));
   const Answer a = parse_answer(read_until_closed(fd));
   ::close(fd);
   EXPECT_EQ(a.status, 400) << a.headers;
@@ -355,7 +344,7 @@ TEST(ServerHead, KeepAliveAndPipelinedRequestsWork) {
   int fd = connect_to(ts);
   // Three requests in one write (the second and third are read ahead with the first).
   const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
-  send_some(fd, get + get + "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  testing::send_some(fd, get + get + "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   const std::string reply = read_until_closed(fd);
   ::close(fd);
   size_t answers = 0;
@@ -380,7 +369,7 @@ TEST(ServerHead, KeepAliveAndPipelinedRequestsWork) {
 TEST(ServerHead, StopLetsIdleKeepAliveConnectionsGo) {
   auto ts = std::make_unique<TestServer>();
   int fd = connect_to(*ts);
-  send_some(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  testing::send_some(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   char buf[4096];
   ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);  // answered; the connection stays open
   const auto t0 = Clock::now();

@@ -9,11 +9,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/http_server.h"
@@ -167,6 +169,27 @@ inline int connect_loopback(int port, int timeout_s) {
   timeval tv{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   return fd;
+}
+
+// Sends `s` as far as the peer takes it (it may stop reading and close): the bytes sent.
+inline size_t send_some(int fd, const std::string& s) {
+  size_t sent = 0;
+  while (sent < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  return sent;
+}
+
+// Whether `ready()` holds within ~5 s, asked every 10 ms (server state that other threads change).
+template <typename Ready>
+bool eventually(Ready&& ready) {
+  for (int i = 0; i < 500; ++i) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ready();
 }
 
 }  // namespace tf::server::testing

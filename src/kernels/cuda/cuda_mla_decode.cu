@@ -1125,28 +1125,46 @@ constexpr int kCombineThreads = 256;
 constexpr int kCombineMaxChunks = 256;  // pipe_max_chunks()'s limit
 constexpr int kCombineUnroll = 8;       // partial loads in flight per thread
 
+// What both combine kernels read for block (head, row): the output row, the chunks' max/sum
+// pairs (chunk k at ml[k * heads * 2]) and partial outputs (chunk k at po[k * heads * r]),
+// and the chunks the row used (the split's chunking of its n tokens). A row without tokens
+// gets zeros here (used = 0).
+struct CombineRow {
+  float* o;
+  const float* ml;
+  const float* po;
+  int used;
+};
+__device__ __forceinline__ CombineRow combine_row(const CombineArgs& a) {
+  const Workspace& ws = a.ws;
+  const int heads = a.heads, r = a.r, chunks = a.chunks, h = blockIdx.x;
+  const int64_t b = blockIdx.y;
+  CombineRow c{a.out + (b * heads + h) * int64_t(r), ws.part_ml + (b * chunks * heads + h) * 2,
+               ws.part_o + (b * chunks * heads + h) * int64_t(r), 0};
+  const int n = ws.count[b];
+  if (n == 0) {
+    for (int x = threadIdx.x; x < r; x += blockDim.x) c.o[x] = 0.0f;
+    return c;
+  }
+  const int tiles = (n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks;
+  c.used = (tiles + per - 1) / per;
+  return c;
+}
+
 // Session 48's combine (TF_MLA_DECODE_COMBINE=v1, for A/B runs): 128 threads, each
 // chunk's weight recomputed per channel. The same bits as combine_kernel.
 __global__ void combine_v1_kernel(CombineArgs a) {
   pdl_wait();
-  float* __restrict__ out = a.out;
-  const Workspace& ws = a.ws;
-  const int heads = a.heads, r = a.r, chunks = a.chunks;
-  const int h = blockIdx.x;
-  const int64_t b = blockIdx.y;
-  float* o = out + (b * heads + h) * int64_t(r);
-  const int n = ws.count[b];
-  if (n == 0) {
-    for (int x = threadIdx.x; x < r; x += blockDim.x) o[x] = 0.0f;
-    return;
-  }
-  const int tiles = (n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks, used = (tiles + per - 1) / per;
-  const float* ml = ws.part_ml + (b * chunks * heads + h) * 2;
+  const CombineRow c = combine_row(a);
+  if (c.used == 0) return;
+  const int heads = a.heads, r = a.r, used = c.used;
+  const float* ml = c.ml;
+  const float* po = c.po;
+  float* o = c.o;
   float mx = -INFINITY;
   for (int k = 0; k < used; ++k) mx = fmaxf(mx, ml[k * heads * 2]);
   float total = 0.0f;
   for (int k = 0; k < used; ++k) total += ml[k * heads * 2 + 1] * expf(ml[k * heads * 2] - mx);
-  const float* po = ws.part_o + (b * chunks * heads + h) * int64_t(r);
   for (int x = threadIdx.x; x < r; x += blockDim.x) {
     float acc = 0.0f;
     for (int k = 0; k < used; ++k) acc += po[int64_t(k) * heads * r + x] * expf(ml[k * heads * 2] - mx);
@@ -1168,20 +1186,11 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(CombineArgs a)
   __shared__ float weight[kCombineMaxChunks];
   __shared__ float total_sum;
   pdl_wait();  // the split's partials (a no-op without programmatic dependent launch)
-  float* __restrict__ out = a.out;
-  const Workspace& ws = a.ws;
-  const int heads = a.heads, r = a.r, chunks = a.chunks;
-  const int h = blockIdx.x;
-  const int64_t b = blockIdx.y;
-  float* o = out + (b * heads + h) * int64_t(r);
-  const int n = ws.count[b];
-  if (n == 0) {
-    for (int x = threadIdx.x; x < r; x += blockDim.x) o[x] = 0.0f;
-    return;
-  }
-  const int tiles = (n + kTile - 1) / kTile, per = (tiles + chunks - 1) / chunks,
-            used = (tiles + per - 1) / per;
-  const float* ml = ws.part_ml + (b * chunks * heads + h) * 2;  // chunk k at ml[k * heads * 2]
+  const CombineRow c = combine_row(a);
+  if (c.used == 0) return;  // block-uniform
+  const int heads = a.heads, r = a.r, used = c.used;
+  const float* ml = c.ml;
+  float* o = c.o;
   if (threadIdx.x < 32) {
     float mx = -INFINITY;
     for (int k = threadIdx.x; k < used; k += 32) mx = fmaxf(mx, ml[k * heads * 2]);
@@ -1196,8 +1205,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(CombineArgs a)
   }
   __syncthreads();
   const float total = total_sum;
-  const float* __restrict__ po =
-      ws.part_o + (b * chunks * heads + h) * int64_t(r);  // chunk k at po[k * heads * r]
+  const float* __restrict__ po = c.po;
   const int64_t stride = int64_t(heads) * r;
   for (int x = threadIdx.x; x < r; x += blockDim.x) {
     float acc = 0.0f;
