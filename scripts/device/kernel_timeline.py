@@ -2,6 +2,7 @@
 """Where a decode step's GPU time goes, from a kernel trace (bench/cupti_kernel_trace.cc).
 
   kernel_timeline.py trace.csv [--marker embedding_kernel] [--skip 3] [--top 45] [--show-step N]
+                              [--records N] [--kinds]
 
 Steps run from one launch of the marker kernel (once per step) to the next. The steps with the
 most common kernel count (the steady decode steps) are summed, skipping the first --skip:
@@ -10,7 +11,9 @@ most common kernel count (the steady decode steps) are summed, skipping the firs
   own      a kernel's share of the busy time when overlapping kernels (a PDL launch waiting
            for its predecessor, a side branch) are charged to the one that started first;
   gap      idle time right before the kernel (a graph or launch boundary).
---show-step N lists step N kernel by kernel. Standard library only.
+--show-step N lists step N kernel by kernel. --kinds lists the step kinds (records a step, how many,
+median span): a batch's steps have more records than one row's, and --records N sums those instead
+of the most common kind. Standard library only.
 """
 import argparse
 import collections
@@ -71,6 +74,8 @@ def main():
     ap.add_argument("--top", type=int, default=45)
     ap.add_argument("--width", type=int, default=52)
     ap.add_argument("--show-step", type=int, default=None)
+    ap.add_argument("--records", type=int, default=None)
+    ap.add_argument("--kinds", action="store_true")
     a = ap.parse_args()
 
     with open(a.trace) as f:
@@ -79,7 +84,14 @@ def main():
     if len(marks) < 2:
         sys.exit(f"fewer than two '{a.marker}' launches in the trace")
     steps = [(rows[b][0] - rows[m][0], rows[m:b]) for m, b in zip(marks, marks[1:])]
-    mode = collections.Counter(len(seg) for _, seg in steps).most_common(1)[0][0]
+    kinds = collections.Counter(len(seg) for _, seg in steps)
+    if a.kinds:
+        print(f"{'records':>8} {'steps':>6} {'median span us':>15}")
+        for count, many in kinds.most_common():
+            spans = [span for span, seg in steps if len(seg) == count]
+            print(f"{count:>8} {many:>6} {statistics.median(spans) / 1e3:>15.1f}")
+        return
+    mode = a.records if a.records is not None else kinds.most_common(1)[0][0]
     use = [st for st in steps if len(st[1]) == mode][a.skip:]
     if not use:
         sys.exit("no steady steps")

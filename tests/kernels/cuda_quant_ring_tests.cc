@@ -158,14 +158,16 @@ TEST_F(CudaQuantRing, TensorCopiesGiveTheSameBits) {
               cases);
 }
 
-// x records written by the ring kernel itself (QuantGemvArgs::ring_x = 1: all of K in shared memory when one
-// round of the builder threads does it, 2: whenever it fits, else the x kernel): the bits of the x kernel's
-// records (ring_x = 0), for both operand layouts, odd K and row strides, accumulate, and K too long for the
-// in-kernel records at larger m (the fallback).
+// x records written by the ring kernel itself (QuantGemvArgs::ring_x = 1: all of K in shared memory when a
+// few rounds of the builder threads do it, 2: whenever it fits, else the x kernel): the bits of the x
+// kernel's records (ring_x = 0), for both operand layouts, odd K and row strides, accumulate, K too long for
+// the in-kernel records at larger m (the fallback), and K = 3,776 / 2,368 at m = 5 / 8 (more than one batch
+// of rounds: build_x_records' second batch).
 TEST_F(CudaQuantRing, XInTheKernelGivesTheSameBits) {
   int cases = 0, in_kernel = 0;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {7, 63}, {129, 130}, {300, 2050}, {1000, 4100}, {250, 1536}, {8192, 4096}, {700, 16384}, {4096, 2048}};
+      {7, 63},      {129, 130},   {300, 2050},  {1000, 4100}, {250, 1536},
+      {8192, 4096}, {700, 16384}, {4096, 2048}, {300, 3776},  {513, 2368}};
   for (auto [n, k] : shapes) {
     const Matrix dq = up(quantize(randn({n, k}, static_cast<uint32_t>(3 * n + k), 0.05f)));
     for (int operand : {1, 2})
@@ -194,6 +196,36 @@ TEST_F(CudaQuantRing, XInTheKernelGivesTheSameBits) {
   std::printf("[quant] ring x records built in the kernel: %d cases (%d with all of K in shared memory) equal the x "
               "kernel's bit for bit\n",
               cases, in_kernel);
+}
+
+// x read by 16-byte loads (aligned x, ldx and K multiples of 4) or one float at a time (x one float past
+// an aligned address): the same records, so the same bits, with the records from the x kernel and from
+// the ring kernel.
+TEST_F(CudaQuantRing, XLoadsOfEitherWidthGiveTheSameBits) {
+  int cases = 0;
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{300, 2048}, {129, 4100}, {513, 4096}}) {
+    const Matrix dq = up(quantize(randn({n, k}, static_cast<uint32_t>(5 * n + k), 0.05f)));
+    for (int64_t m : {1, 4, 8}) {
+      const Tensor host_x = randn({m, k}, static_cast<uint32_t>(m + 3 * k));
+      Tensor shifted = gpu_->empty({m * k + 4});
+      cudaMemcpy(shifted.data<float>() + 1, host_x.data<float>(), m * k * 4, cudaMemcpyHostToDevice);
+      const Tensor aligned = gpu_->to_device(host_x);
+      for (int xk = 0; xk < 2; ++xk) {
+        Tensor got[2];
+        for (int shift = 0; shift < 2; ++shift) {
+          got[shift] = gpu_->empty({m, n});
+          const float* x = shift ? shifted.data<float>() + 1 : aligned.data<float>();
+          cuda::QuantGemvArgs a = args(dq, got[shift].data<float>(), n, x, k, m, 2);
+          a.ring_x = xk;
+          cuda::quant_gemv(stream_, a);
+        }
+        EXPECT_TRUE(same_bits(gpu_->to_host(got[1]), gpu_->to_host(got[0])))
+            << "N=" << n << " K=" << k << " M=" << m << " ring_x " << xk;
+        ++cases;
+      }
+    }
+  }
+  std::printf("[quant] ring x by 16-byte loads and by floats: %d cases equal bit for bit\n", cases);
 }
 
 TEST_F(CudaQuantRing, RowBitsDoNotDependOnTheBatch) {
@@ -331,10 +363,11 @@ TEST_F(CudaQuantRing, Bench) {
   const double hbm = probe->hbm_gbps;
   std::printf(
       "[quant-bench] ring columns: graph-replayed us and %% of HBM (%.0f GB/s measured): B-operand kernel -> "
-      "old ring (session 9: weights as B, unpadded boxes, x kernel) -> new ring (the defaults: weights as A, padded "
-      "boxes, x built in the ring kernel when one round does it); at m=1, 8 also: nopad (new, unpadded boxes), wb "
-      "(new with weights as B), xk (new with the x kernel), new with K splits k1..k8 (plan's marked *), stages "
-      "s8, 16 consumer warps (w16), l2-old / l2-new (one L2-resident copy: no HBM reads)\n",
+      "old ring (session 9: weights as B, unpadded boxes, x kernel) -> new ring (weights as A, padded "
+      "boxes, x built in the ring kernel where one round of its threads does it); at m=1, 4, 8 also: "
+      "nopad (new, unpadded boxes), wb (new with weights as B), xk (new with the x kernel: the defaults "
+      "since session 51), new with K splits k1..k8 (plan's marked *), stages s8, 16 consumer warps (w16), "
+      "l2-old / l2-new (one L2-resident copy: no HBM reads)\n",
       hbm);
   struct Shape {
     int64_t n, k;
@@ -375,7 +408,7 @@ TEST_F(CudaQuantRing, Bench) {
       auto pct = [&](double t) { return 100 * bytes / t / 1e9 / hbm; };
       const double tb = time_it(false, old_ring), to = time_it(true, old_ring), tn = time_it(true, new_ring);
       std::string sweep;
-      if (m == 1 || m == 8) {
+      if (m == 1 || m == 4 || m == 8) {
         auto add = [&](const std::string& what, const RingVariant& v) {
           const double t = time_it(true, v);
           char buf[80];

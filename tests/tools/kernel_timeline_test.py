@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/device/kernel_timeline.py on a synthetic trace whose answer is known: step span, busy and idle
 time, each kernel's own time when kernels overlap (a PDL launch waiting for its predecessor is charged to
-the one that started first), the gap before each kernel, the steady-step filter and the name shortening."""
+the one that started first), the gap before each kernel, the steady-step filter (and --kinds / --records, a
+batch's steps), and the name shortening."""
 import csv
 import importlib.util
 import os
@@ -76,6 +77,14 @@ def main():
         shown = subprocess.run([sys.executable, SCRIPT, path, "--skip", "1", "--show-step", "0"], capture_output=True,
                                text=True, check=True).stdout.splitlines()
         check(len(shown) == 5 and shown[2].split()[:3] == ["10.00", "20.00", "8.00"], f"show-step: {shown[:3]}")
+        # --kinds: 5 steps of 4 records, 1 of 5 (both spans 100 us); --records 5 sums the odd step alone.
+        kinds = subprocess.run([sys.executable, SCRIPT, path, "--kinds"], capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+        check([k.split() for k in kinds[1:]] == [["4", "5", "100.0"], ["5", "1", "100.0"]], f"kinds: {kinds}")
+        odd = subprocess.run([sys.executable, SCRIPT, path, "--skip", "0", "--records", "5"], capture_output=True,
+                             text=True, check=True).stdout
+        check("6 steps, 1 steady ones summed (5 records each)" in odd and "warmup_kernel" in odd,
+              f"--records 5: {odd.splitlines()[:1]}")
 
     if failures:
         print("\n".join("FAIL: " + f for f in failures))

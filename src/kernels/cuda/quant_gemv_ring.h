@@ -3,17 +3,16 @@
 // Internal to quant_gemv.cu's dispatch and its tests.
 //
 // x (up to 8 rows per pass) becomes f16 hi + lo MMA records of x * 2^e per (row, 64-wide chunk) with the
-// 2^-e beside them: written by the GEMV's own block into shared memory after the dependency wait when one
-// round of its threads does it (QuantGemvArgs::ring_x; m = 1 up to K = 4608), else by a small kernel into
-// the workspace and copied per stage. The GEMV kernel (one block per SM, persistent) takes units of U
-// output rows x the WHOLE K. A producer warp copies each unit's weights and scales stage by stage (S
-// chunks) into a ring of shared-memory slots (2D tensor copies + mbarriers; the first slots' weights are
-// requested before the programmatic-dependent-launch wait, so at the model's shapes most of a block's
-// weights are in flight at once); 8 (or 16, ring_warps) consumer warps (16 rows each; the weights as the
-// MMA's A operand, or B: QuantGemvArgs::ring_operand, quant_gemv_ring_chunk.cuh) do the MMAs.
-// With ksplit K parts per unit (U = 16 * consumer warps / ksplit), part j sums the
-// chunks c = j (mod ksplit) in ascending order and the parts are added in part order through shared
-// memory: no second kernel, no partial sums in global memory.
+// 2^-e beside them: written by a small kernel into the workspace and copied per stage, or
+// (QuantGemvArgs::ring_x) by the GEMV's own block into shared memory after the dependency wait. The GEMV
+// kernel (one block per SM, persistent) takes units of U output rows x the WHOLE K. A producer warp copies
+// each unit's weights and scales stage by stage (S chunks) into a ring of shared-memory slots (2D tensor
+// copies + mbarriers; the first slots' weights are requested before the programmatic-dependent-launch wait,
+// so at the model's shapes most of a block's weights are in flight at once); 8 (or 16, ring_warps) consumer
+// warps (16 rows each; the weights as the MMA's A operand, or B: QuantGemvArgs::ring_operand,
+// quant_gemv_ring_chunk.cuh) do the MMAs. With ksplit K parts per unit (U = 16 * consumer warps / ksplit),
+// part j sums the chunks c = j (mod ksplit) in ascending order and the parts are added in part order through
+// shared memory: no second kernel, no partial sums in global memory.
 //
 // Bits: a row's output depends only on its own x row, k, ksplit (a function of n, k and the SM
 // count: quant_ring_plan) and the operand layout, never on m, the stage size, the ring depth, the copy
@@ -49,11 +48,18 @@ bool quant_ring_default();
 
 // What QuantGemvArgs::ring_operand = 0 / ring_pad = -1 / ring_x = -1 pick (read once): the weights as the
 // MMA's A operand unless TF_QUANT_RING_OPERAND=b, padded tensor boxes unless TF_QUANT_RING_PAD=0, x records
-// built in the ring kernel (when one round of its threads does it) unless TF_QUANT_RING_X=0. All three
-// off is session 9's kernel (same bits).
+// built by the x kernel unless TF_QUANT_RING_X=1 (then in the ring kernel where
+// quant_ring_x_rounds_default() rounds of its threads do it). The first two off is session 9's kernel
+// (same bits).
 bool quant_ring_weights_a_default();
 bool quant_ring_pad_default();
 bool quant_ring_x_in_kernel_default();
+// How many rounds of items (x row, 64-wide chunk, quarter) per builder thread the ring kernel takes on
+// with ring_x = 1: 1 (session 10's rule: m = 1 up to K = 4,608), or TF_QUANT_RING_X_ROUNDS. Same bits.
+int quant_ring_x_rounds_default();
+// Whether x is read by 16-byte loads where its alignment allows (ring::load_x_item): on unless
+// TF_QUANT_RING_X_VEC=0. Same bits.
+bool quant_ring_x_vec_default();
 
 // Enqueues the call (common already checked by quant_gemv / quant_gemv_many; segments with n = 0
 // skipped); throws StatusError on bad segments or a launch failure.
