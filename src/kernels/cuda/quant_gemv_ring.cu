@@ -594,11 +594,12 @@ bool quant_ring_pad_default() {
   return on;
 }
 
-// run9s51 (H100, full geometry, one binary, decode tok/s): the records by the x kernel for every call
-// 122.3 / 122.3 at decode-1 against 114.7 / 115.4 when the ring kernel built them where one round of its
-// threads did (session 10's default, which the single-GEMV bench still favours at some shapes: there the
-// kernel before is the same GEMV, not the one that writes x); decode-4@4k the same (377.6-381.1 vs
-// 377.9-379.4). Up to 4 rounds in the kernel was slower still (run8s51: 115.0 and 362 vs 117.9 and 381).
+// Session 51 (bench/RESULTS.md run45b; H100, full geometry, one binary, decode tok/s): the records by the x
+// kernel for every call 122.3 / 122.3 at decode-1 against 114.7 / 115.4 when the ring kernel built them where
+// one round of its threads did (session 10's default, which the single-GEMV bench still favours at some
+// shapes: there the kernel before is the same GEMV, not the one that writes x); decode-4@4k the same
+// (377.6-381.1 vs 377.9-379.4). Up to 4 rounds in the kernel was slower still (run45a: 115.0 and 362 vs 117.9
+// and 381).
 bool quant_ring_x_in_kernel_default() {
   static const bool on = [] {
     const char* v = std::getenv("TF_QUANT_RING_X");
@@ -616,7 +617,7 @@ int quant_ring_x_rounds_default() {
   return rounds;
 }
 
-// run9s51: decode-1 120.6 -> 122.3 tok/s with the x kernel's loads 16 bytes wide.
+// Session 51 (run45b): decode-1 120.6 -> 122.3 tok/s with the x kernel's loads 16 bytes wide.
 bool quant_ring_x_vec_default() {
   static const bool on = env_not("TF_QUANT_RING_X_VEC", "0");
   return on;
