@@ -161,8 +161,8 @@ TEST_F(CudaQuantRing, TensorCopiesGiveTheSameBits) {
 // x records written by the ring kernel itself (QuantGemvArgs::ring_x = 1: all of K in shared memory when a
 // few rounds of the builder threads do it, 2: whenever it fits, else the x kernel): the bits of the x
 // kernel's records (ring_x = 0), for both operand layouts, odd K and row strides, accumulate, K too long for
-// the in-kernel records at larger m (the fallback), and K = 3,776 / 2,368 at m = 5 / 8 (more than one batch
-// of rounds: build_x_records' second batch).
+// the in-kernel records at larger m (the fallback), and K = 3,776 / 2,368 at m = 5 / 8 (five rounds of the
+// builder threads, ring_x = 2).
 TEST_F(CudaQuantRing, XInTheKernelGivesTheSameBits) {
   int cases = 0, in_kernel = 0;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {

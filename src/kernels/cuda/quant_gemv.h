@@ -161,10 +161,9 @@ struct QuantGemvArgs {
   int ring_pad = -1;
   // Ring kernel, x: 0 the x kernel writes the MMA records to the workspace once and the x producer copies
   // them per stage (session 9); 1 each block writes the records of all of x's K into shared memory itself
-  // (consumers and the x warp, after the dependency wait; no x kernel, no x copies) when
-  // quant_ring_x_rounds_default() rounds of those threads do it (one: m = 1 up to K = 4608, m = 2 up to
-  // 2304, ...), else as 0; 2 whenever they fit (76 KB). -1 the default (quant_ring_x_in_kernel_default():
-  // 0 unless TF_QUANT_RING_X=1). The same bits.
+  // (consumers and the x warp, after the dependency wait; no x kernel, no x copies) when one round of those
+  // threads does it (m = 1 up to K = 4608, m = 2 up to 2304, ...), else as 0; 2 whenever they fit (76 KB). -1
+  // the default (quant_ring_x_in_kernel_default(): 0 unless TF_QUANT_RING_X=1). The same bits.
   int ring_x = -1;
 };
 

@@ -78,7 +78,7 @@ struct RingParams {
   const float* x;
   int64_t ldx, k;
   int x_all;
-  bool x_vec;  // x, ldx and k allow 16-byte loads (ring::load_x_item)
+  bool x_vec;  // x, ldx and k allow 16-byte loads (ring::x_record_item)
   int64_t chunks, units;
   int m, count, depth;
   int w_region, x_region, slot_bytes;  // a slot: weights, then x records, then scales
@@ -251,31 +251,16 @@ __device__ __forceinline__ void ring_copy_weights(const RingParams& p, const Rin
 }
 
 // RingParams::x_all: every chunk's x record into xall, items (chunk, row, t) dealt to `threads` threads
-// (tid 0..threads-1, whole warps) of the block, kXBatch rounds of items at a time: a thread issues the
-// loads of all its items of a batch before it converts and stores the first, so the block waits about one
-// global-load latency per batch, not one per round (run6s10: rounds of dependent loads cost more than the
-// x kernel).
-constexpr int kXBatch = 4;
+// (tid 0..threads-1, whole warps) of the block.
 template <Operand O>
 __device__ __forceinline__ void build_x_records(const RingParams& p, uint8_t* xall, int tid, int threads) {
   const int items = static_cast<int>(p.chunks) * p.m * 4;
   const int rec = record_bytes(p.m);
-  for (int i0 = 0; i0 < items; i0 += kXBatch * threads) {
-    float v[kXBatch][16];
-#pragma unroll
-    for (int b = 0; b < kXBatch; ++b) {
-      const int u = i0 + b * threads + tid;
-      const bool on = u < items;
-      ring::load_x_item(v[b], p.x, p.ldx, p.k, on ? (u >> 2) / p.m : 0, on ? (u >> 2) % p.m : 0, u & 3, on,
-                        p.x_vec);
-    }
-#pragma unroll
-    for (int b = 0; b < kXBatch; ++b) {
-      const int u = i0 + b * threads + tid;
-      const bool on = u < items;
-      const int t = u & 3, r = on ? (u >> 2) % p.m : 0, c = on ? (u >> 2) / p.m : 0;
-      ring::store_x_item<O>(v[b], p.m, r, t, on, xall + int64_t{c} * rec);
-    }
+  for (int i0 = 0; i0 < items; i0 += threads) {
+    const int u = i0 + tid;
+    const bool on = u < items;
+    const int t = u & 3, r = on ? (u >> 2) % p.m : 0, c = on ? (u >> 2) / p.m : 0;
+    ring::x_record_item<O>(p.x, p.ldx, p.k, p.m, c, r, t, on, p.x_vec, xall + int64_t{c} * rec);
   }
 }
 
@@ -599,22 +584,13 @@ bool quant_ring_pad_default() {
 // one round of its threads did (session 10's default, which the single-GEMV bench still favours at some
 // shapes: there the kernel before is the same GEMV, not the one that writes x); decode-4@4k the same
 // (377.6-381.1 vs 377.9-379.4). Up to 4 rounds in the kernel was slower still (run45a: 115.0 and 362 vs 117.9
-// and 381).
+// and 381: that builder was not kept).
 bool quant_ring_x_in_kernel_default() {
   static const bool on = [] {
     const char* v = std::getenv("TF_QUANT_RING_X");
     return v != nullptr && std::string(v) == "1";
   }();
   return on;
-}
-
-int quant_ring_x_rounds_default() {
-  static const int rounds = [] {
-    const char* v = std::getenv("TF_QUANT_RING_X_ROUNDS");
-    const int n = v != nullptr ? std::atoi(v) : 1;
-    return n >= 1 ? n : 1;
-  }();
-  return rounds;
 }
 
 // Session 51 (run45b): decode-1 120.6 -> 122.3 tok/s with the x kernel's loads 16 bytes wide.
@@ -641,8 +617,9 @@ void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
   const Operand op = (a.ring_operand == 0 ? quant_ring_weights_a_default() : a.ring_operand == 2)
                          ? Operand::kWeightsA
                          : Operand::kWeightsB;
-  // x records in the ring kernel: 1 when the builder threads need at most quant_ring_x_rounds_default()
-  // rounds of items (one batch of loads: build_x_records), 2 whenever they fit.
+  // x records in the ring kernel: 1 when every builder thread has at most one (run6s10: more rounds of
+  // dependent x loads cost more than the x kernel, e.g. 16384->4096 m=1 15.7 -> 18.5 us), 2 whenever they
+  // fit.
   const int x_mode = a.ring_x < 0 ? (quant_ring_x_in_kernel_default() ? 1 : 0) : std::min(a.ring_x, 2);
   int start_stage[kQuantGemvMaxSegments] = {};
   for (int i = 0; i < count; ++i) {
@@ -686,11 +663,10 @@ void quant_gemv_ring(cudaStream_t stream, const QuantGemvArgs& a, const QuantGem
     p.k = a.k;
     p.x_vec = quant_ring_x_vec_default() && aligned_to(p.x, 16) && a.ldx % 4 == 0 && a.k % 4 == 0;
     const int64_t x_bytes = p.chunks * record_bytes(p.m);
-    const int64_t rounds = ceil_div(p.chunks * p.m * 4, (warps + 1) * 32);
-    p.x_all =
-        (x_mode == 2 || (x_mode == 1 && rounds <= quant_ring_x_rounds_default())) && x_bytes <= kXAllMaxBytes
-            ? static_cast<int>(x_bytes)
-            : 0;
+    const bool one_round = p.chunks * p.m * 4 <= (warps + 1) * 32;
+    p.x_all = (x_mode == 2 || (x_mode == 1 && one_round)) && x_bytes <= kXAllMaxBytes
+                  ? static_cast<int>(x_bytes)
+                  : 0;
     layout_slots(p, start_stage, a.ring_depth);
     if (p.x_all > 0 && p.depth < kMinDepth) {  // a small shared memory: x by stages beside the weights
       p.x_all = 0;

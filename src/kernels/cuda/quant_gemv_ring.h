@@ -48,16 +48,12 @@ bool quant_ring_default();
 
 // What QuantGemvArgs::ring_operand = 0 / ring_pad = -1 / ring_x = -1 pick (read once): the weights as the
 // MMA's A operand unless TF_QUANT_RING_OPERAND=b, padded tensor boxes unless TF_QUANT_RING_PAD=0, x records
-// built by the x kernel unless TF_QUANT_RING_X=1 (then in the ring kernel where
-// quant_ring_x_rounds_default() rounds of its threads do it). The first two off is session 9's kernel
-// (same bits).
+// built by the x kernel unless TF_QUANT_RING_X=1 (then in the ring kernel where one round of its threads
+// does it). The first two off is session 9's kernel (same bits).
 bool quant_ring_weights_a_default();
 bool quant_ring_pad_default();
 bool quant_ring_x_in_kernel_default();
-// How many rounds of items (x row, 64-wide chunk, quarter) per builder thread the ring kernel takes on
-// with ring_x = 1: 1 (session 10's rule: m = 1 up to K = 4,608), or TF_QUANT_RING_X_ROUNDS. Same bits.
-int quant_ring_x_rounds_default();
-// Whether x is read by 16-byte loads where its alignment allows (ring::load_x_item): on unless
+// Whether x is read by 16-byte loads where its alignment allows (ring::x_record_item): on unless
 // TF_QUANT_RING_X_VEC=0. Same bits.
 bool quant_ring_x_vec_default();
 

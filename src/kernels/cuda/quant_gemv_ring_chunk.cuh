@@ -57,13 +57,14 @@ __device__ __forceinline__ void write_x_record(uint8_t* rec, int m, int r, int t
 // x * 2^e, 2^e putting the chunk's largest |x| of the row in [2^13, 2^14) (as stage_x of
 // quant_gemv_legacy.cuh), written into the chunk's record `rec`. The 4 lanes of a (chunk, row) must be
 // lanes 4i..4i+3 of one warp and every lane must call (on = false: no item, no store): they share the max.
-// In two steps, so that a thread with several items can issue all their loads before the first store.
 // vec: x, ldx and k allow 16-byte loads (x 16-byte aligned, ldx and k multiples of 4): four loads an item
 // instead of sixteen (a lane's 16 values are 64 bytes apart from the next lane's, so each scalar load
 // instruction touches 32 sectors); the same values.
-__device__ __forceinline__ void load_x_item(float (&v)[16], const float* x, int64_t ldx, int64_t k, int64_t c,
-                                            int r, int t, bool on, bool vec) {
+template <Operand O>
+__device__ __forceinline__ void x_record_item(const float* x, int64_t ldx, int64_t k, int m, int64_t c, int r,
+                                              int t, bool on, bool vec, uint8_t* rec) {
   const int64_t k0 = c * 64 + 16 * t;
+  float v[16];
   const float* src = x + r * ldx + k0;
   if (vec) {
 #pragma unroll
@@ -75,15 +76,10 @@ __device__ __forceinline__ void load_x_item(float (&v)[16], const float* x, int6
       v[i + 2] = q.z;
       v[i + 3] = q.w;
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = on && k0 + i < k ? __ldg(src + i) : 0.0f;
-}
-
-template <Operand O>
-__device__ __forceinline__ void store_x_item(const float (&v)[16], int m, int r, int t, bool on,
-                                             uint8_t* rec) {
+    for (int i = 0; i < 16; ++i) v[i] = on && k0 + i < k ? __ldg(src + i) : 0.0f;
+  }
   float mx = 0.0f;
 #pragma unroll
   for (int i = 0; i < 16; ++i) mx = fmaxf(mx, fabsf(v[i]));
@@ -103,14 +99,6 @@ __device__ __forceinline__ void store_x_item(const float (&v)[16], int m, int r,
     lo[j] = qfrag::half2_bits(__floats2half2_rn(a - __low2float(h), b - __high2float(h)));  // exact difference
   }
   write_x_record<O>(rec, m, r, t, hi, lo, __uint_as_float(static_cast<uint32_t>(127 - e) << 23));
-}
-
-template <Operand O>
-__device__ __forceinline__ void x_record_item(const float* x, int64_t ldx, int64_t k, int m, int64_t c, int r,
-                                              int t, bool on, bool vec, uint8_t* rec) {
-  float v[16];
-  load_x_item(v, x, ldx, k, c, r, t, on, vec);
-  store_x_item<O>(v, m, r, t, on, rec);
 }
 
 // A lane's shared-memory offsets, the same for every chunk of a unit (computed once, so that a chunk costs
