@@ -11,6 +11,7 @@ Usage: serve_guards_test.py TENSORFOLD WORK_DIR
 import os
 import shutil
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
@@ -65,16 +66,28 @@ try:
 finally:
     server.kill()
 
-# WATCHDOG_S 0.001 s: every step of a long reply is longer; the watchdog looks once a second.
+# WATCHDOG_S 0.001 s: every step is longer; the watchdog looks once a second.
 env.pop("TF_MEMINFO")
 server = ServeProcess([binary, "serve", "--host", "127.0.0.1", "--port", "0", "--context", "1024", "--watchdog-s",
                        "0.001", "--cache-dir", os.path.join(work, "cache")], env=env)
 try:
-    try:
-        server.chat("Go on for a while.", 900)
-    except Exception:  # the connection closes when the process exits
-        pass
-    code = server.wait(30)
+    # The watchdog trips only if one of its looks finds a step in flight, so the server is kept stepping (two
+    # streams, a request after another) until it exits; a single reply could end between two looks on a busy host.
+    deadline = time.time() + 60
+
+    def keep_busy():
+        while server.proc.poll() is None and time.time() < deadline:
+            try:
+                server.chat("Go on for a while.", 900)
+            except Exception:  # the connection closes when the process exits
+                pass
+
+    busy = [threading.Thread(target=keep_busy) for _ in range(2)]
+    for t in busy:
+        t.start()
+    code = server.wait(60)
+    for t in busy:
+        t.join()
     check(code == 4, "a step past WATCHDOG_S: the server exits with code 4 (got %r)" % code)
     log = server.log(40)
     check("more than WATCHDOG_S (0 s)" in log and "can be restarted" in log, "its log says why:\n" + log[-600:])
