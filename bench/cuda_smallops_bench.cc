@@ -287,6 +287,17 @@ void bench_mhc_pre(tf::Ops& ops, cudaStream_t stream, double hbm, int64_t rows) 
     check(same_bits(pdl_on, host(out[3])), name, "PDL changes the bits");
     tf::cuda::mhc_pre_pdl() = true;
     report(expand ? "mhc_expand_pre PDL" : "mhc_pre PDL", "off -> on (bf16 fn)", rows, no_pdl, t[3], 0, hbm, "");
+    // Rows per pass block at 2 to 8 rows: the setting (8 unless TF_MHC_PASS_ROWS) against the
+    // fewest of 2, 4, 8 that hold the rows (mhc_pre_pass_rows() = 0); the same bits.
+    if (rows >= 2 && rows <= 8) {
+      const int setting = tf::cuda::mhc_pre_pass_rows();
+      tf::cuda::mhc_pre_pass_rows() = 0;
+      const double fewest = time_slot(3, expand);
+      check(same_bits(pdl_on, host(out[3])), name, "the pass's rows per block change the bits");
+      tf::cuda::mhc_pre_pass_rows() = setting;
+      report(expand ? "mhc_expand_pre pass rows" : "mhc_pre pass rows", "setting -> fewest (bf16 fn)", rows,
+             t[3], fewest, 0, hbm, "");
+    }
     iters = 0;
     const double no_sinkhorn = time_slot(3, expand);
     // 19 iterations take the chain's runtime loop (20: fully unrolled): which code shape
@@ -482,6 +493,7 @@ int main(int argc, char** argv) {
             [&]() { ops.mhc_expand(expanded, collapsed, post, comb, streams); }, {&expanded}, 0, hbm);
       }
       if (rows == 1) bench_mhc_sinkhorn(ops, stream);
+      if (rows == 8) bench_mhc_pre(ops, stream, hbm, 4);  // a decode-4 step's rows
       bench_mhc_pre(ops, stream, hbm, rows);
       for (int64_t e : {288, 8}) {
         const Tensor logits = ops.to_device(host_randn({rows, e}, 29 + s));

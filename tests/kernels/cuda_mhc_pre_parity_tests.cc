@@ -7,7 +7,8 @@
 //   the same bits (no float atomics), a captured graph replays the eager bits;
 // - calls the kernels do not take (over exact_rows rows, M != 4, D not a multiple
 //   of 4, no norm weight) still give the CPU's result through the default path;
-// - with or without programmatic dependent launch: the same bits;
+// - with or without programmatic dependent launch: the same bits; with any rows per
+//   pass block too;
 // - mhc_expand_pre (the expand folded into the pass) writes mhc_expand's streams and
 //   then gives mhc_pre's bits over them;
 // - fn in bf16 gives the bits of its values in f32 (and stays fused past exact_rows);
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "cpu_cuda_test.h"
@@ -251,6 +253,47 @@ TEST_F(MhcPre, PdlDoesNotChangeTheBits) {
     EXPECT_TRUE(same_bits(down(comb[0][v]), down(comb[1][v]))) << (v ? "mhc_expand_pre" : "mhc_pre");
   }
   EXPECT_TRUE(same_bits(down(ex[0]), down(ex[1])));
+}
+
+// The pass's rows per block (mhc_pre_pass_rows: 2, 4 or 8 for calls of 2 to 8 rows, or
+// the fewest that hold them) does not change the bits, for mhc_pre and mhc_expand_pre,
+// f32 and bf16 fn; nor does a row's place in a block of 8 against a block of its own.
+TEST_F(MhcPre, PassBlockRowsDoNotChangeTheBits) {
+  const int64_t m = 4, d = 4096;
+  const int setting = cuda::mhc_pre_pass_rows();
+  for (int64_t t : {2, 3, 4, 5, 8}) {
+    const Site s = make_site(t, m, d, 850 + static_cast<uint32_t>(t));
+    const Tensor y = up(randn({t, d}, 861)), pp = up(randn({t, m}, 862, 0.3f, 1.0f));
+    const Tensor pc = up(randn({t, m, m}, 863, 0.2f, 0.25f));
+    for (DType fdt : {DType::kF32, DType::kBF16}) {
+      const Tensor streams = up(s.streams), fn = up(s.fn.to_dtype(fdt)), base = up(s.base),
+                   scale = up(s.scale), w = up(s.weight);
+      std::vector<Tensor> got;  // per setting: out, comb, post, expand's out, comb, streams
+      for (int set : {0, 2, 4, 8}) {
+        cuda::mhc_pre_pass_rows() = set;
+        Tensor post = gpu_->empty({t, m}), comb = gpu_->empty({t, m, m}), out = gpu_->empty({t, d});
+        gpu_->mhc_pre(post, comb, out, streams, fn, base, scale, w, 1e-5f, 1e-6f, 20);
+        Tensor ex = gpu_->empty({t, m, d}), post2 = gpu_->empty({t, m}), comb2 = gpu_->empty({t, m, m}),
+               out2 = gpu_->empty({t, d});
+        gpu_->mhc_expand_pre(ex, post2, comb2, out2, y, pp, pc, streams, fn, base, scale, w, 1e-5f, 1e-6f,
+                             20);
+        for (const Tensor* r : {&out, &comb, &post, &out2, &comb2, &ex}) got.push_back(down(*r));
+      }
+      cuda::mhc_pre_pass_rows() = setting;
+      const size_t per = got.size() / 4;
+      for (size_t v = 1; v < 4; ++v)
+        for (size_t i = 0; i < per; ++i)
+          EXPECT_TRUE(same_bits(got[i], got[v * per + i]))
+              << "T=" << t << " fn " << dtype_name(fdt) << " setting #" << v << " output " << i;
+      // Row 1 alone (a block of one) against its place in the call.
+      Site one = s;
+      one.streams = s.streams.slice(0, 1, 2).contiguous();
+      Tensor post = gpu_->empty({1, m}), comb = gpu_->empty({1, m, m}), out = gpu_->empty({1, d});
+      gpu_->mhc_pre(post, comb, out, up(one.streams), fn, base, scale, w, 1e-5f, 1e-6f, 20);
+      EXPECT_TRUE(same_bits(row_of(got[0], 1), down(out))) << "T=" << t;
+      EXPECT_TRUE(same_bits(row_of(got[1], 1), down(comb))) << "T=" << t;
+    }
+  }
 }
 
 // fn in BF16 (as the checkpoint stores it; the loader keeps it so for a device backend)

@@ -40,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -95,7 +96,7 @@ __device__ __forceinline__ void mhc_pass_reduce_store(float* __restrict__ part_d
 // grid (P, ceil(rows / kRows)), 256 threads. part_dot [rows, mix, P], part_ss [rows, P].
 // kExpand: the streams are mhc_expand(ex) (written to ex.out, the same sum in the same
 // order as mhc_expand's kernels), else x. FnT: float or __nv_bfloat16. kRows: rows per
-// block (1 for a single row, else kPassRows; the bits do not depend on it). kV1:
+// block (1, 2, 4 or kPassRows: pass_block_rows; the bits do not depend on it). kV1:
 // session 7's reduction order of work (one reduction after the other; same bits).
 template <int M, bool kExpand, typename FnT, int kRows, bool kV1 = false>
 __global__ void __launch_bounds__(kPassWarps * 32)
@@ -271,10 +272,39 @@ void launch_finish(CudaContext& ctx, unsigned rows, int threads, float* post, fl
     throw StatusError(internal_error(std::string("mhc_pre (finish) launch: ") + cudaGetErrorString(e)));
 }
 
+// Rows per pass block for a call of `rows` rows: one for one row, kPassRows past
+// kPassRows rows; between, the fewest of 2, 4, 8 that hold them (a block reduces all its
+// kRows rows' dot products, real or not) or the mhc_pre_pass_rows() setting. Session 7's
+// kernels: always kPassRows.
+int pass_block_rows(int64_t rows) {
+  if (mhc_pre_v1() || rows > kPassRows) return kPassRows;
+  if (rows == 1) return 1;
+  const int set = mhc_pre_pass_rows().load();
+  if (set != 0) return set;
+  int n = 2;
+  while (n < kPassRows && n < rows) n *= 2;
+  return n;
+}
+
+// f(std::integral_constant<int, n>) for n = block_rows (1, 2, 4 or 8).
+template <typename F>
+cudaError_t with_pass_rows(int block_rows, F&& f) {
+  switch (block_rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, kPassRows>{});
+  }
+}
+
 // The pass over fn's dtype (takes() admitted f32 or bf16), with PDL unless switched off
-// or session 7's kernels are asked for.
-void launch_pass(CudaContext& ctx, dim3 grid, float* part_dot, double* part_ss, const float4* x,
-                 const Tensor& fn, int rows, int k4, const ExpandIn& ex) {
+// or session 7's kernels are asked for; blocks of block_rows rows (pass_block_rows).
+void launch_pass(CudaContext& ctx, dim3 grid, int block_rows, float* part_dot, double* part_ss,
+                 const float4* x, const Tensor& fn, int rows, int k4, const ExpandIn& ex) {
   const bool expand = ex.out != nullptr, bf16 = fn.dtype() == DType::kBF16, pdl = mhc_pre_pdl() && !mhc_pre_v1();
   auto go = [&](auto kernel, const auto* f) {
     return launch_kernel_ex(kernel, grid, dim3(kPassWarps * 32), 0, ctx.stream, nullptr, pdl, part_dot, part_ss, x, f,
@@ -286,15 +316,14 @@ void launch_pass(CudaContext& ctx, dim3 grid, float* part_dot, double* part_ss, 
   if (mhc_pre_v1())  // f32 only (takes())
     e = expand ? go(mhc_pre_pass_kernel<4, true, float, kPassRows, true>, f32)
                : go(mhc_pre_pass_kernel<4, false, float, kPassRows, true>, f32);
-  else if (rows == 1)
-    e = bf16 ? (expand ? go(mhc_pre_pass_kernel<4, true, __nv_bfloat16, 1>, f16)
-                       : go(mhc_pre_pass_kernel<4, false, __nv_bfloat16, 1>, f16))
-             : (expand ? go(mhc_pre_pass_kernel<4, true, float, 1>, f32) : go(mhc_pre_pass_kernel<4, false, float, 1>, f32));
   else
-    e = bf16 ? (expand ? go(mhc_pre_pass_kernel<4, true, __nv_bfloat16, kPassRows>, f16)
-                       : go(mhc_pre_pass_kernel<4, false, __nv_bfloat16, kPassRows>, f16))
-             : (expand ? go(mhc_pre_pass_kernel<4, true, float, kPassRows>, f32)
-                       : go(mhc_pre_pass_kernel<4, false, float, kPassRows>, f32));
+    e = with_pass_rows(block_rows, [&](auto n) {
+      constexpr int kRows = decltype(n)::value;
+      return bf16 ? (expand ? go(mhc_pre_pass_kernel<4, true, __nv_bfloat16, kRows>, f16)
+                            : go(mhc_pre_pass_kernel<4, false, __nv_bfloat16, kRows>, f16))
+                  : (expand ? go(mhc_pre_pass_kernel<4, true, float, kRows>, f32)
+                            : go(mhc_pre_pass_kernel<4, false, float, kRows>, f32));
+    });
   if (e != cudaSuccess)
     throw StatusError(internal_error(std::string("mhc_pre (pass) launch: ") + cudaGetErrorString(e)));
 }
@@ -351,12 +380,13 @@ void run_fused(CudaContext& ctx, Tensor& post, Tensor& comb, Tensor& out, const 
   Tensor part = ctx.scratch(rows * np * static_cast<int64_t>(sizeof(double) + kMix * sizeof(float)));
   auto* part_ss = reinterpret_cast<double*>(part.raw());
   auto* part_dot = reinterpret_cast<float*>(part_ss + rows * np);
-  const dim3 grid(static_cast<unsigned>(np), static_cast<unsigned>((rows + kPassRows - 1) / kPassRows));
+  const int block_rows = pass_block_rows(rows);
+  const dim3 grid(static_cast<unsigned>(np), static_cast<unsigned>((rows + block_rows - 1) / block_rows));
   const auto* x4 = reinterpret_cast<const float4*>(streams.raw());
   if (rows_pass)
     launch_rows_pass(ctx, part_dot, part_ss, x4, fn, static_cast<int>(rows), d4, ex, mhc_pre_pdl());
   else
-    launch_pass(ctx, grid, part_dot, part_ss, x4, fn, static_cast<int>(rows), k4, ex);
+    launch_pass(ctx, grid, block_rows, part_dot, part_ss, x4, fn, static_cast<int>(rows), k4, ex);
 
   // Threads: enough float4 lanes for the row in at most 2 per thread, at least one warp
   // (4 per thread spilled registers at 1024 threads).
@@ -581,6 +611,14 @@ std::atomic<bool>& mhc_pre_rows_pass() {
     return e == nullptr || std::string(e) != "0";
   }()};
   return on;
+}
+std::atomic<int>& mhc_pre_pass_rows() {
+  static std::atomic<int> n{[] {
+    const char* e = std::getenv("TF_MHC_PASS_ROWS");
+    const int v = e == nullptr ? kPassRows : std::atoi(e);
+    return v == 0 || v == 2 || v == 4 ? v : kPassRows;
+  }()};
+  return n;
 }
 std::atomic<bool>& mhc_pre_pdl() {
   static std::atomic<bool> on{[] {

@@ -42,6 +42,13 @@ std::atomic<bool>& mhc_pre_pdl();
 // On unless TF_MHC_ROWS_PASS=0; benchmarks and tests flip it.
 std::atomic<bool>& mhc_pre_rows_pass();
 
+// Rows per decode pass block for calls of 2 to 8 rows: 8 (the default, TF_MHC_PASS_ROWS
+// unset: the blocks of session 51 and before), 2 or 4, or 0: the fewest of 2, 4, 8 that
+// hold the call's rows. A block reduces the dot products of all its rows, real or not;
+// the bits do not depend on it. 0 is not the default until it is measured in the model
+// on the GPU. Benchmarks and tests set it.
+std::atomic<int>& mhc_pre_pass_rows();
+
 // Session 7's kernels instead of today's (the group Sinkhorn of mhc_coefficients, f32
 // fn only: a bf16 fn then takes the default sequence; no PDL on the pass): the same
 // bits, for before/after benchmarks. Off by default.
