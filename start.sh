@@ -48,8 +48,9 @@ if [[ "$mode" == reload ]]; then
   }
   before=$(sighup_lines)
   kill -HUP "$running"
-  # The server logs the outcome: the number of keys in force, or why the old ones stay.
-  for ((i = 0; i < 50; i++)); do
+  # The server logs the outcome: the number of keys in force, or why the old ones stay (within 30 s: a loaded
+  # machine may take seconds to schedule the signal's handler).
+  for ((i = 0; i < 300; i++)); do
     if (($(sighup_lines) > ${before:-0})); then
       grep "SIGHUP" "$log" | tail -n 1
       grep "SIGHUP" "$log" | tail -n 1 | grep -q "keys in force stay" && exit 1

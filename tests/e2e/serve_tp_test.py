@@ -115,7 +115,7 @@ try:
     code = two.wait(30)
     check(code == 0, "--tp 2 stops on SIGTERM with exit code 0 (%s)" % code)
     check(wait_gone(kids, 10), "the follower left with rank 0")
-    check("rank 0 stopped" in two.log(), "the follower logged rank 0's stop command")
+    check(two.wait_log(r"rank 0 stopped"), "the follower logged rank 0's stop command")
 finally:
     two.kill()
     if failures:
@@ -134,8 +134,7 @@ try:
     check(code is not None and code != 0, "rank 0 exits non-zero once its follower is killed (code %s, %.1f s)"
           % (code, took))
     check(took < 10, "... within a few seconds (%.1f s)" % took)
-    time.sleep(0.2)
-    check(re.search(r"rank 1 exited \(signal 9", three.log()) is not None,
+    check(three.wait_log(r"rank 1 exited \(signal 9"),
           "rank 0 says which rank exited and how")
     check(port_free(port), "the HTTP port %d is released" % port)
 finally:
@@ -165,8 +164,7 @@ try:
     took = time.time() - stopped_at
     check(code is not None and code != 0, "rank 0 exits non-zero once its follower hangs (code %s, %.1f s)"
           % (code, took))
-    time.sleep(0.2)
-    check("tensor-parallel rank lost" in five.log(), "rank 0 says it lost a rank")
+    check(five.wait_log(r"tensor-parallel rank lost"), "rank 0 says it lost a rank")
 finally:
     five.kill()
     for k in kids:

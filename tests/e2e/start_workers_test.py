@@ -24,7 +24,7 @@ import urllib.request
 
 ROOT, BUILD, FAKE_SSH, FAKE_LDD, WORK = (os.path.abspath(a) for a in sys.argv[1:6])
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from serve_process import Checks  # noqa: E402
+from serve_process import Checks, wait_gone  # noqa: E402
 
 check = Checks()
 failures = check.failures
@@ -105,10 +105,8 @@ else:
 
 code, out = run([os.path.join(ROOT, "stop.sh")])
 check(code == 0 and "tensorfold stopped" in out, "stop.sh stops rank 0 (exit %d)" % code)
-deadline = time.time() + 10
-while remote and os.path.exists("/proc/%d" % remote) and time.time() < deadline:
-    time.sleep(0.05)
-check(remote is not None and not os.path.exists("/proc/%d" % remote), "the rank on the worker is gone too")
+# (A zombie counts as gone: its parent, not the rank, decides when it is reaped.)
+check(remote is not None and wait_gone([remote], 30), "the rank on the worker is gone too")
 
 # A rank left behind on the worker (its rank 0 gone): stop.sh ends it through its pid file.
 stray = subprocess.Popen([os.path.join(WORKER_DIR, "tensorfold"), "serve", "--tp", "2", "--rank", "1",

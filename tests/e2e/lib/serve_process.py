@@ -60,6 +60,17 @@ class ServeProcess:
     def log(self, lines=60):
         return "".join(self.lines[-lines:])
 
+    def wait_log(self, pattern, seconds=20, lines=60):
+        """Whether `pattern` (a regex) shows in the last `lines` lines within `seconds`: a line a process wrote
+        just before it exited may not have been read from the pipe yet."""
+        deadline = time.time() + seconds
+        while True:
+            if re.search(pattern, self.log(lines)):
+                return True
+            if time.time() > deadline:
+                return False
+            time.sleep(0.05)
+
     def post(self, path, body, headers=None):
         """(status, parsed JSON body); HTTP errors are returned, not raised."""
         req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=json.dumps(body).encode(),
