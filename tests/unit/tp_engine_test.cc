@@ -563,9 +563,11 @@ TEST_F(TpEngineTest, FollowerRefusesCommandsThatDoNotMatchItsSequences) {
       if (rank == 1) return serve_follower(options(), *comm);
       TF_RETURN_IF_ERROR(send_model_setup(*comm, {64, 16, DType::kBF16}));
       for (const StepCommand& command : c.commands) TF_RETURN_IF_ERROR(send_step_command(*comm, command));
-      // The follower leaves on its own; a later broadcast sees it gone.
+      // The follower leaves on its own; a later broadcast sees it gone. Its loading comes first,
+      // which on a loaded CI machine can take seconds: hence a deadline far above that.
       StepCommand heartbeat;
-      for (int i = 0; i < 100; ++i) {
+      for (const auto deadline = std::chrono::steady_clock::now() + 60s;
+           std::chrono::steady_clock::now() < deadline;) {
         if (!send_step_command(*comm, heartbeat).is_ok()) return Status::ok();
         std::this_thread::sleep_for(50ms);
       }
@@ -609,7 +611,9 @@ TEST_F(TpEngineTest, DeadFollowerFailsRequestsAndReportsOnce) {
       EXPECT_TRUE(r.error) << "a request completed without its follower";
       EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.to_string();
     }  // else: a heartbeat already found the follower gone and the engine refuses
-    for (int i = 0; i < 100 && failures.load() == 0; ++i) std::this_thread::sleep_for(50ms);
+    for (const auto deadline = std::chrono::steady_clock::now() + 30s;
+         failures.load() == 0 && std::chrono::steady_clock::now() < deadline;)
+      std::this_thread::sleep_for(50ms);
     EXPECT_FALSE((*e)->health().ok);
     Reply later;
     Status refused = (*e)->submit(request(**e, "y", "Hello again", 4), later.sink());
