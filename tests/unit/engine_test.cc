@@ -24,6 +24,7 @@
 #include "draft_oracle.h"
 #include "engine/demo_checkpoint.h"
 #include "engine/prompt_media.h"
+#include "eventually.h"
 #include "model/exl3_synthetic.h"
 #include "model/safetensors.h"
 
@@ -32,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using test::eventually;
 
 // Collects one request's events; wait() returns once every choice finished or an error came.
 struct Collector {
@@ -82,15 +84,6 @@ struct Collector {
     return events > 0;
   }
 };
-
-// Polls `done` until it holds or `limit` passes; its last answer. The limit is far above what
-// an idle machine needs: a loaded 2-core CI machine can stall the engine's thread for seconds.
-template <typename Done>
-bool eventually(Done done, std::chrono::seconds limit = 30s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  return done();
-}
 
 class EngineTest : public ::testing::Test {
  protected:

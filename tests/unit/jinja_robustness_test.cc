@@ -2,13 +2,13 @@
 // input into a result or a Status: never crash, hang or recurse without bound. These tests mutate
 // the real chat templates at random and feed hostile constructs; run them under TF_SANITIZE=ON too.
 #include <gtest/gtest.h>
-#include <time.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "cpu_clock.h"
 #include "jinja_test_util.h"
 #include "text/jinja_template.h"
 
@@ -19,14 +19,6 @@ using nlohmann::ordered_json;
 
 using tf::jinja_test::kDataDir;
 using tf::jinja_test::read_file;
-
-// CPU time of the calling thread: unlike the wall clock, not stretched by whatever else runs on
-// a loaded CI machine.
-double thread_cpu_seconds() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
 
 ordered_json sample_context() {
   ordered_json conversations = ordered_json::parse(read_file(kDataDir + "/conversations.json"));
@@ -177,9 +169,9 @@ TEST(JinjaRobustness, QuadraticChatTemplateOverManyToolResultsFails) {
     return ordered_json{{"messages", messages}, {"add_generation_prompt", true}};
   };
   EXPECT_TRUE(glm->render(context(20)).has_value());
-  const double start = thread_cpu_seconds();  // the render runs on this thread
+  const double start = tf::test::cpu_seconds(CLOCK_THREAD_CPUTIME_ID);  // the render runs on this thread
   auto r = glm->render(context(1000));
-  const double cpu_s = thread_cpu_seconds() - start;
+  const double cpu_s = tf::test::cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - start;
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.status().message().find("rendering takes too much work"), std::string::npos)
       << r.status().message();

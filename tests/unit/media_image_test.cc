@@ -8,7 +8,6 @@
 #include <gif_lib.h>
 #include <gtest/gtest.h>
 #include <jpeglib.h>
-#include <time.h>
 #include <webp/decode.h>
 #include <webp/encode.h>
 
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu_clock.h"
 #include "media/data_url.h"
 #include "media/exif_orientation.h"
 #include "media/image_decode.h"
@@ -738,14 +738,6 @@ TEST(MediaHostile, TruncatedAndGarbage) {
 
 // ------------------------------------------------------------ speed
 
-// CPU time of this process, all its threads (preprocess_image runs on the media pool's): unlike
-// the wall clock, not stretched by whatever else runs on a loaded CI machine.
-double process_cpu_seconds() {
-  timespec t{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
 TEST(MediaSpeed, TwelveMegapixelJpeg) {
   // A 4000x3000 photo-like JPEG: decode + preprocess (resize to 2156x2874 content) on one core.
   RgbImage src;
@@ -761,9 +753,10 @@ TEST(MediaSpeed, TwelveMegapixelJpeg) {
   auto img = decode_image(jpeg);
   auto t1 = std::chrono::steady_clock::now();
   ASSERT_TRUE(img);
-  const double cpu0 = process_cpu_seconds();
+  const double cpu0 =
+      tf::test::cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);  // all threads: it runs on the media pool
   auto patches = preprocess_image(*img);
-  const double pre_cpu_s = process_cpu_seconds() - cpu0;
+  const double pre_cpu_s = tf::test::cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
   auto t2 = std::chrono::steady_clock::now();
   ASSERT_TRUE(patches);
   EXPECT_EQ(patches->grid_h, 2156 / 14);

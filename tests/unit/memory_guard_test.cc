@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/stall_watchdog.h"
+#include "eventually.h"
 
 namespace tf {
 namespace {
@@ -43,13 +44,6 @@ MemoryGuard::Options options(Script& s) {
   return o;
 }
 
-// Polls up to 30 s: far above the few ms it takes, as a loaded CI machine can stall a thread for seconds.
-bool wait_until(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  return done();
-}
-
 TEST(MemoryGuard, TripsOnceAfterEnoughLowReadingsInARow) {
   Script s;
   // A dip of two, a recovery, an unreadable 0, then low for good: it trips at the 3rd in a row.
@@ -62,7 +56,7 @@ TEST(MemoryGuard, TripsOnceAfterEnoughLowReadingsInARow) {
     ++trips;
   });
   ASSERT_TRUE(g);
-  ASSERT_TRUE(wait_until([&] { return trips.load() > 0; }));
+  ASSERT_TRUE(test::eventually([&] { return trips.load() > 0; }));
   EXPECT_TRUE(g->tripped());
   EXPECT_EQ(seen.load(), 300) << "the 3rd low reading in a row (the 0s reset the count)";
   const size_t taken = s.taken();
@@ -76,7 +70,7 @@ TEST(MemoryGuard, NeverTripsAboveItsFloorAndStopsWithItsOwner) {
   s.readings = {1000, 999, 1000, 999, 999, 1001};  // never 3 under the floor in a row
   std::atomic<int> trips{0};
   auto g = MemoryGuard::start(options(s), [&](int64_t, int64_t) { ++trips; });
-  ASSERT_TRUE(wait_until([&] { return s.taken() > 20; }));
+  ASSERT_TRUE(test::eventually([&] { return s.taken() > 20; }));
   const auto t0 = std::chrono::steady_clock::now();
   g.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
@@ -121,7 +115,7 @@ TEST(StallWatchdog, TripsOnceWhenAStepRunsPastTheLimit) {
   EXPECT_EQ(trips.load(), 0);
   step = 5.5;
   // tripped() is set once the callback returned (what it stored is seen from here).
-  ASSERT_TRUE(wait_until([&] { return w->tripped(); }));
+  ASSERT_TRUE(test::eventually([&] { return w->tripped(); }));
   EXPECT_EQ(trips.load(), 1);
   EXPECT_EQ(seen.load(), 5.5);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.h"
 #include "server/http_server.h"
 #include "server_fake_engine.h"
 
@@ -185,11 +186,7 @@ inline size_t send_some(int fd, const std::string& s) {
 // Whether `ready()` holds within ~5 s, asked every 10 ms (server state that other threads change).
 template <typename Ready>
 bool eventually(Ready&& ready) {
-  for (int i = 0; i < 500; ++i) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return ready();
+  return test::eventually(ready, std::chrono::seconds(5), std::chrono::milliseconds(10));
 }
 
 }  // namespace tf::server::testing
