@@ -353,19 +353,37 @@ Expected<Glm5Config> parse_glm5_config(const std::string& text, const std::strin
   if (!q && text_cfg && text_cfg->is_object() && text_cfg->contains("quantization_config")) {
     q = &(*text_cfg)["quantization_config"];
   }
+  if (q && !q->is_null() && !q->is_object()) {
+    return invalid_argument(source + ": quantization_config: expected an object, got " +
+                            std::string(q->type_name()));
+  }
   if (q && q->is_object()) {
     cfg.quantization.raw = *q;
     FieldReader qr(*q, source + ": quantization_config.");
     qr.string("quant_method", &cfg.quantization.method);
-    if (const json* b = qr.find("weight_block_size"); b && b->is_array()) {
-      for (const auto& e : *b) {
-        if (!e.is_number_integer() || e.get<int>() <= 0) {
-          return invalid_argument(source + ": quantization_config.weight_block_size: expected positive integers");
-        }
-        cfg.quantization.weight_block_size.push_back(e.get<int>());
-      }
-    }
     TF_RETURN_IF_ERROR(qr.status());
+    // Other methods (gptq, awq, compressed-tensors, ...) store tensors under names and layouts we do not
+    // read: refused here, rather than as a missing weight after minutes of loading.
+    const std::string& method = cfg.quantization.method;
+    if (!method.empty() && method != "fp8" && method != "exl3") {
+      return invalid_argument(source + ": quantization_config.quant_method '" + method +
+                              "' is not supported (tensorfold loads 'fp8' block-scaled e4m3/e5m2 and 'exl3' "
+                              "checkpoints, or unquantized ones)");
+    }
+    if (const json* b = qr.find("weight_block_size"); b && !b->is_null()) {
+      // FP8 block scales are [rows, cols] blocks; a malformed size would silently decode as 128x128.
+      const bool pair =
+          b->is_array() && b->size() == 2 && std::all_of(b->begin(), b->end(), [](const json& e) {
+            return e.is_number_integer() && e.get<int64_t>() > 0 && e.get<int64_t>() <= (1 << 20);
+          });
+      if (!pair) {
+        return invalid_argument(source +
+                                ": quantization_config.weight_block_size: expected [rows, cols], two "
+                                "positive integers, got " +
+                                b->dump());
+      }
+      for (const auto& e : *b) cfg.quantization.weight_block_size.push_back(e.get<int>());
+    }
   }
   return cfg;
 }

@@ -118,20 +118,53 @@ TEST(Glm5Config, LinearAttnConfigOverrides) {
   EXPECT_EQ(c->text.linear_lower_bound, -5.0);  // safe_gate defaults on
 }
 
+TEST(Glm5Config, QuantizationConfigsWeServe) {
+  for (const char* q :
+       {R"({"quant_method": "fp8", "weight_block_size": [64, 128]})", R"({"quant_method": "exl3"})",
+        R"({"quant_method": null, "weight_block_size": null})", R"({})"}) {
+    auto c =
+        parse_glm5_config(std::string(R"({"model_type": "glm5_next", "quantization_config": )") + q + "}");
+    ASSERT_TRUE(c) << q << ": " << c.status().to_string();
+  }
+  auto c = parse_glm5_config(R"({"model_type": "glm5_next", "quantization_config": {"quant_method": "fp8",
+      "weight_block_size": [64, 128]}})");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->quantization.weight_block_size, (std::vector<int>{64, 128}));
+}
+
 TEST(Glm5Config, ErrorsNameTheField) {
   struct Case { const char* json; const char* expect; };
   const Case cases[] = {
       {R"({"model_type": "llama"})", "model_type 'llama' is not supported"},
       {R"({"hidden_size": 4})", "missing 'model_type'"},
-      {R"({"model_type": "glm5_next", "text_config": {"hidden_size": "big"}})", "text_config.hidden_size: expected an integer"},
-      {R"({"model_type": "glm5_next", "num_hidden_layers": 2, "layer_types": ["linear_attention"]})", "layer_types: has 1 entries for 2 layers"},
-      {R"({"model_type": "glm5_next", "num_hidden_layers": 1, "mlp_layer_types": ["moe"]})", "mlp_layer_types[0]: unknown value 'moe'"},
-      {R"({"model_type": "glm5_next", "index_topk": 10, "index_kpool": 4})", "index_topk: 10 is not divisible"},
+      {R"({"model_type": "glm5_next", "text_config": {"hidden_size": "big"}})",
+       "text_config.hidden_size: expected an integer"},
+      {R"({"model_type": "glm5_next", "num_hidden_layers": 2, "layer_types": ["linear_attention"]})",
+       "layer_types: has 1 entries for 2 layers"},
+      {R"({"model_type": "glm5_next", "num_hidden_layers": 1, "mlp_layer_types": ["moe"]})",
+       "mlp_layer_types[0]: unknown value 'moe'"},
+      {R"({"model_type": "glm5_next", "index_topk": 10, "index_kpool": 4})",
+       "index_topk: 10 is not divisible"},
       {R"({"model_type": "glm5_next", "qk_rope_head_dim": 64})", "qk_rope_head_dim"},
       {R"({"model_type": "glm5_next", "num_key_value_heads": 8})", "num_key_value_heads"},
       {R"({"model_type": "glm5_next", "num_hidden_layers": 2, "layer_types": ["linear_attention", "deepseek_sparse_attention"],
-           "indexer_types": ["full", "shared"]})", "indexer_types[1]"},
+           "indexer_types": ["full", "shared"]})",
+       "indexer_types[1]"},
       {R"(not json)", "not valid JSON"},
+      {R"({"model_type": "glm5_next", "quantization_config": {"quant_method": "gptq", "bits": 4}})",
+       "quantization_config.quant_method 'gptq' is not supported"},
+      {R"({"model_type": "glm5_next", "quantization_config": {"quant_method": 8}})",
+       "quantization_config.quant_method"},
+      {R"({"model_type": "glm5_next", "quantization_config": "fp8"})",
+       "quantization_config: expected an object"},
+      {R"({"model_type": "glm5_next", "quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}})",
+       "quantization_config.weight_block_size: expected [rows, cols]"},
+      {R"({"model_type": "glm5_next", "quantization_config": {"quant_method": "fp8", "weight_block_size": "128"}})",
+       "quantization_config.weight_block_size"},
+      {R"({"model_type": "glm5_next", "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}})",
+       "quantization_config.weight_block_size"},
+      {R"({"model_type": "glm5_next", "quantization_config": {"quant_method": "fp8", "weight_block_size": [1.5, 2]}})",
+       "quantization_config.weight_block_size"},
   };
   for (const auto& c : cases) {
     auto r = parse_glm5_config(c.json, "m/config.json");
