@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/dtype.h"
+#include "model/finite_values.h"
 #include "model/glm5_weight_spec.h"
 #include "model/weight_names.h"
 
@@ -45,7 +46,9 @@ class LinearLoader {
         return invalid_argument(where(full) + " is " + dtype_name(e->dtype) + shape_to_string(e->shape) +
                                 ", expected f16[" + std::to_string(n) + "] (from the trellis shape)");
       }
-      return ckpt_.tensor(full);
+      TF_ASSIGN_OR_RETURN(Tensor t, ckpt_.tensor(full));
+      TF_RETURN_IF_ERROR(check_finite_values(t, where(full)));
+      return t;
     }
     const std::string old = prefix_ + "." + legacy;
     const TensorEntry* e = ckpt_.find(old);
@@ -180,6 +183,7 @@ Expected<Exl3Weight> load_exl3_linear(const Checkpoint& ckpt, const std::string&
                               ", expected f16[" + std::to_string(n) + "]");
     }
     TF_ASSIGN_OR_RETURN(w.bias, ckpt.tensor(prefix + ".bias"));
+    TF_RETURN_IF_ERROR(check_finite_values(w.bias, l.where(prefix + ".bias")));
   }
   TF_ASSIGN_OR_RETURN(w.codebook, l.codebook());
   if (expected && *expected != w.codebook) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/finite_values.h"
+
 namespace tf {
 namespace {
 
@@ -39,6 +41,7 @@ Expected<Tensor> dequantize_fp8_block_rows(const Tensor& codes, const Tensor& sc
                         ") outside " + shape_to_string(codes.shape()));
   }
   const Tensor scales = scale_inv.to_f32();  // packed [grid0, grid1]
+  TF_RETURN_IF_ERROR(check_finite_values(scales, what + ": scale grid"));
   const float* s = scales.data<float>();
   const bool e4m3 = codes.dtype() == DType::kF8E4M3;
   Tensor out = Tensor::empty({row_end - row_begin, cols}, DType::kF32);

@@ -27,6 +27,7 @@
 #include "core/logging.h"
 #include "kernels/api/exl3_decode.h"
 #include "model/exl3_weights.h"
+#include "model/finite_values.h"
 #include "model/fp8_block_dequant.h"
 #include "model/glm5_weight_spec.h"
 #include "model/weight_names.h"
@@ -135,6 +136,8 @@ class CheckpointWeightSource : public WeightSource {
       return invalid_argument(ckpt_->file_of(*scale_name) + ": scale grid '" + *scale_name + "' has dtype " +
                               dtype_name(scales.dtype()) + ", expected f32/bf16/f16");
     if (scales.dtype() != DType::kF32) scales = scales.to_f32();
+    TF_RETURN_IF_ERROR(
+        check_finite_values(scales, ckpt_->file_of(*scale_name) + ": scale grid '" + *scale_name + "'"));
     Matrix m = Matrix::fp8_block(codes.is_contiguous() ? codes : codes.contiguous(),
                                  scales.is_contiguous() ? scales : scales.contiguous());
     const Status st = check_matrix(m, ckpt_->file_of(a->name) + ": tensor '" + a->name + "'");

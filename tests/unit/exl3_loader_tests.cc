@@ -243,6 +243,35 @@ TEST(Exl3Load, RefusesMisShapedScales) {
   expect_refused(edit(t, kP + ".scale", Tensor::zeros({1}, DType::kF16)), 128, 256, {kP + ".scale"});
 }
 
+// One inf / NaN in a scale vector or the bias makes every output NaN: refused at load, naming it.
+TEST(Exl3Load, RefusesNonFiniteScalesAndBias) {
+  const Tensors t = linear_tensors(128, 256);
+  auto with = [](const Tensor& v, int64_t i, uint16_t bits) {  // a copy of v with f16 element i set to bits
+    Tensor c = Tensor::empty(v.shape(), v.dtype());
+    c.copy_from(v);
+    c.data<uint16_t>()[i] = bits;
+    return c;
+  };
+  auto find = [&](const std::string& name) {
+    for (const auto& [n, v] : t)
+      if (n == name) return v;
+    return Tensor();
+  };
+  const Tensor suh = find(kP + ".suh"), svh = find(kP + ".svh");
+  ASSERT_FALSE(suh.is_null());
+  ASSERT_FALSE(svh.is_null());
+  expect_refused(edit(t, kP + ".suh", with(suh, 5, 0x7C00)), 128, 256, {kP + ".suh", "non-finite", "[5]"});
+  expect_refused(edit(t, kP + ".svh", with(svh, 255, 0xFE00)), 128, 256,
+                 {kP + ".svh", "non-finite", "[255]"});
+  expect_refused(edit(t, kP + ".bias", with(Tensor::zeros({256}, DType::kF16), 0, 0xFC00)), 128, 256,
+                 {kP + ".bias", "non-finite", "[0]"});
+  // The largest finite f16 is fine.
+  TempDir dir;
+  auto ckpt = write_and_open(dir, edit(t, kP + ".suh", with(suh, 5, 0x7BFF)));
+  ASSERT_NE(ckpt, nullptr);
+  EXPECT_TRUE(load_exl3_linear(*ckpt, kP, 128, 256, std::nullopt).has_value());
+}
+
 TEST(Exl3Load, RefusesBadCodebookMarkers) {
   const Tensors t = linear_tensors(128, 128, Exl3Codebook::kMcg);
   // Both markers.

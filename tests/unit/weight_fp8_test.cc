@@ -1,9 +1,10 @@
 // FP8 block dequantization against hand-computed values, partial edge blocks included.
-#include "model/fp8_block_dequant.h"
-
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+
+#include "model/fp8_block_dequant.h"
 
 namespace tf {
 namespace {
@@ -80,6 +81,16 @@ TEST(Fp8BlockDequant, WrongGridIsAnErrorNamingTheTensorAndShapes) {
   EXPECT_NE(m.find("[1, 2]"), std::string::npos) << m;
   EXPECT_NE(m.find("[2, 2]"), std::string::npos) << m;
   EXPECT_NE(m.find("[200, 192]"), std::string::npos) << m;
+}
+
+TEST(Fp8BlockDequant, ANonFiniteScaleIsAnErrorNamingItsBlock) {
+  Tensor codes = codes_tensor({200, 192}, std::vector<uint8_t>(200 * 192, 0x38));
+  Tensor scale = Tensor::from_floats({2, 2}, {1.0f, 1.0f, INFINITY, 1.0f});
+  auto out = dequantize_fp8_block(codes, scale, {128, 128}, "layers.0.mlp.gate_proj.weight");
+  ASSERT_FALSE(out.has_value());
+  const std::string m = out.status().message();
+  EXPECT_NE(m.find("layers.0.mlp.gate_proj.weight: scale grid: non-finite value"), std::string::npos) << m;
+  EXPECT_NE(m.find("[1, 0]"), std::string::npos) << m;
 }
 
 TEST(Fp8BlockDequant, RejectsNonFp8AndBadRanges) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -406,6 +407,24 @@ TEST_F(BrokenCheckpointTest, Fp8MatricesComeOutAsStoredOrNamed) {
   auto bad = src->get_fp8(name, shape);
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.status().message().find(name + "_scale_inv"), std::string::npos) << bad.status().message();
+  // A damaged scale (NaN / inf) is refused as stored and dequantized, naming the grid and where.
+  for (const float v : {std::nanf(""), -INFINITY}) {
+    std::vector<float> damaged = sv;
+    damaged.back() = v;
+    for (auto& [n, t] : tensors_)
+      if (n == name + "_scale_inv") t = Tensor::from_floats(grid, damaged);
+    src = write_and_open(config_of("tiny-flat"));
+    ASSERT_NE(src, nullptr);
+    for (const Status& st : {src->get_fp8(name, shape).status(), src->get_f32(name).status()}) {
+      ASSERT_FALSE(st.is_ok());
+      EXPECT_NE(st.message().find("non-finite value"), std::string::npos) << st.message();
+      EXPECT_NE(st.message().find(name), std::string::npos) << st.message();
+      EXPECT_NE(
+          st.message().find("[" + std::to_string(grid[0] - 1) + ", " + std::to_string(grid[1] - 1) + "]"),
+          std::string::npos)
+          << st.message();
+    }
+  }
 }
 
 // Fused FP8 experts in module naming ([E, 2I, H] codes with one [E, ceil(2I/128), ceil(H/128)]
