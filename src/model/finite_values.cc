@@ -27,6 +27,14 @@ Status check_finite_values(const Tensor& t, const std::string& what) {
   if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) return Status::ok();
   const Tensor c = t.is_contiguous() ? t : t.contiguous();
   const int64_t n = c.numel();
+  if (dt != DType::kF32) {
+    // A branch-free pass first (vectorized): most tensors have no such value.
+    const uint16_t* h = c.data<uint16_t>();
+    const uint16_t mask = dt == DType::kF16 ? 0x7C00u : 0x7F80u;
+    bool any = false;
+    for (int64_t i = 0; i < n; ++i) any |= (h[i] & mask) == mask;
+    if (!any) return Status::ok();
+  }
   for (int64_t i = 0; i < n; ++i) {
     float v = 0.0f;
     if (dt == DType::kF32) {

@@ -37,6 +37,10 @@ namespace {
 
 bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
 
+// Unquantized tensors up to this many elements are checked for inf / NaN as they load (the router of
+// 288 experts x 4096 is 1.2 M).
+constexpr int64_t kFiniteCheckElements = int64_t{4} << 20;
+
 class CheckpointWeightSource : public WeightSource {
  public:
   CheckpointWeightSource(std::unique_ptr<Checkpoint> ckpt, const Glm5Config& config,
@@ -304,6 +308,13 @@ class CheckpointWeightSource : public WeightSource {
       if (!dtype_is_float(t.dtype())) {
         return invalid_argument(ckpt_->file_of(a.name) + ": tensor '" + a.name + "' has dtype " +
                                 dtype_name(t.dtype()) + ", expected a floating-point weight");
+      }
+      // The small tensors (norms, biases, gates, KDA decay parameters, conv taps, routers) feed every
+      // token, so one inf / NaN in them fails every reply: checked here, at a negligible cost. The large
+      // matrices are checked where they are re-quantized (DENSE=q4 / fp8), not here (a full scan of
+      // ~30 GB would add to the start).
+      if (t.numel() <= kFiniteCheckElements) {
+        TF_RETURN_IF_ERROR(check_finite_values(t, ckpt_->file_of(a.name) + ": tensor '" + a.name + "'"));
       }
       const bool keep = t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
       if (native && keep) return t.is_contiguous() ? t : t.contiguous();

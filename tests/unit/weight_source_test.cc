@@ -370,6 +370,30 @@ TEST_F(BrokenCheckpointTest, Fp8WithoutScaleIsAnError) {
   EXPECT_NE(t.status().message().find(name + "_scale_inv"), std::string::npos) << t.status().message();
 }
 
+// A small unquantized tensor (a norm, the KDA decay) with an inf / NaN is refused as it loads, naming it:
+// it would fail every reply. bf16 too.
+TEST_F(BrokenCheckpointTest, NonFiniteSmallTensorIsNamed) {
+  const auto original = tensors_;
+  for (const auto& [name, dtype] :
+       {std::pair{std::string("model.language_model.layers.0.input_layernorm.weight"), DType::kF32},
+        std::pair{std::string("model.language_model.layers.0.self_attn.A_log"), DType::kBF16}}) {
+    tensors_ = original;
+    for (auto& [n, t] : tensors_) {
+      if (n != name) continue;
+      std::vector<float> v = t.to_vector();
+      v[1] = std::nanf("");
+      t = Tensor::from_floats(t.shape(), v).to_dtype(dtype);
+    }
+    auto src = write_and_open(config_of("tiny-flat"));
+    ASSERT_NE(src, nullptr);
+    auto t = src->get_f32(name);
+    ASSERT_FALSE(t.has_value()) << name;
+    EXPECT_NE(t.status().message().find(name + "': non-finite value"), std::string::npos)
+        << t.status().message();
+    EXPECT_NE(t.status().message().find("at [1]"), std::string::npos) << t.status().message();
+  }
+}
+
 // get_fp8 hands out an FP8 matrix as stored (codes and scales, bit for bit), nothing for
 // a BF16 one or a cut of a fused tensor, and an error naming the scale grid when its dtype
 // is not a float.
