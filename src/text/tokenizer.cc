@@ -62,6 +62,7 @@ Status Tokenizer::init(const json& j) {
   TF_ASSIGN_OR_RETURN(post_processor_, make_post_processor(field("post_processor")));
   TF_ASSIGN_OR_RETURN(decoder_, make_decoder(field("decoder")));
 
+  size_t entry = 0;  // named in errors
   try {
     if (field("added_tokens").is_array()) {
       for (const json& a : field("added_tokens")) {
@@ -75,10 +76,13 @@ Status Tokenizer::init(const json& j) {
         t.single_word = a.value("single_word", false);
         if (t.id < 0) return invalid_argument("tokenizer.json: added token \"" + t.content + "\" has a negative id");
         added_.push_back(std::move(t));
+        ++entry;
       }
     }
   } catch (const json::exception& e) {
-    return invalid_argument(std::string("tokenizer.json added_tokens: ") + e.what());
+    return invalid_argument("tokenizer.json added_tokens[" + std::to_string(entry) +
+                            "]: expected an object with a string \"content\" and an integer \"id\" (" +
+                            e.what() + ")");
   }
   for (const auto& [id, t] : config_.added_tokens_decoder) {
     const bool known = std::any_of(added_.begin(), added_.end(), [&](const AddedToken& a) { return a.id == id; });

@@ -284,6 +284,12 @@ TEST(Tokenizer, BadFilesAreErrorsNamingTheProblem) {
   EXPECT_FALSE(Tokenizer::from_json(bad_norm));
   bad_norm["normalizer"] = {{"type", "Replace"}, {"pattern", 5}};
   EXPECT_FALSE(Tokenizer::from_json(bad_norm));
+  json bad_added = byte_level_tokenizer();
+  bad_added["added_tokens"] = {added_token(400, "<|x|>", true), 7};
+  Expected<std::unique_ptr<Tokenizer>> added = Tokenizer::from_json(bad_added);
+  ASSERT_FALSE(added);
+  EXPECT_NE(added.status().message().find("added_tokens[1]: expected an object"), std::string::npos)
+      << added.status().to_string();
 }
 
 TEST(Tokenizer, CleanUpTokenizationSpaces) {
