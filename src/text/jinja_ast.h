@@ -64,6 +64,7 @@ enum class StmtKind {
   kBreak,
   kContinue,
   kGeneration,  // body, rendered unchanged (transformers' {% generation %})
+  kBlock,       // name, body, scoped, required: `{% block %}`, rendered in place (no inheritance)
 };
 
 struct Stmt {
@@ -88,6 +89,8 @@ struct Stmt {
   bool uses_kwargs = false;
   bool uses_caller = false;
   bool recursive = false;  // `{% for ... recursive %}`
+  bool scoped = false;     // `{% block name scoped %}`
+  bool required = false;   // `{% block name required %}`
 };
 
 }  // namespace tf::jinja

@@ -73,6 +73,7 @@ void check_stmt(const Stmt& s, const Frame& frame) {
       check_body(s.body, frame.function());
       return;
     case StmtKind::kGeneration:  // transformers compiles it to a call block
+    case StmtKind::kBlock:       // a block compiles to a function of its own
       check_body(s.body, frame.function());
       return;
     case StmtKind::kFilterBlock:

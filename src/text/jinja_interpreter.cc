@@ -44,7 +44,8 @@ Interpreter::Interpreter(Value globals, uint64_t max_steps, size_t max_output_by
     : globals_(std::move(globals)),
       steps_left_(max_steps),
       max_output_bytes_(max_output_bytes),
-      scope_(std::make_shared<Scope>()) {}
+      scope_(std::make_shared<Scope>()),
+      root_(scope_) {}
 
 void Interpreter::count_step(uint64_t steps) {
   if (steps > steps_left_)
@@ -184,6 +185,15 @@ void Interpreter::exec(const Stmt& s, std::string& out) {
       case StmtKind::kGeneration:
         exec_body(s.body, out);
         return;
+      case StmtKind::kBlock: {
+        // A standalone template renders its blocks in place, as jinja2 does: a block is a function
+        // of the template's context (its top-level names), or with `scoped` of the enclosing names;
+        // what it assigns stays inside it.
+        if (s.required) throw JinjaError("TemplateRuntimeError: Required block '" + s.name + "' not found");
+        ScopeGuard guard(scope_, child_of(s.scoped ? scope_ : root_));
+        exec_body(s.body, out);
+        return;
+      }
     }
   } catch (JinjaError& e) {
     if (e.line < 0) {

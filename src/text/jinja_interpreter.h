@@ -57,6 +57,7 @@ class Interpreter {
   uint64_t steps_left_;
   size_t max_output_bytes_;
   std::shared_ptr<Scope> scope_;
+  std::shared_ptr<Scope> root_;  // the template's top level, which a block that is not `scoped` sees
   std::vector<std::shared_ptr<Scope>> closures_;  // scopes that macros close over (weakly)
   Control control_ = Control::kNone;
   int depth_ = 0;

@@ -4,18 +4,66 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 
 #include "text/jinja_strings.h"
 #include "text/jinja_value.h"
+#include "text/utf8.h"
 
 namespace tf::jinja {
 namespace {
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The code point at s[p] and its length in bytes (0 past the end or at an invalid sequence).
+size_t code_point_at(std::string_view s, size_t p, char32_t& cp) {
+  if (p >= s.size()) return 0;
+  const auto c = static_cast<unsigned char>(s[p]);
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  }
+  const size_t len = text::utf8_sequence_length(s, p);
+  if (len != 0) cp = text::decode_utf8_at(s, p, len);
+  return len;
+}
+
+// Every strip of jinja2's lexer (str.rstrip, re's \s) takes Python's whitespace, which goes beyond
+// ASCII (U+00A0, U+3000, U+2028, ...). Returns the byte length of the whitespace code point at s[p],
+// or 0 when there is none.
+size_t ws_len(std::string_view s, size_t p) {
+  char32_t cp = 0;
+  const size_t len = code_point_at(s, p, cp);
+  return len != 0 && py_isspace(cp) ? len : 0;
+}
+size_t skip_ws(std::string_view s, size_t p) {
+  while (size_t len = ws_len(s, p)) p += len;
+  return p;
+}
+// The start of the whitespace run that ends at byte e.
+size_t ws_run_start(std::string_view s, size_t e) {
+  while (e > 0) {
+    size_t b = e - 1;
+    while (b > 0 && e - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+    if (ws_len(s, b) != e - b) break;
+    e = b;
+  }
+  return e;
+}
+
+// Names as jinja2 lexes them: a run of word characters (re's \w: letters, digits, `_`) and the other
+// characters an identifier may continue with (combining marks, connector punctuation, U+00B7, ...),
+// which must then be a Python identifier (str.isidentifier: XID_Start or `_`, then XID_Continue).
+// Digits never start one: the number rules come first.
+bool is_name_char(char32_t c) {
+  if (c < 0x80) return std::isalnum(static_cast<int>(c)) != 0 || c == '_';
+  return py_is_word_char(c) || py_is_identifier_char(c, false);
+}
+bool is_name_start(char32_t c) {
+  if (c < 0x80) return std::isalpha(static_cast<int>(c)) != 0 || c == '_';
+  return is_name_char(c);
+}
 
 class Lexer {
  public:
@@ -68,15 +116,12 @@ class Lexer {
   // removes the whitespace-only tail after the last newline (or of the whole text at a line start).
   std::string strip_text(std::string text, char sign, bool block_or_comment, bool line_starting) const {
     if (sign == '-') {
-      size_t e = text.size();
-      while (e > 0 && is_ws(text[e - 1])) --e;
-      text.resize(e);
+      text.resize(ws_run_start(text, text.size()));
     } else if (sign != '+' && opt_.lstrip_blocks && block_or_comment) {
       size_t nl = text.rfind('\n');
       size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
       if (l_pos > 0 || line_starting) {
-        bool all_ws = l_pos < text.size() &&
-                      std::all_of(text.begin() + static_cast<std::ptrdiff_t>(l_pos), text.end(), is_ws);
+        bool all_ws = l_pos < text.size() && skip_ws(text, l_pos) == text.size();
         if (all_ws) text.resize(l_pos);
       }
     }
@@ -85,13 +130,13 @@ class Lexer {
 
   // `{%[-+]? raw [-]?%}`: returns the position after the tag, or npos when this is not a raw tag.
   size_t match_raw_begin(size_t p) const {
-    while (p < src_.size() && is_ws(src_[p])) ++p;
+    p = skip_ws(src_, p);
     if (src_.compare(p, 3, "raw") != 0) return std::string::npos;
     p += 3;
-    while (p < src_.size() && is_ws(src_[p])) ++p;
+    p = skip_ws(src_, p);
     if (src_.compare(p, 3, "-%}") == 0) {
       p += 3;
-      while (p < src_.size() && is_ws(src_[p])) ++p;
+      p = skip_ws(src_, p);
       return p;
     }
     if (src_.compare(p, 2, "%}") == 0) return p + 2;
@@ -104,10 +149,10 @@ class Lexer {
       size_t q = p + 2;
       char sign = (q < src_.size() && (src_[q] == '-' || src_[q] == '+')) ? src_[q] : 0;
       if (sign) ++q;
-      while (q < src_.size() && is_ws(src_[q])) ++q;
+      q = skip_ws(src_, q);
       if (src_.compare(q, 6, "endraw") == 0) {
         q += 6;
-        while (q < src_.size() && is_ws(src_[q])) ++q;
+        q = skip_ws(src_, q);
         size_t end = match_block_end(q);
         if (end != std::string::npos) {
           std::string text = strip_text(src_.substr(body, p - body), sign, true, false);
@@ -125,7 +170,7 @@ class Lexer {
   size_t match_block_end(size_t p) const {
     if (src_.compare(p, 3, "-%}") == 0) {
       p += 3;
-      while (p < src_.size() && is_ws(src_[p])) ++p;
+      p = skip_ws(src_, p);
       return p;
     }
     if (src_.compare(p, 3, "+%}") == 0) return p + 3;
@@ -142,7 +187,7 @@ class Lexer {
     if (q == std::string::npos) fail("Missing end of comment tag", start);
     size_t end = q + 2;
     if (q > content && src_[q - 1] == '-') {
-      while (end < src_.size() && is_ws(src_[end])) ++end;
+      end = skip_ws(src_, end);
     } else if (q > content && src_[q - 1] == '+') {
       // keep whitespace
     } else if (opt_.trim_blocks && end < src_.size() && src_[end] == '\n') {
@@ -167,7 +212,7 @@ class Lexer {
           end = match_block_end(p);
         } else if (src_.compare(p, 3, "-}}") == 0) {
           end = p + 3;
-          while (end < n && is_ws(src_[end])) ++end;
+          end = skip_ws(src_, end);
         } else if (src_.compare(p, 2, "}}") == 0) {
           end = p + 2;
         }
@@ -178,19 +223,18 @@ class Lexer {
         }
       }
       char c = src_[p];
-      if (is_ws(c)) {
-        ++p;
+      if (size_t len = ws_len(src_, p)) {
+        p += len;
         continue;
       }
       if (is_digit(c)) {
         p = lex_number(p);
         continue;
       }
-      if (is_name_start(c)) {
-        size_t e = p;
-        while (e < n && is_name_char(src_[e])) ++e;
-        emit(TokenType::kName, src_.substr(p, e - p), p);
-        p = e;
+      char32_t cp = 0;
+      const size_t cp_len = code_point_at(src_, p, cp);
+      if (cp_len != 0 && is_name_start(cp)) {
+        p = lex_name(p);
         continue;
       }
       if (c == '\'' || c == '"') {
@@ -217,8 +261,36 @@ class Lexer {
           break;
         }
       }
-      if (!matched) fail(std::string("unexpected char '") + c + "'", p);
+      if (!matched) fail("unexpected char " + quoted_code_point(p), p);
     }
+  }
+
+  // A name token (see is_name_char), checked as a Python identifier as jinja2 checks it.
+  size_t lex_name(size_t p) {
+    size_t e = p;
+    char32_t cp = 0;
+    bool identifier = true;
+    while (size_t len = code_point_at(src_, e, cp)) {
+      if (!is_name_char(cp)) break;
+      if (cp >= 0x80 && !py_is_identifier_char(cp, e == p)) identifier = false;
+      e += len;
+    }
+    if (!identifier) fail("Invalid character in identifier", p);
+    emit(TokenType::kName, src_.substr(p, e - p), p);
+    return e;
+  }
+
+  // The code point at p for a message: 'x', or U+XXXX for one that is not printable or not valid
+  // UTF-8 (a message must stay valid UTF-8).
+  std::string quoted_code_point(size_t p) const {
+    char32_t cp = 0;
+    const size_t len = code_point_at(src_, p, cp);
+    if (len != 0 && py_isprintable(cp)) return "'" + src_.substr(p, len) + "'";
+    char buf[32];
+    std::snprintf(
+        buf, sizeof buf, len != 0 ? "U+%04X" : "byte 0x%02X",
+        len != 0 ? static_cast<unsigned>(cp) : static_cast<unsigned>(static_cast<unsigned char>(src_[p])));
+    return buf;
   }
 
   // jinja2's decimal integers have no leading zero: "0(_?0)*" is the only one starting with 0, so

@@ -3,8 +3,10 @@
 //  - newlines (\r\n, \r, \n) become \n and one trailing newline is dropped (keep_trailing_newline=False);
 //  - `{%-`/`{{-`/`{#-` strip all whitespace before the tag, `-%}`/`-}}`/`-#}` all whitespace after;
 //  - trim_blocks drops the first \n after a block or comment tag (not after `}}`);
-//  - lstrip_blocks drops spaces/tabs between a line start and a block or comment tag; `{%+` opts out;
-//  - `{% raw %}...{% endraw %}` is text.
+//  - lstrip_blocks drops the whitespace between a line start and a block or comment tag; `{%+` opts out;
+//  - `{% raw %}...{% endraw %}` is text;
+//  - whitespace is Python's (str.isspace: also U+00A0, U+3000, U+2028, ...), in the strips and in tags;
+//  - names may be Unicode identifiers (`{% set café = 1 %}`), as str.isidentifier accepts them.
 #pragma once
 
 #include <string>

@@ -3,10 +3,21 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <set>
 #include <string>
+
+#include "text/jinja_strings.h"
 
 namespace tf::jinja {
 namespace {
+
+// str.isspace(): not empty, every code point whitespace.
+bool is_python_space(const std::string& text) {
+  if (text.empty()) return false;
+  for (char32_t c : utf8_decode(text))
+    if (!py_isspace(c)) return false;
+  return true;
+}
 
 class Parser {
  public:
@@ -142,7 +153,8 @@ class Parser {
       expect_block_end();
       return s;
     }
-    if (name == "include" || name == "import" || name == "from" || name == "extends" || name == "block")
+    if (name == "block") return parse_block();
+    if (name == "include" || name == "import" || name == "from" || name == "extends")
       fail("Encountered unknown tag '" + name + "'. ('" + name +
            "' is not supported: a chat template is rendered standalone, without a template loader)");
     fail("Encountered unknown tag '" + name + "'.");
@@ -322,6 +334,31 @@ class Parser {
     expect_block_end();
     s->body = subparse({"endfilter"});
     advance();
+    expect_block_end();
+    return s;
+  }
+
+  // `{% block name [scoped] [required] %}...{% endblock [name] %}` (jinja2.parser.parse_block).
+  StmtPtr parse_block() {
+    auto s = make_stmt(StmtKind::kBlock, cur());
+    advance();
+    s->name = expect_identifier();
+    s->scoped = skip_name("scoped");
+    s->required = skip_name("required");
+    if (is_op("-"))
+      fail(
+          "Block names in Jinja have to be valid Python identifiers and may not contain hyphens, use an "
+          "underscore instead.");
+    if (!block_names_.insert(s->name).second)
+      throw JinjaError("TemplateAssertionError: block '" + s->name + "' defined twice", s->line, s->column);
+    expect_block_end();
+    s->body = subparse({"endblock"});
+    if (s->required)
+      for (const auto& part : s->body)
+        if (part->kind != StmtKind::kText || !is_python_space(part->text))
+          fail("Required blocks can only contain comments or whitespace");
+    advance();
+    skip_name(s->name.c_str());
     expect_block_end();
     return s;
   }
@@ -773,6 +810,7 @@ class Parser {
 
   const std::vector<Token>& t_;
   size_t pos_ = 0;
+  std::set<std::string> block_names_;  // a template defines each block once
   int depth_ = 0;
 };
 

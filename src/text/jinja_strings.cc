@@ -379,6 +379,17 @@ bool py_isprintable(char32_t c) {
   return !class_matches("^[\\p{C}\\p{Z}]$", c);
 }
 
+bool py_is_identifier_char(char32_t c, bool start) {
+  if (c < 0x80)
+    return std::isalpha(static_cast<int>(c)) != 0 || c == '_' ||
+           (!start && std::isdigit(static_cast<int>(c)) != 0);
+  if (c == 0x1885 || c == 0x1886 || c == 0x2118 || c == 0x212E || c == 0x309B || c == 0x309C) return true;
+  if (class_matches("^[\\p{L}\\p{Nl}]$", c)) return true;
+  if (start) return false;
+  if (c == 0xB7 || c == 0x387 || (c >= 0x1369 && c <= 0x1371) || c == 0x19DA) return true;
+  return class_matches("^[\\p{Mn}\\p{Mc}\\p{Nd}\\p{Pc}]$", c);
+}
+
 std::string html_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());

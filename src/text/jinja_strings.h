@@ -26,6 +26,9 @@ bool py_isalpha(char32_t c);
 bool py_isdecimal(char32_t c);
 bool py_isnumeric(char32_t c);
 bool py_isprintable(char32_t c);
+// Python identifiers (str.isidentifier) beyond ASCII: XID_Start (start) or XID_Continue, taken as
+// their general categories (L, Nl; + Mn, Mc, Nd, Pc) and Other_ID_Start / Other_ID_Continue.
+bool py_is_identifier_char(char32_t c, bool start);
 // str.strip/lstrip/rstrip: `chars` unset strips whitespace.
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 // str.split / str.rsplit: `sep` unset splits on whitespace runs; maxsplit < 0 means no limit.
