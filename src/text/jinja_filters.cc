@@ -37,7 +37,7 @@ Value attribute_of(const Value& item, const std::string& path) {
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool numeric =
         !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = numeric ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    v = numeric ? get_item(v, Value::integer_from_text(part)) : get_item(v, Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }
@@ -204,6 +204,7 @@ std::optional<int64_t> float_to_int(double d) {
 Value to_int(const Value& v, const Value& fallback, int64_t base) {
   if (v.is_undefined()) fail_undefined(v);
   if (v.is_bool() || v.is_int()) return Value(v.as_int());
+  if (v.is_big_int()) return v;
   std::optional<int64_t> r;
   if (v.is_float()) r = float_to_int(v.as_double());
   if (v.is_string()) {
@@ -218,7 +219,7 @@ Value to_int(const Value& v, const Value& fallback, int64_t base) {
 // jinja2's float filter: float(value), else the default; an Undefined raises.
 Value to_float(const Value& v, const Value& fallback) {
   if (v.is_undefined()) fail_undefined(v);
-  if (v.is_number()) return Value(v.as_double());
+  if (v.is_number() || v.is_big_int()) return Value(v.as_double());
   if (v.is_string()) {
     if (auto d = parse_python_float(v.str())) return Value(*d);
   }
@@ -228,7 +229,7 @@ Value to_float(const Value& v, const Value& fallback) {
 // Python's float(value) where nothing catches its errors (filesizeformat).
 double require_float(const Value& v) {
   if (v.is_undefined()) fail_undefined(v);
-  if (v.is_number()) return v.as_double();
+  if (v.is_number() || v.is_big_int()) return v.as_double();
   if (v.is_string()) {
     if (auto d = parse_python_float(v.str())) return *d;
     throw JinjaError("ValueError: could not convert string to float: " + v.repr());
@@ -286,8 +287,8 @@ const std::unordered_map<std::string, Filter>& filters() {
     std::unordered_map<std::string, Filter> f;
     f["abs"] = [](const Value& v, CallArgs&) {
       if (v.is_float()) return Value(std::fabs(v.as_double()));
-      if (v.is_int() && v.as_int() == INT64_MIN)
-        throw JinjaError("OverflowError: integer result does not fit in 64 bits");
+      if (v.is_big_int()) return v.str()[0] == '-' ? Value::integer_from_text(v.str().substr(1)) : v;
+      if (v.is_int() && v.as_int() == INT64_MIN) return Value::integer_from_text("9223372036854775808");
       if (v.is_int() || v.is_bool()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
       throw JinjaError(std::string("TypeError: bad operand type for abs(): '") + v.type_name() + "'");
     };
@@ -611,6 +612,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       std::string method = b.get(1, Value("common")).to_str();
       if (method != "common" && method != "ceil" && method != "floor")
         throw JinjaError("FilterArgumentError: method must be common, ceil or floor");
+      if (v.is_big_int() && method == "common" && precision >= 0) return v;  // round(int, n >= 0) is the int
       if (!v.is_number())
         throw JinjaError(std::string("TypeError: type ") + v.type_name() +
                          " doesn't define __round__ method");
@@ -765,9 +767,9 @@ const std::unordered_map<std::string, Test>& tests() {
     t["boolean"] = [](const Value& v, CallArgs&) { return v.is_bool(); };
     t["true"] = [](const Value& v, CallArgs&) { return v.is_bool() && v.as_bool(); };
     t["false"] = [](const Value& v, CallArgs&) { return v.is_bool() && !v.as_bool(); };
-    t["integer"] = [](const Value& v, CallArgs&) { return v.is_int(); };
+    t["integer"] = [](const Value& v, CallArgs&) { return v.is_integral(); };
     t["float"] = [](const Value& v, CallArgs&) { return v.is_float(); };
-    t["number"] = [](const Value& v, CallArgs&) { return v.is_number(); };
+    t["number"] = [](const Value& v, CallArgs&) { return v.is_number() || v.is_big_int(); };
     t["string"] = [](const Value& v, CallArgs&) { return v.is_string(); };
     t["mapping"] = [](const Value& v, CallArgs&) { return v.is_dict(); };
     t["iterable"] = [](const Value& v, CallArgs&) {

@@ -302,7 +302,8 @@ std::string format_string(const std::string& fmt, CallArgs& args) {
         if (auto_index < args.positional.size()) v = &args.positional[auto_index++];
         else throw JinjaError("IndexError: Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
       } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-        size_t k = std::stoul(field);
+        // More digits than any index (stoul would throw past 2^64).
+        size_t k = field.size() > 9 ? SIZE_MAX : std::stoul(field);
         if (k < args.positional.size()) v = &args.positional[k];
         else throw JinjaError("IndexError: Replacement index " + field + " out of range for positional args tuple");
       } else {

@@ -161,6 +161,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   // str % x formats x (an Undefined too: "%s" prints it as "", "%r" as Undefined) before Undefined's %.
   if (op == "%" && a.is_string() && b.is_undefined()) return percent_operator(a, b);
   if (b.is_undefined()) fail_undefined(b);
+  if ((a.is_big_int() && (b.is_number() || b.is_big_int())) || (b.is_big_int() && a.is_number()))
+    throw JinjaError("OverflowError: arithmetic on an integer outside 64 bits is not supported (" +
+                     a.to_str() + " " + op + " " + b.to_str() + ")");
   const bool numbers = a.is_number() && b.is_number();
   const bool ints = numbers && !a.is_float() && !b.is_float();
   if (op == "+") {
@@ -374,6 +377,9 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
         piece = flags.find('-') != std::string::npos ? piece + std::string(w - 1, ' ')
                                                      : std::string(w - 1, ' ') + piece;
     } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
+      if (v.is_big_int())
+        throw JinjaError(std::string("OverflowError: %") + conv +
+                         " of an integer outside 64 bits is not supported");
       if (!v.is_number())
         throw JinjaError(std::string("TypeError: %") + conv + " format: a number is required, not " +
                          v.type_name());
@@ -403,11 +409,17 @@ std::string percent_format(const std::string& fmt, const std::vector<Value>& arg
 Value unary_op(const std::string& op, const Value& a) {
   if (op == "not") return Value(!a.truthy());
   if (a.is_undefined()) fail_undefined(a);
+  if (a.is_big_int()) {  // the sign of an integer outside 64 bits (-(-2**63) lands back in int64)
+    if (op == "+") return a;
+    const std::string& d = a.str();
+    return Value::integer_from_text(d[0] == '-' ? d.substr(1) : "-" + d);
+  }
   if (!a.is_number())
     throw JinjaError(std::string("TypeError: bad operand type for unary ") + op + ": '" + a.type_name() +
                      "'");
   if (op == "-") {
     if (a.is_float()) return Value(-a.as_double());
+    if (a.is_int() && a.as_int() == INT64_MIN) return Value::integer_from_text("9223372036854775808");
     int64_t r = 0;
     {
       bool overflow = __builtin_sub_overflow(int64_t{0}, a.as_int(), &r);

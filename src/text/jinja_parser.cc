@@ -603,7 +603,7 @@ class Parser {
       auto e = make(ExprKind::kConst, t);
       try {
         // Python floats overflow to inf and underflow to 0 (strtod does the same; stod throws).
-        e->constant = t.type == TokenType::kInteger ? Value(static_cast<int64_t>(std::stoll(t.value)))
+        e->constant = t.type == TokenType::kInteger ? Value::integer_from_text(t.value)
                                                     : Value(std::strtod(t.value.c_str(), nullptr));
       } catch (const std::exception&) {
         fail("number literal out of range: " + t.value);
@@ -685,7 +685,7 @@ class Parser {
       auto e = make(ExprKind::kGetItem, at);
       e->a = std::move(node);
       e->b = make(ExprKind::kConst, attr);
-      e->b->constant = Value(static_cast<int64_t>(std::stoll(attr.value)));
+      e->b->constant = Value::integer_from_text(attr.value);
       advance();
       return e;
     }

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 
 #include "text/jinja_strings.h"
 
@@ -40,6 +42,16 @@ Value::Value(bool b) : kind_(Kind::kBool), b_(b), i_(b ? 1 : 0) {}
 Value::Value(int64_t v) : kind_(Kind::kInt), i_(v) {}
 Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
 Value::Value(std::string s) : kind_(Kind::kString), s_(shared_string(std::move(s))) {}
+
+Value Value::integer_from_text(std::string_view digits) {
+  int64_t i = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), i);
+  if (ec == std::errc() && end == digits.data() + digits.size()) return Value(i);
+  Value v;
+  v.kind_ = Kind::kBigInt;
+  v.s_ = shared_string(std::string(digits));
+  return v;
+}
 
 Value Value::markup(std::string s) {
   Value v(std::move(s));
@@ -120,11 +132,8 @@ static Value value_from_json(const Json& j) {
       return Value(j.template get<bool>());
     case nlohmann::json::value_t::number_integer:
       return Value(j.template get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: {
-      uint64_t u = j.template get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
-      return Value(static_cast<int64_t>(u));
-    }
+    case nlohmann::json::value_t::number_unsigned:
+      return Value::integer_from_text(std::to_string(j.template get<uint64_t>()));
     case nlohmann::json::value_t::number_float:
       return Value(j.template get<double>());
     case nlohmann::json::value_t::string:
@@ -171,6 +180,88 @@ Value Value::from_json(nlohmann::ordered_json&& j) {
   }
 }
 
+namespace {
+
+// nlohmann's SAX events into Values, keeping what Python's json.loads keeps and nlohmann's DOM
+// would round: an integer literal beyond 64 bits arrives as number_float with its text.
+class ValueBuilder {
+ public:
+  explicit ValueBuilder(int max_depth) : max_depth_(max_depth) {}
+
+  bool null() { return put(Value::none()); }
+  bool boolean(bool b) { return put(Value(b)); }
+  bool number_integer(nlohmann::json::number_integer_t v) { return put(Value(static_cast<int64_t>(v))); }
+  bool number_unsigned(nlohmann::json::number_unsigned_t v) {
+    return put(Value::integer_from_text(std::to_string(v)));
+  }
+  bool number_float(nlohmann::json::number_float_t v, const std::string& text) {
+    if (text.find_first_of(".eE") == std::string::npos) return put(Value::integer_from_text(text));
+    return put(Value(static_cast<double>(v)));
+  }
+  bool string(std::string& s) { return put(Value(std::move(s))); }
+  bool binary(nlohmann::json::binary_t&) { return false; }  // not in JSON text
+  bool start_object(std::size_t) { return open(Value::dict()); }
+  bool start_array(std::size_t) { return open(Value::list()); }
+  bool key(std::string& k) {
+    stack_.back().key = Value(std::move(k));
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    error_ = e.what();
+    return false;
+  }
+
+  Value& root() { return root_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Frame {
+    Value container;
+    Value key;  // objects: the key the next value goes under
+  };
+
+  bool put(Value v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+    } else if (Frame& f = stack_.back(); f.container.is_list()) {
+      f.container.items().push_back(std::move(v));
+    } else {
+      f.container.dict_data().set(f.key, std::move(v));  // a repeated key keeps its first place
+    }
+    return true;
+  }
+  bool open(Value container) {
+    if (static_cast<int>(stack_.size()) >= max_depth_) {
+      error_ = "JSON nests deeper than " + std::to_string(max_depth_) + " levels";
+      return false;
+    }
+    put(container);  // containers share their data: filled through the stack's copy
+    stack_.push_back(Frame{std::move(container), Value()});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  int max_depth_;
+  Value root_;
+  std::vector<Frame> stack_;
+  std::string error_;
+};
+
+}  // namespace
+
+Value Value::parse_json(std::string_view text, int max_depth) {
+  ValueBuilder builder(max_depth);
+  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
+  if (!ok)
+    throw JinjaError("JSONDecodeError: " + (builder.error().empty() ? "invalid JSON" : builder.error()));
+  return std::move(builder.root());
+}
+
 const std::vector<std::string>& Value::fields() const {
   static const std::vector<std::string> kNone;
   return kind_ == Kind::kList ? list_->fields : kNone;
@@ -180,6 +271,7 @@ bool Value::is_tuple() const { return kind_ == Kind::kList && list_->is_tuple; }
 bool Value::is_iterator() const { return kind_ == Kind::kList && list_->is_iterator; }
 
 int64_t Value::as_int() const {
+  if (kind_ == Kind::kBigInt) throw JinjaError("OverflowError: Python int too large to convert to C int64");
   if (kind_ != Kind::kFloat) return i_;
   // Casting a double outside int64's range is undefined behaviour; Python's int() would give a big int.
   if (std::isnan(f_)) throw JinjaError("ValueError: cannot convert float NaN to integer");
@@ -191,6 +283,7 @@ int64_t Value::as_int() const {
 
 double Value::as_double() const {
   if (kind_ == Kind::kFloat) return f_;
+  if (kind_ == Kind::kBigInt) return std::strtod(str().c_str(), nullptr);  // correctly rounded, as float(int)
   return static_cast<double>(i_);
 }
 
@@ -235,6 +328,7 @@ bool Value::truthy() const {
       return !dict_->entries.empty();
     case Kind::kNamespace:
     case Kind::kCallable:
+    case Kind::kBigInt:  // never 0
       return true;
   }
   return false;
@@ -249,6 +343,7 @@ const char* Value::type_name() const {
     case Kind::kBool:
       return "bool";
     case Kind::kInt:
+    case Kind::kBigInt:
       return "int";
     case Kind::kFloat:
       return "float";
@@ -340,6 +435,9 @@ static void repr_into(std::string& out, const Value& v, int depth) {
       return;
     case Value::Kind::kInt:
       out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kBigInt:
+      out += v.str();
       return;
     case Value::Kind::kFloat:
       out += format_python_float(v.as_double());
@@ -438,8 +536,47 @@ static int compare_numbers(const Value& a, const Value& b) {
   return r == 2 ? 2 : -r;
 }
 
+// Exact order of two integers as decimal text (-?digits, no leading zeros): -1, 0 or 1.
+static int compare_decimal(std::string_view x, std::string_view y) {
+  const bool nx = !x.empty() && x[0] == '-', ny = !y.empty() && y[0] == '-';
+  if (nx != ny) return nx ? -1 : 1;
+  if (nx) {
+    x.remove_prefix(1);
+    y.remove_prefix(1);
+  }
+  int r = x.size() != y.size() ? (x.size() < y.size() ? -1 : 1) : (x < y ? -1 : (x > y ? 1 : 0));
+  return nx ? -r : r;
+}
+
+// A big int (outside int64) against a number, exactly: -1, 0, 1, or 2 when unordered (NaN).
+static int compare_big(const Value& big, const Value& other) {
+  const std::string& digits = big.str();
+  if (other.is_big_int()) return compare_decimal(digits, other.str());
+  const int sign = digits[0] == '-' ? -1 : 1;
+  if (!other.is_float()) return sign;  // int64 and bool lie between the big ints of either sign
+  const double d = other.as_double();
+  if (std::isnan(d)) return 2;
+  if (std::fabs(d) < 9223372036854775808.0) return sign;
+  if (std::isinf(d)) return d > 0 ? -1 : 1;
+  char buf[400];  // |d| >= 2^63 is a whole number: its exact digits
+  std::snprintf(buf, sizeof buf, "%.0f", d);
+  return compare_decimal(digits, buf);
+}
+
+// Python numbers (bool, int of any size, float) compared exactly; nullopt when a or b is not one.
+static std::optional<int> compare_any_numbers(const Value& a, const Value& b) {
+  const bool na = a.is_number() || a.is_big_int(), nb = b.is_number() || b.is_big_int();
+  if (!na || !nb) return std::nullopt;
+  if (a.is_big_int()) return compare_big(a, b);
+  if (b.is_big_int()) {
+    int r = compare_big(b, a);
+    return r == 2 ? 2 : -r;
+  }
+  return compare_numbers(a, b);
+}
+
 bool values_equal(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) return compare_numbers(a, b) == 0;
+  if (auto order = compare_any_numbers(a, b)) return *order == 0;
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
@@ -473,7 +610,7 @@ bool values_equal(const Value& a, const Value& b) {
 }
 
 bool value_less(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) return compare_numbers(a, b) == -1;
+  if (auto order = compare_any_numbers(a, b)) return *order == -1;
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order == code point order
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_iterator() && !b.is_iterator()) {
     const auto& x = a.items();
@@ -504,6 +641,9 @@ static void dump_into(std::string& out, const Value& v, const JsonDumpOptions& o
       return;
     case Value::Kind::kInt:
       out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kBigInt:
+      out += v.str();
       return;
     case Value::Kind::kFloat: {
       double d = v.as_double();
@@ -558,6 +698,8 @@ static void dump_into(std::string& out, const Value& v, const JsonDumpOptions& o
         key = "null";
       else if (k.is_int())
         key = std::to_string(k.as_int());
+      else if (k.is_big_int())
+        key = k.str();
       else if (k.is_float())
         key = format_python_float(k.as_double());
       else

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -50,7 +51,21 @@ struct CallableData;
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+  // kBigInt: a Python int outside int64 (a JSON number such as a uint64 id), kept as its decimal
+  // digits so that it prints, compares and dumps exactly; arithmetic on it raises OverflowError.
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable,
+    kBigInt
+  };
 
   Value() = default;  // Undefined
   static Value undefined(std::string hint = {});
@@ -61,6 +76,8 @@ class Value {
   Value(double v);                                  // NOLINT
   Value(std::string s);                             // NOLINT
   Value(const char* s) : Value(std::string(s)) {}   // NOLINT
+  // An integer from its decimal text (-?digits, no leading zeros): kInt when int64 holds it, else kBigInt.
+  static Value integer_from_text(std::string_view digits);
   // markupsafe.Markup (what `|safe` and `|escape` return): a str whose `+`, `%`, join, replace and
   // format HTML-escape the plain-str operands they take in (jinja2 behaviour templates rely on).
   static Value markup(std::string s);
@@ -78,6 +95,10 @@ class Value {
   static Value from_json(const nlohmann::json& j);
   // Moves the strings out of `j` instead of copying them (j is left with empty strings).
   static Value from_json(nlohmann::ordered_json&& j);
+  // Parses JSON text as Python's json.loads does: integers of any size are exact (kBigInt beyond
+  // int64), a repeated key keeps its first place and its last value. Throws JinjaError on bad JSON
+  // or nesting deeper than max_depth.
+  static Value parse_json(std::string_view text, int max_depth = 512);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -94,6 +115,8 @@ class Value {
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
+  bool is_big_int() const { return kind_ == Kind::kBigInt; }
+  bool is_integral() const { return kind_ == Kind::kInt || kind_ == Kind::kBigInt; }  // Python's int
 
   bool as_bool() const { return b_; }
   int64_t as_int() const;                        // bool/int/float -> int64 (float truncates)

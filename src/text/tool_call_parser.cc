@@ -73,10 +73,13 @@ std::string GlmToolCallParser::typed_value(const std::string& tool, const std::s
                                            const std::string& raw) const {
   if (is_string_param(tool, key)) return json_string(raw);
   std::string stripped = trim(raw);
-  Expected<nlohmann::ordered_json> parsed = text::parse_json(stripped);
-  if (parsed) {
+  // json.dumps(json.loads(value)) as vLLM's parser writes it: an integer of any size stays exact
+  // (a 20-digit id must reach the client as the model wrote it, not as 1.2345678901234567e+19).
+  try {
     jinja::JsonDumpOptions options;  // json.dumps defaults with ensure_ascii=False
-    return jinja::json_dumps(jinja::Value::from_json(*parsed), options);
+    return jinja::json_dumps(jinja::Value::parse_json(stripped, text::kMaxJsonDepth), options);
+  } catch (const jinja::JinjaError&) {
+    // not JSON: Python literals, else the text as a string
   }
   if (stripped == "True") return "true";
   if (stripped == "False") return "false";

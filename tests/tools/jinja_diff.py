@@ -17,7 +17,8 @@ tests, str.format and `%` conversions with random specs), statement blocks with 
 control, and text for the string filters (striptags, wordwrap, urlencode, xmlattr, urlize).
 An error on both sides counts as agreement (the messages are not compared).
 
-Known, accepted differences it reports: integers beyond 64 bits (we raise OverflowError), the
+Known, accepted differences it reports: arithmetic on integers beyond 64 bits (we raise OverflowError;
+such integers print, compare and dump exactly), the
 repr of generators, bound methods, macros, range and dict views, pprint of values wider than 80
 columns, a few exotic format specs, and slicing a non-sequence *literal* (jinja2 folds the constant
 to Undefined at compile time; a variable raises TypeError, as we do).

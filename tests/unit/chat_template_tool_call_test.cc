@@ -91,6 +91,21 @@ TEST(GlmToolCallParser, SchemaTyping) {
             "\"safe\": true, \"extra\": \"not json\"}");
 }
 
+// Non-string values are written as vLLM's parser writes them, json.dumps(json.loads(value)): Python
+// keeps integers of any size exact, so an id the model wrote reaches the client digit for digit (it
+// used to come back as 1.2345678901234568e+29); a repeated key keeps its first place, its last value.
+TEST(GlmToolCallParser, IntegersOfAnySizeStayExact) {
+  GlmToolCallParser p(kTools);
+  auto r = p.parse(
+      "<tool_call>search<arg_key>limit</arg_key><arg_value>123456789012345678901234567890</arg_value>"
+      "<arg_key>filters</arg_key><arg_value>{\"ids\": [18446744073709551615, -9223372036854775809, "
+      "9223372036854775808, -0, 1.0, 1E2], \"a\": 1, \"b\": 0, \"a\": 2}</arg_value></tool_call>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments,
+            R"({"limit": 123456789012345678901234567890, "filters": {"ids": [18446744073709551615, )"
+            R"(-9223372036854775809, 9223372036854775808, 0, 1.0, 100.0], "a": 2, "b": 0}})");
+}
+
 TEST(GlmToolCallParser, FormatsAndEdgeCases) {
   GlmToolCallParser p(kTools);
   // Zero arguments, GLM-4.5 newlines, flat (Responses-shape) tools, unknown tools.
