@@ -21,6 +21,7 @@
 #include "engine/demo_checkpoint.h"
 #include "engine/device_choice.h"
 #include "engine/engine.h"
+#include "engine/heap_trimmer.h"
 #include "engine/memory_guard.h"
 #include "engine/stall_watchdog.h"
 #include "server/cors.h"
@@ -98,6 +99,7 @@ int serve(ServeOptions& o) {
           spdlog::default_logger()->flush();
           std::_Exit(kMemoryGuardExit);
         });
+    auto heap_trimmer = HeapTrimmer::start({});
     return run_tp_follower(o.engine, o.tp_process);
   }
   // SIGINT/SIGTERM (stop) and SIGHUP (read API_KEY_FILE again) are handled by one thread
@@ -156,6 +158,8 @@ int serve(ServeOptions& o) {
                                     TF_LOG_ERROR("{}", memory_guard_message(available, floor));
                                     http.stop();
                                   });
+  // A large request's peak (parsing, tokenizing, rendering) goes back to the system once it is done.
+  auto heap_trimmer = HeapTrimmer::start({});
   // A step stuck for minutes cannot be stopped from here (the engine thread is inside it): exit.
   const double watchdog = o.watchdog_s >= 0 ? o.watchdog_s : (o.engine.device == "cpu" ? 0.0 : 300.0);
   auto stall = StallWatchdog::start(
