@@ -197,6 +197,13 @@ ChatRequest parse_chat_request(const Json& body, MediaUrlPolicy policy) {
       throw bad_request(
           "'chat_template_kwargs' has more than " + std::to_string(kMaxTemplateKwargs) + " keys",
           "chat_template_kwargs");
+    // The template's own variables come from the request's fields; kwargs may set the others (vLLM
+    // lets them replace tools, documents and add_generation_prompt too), but never the messages: the
+    // prompt would no longer be the conversation that was checked (its roles, media, tool calls).
+    if (kw->contains("messages"))
+      throw bad_request(
+          "'chat_template_kwargs' may not set 'messages': the request's 'messages' are the conversation",
+          "chat_template_kwargs.messages");
     req.chat.chat_template_kwargs = *kw;
   }
   // vLLM: enable_thinking follows the effort unless the kwargs set it.

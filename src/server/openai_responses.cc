@@ -203,10 +203,12 @@ Json chat_completion_json(const ResponseMeta& meta, const std::vector<ChoiceStat
     }
     if (!c.tool_calls.empty()) {
       Json calls = Json::array();
+      // The arguments as streamed: a closed call without any is "{}" already (the parser writes it);
+      // one cut off by max_tokens right after its name keeps its "" here too (finish_reason "length").
       for (const ToolCallState& t : c.tool_calls)
         calls.push_back({{"id", t.id},
                          {"type", "function"},
-                         {"function", {{"name", t.name}, {"arguments", t.arguments.empty() ? "{}" : t.arguments}}}});
+                         {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
       msg["tool_calls"] = calls;
     }
     out_choices.push_back({{"index", i},

@@ -209,6 +209,7 @@ ResponsesRequest parse_responses_request(const Json& body, MediaUrlPolicy policy
   // Moved in last: a growing ordered_json copies its members (their keys are const), and the
   // messages hold the prompt.
   chat["messages"] = std::move(messages);
+  static_cast<void>(json_bool(body, "store"));  // a boolean or absent: "no" or {} would have stored it anyway
   req.chat = parse_chat_request(chat, policy);
   req.output_logprobs = logprobs;
   req.sealed_reasoning = sealed_reasoning;

@@ -1,9 +1,11 @@
 // Chat-template rendering with transformers' variables (see chat_template.h).
 #include "text/chat_template.h"
-#include "text/json_parse.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "text/json_parse.h"
 
 namespace tf {
 namespace {
@@ -85,6 +87,9 @@ Expected<ChatTemplate> ChatTemplate::create(std::string_view source, const nlohm
   jinja::TemplateOptions options;
   options.name = std::move(name);
   TF_ASSIGN_OR_RETURN(auto tmpl, jinja::Template::parse(source, options));
+  // A template that fails to load names its whole path (the operator's log); one that fails on a
+  // request names only its file, since the message goes to the client, who need not learn our folders.
+  tmpl.rename(std::filesystem::path(tmpl.options().name).filename().string());
   return ChatTemplate(std::move(tmpl), token_string(tokenizer_config, "bos_token"),
                       token_string(tokenizer_config, "eos_token"));
 }

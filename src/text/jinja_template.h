@@ -56,6 +56,8 @@ class Template {
   // The same, moving the context's strings into the template's values instead of copying them.
   Expected<std::string> render(nlohmann::ordered_json&& context, const RenderOptions& options = {}) const;
   const TemplateOptions& options() const { return options_; }
+  // The name render errors give from now on (parse errors had the one it was parsed with).
+  void rename(std::string name) { options_.name = std::move(name); }
 
  private:
   template <typename Context>

@@ -299,3 +299,20 @@ TEST(ChatTemplateGlm53, SpecialTokenTable) {
 }
 
 }  // namespace
+
+// A template that fails to load names its whole path (the operator reads it at start); one that
+// fails while rendering a request names only its file (the message is the client's 400).
+TEST(ChatTemplateErrors, RenderErrorsNameTheFileNotTheServersFolders) {
+  const std::string path = "/srv/models/secret-folder/chat_template.jinja";
+  auto broken = tf::ChatTemplate::create("{% if %}", nlohmann::json::object(), path);
+  ASSERT_FALSE(broken.has_value());
+  EXPECT_NE(broken.status().message().find(path), std::string::npos) << broken.status().message();
+  auto tmpl =
+      tf::ChatTemplate::create("{{ messages[0].content.missing.deeper }}", nlohmann::json::object(), path);
+  ASSERT_TRUE(tmpl.has_value()) << tmpl.status().to_string();
+  auto out = tmpl->render(user_hi());
+  ASSERT_FALSE(out.has_value());
+  const std::string message = out.status().message();
+  EXPECT_NE(message.find("chat_template.jinja:1:"), std::string::npos) << message;
+  EXPECT_EQ(message.find("secret-folder"), std::string::npos) << message;
+}

@@ -249,7 +249,7 @@ void set_tool_script(FakeEngine& e) {
   t3.tool_calls.push_back({0, "", "", "ris\"}"});
   e.script.push_back(t3);
   GenerationEvent t4;
-  t4.tool_calls.push_back({1, "call_def", "get_time", ""});
+  t4.tool_calls.push_back({1, "call_def", "get_time", "{}"});  // a closed call without arguments, as parsed
   e.script.push_back(t4);
   GenerationEvent fin;
   fin.kind = GenerationEvent::Kind::kFinish;
@@ -305,6 +305,36 @@ TEST(ServerHttp, ToolCallsNonStreamingAndStreaming) {
   EXPECT_EQ(heads[0], 1);
   EXPECT_EQ(heads[1], 1);
   EXPECT_EQ(args[0], m["tool_calls"][0]["function"]["arguments"]);
+  EXPECT_EQ(args[1], m["tool_calls"][1]["function"]["arguments"]);
+}
+
+// A call cut off by max_tokens right after its name has no arguments yet: the reply says so the
+// same way streamed or not ("", finish_reason "length"), not "{}" (which reads as a complete call).
+TEST(ServerHttp, ACallCutOffAfterItsNameKeepsEmptyArgumentsBothWays) {
+  TestServer ts;
+  ts.engine.script.clear();
+  GenerationEvent head;
+  head.tool_calls.push_back({0, "call_cut", "get_weather", ""});
+  ts.engine.script.push_back(head);
+  GenerationEvent fin;
+  fin.kind = GenerationEvent::Kind::kFinish;
+  fin.finish_reason = FinishReason::kLength;
+  fin.completion_tokens = 4;
+  ts.engine.script.push_back(fin);
+  auto c = ts.client();
+  Json j = post_json(c, "/v1/chat/completions", tool_body());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "");
+  Json sb = tool_body();
+  sb["stream"] = true;
+  std::string streamed;
+  for (const Json& ch : stream_chunks(c, "/v1/chat/completions", sb)) {
+    const Json& d = ch["choices"][0]["delta"];
+    if (d.contains("tool_calls"))
+      for (const Json& t : d["tool_calls"]) streamed += t["function"]["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, "");
 }
 
 TEST(ServerHttp, EngineErrorMidStream) {

@@ -220,6 +220,34 @@ TEST(ServerParse, CompletionsPromptForms) {
   EXPECT_EQ(*r.max_tokens, 0);
 }
 
+// chat_template_kwargs may set any template variable but the conversation itself; a Responses
+// request's `store` is a boolean (a string or object used to be stored anyway, and echoed back).
+TEST(ServerParse, KwargsCannotReplaceTheMessagesAndStoreIsABoolean) {
+  Json b = chat();
+  b["chat_template_kwargs"] = {{"enable_thinking", false}, {"add_generation_prompt", false}, {"custom", 1}};
+  EXPECT_EQ(parse_chat_request(b).chat.chat_template_kwargs["custom"], 1);
+  b["chat_template_kwargs"]["messages"] = Json::array();
+  try {
+    parse_chat_request(b);
+    ADD_FAILURE() << "chat_template_kwargs.messages was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param().value_or(""), "chat_template_kwargs.messages");
+    EXPECT_EQ(e.http_status(), 400);
+  }
+  Json r = {{"input", "hi"}};
+  EXPECT_NO_THROW(parse_responses_request(r));
+  for (const Json& bad : {Json("no"), Json::object(), Json::array({false}), Json(0)}) {
+    r["store"] = bad;
+    try {
+      parse_responses_request(r);
+      ADD_FAILURE() << "store " << bad.dump() << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param().value_or(""), "store");
+      EXPECT_EQ(e.http_status(), 400);
+    }
+  }
+}
+
 TEST(ServerParse, ResponsesMapOntoChat) {
   Json b = {{"input",
              {{{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "hi"}}}}},
