@@ -24,8 +24,11 @@ constexpr size_t kReadBufferBytes = 4096;
 constexpr milliseconds kStopPollInterval{100};
 // After a refused head: how long, and how many bytes, the client's rest is read and dropped
 // before the socket is closed (see drain_before_close).
+// Enough for a client still sending a large body on a fast link to finish and read the answer
+// (with 1 MiB, a 17 MB body refused early met a reset instead of its 400); an endless sender is
+// still cut off.
 constexpr milliseconds kDrainTime{1000};
-constexpr size_t kDrainBytes = size_t{1} << 20;
+constexpr size_t kDrainBytes = size_t{32} << 20;
 
 thread_local HeadRefusal t_head_refusal = HeadRefusal::kNone;
 thread_local bool t_close_after_answer = false;

@@ -71,10 +71,12 @@ bool RequestBody::read_through(Keep&& keep) {
     dropped += n;
     return dropped <= max_bytes_;
   };
-  if (req_.is_multipart_form_data())  // httplib parses the parts; they are dropped
-    return reader_([](const httplib::MultipartFormData&) { return true; },
-                   [&](const char* data, size_t n) { return receive(data, n); });
-  return reader_([&](const char* data, size_t n) { return receive(data, n); });
+  const bool whole = req_.is_multipart_form_data()  // httplib parses the parts; they are dropped
+                         ? reader_([](const httplib::MultipartFormData&) { return true; },
+                                   [&](const char* data, size_t n) { return receive(data, n); })
+                         : reader_([&](const char* data, size_t n) { return receive(data, n); });
+  cut_short_ = !whole;
+  return whole;
 }
 
 std::string RequestBody::read(const Reserve& reserve) {
@@ -127,9 +129,15 @@ std::string RequestBody::read(const Reserve& reserve) {
                    "request body exceeds " + byte_size_text(static_cast<int64_t>(max_bytes_)) +
                        (length_known_ ? "" : " (as decoded)"),
                    "invalid_request_error", "body");
-  if (!whole)
+  if (!whole) {
+    const std::string encoding = req_.get_header_value("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity")
+      throw bad_request("the request body could not be read: it is not valid Content-Encoding: " + encoding +
+                            " data (or the connection ended)",
+                        "body");
     throw bad_request("the request body could not be read: the connection ended or its framing is broken",
                       "body");
+  }
   if (req_.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0 &&
       body.size() > kFormBodyLimit)
     throw ApiError(413,

@@ -64,9 +64,10 @@ class RequestBody {
   // Reads through and drops what is left unread; a no-op after read(), and once abandoned.
   void discard_rest();
 
-  // Whether the body fell behind its pace and its rest was left unread: the connection cannot
-  // serve another request and must close after the answer.
-  bool abandoned() const { return late_; }
+  // Whether the rest of the body was left unread (it fell behind its pace, ran past the limit,
+  // or could not be decoded): the connection cannot serve another request and must close after
+  // the answer, reading what the client still sends so that the answer reaches it.
+  bool abandoned() const { return late_ || cut_short_; }
 
  private:
   // Reads the body through `keep` (false: stop keeping, drop the rest); true when it was
@@ -84,6 +85,7 @@ class RequestBody {
   std::chrono::steady_clock::duration paused_{};
   uint64_t received_ = 0;  // raw bytes through the reader
   bool late_ = false;
+  bool cut_short_ = false;  // the reader stopped before the body's end
   bool length_known_ = false;
   uint64_t length_ = 0;
   bool consumed_ = false;
