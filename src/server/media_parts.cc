@@ -126,6 +126,10 @@ ApiError media_error(const Status& status, const MediaSources& sources) {
     return ApiError(plain.http_status(), client + message.substr(converted.size()), plain.type(), client,
                     plain.code());
   }
+  // The rest is the conversation's as a whole: the chat template's errors (its raise_exception, a
+  // render past its budget), the images and videos it holds in all.
+  if (plain.http_status() == 400 && !plain.param())
+    return ApiError(400, message, plain.type(), "messages", plain.code());
   return plain;
 }
 

@@ -144,11 +144,16 @@ class FakeEngine : public EngineApi {
   // place in the messages it was given ("messages[1].content[0]: ..."). Keeps the
   // messages it was given in `rendered_messages`.
   bool refuse_media = false;
+  // Refuses the conversation as a whole, as a chat template's raise_exception does.
+  bool refuse_conversation = false;
   Expected<RenderedPrompt> render_chat_media(const ChatPrompt& chat) const override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       rendered_messages = chat.messages;
     }
+    if (refuse_conversation)
+      return invalid_argument(
+          "chat template: chat_template.jinja:3:7: raise_exception: roles must alternate (fake)");
     for (size_t i = 0; refuse_media && i < chat.messages.size(); ++i) {
       const auto& content = chat.messages[i].value("content", nlohmann::ordered_json());
       for (size_t j = 0; content.is_array() && j < content.size(); ++j) {

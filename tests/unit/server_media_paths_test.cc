@@ -50,6 +50,16 @@ TEST(ServerMediaPaths, ChatErrorsNameTheMessageAndGiveParam) {
   EXPECT_EQ(e["param"], "messages[1].content[1]") << e.dump();
 }
 
+// An error of the conversation as a whole (the chat template refused it) gives param "messages".
+TEST(ServerMediaPaths, ConversationErrorsGiveParamMessages) {
+  TestServer ts;
+  ts.engine.refuse_conversation = true;
+  Json body = {{"model", "fake-model"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  Json e = refusal(ts, "/v1/chat/completions", body);
+  EXPECT_TRUE(starts_with(e["message"], "chat template: ")) << e.dump();
+  EXPECT_EQ(e["param"], "messages") << e.dump();
+}
+
 TEST(ServerMediaPaths, ResponsesErrorsNameTheInputItem) {
   TestServer ts;
   ts.engine.refuse_media = true;
