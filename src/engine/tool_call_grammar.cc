@@ -88,6 +88,8 @@ Expected<std::string> function_rules(const json& fn, const std::string& rule, bo
     out += arg + " ::= \"<arg_key>\" [^<]+ \"</arg_key>\" \"<arg_value>\" raw \"</arg_value>\" \"\\n\"?\n";
     return out;
   }
+  const auto strict_it = fn.find("strict");
+  const bool strict = strict_it != fn.end() && strict_it->is_boolean() && strict_it->get<bool>();
   std::set<std::string> required;
   const json& params = fn.at("parameters");
   if (auto r = params.find("required"); r != params.end() && r->is_array()) {
@@ -108,8 +110,14 @@ Expected<std::string> function_rules(const json& fn, const std::string& rule, bo
     }
     // A JSON value of the parameter's schema, its rules renamed into this grammar.
     auto g = grammar::json_schema_to_gbnf(schema);
-    // A schema the converter does not support takes any JSON value; one too large is refused.
+    // A schema the converter does not support takes any JSON value (agents send schemas of every
+    // kind), unless the function is `strict` (OpenAI's promise that its calls follow the schema):
+    // then it is refused, naming the parameter, as response_format never fails open. One too
+    // large is refused either way.
     if (!g && grammar::is_grammar_too_large(g.status())) return g.status();
+    if (!g && strict)
+      return invalid_argument("'tools': function " + name + " is strict, but its parameter '" + key +
+                              "' cannot be enforced: " + g.status().message());
     TF_RETURN_IF_ERROR(check_size(out.size() + values.size() + (g ? g->size() * 2 : 0)));
     if (g) {
       values += grammar::prefix_gbnf_rules(*g, value + "-");

@@ -133,6 +133,23 @@ TEST(ToolCallGrammar, RefusesWhatCannotBeCalled) {
   EXPECT_FALSE(tool_call_gbnf(json::parse(R"([{"type": "function", "function": {}}])"), {}).has_value());
 }
 
+// A parameter schema the grammar cannot enforce (here multipleOf) takes any JSON value, unless the
+// function is strict: then the call grammar is refused, naming the parameter and the keyword.
+TEST(ToolCallGrammar, AStrictFunctionsUnenforceableSchemaIsRefused) {
+  const json loose =
+      json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer", "multipleOf": 7}}, "required": ["a"]}}}])");
+  EXPECT_TRUE(tool_call_gbnf(loose, {}).has_value());
+  json strict = loose;
+  strict[0]["function"]["strict"] = true;
+  auto refused = tool_call_gbnf(strict, {});
+  ASSERT_FALSE(refused.has_value());
+  const std::string m = refused.status().message();
+  EXPECT_EQ(m.rfind("'tools': ", 0), 0u) << m;
+  EXPECT_NE(m.find("'a'"), std::string::npos) << m;
+  EXPECT_NE(m.find("multipleOf"), std::string::npos) << m;
+}
+
 // Each tool's schema converts within the grammar budget (grammar_budget.h), but 60 of them
 // made 50 MB of grammar text; and a schema past the budget silently took any JSON value.
 TEST(ToolCallGrammar, ToolSetsPastTheGrammarBudgetAreRefused) {
