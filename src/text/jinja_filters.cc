@@ -287,8 +287,9 @@ const std::unordered_map<std::string, Filter>& filters() {
     std::unordered_map<std::string, Filter> f;
     f["abs"] = [](const Value& v, CallArgs&) {
       if (v.is_float()) return Value(std::fabs(v.as_double()));
-      if (v.is_big_int()) return v.str()[0] == '-' ? Value::integer_from_text(v.str().substr(1)) : v;
-      if (v.is_int() && v.as_int() == INT64_MIN) return Value::integer_from_text("9223372036854775808");
+      // Negatives past int64 (and -2**63 itself) negate as unary minus does.
+      if (v.is_big_int() || (v.is_int() && v.as_int() == INT64_MIN))
+        return v.is_int() || v.str()[0] == '-' ? unary_op("-", v) : v;
       if (v.is_int() || v.is_bool()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
       throw JinjaError(std::string("TypeError: bad operand type for abs(): '") + v.type_name() + "'");
     };

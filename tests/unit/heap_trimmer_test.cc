@@ -35,9 +35,6 @@ int64_t resident_bytes() {
 // they live in the thread's arena), every other one freed, so the free half is holes that the
 // allocator does not give back by itself.
 TEST(HeapTrim, FreedArenaMemoryGoesBackToTheSystem) {
-#if !defined(__GLIBC__)
-  GTEST_SKIP() << "glibc's allocator only";
-#endif
   constexpr size_t kBlock = 64 << 10, kBlocks = 2048;
   std::vector<void*> kept;
   std::thread worker([&] {
