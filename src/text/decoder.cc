@@ -270,8 +270,9 @@ Expected<std::unique_ptr<Decoder>> build(const json& c) {
   }
   if (type == "Replace") {
     const json& pat = c.at("pattern");
-    Expected<Regex> re = pat.contains("Regex") ? Regex::compile(pat.at("Regex").get<std::string>())
-                                               : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = pat.contains("Regex")
+                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
+                             : Regex::literal(pat.at("String").get<std::string>());
     if (!re) return re.status().with_context("decoder Replace");
     return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(*re), c.at("content").get<std::string>()));
   }

@@ -233,8 +233,9 @@ Expected<std::unique_ptr<Normalizer>> build(const json& c) {
   }
   if (type == "Replace") {
     const json& pat = c.at("pattern");
-    Expected<Regex> re = pat.contains("Regex") ? Regex::compile(pat.at("Regex").get<std::string>())
-                                               : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = pat.contains("Regex")
+                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
+                             : Regex::literal(pat.at("String").get<std::string>());
     if (!re) return re.status().with_context("normalizer Replace");
     std::string literal = pat.contains("Regex") ? std::string() : pat.at("String").get<std::string>();
     return std::unique_ptr<Normalizer>(

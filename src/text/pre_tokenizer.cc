@@ -197,8 +197,9 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
   }
   if (type == "Split") {
     const json& pat = c.at("pattern");
-    Expected<Regex> re = pat.contains("Regex") ? Regex::compile(pat.at("Regex").get<std::string>())
-                                               : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = pat.contains("Regex")
+                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
+                             : Regex::literal(pat.at("String").get<std::string>());
     if (!re) return re.status().with_context("pre_tokenizer Split");
     TF_ASSIGN_OR_RETURN(SplitBehavior b, parse_split_behavior(c.value("behavior", std::string("Isolated"))));
     // transformers.js: with invert only the matches are kept; "Removed" drops the delimiters,
@@ -212,7 +213,7 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
   if (type == "ByteLevel") {
     std::unique_ptr<Regex> re;
     if (c.value("use_regex", true)) {
-      TF_ASSIGN_OR_RETURN(Regex r, Regex::compile(kGpt2Pattern));
+      TF_ASSIGN_OR_RETURN(Regex r, Regex::compile(kGpt2Pattern, Regex::Syntax::kOniguruma));
       re = std::make_unique<Regex>(std::move(r));
     }
     return std::unique_ptr<PreTokenizer>(new ByteLevelPreTokenizer(c.value("add_prefix_space", false), std::move(re)));
@@ -239,8 +240,9 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
     if (!pat.is_object() || !(pat.contains("Regex") || pat.contains("String"))) {
       return invalid_argument("pre_tokenizer Replace: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}");
     }
-    Expected<Regex> re = pat.contains("Regex") ? Regex::compile(pat.at("Regex").get<std::string>())
-                                               : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = pat.contains("Regex")
+                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
+                             : Regex::literal(pat.at("String").get<std::string>());
     if (!re) return re.status().with_context("pre_tokenizer Replace");
     return std::unique_ptr<PreTokenizer>(new ReplacePreTokenizer(std::move(*re), c.at("content").get<std::string>()));
   }

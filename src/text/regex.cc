@@ -5,6 +5,7 @@
 
 #include <pcre2.h>
 
+#include "text/oniguruma_pattern.h"
 #include "text/utf8.h"
 
 namespace tf::text {
@@ -21,16 +22,26 @@ Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
 Regex::~Regex() = default;
 
-Expected<Regex> Regex::compile(std::string_view pattern) {
+Expected<Regex> Regex::compile(std::string_view pattern, Syntax syntax) {
+  const bool onig = syntax == Syntax::kOniguruma;
+  const std::string translated = onig ? pcre2_from_oniguruma(pattern) : std::string(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
+  // Newlines are LF alone whatever the library was built with: Oniguruma's '.' and line anchors
+  // know only \n.
+  pcre2_compile_context* context = pcre2_compile_context_create(nullptr);
+  if (context != nullptr) pcre2_set_newline(context, PCRE2_NEWLINE_LF);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (onig ? PCRE2_MULTILINE : 0u),
+                                   &error, &offset, context);
+  if (context != nullptr) pcre2_compile_context_free(context);
   if (code == nullptr) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(error, buf, sizeof(buf));
-    return invalid_argument("regex '" + std::string(pattern) + "': " + reinterpret_cast<char*>(buf) +
-                            " at offset " + std::to_string(offset));
+    const std::string as_compiled =
+        translated == pattern ? "" : " (rewritten for PCRE2 as '" + translated + "')";
+    return invalid_argument("regex '" + std::string(pattern) + "'" + as_compiled + ": " +
+                            reinterpret_cast<char*>(buf) + " at offset " + std::to_string(offset));
   }
   Regex r;
   r.impl_ = std::make_unique<Impl>();

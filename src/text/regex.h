@@ -1,7 +1,8 @@
 // A compiled PCRE2 regular expression (UTF + UCP, JIT when available) that reports every
 // non-overlapping match in a UTF-8 string, one at a time (RegexMatches) or as a list (find_all).
-// Hugging Face tokenizers write their patterns for the Oniguruma engine; PCRE2 accepts the same
-// syntax for what they use (\p{..}, (?i:..), lookahead).
+// Hugging Face tokenizers write their patterns for the Oniguruma engine (Ruby syntax): compile them
+// with Syntax::kOniguruma, which rewrites the escapes PCRE2 reads differently
+// (text/oniguruma_pattern.h) and makes ^ and $ line anchors, as they are there.
 #pragma once
 
 #include <memory>
@@ -18,8 +19,12 @@ class RegexMatches;
 
 class Regex {
  public:
+  enum class Syntax {
+    kPcre2,      // PCRE2's own meaning (the Jinja engine's character classes)
+    kOniguruma,  // a tokenizer.json pattern, matched as the Rust `tokenizers` matches it
+  };
   // Compiles `pattern`; the error names the pattern and the offset PCRE2 complains about.
-  static Expected<Regex> compile(std::string_view pattern);
+  static Expected<Regex> compile(std::string_view pattern, Syntax syntax = Syntax::kPcre2);
   // A pattern that matches `literal` exactly.
   static Expected<Regex> literal(std::string_view literal);
 
