@@ -6,10 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/metaspace.h"
 #include "text/normalizer.h"
 #include "text/pre_tokenizer.h"
-#include "text/tokenizer.h"
 #include "text/regex.h"
+#include "text/tokenizer.h"
 #include "text/utf8.h"
 
 namespace tf::text {
@@ -277,8 +278,8 @@ Expected<std::unique_ptr<Decoder>> build(const json& c) {
     return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(*re), c.at("content").get<std::string>()));
   }
   if (type == "Metaspace") {
-    const bool strip = c.contains("add_prefix_space") && c.at("add_prefix_space").is_boolean() &&
-                       c.at("add_prefix_space").get<bool>();
+    // The first token's leading space is the one the pre-tokenizer prepended.
+    const bool strip = metaspace_prepend(c) != MetaspacePrepend::kNever;
     return std::unique_ptr<Decoder>(new MetaspaceDecoder(c.value("replacement", std::string("\u2581")), strip));
   }
   if (type == "WordPiece") {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "text/metaspace.h"
 #include "text/regex.h"
 #include "text/split_behavior.h"
 #include "text/utf8.h"
@@ -96,10 +97,8 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
 // section of the input). The text is not split ("split" is ignored, as in transformers.js).
 class MetaspacePreTokenizer final : public PreTokenizer {
  public:
-  enum class Prepend { kAlways, kFirst, kNever };
-  MetaspacePreTokenizer(std::string replacement, std::string str_rep, bool add_prefix_space, Prepend prepend)
-      : replacement_(std::move(replacement)), str_rep_(std::move(str_rep)), add_prefix_space_(add_prefix_space),
-        prepend_(prepend) {}
+  MetaspacePreTokenizer(std::string replacement, std::string str_rep, MetaspacePrepend prepend)
+      : replacement_(std::move(replacement)), str_rep_(std::move(str_rep)), prepend_(prepend) {}
   void pre_tokenize(std::string_view piece, bool first_section, PieceSink sink) const override {
     // Sized once, the prefix included: the piece may be a whole long section.
     const size_t spaces = static_cast<size_t>(std::count(piece.begin(), piece.end(), ' '));
@@ -113,15 +112,14 @@ class MetaspacePreTokenizer final : public PreTokenizer {
       }
     }
     const bool want =
-        add_prefix_space_ && (prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && first_section));
+        prepend_ == MetaspacePrepend::kAlways || (prepend_ == MetaspacePrepend::kFirst && first_section);
     if (want && s.rfind(replacement_, 0) != 0) s.insert(0, str_rep_);
     sink(s);
   }
 
  private:
   std::string replacement_, str_rep_;
-  bool add_prefix_space_;
-  Prepend prepend_;
+  MetaspacePrepend prepend_;
 };
 
 // Replace (transformers.js's custom pre-tokenizer, for BlenderbotSmall): each piece with every
@@ -252,15 +250,8 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
     if (c.contains("str_rep") && c.at("str_rep").is_string() && !c.at("str_rep").get<std::string>().empty()) {
       str_rep = c.at("str_rep").get<std::string>();
     }
-    const std::string scheme = (c.contains("prepend_scheme") && c.at("prepend_scheme").is_string())
-                                   ? c.at("prepend_scheme").get<std::string>()
-                                   : std::string("always");
-    MetaspacePreTokenizer::Prepend p = scheme == "always" ? MetaspacePreTokenizer::Prepend::kAlways
-                                       : scheme == "first" ? MetaspacePreTokenizer::Prepend::kFirst
-                                                           : MetaspacePreTokenizer::Prepend::kNever;
-    const bool add_prefix_space = c.contains("add_prefix_space") && c.at("add_prefix_space").is_boolean() &&
-                                  c.at("add_prefix_space").get<bool>();
-    return std::unique_ptr<PreTokenizer>(new MetaspacePreTokenizer(replacement, str_rep, add_prefix_space, p));
+    return std::unique_ptr<PreTokenizer>(
+        new MetaspacePreTokenizer(replacement, str_rep, metaspace_prepend(c)));
   }
   return unimplemented("pre_tokenizer type \"" + type + "\" is not supported");
 }

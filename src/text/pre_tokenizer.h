@@ -2,7 +2,9 @@
 // Digits, Metaspace, Whitespace/WhitespaceSplit, BertPreTokenizer, Punctuation, Replace and
 // Sequence. A pre-tokenizer turns one piece of normalized text into the "words" that the model
 // encodes independently. Digits, Whitespace, WhitespaceSplit, BertPreTokenizer, Punctuation and
-// Metaspace behave as in transformers.js (ASCII \d and \w, JavaScript's \s, no Metaspace split).
+// Metaspace behave as in transformers.js (ASCII \d and \w, JavaScript's \s, no Metaspace split),
+// except Metaspace's prepend rule, which is the Rust library's (text/metaspace.h). Split and
+// ByteLevel patterns are matched as Oniguruma matches them (text/oniguruma_pattern.h).
 //
 // Pre-tokenizers stream: each word is handed to a PieceSink as soon as it is cut, and only lives
 // for that call. Every pre-tokenizer treats each piece on its own (none looks at the piece before

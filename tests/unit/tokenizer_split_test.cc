@@ -73,16 +73,27 @@ TEST(DigitsPreTokenizer, GroupsOrIsolatesAsciiDigits) {
             (Pieces{"ab", "123", "c\u0663", "45"}));
 }
 
-TEST(MetaspacePreTokenizer, ReplacesSpacesAndPrependsLikeTransformersJs) {
-  // No split (transformers.js ignores "split"); the prefix needs add_prefix_space.
+TEST(MetaspacePreTokenizer, ReplacesSpacesAndPrependsAsTheRustLibraryReadsTheScheme) {
+  // No split (neither transformers.js version splits at the replacement).
   const json c = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "first"}, {"split", true}};
   EXPECT_EQ(run(c, "Hey friend", true), (Pieces{"\u2581Hey\u2581friend"}));
   EXPECT_EQ(run(c, "Hey friend", false), (Pieces{"Hey\u2581friend"}));
   const json always = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "always"}};
   EXPECT_EQ(run(always, "Hey friend  x", false), (Pieces{"\u2581Hey\u2581friend\u2581\u2581x"}));
   EXPECT_EQ(run(always, " x", false), (Pieces{"\u2581x"}));  // already starts with the replacement
-  const json no_aps = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
-  EXPECT_EQ(run(no_aps, "Hey friend"), (Pieces{"Hey\u2581friend"}));
+  // Files of current `tokenizers` carry prepend_scheme alone: it applies (transformers.js 3 wanted
+  // add_prefix_space too and lost the "\u2581" of every ALBERT / T5-style tokenizer saved that way).
+  const json scheme_only = {
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+  EXPECT_EQ(run(scheme_only, "Hey friend"), (Pieces{"\u2581Hey\u2581friend"}));
+  EXPECT_EQ(run(json{{"type", "Metaspace"}, {"replacement", "\u2581"}}, "a"),
+            (Pieces{"\u2581a"}));  // default: always
+  // The legacy key alone: false means never, true always.
+  EXPECT_EQ(run(json{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", false}}, "a b"),
+            (Pieces{"a\u2581b"}));
+  EXPECT_EQ(
+      run(json{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}, "a b", false),
+      (Pieces{"\u2581a\u2581b"}));
   const json never = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "never"}};
   EXPECT_EQ(run(never, "a b"), (Pieces{"a\u2581b"}));
 }

@@ -140,8 +140,8 @@ TEST(Bpe, ByteFallbackTemplateAndSentencePieceDecoders) {
 }
 
 TEST(Decoders, MetaspaceRestoresSpacesAndDropsThePrefix) {
-  // transformers.js: the first token loses one leading space only when add_prefix_space is true
-  // (prepend_scheme is not read by its decoder).
+  // The first token loses one leading space unless nothing was prepended: prepend_scheme "never",
+  // or the legacy add_prefix_space false (the Rust library's reading of the two keys).
   json j;
   j["model"] = {{"type", "BPE"}, {"vocab", {{"\u2581Hey", 0}, {"\u2581friend", 1}, {"!", 2}, {"\u2581\u2581", 3}}}, {"merges", json::array()}};
   j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}, {"prepend_scheme", "always"}};
@@ -150,7 +150,9 @@ TEST(Decoders, MetaspaceRestoresSpacesAndDropsThePrefix) {
   EXPECT_EQ(t->decode(Ids{3, 0}), "  Hey");  // "▁▁" first: one space dropped, one kept
   j["decoder"]["add_prefix_space"] = false;
   EXPECT_EQ(build(j)->decode(Ids{0, 1, 2}), " Hey friend!");
-  j["decoder"].erase("add_prefix_space");
+  j["decoder"].erase("add_prefix_space");  // prepend_scheme "always" alone, as current files write it
+  EXPECT_EQ(build(j)->decode(Ids{0, 1, 2}), "Hey friend!");
+  j["decoder"]["prepend_scheme"] = "never";
   EXPECT_EQ(build(j)->decode(Ids{0, 1, 2}), " Hey friend!");
 }
 
