@@ -11,6 +11,7 @@
 #include "text/pre_tokenizer.h"
 #include "text/regex.h"
 #include "text/tokenizer.h"
+#include "text/tokenizer_pattern.h"
 #include "text/utf8.h"
 
 namespace tf::text {
@@ -271,9 +272,7 @@ Expected<std::unique_ptr<Decoder>> build(const json& c) {
   }
   if (type == "Replace") {
     const json& pat = c.at("pattern");
-    Expected<Regex> re = pat.contains("Regex")
-                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
-                             : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = compile_tokenizer_pattern(pat);
     if (!re) return re.status().with_context("decoder Replace");
     return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(*re), c.at("content").get<std::string>()));
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "text/regex.h"
+#include "text/tokenizer_pattern.h"
 #include "text/unicode.h"
 #include "text/utf8.h"
 
@@ -233,9 +234,7 @@ Expected<std::unique_ptr<Normalizer>> build(const json& c) {
   }
   if (type == "Replace") {
     const json& pat = c.at("pattern");
-    Expected<Regex> re = pat.contains("Regex")
-                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
-                             : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = compile_tokenizer_pattern(pat);
     if (!re) return re.status().with_context("normalizer Replace");
     std::string literal = pat.contains("Regex") ? std::string() : pat.at("String").get<std::string>();
     return std::unique_ptr<Normalizer>(

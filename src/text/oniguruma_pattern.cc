@@ -64,9 +64,9 @@ std::string pcre2_from_oniguruma(std::string_view p) {
         case 'H':
           out += in_class ? std::string(kNotHex) : bracket(kHex, true);
           break;
-        case 'b':
+        case 'b':  // inside a class, a backspace in both syntaxes
           out += in_class ? std::string(R"(\b)") : boundary;
-          break;  // backspace in a class
+          break;
         case 'B':
           out += in_class ? std::string(R"(\B)") : inside;
           break;

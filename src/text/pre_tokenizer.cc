@@ -11,6 +11,7 @@
 #include "text/metaspace.h"
 #include "text/regex.h"
 #include "text/split_behavior.h"
+#include "text/tokenizer_pattern.h"
 #include "text/utf8.h"
 
 namespace tf::text {
@@ -195,9 +196,7 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
   }
   if (type == "Split") {
     const json& pat = c.at("pattern");
-    Expected<Regex> re = pat.contains("Regex")
-                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
-                             : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = compile_tokenizer_pattern(pat);
     if (!re) return re.status().with_context("pre_tokenizer Split");
     TF_ASSIGN_OR_RETURN(SplitBehavior b, parse_split_behavior(c.value("behavior", std::string("Isolated"))));
     // transformers.js: with invert only the matches are kept; "Removed" drops the delimiters,
@@ -238,9 +237,7 @@ Expected<std::unique_ptr<PreTokenizer>> build(const json& c) {
     if (!pat.is_object() || !(pat.contains("Regex") || pat.contains("String"))) {
       return invalid_argument("pre_tokenizer Replace: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}");
     }
-    Expected<Regex> re = pat.contains("Regex")
-                             ? Regex::compile(pat.at("Regex").get<std::string>(), Regex::Syntax::kOniguruma)
-                             : Regex::literal(pat.at("String").get<std::string>());
+    Expected<Regex> re = compile_tokenizer_pattern(pat);
     if (!re) return re.status().with_context("pre_tokenizer Replace");
     return std::unique_ptr<PreTokenizer>(new ReplacePreTokenizer(std::move(*re), c.at("content").get<std::string>()));
   }

@@ -78,12 +78,6 @@ json reference() {
   return ref;
 }
 
-std::string show(const std::vector<TokenId>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 void check_tokenizer(const json& ref, const std::string& name) {
   SCOPED_TRACE(name);
   const json& corpus = ref.at("corpus");
@@ -110,8 +104,8 @@ void check_tokenizer(const json& ref, const std::string& name) {
     if (got != expected) {
       ++id_mismatch;
       if (reported++ < 10) {
-        ADD_FAILURE() << name << " string #" << i << " " << json(s).dump() << "\n  expected " << show(expected)
-                      << "\n  got      " << show(got);
+        ADD_FAILURE() << name << " string #" << i << " " << json(s).dump() << "\n  expected "
+                      << testing::show_ids(expected) << "\n  got      " << testing::show_ids(got);
       }
     }
     // Decoding is compared on the reference ids, so that it is tested even where encoding differs.

@@ -12,18 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "text/tokenizer.h"
+#include "tokenizer_test_util.h"
 
 namespace tf::text {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-std::string show(const std::vector<TokenId>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 TEST(TokenizerRustReference, EdgeCasesMatchRustTokenizers) {
   const fs::path data = fs::path(TF_TEST_DATA_DIR) / "tokenizer-reference" / "rust_edge_cases.json";
@@ -49,8 +44,8 @@ TEST(TokenizerRustReference, EdgeCasesMatchRustTokenizers) {
       const std::vector<TokenId> expected = ids[i].get<std::vector<TokenId>>();
       const std::vector<TokenId> got = (*tok)->encode(s, true);
       if (got != expected && mismatches++ < 5) {
-        ADD_FAILURE() << name << " string #" << i << " " << json(s).dump() << "\n  rust " << show(expected)
-                      << "\n  got  " << show(got);
+        ADD_FAILURE() << name << " string #" << i << " " << json(s).dump() << "\n  rust "
+                      << testing::show_ids(expected) << "\n  got  " << testing::show_ids(got);
       }
     }
     EXPECT_EQ(mismatches, 0u) << name;

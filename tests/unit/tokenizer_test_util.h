@@ -10,6 +10,13 @@
 
 namespace tf::text::testing {
 
+// Ids as "[1,2,3]", for failure messages.
+inline std::string show_ids(const std::vector<TokenId>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 // The GLM-5.3 pre-tokenizer regex (shared/spec/glm53-checkpoint-facts.md §2.3).
 inline const char* kGlmPattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
