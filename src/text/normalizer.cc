@@ -128,6 +128,34 @@ class PrecompiledNormalizer final : public Normalizer {
   }
 };
 
+// Nmt (the Rust library's; transformers.js has none): drops the control characters SentencePiece's
+// NMT rule drops and turns its other separators (tab, newlines, U+1680, U+200B-U+200F, U+2028/9,
+// U+2581, U+FEFF, U+FFFD) into a space. Unlike Precompiled, no NFKC: the files chain that after.
+class NmtNormalizer final : public Normalizer {
+ public:
+  std::string normalize(std::string_view t) const override {
+    std::string out;
+    out.reserve(t.size());
+    char32_t cp;
+    for (size_t i = 0; i < t.size();) {
+      i = next_code_point(t, i, cp);
+      if ((cp >= 0x01 && cp <= 0x08) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) || cp == 0x7F ||
+          cp == 0x8F || cp == 0x9F) {
+        continue;
+      }
+      const bool space = cp == 0x09 || cp == 0x0A || cp == 0x0C || cp == 0x0D || cp == 0x1680 ||
+                         (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 || cp == 0x2581 ||
+                         cp == 0xFEFF || cp == 0xFFFD;
+      if (space) {
+        out.push_back(' ');
+      } else {
+        append_utf8(out, cp);
+      }
+    }
+    return out;
+  }
+};
+
 class PrependNormalizer final : public Normalizer {
  public:
   explicit PrependNormalizer(std::string p) : prepend_(std::move(p)) {}
@@ -204,6 +232,7 @@ Expected<std::unique_ptr<Normalizer>> build(const json& c) {
   if (type == "NFKD") return std::unique_ptr<Normalizer>(new UnicodeFormNormalizer(&nfkd));
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new LowercaseNormalizer());
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccentsNormalizer());
+  if (type == "Nmt") return std::unique_ptr<Normalizer>(new NmtNormalizer());
   if (type == "Precompiled") {
     // The charsmap is not used (see PrecompiledNormalizer), but a file without one is malformed.
     if (!c.contains("precompiled_charsmap") || !(c.at("precompiled_charsmap").is_string() || c.at("precompiled_charsmap").is_null())) {

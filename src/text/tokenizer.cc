@@ -1,6 +1,6 @@
 // Loading wires the tokenizer.json parts together; encode/decode follow the order described in
 // tokenizer.h. Added tokens from tokenizer_config.json's added_tokens_decoder that tokenizer.json
-// lacks are added too (transformers does the same).
+// lacks are added too (transformers does the same), unless the vocab holds another token at that id.
 #include "text/tokenizer.h"
 
 #include <cctype>
@@ -86,7 +86,10 @@ Status Tokenizer::init(const json& j) {
   }
   for (const auto& [id, t] : config_.added_tokens_decoder) {
     const bool known = std::any_of(added_.begin(), added_.end(), [&](const AddedToken& a) { return a.id == id; });
-    if (!known) added_.push_back(t);
+    // An id the model's vocab gives another token keeps it: tokenizer.json is what transformers.js
+    // and the Rust library read (a config declaring "  " at a vocab word's id split "  " apart).
+    const std::string* in_vocab = model_->id_to_token(id);
+    if (!known && (in_vocab == nullptr || *in_vocab == t.content)) added_.push_back(t);
   }
   for (AddedToken& t : added_) {
     // additional_special_tokens are skipped by decode(skip_special_tokens) like other specials.

@@ -21,7 +21,9 @@ struct TokenizerConfig {
   std::vector<std::string> additional_special_tokens;
   std::map<TokenId, AddedToken> added_tokens_decoder;
   // transformers' decode() option: removes spaces before punctuation (" ." -> ".").
-  bool clean_up_tokenization_spaces = false;
+  // Absent from the config it is on, as transformers.js (our tokenizer reference) and
+  // transformers' BERT-family classes read it; transformers' base class would say off.
+  bool clean_up_tokenization_spaces = true;
   std::optional<bool> add_bos_token, add_eos_token;
   // The default chat template (a "default" entry when the config holds a named list).
   std::optional<std::string> chat_template;

@@ -30,7 +30,9 @@ BpeTrainingResult train(const std::vector<std::string_view>& texts, size_t merge
 
 std::unique_ptr<Tokenizer> load(const BpeTrainingResult& r, const std::vector<AddedTokenSpec>& added = {}) {
   const nlohmann::json j = nlohmann::json::parse(byte_level_tokenizer_json(r, added).dump());
-  Expected<std::unique_ptr<Tokenizer>> t = Tokenizer::from_json(j);
+  TokenizerConfig verbatim;  // the tests round-trip text: no clean-up of spaces before punctuation
+  verbatim.clean_up_tokenization_spaces = false;
+  Expected<std::unique_ptr<Tokenizer>> t = Tokenizer::from_json(j, verbatim);
   EXPECT_TRUE(t.has_value()) << t.status().to_string();
   return t.has_value() ? std::move(t).value() : nullptr;
 }

@@ -145,6 +145,17 @@ TEST(Normalizers, StripAccentsLowercasePrecompiled) {
             "full\uff5e1 x yfi");
 }
 
+TEST(Normalizers, NmtDropsControlsAndSpacesSeparatorsLikeTheRustLibrary) {
+  // Dropped: U+0001-0008, U+000B, U+000E-001F, U+007F, U+008F, U+009F. To a space: tab, LF, FF, CR,
+  // U+1680, U+200B-200F, U+2028/9, U+2581, U+FEFF, U+FFFD. NBSP, U+3000 and fullwidth letters stay
+  // (no NFKC here).
+  EXPECT_EQ(normalize({{"type", "Nmt"}},
+                      "a\u0001\u0008\v\u000e\u001f\u007f\u008f\u009fb\t\n\f\r\u1680\u200b\u200f"
+                      "\u2028\u2029\u2581\ufeff\ufffdc\u00a0\u3000\uff41\u0085\u200a"),
+            "ab            c\u00a0\u3000\uff41\u0085\u200a");
+  EXPECT_EQ(normalize({{"type", "Nmt"}}, ""), "");
+}
+
 std::string decode_with(const json& decoder, const Ids& ids) {
   json vocab = {{"<pad>", 0}, {"|", 1}, {"h", 2}, {"e", 3}, {"l", 4}, {"o", 5}, {"w", 6}, {"hel", 7},
                 {"##lo", 8}, {"lo</w>", 9}, {"wor", 10}, {"ld</w>", 11}, {"!", 12}, {"world", 13}};

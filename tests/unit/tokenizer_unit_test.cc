@@ -212,6 +212,22 @@ TEST(AddedTokens, NormalizedTokensMatchTheNormalizedText) {
   EXPECT_NE(t->encode("world", false), (Ids{301}));
 }
 
+// added_tokens_decoder entries tokenizer.json lacks are added, but not over a vocab word's id: a
+// config declaring "  " at id 256 (the vocab's "  " merge here is 256 too, so use "ab" at 257)
+// leaves the vocab's token there, as transformers.js and the Rust library read the files.
+TEST(TokenizerConfig, AddedTokensDecoderAddsNewIdsButDoesNotShadowTheVocab) {
+  const json j = byte_level_tokenizer({{" ", " "}, {"a", "b"}});  // "  " = 256, "ab" = 257
+  Expected<TokenizerConfig> cfg = parse_tokenizer_config(json::parse(R"({"added_tokens_decoder": {
+    "257": {"content": "  ", "special": false, "normalized": true},
+    "300": {"content": "<extra>", "special": true}}})"));
+  ASSERT_TRUE(cfg.has_value()) << cfg.status().to_string();
+  auto t = build(j, *cfg);
+  EXPECT_EQ(t->encode("ab  ", false), (Ids{257, 256}));
+  EXPECT_EQ(t->encode("x<extra>", false), (Ids{'x', 300}));
+  EXPECT_EQ(t->decode(Ids{257, 300}, true), "ab");
+  EXPECT_EQ(t->vocab_size(), 301u);
+}
+
 TEST(TokenizerConfig, ReadsTokensTemplatesAndGenerationConfig) {
   const json c = json::parse(R"({
     "bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": false},
@@ -300,13 +316,43 @@ TEST(Tokenizer, CleanUpTokenizationSpaces) {
             "a. b, c! d? I'm we've they're it's donn't'x'y");
 }
 
+// A tokenizer_config.json without the key cleans up, as transformers.js reads it (an older BERT or
+// GPT-2 config often lacks it); false in the file keeps the spaces.
+TEST(Tokenizer, CleanUpIsOnWhenTheConfigDoesNotSayAndOffWhenItSaysFalse) {
+  Expected<TokenizerConfig> silent = parse_tokenizer_config(json::parse(R"({"eos_token": "</s>"})"));
+  ASSERT_TRUE(silent.has_value());
+  EXPECT_TRUE(silent->clean_up_tokenization_spaces);
+  Expected<TokenizerConfig> off =
+      parse_tokenizer_config(json::parse(R"({"clean_up_tokenization_spaces": false})"));
+  ASSERT_TRUE(off.has_value());
+  EXPECT_FALSE(off->clean_up_tokenization_spaces);
+
+  const json j = byte_level_tokenizer();
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("tf_cleanup_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << j.dump();
+  std::ofstream(dir / "tokenizer_config.json") << "{}";
+  Expected<std::unique_ptr<Tokenizer>> t = Tokenizer::from_directory(dir);
+  ASSERT_TRUE(t.has_value()) << t.status().to_string();
+  EXPECT_EQ((*t)->decode((*t)->encode("Hello , world . it 's", false)), "Hello, world. it's");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"clean_up_tokenization_spaces": false})";
+  t = Tokenizer::from_directory(dir);
+  ASSERT_TRUE(t.has_value()) << t.status().to_string();
+  EXPECT_EQ((*t)->decode((*t)->encode("Hello , world . it 's", false)), "Hello , world . it 's");
+  fs::remove_all(dir);
+}
+
 // Robustness: random bytes (mostly invalid UTF-8) never crash, and encode/decode round-trips the
 // sanitized text, on a byte-level tokenizer with the GLM regex and some special tokens.
 TEST(Tokenizer, RandomBytesDoNotCrashAndRoundTripSanitized) {
   json j = byte_level_tokenizer({{"a", "b"}, {" ", "t"}, {"\xE4", "\xB8"}});
   j["added_tokens"] = {added_token(400, "<|x|>", true), added_token(401, "<", false, true, true)};
   j["normalizer"] = {{"type", "NFC"}};
-  auto t = build(j);
+  TokenizerConfig verbatim;  // a round trip: no clean-up of spaces before punctuation
+  verbatim.clean_up_tokenization_spaces = false;
+  auto t = build(j, verbatim);
   std::mt19937 rng(12345);
   const std::string alphabet = "ab t<|x>\n\xE4\xB8\xAD\xC3\xA9\xF0\x9F\x98\x80\xFF\xFE\xCC\x81";
   for (int iter = 0; iter < 3000; ++iter) {
