@@ -61,6 +61,16 @@ Status Tokenizer::init(const json& j) {
   TF_ASSIGN_OR_RETURN(pre_tokenizer_, make_pre_tokenizer(field("pre_tokenizer")));
   TF_ASSIGN_OR_RETURN(post_processor_, make_post_processor(field("post_processor")));
   TF_ASSIGN_OR_RETURN(decoder_, make_decoder(field("decoder")));
+  if (config_.tokenizer_class == "LlamaTokenizer" && config_.legacy.has_value() && !*config_.legacy) {
+    // transformers.js's LlamaTokenizer (after transformers PR 24565) drops the file's normalizer
+    // (its Prepend/Replace) for a Metaspace pre-tokenizer that prefixes the first section only.
+    normalizer_.reset();
+    TF_ASSIGN_OR_RETURN(pre_tokenizer_, make_pre_tokenizer(json{{"type", "Metaspace"},
+                                                                {"replacement", "\u2581"},
+                                                                {"add_prefix_space", true},
+                                                                {"prepend_scheme", "first"}}));
+    spm_non_legacy_ = true;
+  }
 
   size_t entry = 0;  // named in errors
   try {
@@ -136,10 +146,32 @@ std::vector<TokenId> Tokenizer::encode(std::string_view input, bool add_special_
     sanitized = sanitize_utf8(input);
     input = sanitized;
   }
+  std::vector<TokenId> ids;
+  if (spm_non_legacy_ && !input.empty()) {
+    static constexpr std::string_view kSpace = "\u2581";
+    std::string prefixed(kSpace);
+    prefixed.reserve(input.size() + kSpace.size());
+    for (size_t pos = 0;;) {
+      const size_t f = input.find(kSpace, pos);
+      prefixed.append(input.substr(pos, f == std::string_view::npos ? std::string_view::npos : f - pos));
+      if (f == std::string_view::npos) break;
+      prefixed.push_back(' ');
+      pos = f + kSpace.size();
+    }
+    encode_sections(prefixed, ids);
+    if (ids.size() > 1 && id_to_token(ids[0]) == std::string(kSpace) && is_special(ids[1]))
+      ids.erase(ids.begin());
+  } else {
+    encode_sections(input, ids);
+  }
+  if (post_processor_) post_processor_->process(ids, add_special_tokens);
+  return ids;
+}
+
+void Tokenizer::encode_sections(std::string_view input, std::vector<TokenId>& ids) const {
   // Everything streams from here on: the matchers hand out one segment at a time and each
   // segment is encoded before the next is cut, so beside the input only one normalized segment
   // and the ids are held.
-  std::vector<TokenId> ids;
   raw_matcher_.for_each_segment(input, [&](const TextSegment& seg) {
     if (seg.token != nullptr) {
       ids.push_back(seg.token->id);
@@ -162,8 +194,6 @@ std::vector<TokenId> Tokenizer::encode(std::string_view input, bool add_special_
       }
     });
   });
-  if (post_processor_) post_processor_->process(ids, add_special_tokens);
-  return ids;
 }
 
 std::string Tokenizer::decode_raw(std::span<const TokenId> ids, bool skip_special_tokens) const {

@@ -25,6 +25,10 @@ struct TokenizerConfig {
   // transformers' BERT-family classes read it; transformers' base class would say off.
   bool clean_up_tokenization_spaces = true;
   std::optional<bool> add_bos_token, add_eos_token;
+  // The class transformers.js picks the tokenizer's behaviour by ("Fast" dropped), and the
+  // LlamaTokenizer's legacy flag (absent: legacy, as transformers.js reads it).
+  std::optional<std::string> tokenizer_class;
+  std::optional<bool> legacy;
   // The default chat template (a "default" entry when the config holds a named list).
   std::optional<std::string> chat_template;
   std::map<std::string, std::string> named_chat_templates;

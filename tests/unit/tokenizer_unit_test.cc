@@ -232,7 +232,7 @@ TEST(TokenizerConfig, ReadsTokensTemplatesAndGenerationConfig) {
   const json c = json::parse(R"({
     "bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": false},
     "eos_token": "</s>", "pad_token": null, "clean_up_tokenization_spaces": true,
-    "additional_special_tokens": ["<x>"],
+    "additional_special_tokens": ["<x>"], "tokenizer_class": "LlamaTokenizerFast", "legacy": false,
     "added_tokens_decoder": {"5": {"content": "<x>", "special": true}},
     "chat_template": [{"name": "default", "template": "{{ messages }}"}, {"name": "tool_use", "template": "T"}]
   })");
@@ -243,6 +243,8 @@ TEST(TokenizerConfig, ReadsTokensTemplatesAndGenerationConfig) {
   EXPECT_FALSE(cfg->pad_token.has_value());
   EXPECT_TRUE(cfg->clean_up_tokenization_spaces);
   EXPECT_EQ(cfg->added_tokens_decoder.at(5).content, "<x>");
+  EXPECT_EQ(cfg->tokenizer_class, "LlamaTokenizer");  // "Fast" dropped, as transformers.js does
+  EXPECT_EQ(cfg->legacy, false);
   EXPECT_EQ(cfg->chat_template, "{{ messages }}");
   EXPECT_EQ(cfg->named_chat_templates.at("tool_use"), "T");
 
