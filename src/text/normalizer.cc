@@ -290,6 +290,29 @@ Expected<std::unique_ptr<Normalizer>> make_normalizer(const json& config) {
   }
 }
 
+std::string js_remove_space(std::string_view s) {
+  const std::string trimmed = js_trim(s);
+  std::string out;
+  out.reserve(trimmed.size());
+  bool in_space = false;
+  char32_t cp;
+  for (size_t i = 0; i < trimmed.size();) {
+    i = next_code_point(trimmed, i, cp);
+    if (is_js_whitespace(cp)) {
+      if (!in_space) out.push_back(' ');
+      in_space = true;
+    } else {
+      append_utf8(out, cp);
+      in_space = false;
+    }
+  }
+  return out;
+}
+
+std::string js_lowercase_and_remove_accent(std::string_view s) {
+  return static_regex(R"(\p{M})").replace_all(js_to_lower(s), "");
+}
+
 bool is_js_whitespace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
          c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000 || c == 0xFEFF;

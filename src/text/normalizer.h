@@ -34,6 +34,11 @@ std::string js_trim(std::string_view s, bool left = true, bool right = true);
 // JavaScript's String.prototype.toLowerCase: the full lowercase mapping, with Greek capital sigma
 // becoming final sigma at the end of a word (the Final_Sigma context of SpecialCasing.txt).
 std::string js_to_lower(std::string_view s);
+// transformers.js's tokenizer_config switches, applied to each text section before the normalizer:
+// remove_space (trim, then every run of JavaScript whitespace becomes one space) and
+// do_lowercase_and_remove_accent (toLowerCase, then every mark \p{M} removed).
+std::string js_remove_space(std::string_view s);
+std::string js_lowercase_and_remove_accent(std::string_view s);
 // transformers.js's BERT "Chinese character" test (the CJK ideograph blocks; it looks at UTF-16
 // code units, so only the blocks of the Basic Multilingual Plane count).
 bool is_bert_chinese_char(char32_t cp);

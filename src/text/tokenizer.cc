@@ -181,8 +181,16 @@ void Tokenizer::encode_sections(std::string_view input, std::vector<TokenId>& id
     const bool first = seg.text.data() == input.data();
     std::string normalized_copy;
     std::string_view normalized = seg.text;
+    if (config_.remove_space) {
+      normalized_copy = js_remove_space(normalized);
+      normalized = normalized_copy;
+    }
+    if (config_.do_lowercase_and_remove_accent) {
+      normalized_copy = js_lowercase_and_remove_accent(normalized);
+      normalized = normalized_copy;
+    }
     if (normalizer_) {
-      normalized_copy = normalizer_->normalize(seg.text);
+      normalized_copy = normalizer_->normalize(normalized);
       normalized = normalized_copy;
     }
     if (normalized.empty()) return;

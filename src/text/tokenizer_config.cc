@@ -54,6 +54,11 @@ Expected<TokenizerConfig> parse_tokenizer_config(const json& j) {
     if (j.contains("add_bos_token") && j.at("add_bos_token").is_boolean()) c.add_bos_token = j.at("add_bos_token").get<bool>();
     if (j.contains("add_eos_token") && j.at("add_eos_token").is_boolean()) c.add_eos_token = j.at("add_eos_token").get<bool>();
     if (j.contains("legacy") && j.at("legacy").is_boolean()) c.legacy = j.at("legacy").get<bool>();
+    for (auto [key, flag] :
+         {std::pair{"remove_space", &c.remove_space},
+          std::pair{"do_lowercase_and_remove_accent", &c.do_lowercase_and_remove_accent}}) {
+      if (j.contains(key) && j.at(key).is_boolean()) *flag = j.at(key).get<bool>();
+    }
     if (j.contains("tokenizer_class") && j.at("tokenizer_class").is_string()) {
       std::string cls = j.at("tokenizer_class").get<std::string>();
       if (cls.size() > 4 && cls.ends_with("Fast")) cls.resize(cls.size() - 4);

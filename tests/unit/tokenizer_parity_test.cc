@@ -3,7 +3,8 @@
 // gpt-oss, GPT-4o, GPT-3.5, Claude, Gemma 3, Gemini, Llama 2: byte-level BPE and SentencePiece-style
 // BPE with byte fallback), plus the synthetic fixtures of tests/data/tokenizers/ (WordPiece,
 // Unigram, WordLevel; see tests/tools/gen_tokenizer_fixtures.js) and variants of both under an
-// edited tokenizer_config.json (Llama 2 with legacy false; a config silent on clean-up). At test time,
+// edited tokenizer_config.json (Llama 2 with legacy false; a config silent on clean-up; remove_space
+// and do_lowercase_and_remove_accent). At test time,
 // tests/tools/tokenizer_reference.js generates a deterministic corpus of 10,000 strings, tokenizes and
 // decodes it with transformers.js, and writes the results into the build folder; this test loads the same
 // tokenizer.json / tokenizer_config.json files and must reproduce every id and every decode.
@@ -176,7 +177,8 @@ TEST(TokenizerParity, EveryTokenizerMatchesTransformersJs) {
   // components the npm tokenizers lack) must be there too.
   for (const char* name :
        {"fixture_bert_uncased", "fixture_wordpiece_cased", "fixture_unigram_spm", "fixture_unigram_lower",
-        "fixture_chars_ctc", "variant_llama2_legacy_false", "variant_wordpiece_cased_cleanup_unset"}) {
+        "fixture_chars_ctc", "variant_llama2_legacy_false", "variant_wordpiece_cased_cleanup_unset",
+        "variant_unigram_spm_remove_space_lowercase"}) {
     EXPECT_TRUE(ref.at("tokenizers").contains(name)) << name;
   }
   const char* only = std::getenv("TF_TOKENIZER_ONLY");  // a name prefix, to check fewer tokenizers by hand
