@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/replace_all.h"
 #include "text/metaspace.h"
 #include "text/normalizer.h"
 #include "text/pre_tokenizer.h"
@@ -18,18 +19,6 @@ namespace tf::text {
 namespace {
 
 using json = nlohmann::json;
-
-std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
-  if (from.empty()) return std::string(text);
-  std::string out;
-  size_t pos = 0;
-  for (size_t f; (f = text.find(from, pos)) != std::string_view::npos; pos = f + from.size()) {
-    out.append(text.substr(pos, f - pos));
-    out.append(to);
-  }
-  out.append(text.substr(pos));
-  return out;
-}
 
 class ByteLevelDecoder final : public Decoder {
  public:

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/replace_all.h"
 #include "text/regex.h"
 #include "text/tokenizer_pattern.h"
 #include "text/unicode.h"
@@ -174,22 +175,9 @@ class ReplaceNormalizer final : public Normalizer {
       : literal_(std::move(literal)), re_(std::move(re)), content_(std::move(content)) {}
   std::string normalize(std::string_view t) const override {
     if (literal_.empty()) return re_.replace_all(t, content_);
-    // A String pattern (the usual " " -> "▁"): plain search, and the result sized once, since
-    // the text may be a whole long section. Valid UTF-8 text only holds the pattern at character
-    // boundaries, so this finds the matches the regex would.
-    size_t count = 0;
-    for (size_t f = t.find(literal_); f != std::string_view::npos; f = t.find(literal_, f + literal_.size()))
-      ++count;
-    std::string out;
-    out.reserve(t.size() - count * literal_.size() + count * content_.size());
-    size_t prev = 0;
-    for (size_t f = t.find(literal_); f != std::string_view::npos; f = t.find(literal_, prev)) {
-      out.append(t.substr(prev, f - prev));
-      out.append(content_);
-      prev = f + literal_.size();
-    }
-    out.append(t.substr(prev));
-    return out;
+    // A String pattern (the usual " " -> "▁"): plain search. Valid UTF-8 text only holds the
+    // pattern at character boundaries, so this finds the matches the regex would.
+    return replace_all(t, literal_, content_);
   }
 
  private:

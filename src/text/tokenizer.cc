@@ -4,9 +4,9 @@
 #include "text/tokenizer.h"
 
 #include <cctype>
-
 #include <nlohmann/json.hpp>
 
+#include "core/replace_all.h"
 #include "text/pre_tokenizer.h"
 #include "text/utf8.h"
 
@@ -61,7 +61,7 @@ Status Tokenizer::init(const json& j) {
   TF_ASSIGN_OR_RETURN(pre_tokenizer_, make_pre_tokenizer(field("pre_tokenizer")));
   TF_ASSIGN_OR_RETURN(post_processor_, make_post_processor(field("post_processor")));
   TF_ASSIGN_OR_RETURN(decoder_, make_decoder(field("decoder")));
-  if (config_.tokenizer_class == "LlamaTokenizer" && config_.legacy.has_value() && !*config_.legacy) {
+  if (spm_non_legacy()) {
     // transformers.js's LlamaTokenizer (after transformers PR 24565) drops the file's normalizer
     // (its Prepend/Replace) for a Metaspace pre-tokenizer that prefixes the first section only.
     normalizer_.reset();
@@ -69,7 +69,6 @@ Status Tokenizer::init(const json& j) {
                                                                 {"replacement", "\u2581"},
                                                                 {"add_prefix_space", true},
                                                                 {"prepend_scheme", "first"}}));
-    spm_non_legacy_ = true;
   }
 
   size_t entry = 0;  // named in errors
@@ -147,20 +146,10 @@ std::vector<TokenId> Tokenizer::encode(std::string_view input, bool add_special_
     input = sanitized;
   }
   std::vector<TokenId> ids;
-  if (spm_non_legacy_ && !input.empty()) {
+  if (spm_non_legacy() && !input.empty()) {
     static constexpr std::string_view kSpace = "\u2581";
-    std::string prefixed(kSpace);
-    prefixed.reserve(input.size() + kSpace.size());
-    for (size_t pos = 0;;) {
-      const size_t f = input.find(kSpace, pos);
-      prefixed.append(input.substr(pos, f == std::string_view::npos ? std::string_view::npos : f - pos));
-      if (f == std::string_view::npos) break;
-      prefixed.push_back(' ');
-      pos = f + kSpace.size();
-    }
-    encode_sections(prefixed, ids);
-    if (ids.size() > 1 && id_to_token(ids[0]) == std::string(kSpace) && is_special(ids[1]))
-      ids.erase(ids.begin());
+    encode_sections(std::string(kSpace) + replace_all(input, kSpace, " "), ids);
+    if (ids.size() > 1 && id_to_token(ids[0]) == kSpace && is_special(ids[1])) ids.erase(ids.begin());
   } else {
     encode_sections(input, ids);
   }
@@ -224,13 +213,7 @@ std::string Tokenizer::decode_raw(std::span<const TokenId> ids, bool skip_specia
     // special tokens are skipped).
     const std::string& suffix = model_->end_of_word_suffix();
     if (!suffix.empty()) {
-      std::string replaced;
-      size_t pos = 0;
-      for (size_t f; (f = out.find(suffix, pos)) != std::string::npos; pos = f + suffix.size()) {
-        replaced.append(out, pos, f - pos);
-        replaced.push_back(' ');
-      }
-      replaced.append(out, pos, std::string::npos);
+      std::string replaced = replace_all(out, suffix, " ");
       out = skip_special_tokens ? js_trim(replaced) : std::move(replaced);
     }
     return out;

@@ -85,6 +85,12 @@ class Tokenizer {
   Status init(const nlohmann::json& j);
   void encode_segment(std::string_view text, bool first_section, std::vector<TokenId>& out) const;
   void encode_sections(std::string_view input, std::vector<TokenId>& ids) const;
+  // transformers.js's LlamaTokenizer with legacy false (SentencePiece's non-legacy prefix): the
+  // text gets one leading "▁" (its own "▁" become spaces), only the first section a Metaspace
+  // prefix, and a lone "▁" before a special token is dropped.
+  bool spm_non_legacy() const {
+    return config_.tokenizer_class == "LlamaTokenizer" && config_.legacy.has_value() && !*config_.legacy;
+  }
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<Normalizer> normalizer_;
@@ -98,10 +104,6 @@ class Tokenizer {
   TokenizerConfig config_;
   GenerationConfig generation_;
   size_t vocab_size_ = 0;
-  // transformers.js's LlamaTokenizer with legacy false (SentencePiece's non-legacy prefix): the
-  // text gets one leading "▁" (its own "▁" become spaces), only the first section a Metaspace
-  // prefix, and a lone "▁" before a special token is dropped.
-  bool spm_non_legacy_ = false;
 };
 
 // transformers' clean_up_tokenization: " ." -> ".", " ?" -> "?", " !" -> "!", " ," -> ",",
